@@ -1,0 +1,3 @@
+from agentenv.cli import main
+
+main()

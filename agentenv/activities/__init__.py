@@ -1,0 +1,97 @@
+"""Temporal activities: run one step through the registry, and keep run records in the store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agentenv.config import Settings
+from agentenv.errors import format_loc
+from agentenv.spec.run import RunState, StepCall, StepOutcome
+from agentenv.steps import StepContext, StepFailed, registry
+
+RUN_STEP = "agentenv.run_step"
+RECORD_RUN = "agentenv.record_run"
+
+# Outputs travel through workflow history: keep them to decisions and small facts.
+MAX_OUTPUT_BYTES = 64 * 1024
+
+
+def _fatal(message: str, kind: str) -> ApplicationError:
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+class RunActivities:
+    """Bound to one worker's settings; opens the stores once and reuses them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._stores = None
+
+    @property
+    def stores(self):
+        if self._stores is None:
+            from agentenv.stores import open_stores
+
+            self._stores = open_stores(self.settings)
+        return self._stores
+
+    @activity.defn(name=RUN_STEP)
+    async def run_step(self, call: StepCall) -> StepOutcome:
+        info = activity.info()
+        try:
+            step_type = registry.get(call.type)
+        except KeyError:
+            raise _fatal(f"unknown step type '{call.type}' on this worker", "UnknownStepType") from None
+        except ImportError as e:
+            raise _fatal(str(e), "UnknownStepType") from None
+        try:
+            config = step_type.config.model_validate(call.config)
+        except ValidationError as e:
+            problems = "; ".join(f"config.{format_loc(tuple(x['loc']))}: {x['msg']}" for x in e.errors(include_url=False))
+            raise _fatal(f"invalid config after resolving references: {problems}", "InvalidConfig") from None
+        local = info.is_local
+        ctx = StepContext(
+            run_id=call.run_id, task_id=call.task_id, step_id=call.step_id, attempt=info.attempt,
+            settings=self.settings, heartbeat=(lambda *d: None) if local else activity.heartbeat,
+            _stores=self._stores,
+        )
+        beat = None
+        if not local and call.heartbeat_timeout:
+            beat = asyncio.create_task(_keep_heartbeating(call.heartbeat_timeout.total_seconds() / 3))
+        started = time.perf_counter()
+        try:
+            result = await step_type(ctx, config)
+        except StepFailed as e:
+            raise ApplicationError(str(e), type="StepFailed", non_retryable=not e.retryable) from None
+        finally:
+            if beat:
+                beat.cancel()
+        duration_ms = (time.perf_counter() - started) * 1000
+        size = len(json.dumps(result.outputs, default=str))
+        if size > MAX_OUTPUT_BYTES:
+            raise _fatal(
+                f"outputs are {size // 1024} KiB; the limit is {MAX_OUTPUT_BYTES // 1024} KiB because outputs travel "
+                "through workflow history — put large data in the object store (ctx.stores.objects) and output its key",
+                "OutputTooLarge",
+            )
+        return StepOutcome(outputs=result.outputs, score=result.score, attempt=info.attempt, duration_ms=duration_ms)
+
+    @activity.defn(name=RECORD_RUN)
+    async def record_run(self, state: RunState) -> None:
+        """Upsert the run's record: runs stay listable without Temporal and after its retention."""
+        self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
+
+
+async def _keep_heartbeating(every: float) -> None:
+    """Heartbeats let Temporal notice a dead worker quickly and deliver cancellation to the step."""
+    with contextlib.suppress(asyncio.CancelledError):
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every)

@@ -1,0 +1,75 @@
+"""Bundles: folders holding `tasks/` (and, with later capabilities, `envs/`, `agents/`, `artifacts/`).
+
+Built-in bundles live next to this file; `agent-env run NAME` finds them by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentenv.errors import NotFound
+from agentenv.spec.loader import load_task
+from agentenv.spec.task import TaskSpec
+
+BUILTIN_ROOT = Path(__file__).parent
+
+
+@dataclass
+class Runnable:
+    name: str
+    path: Path
+    tasks: list[str]
+    builtin: bool
+
+
+def is_bundle(folder: Path) -> bool:
+    return (folder / "tasks").is_dir() and any((folder / "tasks").glob("*.toml"))
+
+
+def task_files(bundle: Path) -> dict[str, Path]:
+    return {p.stem: p for p in sorted((bundle / "tasks").glob("*.toml"))}
+
+
+def runnables(cwd: Path | None = None) -> list[Runnable]:
+    """Built-in bundles, then bundles in the working directory."""
+    found = [
+        Runnable(p.name, p, list(task_files(p)), True)
+        for p in sorted(BUILTIN_ROOT.iterdir()) if p.is_dir() and is_bundle(p)
+    ]
+    here = cwd or Path.cwd()
+    if is_bundle(here):
+        found.append(Runnable(".", here, list(task_files(here)), False))
+    for p in sorted(here.iterdir()) if here.is_dir() else []:
+        if p.is_dir() and not p.name.startswith(".") and is_bundle(p):
+            found.append(Runnable(p.name, p, list(task_files(p)), False))
+    return found
+
+
+def resolve_target(target: str, task: str | None = None) -> TaskSpec:
+    """A task from a .toml path, a bundle folder, or a built-in bundle's name."""
+    path = Path(target).expanduser()
+    if path.is_file() or target.endswith(".toml"):
+        return load_task(path)
+    if path.is_dir():
+        bundle = path
+    elif (BUILTIN_ROOT / target).is_dir() and is_bundle(BUILTIN_ROOT / target):
+        bundle = BUILTIN_ROOT / target
+    else:
+        names = ", ".join(r.name for r in runnables())
+        raise NotFound(
+            f"'{target}' is not a built-in bundle, a bundle folder or a task file",
+            f"run one of: {names}; or give the path of a bundle folder or a .toml task file "
+            "(`agent-env run` with no argument lists what can run)",
+        )
+    if not is_bundle(bundle):
+        raise NotFound(f"{bundle} is not a bundle: it has no tasks/*.toml", "add a task file under tasks/")
+    files = task_files(bundle)
+    if task is None:
+        if len(files) > 1:
+            raise NotFound(f"bundle {bundle.name} has {len(files)} tasks: {', '.join(files)}",
+                           "choose one with --task NAME")
+        task = next(iter(files))
+    if task not in files:
+        raise NotFound(f"bundle {bundle.name} has no task '{task}'", f"choose one of: {', '.join(files)}")
+    return load_task(files[task])

@@ -1,0 +1,32 @@
+"""The `agent-env` command. Only typer is imported up front; each command imports what it needs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    from agentenv.cli.app import app
+    from agentenv.errors import AgentEnvError
+
+    try:
+        app(args=argv, prog_name="agent-env")
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except AgentEnvError as e:
+        from agentenv.cli.output import print_error
+
+        print_error(e)
+        code = e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    if "temporalio" in sys.modules:
+        # temporalio can abort the interpreter at exit (exit 134) after a successful command;
+        # skip interpreter teardown once our output is flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

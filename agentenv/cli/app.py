@@ -1,0 +1,138 @@
+"""Command definitions. Bodies live in sibling modules, imported only when the command runs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(
+    name="agent-env",
+    help="agentenv: durable environments, tasks and grading for AI agents, on Temporal.\n\n"
+    "Start with `agent-env run hello`. Exit codes: 0 success or run passed, 1 run failed or errored, "
+    "2 bad input, 3 Temporal server problem, 130 interrupted.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+runs_app = typer.Typer(help="List, inspect and cancel runs.", no_args_is_help=True)
+server_app = typer.Typer(help="The embedded Temporal dev server (used when no address is configured).",
+                         no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+app.add_typer(server_app, name="server")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from agentenv import __version__
+
+        print(f"agent-env {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    pass
+
+
+@app.command()
+def run(
+    target: Annotated[Optional[str], typer.Argument(
+        help="A built-in bundle (e.g. hello), a bundle folder, or a task .toml file. Omit to list what can run.")] = None,
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Which task of a bundle with several.")] = None,
+    detach: Annotated[bool, typer.Option(
+        "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")] = False,
+) -> None:
+    """Run a task and show its steps, result and scores. Exit 0 when the run passes.
+
+    Runs execute in Temporal with a worker inside this process. If you interrupt it, the run is
+    paused, not lost: it resumes when any worker starts (`agent-env worker`, or the next `run`).
+    """
+    from agentenv.cli.run_cmd import run_command
+
+    raise typer.Exit(run_command(target, task, detach=detach, json_out=json_out))
+
+
+@app.command()
+def worker(
+    identity: Annotated[Optional[str], typer.Option(help="Name shown for this worker in Temporal.")] = None,
+) -> None:
+    """Run a worker that executes runs (including paused ones) until interrupted."""
+    from agentenv.cli.run_cmd import worker_command
+
+    raise typer.Exit(worker_command(identity))
+
+
+@app.command()
+def schema(
+    what: Annotated[str, typer.Argument(help="task | config | run")] = "task",
+) -> None:
+    """Print the JSON Schema of task files (with every step type's config), the config file, or a run record."""
+    from agentenv.cli.misc_cmd import schema_command
+
+    raise typer.Exit(schema_command(what))
+
+
+@runs_app.command("list")
+def runs_list(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many, newest first.")] = 20,
+    status: Annotated[Optional[str], typer.Option(help="Only runs with this status (passed, failed, error, ...).")] = None,
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Only runs of this task id.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """List recent runs recorded in this install's store."""
+    from agentenv.cli.runs_cmd import list_command
+
+    raise typer.Exit(list_command(limit, status, task, json_out))
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="Run id, or a unique prefix of it.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
+) -> None:
+    """Show a run: status, per-step results, outputs and scores (live if it is still running)."""
+    from agentenv.cli.runs_cmd import show_command
+
+    raise typer.Exit(show_command(run_id, json_out))
+
+
+@runs_app.command("cancel")
+def runs_cancel(
+    run_id: Annotated[str, typer.Argument(help="Run id, or a unique prefix of it.")],
+    wait: Annotated[bool, typer.Option(help="Wait until the run has recorded its cancellation.")] = True,
+) -> None:
+    """Cancel a running run: running steps are cancelled, the rest skipped, the run recorded as cancelled."""
+    from agentenv.cli.runs_cmd import cancel_command
+
+    raise typer.Exit(cancel_command(run_id, wait))
+
+
+@server_app.command("start")
+def server_start() -> None:
+    """Start the embedded Temporal dev server in the background (reused if already running)."""
+    from agentenv.cli.misc_cmd import server_start_command
+
+    raise typer.Exit(server_start_command())
+
+
+@server_app.command("stop")
+def server_stop() -> None:
+    """Stop the embedded Temporal dev server. Runs are kept and resume when it starts again."""
+    from agentenv.cli.misc_cmd import server_stop_command
+
+    raise typer.Exit(server_stop_command())
+
+
+@server_app.command("status")
+def server_status() -> None:
+    """Show whether the embedded server runs, where, and where its data and log are. Exit 1 if stopped."""
+    from agentenv.cli.misc_cmd import server_status_command
+
+    raise typer.Exit(server_status_command())

@@ -1,0 +1,119 @@
+"""Printing for the CLI: errors, run progress and results. Uses rich when writing to a terminal."""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+
+from agentenv.errors import AgentEnvError
+from agentenv.spec.run import RunState, RunStatus, StepState, StepStatus
+
+ICONS = {
+    StepStatus.SUCCEEDED: ("✓", "green"),
+    StepStatus.FAILED: ("✗", "red"),
+    StepStatus.SKIPPED: ("-", "yellow"),
+    StepStatus.CANCELLED: ("⊘", "yellow"),
+    StepStatus.RUNNING: ("…", "cyan"),
+    StepStatus.PENDING: (" ", "white"),
+}
+RUN_STYLE = {
+    RunStatus.PASSED: "bold green", RunStatus.FAILED: "bold red", RunStatus.ERROR: "bold red",
+    RunStatus.CANCELLED: "bold yellow", RunStatus.RUNNING: "bold cyan",
+}
+
+
+@cache
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+@cache
+def err_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_error(e: AgentEnvError) -> None:
+    from rich.markup import escape
+
+    err_console().print(f"[bold red]error:[/] {escape(e.problem)}")
+    if e.fix:
+        err_console().print(f"  [bold]fix:[/] {escape(e.fix)}")
+
+
+def notice(message: str) -> None:
+    from rich.markup import escape
+
+    err_console().print(f"[yellow]note:[/] {escape(message)}")
+
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return ""
+    return f"{ms:.0f} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
+
+
+def step_line(step: StepState, width: int) -> str:
+    from rich.markup import escape
+
+    icon, color = ICONS[step.status]
+    line = f"  [{color}]{icon}[/] {escape(step.id):<{width}}  [dim]{escape(step.type)}[/]"
+    if step.status is StepStatus.SUCCEEDED and step.started_at and step.finished_at:
+        line += f"  [dim]{fmt_ms((step.finished_at - step.started_at).total_seconds() * 1000)}[/]"
+    if step.attempts > 1:
+        line += f"  [yellow]({step.attempts} attempts)[/]"
+    if step.score is not None:
+        passed = sum(c.passed for c in step.score.criteria)
+        color = "green" if step.score.passed else "red"
+        line += f"  [{color}]score {step.score.value:.2f}[/] ({passed}/{len(step.score.criteria)})"
+    if step.error and step.status is not StepStatus.SKIPPED:
+        line += f"\n      [red]{escape(step.error)}[/]"
+    elif step.error:
+        line += f"  [dim]{escape(step.error)}[/]"
+    if step.score is not None:
+        for c in step.score.criteria:
+            if not c.passed:
+                line += f"\n      [red]✗ {escape(c.name)}[/]: {escape(c.detail)}"
+    return line
+
+
+def summary_line(state: RunState, wall: float | None = None) -> str:
+    style = RUN_STYLE[state.status]
+    parts = [f"[{style}]{state.status.value.upper()}[/]"]
+    if state.score is not None:
+        parts.append(f"score {state.score:.2f}")
+    if wall is not None:
+        parts.append(f"{wall:.2f} s")
+    elif state.finished_at:
+        parts.append(f"{(state.finished_at - state.started_at).total_seconds():.2f} s")
+    parts.append(f"run {state.run_id}")
+    return " · ".join(parts)
+
+
+class Progress:
+    """Prints each step once when it finishes, and once when it has been running a while."""
+
+    SLOW = 2.0
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.shown: dict[str, StepStatus] = {}
+
+    def update(self, state: RunState, now) -> None:
+        for step in state.steps.values():
+            if step.status.finished and self.shown.get(step.id) is not step.status:
+                console().print(step_line(step, self.width))
+                self.shown[step.id] = step.status
+            elif (
+                step.status is StepStatus.RUNNING and step.id not in self.shown and step.started_at
+                and (now - step.started_at).total_seconds() > self.SLOW
+            ):
+                console().print(f"  [cyan]…[/] {step.id:<{self.width}}  [dim]{step.type} running[/]")
+                self.shown[step.id] = StepStatus.RUNNING
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()

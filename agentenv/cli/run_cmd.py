@@ -1,0 +1,130 @@
+"""`agent-env run` and `agent-env worker`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+
+from agentenv.cli.output import Progress, console, notice, summary_line
+from agentenv.config import Settings, load_settings
+from agentenv.spec.run import RunStatus
+from agentenv.spec.task import TaskSpec
+
+
+def run_command(target: str | None, task: str | None, *, detach: bool, json_out: bool) -> int:
+    settings = load_settings()
+    if target is None:
+        return _list_runnables()
+    from agentenv.bundles import resolve_target
+
+    spec = resolve_target(target, task)
+    return asyncio.run(_run(settings, spec, detach=detach, json_out=json_out))
+
+
+def _list_runnables() -> int:
+    from agentenv.bundles import runnables
+
+    rows = runnables()
+    out = console()
+    out.print("What can run (agent-env run NAME):")
+    for r in rows:
+        where = "built-in" if r.builtin else str(r.path)
+        tasks = f" [dim](tasks: {', '.join(r.tasks)})[/]" if len(r.tasks) > 1 else ""
+        out.print(f"  [bold]{r.name}[/]  [dim]{where}[/]{tasks}")
+    out.print("Or give the path of a task .toml file. Write your own: `agent-env schema task`.")
+    return 0
+
+
+async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bool) -> int:
+    from agentenv import runner
+    from agentenv.temporal.client import connect
+
+    wall_start = time.monotonic()
+    client = await connect(settings, on_notice=notice)
+    if detach:
+        handle = await runner.start_run(client, settings, spec)
+        console().print(f"started run [bold]{handle.id}[/]")
+        if url := settings.run_url(handle.id):
+            console().print(f"  Temporal UI: {url}")
+        console().print(f"  a worker executes it: `agent-env worker` if none runs; follow it with "
+                        f"`agent-env runs show {handle.id}`")
+        return 0
+
+    from agentenv.temporal.worker import create_worker
+
+    worker = create_worker(client, settings)
+    worker_task = asyncio.create_task(worker.run())
+    handle = None
+    try:
+        handle = await runner.start_run(client, settings, spec)
+        if not json_out:
+            console().print(f"[bold]{spec.id}[/] v{spec.version} · run [bold]{handle.id}[/]")
+            if url := settings.run_url(handle.id):
+                console().print(f"  [dim]Temporal UI:[/] {url}")
+        state = await _follow(handle, spec, quiet=json_out)
+    except asyncio.CancelledError:
+        if handle is not None:
+            console().print(f"\n[yellow]interrupted:[/] run {handle.id} is paused, not lost. It resumes when a worker "
+                            "runs: `agent-env worker` (or the next `agent-env run`).")
+        return 130
+    finally:
+        # Finished: no need for a graceful shutdown; the process exits right after printing.
+        worker_task.cancel()
+    if json_out:
+        print(json.dumps(state.model_dump(mode="json"), indent=2))
+    else:
+        console().print(summary_line(state, time.monotonic() - wall_start))
+    return 0 if state.status is RunStatus.PASSED else 1
+
+
+async def _follow(handle, spec: TaskSpec, *, quiet: bool):
+    """Wait for the result, printing steps as they finish (from the run's query)."""
+    from datetime import datetime, timezone
+
+    from agentenv import runner
+
+    result = asyncio.create_task(runner.wait_result(handle))
+    progress = Progress(max(len(s.id) for s in spec.steps))
+    interval = 0.1
+    while True:
+        done, _ = await asyncio.wait({result}, timeout=interval)
+        if done:
+            break
+        interval = min(interval * 1.5, 1.0)
+        if not quiet:
+            try:
+                progress.update(await runner.query_state(handle, timeout=2.0), datetime.now(timezone.utc))
+            except Exception:  # noqa: BLE001 - progress is best effort; the result is what counts
+                pass
+    state = result.result()
+    if not quiet:
+        progress.update(state, datetime.now(timezone.utc))
+    return state
+
+
+def worker_command(identity: str | None) -> int:
+    settings = load_settings()
+    return asyncio.run(_worker(settings, identity))
+
+
+async def _worker(settings: Settings, identity: str | None) -> int:
+    from agentenv.temporal.client import connect
+    from agentenv.temporal.worker import create_worker
+
+    client = await connect(settings, on_notice=notice)
+    worker = create_worker(client, settings, identity=identity)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    console().print(
+        f"worker on task queue '{settings.temporal.task_queue}' at {settings.address} "
+        f"(namespace {settings.temporal.namespace}); Ctrl-C to stop"
+    )
+    try:
+        async with worker:
+            await stop.wait()
+    except asyncio.CancelledError:
+        pass
+    console().print("worker stopped")
+    return 0

@@ -1,0 +1,120 @@
+"""`agent-env runs list|show|cancel`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from agentenv.cli.output import RUN_STYLE, console, notice, step_line, summary_line
+from agentenv.config import load_settings
+from agentenv.errors import BadInput
+from agentenv.spec.run import RunState, RunStatus
+
+
+def list_command(limit: int, status: str | None, task: str | None, json_out: bool) -> int:
+    from agentenv.stores import open_stores
+
+    if status is not None and status not in {s.value for s in RunStatus}:
+        raise BadInput(f"unknown status '{status}'", f"use one of: {', '.join(s.value for s in RunStatus)}")
+    settings = load_settings()
+    stores = open_stores(settings)
+    where = {k: v for k, v in (("status", status), ("task_id", task)) if v}
+    records = stores.documents.query("runs", where=where, order_by="started_at", descending=True, limit=limit)
+    if json_out:
+        for r in records:
+            print(json.dumps(r))
+        return 0
+    if not records:
+        console().print("no runs yet — try `agent-env run hello`")
+        return 0
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    table.add_column("run", no_wrap=True, min_width=max(len(r["run_id"]) for r in records))
+    for col in ("task", "status", "score", "started", "took"):
+        table.add_column(col)
+    for r in records:
+        state = RunState.model_validate(r)
+        took = f"{(state.finished_at - state.started_at).total_seconds():.2f} s" if state.finished_at else ""
+        table.add_row(
+            state.run_id, f"{state.task_id} v{state.task_version}",
+            f"[{RUN_STYLE[state.status]}]{state.status.value}[/]",
+            "" if state.score is None else f"{state.score:.2f}",
+            state.started_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), took,
+        )
+    console().print(table)
+    return 0
+
+
+def show_command(run_id: str, json_out: bool) -> int:
+    from agentenv.runner import find_run
+
+    settings = load_settings()
+    state = RunState.model_validate(find_run(settings, run_id))
+    live = False
+    if not state.status.finished:
+        try:
+            state, live = asyncio.run(_live_state(settings, state.run_id)), True
+        except Exception as e:  # noqa: BLE001 - the stored record is still worth showing
+            notice(f"showing the last recorded state; live state unavailable ({e}). "
+                   "Is a worker running? Start one with `agent-env worker`.")
+    if json_out:
+        print(json.dumps(state.model_dump(mode="json"), indent=2))
+        return 0
+    out = console()
+    out.print(f"[bold]{state.task_id}[/] v{state.task_version} · run [bold]{state.run_id}[/]"
+              + (" [cyan](live)[/]" if live else ""))
+    if state.description:
+        out.print(f"  [dim]{state.description}[/]")
+    out.print(f"  started {state.started_at.astimezone():%Y-%m-%d %H:%M:%S}")
+    if url := settings.run_url(state.run_id):
+        out.print(f"  [dim]Temporal UI:[/] {url}")
+    width = max(len(s) for s in state.steps)
+    for step in state.steps.values():
+        out.print(step_line(step, width))
+        if step.outputs:
+            out.print(f"      [dim]outputs: {json.dumps(step.outputs)[:300]}[/]")
+    if state.error:
+        out.print(f"  [red]{state.error}[/]")
+    out.print(summary_line(state))
+    return 0
+
+
+async def _live_state(settings, run_id: str) -> RunState:
+    from agentenv.runner import query_state
+    from agentenv.temporal.client import connect
+
+    client = await connect(settings, start_server=False)
+    return await query_state(client.get_workflow_handle(run_id, result_type=RunState), timeout=3.0)
+
+
+def cancel_command(run_id: str, wait: bool) -> int:
+    from agentenv.runner import find_run
+
+    settings = load_settings()
+    record = find_run(settings, run_id)
+    if record["status"] != RunStatus.RUNNING.value:
+        raise BadInput(f"run {record['run_id']} already ended ({record['status']}); there is nothing to cancel",
+                       "list running runs with `agent-env runs list --status running`")
+    return asyncio.run(_cancel(settings, record["run_id"], wait))
+
+
+async def _cancel(settings, run_id: str, wait: bool) -> int:
+    from agentenv.runner import wait_result
+    from agentenv.temporal.client import connect
+    from agentenv.temporal.worker import create_worker
+
+    client = await connect(settings, on_notice=notice)
+    handle = client.get_workflow_handle(run_id, result_type=RunState)
+    await handle.cancel()
+    console().print(f"cancellation of run {run_id} requested")
+    if not wait:
+        return 0
+    # A worker must process the cancellation; run one here in case none is running elsewhere.
+    worker = create_worker(client, settings)
+    task = asyncio.create_task(worker.run())
+    try:
+        state = await asyncio.wait_for(wait_result(handle), timeout=60)
+    finally:
+        task.cancel()
+    console().print(summary_line(state))
+    return 0

@@ -1,0 +1,149 @@
+"""Where this install keeps its state and which Temporal it talks to.
+
+Sources, later ones win: defaults, `.agentenv/config.toml` (found upward from the working directory,
+or named by AGENTENV_CONFIG), then environment variables (AGENTENV_*, and the Temporal CLI's own
+TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentenv.errors import BadInput, from_validation_error
+
+CONFIG_RELPATH = Path(".agentenv") / "config.toml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TemporalSettings(_Section):
+    """Which Temporal cluster runs the workflows. No address means the embedded dev server."""
+
+    address: str | None = Field(None, description="host:port of a Temporal frontend; unset = embedded dev server")
+    namespace: str = "default"
+    task_queue: str = Field("agentenv", description="task queue of the orchestration workers")
+    api_key: str | None = Field(None, description="Temporal Cloud API key; prefer the TEMPORAL_API_KEY env var")
+    tls: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    tls_server_name: str | None = None
+    ui_url: str | None = Field(None, description="base URL of the cluster's web UI, for run links")
+    connect_timeout: float = Field(5.0, gt=0, description="seconds to wait for the cluster to answer")
+
+
+class ServerSettings(_Section):
+    """The embedded Temporal dev server, used when no address is configured."""
+
+    ip: str = "127.0.0.1"
+    port: int = Field(7233, ge=1, le=65535)
+    ui_port: int = Field(8233, ge=1, le=65535)
+    ui: bool = True
+
+
+class Settings(_Section):
+    state_dir: Path
+    temporal: TemporalSettings = TemporalSettings()
+    server: ServerSettings = ServerSettings()
+    config_file: Path | None = Field(None, exclude=True)
+
+    @property
+    def embedded(self) -> bool:
+        return not self.temporal.address
+
+    @property
+    def address(self) -> str:
+        return self.temporal.address or f"{self.server.ip}:{self.server.port}"
+
+    @property
+    def ui_base(self) -> str | None:
+        if self.temporal.ui_url:
+            return self.temporal.ui_url.rstrip("/")
+        if self.embedded and self.server.ui:
+            return f"http://{self.server.ip}:{self.server.ui_port}"
+        return None
+
+    def run_url(self, run_id: str) -> str | None:
+        base = self.ui_base
+        return f"{base}/namespaces/{self.temporal.namespace}/workflows/{run_id}" if base else None
+
+    def describe_address_source(self) -> str:
+        if os.environ.get("TEMPORAL_ADDRESS"):
+            return "the TEMPORAL_ADDRESS environment variable"
+        if self.config_file:
+            return f"[temporal] address in {self.config_file}"
+        return "the configuration"
+
+
+def default_state_dir() -> Path:
+    if home := os.environ.get("AGENTENV_HOME"):
+        return Path(home).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(xdg) / "agentenv"
+
+
+def find_config_file(start: Path | None = None) -> Path | None:
+    if explicit := os.environ.get("AGENTENV_CONFIG"):
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise BadInput(
+                f"AGENTENV_CONFIG names {path}, which is not a file",
+                "point AGENTENV_CONFIG at an existing config.toml, or unset it",
+            )
+        return path
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_RELPATH
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+_ENV_OVERRIDES: dict[str, tuple[str, str]] = {
+    "TEMPORAL_ADDRESS": ("temporal", "address"),
+    "TEMPORAL_NAMESPACE": ("temporal", "namespace"),
+    "TEMPORAL_API_KEY": ("temporal", "api_key"),
+    "TEMPORAL_TLS": ("temporal", "tls"),
+    "TEMPORAL_TLS_CERT": ("temporal", "tls_cert"),
+    "TEMPORAL_TLS_KEY": ("temporal", "tls_key"),
+    "TEMPORAL_TLS_CA": ("temporal", "tls_ca"),
+    "TEMPORAL_TLS_SERVER_NAME": ("temporal", "tls_server_name"),
+    "AGENTENV_TASK_QUEUE": ("temporal", "task_queue"),
+    "AGENTENV_SERVER_PORT": ("server", "port"),
+    "AGENTENV_UI_PORT": ("server", "ui_port"),
+}
+
+
+def load_settings(cwd: Path | None = None) -> Settings:
+    """Read the config file (if any) and the environment. Errors name the file, field and fix."""
+    path = find_config_file(cwd)
+    data: dict[str, Any] = {}
+    if path:
+        import tomllib
+
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
+        if "state_dir" in data:  # relative to the project folder that holds .agentenv/
+            data["state_dir"] = str((path.parent.parent / Path(data["state_dir"]).expanduser()).resolve())
+    if os.environ.get("AGENTENV_HOME") or "state_dir" not in data:
+        data["state_dir"] = str(default_state_dir())
+    for var, (section, key) in _ENV_OVERRIDES.items():
+        if value := os.environ.get(var):
+            data.setdefault(section, {})
+            if not isinstance(data[section], dict):
+                break  # the file's own shape error is reported below
+            data[section][key] = value
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, str(path) if path else "environment settings") from None
+    settings.config_file = path
+    return settings

@@ -1,0 +1,105 @@
+"""Start runs, follow them, and read their results: what the CLI and Python callers use."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING
+
+from agentenv.config import Settings
+from agentenv.errors import BadInput, NotFound
+from agentenv.spec.run import RunInput, RunState, StepPlan
+from agentenv.spec.task import TaskSpec
+from agentenv.steps import registry
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
+
+WORKFLOW = "agentenv.TaskRun"
+QUERY_STATE = "state"
+
+
+def new_run_id(task_id: str) -> str:
+    return f"{task_id}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def plan(task: TaskSpec, run_id: str, *, search_attributes: bool = True) -> RunInput:
+    """Resolve each step's type into what the workflow needs (local or not, timeouts, retries)."""
+    steps = []
+    for s in task.steps:
+        st = registry.get(s.type)
+        steps.append(StepPlan(
+            id=s.id, type=s.type, depends_on=s.depends_on, config=s.config, on_failure=s.on_failure,
+            timeout=s.timeout or st.timeout, retries=st.retries if s.retries is None else s.retries,
+            local=st.local, heartbeat_timeout=st.heartbeat_timeout,
+        ))
+    return RunInput(
+        run_id=run_id, task_id=task.id, task_version=task.version, description=task.description,
+        steps=steps, search_attributes=search_attributes,
+    )
+
+
+async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_id: str | None = None) -> WorkflowHandle:
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+    from agentenv.temporal.client import ensure_search_attributes
+    from agentenv.workflows import attributes
+
+    run_id = run_id or new_run_id(task.id)
+    use_attributes = await ensure_search_attributes(client, settings.temporal.namespace)
+    inp = plan(task, run_id, search_attributes=use_attributes)
+    search = TypedSearchAttributes([
+        SearchAttributePair(attributes.TASK_ID, task.id),
+        SearchAttributePair(attributes.TASK_VERSION, task.version),
+        SearchAttributePair(attributes.STATUS, "running"),
+    ]) if use_attributes else None
+    return await client.start_workflow(
+        WORKFLOW, inp, id=run_id, task_queue=settings.temporal.task_queue,
+        search_attributes=search,
+        memo={"task": {"id": task.id, "version": task.version, "description": task.description[:500]}},
+        static_summary=f"{task.id} v{task.version}",
+        request_eager_start=True,
+        result_type=RunState,
+    )
+
+
+async def query_state(handle: WorkflowHandle, timeout: float = 5.0) -> RunState:
+    from datetime import timedelta
+
+    return await handle.query(QUERY_STATE, result_type=RunState, rpc_timeout=timedelta(seconds=timeout))
+
+
+async def wait_result(handle: WorkflowHandle) -> RunState:
+    """The run's final state, whether it passed, failed, errored or was cancelled."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import ApplicationError, CancelledError
+
+    try:
+        return await handle.result()
+    except WorkflowFailureError as e:
+        cause = e.cause
+        if isinstance(cause, ApplicationError) and cause.type == "RunError" and cause.details:
+            return RunState.model_validate(cause.details[0])
+        if isinstance(cause, CancelledError):
+            return await query_state(handle)
+        raise
+
+
+def find_run(settings: Settings, run_id: str) -> dict:
+    """A run's stored record by id or unique id prefix."""
+    from agentenv.stores import open_stores
+
+    stores = open_stores(settings)
+    try:
+        exact = stores.documents.get("runs", run_id)
+        if exact:
+            return exact
+        matches = stores.documents.query("runs", key_prefix=run_id, limit=5) if run_id else []
+    finally:
+        stores.close()
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        ids = ", ".join(m["run_id"] for m in matches)
+        raise BadInput(f"'{run_id}' matches several runs: {ids}", "give more of the run id")
+    raise NotFound(f"there is no run '{run_id}'", "list runs with `agent-env runs list`")

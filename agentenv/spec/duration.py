@@ -1,0 +1,58 @@
+"""Durations written the way people write them: 30, "30s", "500ms", "5m", "1h30m", "2d"."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or a string like '30s', '5m', '1h30m'")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        if text.startswith("P"):  # ISO 8601, as pydantic itself serialises timedelta
+            return text
+        if not text or _PART.sub("", text):
+            raise ValueError(f"'{value}' is not a duration — write e.g. '30s', '500ms', '5m', '1h30m' or '2d'")
+        return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(text)))
+    return value
+
+
+def format_duration(td: timedelta) -> str:
+    seconds = td.total_seconds()
+    if seconds < 1 and seconds != 0:
+        return f"{round(seconds * 1000)}ms"
+    out, rest = "", seconds
+    for unit in ("d", "h", "m"):
+        n, rest = divmod(rest, _UNITS[unit])
+        if n:
+            out += f"{int(n)}{unit}"
+    if rest or not out:
+        out += f"{rest:g}s"
+    return out
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(lambda td: td.total_seconds(), return_type=float, when_used="json"),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0, "description": "seconds"},
+                {"type": "string", "pattern": r"^(\d+(\.\d+)?(ms|s|m|h|d))+$", "examples": ["30s", "5m", "1h30m"]},
+            ]
+        }
+    ),
+]

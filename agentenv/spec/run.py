@@ -1,0 +1,163 @@
+"""What a run carries and records: the plan the workflow executes, step results, scores, run state.
+
+Imported by the workflow (passed through the sandbox): no Temporal, no I/O, no registry here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentenv.spec.task import FailurePolicy
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self not in (StepStatus.PENDING, StepStatus.RUNNING)
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    PASSED = "passed"  # every step done, every score at or above its threshold
+    FAILED = "failed"  # the run completed, but a score is below its threshold
+    ERROR = "error"  # a step failed under the `fail` policy: the run could not complete
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+
+class Criterion(BaseModel):
+    name: str
+    passed: bool
+    weight: float = 1.0
+    detail: str = ""
+
+
+class Score(BaseModel):
+    """What a verifier step records: a value in 0..1 and the rows it came from."""
+
+    value: float = Field(ge=0, le=1)
+    threshold: float = Field(1.0, ge=0, le=1)
+    criteria: list[Criterion] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.threshold
+
+    @classmethod
+    def from_criteria(cls, criteria: list[Criterion], threshold: float = 1.0) -> Score:
+        total = sum(c.weight for c in criteria)
+        value = sum(c.weight for c in criteria if c.passed) / total if total else 1.0
+        return cls(value=round(value, 6), threshold=threshold, criteria=criteria)
+
+
+class StepPlan(BaseModel):
+    """One step as the workflow executes it: the spec plus what its type decided (local, limits)."""
+
+    id: str
+    type: str
+    depends_on: list[str] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+    on_failure: FailurePolicy = FailurePolicy.FAIL
+    timeout: timedelta
+    retries: int
+    local: bool = False
+    heartbeat_timeout: timedelta | None = None
+
+
+class RunInput(BaseModel):
+    """The workflow's input. Holds no secrets: specs carry `secret:NAME` references only."""
+
+    run_id: str
+    task_id: str
+    task_version: str
+    description: str = ""
+    steps: list[StepPlan]
+    search_attributes: bool = True  # false when the cluster would not register ours
+
+
+class StepCall(BaseModel):
+    """An activity's input: one attempt at one step, its config already resolved."""
+
+    run_id: str
+    task_id: str
+    step_id: str
+    type: str
+    config: dict[str, Any]
+    heartbeat_timeout: timedelta | None = None
+
+
+class StepOutcome(BaseModel):
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    score: Score | None = None
+    attempt: int = 1
+    duration_ms: float = 0.0
+
+
+class StepState(BaseModel):
+    id: str
+    type: str
+    depends_on: list[str] = Field(default_factory=list)
+    status: StepStatus = StepStatus.PENDING
+    attempts: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: float | None = None  # time spent in the step's own code, last attempt
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    score: Score | None = None
+    error: str | None = None
+
+
+class RunState(BaseModel):
+    """The live state of a run (the workflow's query) and, once it ends, its record."""
+
+    run_id: str
+    task_id: str
+    task_version: str
+    description: str = ""
+    status: RunStatus = RunStatus.RUNNING
+    started_at: datetime
+    finished_at: datetime | None = None
+    score: float | None = None
+    error: str | None = None
+    steps: dict[str, StepState]
+
+    @classmethod
+    def start(cls, inp: RunInput, now: datetime) -> RunState:
+        return cls(
+            run_id=inp.run_id,
+            task_id=inp.task_id,
+            task_version=inp.task_version,
+            description=inp.description,
+            started_at=now,
+            steps={s.id: StepState(id=s.id, type=s.type, depends_on=s.depends_on) for s in inp.steps},
+        )
+
+    def scores(self) -> dict[str, Score]:
+        return {sid: s.score for sid, s in self.steps.items() if s.score is not None}
+
+    def conclude(self) -> None:
+        """Decide status and overall score once no step is running (cancellation is set by the caller)."""
+        scores = self.scores()
+        self.score = round(sum(s.value for s in scores.values()) / len(scores), 6) if scores else None
+        if self.status is RunStatus.CANCELLED:
+            return
+        if self.error:
+            self.status = RunStatus.ERROR
+        elif any(not s.passed for s in scores.values()):
+            self.status = RunStatus.FAILED
+        else:
+            self.status = RunStatus.PASSED

@@ -1,0 +1,33 @@
+"""JSON Schema of task files, with each registered step type's config spelled out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from agentenv.spec.task import TaskSpec
+from agentenv.steps import registry
+
+
+def task_schema() -> dict[str, Any]:
+    schema = TaskSpec.model_json_schema()
+    types = {name: registry.get(name) for name in registry.names()}
+    refs, extra = models_json_schema(
+        [(st.config, "validation") for st in types.values()], ref_template="#/$defs/{model}"
+    )
+    schema["$defs"].update(extra.get("$defs", {}))
+    step = schema["$defs"]["StepSpec"]
+    step["properties"]["type"]["enum"] = list(types)
+    step["allOf"] = [
+        {
+            "if": {"properties": {"type": {"const": name}}, "required": ["type"]},
+            "then": {"properties": {"config": {**refs[(st.config, "validation")], "description": st.description}}},
+        }
+        for name, st in types.items()
+    ]
+    schema["description"] = (
+        "An agentenv task file (TOML). Config strings may hold ${steps.ID.outputs.PATH} references "
+        "to the results of steps the step depends on."
+    )
+    return schema

@@ -1,0 +1,184 @@
+"""A task: a DAG of typed steps. Tasks are written in TOML (see `agent-env schema task`)."""
+
+from __future__ import annotations
+
+import difflib
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from agentenv.spec.duration import Duration
+from agentenv.spec.templates import has_template, referenced_steps
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
+
+
+class FailurePolicy(StrEnum):
+    FAIL = "fail"  # the run stops and ends in error
+    CONTINUE = "continue"  # recorded; dependents still run
+    SKIP_DEPENDENTS = "skip_dependents"  # recorded; dependents are skipped, other branches go on
+
+
+class StepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=NAME_PATTERN, description="unique within the task; other steps refer to it")
+    type: str = Field(description="a registered step type, e.g. `check`")
+    description: str = ""
+    depends_on: list[str] = Field(default_factory=list, description="ids of steps that must finish first")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the step type's settings; strings may hold ${steps.ID.outputs.PATH} references",
+    )
+    on_failure: FailurePolicy = Field(FailurePolicy.FAIL, description="fail | continue | skip_dependents")
+    timeout: Duration | None = Field(None, description="per attempt; default: the step type's")
+    retries: int | None = Field(None, ge=0, le=100, description="extra attempts; default: the step type's")
+
+
+class TaskSpec(BaseModel):
+    """A task file. Steps without a dependency between them run concurrently."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=NAME_PATTERN)
+    version: str = Field("1", min_length=1, max_length=64)
+    description: str = ""
+    steps: list[StepSpec] = Field(min_length=1)
+
+    def step(self, step_id: str) -> StepSpec:
+        return next(s for s in self.steps if s.id == step_id)
+
+    @model_validator(mode="after")
+    def _check_graph(self) -> TaskSpec:
+        problems = graph_problems(self.steps)
+        if not problems:
+            problems = step_type_problems(self.steps)
+        if problems:
+            raise ValidationError.from_exception_data("TaskSpec", problems)
+        return self
+
+
+def _problem(loc: tuple, kind: str, message: str, value: Any) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=value)
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"did you mean '{close[0]}'? " if close else ""
+
+
+def graph_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
+    problems: list[InitErrorDetails] = []
+    first_index: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        if s.id in first_index:
+            problems.append(
+                _problem(("steps", i, "id"), "duplicate_step",
+                         f"duplicate step id '{s.id}' (also steps[{first_index[s.id]}]) — give each step its own id", s.id)
+            )
+        else:
+            first_index[s.id] = i
+    known = list(first_index)
+    for i, s in enumerate(steps):
+        for dep in s.depends_on:
+            if dep == s.id:
+                problems.append(_problem(("steps", i, "depends_on"), "self_dependency",
+                                         f"step '{s.id}' depends on itself — remove '{dep}'", s.depends_on))
+            elif dep not in first_index:
+                problems.append(
+                    _problem(("steps", i, "depends_on"), "unknown_dependency",
+                             f"'{dep}' is not a step of this task — {_suggest(dep, known)}known steps: {', '.join(known)}",
+                             s.depends_on)
+                )
+    if problems:
+        return problems
+    cycle = find_cycle({s.id: s.depends_on for s in steps})
+    if cycle:
+        path = " → ".join(cycle)
+        return [_problem(("steps", first_index[cycle[0]], "depends_on"), "dependency_cycle",
+                         f"dependency cycle {path} — remove one of these depends_on entries", cycle)]
+    for i, s in enumerate(steps):
+        ancestors = upstream(s.id, {t.id: t.depends_on for t in steps})
+        for ref in sorted(referenced_steps(s.config)):
+            if ref not in first_index:
+                problems.append(_problem(("steps", i, "config"), "unknown_reference",
+                                         f"refers to steps.{ref}, which is not a step — {_suggest(ref, known)}known steps: {', '.join(known)}",
+                                         ref))
+            elif ref not in ancestors:
+                problems.append(_problem(("steps", i, "config"), "reference_not_upstream",
+                                         f"refers to steps.{ref}, but '{s.id}' does not depend on it, so its results may not exist yet — add '{ref}' to depends_on",
+                                         ref))
+    return problems
+
+
+def find_cycle(deps: dict[str, list[str]]) -> list[str] | None:
+    """A dependency cycle as a closed path (first == last), or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in deps.get(node, []):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in deps:
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def upstream(step_id: str, deps: dict[str, list[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(deps.get(step_id, []))
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(deps.get(node, []))
+    return seen
+
+
+def step_type_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
+    """Each step's type must be registered and its config must fit that type's model.
+
+    Values that hold ${...} references are checked after they resolve, when the step runs.
+    """
+    from agentenv.steps import registry
+
+    problems: list[InitErrorDetails] = []
+    names = registry.names()
+    for i, s in enumerate(steps):
+        try:
+            step_type = registry.get(s.type)
+        except ImportError as e:
+            problems.append(_problem(("steps", i, "type"), "broken_step_type",
+                                     f"{e} — reinstall or fix the plugin that provides it", s.type))
+            continue
+        except KeyError:
+            problems.append(
+                _problem(("steps", i, "type"), "unknown_step_type",
+                         f"unknown step type '{s.type}' — {_suggest(s.type, names)}known types: {', '.join(names)} "
+                         "(plugins add more through the 'agentenv.steps' entry-point group)", s.type)
+            )
+            continue
+        try:
+            step_type.config.model_validate(s.config)
+        except ValidationError as e:
+            for err in e.errors(include_url=False):
+                if has_template(err.get("input")):
+                    continue
+                problems.append(InitErrorDetails(
+                    type=PydanticCustomError(err["type"], err["msg"].replace("{", "{{").replace("}", "}}")),
+                    loc=("steps", i, "config", *err["loc"]),
+                    input=err.get("input"),
+                ))
+    return problems

@@ -1,0 +1,206 @@
+"""Step types by name: what each kind of task step does.
+
+A step type is an async function decorated with `@step_type`, with a pydantic model for its config:
+
+    class GreetConfig(StepConfig):
+        name: str
+
+    @step_type("greet", config=GreetConfig)
+    async def greet(ctx: StepContext, config: GreetConfig) -> dict:
+        "Say hello."
+        return {"greeting": f"Hello, {config.name}"}      # the step's outputs
+
+Plugins register theirs under the entry-point group `agentenv.steps` (name = step type, value =
+`module:attribute` of the decorated function). Step modules import heavy libraries inside the
+function, not at module level: task validation loads step types to check their config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agentenv.spec.duration import parse_duration
+from agentenv.spec.run import Score
+
+if TYPE_CHECKING:
+    from agentenv.config import Settings
+    from agentenv.stores import Stores
+
+ENTRY_POINT_GROUP = "agentenv.steps"
+
+BUILTINS = {
+    "check": "agentenv.steps.builtin.check:check",
+    "sleep": "agentenv.steps.builtin.sleep:sleep",
+    "scratchpad_write": "agentenv.steps.builtin.scratchpad:scratchpad_write",
+    "scratchpad_read": "agentenv.steps.builtin.scratchpad:scratchpad_read",
+}
+
+
+class StepConfig(BaseModel):
+    """Base for step configs: unknown fields are errors, so typos are caught at validation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepResult(BaseModel):
+    outputs: dict[str, Any] = {}
+    score: Score | None = None
+
+
+class StepFailed(Exception):
+    """Raise to fail a step with a clear message. Not retried unless `retryable=True`."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass
+class StepContext:
+    """What a step sees: who it is, where it may keep files, the stores, and a heartbeat."""
+
+    run_id: str
+    task_id: str
+    step_id: str
+    attempt: int
+    settings: Settings
+    heartbeat: Callable[..., None] = lambda *details: None
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("agentenv.steps"))
+    _stores: Stores | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries of this step in this run: key every external effect with it."""
+        return f"{self.run_id}/{self.step_id}"
+
+    @cached_property
+    def work_dir(self) -> Path:
+        """A folder for this run's files (shared by its steps), kept under the state directory."""
+        path = self.settings.state_dir / "runs" / self.run_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def stores(self) -> Stores:
+        if self._stores is None:
+            from agentenv.stores import open_stores
+
+            self._stores = open_stores(self.settings)
+        return self._stores
+
+
+StepFunction = Callable[[StepContext, Any], Awaitable[StepResult | dict | None]]
+
+
+class EmptyConfig(StepConfig):
+    pass
+
+
+@dataclass(frozen=True)
+class StepType:
+    name: str
+    run: StepFunction
+    config: type[BaseModel]
+    description: str
+    local: bool  # trivial and quick: run as a Temporal local activity (no extra round trip)
+    timeout: timedelta  # per attempt
+    retries: int
+    heartbeat_timeout: timedelta | None  # how soon a dead worker is noticed; None for local steps
+
+    async def __call__(self, ctx: StepContext, config: BaseModel) -> StepResult:
+        result = self.run(ctx, config)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None:
+            return StepResult()
+        if isinstance(result, StepResult):
+            return result
+        if isinstance(result, dict):
+            return StepResult(outputs=result)
+        raise TypeError(f"step type '{self.name}' returned {type(result).__name__}; return a dict or StepResult")
+
+
+def step_type(
+    name: str,
+    *,
+    config: type[BaseModel] = EmptyConfig,
+    local: bool = False,
+    timeout: str | float = "5m",
+    retries: int = 2,
+    heartbeat_timeout: str | float | None = "10s",
+) -> Callable[[StepFunction], StepType]:
+    """Declare a step type. Sync functions run in a thread so they cannot block the worker."""
+
+    def wrap(fn: Callable[..., Any]) -> StepType:
+        run = fn
+        if not inspect.iscoroutinefunction(fn):
+            async def run(ctx: StepContext, cfg: Any) -> Any:  # noqa: F811
+                return await asyncio.to_thread(fn, ctx, cfg)
+        return StepType(
+            name=name,
+            run=run,
+            config=config,
+            description=inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].replace("\n", " "),
+            local=local,
+            timeout=parse_duration(timeout),
+            retries=retries,
+            heartbeat_timeout=None if local or heartbeat_timeout is None else parse_duration(heartbeat_timeout),
+        )
+
+    return wrap
+
+
+class StepRegistry:
+    """Built-in step types plus the `agentenv.steps` plugins, loaded on first use."""
+
+    def __init__(self, builtins: dict[str, str]) -> None:
+        self._targets = dict(builtins)
+        self._loaded: dict[str, StepType] = {}
+        self._plugins_scanned = False
+
+    def _scan_plugins(self) -> None:
+        if self._plugins_scanned:
+            return
+        self._plugins_scanned = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            self._targets.setdefault(ep.name, ep.value)
+
+    def names(self) -> list[str]:
+        self._scan_plugins()
+        return sorted(self._targets)
+
+    def register(self, st: StepType) -> None:
+        """Register a step type from code (tests, notebooks)."""
+        self._targets[st.name] = f"<registered {st.name}>"
+        self._loaded[st.name] = st
+
+    def get(self, name: str) -> StepType:
+        if name in self._loaded:
+            return self._loaded[name]
+        self._scan_plugins()
+        target = self._targets[name]  # KeyError: unknown step type
+        module_name, _, attr = target.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except Exception as e:
+            raise ImportError(f"step type '{name}' could not be loaded from {target}: {e}") from e
+        if not isinstance(obj, StepType):
+            raise ImportError(f"step type '{name}' at {target} is not declared with @step_type")
+        self._loaded[name] = obj
+        return obj
+
+
+registry = StepRegistry(BUILTINS)

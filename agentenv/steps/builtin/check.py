@@ -1,0 +1,93 @@
+"""`check`: assertions over earlier steps' results, recorded as a score."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from agentenv.spec.run import Criterion, Score
+from agentenv.steps import StepConfig, StepContext, StepResult, step_type
+
+OPERATORS = ("equals", "not_equals", "contains", "matches", "one_of", "gt", "gte", "lt", "lte", "truthy")
+
+
+class Check(StepConfig):
+    """One assertion: `value` (usually a ${steps...} reference) and exactly one operator."""
+
+    name: str = Field(description="what is being checked, shown in the score rows")
+    value: Any = Field(None, description="the value under test")
+    weight: float = Field(1.0, gt=0)
+    equals: Any = None
+    not_equals: Any = None
+    contains: Any = Field(None, description="substring, list item or dict key")
+    matches: str | None = Field(None, description="a regular expression searched in the value's text")
+    one_of: list[Any] | None = None
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+    truthy: bool | None = Field(None, description="true: the value is truthy; false: it is falsy")
+
+    @model_validator(mode="after")
+    def _one_operator(self) -> Check:
+        given = [op for op in OPERATORS if op in self.model_fields_set]
+        if len(given) != 1:
+            raise ValueError(
+                f"check '{self.name}' must use exactly one operator, got {len(given)}"
+                f"{' (' + ', '.join(given) + ')' if given else ''} — choose one of: {', '.join(OPERATORS)}"
+            )
+        if self.matches is not None:
+            try:
+                re.compile(self.matches)
+            except re.error as e:
+                raise ValueError(f"check '{self.name}': 'matches' is not a valid regular expression: {e}") from None
+        return self
+
+    @property
+    def operator(self) -> str:
+        return next(op for op in OPERATORS if op in self.model_fields_set)
+
+    def evaluate(self) -> Criterion:
+        op, expected, actual = self.operator, getattr(self, self.operator), self.value
+        try:
+            passed = _OPS[op](actual, expected)
+        except TypeError as e:
+            passed, why = False, f"cannot compare: {e}"
+        else:
+            why = "" if passed else f"expected {op.replace('_', ' ')} {expected!r}, got {actual!r}"
+        return Criterion(name=self.name, passed=passed, weight=self.weight, detail=why)
+
+
+def _contains(actual: Any, expected: Any) -> bool:
+    if isinstance(actual, str):
+        return str(expected) in actual
+    return expected in actual
+
+
+_OPS = {
+    "equals": lambda a, e: a == e,
+    "not_equals": lambda a, e: a != e,
+    "contains": _contains,
+    "matches": lambda a, e: re.search(e, a if isinstance(a, str) else str(a)) is not None,
+    "one_of": lambda a, e: a in e,
+    "gt": lambda a, e: a > e,
+    "gte": lambda a, e: a >= e,
+    "lt": lambda a, e: a < e,
+    "lte": lambda a, e: a <= e,
+    "truthy": lambda a, e: bool(a) is e,
+}
+
+
+class CheckConfig(StepConfig):
+    checks: list[Check] = Field(min_length=1)
+    pass_threshold: float = Field(1.0, ge=0, le=1, description="the score at or above which the step passes")
+
+
+@step_type("check", config=CheckConfig, local=True, timeout="30s", retries=0)
+async def check(ctx: StepContext, config: CheckConfig) -> StepResult:
+    """Evaluate assertions over earlier results and record the weighted fraction that hold as the score."""
+    criteria = [c.evaluate() for c in config.checks]
+    score = Score.from_criteria(criteria, config.pass_threshold)
+    return StepResult(outputs={"passed": sum(c.passed for c in criteria), "total": len(criteria)}, score=score)

@@ -1,0 +1,1 @@
+"""Temporal plumbing: the embedded dev server, connecting a client, and building workers."""

@@ -1,0 +1,100 @@
+"""Connect to the configured Temporal: a cluster (address set) or the embedded dev server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from agentenv.config import Settings
+from agentenv.errors import ServerError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+
+def _tls(settings: Settings):
+    t = settings.temporal
+    if not (t.tls or t.tls_cert or t.tls_ca):
+        return bool(t.api_key) or False  # Temporal Cloud API keys need TLS
+    from temporalio.service import TLSConfig
+
+    def read(path):
+        if path is None:
+            return None
+        try:
+            return path.read_bytes()
+        except OSError as e:
+            raise ServerError(f"cannot read TLS file {path}: {e.strerror}", "fix the tls_* paths in the config") from None
+
+    return TLSConfig(
+        client_cert=read(t.tls_cert), client_private_key=read(t.tls_key),
+        server_root_ca_cert=read(t.tls_ca), domain=t.tls_server_name,
+    )
+
+
+async def connect(settings: Settings, *, start_server: bool = True, on_notice=lambda msg: None) -> Client:
+    """A client using the pydantic data converter. Starts the embedded server when none is configured."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    if settings.embedded:
+        from agentenv.temporal import server
+
+        if start_server:
+            await asyncio.to_thread(server.start, settings, on_notice=on_notice)
+        elif not server.status(settings).running:
+            raise ServerError(
+                "the embedded Temporal server is not running",
+                "start it with `agent-env server start` (or let `agent-env run` start it)",
+            )
+    target = settings.address
+    try:
+        client = await asyncio.wait_for(
+            Client.connect(
+                target,
+                namespace=settings.temporal.namespace,
+                api_key=settings.temporal.api_key,
+                tls=_tls(settings),
+                data_converter=pydantic_data_converter,
+            ),
+            timeout=settings.temporal.connect_timeout,
+        )
+    except ServerError:
+        raise
+    except (Exception, asyncio.TimeoutError) as e:
+        reason = "no answer within %.0fs" % settings.temporal.connect_timeout if isinstance(e, TimeoutError) else e
+        if settings.embedded:
+            raise ServerError(
+                f"the embedded Temporal server at {target} did not answer ({reason})",
+                "run `agent-env server stop`, then try again; its log is under <state_dir>/temporal/server.log",
+            ) from None
+        raise ServerError(
+            f"the Temporal server at {target} (from {settings.describe_address_source()}) did not answer ({reason})",
+            "check that the server runs and the address, namespace and TLS settings are right, "
+            "or unset the address to use the embedded server",
+        ) from None
+    return client
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> bool:
+    """Register our search attributes if missing. False if the cluster does not let us (e.g. Cloud API keys)."""
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+    from temporalio.service import RPCError
+
+    from agentenv.workflows.attributes import ALL
+
+    try:
+        listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
+        missing = {k.name: k.indexed_value_type for k in ALL if k.name not in listed.custom_attributes}
+        if missing:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+            )
+        return True
+    except RPCError as e:
+        if "not found" in str(e).lower() and "namespace" in str(e).lower():
+            raise ServerError(
+                f"namespace '{namespace}' does not exist on this Temporal server",
+                "create it (`temporal operator namespace create`) or set [temporal] namespace in the config",
+            ) from None
+        return False

@@ -1,0 +1,31 @@
+"""Workers: the task-run workflow and its activities on the orchestration task queue."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from agentenv.config import Settings
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+
+def create_worker(client: Client, settings: Settings, *, identity: str | None = None) -> Worker:
+    from temporalio.worker import Worker
+
+    from agentenv.activities import RunActivities
+    from agentenv.workflows.task_run import TaskRun
+
+    activities = RunActivities(settings)
+    return Worker(
+        client,
+        task_queue=settings.temporal.task_queue,
+        workflows=[TaskRun],
+        activities=[activities.run_step, activities.record_run],
+        identity=identity,
+        # After a worker dies, its cached workflows move to another worker this soon.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=5),
+        graceful_shutdown_timeout=timedelta(seconds=5),
+    )
