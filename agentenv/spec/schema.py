@@ -12,7 +12,12 @@ from agentenv.steps import registry
 
 def task_schema() -> dict[str, Any]:
     schema = TaskSpec.model_json_schema()
-    types = {name: registry.get(name) for name in registry.names()}
+    types, broken = {}, []
+    for name in registry.names():
+        try:
+            types[name] = registry.get(name)
+        except ImportError as e:  # one broken plugin must not hide every other step type
+            broken.append(str(e))
     refs, extra = models_json_schema(
         [(st.config, "validation") for st in types.values()], ref_template="#/$defs/{model}"
     )
@@ -30,4 +35,6 @@ def task_schema() -> dict[str, Any]:
         "An agentenv task file (TOML). Config strings may hold ${steps.ID.outputs.PATH} references "
         "to the results of steps the step depends on."
     )
+    if broken:
+        schema["$comment"] = "step types left out because they failed to load: " + "; ".join(broken)
     return schema

@@ -36,6 +36,12 @@ class StepSpec(BaseModel):
     timeout: Duration | None = Field(None, description="per attempt; default: the step type's")
     retries: int | None = Field(None, ge=0, le=100, description="extra attempts; default: the step type's")
 
+    @model_validator(mode="after")
+    def _check_type_and_config(self) -> StepSpec:
+        if problems := step_type_problems(self):
+            raise ValidationError.from_exception_data("StepSpec", problems)
+        return self
+
 
 class TaskSpec(BaseModel):
     """A task file. Steps without a dependency between them run concurrently."""
@@ -52,10 +58,7 @@ class TaskSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_graph(self) -> TaskSpec:
-        problems = graph_problems(self.steps)
-        if not problems:
-            problems = step_type_problems(self.steps)
-        if problems:
+        if problems := graph_problems(self.steps):
             raise ValidationError.from_exception_data("TaskSpec", problems)
         return self
 
@@ -147,38 +150,32 @@ def upstream(step_id: str, deps: dict[str, list[str]]) -> set[str]:
     return seen
 
 
-def step_type_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
-    """Each step's type must be registered and its config must fit that type's model.
+def step_type_problems(step: StepSpec) -> list[InitErrorDetails]:
+    """The step's type must be registered and its config must fit that type's model.
 
     Values that hold ${...} references are checked after they resolve, when the step runs.
     """
     from agentenv.steps import registry
 
-    problems: list[InitErrorDetails] = []
-    names = registry.names()
-    for i, s in enumerate(steps):
-        try:
-            step_type = registry.get(s.type)
-        except ImportError as e:
-            problems.append(_problem(("steps", i, "type"), "broken_step_type",
-                                     f"{e} — reinstall or fix the plugin that provides it", s.type))
-            continue
-        except KeyError:
-            problems.append(
-                _problem(("steps", i, "type"), "unknown_step_type",
-                         f"unknown step type '{s.type}' — {_suggest(s.type, names)}known types: {', '.join(names)} "
-                         "(plugins add more through the 'agentenv.steps' entry-point group)", s.type)
+    try:
+        step_type = registry.get(step.type)
+    except ImportError as e:
+        return [_problem(("type",), "broken_step_type", f"{e} — reinstall or fix the plugin that provides it", step.type)]
+    except KeyError:
+        names = registry.names()
+        return [_problem(("type",), "unknown_step_type",
+                         f"unknown step type '{step.type}' — {_suggest(step.type, names)}known types: {', '.join(names)} "
+                         "(plugins add more through the 'agentenv.steps' entry-point group)", step.type)]
+    try:
+        step_type.config.model_validate(step.config)
+    except ValidationError as e:
+        return [
+            InitErrorDetails(
+                type=PydanticCustomError(err["type"], err["msg"].replace("{", "{{").replace("}", "}}")),
+                loc=("config", *err["loc"]),
+                input=err.get("input"),
             )
-            continue
-        try:
-            step_type.config.model_validate(s.config)
-        except ValidationError as e:
-            for err in e.errors(include_url=False):
-                if has_template(err.get("input")):
-                    continue
-                problems.append(InitErrorDetails(
-                    type=PydanticCustomError(err["type"], err["msg"].replace("{", "{{").replace("}", "}}")),
-                    loc=("steps", i, "config", *err["loc"]),
-                    input=err.get("input"),
-                ))
-    return problems
+            for err in e.errors(include_url=False)
+            if not has_template(err.get("input"))
+        ]
+    return []

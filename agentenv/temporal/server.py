@@ -116,7 +116,9 @@ def _locked(paths: Paths):
 
 
 def port_in_use(ip: str, port: int) -> bool:
+    """True if something listens there. Like the server's own bind, TIME_WAIT leftovers don't count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((ip, port))
         except OSError:

@@ -13,7 +13,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from agentenv.spec.duration import format_duration
@@ -138,8 +138,12 @@ class TaskRun:
         except asyncio.CancelledError:
             step.status, step.finished_at = StepStatus.CANCELLED, workflow.now()
             return
-        except ActivityError as e:
-            self._fail(step_id, _describe(e, self.plans[step_id]))
+        except FailureError as e:  # activities wrap the cause in ActivityError; local activities may not
+            cause = e.cause if isinstance(e, ActivityError) else e
+            if isinstance(cause, CancelledError):
+                step.status, step.finished_at = StepStatus.CANCELLED, workflow.now()
+            else:
+                self._fail(step_id, _describe(cause, self.plans[step_id]))
             return
         step.status = StepStatus.SUCCEEDED
         step.finished_at = workflow.now()
@@ -188,12 +192,11 @@ class TaskRun:
         )
 
 
-def _describe(err: ActivityError, plan: StepPlan) -> str:
-    cause = err.cause
+def _describe(cause: BaseException | None, plan: StepPlan) -> str:
     if isinstance(cause, TimeoutError):
         kind = cause.type.name.lower().replace("_", "-") if cause.type else "timeout"
         limit = format_duration(plan.heartbeat_timeout if "heartbeat" in kind and plan.heartbeat_timeout else plan.timeout)
         return f"timed out ({kind}, limit {limit})"
     if isinstance(cause, ApplicationError):
         return cause.message
-    return str(cause or err)
+    return str(cause)

@@ -22,10 +22,11 @@ def scratchpad_write(ctx: StepContext, config: WriteConfig) -> dict:
     """Write a note to the run's scratchpad (idempotent: a retried step writes once)."""
     pad = Scratchpad.in_folder(ctx.work_dir)
     try:
-        written = pad.write(config.key, config.text, effect_id=ctx.idempotency_key)
+        pad.write(config.key, config.text, effect_id=ctx.idempotency_key)
     finally:
         pad.close()
-    return {"key": config.key, "written": written}
+    # The same outputs whether this attempt wrote the note or a crashed earlier attempt did.
+    return {"key": config.key}
 
 
 @step_type("scratchpad_read", config=ReadConfig, timeout="30s")

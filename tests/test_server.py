@@ -1,0 +1,101 @@
+"""The embedded Temporal dev server as a managed daemon, and its failure modes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+
+import pytest
+
+from agentenv.config import ServerSettings, Settings
+from agentenv.errors import ServerError
+from agentenv.temporal import server
+from conftest import free_port
+
+
+@pytest.fixture
+def own_settings(tmp_path):
+    s = Settings(state_dir=tmp_path / "home", server=ServerSettings(port=free_port(), ui_port=free_port(), ui=False))
+    yield s
+    server.stop(s)
+
+
+def test_start_reuse_status_stop(own_settings):
+    info = server.start(own_settings)
+    assert server.status(own_settings).running
+    with socket.create_connection((info.ip, info.port), timeout=2):
+        pass
+    again = server.start(own_settings)
+    assert again.pid == info.pid, "a running server is reused, not started twice"
+    stopped = server.stop(own_settings)
+    assert stopped is not None and stopped.pid == info.pid
+    st = server.status(own_settings)
+    assert not st.running and not st.stale_pidfile
+    assert server.stop(own_settings) is None
+
+
+def test_port_taken_by_another_program(own_settings):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", own_settings.server.port))
+        other.listen()
+        with pytest.raises(ServerError) as e:
+            server.start(own_settings)
+    msg = str(e.value)
+    assert f"127.0.0.1:{own_settings.server.port} is already in use" in msg
+    assert "python" in msg.lower()  # names the program holding it
+    assert "AGENTENV_SERVER_PORT" in msg and "TEMPORAL_ADDRESS" in msg
+    assert not server.status(own_settings).running
+    assert not (own_settings.state_dir / "temporal" / "server.json").exists(), "nothing left behind"
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("pidfile", ["dead", "corrupt", "someone-else"])
+def test_stale_pidfile_is_replaced(own_settings, pidfile):
+    paths = server.Paths(own_settings)
+    paths.dir.mkdir(parents=True)
+    if pidfile == "corrupt":
+        paths.pidfile.write_text("{not json")
+    else:
+        pid = _dead_pid() if pidfile == "dead" else 1  # pid 1 is alive but is not our server
+        paths.pidfile.write_text(json.dumps({"pid": pid, "ip": "127.0.0.1", "port": own_settings.server.port,
+                                             "ui_port": None, "db": str(paths.db), "log": str(paths.log),
+                                             "started_at": 0}))
+    assert server.status(own_settings).stale_pidfile
+    notices = []
+    info = server.start(own_settings, on_notice=notices.append)
+    assert notices and "stale server pidfile" in notices[0]
+    assert server.status(own_settings).running and info.pid != 1
+
+
+def test_server_exiting_at_start_shows_its_log(own_settings, monkeypatch, tmp_path):
+    fake = tmp_path / "temporal"
+    fake.write_text("#!/bin/sh\necho 'boom: cannot open database' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(server, "binary_path", lambda: fake)
+    with pytest.raises(ServerError) as e:
+        server.start(own_settings)
+    assert "exited during start-up (exit code 3)" in str(e.value) and "boom: cannot open database" in str(e.value)
+    assert not server.status(own_settings).stale_pidfile
+
+
+async def test_runs_survive_a_server_restart(own_settings):
+    """Histories live in the SQLite file: a workflow started before a stop is there after a start."""
+    from agentenv import runner
+    from agentenv.bundles import resolve_target
+    from agentenv.temporal.client import connect
+
+    server.start(own_settings)
+    client = await connect(own_settings)
+    handle = await runner.start_run(client, own_settings, resolve_target("hello"))
+    server.stop(own_settings)
+    server.start(own_settings)
+    client = await connect(own_settings)
+    desc = await client.get_workflow_handle(handle.id).describe()
+    assert desc.status.name == "RUNNING"
+    assert desc.search_attributes.get("AgentEnvTaskId") == ["hello"]
