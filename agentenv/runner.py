@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import UTC
 from typing import TYPE_CHECKING
 
 from agentenv.config import Settings
@@ -53,14 +54,28 @@ async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_i
         SearchAttributePair(attributes.TASK_VERSION, task.version),
         SearchAttributePair(attributes.STATUS, "running"),
     ]) if use_attributes else None
-    return await client.start_workflow(
-        WORKFLOW, inp, id=run_id, task_queue=settings.temporal.task_queue,
-        search_attributes=search,
-        memo={"task": {"id": task.id, "version": task.version, "description": task.description[:500]}},
-        static_summary=f"{task.id} v{task.version}",
-        request_eager_start=True,
-        result_type=RunState,
-    )
+    # Recorded before the workflow starts (never after: a fast run could already have recorded its
+    # end), so a run is listed at once even if no worker has picked it up yet.
+    from datetime import datetime
+
+    from agentenv.stores import open_stores
+
+    stores = open_stores(settings)
+    stores.documents.put("runs", run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
+    try:
+        return await client.start_workflow(
+            WORKFLOW, inp, id=run_id, task_queue=settings.temporal.task_queue,
+            search_attributes=search,
+            memo={"task": {"id": task.id, "version": task.version, "description": task.description[:500]}},
+            static_summary=f"{task.id} v{task.version}",
+            request_eager_start=True,
+            result_type=RunState,
+        )
+    except BaseException:
+        stores.documents.delete("runs", run_id)
+        raise
+    finally:
+        stores.close()
 
 
 async def query_state(handle: WorkflowHandle, timeout: float = 5.0) -> RunState:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from agentenv import runner
 from agentenv.config import ServerSettings, Settings
@@ -19,7 +20,6 @@ from agentenv.spec.loader import parse_task
 from agentenv.spec.run import RunState, RunStatus
 from agentenv.temporal import server
 from agentenv.temporal.client import connect
-from conftest import free_port
 
 pytestmark = pytest.mark.durability
 

@@ -7,11 +7,11 @@ import socket
 import subprocess
 
 import pytest
+from conftest import free_port
 
 from agentenv.config import ServerSettings, Settings
 from agentenv.errors import ServerError
 from agentenv.temporal import server
-from conftest import free_port
 
 
 @pytest.fixture

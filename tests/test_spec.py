@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from agentenv.bundles import BUILTIN_ROOT, resolve_target
+from agentenv.bundles import resolve_target
 from agentenv.errors import BadInput
 from agentenv.spec.loader import load_task, parse_task
 from agentenv.spec.schema import task_schema

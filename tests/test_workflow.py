@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from agentenv import runner
 from agentenv.spec.loader import parse_task
 from agentenv.spec.run import RunState, RunStatus, StepStatus
@@ -186,7 +184,7 @@ async def test_query_cancel_and_records(client, settings, worker, tmp_path):
 
 async def test_runs_are_findable_by_search_attributes(client, run_task):
     state = await run_task(task(step("a"), check("v", ["a"], {"name": "ok", "value": 1, "equals": 1}), id="findme"))
-    query = f'AgentEnvTaskId="findme" AND AgentEnvStatus="passed" AND AgentEnvScore=1.0 AND AgentEnvTaskVersion="3"'
+    query = 'AgentEnvTaskId="findme" AND AgentEnvStatus="passed" AND AgentEnvScore=1.0 AND AgentEnvTaskVersion="3"'
     for _ in range(50):  # visibility is eventually consistent
         found = [w.id async for w in client.list_workflows(query)]
         if state.run_id in found:
@@ -217,3 +215,22 @@ async def test_unknown_step_type_on_the_worker_fails_without_retrying(client, se
                                          result_type=RunState)
     state = await runner.wait_result(handle)
     assert state.steps["a"].error == "unknown step type 'not_installed' on this worker"
+
+
+async def test_long_runs_continue_as_new_and_keep_their_state(client, settings, worker):
+    """Past the history limit the run drains its running steps and continues in a fresh history."""
+    steps = [step(f"s{i}", "scratchpad_write", config={"key": f"k{i}", "text": str(i)},
+                  depends_on=[f"s{i - 1}"] if i else []) for i in range(12)]
+    steps.append(step("read", "scratchpad_read", depends_on=["s11"]))
+    steps.append(check("v", ["read", "s0"], {"name": "all written", "value": "${steps.read.outputs.count}", "equals": 12},
+                       {"name": "first", "value": "${steps.s0.outputs.key}", "equals": "k0"}))
+    inp = runner.plan(parse_task(task(*steps, id="long"), "x"), runner.new_run_id("long"))
+    inp.continue_as_new_at = 20
+    handle = await client.start_workflow(runner.WORKFLOW, inp, id=inp.run_id,
+                                         task_queue=settings.temporal.task_queue, result_type=RunState)
+    state = await runner.wait_result(client.get_workflow_handle(inp.run_id, result_type=RunState))
+    assert state.status is RunStatus.PASSED, state
+    assert [state.steps[f"s{i}"].outputs["key"] for i in range(12)] == [f"k{i}" for i in range(12)]
+    latest = await client.get_workflow_handle(inp.run_id).describe()
+    assert latest.run_id != handle.first_execution_run_id, "the run continued as new"
+    assert state.started_at < latest.start_time, "the run's start time was carried over, not reset"

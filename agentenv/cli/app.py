@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -42,9 +42,9 @@ def _root(
 
 @app.command()
 def run(
-    target: Annotated[Optional[str], typer.Argument(
+    target: Annotated[str | None, typer.Argument(
         help="A built-in bundle (e.g. hello), a bundle folder, or a task .toml file. Omit to list what can run.")] = None,
-    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Which task of a bundle with several.")] = None,
+    task: Annotated[str | None, typer.Option("--task", "-t", help="Which task of a bundle with several.")] = None,
     detach: Annotated[bool, typer.Option(
         "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")] = False,
@@ -61,7 +61,7 @@ def run(
 
 @app.command()
 def worker(
-    identity: Annotated[Optional[str], typer.Option(help="Name shown for this worker in Temporal.")] = None,
+    identity: Annotated[str | None, typer.Option(help="Name shown for this worker in Temporal.")] = None,
 ) -> None:
     """Run a worker that executes runs (including paused ones) until interrupted."""
     from agentenv.cli.run_cmd import worker_command
@@ -82,8 +82,8 @@ def schema(
 @runs_app.command("list")
 def runs_list(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many, newest first.")] = 20,
-    status: Annotated[Optional[str], typer.Option(help="Only runs with this status (passed, failed, error, ...).")] = None,
-    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Only runs of this task id.")] = None,
+    status: Annotated[str | None, typer.Option(help="Only runs with this status (passed, failed, error, ...).")] = None,
+    task: Annotated[str | None, typer.Option("--task", "-t", help="Only runs of this task id.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ) -> None:
     """List recent runs recorded in this install's store."""

@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import time
+from datetime import UTC
 
 from agentenv.cli.output import Progress, console, notice, summary_line
 from agentenv.config import Settings, load_settings
@@ -81,7 +82,7 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
 
 async def _follow(handle, spec: TaskSpec, *, quiet: bool):
     """Wait for the result, printing steps as they finish (from the run's query)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from agentenv import runner
 
@@ -95,12 +96,12 @@ async def _follow(handle, spec: TaskSpec, *, quiet: bool):
         interval = min(interval * 1.5, 1.0)
         if not quiet:
             try:
-                progress.update(await runner.query_state(handle, timeout=2.0), datetime.now(timezone.utc))
+                progress.update(await runner.query_state(handle, timeout=2.0), datetime.now(UTC))
             except Exception:  # noqa: BLE001 - progress is best effort; the result is what counts
                 pass
     state = result.result()
     if not quiet:
-        progress.update(state, datetime.now(timezone.utc))
+        progress.update(state, datetime.now(UTC))
     return state
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+
 from agentenv.cli.output import RUN_STYLE, console, notice, step_line, summary_line
 from agentenv.config import load_settings
 from agentenv.errors import BadInput

@@ -87,6 +87,9 @@ class RunInput(BaseModel):
     description: str = ""
     steps: list[StepPlan]
     search_attributes: bool = True  # false when the cluster would not register ours
+    # Continue-as-new when history reaches this many events (or Temporal suggests it), carrying state.
+    continue_as_new_at: int = Field(4000, ge=10)
+    carried: RunState | None = None
 
 
 class StepCall(BaseModel):
@@ -161,3 +164,6 @@ class RunState(BaseModel):
             self.status = RunStatus.FAILED
         else:
             self.status = RunStatus.PASSED
+
+
+RunInput.model_rebuild()  # it refers to RunState, defined after it

@@ -40,8 +40,12 @@ async def connect(settings: Settings, *, start_server: bool = True, on_notice=la
     if settings.embedded:
         from agentenv.temporal import server
 
-        if start_server:
-            await asyncio.to_thread(server.start, settings, on_notice=on_notice)
+        if start_server and not server.status(settings).running:
+            info = await asyncio.to_thread(server.start, settings, on_notice=on_notice)
+            on_notice(f"started the embedded Temporal server at {info.address}; it keeps running in the "
+                      "background for the next commands (stop it with `agent-env server stop`)")
+        elif start_server:
+            await asyncio.to_thread(server.start, settings, on_notice=on_notice)  # waits until it answers
         elif not server.status(settings).running:
             raise ServerError(
                 "the embedded Temporal server is not running",
@@ -61,8 +65,8 @@ async def connect(settings: Settings, *, start_server: bool = True, on_notice=la
         )
     except ServerError:
         raise
-    except (Exception, asyncio.TimeoutError) as e:
-        reason = "no answer within %.0fs" % settings.temporal.connect_timeout if isinstance(e, TimeoutError) else e
+    except Exception as e:  # noqa: BLE001 - any failure to connect gets the same clear message
+        reason = f"no answer within {settings.temporal.connect_timeout:g}s" if isinstance(e, TimeoutError) else e
         if settings.embedded:
             raise ServerError(
                 f"the embedded Temporal server at {target} did not answer ({reason})",

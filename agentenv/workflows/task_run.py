@@ -33,7 +33,8 @@ class TaskRun:
     def __init__(self, inp: RunInput) -> None:
         self.inp = inp
         self.plans: dict[str, StepPlan] = {s.id: s for s in inp.steps}
-        self.state = RunState.start(inp, workflow.info().start_time)
+        # After a continue-as-new, the run goes on from the state it carried.
+        self.state = inp.carried or RunState.start(inp, workflow.info().start_time)
         self.running: dict[str, asyncio.Task[StepOutcome]] = {}
 
     @workflow.query(name="state")
@@ -42,8 +43,9 @@ class TaskRun:
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunState:
-        await self._record()
         try:
+            if inp.carried is None:
+                await self._record()
             await self._execute()
         except asyncio.CancelledError:
             await self._stop_running()
@@ -58,6 +60,8 @@ class TaskRun:
 
     async def _execute(self) -> None:
         while True:
+            if self._history_is_long():
+                await self._drain_and_continue_as_new()
             self._start_ready_steps()
             if not self.running:
                 return
@@ -67,6 +71,20 @@ class TaskRun:
             if self.state.error:
                 await self._stop_running()
                 return
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self.inp.continue_as_new_at
+
+    async def _drain_and_continue_as_new(self) -> None:
+        """Let running steps finish (no new ones start), then continue in a fresh history."""
+        while self.running:
+            await workflow.wait(list(self.running.values()), return_when=asyncio.FIRST_COMPLETED)
+            for step_id in [sid for sid, task in self.running.items() if task.done()]:
+                self._settle(step_id, self.running.pop(step_id))
+        if self.state.error:
+            return  # the run is ending anyway
+        workflow.continue_as_new(self.inp.model_copy(update={"carried": self.state}))
 
     def _start_ready_steps(self) -> None:
         progressed = True

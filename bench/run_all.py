@@ -1,0 +1,33 @@
+"""Run every benchmark and print its figures next to baselines measured in the same run.
+
+    .venv/bin/python bench/run_all.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import cli_help  # noqa: E402
+import executor  # noqa: E402
+import hello  # noqa: E402
+
+
+def main() -> None:
+    print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}")
+    results = {"cli_help": cli_help.measure(), "hello": hello.measure(), "executor": executor.measure()}
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(results, indent=2))
+    print(f"figures saved to {out / 'latest.json'}")
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    os._exit(0)

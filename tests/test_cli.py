@@ -1,0 +1,203 @@
+"""The `agent-env` command, through real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import free_port
+
+AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
+
+
+def cli(*args, env=None, cwd=None, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([AGENT_ENV, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture
+def fresh_env(tmp_path):
+    """A state directory and ports of its own: nothing running yet."""
+    env = {**os.environ, "AGENTENV_HOME": str(tmp_path / "home"),
+           "AGENTENV_SERVER_PORT": str(free_port()), "AGENTENV_UI_PORT": str(free_port())}
+    yield env
+    cli("server", "stop", env=env)
+
+
+def test_help_imports_nothing_heavy():
+    probe = (
+        "import atexit, sys\n"
+        "heavy = ('temporalio', 'mcp', 'a2a', 'boto3', 'botocore', 'docker', 'modal', 'e2b', 'google', 'httpx', 'grpc')\n"
+        "atexit.register(lambda: print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))\n"
+        "sys.argv = ['agent-env', '--help']\n"
+        "from agentenv.cli import main\n"
+        "main()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    assert "Usage: agent-env" in out.stdout and "run" in out.stdout
+    assert "LOADED []" in out.stdout
+
+
+def test_version_and_subcommand_help():
+    from agentenv import __version__
+
+    assert cli("--version").stdout.strip() == f"agent-env {__version__}"
+    for args in (["run", "--help"], ["runs", "--help"], ["server", "--help"], ["worker", "--help"]):
+        done = cli(*args)
+        assert done.returncode == 0 and "Usage:" in done.stdout, args
+
+
+def test_run_without_argument_lists_what_can_run():
+    done = cli("run")
+    assert done.returncode == 0
+    assert "hello" in done.stdout and "built-in" in done.stdout
+
+
+def test_run_hello(server):
+    done = cli("run", "hello")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for step in ("greet_ada", "greet_alan", "read_back", "verify"):
+        assert step in done.stdout
+    assert "score 1.00 (3/3)" in done.stdout
+    assert "PASSED · score 1.00" in done.stdout
+    assert f"http://127.0.0.1:{os.environ['AGENTENV_UI_PORT']}/namespaces/default/workflows/hello-" in done.stdout
+
+    run_id = done.stdout.split("run ")[1].split()[0]
+    listed = cli("runs", "list")
+    assert run_id in listed.stdout and "passed" in listed.stdout
+    shown = cli("runs", "show", run_id[:-2])  # a unique prefix is enough
+    assert shown.returncode == 0 and "score 1.00" in shown.stdout and '"count": 2' in shown.stdout
+    record = json.loads(cli("runs", "show", run_id, "--json").stdout)
+    assert record["status"] == "passed" and record["steps"]["verify"]["score"]["value"] == 1.0
+    lines = [json.loads(x) for x in cli("runs", "list", "--json", "--task", "hello").stdout.splitlines()]
+    assert lines and all(r["task_id"] == "hello" for r in lines)
+
+
+def test_run_json_and_failing_exit_code(server, tmp_path):
+    path = tmp_path / "fails.toml"
+    path.write_text('id = "fails"\n[[steps]]\nid = "v"\ntype = "check"\n'
+                    '[[steps.config.checks]]\nname = "one is two"\nvalue = 1\nequals = 2\n')
+    done = cli("run", str(path), "--json")
+    assert done.returncode == 1
+    state = json.loads(done.stdout)
+    assert state["status"] == "failed" and state["score"] == 0.0
+
+
+@pytest.mark.parametrize("content,expected", [
+    ('id = "x"\n[[steps]\n', "is not valid TOML"),
+    ('id = "x"\n[[steps]]\nid = "a"\ntype = "nope"\n', "unknown step type 'nope'"),
+    ('id = "x"\n[[steps]]\nid = "a"\ntype = "echo"\ndepends_on = ["b"]\n'
+     '[[steps]]\nid = "b"\ntype = "echo"\ndepends_on = ["a"]\n', "dependency cycle a → b → a"),
+])
+def test_bad_task_files_exit_2_with_the_problem(tmp_path, content, expected):
+    path = tmp_path / "task.toml"
+    path.write_text(content)
+    done = cli("run", str(path))
+    assert done.returncode == 2
+    assert expected in done.stderr and "error:" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_unknown_run_and_bundle(server):
+    done = cli("runs", "show", "no-such-run")
+    assert done.returncode == 2 and "there is no run 'no-such-run'" in done.stderr and "runs list" in done.stderr
+    done = cli("run", "no-such-bundle")
+    assert done.returncode == 2 and "hello" in done.stderr
+
+
+def test_unreachable_temporal_address(tmp_path):
+    (tmp_path / ".agentenv").mkdir()
+    (tmp_path / ".agentenv" / "config.toml").write_text(
+        f'[temporal]\naddress = "127.0.0.1:{free_port()}"\nconnect_timeout = 2\n')
+    started = time.monotonic()
+    done = cli("run", "hello", cwd=tmp_path)
+    assert done.returncode == 3
+    assert "did not answer" in done.stderr and "[temporal] address in" in done.stderr
+    assert time.monotonic() - started < 15
+    done = cli("server", "start", cwd=tmp_path)
+    assert done.returncode == 2 and "embedded server is not used" in done.stderr
+
+
+def test_cold_start_then_reuse(fresh_env):
+    assert cli("server", "status", env=fresh_env).returncode == 1
+    done = cli("run", "hello", env=fresh_env)
+    assert done.returncode == 0, done.stderr
+    status = cli("server", "status", env=fresh_env)
+    assert status.returncode == 0 and "running at" in status.stdout
+    pid = status.stdout.split("pid ")[1].split(")")[0]
+    assert cli("run", "hello", env=fresh_env).returncode == 0
+    assert f"pid {pid})" in cli("server", "status", env=fresh_env).stdout, "the server is reused"
+    stopped = cli("server", "stop", env=fresh_env)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+
+
+def test_server_port_taken(fresh_env):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", int(fresh_env["AGENTENV_SERVER_PORT"])))
+        other.listen()
+        done = cli("run", "hello", env=fresh_env)
+    assert done.returncode == 3
+    assert "already in use" in done.stderr and "AGENTENV_SERVER_PORT" in done.stderr
+
+
+def test_interrupted_run_is_paused_not_lost(server, client, tmp_path):
+    import asyncio
+
+    gate = tmp_path / "gate"
+    path = tmp_path / "paused.toml"
+    path.write_text(f'id = "paused"\n[[steps]]\nid = "wait"\ntype = "wait_file"\nconfig = {{ path = "{gate}" }}\n'
+                    '[[steps]]\nid = "after"\ntype = "echo"\ndepends_on = ["wait"]\n')
+    proc = subprocess.Popen([AGENT_ENV, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    header = proc.stdout.readline()
+    while " · run " not in header:
+        header = proc.stdout.readline()
+    run_id = header.split(" · run ")[1].split()[0]
+    time.sleep(1.0)  # let its worker pick up the step
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert f"run {run_id} is paused, not lost" in out and "agent-env worker" in out
+
+    desc = asyncio.get_event_loop().run_until_complete(client.get_workflow_handle(run_id).describe())
+    assert desc.status.name == "RUNNING"
+    gate.touch()
+    worker = subprocess.Popen([AGENT_ENV, "worker"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while json.loads(cli("runs", "show", run_id, "--json").stdout)["status"] == "running":
+            assert time.monotonic() < deadline, "the paused run never resumed"
+            time.sleep(0.3)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert json.loads(cli("runs", "show", run_id, "--json").stdout)["status"] == "passed"
+
+
+def test_detach_then_cancel(server, tmp_path):
+    path = tmp_path / "long.toml"
+    path.write_text(f'id = "long"\n[[steps]]\nid = "wait"\ntype = "wait_file"\n'
+                    f'config = {{ path = "{tmp_path / "never"}" }}\n')
+    done = cli("run", str(path), "--detach")
+    assert done.returncode == 0 and "started run long-" in done.stdout
+    run_id = done.stdout.split("started run ")[1].split()[0]
+    cancelled = cli("runs", "cancel", run_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "CANCELLED" in cancelled.stdout
+    again = cli("runs", "cancel", run_id)
+    assert again.returncode == 2 and "already ended (cancelled)" in again.stderr
+
+
+def test_schema_commands():
+    task = json.loads(cli("schema", "task").stdout)
+    assert task["title"] == "TaskSpec" and "StepSpec" in task["$defs"]
+    config = json.loads(cli("schema", "config").stdout)
+    assert "temporal" in config["properties"]
+    done = cli("schema", "nope")
+    assert done.returncode == 2 and "task, config, run" in done.stderr
