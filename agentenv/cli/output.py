@@ -26,7 +26,8 @@ RUN_STYLE = {
 def console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    # Off a terminal (logs, pipes) rich assumes 80 columns and would truncate tables.
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 @cache
@@ -56,11 +57,11 @@ def fmt_ms(ms: float | None) -> str:
     return f"{ms:.0f} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
 
 
-def step_line(step: StepState, width: int) -> str:
+def step_line(step: StepState, width: int, type_width: int = 0) -> str:
     from rich.markup import escape
 
     icon, color = ICONS[step.status]
-    line = f"  [{color}]{icon}[/] {escape(step.id):<{width}}  [dim]{escape(step.type)}[/]"
+    line = f"  [{color}]{icon}[/] {escape(step.id):<{width}}  [dim]{escape(step.type):<{type_width}}[/]"
     if step.status is StepStatus.SUCCEEDED and step.started_at and step.finished_at:
         line += f"  [dim]{fmt_ms((step.finished_at - step.started_at).total_seconds() * 1000)}[/]"
     if step.attempts > 1:
@@ -98,14 +99,14 @@ class Progress:
 
     SLOW = 2.0
 
-    def __init__(self, width: int) -> None:
-        self.width = width
+    def __init__(self, width: int, type_width: int) -> None:
+        self.width, self.type_width = width, type_width
         self.shown: dict[str, StepStatus] = {}
 
     def update(self, state: RunState, now) -> None:
         for step in state.steps.values():
             if step.status.finished and self.shown.get(step.id) is not step.status:
-                console().print(step_line(step, self.width))
+                console().print(step_line(step, self.width, self.type_width))
                 self.shown[step.id] = step.status
             elif (
                 step.status is StepStatus.RUNNING and step.id not in self.shown and step.started_at
@@ -113,7 +114,3 @@ class Progress:
             ):
                 console().print(f"  [cyan]…[/] {step.id:<{self.width}}  [dim]{step.type} running[/]")
                 self.shown[step.id] = StepStatus.RUNNING
-
-
-def is_tty() -> bool:
-    return sys.stdout.isatty()

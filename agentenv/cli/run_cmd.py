@@ -87,7 +87,7 @@ async def _follow(handle, spec: TaskSpec, *, quiet: bool):
     from agentenv import runner
 
     result = asyncio.create_task(runner.wait_result(handle))
-    progress = Progress(max(len(s.id) for s in spec.steps))
+    progress = Progress(max(len(s.id) for s in spec.steps), max(len(s.type) for s in spec.steps))
     interval = 0.1
     while True:
         done, _ = await asyncio.wait({result}, timeout=interval)

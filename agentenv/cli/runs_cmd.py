@@ -32,7 +32,7 @@ def list_command(limit: int, status: str | None, task: str | None, json_out: boo
     table = Table(box=None, pad_edge=False)
     table.add_column("run", no_wrap=True, min_width=max(len(r["run_id"]) for r in records))
     for col in ("task", "status", "score", "started", "took"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     for r in records:
         state = RunState.model_validate(r)
         took = f"{(state.finished_at - state.started_at).total_seconds():.2f} s" if state.finished_at else ""
@@ -70,8 +70,9 @@ def show_command(run_id: str, json_out: bool) -> int:
     if url := settings.run_url(state.run_id):
         out.print(f"  [dim]Temporal UI:[/] {url}")
     width = max(len(s) for s in state.steps)
+    type_width = max(len(s.type) for s in state.steps.values())
     for step in state.steps.values():
-        out.print(step_line(step, width))
+        out.print(step_line(step, width, type_width))
         if step.outputs:
             out.print(f"      [dim]outputs: {json.dumps(step.outputs)[:300]}[/]")
     if state.error:
