@@ -6,7 +6,6 @@ import asyncio
 import json
 import signal
 import time
-from datetime import UTC
 
 from agentenv.cli.output import Progress, console, notice, summary_line
 from agentenv.config import Settings, load_settings
@@ -82,23 +81,25 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
 
 async def _follow(handle, spec: TaskSpec, *, quiet: bool):
     """Wait for the result, printing steps as they finish (from the run's query)."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     from agentenv import runner
 
     result = asyncio.create_task(runner.wait_result(handle))
     progress = Progress(max(len(s.id) for s in spec.steps), max(len(s.type) for s in spec.steps))
     interval = 0.1
-    while True:
-        done, _ = await asyncio.wait({result}, timeout=interval)
-        if done:
-            break
+    while not result.done():
+        await asyncio.wait({result}, timeout=interval)
         interval = min(interval * 1.5, 1.0)
-        if not quiet:
-            try:
-                progress.update(await runner.query_state(handle, timeout=2.0), datetime.now(UTC))
-            except Exception:  # noqa: BLE001 - progress is best effort; the result is what counts
-                pass
+        if quiet or result.done():
+            continue
+        # Progress is best effort and must never hold up the result: race the query against it.
+        query = asyncio.create_task(runner.query_state(handle, timeout=5.0))
+        await asyncio.wait({result, query}, return_when=asyncio.FIRST_COMPLETED)
+        if query.done() and query.exception() is None:
+            progress.update(query.result(), datetime.now(UTC))
+        else:
+            query.cancel()
     state = result.result()
     if not quiet:
         progress.update(state, datetime.now(UTC))
