@@ -20,8 +20,10 @@ app = typer.Typer(
 runs_app = typer.Typer(help="List, inspect and cancel runs.", no_args_is_help=True)
 server_app = typer.Typer(help="The embedded Temporal dev server (used when no address is configured).",
                          no_args_is_help=True)
+env_app = typer.Typer(help="Environments: serve an app on its own.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 app.add_typer(server_app, name="server")
+app.add_typer(env_app, name="env")
 
 
 def _version(value: bool) -> None:
@@ -136,3 +138,20 @@ def server_status() -> None:
     from agentenv.cli.misc_cmd import server_status_command
 
     raise typer.Exit(server_status_command())
+
+
+@env_app.command("serve")
+def env_serve(
+    target: Annotated[str, typer.Argument(help="A built-in app (notes, mail, chat, helpdesk, billing) or MODULE:Class.")],
+    host: Annotated[str, typer.Option(envvar="MCP_HOST", help="Address to bind. Anything but 127.0.0.1 exposes "
+                                      "an unauthenticated data plane to the network.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="MCP_PORT", help="Port to bind.")] = 18765,
+    state: Annotated[str | None, typer.Option(help="Folder of the instance's state (default: under the state "
+                                                 "directory, per app).")] = None,
+    data_root: Annotated[str | None, typer.Option(help="Folder that data/add may read file:// URIs from "
+                                                     "(default: none; send data inline).")] = None,
+) -> None:
+    """Serve one app alone: MCP at /mcp, its card at /.well-known/agent-env.json, its data plane at /agentenv."""
+    from agentenv.cli.env_cmd import serve_command
+
+    raise typer.Exit(serve_command(target, host, port, state, data_root))

@@ -1,0 +1,182 @@
+"""A running app instance: its SQLite file, its tool calls, its data plane, snapshots and forks."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentenv.envs.app import App, ToolError, ToolSpec
+from agentenv.envs.context import Ctx
+from agentenv.errors import BadInput
+
+DB_FILE = "app.sqlite"
+_CALLS_TABLE = "CREATE TABLE IF NOT EXISTS _agentenv_calls (key TEXT PRIMARY KEY, result TEXT NOT NULL)"
+
+
+class UnknownTool(KeyError):
+    pass
+
+
+def load_app_class(target: str) -> type[App]:
+    """'package.module:ClassName' -> the App subclass, with clear errors."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise BadInput(f"app {target!r} is not of the form MODULE:Class", "e.g. agentenv.envs.builtin.mail:Mail")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise BadInput(f"cannot import {module_name!r} for app {target!r}: {e}", "check the module path") from None
+    cls = getattr(module, attr, None)
+    if not (inspect.isclass(cls) and issubclass(cls, App) and "name" in vars(cls)):
+        raise BadInput(f"{target!r} is not an agentenv App class", "subclass agentenv.envs.App and set `name`")
+    return cls
+
+
+class AppInstance:
+    """One instance of an app. Calls are serialised per instance and each is one transaction."""
+
+    def __init__(self, app_cls: type[App], folder: Path) -> None:
+        self.app_cls = app_cls
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / DB_FILE
+        self._lock = threading.Lock()
+        self.db = self._open()
+        self.app = app_cls(self.db)
+
+    def _open(self) -> sqlite3.Connection:
+        fresh = not self.path.exists()
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA foreign_keys=ON")
+        if fresh and self.app_cls.schema:
+            db.executescript(self.app_cls.schema)
+        db.execute(_CALLS_TABLE)
+        return db
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    @property
+    def tools(self) -> dict[str, ToolSpec]:
+        return self.app_cls.tools
+
+    def _transaction(self, fn, *args):
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(*args)
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+            return result
+
+    def call(self, name: str, arguments: dict[str, Any] | None, ctx: Ctx) -> Any:
+        """Run a sync tool in one transaction. With `ctx.idempotency_key`, a repeated call returns the
+        first call's result without running again (the key is stored in the same transaction)."""
+        spec = self.tools.get(name)
+        if spec is None:
+            raise UnknownTool(name)
+        kwargs = spec.parse_arguments(arguments)
+        if spec.is_async:
+            raise TypeError("async tools go through call_async")
+
+        def run() -> Any:
+            key = ctx.idempotency_key
+            if key:
+                row = self.db.execute("SELECT result FROM _agentenv_calls WHERE key = ?", (key,)).fetchone()
+                if row:
+                    return json.loads(row[0])
+            method = getattr(self.app, spec.method)
+            result = jsonable(method(ctx, **kwargs) if spec.wants_ctx else method(**kwargs))
+            if key:
+                self.db.execute("INSERT INTO _agentenv_calls VALUES (?, ?)", (key, json.dumps(result)))
+            return result
+
+        return self._transaction(run)
+
+    async def call_async(self, name: str, arguments: dict[str, Any] | None, ctx: Ctx) -> Any:
+        spec = self.tools.get(name)
+        if spec is None:
+            raise UnknownTool(name)
+        if not spec.is_async:
+            return self.call(name, arguments, ctx)
+        kwargs = spec.parse_arguments(arguments)
+        method = getattr(self.app, spec.method)
+        return jsonable(await (method(ctx, **kwargs) if spec.wants_ctx else method(**kwargs)))
+
+    # -- data plane --
+
+    def reset(self) -> None:
+        def run() -> None:
+            self.app.reset()
+            self.db.execute("DELETE FROM _agentenv_calls")
+
+        self._transaction(run)
+
+    def load(self, data: dict[str, Any]) -> None:
+        if not isinstance(data, dict):
+            raise ToolError(f"{self.app_cls.name}: data must be an object, got {type(data).__name__}")
+        self._transaction(self.app.load, data)
+
+    def export(self) -> dict[str, Any]:
+        with self._lock:
+            return jsonable(self.app.export())
+
+    # -- snapshots: whole-file copies through SQLite's online backup (consistent, no downtime) --
+
+    def snapshot(self, dest: Path) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        with self._lock:
+            target = sqlite3.connect(tmp)
+            try:
+                self.db.backup(target)
+            finally:
+                target.close()
+        tmp.replace(dest)
+
+    def restore(self, src: Path) -> None:
+        if not src.is_file():
+            raise FileNotFoundError(f"no snapshot at {src}")
+        source = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+        try:
+            with self._lock:
+                source.backup(self.db)
+        finally:
+            source.close()
+
+    def fork(self, folder: Path) -> AppInstance:
+        """A new, independent instance starting from this one's current state."""
+        folder.mkdir(parents=True, exist_ok=True)
+        self.snapshot(folder / DB_FILE)
+        return AppInstance(self.app_cls, folder)
+
+    def delete(self) -> None:
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def jsonable(value: Any) -> Any:
+    """Tool results as plain JSON values (pydantic models dumped)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

@@ -1,0 +1,153 @@
+"""Serve one app alone: `agent-env env serve MODULE:Class`.
+
+    GET  /.well-known/agent-env.json   the environment card
+    POST /agentenv                     the JSON-RPC data plane (data/reset, data/add, data/get)
+    POST /mcp                          MCP over streamable HTTP
+    GET  /ready                        200 once serving
+
+No auth by default (the protocol's reference client sends none): bind to 127.0.0.1, which is the
+default. Calls may carry the caller's role and virtual time in `_meta` (as our gateway stamps them);
+without a stamped time the server's own UTC clock stands in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentenv.envs import card as cards
+from agentenv.envs import dataplane
+from agentenv.envs.app import App, ToolError
+from agentenv.envs.context import Ctx
+from agentenv.envs.instance import AppInstance, UnknownTool
+from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
+
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (413) more than `limit` bytes without reading them all."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large(limit: int) -> JSONResponse:
+    return JSONResponse({"error": f"request body over the {limit // 1024} KiB limit"}, status_code=413)
+
+
+class SingleApp:
+    """Tool host and data plane of one app instance."""
+
+    operations = cards.OPERATIONS
+
+    def __init__(self, instance: AppInstance, data_root: Path | None) -> None:
+        self.instance = instance
+        self.data_root = data_root
+        self._channel = ChangeChannel()
+        self._tools = [mcp_tool(spec) for spec in instance.tools.values()]
+
+    # -- tools --
+    def channel(self, request: Request) -> ChangeChannel:
+        return self._channel
+
+    async def list_tools(self, request: Request):
+        return self._tools
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        spec = self.instance.tools.get(name)
+        return spec.input_schema if spec else None
+
+    async def call_tool(self, request: Request, name: str, arguments: dict[str, Any], meta: dict[str, Any]):
+        ctx = Ctx.from_meta(meta, default_now=datetime.now(UTC))
+        try:
+            return tool_result(await self.instance.call_async(name, arguments, ctx))
+        except UnknownTool:
+            return tool_error(f"unknown tool {name!r}; tools: {', '.join(self.instance.tools)}")
+        except ToolError as e:
+            return tool_error(str(e))
+
+    # -- data plane --
+    async def reset(self) -> None:
+        self.instance.reset()
+
+    async def add(self, parts: list[dict[str, Any]]) -> None:
+        name = self.instance.app_cls.name
+        for part in parts:
+            payload, app = dataplane.part_payload(part, self.data_root)
+            if app not in (None, name):
+                raise dataplane.InvalidParams(f"this server holds app {name!r}, not {app!r}")
+            if set(payload) == {name} and isinstance(payload[name], dict):
+                payload = payload[name]  # {app: {table: rows}} as a composed env would take it
+            self.instance.load(payload)
+
+    async def get(self) -> list[dict[str, Any]]:
+        name = self.instance.app_cls.name
+        return [{"kind": "data", "data": self.instance.export(), "metadata": {dataplane.META_APP: name}}]
+
+    def card(self) -> cards.EnvironmentCard:
+        app_cls = self.instance.app_cls
+        return cards.EnvironmentCard(
+            name=app_cls.name,
+            capabilities=cards.Capabilities(
+                tools=[cards.CardTool(name=t.name, description=t.description, inputSchema=t.input_schema)
+                       for t in app_cls.tools.values()],
+                extensions=[],
+                operations=list(self.operations),
+            ),
+        )
+
+
+def create_app(app_cls: type[App], folder: Path, *, data_root: Path | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY) -> Starlette:
+    instance = AppInstance(app_cls, folder)
+    host = SingleApp(instance, data_root)
+    endpoint = McpEndpoint(host, app_cls.name, app_cls.version, max_body_bytes=max_body_bytes)
+    card = host.card().wire()
+
+    async def get_card(request: Request) -> JSONResponse:
+        return JSONResponse(card)
+
+    async def rpc(request: Request) -> JSONResponse:
+        try:
+            body = await read_body(request, max_body_bytes)
+        except BodyTooLarge:
+            return too_large(max_body_bytes)
+        return JSONResponse(await dataplane.handle(body, host))
+
+    async def ready(request: Request) -> JSONResponse:
+        return JSONResponse({"ready": True})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with endpoint.lifespan():
+            yield
+        instance.close()
+
+    return Starlette(
+        routes=[
+            Route(cards.CARD_PATH, get_card, methods=["GET"]),
+            Route(cards.RPC_PATH, rpc, methods=["POST"]),
+            Route("/ready", ready, methods=["GET"]),
+            Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"]),
+        ],
+        lifespan=lifespan,
+    )
