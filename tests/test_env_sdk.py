@@ -138,3 +138,41 @@ def test_app_declaration_errors():
     with pytest.raises(BadInput, match="not an agentenv App"):
         load_app_class("agentenv.envs.builtin.notes:ToolError")
     assert load_app_class("agentenv.envs.builtin.notes:Notes") is Notes
+
+
+class Shop(App):
+    name = "shop"
+    schema = """
+    CREATE TABLE orders (id TEXT PRIMARY KEY);
+    CREATE TABLE items (id TEXT PRIMARY KEY, order_id TEXT NOT NULL REFERENCES orders(id) DEFERRABLE INITIALLY DEFERRED,
+                        qty INTEGER CHECK (qty > 0));
+    """
+
+    @tool
+    def add_item(self, id: str, order_id: str) -> dict:
+        """Add an item to an order."""
+        self.db.execute("INSERT INTO items VALUES (?, ?, 1)", (id, order_id))
+        return {"id": id}
+
+
+def test_foreign_keys_work_with_the_default_data_plane(tmp_path):
+    shop = AppInstance(Shop, tmp_path / "shop")
+    data = {"items": [{"id": "i1", "order_id": "o1", "qty": 1}], "orders": [{"id": "o1"}]}  # children first
+    shop.load(data)
+    assert shop.export() == {"items": [{"id": "i1", "order_id": "o1", "qty": 1}], "orders": [{"id": "o1"}]}
+    shop.reset()  # deletes in whatever order, constraints checked at the end
+    shop.load(shop.export() or data)
+    with pytest.raises(ToolError, match="breaks a constraint"):
+        shop.load({"items": [{"id": "i2", "order_id": "nope", "qty": 1}]})  # fails at COMMIT
+    with pytest.raises(ToolError, match=r"shop.items row 0: CHECK constraint failed"):
+        shop.load({"items": [{"id": "i3", "order_id": "o1", "qty": 0}]})
+    # a failed commit left no transaction open: the instance keeps working
+    with pytest.raises(Exception):  # noqa: B017 - the deferred FK fails at COMMIT
+        shop.call("add_item", {"id": "i4", "order_id": "missing"}, CTX)
+    assert shop.call("add_item", {"id": "i5", "order_id": "o1"}, CTX) == {"id": "i5"}
+    shop.close()
+
+
+def test_stamped_times_are_normalised_to_utc():
+    ctx = Ctx.from_meta({"agentenv.io/now": "2026-03-02T11:30:00+02:00"})
+    assert ctx.now_iso() == "2026-03-02T09:30:00Z"

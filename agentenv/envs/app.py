@@ -16,7 +16,7 @@
             return {"key": key}
 
 Typed arguments become the tool's JSON Schema (docstring "Args:" lines become their descriptions), the
-docstring's first paragraph its description. Return JSON-able values or pydantic models; raise
+docstring's text before "Args:" its description. Return JSON-able values or pydantic models; raise
 `ToolError` for errors the agent should see. Each instance keeps its state in its own SQLite file
 (`self.db`); every call runs in one transaction, rolled back if the tool raises. The data plane
 (reset, load, export) has table-shaped defaults that apps may override.
@@ -176,6 +176,22 @@ class App:
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
 
+    # -- helpers for tools --
+
+    def rows(self, sql: str, args: tuple | list = ()) -> list[dict[str, Any]]:
+        """A query's rows as dicts keyed by column."""
+        cur = self.db.execute(sql, args)
+        columns = [d[0] for d in cur.description]
+        return [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+
+    def next_id(self, table: str, prefix: str, *, column: str = "id", first: int = 1, width: int = 4) -> str:
+        """The next readable id, e.g. 'TCK-1042' after 'TCK-1041': deterministic, never random."""
+        row = self.db.execute(
+            f'SELECT MAX(CAST(SUBSTR("{column}", ?) AS INTEGER)) FROM "{table}" WHERE "{column}" LIKE ?',
+            (len(prefix) + 1, prefix + "%"),
+        ).fetchone()
+        return f"{prefix}{(row[0] or first - 1) + 1:0{width}d}"
+
     # -- data plane hooks. Defaults treat the data as {table: [row, ...]} over the app's schema. --
 
     def tables(self) -> list[str]:
@@ -199,20 +215,23 @@ class App:
             if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
                 raise ToolError(f"{self.name}.{table}: expected a list of rows (objects)")
             columns = {r[1] for r in self.db.execute(f'PRAGMA table_info("{table}")')}
-            for row in rows:
+            for i, row in enumerate(rows):
                 unknown = set(row) - columns
                 if unknown:
                     raise ToolError(f"{self.name}.{table} has no column {sorted(unknown)[0]!r} "
                                     f"(columns: {', '.join(sorted(columns))})")
                 names = list(row)
-                self.db.execute(
-                    f'INSERT INTO "{table}" ({", ".join(chr(34) + n + chr(34) for n in names)}) '
-                    f'VALUES ({", ".join("?" for _ in names)})',
-                    [_sql_value(row[n]) for n in names],
-                )
+                try:
+                    self.db.execute(
+                        f'INSERT INTO "{table}" ({", ".join(chr(34) + n + chr(34) for n in names)}) '
+                        f'VALUES ({", ".join("?" for _ in names)})',
+                        [_sql_value(row[n]) for n in names],
+                    )
+                except sqlite3.Error as e:
+                    raise ToolError(f"{self.name}.{table} row {i}: {e}") from None
 
     def export(self) -> dict[str, Any]:
-        """Every table's rows, in primary-key order."""
+        """Every table's rows, in insertion (rowid) order. JSON written by `load` comes back as text."""
         out: dict[str, Any] = {}
         for table in self.tables():
             cur = self.db.execute(f'SELECT * FROM "{table}" ORDER BY rowid')

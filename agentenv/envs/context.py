@@ -50,8 +50,8 @@ class Ctx:
         meta = meta or {}
         now = meta.get(META_NOW)
         parsed = datetime.fromisoformat(now.replace("Z", "+00:00")) if isinstance(now, str) else default_now
-        if parsed is not None and parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
+        if parsed is not None:  # always UTC, so ISO strings written by apps sort in time order
+            parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
         def text(key: str) -> str | None:
             value = meta.get(key)

@@ -71,15 +71,18 @@ class AppInstance:
     def tools(self) -> dict[str, ToolSpec]:
         return self.app_cls.tools
 
-    def _transaction(self, fn, *args):
+    def _transaction(self, fn, *args, defer_foreign_keys: bool = False):
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
+                if defer_foreign_keys:  # bulk data changes may pass through inconsistent states
+                    self.db.execute("PRAGMA defer_foreign_keys = ON")
                 result = fn(*args)
+                self.db.execute("COMMIT")  # may fail too (deferred constraints): roll back then as well
             except BaseException:
-                self.db.execute("ROLLBACK")
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
                 raise
-            self.db.execute("COMMIT")
             return result
 
     def call(self, name: str, arguments: dict[str, Any] | None, ctx: Ctx) -> Any:
@@ -123,12 +126,15 @@ class AppInstance:
             self.app.reset()
             self.db.execute("DELETE FROM _agentenv_calls")
 
-        self._transaction(run)
+        self._transaction(run, defer_foreign_keys=True)
 
     def load(self, data: dict[str, Any]) -> None:
         if not isinstance(data, dict):
             raise ToolError(f"{self.app_cls.name}: data must be an object, got {type(data).__name__}")
-        self._transaction(self.app.load, data)
+        try:
+            self._transaction(self.app.load, data, defer_foreign_keys=True)
+        except sqlite3.IntegrityError as e:
+            raise ToolError(f"{self.app_cls.name}: the data breaks a constraint ({e}); nothing was loaded") from None
 
     def export(self) -> dict[str, Any]:
         with self._lock:
