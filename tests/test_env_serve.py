@@ -17,9 +17,8 @@ from agentenv_protocol import client as reference
 from agentenv_protocol.tool_client import ToolSession
 from agentenv_protocol.types import DataPart, FilePart, FileWithBytes, FileWithUri
 from agentenv_protocol.types import EnvironmentCard as ReferenceCard
-from mcp import Client
-
 from conftest import free_port
+from mcp import Client
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 

@@ -1,0 +1,105 @@
+"""A client of the gateway's admin API (what runs use) and of its agent REST API (what the CLI uses)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2 as httpx
+
+from agentenv.errors import AgentEnvError
+
+
+class GatewayUnavailable(AgentEnvError):
+    exit_code = 3
+
+
+class GatewayRefused(AgentEnvError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GatewayClient:
+    def __init__(self, base_url: str, admin_token: str | None = None, *, timeout: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    async def __aenter__(self) -> GatewayClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise GatewayUnavailable(f"the gateway at {self.base_url} did not answer ({e})",
+                                     "start it with `agent-env gateway start`, or check [gateway] url") from None
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error", response.text)
+            except ValueError:
+                message = response.text
+            raise GatewayRefused(response.status_code, message)
+        return response
+
+    async def _json(self, method: str, path: str, **kwargs) -> Any:
+        return (await self._request(method, path, **kwargs)).json()
+
+    # -- admin --
+    async def put_instance(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return await self._json("PUT", f"/admin/instances/{spec['id']}", json=spec)
+
+    async def get_instance(self, instance: str) -> dict[str, Any]:
+        return await self._json("GET", f"/admin/instances/{instance}")
+
+    async def delete_instance(self, instance: str, *, keep_data: bool = False) -> bool:
+        params = {"keep_data": "1"} if keep_data else {}
+        return (await self._json("DELETE", f"/admin/instances/{instance}", params=params))["deleted"]
+
+    async def token(self, instance: str, agent: str) -> str:
+        return (await self._json("GET", f"/admin/instances/{instance}/tokens/{agent}"))["token"]
+
+    async def set_role(self, instance: str, role: str, tools: list[str], deny: list[str] | None = None) -> list[str]:
+        body = {"tools": tools, "deny": deny or []}
+        return (await self._json("PUT", f"/admin/instances/{instance}/roles/{role}", json=body))["tools"]
+
+    async def set_agent_role(self, instance: str, agent: str, role: str) -> None:
+        await self._json("PUT", f"/admin/instances/{instance}/agents/{agent}", json={"role": role})
+
+    async def call_as(self, instance: str, tool: str, arguments: dict[str, Any], *, role: str | None = None,
+                      agent: str | None = None, idempotency_key: str | None = None) -> dict[str, Any]:
+        body = {"tool": tool, "arguments": arguments, "role": role, "agent": agent, "idempotency_key": idempotency_key}
+        return await self._json("POST", f"/admin/instances/{instance}/call", json=body)
+
+    async def snapshot(self, instance: str) -> bytes:
+        return (await self._request("GET", f"/admin/instances/{instance}/snapshot")).content
+
+    async def restore(self, instance: str, blob: bytes) -> None:
+        await self._request("PUT", f"/admin/instances/{instance}/snapshot", content=blob)
+
+    async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
+        return (await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"after": after}))["entries"]
+
+    async def data(self, instance: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+        answer = await self._json("POST", f"/envs/{instance}/agentenv", json=body)
+        if "error" in answer:
+            error = answer["error"]
+            detail = (error.get("data") or {}).get("detail")
+            raise GatewayRefused(400, f"{method}: {error['message']}" + (f" ({detail})" if detail else ""))
+        return answer["result"]
+
+    # -- agents (REST) --
+    async def list_tools(self, instance: str, token: str) -> list[dict[str, Any]]:
+        headers = {"authorization": f"Bearer {token}"}
+        return (await self._json("GET", f"/envs/{instance}/tools", headers=headers))["tools"]
+
+    async def call_tool(self, instance: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+        headers = {"authorization": f"Bearer {token}"}
+        return (await self._json("POST", f"/envs/{instance}/tools/{tool}", json=arguments, headers=headers))["result"]

@@ -1,0 +1,260 @@
+"""The gateway's HTTP surface.
+
+Agents (role token, `Authorization: Bearer aet_...`):
+    /envs/{id}/mcp                        MCP (streamable HTTP): the instance's tools for the caller's role
+    GET  /envs/{id}/tools                 the same tools over REST
+    POST /envs/{id}/tools/{name}          call one (body: the arguments object)
+    GET  /envs/{id}/.well-known/agent-env.json   the instance's card (tools of the caller's role)
+The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's folder):
+    POST /envs/{id}/agentenv              the JSON-RPC data plane, fanned out to every app
+    /admin/instances[/{id}[/tokens/{agent} | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agentenv.envs import card as cards
+from agentenv.envs import dataplane
+from agentenv.envs.serve import BodyTooLarge, read_body
+from agentenv.errors import BadInput, from_validation_error
+from agentenv.gateway.instance import CompositionError
+from agentenv.gateway.roles import RoleError
+from agentenv.gateway.service import Caller, Gateway, GatewayError
+from agentenv.gateway.spec import InstanceSpec, RoleSpec
+
+
+class CallRequest(BaseModel):
+    tool: str
+    arguments: dict[str, Any] = {}
+    agent: str | None = None
+    role: str | None = None
+    idempotency_key: str | None = None
+
+
+class AgentRole(BaseModel):
+    role: str
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class RawAsgi:
+    """Starlette treats a function endpoint as request -> response; an object is served as raw ASGI."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.app(scope, receive, send)
+
+
+def create_app(gateway: Gateway) -> Starlette:
+    limit = gateway.max_body_bytes
+
+    async def body_json(request: Request) -> Any:
+        try:
+            raw = await read_body(request, limit)
+        except BodyTooLarge:
+            raise GatewayError(413, f"request body over the {limit // 1024} KiB limit") from None
+        try:
+            return json.loads(raw) if raw else {}
+        except ValueError:
+            raise GatewayError(400, "the body is not valid JSON") from None
+
+    def parse(model: type[BaseModel], data: Any, what: str) -> Any:
+        try:
+            return model.model_validate(data)
+        except ValidationError as e:
+            raise GatewayError(400, str(from_validation_error(e, what))) from None
+
+    def admin_only(request: Request) -> None:
+        if not gateway.is_admin(request.headers.get("authorization")):
+            raise GatewayError(401, "this needs the gateway's admin token")
+
+    def guarded(handler):
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except GatewayError as e:
+                return _error(e.status, str(e))
+            except (RoleError, CompositionError, BadInput) as e:
+                return _error(400, str(e))
+        return endpoint
+
+    # -- agents --
+
+    async def mcp_endpoint(scope, receive, send) -> None:
+        request = Request(scope)
+        try:
+            caller = gateway.authenticate(scope["path_params"]["instance"], request.headers.get("authorization"))
+        except GatewayError as e:
+            await _error(e.status, str(e))(scope, receive, send)
+            return
+        scope["agentenv.caller"] = caller
+        await gateway.mcp(scope, receive, send)
+
+    def caller_of(request: Request) -> Caller:
+        return gateway.authenticate(request.path_params["instance"], request.headers.get("authorization"))
+
+    async def list_tools(request: Request) -> Response:
+        caller = caller_of(request)
+        return JSONResponse({"role": caller.role, "tools": [
+            {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+            for t in gateway.listing(caller)]})
+
+    async def call_tool(request: Request) -> Response:
+        caller = caller_of(request)
+        arguments = await body_json(request)
+        if not isinstance(arguments, dict):
+            raise GatewayError(400, "the body must be a JSON object of the tool's arguments")
+        outcome = await gateway.call(caller, request.path_params["name"], arguments, via="rest")
+        if "error" not in outcome:
+            return JSONResponse({"result": outcome["result"]})
+        status = 404 if outcome.get("unknown") else 403 if outcome.get("refused") else 422
+        return _error(status, outcome["error"])
+
+    async def card(request: Request) -> Response:
+        instance_id = request.path_params["instance"]
+        if gateway.is_admin(request.headers.get("authorization")):
+            inst = gateway.get(instance_id)
+            listed = [{"name": name, "description": r.spec.description, "inputSchema": r.spec.input_schema}
+                      for name, r in inst.tools.items()]
+        else:
+            caller = caller_of(request)
+            inst = caller.instance
+            listed = [{"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+                      for t in gateway.listing(caller)]
+        body = cards.EnvironmentCard(
+            name=inst.spec.env,
+            capabilities=cards.Capabilities(tools=[cards.CardTool(**t) for t in listed], extensions=[],
+                                            operations=list(inst.operations)),
+            children_environments=[
+                cards.EnvironmentCard(name=name, additionalInterfaces=[],
+                                      capabilities=cards.Capabilities(operations=[]))
+                for name in inst.apps],
+        )
+        return JSONResponse(body.wire())
+
+    # -- the run --
+
+    async def data_plane(request: Request) -> Response:
+        admin_only(request)
+        inst = gateway.get(request.path_params["instance"])
+        try:
+            raw = await read_body(request, limit)
+        except BodyTooLarge:
+            return _error(413, f"request body over the {limit // 1024} KiB limit")
+        return JSONResponse(await dataplane.handle(raw, inst))
+
+    async def instances(request: Request) -> Response:
+        admin_only(request)
+        return JSONResponse({"instances": gateway.list_instances()})
+
+    async def instance(request: Request) -> Response:
+        admin_only(request)
+        instance_id = request.path_params["instance"]
+        if request.method == "DELETE":
+            keep = request.query_params.get("keep_data") in ("1", "true")
+            return JSONResponse({"deleted": await gateway.delete(instance_id, keep_data=keep)})
+        if request.method == "GET":
+            inst = gateway.get(instance_id)
+            return JSONResponse(describe(inst))
+        data = await body_json(request)
+        if isinstance(data, dict):
+            data.setdefault("id", instance_id)
+        spec = parse(InstanceSpec, data, f"instance {instance_id}")
+        if spec.id != instance_id:
+            raise GatewayError(400, f"the body's id {spec.id!r} differs from the path's {instance_id!r}")
+        try:
+            spec.agent_roles()
+        except ValueError as e:
+            raise GatewayError(400, str(e)) from None
+        return JSONResponse(describe(await gateway.put(spec)))
+
+    def describe(inst) -> dict[str, Any]:
+        return {"id": inst.spec.id, "env": inst.spec.env, "apps": list(inst.apps), "agents": inst.agents,
+                "roles": {role: sorted(tools) for role, tools in inst.allowed.items()},
+                "paths": {"mcp": f"/envs/{inst.spec.id}/mcp", "tools": f"/envs/{inst.spec.id}/tools",
+                          "card": f"/envs/{inst.spec.id}{cards.CARD_PATH}"}}
+
+    async def token(request: Request) -> Response:
+        admin_only(request)
+        return JSONResponse({"token": gateway.token(request.path_params["instance"], request.path_params["agent"])})
+
+    async def role(request: Request) -> Response:
+        admin_only(request)
+        spec = parse(RoleSpec, await body_json(request), "role")
+        allowed = await gateway.set_role(request.path_params["instance"], request.path_params["role"], spec)
+        return JSONResponse({"role": request.path_params["role"], "tools": sorted(allowed)})
+
+    async def agent(request: Request) -> Response:
+        admin_only(request)
+        body = parse(AgentRole, await body_json(request), "agent")
+        await gateway.set_agent_role(request.path_params["instance"], request.path_params["agent"], body.role)
+        return JSONResponse({"agent": request.path_params["agent"], "role": body.role})
+
+    async def admin_call(request: Request) -> Response:
+        admin_only(request)
+        body = parse(CallRequest, await body_json(request), "call")
+        inst = gateway.get(request.path_params["instance"])
+        if body.role and body.role not in inst.spec.roles:
+            raise GatewayError(400, f"no role {body.role!r} (roles: {', '.join(inst.spec.roles)})")
+        if body.agent and body.agent not in inst.agents:
+            raise GatewayError(400, f"no agent {body.agent!r} (agents: {', '.join(inst.agents)})")
+        if not (body.agent or body.role):
+            raise GatewayError(400, "say who calls: 'agent' or 'role'")
+        caller = Caller(inst, body.agent or f"@{body.role}", as_role=None if body.agent else body.role)
+        return JSONResponse(await gateway.call(caller, body.tool, body.arguments, via="run",
+                                               idempotency_key=body.idempotency_key))
+
+    async def snapshot(request: Request) -> Response:
+        admin_only(request)
+        inst = gateway.get(request.path_params["instance"])
+        if request.method == "GET":
+            return Response(inst.snapshot(), media_type="application/x-tar")
+        try:
+            inst.restore(await read_body(request, 1024 * 1024 * 1024))
+        except ValueError as e:
+            raise GatewayError(400, str(e)) from None
+        return JSONResponse({"restored": inst.spec.id})
+
+    async def trajectory(request: Request) -> Response:
+        admin_only(request)
+        after = int(request.query_params.get("after", "0") or 0)
+        return JSONResponse({"entries": gateway.read_trajectory(request.path_params["instance"], after)})
+
+    async def ready(request: Request) -> Response:
+        return JSONResponse({"ready": True})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with gateway.mcp.lifespan():
+            yield
+
+    base = "/envs/{instance}"
+    return Starlette(routes=[
+        Route("/ready", ready, methods=["GET"]),
+        Route(base + "/mcp", RawAsgi(mcp_endpoint), methods=["GET", "POST", "DELETE"]),
+        Route(base + "/tools", guarded(list_tools), methods=["GET"]),
+        Route(base + "/tools/{name}", guarded(call_tool), methods=["POST"]),
+        Route(base + cards.CARD_PATH, guarded(card), methods=["GET"]),
+        Route(base + cards.RPC_PATH, guarded(data_plane), methods=["POST"]),
+        Route("/admin/instances", guarded(instances), methods=["GET"]),
+        Route("/admin/instances/{instance}", guarded(instance), methods=["GET", "PUT", "DELETE"]),
+        Route("/admin/instances/{instance}/tokens/{agent}", guarded(token), methods=["GET"]),
+        Route("/admin/instances/{instance}/roles/{role}", guarded(role), methods=["PUT"]),
+        Route("/admin/instances/{instance}/agents/{agent}", guarded(agent), methods=["PUT"]),
+        Route("/admin/instances/{instance}/call", guarded(admin_call), methods=["POST"]),
+        Route("/admin/instances/{instance}/snapshot", guarded(snapshot), methods=["GET", "PUT"]),
+        Route("/admin/instances/{instance}/trajectory", guarded(trajectory), methods=["GET"]),
+    ], lifespan=lifespan)

@@ -1,0 +1,258 @@
+"""The gateway's state and logic: instances, who may call what, and the calls themselves.
+
+Instance specs are persisted in the gateway's own store and app data lives in per-instance SQLite
+files, so a restarted gateway serves the same instances with the same data and the same tokens.
+"""
+
+from __future__ import annotations
+
+import hmac
+import shutil
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+
+from agentenv.envs.app import ToolError
+from agentenv.envs.context import Ctx
+from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
+from agentenv.gateway import tokens, trajectory
+from agentenv.gateway.instance import EnvInstance
+from agentenv.gateway.mcp_tools import GET_TIME
+from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.stores.local import SqliteDocumentStore
+
+COLLECTION = "gateway_instances"
+
+
+class GatewayError(Exception):
+    """A refusal with an HTTP status: the message says what is wrong and what to do."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Caller:
+    """An agent of an instance; `as_role` is for the run's own setup calls, made as a role."""
+
+    __slots__ = ("instance", "agent", "as_role")
+
+    def __init__(self, instance: EnvInstance, agent: str, as_role: str | None = None) -> None:
+        self.instance, self.agent, self.as_role = instance, agent, as_role
+
+    @property
+    def role(self) -> str:
+        return self.as_role or self.instance.role_of(self.agent)
+
+
+class Gateway:
+    def __init__(self, root: Path, *, max_body_bytes: int = 16 * 1024 * 1024) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.key = tokens.load_or_create_key(root / "key")
+        self.admin_token = tokens.admin_token(self.key)
+        self.store = SqliteDocumentStore(root / "instances.sqlite")
+        self.max_body_bytes = max_body_bytes
+        self._instances: dict[str, EnvInstance] = {}
+        self._tokens: dict[str, dict[str, str]] = {}  # instance -> {token: agent}
+        self._channels: dict[str, ChangeChannel] = {}
+        self._listings: dict[tuple[str, str], list[types.Tool]] = {}
+        self.trajectory = trajectory.TrajectoryWriter()
+        self.mcp = McpEndpoint(self, "agentenv-gateway", max_body_bytes=max_body_bytes)
+
+    def close(self) -> None:
+        self.trajectory.close()
+        for inst in self._instances.values():
+            inst.close()
+        self._instances.clear()
+        self.store.close()
+
+    # -- instances --
+
+    def folder(self, instance_id: str) -> Path:
+        return self.root / "instances" / instance_id
+
+    def get(self, instance_id: str) -> EnvInstance:
+        inst = self._instances.get(instance_id)
+        if inst is not None:
+            return inst
+        doc = self.store.get(COLLECTION, instance_id)
+        if doc is None:
+            raise GatewayError(404, f"no environment instance {instance_id!r} on this gateway")
+        return self._open(InstanceSpec.model_validate(doc))
+
+    def _open(self, spec: InstanceSpec) -> EnvInstance:
+        inst = EnvInstance(spec, self.folder(spec.id))
+        self._instances[spec.id] = inst
+        self._tokens[spec.id] = {tokens.agent_token(self.key, spec.id, agent): agent for agent in inst.agents}
+        self._channels.setdefault(spec.id, ChangeChannel())
+        return inst
+
+    def _save(self, inst: EnvInstance) -> None:
+        self.store.put(COLLECTION, inst.spec.id, inst.spec.model_dump(mode="json"))
+
+    def list_instances(self) -> list[dict[str, Any]]:
+        return self.store.query(COLLECTION)
+
+    async def put(self, spec: InstanceSpec) -> EnvInstance:
+        """Create an instance, or update roles, agents and clock of an existing one (idempotent)."""
+        try:
+            current = self.get(spec.id)
+        except GatewayError:
+            current = None
+        if current is None:
+            inst = self._open(spec)
+            self._save(inst)
+            return inst
+        if [a.model_dump() for a in current.spec.apps] != [a.model_dump() for a in spec.apps]:
+            raise GatewayError(409, f"instance {spec.id!r} already exists with other apps; tear it down first")
+        for role, role_spec in spec.roles.items():
+            current.set_role(role, role_spec)
+        current.agents = spec.agent_roles()
+        current.spec = spec
+        self._tokens[spec.id] = {tokens.agent_token(self.key, spec.id, a): a for a in current.agents}
+        self._save(current)
+        await self._tools_changed(spec.id)
+        return current
+
+    async def delete(self, instance_id: str, *, keep_data: bool = False) -> bool:
+        try:
+            inst = self.get(instance_id)
+        except GatewayError:
+            return False
+        inst.close()
+        self._instances.pop(instance_id, None)
+        self._tokens.pop(instance_id, None)
+        self._channels.pop(instance_id, None)
+        self.store.delete(COLLECTION, instance_id)
+        if not keep_data:
+            self.trajectory.flush()
+            shutil.rmtree(self.folder(instance_id), ignore_errors=True)
+        return True
+
+    async def set_role(self, instance_id: str, role: str, spec: RoleSpec) -> frozenset[str]:
+        inst = self.get(instance_id)
+        allowed = inst.set_role(role, spec)
+        self._save(inst)
+        await self._tools_changed(instance_id)
+        return allowed
+
+    async def set_agent_role(self, instance_id: str, agent: str, role: str) -> None:
+        inst = self.get(instance_id)
+        if role not in inst.spec.roles:
+            raise GatewayError(400, f"no role {role!r} in instance {instance_id!r} (roles: {', '.join(inst.spec.roles)})")
+        inst.agents[agent] = role
+        inst.spec.agents = dict(inst.agents)
+        self._tokens[instance_id][tokens.agent_token(self.key, instance_id, agent)] = agent
+        self._save(inst)
+        await self._tools_changed(instance_id)
+
+    async def _tools_changed(self, instance_id: str) -> None:
+        for key in [k for k in self._listings if k[0] == instance_id]:
+            del self._listings[key]
+        if channel := self._channels.get(instance_id):
+            await channel.tools_changed()
+
+    def token(self, instance_id: str, agent: str) -> str:
+        inst = self.get(instance_id)
+        if agent not in inst.agents:
+            raise GatewayError(404, f"no agent {agent!r} in instance {instance_id!r} (agents: {', '.join(inst.agents)})")
+        return tokens.agent_token(self.key, instance_id, agent)
+
+    # -- who is calling --
+
+    def authenticate(self, instance_id: str, authorization: str | None) -> Caller:
+        token = tokens.bearer(authorization)
+        if token is None:
+            raise GatewayError(401, "missing role token: send 'Authorization: Bearer <token>' "
+                                    "(get one with `agent-env tools token INSTANCE AGENT`)")
+        inst = self.get(instance_id)
+        agent = self._tokens[instance_id].get(token)
+        if agent is None:
+            raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
+        return Caller(inst, agent)
+
+    def is_admin(self, authorization: str | None) -> bool:
+        token = tokens.bearer(authorization)
+        return token is not None and hmac.compare_digest(token, self.admin_token)
+
+    # -- tools (the MCP tool host) --
+
+    def channel(self, request) -> ChangeChannel:
+        return self._channels[request.scope["agentenv.caller"].instance.spec.id]
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        return None  # schemas depend on the instance; arguments are validated when the call runs
+
+    def listing(self, caller: Caller) -> list[types.Tool]:
+        inst, role = caller.instance, caller.role
+        key = (inst.spec.id, role)
+        tools = self._listings.get(key)
+        if tools is None:
+            allowed = inst.allowed[role]
+            tools = self._listings[key] = [
+                mcp_tool(_exposed(route)) for name, route in inst.tools.items() if name in allowed]
+        return tools
+
+    async def list_tools(self, request) -> list[types.Tool]:
+        return self.listing(request.scope["agentenv.caller"])
+
+    async def call_tool(self, request, name: str, arguments: dict[str, Any], meta: dict[str, Any]):
+        outcome = await self.call(request.scope["agentenv.caller"], name, arguments, via="mcp")
+        return tool_error(outcome["error"]) if "error" in outcome else tool_result(outcome["result"])
+
+    async def call(self, caller: Caller, name: str, arguments: dict[str, Any], *, via: str,
+                   idempotency_key: str | None = None) -> dict[str, Any]:
+        """Call a tool as `caller`, enforcing its role, and record it. Returns {"result"} or {"error", "refused"?}."""
+        inst, role = caller.instance, caller.role
+        started = time.perf_counter()
+        vnow = inst.now()
+        outcome: dict[str, Any]
+        route = inst.tools.get(name)
+        if route is None:
+            outcome = {"error": f"unknown tool {name!r}", "unknown": True}
+        elif name not in inst.allowed[role]:
+            outcome = {"error": f"tool {name!r} is not available to role {role!r}", "refused": True}
+        else:
+            ctx = Ctx(role=role, run_id=inst.spec.run_id, agent=caller.agent, instance=inst.spec.id,
+                      virtual_now=vnow, idempotency_key=idempotency_key)
+            try:
+                if route.app is None:  # a gateway tool
+                    result = inst.time_answer(route.spec.parse_arguments(arguments).get("zone"))
+                else:
+                    result = await route.app.call_async(route.spec.name, arguments, ctx)
+                outcome = {"result": result}
+            except ToolError as e:
+                outcome = {"error": str(e)}
+            except Exception as e:  # noqa: BLE001 - a broken tool must not take the gateway down
+                outcome = {"error": f"internal error in tool {name!r}: {type(e).__name__}: {e}"}
+        self.trajectory.record(inst.trajectory_path, {
+            "instance": inst.spec.id, "run_id": inst.spec.run_id, "agent": caller.agent, "role": role,
+            "tool": name, "arguments": arguments, "via": via,
+            **({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]}),
+            "refused": bool(outcome.get("refused")),
+            "virtual_time": vnow.isoformat().replace("+00:00", "Z"),
+            "real_time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        })
+        return outcome
+
+    def read_trajectory(self, instance_id: str, after: int = 0) -> list[dict[str, Any]]:
+        self.get(instance_id)
+        self.trajectory.flush()
+        return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after)
+
+
+def _exposed(route):
+    """The tool as agents see it: its exposed name (app prefix applied)."""
+    if route.spec.name == route.exposed:
+        return route.spec
+    from dataclasses import replace
+
+    return replace(route.spec, name=route.exposed)
+
+
+__all__ = ["GET_TIME", "Caller", "Gateway", "GatewayError"]

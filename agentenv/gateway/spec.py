@@ -1,0 +1,65 @@
+"""What an instance is made of: its apps, roles and agents. Pushed to the gateway by the run."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AppRef(_Spec):
+    app: str = Field(description="a built-in app name (notes, mail, chat, helpdesk, billing) or MODULE:Class")
+    name: str | None = Field(None, pattern=NAME, description="name within the instance (default: the app's name)")
+    prefix: str = Field("", pattern=r"^([a-z][a-z0-9_]{0,19}_)?$",
+                        description="prepended to its tool names, to tell two apps' tools apart")
+
+
+class RoleSpec(_Spec):
+    """Which tools a role sees and may call. Patterns: a tool name, `app.tool`, globs like `mail.*`
+    or `*`. `*` and other globs never include hidden tools; name those explicitly."""
+
+    tools: list[str] = Field(default_factory=lambda: ["*"])
+    deny: list[str] = Field(default_factory=list)
+
+
+class InstanceSpec(_Spec):
+    id: str = Field(description="unique id; paths are /envs/{id}/...")
+    run_id: str | None = None
+    env: str = Field("env", description="the environment's name, shown on its card")
+    apps: list[AppRef] = Field(min_length=1)
+    roles: dict[str, RoleSpec] = Field(default_factory=lambda: {"agent": RoleSpec()})
+    agents: dict[str, str] = Field(
+        default_factory=dict, description="agent name -> role; default: one agent per role, named like it")
+    now: datetime | None = Field(None, description="a fixed virtual time (until the clock arrives); default: UTC now")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not INSTANCE_ID.match(value):
+            raise ValueError("instance ids are letters, digits, '.', '_' and '-' (max 128), starting alnum")
+        return value
+
+    @field_validator("roles")
+    @classmethod
+    def _roles(cls, roles: dict[str, RoleSpec]) -> dict[str, RoleSpec]:
+        for name in roles:
+            if not re.match(NAME, name):
+                raise ValueError(f"role name {name!r} must be lowercase letters, digits, '_' or '-'")
+        if not roles:
+            raise ValueError("an instance needs at least one role")
+        return roles
+
+    def agent_roles(self) -> dict[str, str]:
+        agents = dict(self.agents) or {role: role for role in self.roles}
+        for agent, role in agents.items():
+            if role not in self.roles:
+                raise ValueError(f"agent {agent!r} has role {role!r}, which is not one of: {', '.join(self.roles)}")
+        return agents
