@@ -47,10 +47,21 @@ class ServerSettings(_Section):
     ui: bool = True
 
 
+class GatewaySettings(_Section):
+    """The gateway agents reach environments through. No url means the embedded one (a local daemon)."""
+
+    url: str | None = Field(None, description="base URL of a running gateway; unset = the embedded gateway")
+    admin_token: str | None = Field(None, description="admin token of that gateway; prefer AGENTENV_GATEWAY_TOKEN")
+    ip: str = "127.0.0.1"
+    port: int = Field(8790, ge=1, le=65535)
+    max_body_kib: int = Field(16 * 1024, ge=16, description="largest request body the gateway accepts")
+
+
 class Settings(_Section):
     state_dir: Path
     temporal: TemporalSettings = TemporalSettings()
     server: ServerSettings = ServerSettings()
+    gateway: GatewaySettings = GatewaySettings()
     config_file: Path | None = Field(None, exclude=True)
 
     @property
@@ -117,6 +128,9 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "AGENTENV_TASK_QUEUE": ("temporal", "task_queue"),
     "AGENTENV_SERVER_PORT": ("server", "port"),
     "AGENTENV_UI_PORT": ("server", "ui_port"),
+    "AGENTENV_GATEWAY_URL": ("gateway", "url"),
+    "AGENTENV_GATEWAY_TOKEN": ("gateway", "admin_token"),
+    "AGENTENV_GATEWAY_PORT": ("gateway", "port"),
 }
 
 

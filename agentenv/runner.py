@@ -24,13 +24,18 @@ def new_run_id(task_id: str) -> str:
     return f"{task_id}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def plan(task: TaskSpec, run_id: str, *, search_attributes: bool = True) -> RunInput:
-    """Resolve each step's type into what the workflow needs (local or not, timeouts, retries)."""
+def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: bool = True) -> RunInput:
+    """Resolve each step's type into what the workflow needs (local or not, timeouts, retries), and let
+    step types prepare their config (inline environment records, store data as artifacts)."""
+    from agentenv.steps import PlanContext
+
+    context = PlanContext(run_id=run_id, settings=settings, bundle=task.bundle)
     steps = []
     for s in task.steps:
         st = registry.get(s.type)
+        config = st.prepare(dict(s.config), context) if st.prepare else s.config
         steps.append(StepPlan(
-            id=s.id, type=s.type, depends_on=s.depends_on, config=s.config, on_failure=s.on_failure,
+            id=s.id, type=s.type, depends_on=s.depends_on, config=config, on_failure=s.on_failure,
             timeout=s.timeout or st.timeout, retries=st.retries if s.retries is None else s.retries,
             local=st.local, heartbeat_timeout=st.heartbeat_timeout,
         ))
@@ -48,7 +53,7 @@ async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_i
 
     run_id = run_id or new_run_id(task.id)
     use_attributes = await ensure_search_attributes(client, settings.temporal.namespace)
-    inp = plan(task, run_id, search_attributes=use_attributes)
+    inp = plan(task, run_id, settings, search_attributes=use_attributes)
     search = TypedSearchAttributes([
         SearchAttributePair(attributes.TASK_ID, task.id),
         SearchAttributePair(attributes.TASK_VERSION, task.version),

@@ -19,7 +19,9 @@ BARE = Path(__file__).with_name("bare_temporal_hello.py")
 
 
 def stop(env) -> None:
+    """Cold means neither daemon runs: stop the Temporal server and the gateway."""
     subprocess.run([AGENT_ENV, "server", "stop"], env=env, capture_output=True, check=True)
+    subprocess.run([AGENT_ENV, "gateway", "stop"], env=env, capture_output=True, check=True)
 
 
 def measure() -> dict:

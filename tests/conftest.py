@@ -34,6 +34,9 @@ def free_port() -> int:
 
 os.environ["AGENTENV_SERVER_PORT"] = str(free_port())
 os.environ["AGENTENV_UI_PORT"] = str(free_port())
+os.environ["AGENTENV_GATEWAY_PORT"] = str(free_port())
+for var in ("AGENTENV_GATEWAY_URL", "AGENTENV_GATEWAY_TOKEN"):
+    os.environ.pop(var, None)
 
 
 @pytest.fixture(scope="session")
@@ -45,11 +48,13 @@ def settings():
 
 @pytest.fixture(scope="session")
 def server(settings):
+    from agentenv.gateway import daemon as gateway
     from agentenv.temporal import server as embedded
 
     info = embedded.start(settings)
     yield info
     embedded.stop(settings)
+    gateway.stop(settings)  # started on demand by the first environment step
 
 
 @pytest.fixture(scope="session")

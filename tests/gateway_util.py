@@ -17,7 +17,7 @@ from agentenv.gateway.client import GatewayClient
 from agentenv.gateway.http import create_app
 from agentenv.gateway.service import Gateway
 
-SUPPORT_DATA = Path(__file__).parent.parent / "agentenv" / "envs" / "builtin" / "data" / "support_desk.json"
+SUPPORT_DATA = Path(__file__).parent.parent / "agentenv" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
 
 
 @contextlib.asynccontextmanager

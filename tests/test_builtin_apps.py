@@ -16,7 +16,7 @@ from agentenv.envs.builtin.helpdesk import Helpdesk
 from agentenv.envs.builtin.mail import Mail
 from agentenv.envs.instance import AppInstance, load_app_class
 
-DATA = Path(__file__).parents[1] / "agentenv" / "envs" / "builtin" / "data" / "support_desk.json"
+DATA = Path(__file__).parents[1] / "agentenv" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
 SAMPLE = json.loads(DATA.read_text())
 NOW = datetime(2026, 2, 16, 9, 0, tzinfo=UTC)
 NOW_ISO = "2026-02-16T09:00:00Z"

@@ -24,10 +24,11 @@ def cli(*args, env=None, cwd=None, timeout=60) -> subprocess.CompletedProcess:
 @pytest.fixture
 def fresh_env(tmp_path):
     """A state directory and ports of its own: nothing running yet."""
-    env = {**os.environ, "AGENTENV_HOME": str(tmp_path / "home"),
-           "AGENTENV_SERVER_PORT": str(free_port()), "AGENTENV_UI_PORT": str(free_port())}
+    env = {**os.environ, "AGENTENV_HOME": str(tmp_path / "home"), "AGENTENV_SERVER_PORT": str(free_port()),
+           "AGENTENV_UI_PORT": str(free_port()), "AGENTENV_GATEWAY_PORT": str(free_port())}
     yield env
     cli("server", "stop", env=env)
+    cli("gateway", "stop", env=env)
 
 
 def test_help_imports_nothing_heavy():
@@ -63,7 +64,7 @@ def test_run_without_argument_lists_what_can_run():
 def test_run_hello(server):
     done = cli("run", "hello")
     assert done.returncode == 0, done.stdout + done.stderr
-    for step in ("greet_ada", "greet_alan", "read_back", "verify"):
+    for step in ("notes", "greet_ada", "greet_alan", "verify"):
         assert step in done.stdout
     assert "score 1.00 (3/3)" in done.stdout
     assert "PASSED · score 1.00" in done.stdout
@@ -73,7 +74,7 @@ def test_run_hello(server):
     listed = cli("runs", "list")
     assert run_id in listed.stdout and "passed" in listed.stdout
     shown = cli("runs", "show", run_id[:-2])  # a unique prefix is enough
-    assert shown.returncode == 0 and "score 1.00" in shown.stdout and '"count": 2' in shown.stdout
+    assert shown.returncode == 0 and "score 1.00" in shown.stdout and '"both greetings are stored": 2' in shown.stdout
     record = json.loads(cli("runs", "show", run_id, "--json").stdout)
     assert record["status"] == "passed" and record["steps"]["verify"]["score"]["value"] == 1.0
     lines = [json.loads(x) for x in cli("runs", "list", "--json", "--task", "hello").stdout.splitlines()]

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from agentenv_teststeps.scratchpad import Scratchpad
 from conftest import free_port
 
 from agentenv import runner
 from agentenv.config import ServerSettings, Settings
-from agentenv.envs.scratchpad import Scratchpad
 from agentenv.spec.loader import parse_task
 from agentenv.spec.run import RunState, RunStatus
 from agentenv.temporal import server
@@ -52,7 +52,8 @@ class Cluster:
                                  server=ServerSettings(port=free_port(), ui_port=free_port(), ui=False))
         self.env = {**os.environ, "AGENTENV_HOME": str(self.settings.state_dir),
                     "AGENTENV_SERVER_PORT": str(self.settings.server.port),
-                    "AGENTENV_UI_PORT": str(self.settings.server.ui_port)}
+                    "AGENTENV_UI_PORT": str(self.settings.server.ui_port),
+                    "AGENTENV_GATEWAY_PORT": str(free_port())}
         self.log = root / "workers.log"
         self.workers: list[subprocess.Popen] = []
 
@@ -78,6 +79,7 @@ class Cluster:
                 proc.kill()
             proc.wait()
         server.stop(self.settings)
+        subprocess.run([AGENT_ENV, "gateway", "stop"], env=self.env, capture_output=True, timeout=30)
 
 
 @pytest.fixture

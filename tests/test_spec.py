@@ -30,10 +30,10 @@ def problems(data) -> str:
 def test_hello_loads_with_its_dag():
     spec = resolve_target("hello")
     assert spec.id == "hello"
-    assert [s.id for s in spec.steps] == ["greet_ada", "greet_alan", "read_back", "verify"]
-    assert spec.step("read_back").depends_on == ["greet_ada", "greet_alan"]
-    assert spec.step("greet_ada").depends_on == [] and spec.step("greet_alan").depends_on == []
-    assert spec.step("verify").type == "check"
+    assert [s.id for s in spec.steps] == ["notes", "greet_ada", "greet_alan", "verify"]
+    assert spec.step("verify").depends_on == ["greet_ada", "greet_alan"]
+    assert spec.step("greet_ada").depends_on == ["notes"] and spec.step("greet_alan").depends_on == ["notes"]
+    assert spec.step("verify").type == "check_state"
 
 
 def test_defaults_and_durations():
@@ -98,8 +98,8 @@ def test_step_config_is_checked_against_its_type():
     msg = problems(task(step("v", type="check", config={"checks": [{"name": "x", "value": 1}]})))
     assert "step 'v'.config.checks[0]" in msg
     assert "exactly one operator" in msg
-    msg = problems(task(step("w", type="scratchpad_write", config={"key": "k"})))
-    assert "step 'w'.config.text: required field is missing" in msg
+    msg = problems(task(step("e", type="deploy_env"), step("w", type="call_tool", depends_on=["e"], config={"env": "e"})))
+    assert "step 'w'.config.tool: required field is missing" in msg
     msg = problems(task(step("s", type="sleep", config={"seconds": 1, "sconds": 2})))
     assert "step 's'.config.sconds: unknown field" in msg
 
@@ -163,7 +163,7 @@ def test_json_schema_documents_every_step_type():
     schema = task_schema()
     json.dumps(schema)
     step_def = schema["$defs"]["StepSpec"]
-    assert {"check", "sleep", "scratchpad_write", "echo"} <= set(step_def["properties"]["type"]["enum"])
+    assert {"check", "sleep", "deploy_env", "call_tool", "echo"} <= set(step_def["properties"]["type"]["enum"])
     check_rule = next(r for r in step_def["allOf"] if r["if"]["properties"]["type"]["const"] == "check")
     ref = check_rule["then"]["properties"]["config"]["$ref"].split("/")[-1]
     assert "checks" in schema["$defs"][ref]["properties"]

@@ -37,7 +37,9 @@ async def test_hello_passes_with_score_one(run_task):
     state = await run_task(resolve_target("hello").model_dump(mode="json"))
     assert state.status is RunStatus.PASSED
     assert state.score == 1.0
-    assert state.steps["read_back"].outputs == {"count": 2, "notes": {"ada": "Hello, Ada!", "alan": "Hello, Alan!"}}
+    assert state.steps["notes"].outputs["instance"] == f"{state.run_id}.notes"
+    assert state.steps["greet_ada"].outputs["result"]["key"] == "ada"
+    assert state.steps["verify"].outputs["values"]["both greetings are stored"] == 2
     assert state.steps["verify"].score.value == 1.0
     assert all(s.status is StepStatus.SUCCEEDED for s in state.steps.values())
     for s in state.steps.values():
@@ -209,7 +211,7 @@ async def test_unknown_step_type_on_the_worker_fails_without_retrying(client, se
     from agentenv.spec.run import StepPlan
 
     spec = parse_task(task(step("a")), "x")
-    inp = runner.plan(spec, runner.new_run_id("t"))
+    inp = runner.plan(spec, runner.new_run_id("t"), settings)
     inp.steps = [StepPlan(**{**inp.steps[0].model_dump(), "type": "not_installed", "retries": 5})]
     handle = await client.start_workflow(runner.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue,
                                          result_type=RunState)
@@ -224,7 +226,7 @@ async def test_long_runs_continue_as_new_and_keep_their_state(client, settings, 
     steps.append(step("read", "scratchpad_read", depends_on=["s11"]))
     steps.append(check("v", ["read", "s0"], {"name": "all written", "value": "${steps.read.outputs.count}", "equals": 12},
                        {"name": "first", "value": "${steps.s0.outputs.key}", "equals": "k0"}))
-    inp = runner.plan(parse_task(task(*steps, id="long"), "x"), runner.new_run_id("long"))
+    inp = runner.plan(parse_task(task(*steps, id="long"), "x"), runner.new_run_id("long"), settings)
     inp.continue_as_new_at = 20
     handle = await client.start_workflow(runner.WORKFLOW, inp, id=inp.run_id,
                                          task_queue=settings.temporal.task_queue, result_type=RunState)

@@ -73,3 +73,41 @@ def resolve_target(target: str, task: str | None = None) -> TaskSpec:
     if task not in files:
         raise NotFound(f"bundle {bundle.name} has no task '{task}'", f"choose one of: {', '.join(files)}")
     return load_task(files[task])
+
+
+def find_env(bundle: Path | None, name: str):
+    """An environment by name: `envs/NAME/env.toml` of the bundle, else a built-in app as a one-app env.
+
+    Returns (EnvRecord, its folder or None). Data files must stay inside the record's folder.
+    """
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from agentenv.envs.builtin import APPS
+    from agentenv.errors import BadInput, from_validation_error
+    from agentenv.spec.env import EnvRecord
+
+    path = bundle / "envs" / name / "env.toml" if bundle else None
+    if path is not None and path.is_file():
+        try:
+            record = EnvRecord.model_validate(tomllib.loads(path.read_text()))
+        except tomllib.TOMLDecodeError as e:
+            raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
+        except ValidationError as e:
+            raise from_validation_error(e, str(path)) from None
+        folder = path.parent
+        for file in record.data:
+            target = (folder / file).resolve()
+            if not target.is_relative_to(folder.resolve()):
+                raise BadInput(f"{path}: data file {file!r} is outside the environment's folder",
+                               "keep data files inside envs/<name>/")
+            if not target.is_file():
+                raise BadInput(f"{path}: data file {file!r} does not exist", f"add {target} or remove it from data")
+        return record, folder
+    if name in APPS:
+        return EnvRecord.for_app(name), None
+    local = sorted(p.name for p in (bundle / "envs").iterdir() if (p / "env.toml").is_file()) if bundle and (
+        bundle / "envs").is_dir() else []
+    raise NotFound(f"no environment {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
+                   "use one of: " + ", ".join(local + sorted(APPS)))

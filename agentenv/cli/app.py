@@ -21,9 +21,14 @@ runs_app = typer.Typer(help="List, inspect and cancel runs.", no_args_is_help=Tr
 server_app = typer.Typer(help="The embedded Temporal dev server (used when no address is configured).",
                          no_args_is_help=True)
 env_app = typer.Typer(help="Environments: serve an app on its own.", no_args_is_help=True)
+gateway_app = typer.Typer(help="The embedded gateway (used when no [gateway] url is configured).",
+                          no_args_is_help=True)
+tools_app = typer.Typer(help="An environment instance's tools, called as one of its agents.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 app.add_typer(server_app, name="server")
 app.add_typer(env_app, name="env")
+app.add_typer(gateway_app, name="gateway")
+app.add_typer(tools_app, name="tools")
 
 
 def _version(value: bool) -> None:
@@ -155,3 +160,76 @@ def env_serve(
     from agentenv.cli.env_cmd import serve_command
 
     raise typer.Exit(serve_command(target, host, port, state, data_root))
+
+
+@gateway_app.command("start")
+def gateway_start() -> None:
+    """Start the embedded gateway in the background (reused if already running)."""
+    from agentenv.cli.misc_cmd import gateway_command
+
+    raise typer.Exit(gateway_command("start"))
+
+
+@gateway_app.command("stop")
+def gateway_stop() -> None:
+    """Stop the embedded gateway. Instances and their data are kept and served again when it starts."""
+    from agentenv.cli.misc_cmd import gateway_command
+
+    raise typer.Exit(gateway_command("stop"))
+
+
+@gateway_app.command("status")
+def gateway_status() -> None:
+    """Show whether the embedded gateway runs and where. Exit 1 if stopped."""
+    from agentenv.cli.misc_cmd import gateway_command
+
+    raise typer.Exit(gateway_command("status"))
+
+
+@tools_app.command("list")
+def tools_list(
+    instance: Annotated[str, typer.Argument(help="Instance id (RUN_ID.STEP_ID, or a unique part of it).")],
+    agent: Annotated[str | None, typer.Option("--as", help="Act as this agent (default: the only one).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the tools as JSON.")] = False,
+) -> None:
+    """List the tools an agent of an instance sees."""
+    from agentenv.cli.tools_cmd import list_command
+
+    raise typer.Exit(list_command(instance, agent, json_out))
+
+
+@tools_app.command("call", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                             "help_option_names": []})
+def tools_call(
+    ctx: typer.Context,
+    instance: Annotated[str, typer.Argument(help="Instance id (RUN_ID.STEP_ID, or a unique part of it).")],
+    tool: Annotated[str, typer.Argument(help="The tool; then its arguments as --name value (--help lists them).")],
+    agent: Annotated[str | None, typer.Option("--as", help="Act as this agent (default: the only one).")] = None,
+    raw_json: Annotated[str | None, typer.Option("--json", help="All arguments as one JSON object.")] = None,
+) -> None:
+    """Call a tool as an agent: `agent-env tools call INSTANCE write_note --key ada --text Hi`."""
+    from agentenv.cli.tools_cmd import call_command
+
+    raise typer.Exit(call_command(instance, tool, agent, raw_json, list(ctx.args)))
+
+
+@tools_app.command("token")
+def tools_token(
+    instance: Annotated[str, typer.Argument(help="Instance id.")],
+    agent: Annotated[str, typer.Argument(help="The agent whose role token to print.")],
+) -> None:
+    """Print an agent's role token (for MCP clients: Authorization: Bearer <token>)."""
+    from agentenv.cli.tools_cmd import token_command
+
+    raise typer.Exit(token_command(instance, agent))
+
+
+@runs_app.command("trajectory")
+def runs_trajectory(
+    run_id: Annotated[str, typer.Argument(help="Run id, or a unique prefix of it.")],
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="Print every entry as a JSON line.")] = False,
+) -> None:
+    """Every tool call the run's environments received: who, role, tool, arguments, result, times."""
+    from agentenv.cli.runs_cmd import trajectory_command
+
+    raise typer.Exit(trajectory_command(run_id, jsonl))

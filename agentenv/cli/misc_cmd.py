@@ -83,3 +83,29 @@ def server_status_command() -> int:
                         + " — start it with `agent-env server start`, or just `agent-env run`")
     console().print(f"  data: {st.paths.db}\n  log:  {st.paths.log}")
     return 0 if st.running else 1
+
+
+def gateway_command(action: str) -> int:
+    from agentenv.gateway import daemon
+
+    settings = load_settings()
+    if settings.gateway.url:
+        console().print(f"using the gateway at {settings.gateway.url}; the embedded gateway is not used")
+        return 0 if action == "status" else 2
+    if action == "start":
+        info, started = daemon.start(settings, on_notice=notice)
+        console().print(f"gateway {'started' if started else 'already running'} at http://{info.address} "
+                        f"(pid {info.pid})\n  log: {info.log}")
+        return 0
+    if action == "stop":
+        stopped = daemon.stop(settings)
+        console().print(f"stopped the gateway (pid {stopped.pid}); instances are kept" if stopped
+                        else "the gateway was not running")
+        return 0
+    st = daemon.status(settings)
+    if st.running and st.info:
+        console().print(f"running at http://{st.info.address} (pid {st.info.pid})\n  log: {st.info.log}")
+        return 0
+    console().print("not running" + (" (stale pidfile; the next start removes it)" if st.stale_pidfile else "")
+                    + " — `agent-env gateway start`, or just `agent-env run`")
+    return 1

@@ -7,6 +7,7 @@ import json
 import signal
 import time
 
+from agentenv.cli import aio
 from agentenv.cli.output import Progress, console, notice, summary_line
 from agentenv.config import Settings, load_settings
 from agentenv.spec.run import RunStatus
@@ -20,7 +21,7 @@ def run_command(target: str | None, task: str | None, *, detach: bool, json_out:
     from agentenv.bundles import resolve_target
 
     spec = resolve_target(target, task)
-    return asyncio.run(_run(settings, spec, detach=detach, json_out=json_out))
+    return aio.run(_run(settings, spec, detach=detach, json_out=json_out))
 
 
 def _list_runnables() -> int:
@@ -108,7 +109,7 @@ async def _follow(handle, spec: TaskSpec, *, quiet: bool):
 
 def worker_command(identity: str | None) -> int:
     settings = load_settings()
-    return asyncio.run(_worker(settings, identity))
+    return aio.run(_worker(settings, identity))
 
 
 async def _worker(settings: Settings, identity: str | None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from agentenv.cli import aio
 from agentenv.cli.output import RUN_STYLE, console, notice, step_line, summary_line
 from agentenv.config import load_settings
 from agentenv.errors import BadInput
@@ -54,7 +55,7 @@ def show_command(run_id: str, json_out: bool) -> int:
     live = False
     if not state.status.finished:
         try:
-            state, live = asyncio.run(_live_state(settings, state.run_id)), True
+            state, live = aio.run(_live_state(settings, state.run_id)), True
         except Exception as e:  # noqa: BLE001 - the stored record is still worth showing
             notice(f"showing the last recorded state; live state unavailable ({e}). "
                    "Is a worker running? Start one with `agent-env worker`.")
@@ -97,7 +98,7 @@ def cancel_command(run_id: str, wait: bool) -> int:
     if record["status"] != RunStatus.RUNNING.value:
         raise BadInput(f"run {record['run_id']} already ended ({record['status']}); there is nothing to cancel",
                        "list running runs with `agent-env runs list --status running`")
-    return asyncio.run(_cancel(settings, record["run_id"], wait))
+    return aio.run(_cancel(settings, record["run_id"], wait))
 
 
 async def _cancel(settings, run_id: str, wait: bool) -> int:
@@ -119,4 +120,49 @@ async def _cancel(settings, run_id: str, wait: bool) -> int:
     finally:
         task.cancel()
     console().print(summary_line(state))
+    return 0
+
+
+def trajectory_command(run_id: str, jsonl: bool) -> int:
+    from agentenv.runner import find_run
+    from agentenv.stores import open_stores
+
+    settings = load_settings()
+    state = RunState.model_validate(find_run(settings, run_id))
+    instances = [s.outputs["instance"] for s in state.steps.values()
+                 if s.type == "deploy_env" and "instance" in s.outputs]
+    if not instances:
+        raise BadInput(f"run {state.run_id} deployed no environment, so it has no trajectory")
+    stores = open_stores(settings)
+
+    async def fetch(instance: str) -> list[dict]:
+        from agentenv.gateway.daemon import connect
+
+        async with connect(settings, start_daemon=False) as client:
+            return await client.trajectory(instance)
+
+    entries: list[dict] = []
+    for instance in instances:
+        key = f"runs/{state.run_id}/trajectories/{instance}.jsonl"
+        if stores.objects.exists(key):  # kept by teardown_env
+            entries += [json.loads(line) for line in stores.objects.get(key).decode().splitlines()]
+        else:
+            entries += aio.run(fetch(instance))
+    entries.sort(key=lambda e: (e.get("real_time", ""), e.get("seq", 0)))
+    if jsonl:
+        for entry in entries:
+            print(json.dumps(entry, ensure_ascii=False))
+        return 0
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for col in ("virtual time", "agent", "role", "tool", "arguments", "outcome", "ms"):
+        table.add_column(col, no_wrap=col not in ("arguments", "outcome"), overflow="fold")
+    for e in entries:
+        outcome = (f"[red]refused: {e['error']}[/]" if e.get("refused") else f"[red]{e['error']}[/]" if "error" in e
+                   else json.dumps(e.get("result"), ensure_ascii=False))
+        table.add_row(e["virtual_time"], e["agent"], e["role"], e["tool"],
+                      json.dumps(e["arguments"], ensure_ascii=False)[:120], outcome[:160], f"{e['duration_ms']:.1f}")
+    console().print(table)
+    console().print(f"{len(entries)} calls")
     return 0

@@ -128,11 +128,22 @@ class AppInstance:
 
         self._transaction(run, defer_foreign_keys=True)
 
-    def load(self, data: dict[str, Any]) -> None:
+    def load(self, data: dict[str, Any], *, key: str | None = None) -> bool:
+        """Add data in one transaction. With `key`, a repeated load with the same key does nothing
+        (returns False): a load retried after a crash takes effect once."""
         if not isinstance(data, dict):
             raise ToolError(f"{self.app_cls.name}: data must be an object, got {type(data).__name__}")
+
+        def run() -> bool:
+            if key:
+                if self.db.execute("SELECT 1 FROM _agentenv_calls WHERE key = ?", (key,)).fetchone():
+                    return False
+                self.db.execute("INSERT INTO _agentenv_calls VALUES (?, 'loaded')", (key,))
+            self.app.load(data)
+            return True
+
         try:
-            self._transaction(self.app.load, data, defer_foreign_keys=True)
+            return self._transaction(run, defer_foreign_keys=True)
         except sqlite3.IntegrityError as e:
             raise ToolError(f"{self.app_cls.name}: the data breaks a constraint ({e}); nothing was loaded") from None
 

@@ -77,6 +77,11 @@ class GatewayClient:
         body = {"tool": tool, "arguments": arguments, "role": role, "agent": agent, "idempotency_key": idempotency_key}
         return await self._json("POST", f"/admin/instances/{instance}/call", json=body)
 
+    async def load(self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None,
+                   reset: bool = False) -> None:
+        await self._json("POST", f"/admin/instances/{instance}/load",
+                         json={"parts": parts, "idempotency_key": idempotency_key, "reset": reset})
+
     async def snapshot(self, instance: str) -> bytes:
         return (await self._request("GET", f"/admin/instances/{instance}/snapshot")).content
 

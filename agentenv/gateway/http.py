@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from agentenv.envs import card as cards
 from agentenv.envs import dataplane
+from agentenv.envs.app import ToolError
 from agentenv.envs.serve import BodyTooLarge, read_body
 from agentenv.errors import BadInput, from_validation_error
 from agentenv.gateway.instance import CompositionError
@@ -42,6 +43,12 @@ class CallRequest(BaseModel):
 
 class AgentRole(BaseModel):
     role: str
+
+
+class LoadRequest(BaseModel):
+    parts: list[dict[str, Any]]
+    idempotency_key: str | None = None
+    reset: bool = False
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -217,6 +224,22 @@ def create_app(gateway: Gateway) -> Starlette:
         return JSONResponse(await gateway.call(caller, body.tool, body.arguments, via="run",
                                                idempotency_key=body.idempotency_key))
 
+    async def load(request: Request) -> Response:
+        """data/add with an idempotency key (and optionally a reset first): what the run's steps use."""
+        admin_only(request)
+        body = parse(LoadRequest, await body_json(request), "load")
+        inst = gateway.get(request.path_params["instance"])
+        try:
+            parts = dataplane.check_parts({"parts": body.parts})
+            if body.reset:
+                await inst.reset()
+            await inst.add(parts, key=body.idempotency_key)
+        except dataplane.InvalidParams as e:
+            raise GatewayError(400, str(e)) from None
+        except ToolError as e:
+            raise GatewayError(422, str(e)) from None
+        return JSONResponse({"loaded": len(parts)})
+
     async def snapshot(request: Request) -> Response:
         admin_only(request)
         inst = gateway.get(request.path_params["instance"])
@@ -255,6 +278,7 @@ def create_app(gateway: Gateway) -> Starlette:
         Route("/admin/instances/{instance}/roles/{role}", guarded(role), methods=["PUT"]),
         Route("/admin/instances/{instance}/agents/{agent}", guarded(agent), methods=["PUT"]),
         Route("/admin/instances/{instance}/call", guarded(admin_call), methods=["POST"]),
+        Route("/admin/instances/{instance}/load", guarded(load), methods=["POST"]),
         Route("/admin/instances/{instance}/snapshot", guarded(snapshot), methods=["GET", "PUT"]),
         Route("/admin/instances/{instance}/trajectory", guarded(trajectory), methods=["GET"]),
     ], lifespan=lifespan)

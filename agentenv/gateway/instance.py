@@ -107,8 +107,9 @@ class EnvInstance:
         for inst in self.apps.values():
             inst.reset()
 
-    async def add(self, parts: list[dict[str, Any]]) -> None:
-        for part in parts:
+    async def add(self, parts: list[dict[str, Any]], *, key: str | None = None) -> None:
+        """Load parts into their apps. With `key`, each (part, app) loads once however often it is sent."""
+        for i, part in enumerate(parts):
             payload, app = dataplane.part_payload(part, None)
             targets = {app: payload} if app else payload
             unknown = [name for name in targets if name not in self.apps]
@@ -117,7 +118,7 @@ class EnvInstance:
                     f"data for {unknown[0]!r}, which is not an app of this environment (apps: {', '.join(self.apps)}); "
                     "send {app: {table: [rows]}} or name the app in the part's metadata 'agentenv.io/app'")
             for name, data in targets.items():
-                self.apps[name].load(data)
+                self.apps[name].load(data, key=f"{key}/{i}/{name}" if key else None)
 
     async def get(self) -> list[dict[str, Any]]:
         return [{"kind": "data", "data": inst.export(), "metadata": {dataplane.META_APP: name}}

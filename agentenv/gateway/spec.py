@@ -7,27 +7,14 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentenv.spec.env import NAME, AppRef, RoleSpec
+
 INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
+__all__ = ["AppRef", "InstanceSpec", "RoleSpec"]
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class AppRef(_Spec):
-    app: str = Field(description="a built-in app name (notes, mail, chat, helpdesk, billing) or MODULE:Class")
-    name: str | None = Field(None, pattern=NAME, description="name within the instance (default: the app's name)")
-    prefix: str = Field("", pattern=r"^([a-z][a-z0-9_]{0,19}_)?$",
-                        description="prepended to its tool names, to tell two apps' tools apart")
-
-
-class RoleSpec(_Spec):
-    """Which tools a role sees and may call. Patterns: a tool name, `app.tool`, globs like `mail.*`
-    or `*`. `*` and other globs never include hidden tools; name those explicitly."""
-
-    tools: list[str] = Field(default_factory=lambda: ["*"])
-    deny: list[str] = Field(default_factory=list)
 
 
 class InstanceSpec(_Spec):

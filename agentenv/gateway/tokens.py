@@ -23,10 +23,17 @@ def load_or_create_key(path: Path) -> bytes:
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         key = secrets.token_bytes(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(key)
-        return key
+        try:
+            os.link(tmp, path)  # atomic, and fails if another process created the key first
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+        return path.read_bytes()
 
 
 def agent_token(key: bytes, instance: str, agent: str) -> str:

@@ -13,9 +13,11 @@ from agentenv.spec.task import TaskSpec
 MAX_TASK_BYTES = 1024 * 1024
 
 
-def parse_task(data: dict[str, Any], where: str) -> TaskSpec:
+def parse_task(data: dict[str, Any], where: str, bundle: Path | None = None) -> TaskSpec:
     try:
-        return TaskSpec.model_validate(data)
+        task = TaskSpec.model_validate(data, context={"bundle": bundle})
+        task._bundle = bundle
+        return task
     except ValidationError as e:
         steps = data.get("steps") if isinstance(data.get("steps"), list) else []
 
@@ -50,4 +52,5 @@ def load_task(path: Path) -> TaskSpec:
         raise BadInput(f"{path} is not UTF-8 text", "save it as UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line and column") from None
-    return parse_task(data, str(path))
+    bundle = path.parent.parent if path.parent.name == "tasks" else None
+    return parse_task(data, str(path), bundle)

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import difflib
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agentenv.spec.duration import Duration
@@ -37,8 +46,8 @@ class StepSpec(BaseModel):
     retries: int | None = Field(None, ge=0, le=100, description="extra attempts; default: the step type's")
 
     @model_validator(mode="after")
-    def _check_type_and_config(self) -> StepSpec:
-        if problems := step_type_problems(self):
+    def _check_type_and_config(self, info: ValidationInfo) -> StepSpec:
+        if problems := step_type_problems(self, info.context):
             raise ValidationError.from_exception_data("StepSpec", problems)
         return self
 
@@ -52,6 +61,11 @@ class TaskSpec(BaseModel):
     version: str = Field("1", min_length=1, max_length=64)
     description: str = ""
     steps: list[StepSpec] = Field(min_length=1)
+    _bundle: Path | None = PrivateAttr(None)  # the bundle folder it was loaded from
+
+    @property
+    def bundle(self) -> Path | None:
+        return self._bundle
 
     def step(self, step_id: str) -> StepSpec:
         return next(s for s in self.steps if s.id == step_id)
@@ -104,6 +118,7 @@ def graph_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
                          f"dependency cycle {path} — remove one of these depends_on entries", cycle)]
     for i, s in enumerate(steps):
         ancestors = upstream(s.id, {t.id: t.depends_on for t in steps})
+        problems += _step_ref_problems(i, s, ancestors, known)
         for ref in sorted(referenced_steps(s.config)):
             if ref not in first_index:
                 problems.append(_problem(("steps", i, "config"), "unknown_reference",
@@ -113,6 +128,30 @@ def graph_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
                 problems.append(_problem(("steps", i, "config"), "reference_not_upstream",
                                          f"refers to steps.{ref}, but '{s.id}' does not depend on it, so its results may not exist yet — add '{ref}' to depends_on",
                                          ref))
+    return problems
+
+
+def _step_ref_problems(i: int, step: StepSpec, ancestors: set[str], known: list[str]) -> list[InitErrorDetails]:
+    """Config fields that name another step (e.g. the `env` a step acts on) must name an upstream one."""
+    from agentenv.steps import registry
+
+    try:
+        fields = registry.get(step.type).step_refs
+    except (KeyError, ImportError):
+        return []  # reported by the step's own validation
+    problems = []
+    for field in fields:
+        ref = step.config.get(field)
+        if not isinstance(ref, str) or ref.startswith("${"):
+            continue
+        if ref not in known:
+            problems.append(_problem(("steps", i, "config", field), "unknown_step_ref",
+                                     f"{ref!r} is not a step of this task — {_suggest(ref, known)}name the step "
+                                     f"that deployed the environment (known steps: {', '.join(known)})", ref))
+        elif ref not in ancestors:
+            problems.append(_problem(("steps", i, "config", field), "step_ref_not_upstream",
+                                     f"refers to step {ref!r}, but '{step.id}' does not depend on it — "
+                                     f"add '{ref}' to depends_on", ref))
     return problems
 
 
@@ -150,7 +189,7 @@ def upstream(step_id: str, deps: dict[str, list[str]]) -> set[str]:
     return seen
 
 
-def step_type_problems(step: StepSpec) -> list[InitErrorDetails]:
+def step_type_problems(step: StepSpec, context: dict | None = None) -> list[InitErrorDetails]:
     """The step's type must be registered and its config must fit that type's model.
 
     Values that hold ${...} references are checked after they resolve, when the step runs.
@@ -167,7 +206,7 @@ def step_type_problems(step: StepSpec) -> list[InitErrorDetails]:
                          f"unknown step type '{step.type}' — {_suggest(step.type, names)}known types: {', '.join(names)} "
                          "(plugins add more through the 'agentenv.steps' entry-point group)", step.type)]
     try:
-        step_type.config.model_validate(step.config)
+        step_type.config.model_validate(step.config, context=context)
     except ValidationError as e:
         return [
             InitErrorDetails(

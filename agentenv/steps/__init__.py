@@ -35,6 +35,7 @@ from agentenv.spec.run import Score
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
+    from agentenv.gateway.client import GatewayClient
     from agentenv.stores import Stores
 
 ENTRY_POINT_GROUP = "agentenv.steps"
@@ -42,8 +43,15 @@ ENTRY_POINT_GROUP = "agentenv.steps"
 BUILTINS = {
     "check": "agentenv.steps.builtin.check:check",
     "sleep": "agentenv.steps.builtin.sleep:sleep",
-    "scratchpad_write": "agentenv.steps.builtin.scratchpad:scratchpad_write",
-    "scratchpad_read": "agentenv.steps.builtin.scratchpad:scratchpad_read",
+    "deploy_env": "agentenv.steps.builtin.envs:deploy_env",
+    "load_data": "agentenv.steps.builtin.envs:load_data",
+    "reset_env": "agentenv.steps.builtin.envs:reset_env",
+    "snapshot_env": "agentenv.steps.builtin.envs:snapshot_env",
+    "restore_env": "agentenv.steps.builtin.envs:restore_env",
+    "set_role_tools": "agentenv.steps.builtin.envs:set_role_tools",
+    "call_tool": "agentenv.steps.builtin.envs:call_tool",
+    "check_state": "agentenv.steps.builtin.envs:check_state",
+    "teardown_env": "agentenv.steps.builtin.envs:teardown_env",
 }
 
 
@@ -99,8 +107,39 @@ class StepContext:
             self._stores = open_stores(self.settings)
         return self._stores
 
+    async def gateway(self) -> GatewayClient:
+        """The gateway's admin client (starting the embedded gateway if this install uses one)."""
+        key = (str(self.settings.state_dir), self.settings.gateway.url)
+        client = _GATEWAYS.get(key)
+        if client is None:
+            from agentenv.gateway.daemon import connect
+
+            client = _GATEWAYS[key] = await asyncio.to_thread(connect, self.settings)
+        return client
+
+
+_GATEWAYS: dict[tuple[str, str | None], GatewayClient] = {}  # one client per worker process
+
 
 StepFunction = Callable[[StepContext, Any], Awaitable[StepResult | dict | None]]
+
+
+@dataclass
+class PlanContext:
+    """What `prepare` hooks see when a run is planned (client side, before it starts)."""
+
+    run_id: str
+    settings: Settings
+    bundle: Path | None  # the bundle folder the task came from, if any
+
+    @cached_property
+    def stores(self) -> Stores:
+        from agentenv.stores import open_stores
+
+        return open_stores(self.settings)
+
+
+PrepareFunction = Callable[[dict[str, Any], PlanContext], dict[str, Any]]
 
 
 class EmptyConfig(StepConfig):
@@ -117,6 +156,8 @@ class StepType:
     timeout: timedelta  # per attempt
     retries: int
     heartbeat_timeout: timedelta | None  # how soon a dead worker is noticed; None for local steps
+    prepare: PrepareFunction | None = None  # declared config -> executed config, at plan time
+    step_refs: tuple[str, ...] = ()  # config fields that name an upstream step
 
     async def __call__(self, ctx: StepContext, config: BaseModel) -> StepResult:
         result = self.run(ctx, config)
@@ -139,8 +180,15 @@ def step_type(
     timeout: str | float = "5m",
     retries: int = 2,
     heartbeat_timeout: str | float | None = "10s",
+    prepare: PrepareFunction | None = None,
+    step_refs: tuple[str, ...] = (),
 ) -> Callable[[StepFunction], StepType]:
-    """Declare a step type. Sync functions run in a thread so they cannot block the worker."""
+    """Declare a step type. Sync functions run in a thread so they cannot block the worker.
+
+    prepare: runs when a run is planned, turning the declared config into what the step executes
+    (e.g. inlining an environment record from the bundle), so the run pins what it used.
+    step_refs: config fields whose value is the id of an upstream step (checked with the task graph).
+    """
 
     def wrap(fn: Callable[..., Any]) -> StepType:
         run = fn
@@ -156,6 +204,8 @@ def step_type(
             timeout=parse_duration(timeout),
             retries=retries,
             heartbeat_timeout=None if local or heartbeat_timeout is None else parse_duration(heartbeat_timeout),
+            prepare=prepare,
+            step_refs=step_refs,
         )
 
     return wrap

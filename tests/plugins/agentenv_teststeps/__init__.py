@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentenv.envs.scratchpad import Scratchpad
 from agentenv.steps import StepConfig, StepContext, StepFailed, step_type
+from agentenv_teststeps.scratchpad import Scratchpad
 
 
 class EchoConfig(StepConfig):

@@ -1,7 +1,7 @@
-"""A tiny notes app in one SQLite file per run: the stand-in environment `hello` touches.
+"""A tiny notes store in one SQLite file per run: the test stand-in environment for durability tests.
 
 It keeps real state on disk and makes every write idempotent by an effect id, which is what lets a
-retried step (after a worker crash) take effect exactly once. The environment SDK replaces it.
+retried step (after a worker crash) take effect exactly once.
 """
 
 from __future__ import annotations

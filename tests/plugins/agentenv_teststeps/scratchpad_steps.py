@@ -1,11 +1,11 @@
-"""`scratchpad_write` / `scratchpad_read`: steps over the run's scratchpad (see agentenv.envs.scratchpad)."""
+"""`scratchpad_write` / `scratchpad_read`: test steps over a run's scratchpad (see scratchpad.py)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from agentenv.envs.scratchpad import Scratchpad
 from agentenv.steps import StepConfig, StepContext, step_type
+from agentenv_teststeps.scratchpad import Scratchpad
 
 
 class WriteConfig(StepConfig):

@@ -1,0 +1,30 @@
+"""`python -m agentenv.gateway --root DIR --host IP --port N`: the gateway process (what the daemon runs)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m agentenv.gateway", description=__doc__)
+    parser.add_argument("--root", required=True, type=Path, help="the gateway's folder (instances, key, store)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8790)
+    parser.add_argument("--max-body-kib", type=int, default=16 * 1024)
+    args = parser.parse_args()
+
+    import uvicorn
+
+    from agentenv.gateway.http import create_app
+    from agentenv.gateway.service import Gateway
+
+    gateway = Gateway(args.root, max_body_bytes=args.max_body_kib * 1024)
+    try:
+        uvicorn.run(create_app(gateway), host=args.host, port=args.port, log_level="warning")
+    finally:
+        gateway.close()
+
+
+if __name__ == "__main__":
+    main()

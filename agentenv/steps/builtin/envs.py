@@ -1,0 +1,291 @@
+"""Steps that act on environments through the gateway.
+
+An environment is deployed by a `deploy_env` step; later steps name that step in `env` (the instance
+is `<run id>.<step id>`). Setup calls carry the step's idempotency key, so a step retried after a
+crash takes effect once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field, ValidationInfo, model_validator
+
+from agentenv.spec.env import EnvRecord, RoleSpec
+from agentenv.spec.run import Criterion, Score
+from agentenv.spec.templates import TemplateError, lookup
+from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
+from agentenv.steps.builtin.check import OPERATORS, Check
+
+
+def instance_id(ctx: StepContext, env_step: str) -> str:
+    return f"{ctx.run_id}.{env_step}"
+
+
+def store_artifact(plan: PlanContext, data: bytes) -> str:
+    """Content-addressed: the same bytes always get the same key, stored once."""
+    key = f"artifacts/sha256-{hashlib.sha256(data).hexdigest()}.json"
+    if not plan.stores.objects.exists(key):
+        plan.stores.objects.put(key, data)
+    return key
+
+
+class EnvStep(StepConfig):
+    env: str = Field(description="the id of the deploy_env step whose environment this step acts on")
+
+
+class Caller(EnvStep):
+    role: str | None = Field(None, description="act as this role (default: the environment's first role)")
+    agent: str | None = Field(None, description="act as this agent (with its current role)")
+
+
+# -- deploy --
+
+class DeployConfig(StepConfig):
+    env: str = Field(description="an environment of the bundle (envs/NAME/env.toml) or a built-in app")
+    agents: dict[str, str] = Field(default_factory=dict, description="agent -> role; default: one agent per role")
+    load_data: bool = Field(True, description="load the environment's default data")
+    now: datetime | None = Field(None, description="a fixed time for this world (RFC 3339)")
+    record: EnvRecord | None = Field(None, description="filled in when the run is planned")
+    artifacts: list[str] = Field(default_factory=list, description="filled in when the run is planned")
+
+    @model_validator(mode="after")
+    def _env_exists(self, info: ValidationInfo) -> DeployConfig:
+        if self.record is None:
+            from agentenv.bundles import find_env
+            from agentenv.errors import AgentEnvError
+
+            try:
+                record, _ = find_env((info.context or {}).get("bundle"), self.env)
+            except AgentEnvError as e:
+                raise ValueError(str(e).replace("\n  fix:", " —")) from None
+        else:
+            record = self.record
+        for agent, role in self.agents.items():
+            if role not in record.roles:
+                raise ValueError(f"agent {agent!r} has role {role!r}; the environment's roles are: "
+                                 f"{', '.join(record.roles)}")
+        return self
+
+
+def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    """Pin the environment record in the run, and its data files as artifacts in the object store."""
+    from agentenv.bundles import find_env
+
+    record, folder = find_env(plan.bundle, config["env"])
+    config["record"] = record.model_dump(mode="json")
+    config["artifacts"] = [store_artifact(plan, (folder / f).read_bytes()) for f in record.data] if folder else []
+    return config
+
+
+@step_type("deploy_env", config=DeployConfig, timeout="2m", prepare=prepare_deploy)
+async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
+    """Start an instance of an environment on the gateway and load its data; outputs its URLs and agents."""
+    from agentenv.gateway.daemon import base_url
+
+    record = config.record or EnvRecord.for_app(config.env)
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, ctx.step_id)
+    await gateway.put_instance({
+        "id": instance, "run_id": ctx.run_id, "env": record.name,
+        "apps": [a.model_dump() for a in record.apps],
+        "roles": {name: role.model_dump() for name, role in record.roles.items()},
+        "agents": config.agents, "now": config.now.isoformat() if config.now else None,
+    })
+    if config.load_data and config.artifacts:
+        parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in config.artifacts]
+        await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
+    described = await gateway.get_instance(instance)
+    base = base_url(ctx.settings)
+    return {
+        "instance": instance,
+        "apps": described["apps"],
+        "urls": {name: base + path for name, path in described["paths"].items()},
+        # Tokens are secrets and stay out of run history: these references are resolved when needed.
+        "agents": {agent: {"role": role, "token_ref": f"gateway-token:{instance}/{agent}"}
+                   for agent, role in described["agents"].items()},
+    }
+
+
+# -- data --
+
+class LoadDataConfig(EnvStep):
+    data: dict[str, Any] | None = Field(None, description="inline data: {app: {table: [rows]}}")
+    file: str | None = Field(None, description="a JSON file of the bundle, relative to its folder")
+    reset: bool = Field(False, description="empty every app first")
+    artifact: str | None = Field(None, description="filled in when the run is planned")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> LoadDataConfig:
+        if (self.data is None) == (self.file is None and self.artifact is None):
+            raise ValueError("give exactly one of `data` (inline) or `file` (a JSON file of the bundle)")
+        return self
+
+
+def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    from agentenv.errors import BadInput
+
+    if config.get("file"):
+        if plan.bundle is None:
+            raise BadInput(f"load_data file {config['file']!r}: a task outside a bundle has no files",
+                           "put the task in a bundle (tasks/ beside the data) or give the data inline")
+        path = (plan.bundle / config["file"]).resolve()
+        if not path.is_relative_to(plan.bundle.resolve()) or not path.is_file():
+            raise BadInput(f"load_data file {config['file']!r} is not a file inside the bundle {plan.bundle}",
+                           "name a JSON file inside the bundle's folder")
+        config["artifact"] = store_artifact(plan, path.read_bytes())
+    return config
+
+
+@step_type("load_data", config=LoadDataConfig, timeout="10m", prepare=prepare_load, step_refs=("env",))
+async def load_data(ctx: StepContext, config: LoadDataConfig) -> dict:
+    """Load data into an environment's apps (once, even if the step is retried)."""
+    data = config.data if config.data is not None else json.loads(ctx.stores.objects.get(config.artifact))
+    gateway = await ctx.gateway()
+    await gateway.load(instance_id(ctx, config.env), [{"kind": "data", "data": data}],
+                       idempotency_key=ctx.idempotency_key, reset=config.reset)
+    return {"apps": sorted(data)}
+
+
+@step_type("reset_env", config=EnvStep, local=True, timeout="1m", step_refs=("env",))
+async def reset_env(ctx: StepContext, config: EnvStep) -> dict:
+    """Empty every app of an environment."""
+    await (await ctx.gateway()).data(instance_id(ctx, config.env), "data/reset")
+    return {}
+
+
+# -- snapshots --
+
+class SnapshotConfig(EnvStep):
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="default: the step's id")
+
+
+def snapshot_key(run_id: str, name: str) -> str:
+    return f"runs/{run_id}/snapshots/{name}.tar"
+
+
+@step_type("snapshot_env", config=SnapshotConfig, timeout="10m", step_refs=("env",))
+async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> dict:
+    """Save an environment's whole state in the object store."""
+    blob = await (await ctx.gateway()).snapshot(instance_id(ctx, config.env))
+    key = snapshot_key(ctx.run_id, config.name or ctx.step_id)
+    ctx.stores.objects.put(key, blob)
+    return {"snapshot": key, "bytes": len(blob)}
+
+
+class RestoreConfig(EnvStep):
+    snapshot: str = Field(description="a snapshot's name in this run, or its object key")
+
+
+@step_type("restore_env", config=RestoreConfig, timeout="10m", step_refs=("env",))
+async def restore_env(ctx: StepContext, config: RestoreConfig) -> dict:
+    """Put an environment back into a saved state."""
+    key = config.snapshot if "/" in config.snapshot else snapshot_key(ctx.run_id, config.snapshot)
+    if not ctx.stores.objects.exists(key):
+        raise StepFailed(f"no snapshot {config.snapshot!r} (looked for {key}); take one with a snapshot_env step")
+    await (await ctx.gateway()).restore(instance_id(ctx, config.env), ctx.stores.objects.get(key))
+    return {"restored": key}
+
+
+# -- roles and tools --
+
+class SetRoleConfig(EnvStep, RoleSpec):
+    role: str
+
+
+@step_type("set_role_tools", config=SetRoleConfig, local=True, timeout="1m", step_refs=("env",))
+async def set_role_tools(ctx: StepContext, config: SetRoleConfig) -> dict:
+    """Change which tools a role sees and may call (from the next call; agents are notified)."""
+    tools = await (await ctx.gateway()).set_role(instance_id(ctx, config.env), config.role, config.tools, config.deny)
+    return {"role": config.role, "tools": tools}
+
+
+class CallToolConfig(Caller):
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    expect_error: bool = Field(False, description="succeed when the tool answers with an error (and output it)")
+
+
+async def _call(ctx: StepContext, config: Caller, tool: str, arguments: dict[str, Any], key: str | None):
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, config.env)
+    role = config.role
+    if role is None and config.agent is None:
+        role = next(iter((await gateway.get_instance(instance))["roles"]))
+    return await gateway.call_as(instance, tool, arguments, role=role, agent=config.agent, idempotency_key=key)
+
+
+@step_type("call_tool", config=CallToolConfig, local=True, timeout="1m", step_refs=("env",))
+async def call_tool(ctx: StepContext, config: CallToolConfig) -> dict:
+    """Call a tool as a role or agent (setup and probes); its result becomes the step's output."""
+    outcome = await _call(ctx, config, config.tool, config.arguments, ctx.idempotency_key)
+    if "error" in outcome:
+        if config.expect_error:
+            return {"error": outcome["error"]}
+        raise StepFailed(f"{config.tool}: {outcome['error']}")
+    if config.expect_error:
+        raise StepFailed(f"{config.tool} succeeded, but the step expected an error")
+    return {"result": outcome["result"]}
+
+
+class StateCheck(Check):
+    """A check whose value comes from a (read-only) tool call: `tool`, `arguments`, and a `path` into
+    the result (dots walk into objects and lists, e.g. `charges.0.status`)."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    path: str = Field("", description="where in the result the value is; empty for the whole result")
+
+
+class CheckStateConfig(Caller):
+    checks: list[StateCheck] = Field(min_length=1)
+    pass_threshold: float = Field(1.0, ge=0, le=1)
+
+
+@step_type("check_state", config=CheckStateConfig, local=True, timeout="1m", retries=1, step_refs=("env",))
+async def check_state(ctx: StepContext, config: CheckStateConfig) -> StepResult:
+    """Assertions over an environment's state, read through its tools; records the score."""
+    criteria, values = [], {}
+    for check in config.checks:
+        outcome = await _call(ctx, config, check.tool, check.arguments, None)
+        if "error" in outcome:
+            criteria.append(Criterion(name=check.name, passed=False, weight=check.weight,
+                                      detail=f"{check.tool} failed: {outcome['error']}"))
+            continue
+        try:
+            value = lookup({"result": outcome["result"]}, "result" + (f".{check.path}" if check.path else ""))
+        except TemplateError as e:
+            criteria.append(Criterion(name=check.name, passed=False, weight=check.weight, detail=str(e)))
+            continue
+        values[check.name] = value
+        operator = {op: getattr(check, op) for op in OPERATORS if op in check.model_fields_set}
+        criteria.append(Check(name=check.name, value=value, weight=check.weight, **operator).evaluate())
+    return StepResult(outputs={"values": values}, score=Score.from_criteria(criteria, config.pass_threshold))
+
+
+# -- teardown --
+
+class TeardownConfig(EnvStep):
+    keep_data: bool = Field(False, description="keep the apps' files (the instance still stops serving)")
+
+
+@step_type("teardown_env", config=TeardownConfig, timeout="5m", step_refs=("env",))
+async def teardown_env(ctx: StepContext, config: TeardownConfig) -> dict:
+    """Stop serving an environment; its trajectory is kept in the object store first."""
+    from agentenv.gateway.client import GatewayRefused
+
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, config.env)
+    key = f"runs/{ctx.run_id}/trajectories/{instance}.jsonl"
+    try:
+        entries = await gateway.trajectory(instance)
+    except GatewayRefused as e:
+        if e.status != 404:
+            raise
+        return {"instance": instance, "trajectory": key if ctx.stores.objects.exists(key) else None}
+    ctx.stores.objects.put(key, "".join(json.dumps(e) + "\n" for e in entries).encode())
+    await gateway.delete_instance(instance, keep_data=config.keep_data)
+    return {"instance": instance, "trajectory": key, "calls": len(entries)}
