@@ -39,10 +39,7 @@ class TrajectoryWriter:
         self._lock = threading.Lock()
 
     def record(self, path: Path, entry: dict[str, Any]) -> None:
-        entry = dict(entry)
-        for key in ("arguments", "result"):
-            if key in entry:
-                entry[key] = _clip(entry[key])
+        """Queue an entry; serialising and clipping happen on the writer thread, off the call's path."""
         self._queue.put((path, entry))
 
     def flush(self) -> None:
@@ -77,6 +74,9 @@ class TrajectoryWriter:
                 if "__flush__" in entry:
                     flushes.append(entry["__flush__"])
                     continue
+                for key in ("arguments", "result"):
+                    if key in entry:
+                        entry[key] = _clip(entry[key])
                 rows.setdefault(path, []).append((json.dumps(entry, ensure_ascii=False, default=str),))
             for path, values in rows.items():
                 db = connections.get(path)
