@@ -241,3 +241,53 @@ async def test_a_restarted_gateway_serves_the_same_instances_data_and_tokens(tmp
         assert [t["subject"] for t in tickets["tickets"]] == ["kept"]
         assert "send_email" not in await tool_names(base, "desk-1", token), "the role change survived too"
         assert [e["tool"] for e in await admin.trajectory("desk-1")] == ["create_ticket", "list_tickets"]
+
+
+async def test_apps_in_processes_of_their_own(tmp_path):
+    """`run = "subprocess"`: the app is served by its own `agent-env env serve` and reached over MCP and the
+    data plane, composed with an in-process app behind the same endpoint."""
+    spec = {"id": "mixed", "run_id": "run-9", "apps": [{"app": "notes", "run": "subprocess"}, {"app": "billing"}],
+            "roles": {"clerk": {"tools": ["*", "issue_refund"]}}, "agents": {"ann": "clerk"},
+            "now": "2026-04-01T08:00:00Z"}
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance(spec)
+        token = await admin.token("mixed", "ann")
+        async with mcp_client(base, "mixed", token) as mcp:
+            names = {t.name for t in (await mcp.list_tools()).tools}
+            assert {"write_note", "issue_refund", "get_time"} <= names
+            written = await mcp.call_tool("write_note", {"key": "k", "text": "remote"})
+            assert written.structured_content == {"key": "k", "updated_at": "2026-04-01T08:00:00Z"}
+            read = await mcp.call_tool("read_note", {"key": "k"})
+            assert read.structured_content["author"] == "ann", "the caller reached the other process's app"
+            bad = await mcp.call_tool("read_note", {"key": 1})
+            assert bad.is_error and "key: Input should be a valid string" in bad.content[0].text
+        parts = [{"kind": "data", "data": {"notes": {"notes": [{"key": "seed", "text": "s", "updated_at": "t"}]}}}]
+        await admin.load("mixed", parts, idempotency_key="load-1")
+        await admin.load("mixed", parts, idempotency_key="load-1")  # a retry: applied once
+        got = {p["metadata"]["agentenv.io/app"]: p["data"] for p in (await admin.data("mixed", "data/get"))["parts"]}
+        assert sorted(n["key"] for n in got["notes"]["notes"]) == ["k", "seed"]
+        snapshot = await admin.snapshot("mixed")
+        await admin.call_tool("mixed", token, "delete_note", {"key": "seed"})
+        await admin.restore("mixed", snapshot)
+        assert "seed" in (await admin.call_tool("mixed", token, "list_notes", {}))["notes"]
+        pid = (await gateway.get("mixed")).apps["notes"].proc.pid
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        assert (await admin.call_tool("mixed", token, "read_note", {"key": "k"}))["text"] == "remote"
+        new_pid = (await gateway.get("mixed")).apps["notes"].proc.pid
+        assert new_pid != pid and gone(pid), "the first gateway stopped its app process"
+        await admin.delete_instance("mixed")
+        for _ in range(100):
+            if gone(new_pid):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the app process outlived its instance")
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only a zombie left to be reaped."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return not f.read()
+    except OSError:
+        return True

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.envs.app import App, ToolError
-from agentenv.envs.context import Ctx
+from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
 from agentenv.envs.instance import AppInstance, UnknownTool
 from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
 
@@ -97,7 +97,9 @@ class SingleApp:
                 raise dataplane.InvalidParams(f"this server holds app {name!r}, not {app!r}")
             if set(payload) == {name} and isinstance(payload[name], dict):
                 payload = payload[name]  # {app: {table: rows}} as a composed env would take it
-            self.instance.load(payload)
+            # A gateway loading data for a run marks the part with a key, so a retried load applies once.
+            key = (part.get("metadata") or {}).get(META_IDEMPOTENCY_KEY)
+            self.instance.load(payload, key=key if isinstance(key, str) else None)
 
     async def get(self) -> list[dict[str, Any]]:
         name = self.instance.app_cls.name

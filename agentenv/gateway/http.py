@@ -103,24 +103,24 @@ def create_app(gateway: Gateway) -> Starlette:
     async def mcp_endpoint(scope, receive, send) -> None:
         request = Request(scope)
         try:
-            caller = gateway.authenticate(scope["path_params"]["instance"], request.headers.get("authorization"))
+            caller = await gateway.authenticate(scope["path_params"]["instance"], request.headers.get("authorization"))
         except GatewayError as e:
             await _error(e.status, str(e))(scope, receive, send)
             return
         scope["agentenv.caller"] = caller
         await gateway.mcp(scope, receive, send)
 
-    def caller_of(request: Request) -> Caller:
-        return gateway.authenticate(request.path_params["instance"], request.headers.get("authorization"))
+    async def caller_of(request: Request) -> Caller:
+        return await gateway.authenticate(request.path_params["instance"], request.headers.get("authorization"))
 
     async def list_tools(request: Request) -> Response:
-        caller = caller_of(request)
+        caller = await caller_of(request)
         return JSONResponse({"role": caller.role, "tools": [
             {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
             for t in gateway.listing(caller)]})
 
     async def call_tool(request: Request) -> Response:
-        caller = caller_of(request)
+        caller = await caller_of(request)
         arguments = await body_json(request)
         if not isinstance(arguments, dict):
             raise GatewayError(400, "the body must be a JSON object of the tool's arguments")
@@ -133,11 +133,11 @@ def create_app(gateway: Gateway) -> Starlette:
     async def card(request: Request) -> Response:
         instance_id = request.path_params["instance"]
         if gateway.is_admin(request.headers.get("authorization")):
-            inst = gateway.get(instance_id)
+            inst = await gateway.get(instance_id)
             listed = [{"name": name, "description": r.spec.description, "inputSchema": r.spec.input_schema}
                       for name, r in inst.tools.items()]
         else:
-            caller = caller_of(request)
+            caller = await caller_of(request)
             inst = caller.instance
             listed = [{"name": t.name, "description": t.description, "inputSchema": t.input_schema}
                       for t in gateway.listing(caller)]
@@ -156,7 +156,7 @@ def create_app(gateway: Gateway) -> Starlette:
 
     async def data_plane(request: Request) -> Response:
         admin_only(request)
-        inst = gateway.get(request.path_params["instance"])
+        inst = await gateway.get(request.path_params["instance"])
         try:
             raw = await read_body(request, limit)
         except BodyTooLarge:
@@ -174,7 +174,7 @@ def create_app(gateway: Gateway) -> Starlette:
             keep = request.query_params.get("keep_data") in ("1", "true")
             return JSONResponse({"deleted": await gateway.delete(instance_id, keep_data=keep)})
         if request.method == "GET":
-            inst = gateway.get(instance_id)
+            inst = await gateway.get(instance_id)
             return JSONResponse(describe(inst))
         data = await body_json(request)
         if isinstance(data, dict):
@@ -196,7 +196,7 @@ def create_app(gateway: Gateway) -> Starlette:
 
     async def token(request: Request) -> Response:
         admin_only(request)
-        return JSONResponse({"token": gateway.token(request.path_params["instance"], request.path_params["agent"])})
+        return JSONResponse({"token": await gateway.token(request.path_params["instance"], request.path_params["agent"])})
 
     async def role(request: Request) -> Response:
         admin_only(request)
@@ -213,7 +213,7 @@ def create_app(gateway: Gateway) -> Starlette:
     async def admin_call(request: Request) -> Response:
         admin_only(request)
         body = parse(CallRequest, await body_json(request), "call")
-        inst = gateway.get(request.path_params["instance"])
+        inst = await gateway.get(request.path_params["instance"])
         if body.role and body.role not in inst.spec.roles:
             raise GatewayError(400, f"no role {body.role!r} (roles: {', '.join(inst.spec.roles)})")
         if body.agent and body.agent not in inst.agents:
@@ -228,7 +228,7 @@ def create_app(gateway: Gateway) -> Starlette:
         """data/add with an idempotency key (and optionally a reset first): what the run's steps use."""
         admin_only(request)
         body = parse(LoadRequest, await body_json(request), "load")
-        inst = gateway.get(request.path_params["instance"])
+        inst = await gateway.get(request.path_params["instance"])
         try:
             parts = dataplane.check_parts({"parts": body.parts})
             if body.reset:
@@ -242,11 +242,11 @@ def create_app(gateway: Gateway) -> Starlette:
 
     async def snapshot(request: Request) -> Response:
         admin_only(request)
-        inst = gateway.get(request.path_params["instance"])
+        inst = await gateway.get(request.path_params["instance"])
         if request.method == "GET":
-            return Response(inst.snapshot(), media_type="application/x-tar")
+            return Response(await inst.snapshot(), media_type="application/x-tar")
         try:
-            inst.restore(await read_body(request, 1024 * 1024 * 1024))
+            await inst.restore(await read_body(request, 1024 * 1024 * 1024))
         except ValueError as e:
             raise GatewayError(400, str(e)) from None
         return JSONResponse({"restored": inst.spec.id})
@@ -254,7 +254,7 @@ def create_app(gateway: Gateway) -> Starlette:
     async def trajectory(request: Request) -> Response:
         admin_only(request)
         after = int(request.query_params.get("after", "0") or 0)
-        return JSONResponse({"entries": gateway.read_trajectory(request.path_params["instance"], after)})
+        return JSONResponse({"entries": await gateway.read_trajectory(request.path_params["instance"], after)})
 
     async def ready(request: Request) -> Response:
         return JSONResponse({"ready": True})
@@ -263,6 +263,7 @@ def create_app(gateway: Gateway) -> Starlette:
     async def lifespan(app):
         async with gateway.mcp.lifespan():
             yield
+        await gateway.shutdown()
 
     base = "/envs/{instance}"
     return Starlette(routes=[

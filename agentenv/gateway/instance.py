@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import io
+import json
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -12,9 +14,10 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agentenv.envs import dataplane
-from agentenv.envs.app import ToolError, ToolSpec
+from agentenv.envs.app import ToolError
 from agentenv.envs.instance import AppInstance, load_app_class
 from agentenv.gateway.mcp_tools import GET_TIME, get_time_spec
+from agentenv.gateway.remote import RemoteApp
 from agentenv.gateway.roles import ToolEntry, allowed_tools
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
 
@@ -25,11 +28,11 @@ class CompositionError(ValueError):
 
 @dataclass(frozen=True)
 class Route:
-    """Where an exposed tool name leads: an app instance (None for gateway tools) and its tool."""
+    """Where an exposed tool name leads: an app (None for gateway tools) and the tool as it declares it."""
 
-    app: AppInstance | None
+    app: AppInstance | RemoteApp | None
     app_name: str
-    spec: ToolSpec  # as the app declares it (its own name)
+    spec: Any  # ToolSpec for in-process apps, RemoteTool for remote ones
     exposed: str
 
     @property
@@ -37,42 +40,55 @@ class Route:
         return f"{self.app_name}.{self.spec.name}"
 
 
+async def _maybe(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
 class EnvInstance:
     def __init__(self, spec: InstanceSpec, folder: Path) -> None:
-        from agentenv.envs.builtin import APPS
-
         self.spec = spec
         self.folder = folder
-        self.apps: dict[str, AppInstance] = {}
+        self.apps: dict[str, AppInstance | RemoteApp] = {}
         self.tools: dict[str, Route] = {GET_TIME: Route(None, "gateway", get_time_spec(), GET_TIME)}
+        self.allowed: dict[str, frozenset[str]] = {}
+        self.agents: dict[str, str] = {}
+
+    @classmethod
+    async def open(cls, spec: InstanceSpec, folder: Path) -> EnvInstance:
+        from agentenv.envs.builtin import APPS
+
+        inst = cls(spec, folder)
         try:
             for ref in spec.apps:
-                app_cls = load_app_class(APPS.get(ref.app, ref.app))
+                target = APPS.get(ref.app, ref.app)
+                app_cls = load_app_class(target)
                 name = ref.name or app_cls.name
-                if name in self.apps:
+                if name in inst.apps:
                     raise CompositionError(f"two apps are named {name!r} in instance {spec.id}; give one a `name`")
-                inst = AppInstance(app_cls, folder / "apps" / name)
-                self.apps[name] = inst
-                for tool in app_cls.tools.values():
+                app_folder = folder / "apps" / name
+                app = (await RemoteApp.spawn(target, name, app_folder) if ref.run == "subprocess"
+                       else AppInstance(app_cls, app_folder))
+                inst.apps[name] = app
+                for tool in app.tools.values():
                     exposed = ref.prefix + tool.name
-                    if exposed in self.tools:
+                    if exposed in inst.tools:
                         raise CompositionError(
                             f"tool name clash in instance {spec.id}: {name}.{tool.name} and "
-                            f"{self.tools[exposed].qualified} are both exposed as {exposed!r}; give one app a "
+                            f"{inst.tools[exposed].qualified} are both exposed as {exposed!r}; give one app a "
                             f"`prefix` (e.g. prefix = \"{name}_\")")
-                    self.tools[exposed] = Route(inst, name, tool, exposed)
-            self.entries = [ToolEntry(n, r.qualified, r.spec.hidden) for n, r in self.tools.items()]
-            self.allowed: dict[str, frozenset[str]] = {}
+                    inst.tools[exposed] = Route(app, name, tool, exposed)
+            inst.entries = [ToolEntry(n, r.qualified, r.spec.hidden) for n, r in inst.tools.items()]
             for role, role_spec in spec.roles.items():
-                self.set_role(role, role_spec)
-            self.agents = spec.agent_roles()
+                inst.set_role(role, role_spec)
+            inst.agents = spec.agent_roles()
         except BaseException:
-            self.close()
+            await inst.close()
             raise
+        return inst
 
-    def close(self) -> None:
-        for inst in self.apps.values():
-            inst.close()
+    async def close(self) -> None:
+        for app in self.apps.values():
+            await _maybe(app.close())
 
     @property
     def trajectory_path(self) -> Path:
@@ -104,8 +120,8 @@ class EnvInstance:
     operations = ["data/reset", "data/add", "data/get"]
 
     async def reset(self) -> None:
-        for inst in self.apps.values():
-            inst.reset()
+        for app in self.apps.values():
+            await _maybe(app.reset())
 
     async def add(self, parts: list[dict[str, Any]], *, key: str | None = None) -> None:
         """Load parts into their apps. With `key`, each (part, app) loads once however often it is sent."""
@@ -118,29 +134,37 @@ class EnvInstance:
                     f"data for {unknown[0]!r}, which is not an app of this environment (apps: {', '.join(self.apps)}); "
                     "send {app: {table: [rows]}} or name the app in the part's metadata 'agentenv.io/app'")
             for name, data in targets.items():
-                self.apps[name].load(data, key=f"{key}/{i}/{name}" if key else None)
+                await _maybe(self.apps[name].load(data, key=f"{key}/{i}/{name}" if key else None))
 
     async def get(self) -> list[dict[str, Any]]:
-        return [{"kind": "data", "data": inst.export(), "metadata": {dataplane.META_APP: name}}
-                for name, inst in self.apps.items()]
+        return [{"kind": "data", "data": await _maybe(app.export()), "metadata": {dataplane.META_APP: name}}
+                for name, app in self.apps.items()]
 
-    # -- snapshots: one tar of every app's SQLite file --
-    def snapshot(self) -> bytes:
+    # -- snapshots: one tar of every app's state (its SQLite file; an export for remote apps) --
+    async def snapshot(self) -> bytes:
         buffer = io.BytesIO()
         with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=buffer, mode="w") as tar:
-            for name, inst in self.apps.items():
-                path = Path(tmp) / f"{name}.sqlite"
-                inst.snapshot(path)
-                tar.add(path, arcname=f"{name}.sqlite")
+            for name, app in self.apps.items():
+                if isinstance(app, RemoteApp):
+                    path = Path(tmp) / f"{name}.json"
+                    path.write_text(json.dumps(await app.export()))
+                else:
+                    path = Path(tmp) / f"{name}.sqlite"
+                    app.snapshot(path)
+                tar.add(path, arcname=path.name)
         return buffer.getvalue()
 
-    def restore(self, blob: bytes) -> None:
+    async def restore(self, blob: bytes) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
                 members = {m.name: m for m in tar.getmembers() if m.isfile()}
-                expected = {f"{name}.sqlite" for name in self.apps}
+                expected = {f"{n}.json" if isinstance(a, RemoteApp) else f"{n}.sqlite" for n, a in self.apps.items()}
                 if set(members) != expected:
                     raise ValueError(f"snapshot holds {sorted(members)}, this instance needs {sorted(expected)}")
                 tar.extractall(tmp, members=list(members.values()), filter="data")
-            for name, inst in self.apps.items():
-                inst.restore(Path(tmp) / f"{name}.sqlite")
+            for name, app in self.apps.items():
+                if isinstance(app, RemoteApp):
+                    await app.reset()
+                    await app.load(json.loads((Path(tmp) / f"{name}.json").read_text()))
+                else:
+                    app.restore(Path(tmp) / f"{name}.sqlite")

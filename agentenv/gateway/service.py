@@ -63,11 +63,14 @@ class Gateway:
         self.trajectory = trajectory.TrajectoryWriter()
         self.mcp = McpEndpoint(self, "agentenv-gateway", max_body_bytes=max_body_bytes)
 
+    async def shutdown(self) -> None:
+        """Close every open instance (stopping apps that run in processes of their own)."""
+        for inst in list(self._instances.values()):
+            await inst.close()
+        self._instances.clear()
+
     def close(self) -> None:
         self.trajectory.close()
-        for inst in self._instances.values():
-            inst.close()
-        self._instances.clear()
         self.store.close()
 
     # -- instances --
@@ -75,17 +78,20 @@ class Gateway:
     def folder(self, instance_id: str) -> Path:
         return self.root / "instances" / instance_id
 
-    def get(self, instance_id: str) -> EnvInstance:
+    async def get(self, instance_id: str) -> EnvInstance:
         inst = self._instances.get(instance_id)
         if inst is not None:
             return inst
         doc = self.store.get(COLLECTION, instance_id)
         if doc is None:
             raise GatewayError(404, f"no environment instance {instance_id!r} on this gateway")
-        return self._open(InstanceSpec.model_validate(doc))
+        return await self._open(InstanceSpec.model_validate(doc))
 
-    def _open(self, spec: InstanceSpec) -> EnvInstance:
-        inst = EnvInstance(spec, self.folder(spec.id))
+    async def _open(self, spec: InstanceSpec) -> EnvInstance:
+        inst = await EnvInstance.open(spec, self.folder(spec.id))
+        if spec.id in self._instances:  # opened meanwhile by a concurrent request: keep that one
+            await inst.close()
+            return self._instances[spec.id]
         self._instances[spec.id] = inst
         self._tokens[spec.id] = {tokens.agent_token(self.key, spec.id, agent): agent for agent in inst.agents}
         self._channels.setdefault(spec.id, ChangeChannel())
@@ -100,11 +106,11 @@ class Gateway:
     async def put(self, spec: InstanceSpec) -> EnvInstance:
         """Create an instance, or update roles, agents and clock of an existing one (idempotent)."""
         try:
-            current = self.get(spec.id)
+            current = await self.get(spec.id)
         except GatewayError:
             current = None
         if current is None:
-            inst = self._open(spec)
+            inst = await self._open(spec)
             self._save(inst)
             return inst
         if [a.model_dump() for a in current.spec.apps] != [a.model_dump() for a in spec.apps]:
@@ -120,10 +126,10 @@ class Gateway:
 
     async def delete(self, instance_id: str, *, keep_data: bool = False) -> bool:
         try:
-            inst = self.get(instance_id)
+            inst = await self.get(instance_id)
         except GatewayError:
             return False
-        inst.close()
+        await inst.close()
         self._instances.pop(instance_id, None)
         self._tokens.pop(instance_id, None)
         self._channels.pop(instance_id, None)
@@ -134,14 +140,14 @@ class Gateway:
         return True
 
     async def set_role(self, instance_id: str, role: str, spec: RoleSpec) -> frozenset[str]:
-        inst = self.get(instance_id)
+        inst = await self.get(instance_id)
         allowed = inst.set_role(role, spec)
         self._save(inst)
         await self._tools_changed(instance_id)
         return allowed
 
     async def set_agent_role(self, instance_id: str, agent: str, role: str) -> None:
-        inst = self.get(instance_id)
+        inst = await self.get(instance_id)
         if role not in inst.spec.roles:
             raise GatewayError(400, f"no role {role!r} in instance {instance_id!r} (roles: {', '.join(inst.spec.roles)})")
         inst.agents[agent] = role
@@ -156,20 +162,20 @@ class Gateway:
         if channel := self._channels.get(instance_id):
             await channel.tools_changed()
 
-    def token(self, instance_id: str, agent: str) -> str:
-        inst = self.get(instance_id)
+    async def token(self, instance_id: str, agent: str) -> str:
+        inst = await self.get(instance_id)
         if agent not in inst.agents:
             raise GatewayError(404, f"no agent {agent!r} in instance {instance_id!r} (agents: {', '.join(inst.agents)})")
         return tokens.agent_token(self.key, instance_id, agent)
 
     # -- who is calling --
 
-    def authenticate(self, instance_id: str, authorization: str | None) -> Caller:
+    async def authenticate(self, instance_id: str, authorization: str | None) -> Caller:
         token = tokens.bearer(authorization)
         if token is None:
             raise GatewayError(401, "missing role token: send 'Authorization: Bearer <token>' "
                                     "(get one with `agent-env tools token INSTANCE AGENT`)")
-        inst = self.get(instance_id)
+        inst = await self.get(instance_id)
         agent = self._tokens[instance_id].get(token)
         if agent is None:
             raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
@@ -240,8 +246,8 @@ class Gateway:
         })
         return outcome
 
-    def read_trajectory(self, instance_id: str, after: int = 0) -> list[dict[str, Any]]:
-        self.get(instance_id)
+    async def read_trajectory(self, instance_id: str, after: int = 0) -> list[dict[str, Any]]:
+        await self.get(instance_id)
         self.trajectory.flush()
         return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after)
 

@@ -5,6 +5,8 @@ In a bundle, `envs/NAME/env.toml` holds an `EnvRecord`; its data files live besi
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
@@ -19,6 +21,9 @@ class AppRef(_Spec):
     name: str | None = Field(None, pattern=NAME, description="name within the environment (default: the app's)")
     prefix: str = Field("", pattern=r"^([a-z][a-z0-9_]{0,19}_)?$",
                         description="prepended to its tool names, to tell two apps' tools apart")
+    run: Literal["in_process", "subprocess"] = Field(
+        "in_process", description="in the gateway's process (fastest), or in a process of its own, reached "
+                                  "over MCP and the data plane like any remote env server")
 
 
 class RoleSpec(_Spec):

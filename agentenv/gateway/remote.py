@@ -1,0 +1,178 @@
+"""An app served by its own process and reached like any remote env server: MCP for tools, the
+open agentenv protocol's data plane for data. Used for `run = "subprocess"` apps.
+
+The MCP session lives in one background task (the SDK's client must be entered and left in the same
+task); calls reach it through a queue and run concurrently inside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+
+from agentenv.envs.app import ToolError
+from agentenv.envs.card import META_HIDDEN_BY_DEFAULT
+from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
+
+START_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    name: str
+    app: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool
+    hidden: bool
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.app}.{self.name}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RemoteApp:
+    def __init__(self, name: str, base_url: str, proc: subprocess.Popen | None) -> None:
+        self.name, self.base_url, self.proc = name, base_url.rstrip("/"), proc
+        self.tools: dict[str, RemoteTool] = {}
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=600)
+        self._calls: asyncio.Queue = asyncio.Queue()
+        self._session_task: asyncio.Task | None = None
+
+    @classmethod
+    async def spawn(cls, target: str, name: str, folder: Path) -> RemoteApp:
+        """Start `agent-env env serve` for the app on a free local port and connect to it."""
+        folder.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        with open(folder / "server.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agentenv", "env", "serve", target, "--host", "127.0.0.1", "--port", str(port),
+                 "--state", str(folder / "state")],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        app = cls(name, f"http://127.0.0.1:{port}", proc)
+        try:
+            await app._wait_ready(folder / "server.log")
+            await app._connect()
+        except BaseException:
+            await app.close()
+            raise
+        return app
+
+    async def _wait_ready(self, log: Path) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if (await self._http.get("/ready")).status_code == 200:
+                    return
+            if self.proc is not None and self.proc.poll() is not None:
+                from agentenv.daemon import tail
+
+                raise RuntimeError(f"app {self.name!r} exited while starting:\n{tail(log)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"app {self.name!r} did not answer at {self.base_url} within {START_TIMEOUT:.0f}s")
+            await asyncio.sleep(0.05)
+
+    async def _connect(self) -> None:
+        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._session_task = asyncio.create_task(self._hold_session(ready))
+        await ready
+
+    async def _hold_session(self, ready: asyncio.Future) -> None:
+        from mcp import Client
+
+        try:
+            async with Client(f"{self.base_url}/mcp") as client:
+                listed = (await client.list_tools()).tools
+                self.tools = {t.name: RemoteTool(
+                    name=t.name, app=self.name, description=t.description or "", input_schema=t.input_schema,
+                    read_only=bool(t.annotations and t.annotations.read_only_hint),
+                    hidden=bool((t.meta or {}).get(META_HIDDEN_BY_DEFAULT))) for t in listed}
+                ready.set_result(None)
+                async with asyncio.TaskGroup() as group:
+                    while True:
+                        name, arguments, meta, answer = await self._calls.get()
+                        group.create_task(self._serve(client, name, arguments, meta, answer))
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+            raise
+
+    @staticmethod
+    async def _serve(client, name: str, arguments: dict, meta: dict, answer: asyncio.Future) -> None:
+        try:
+            result = await client.call_tool(name, arguments, meta=meta)
+        except Exception as e:  # noqa: BLE001 - handed to the caller
+            if not answer.done():
+                answer.set_exception(e)
+            return
+        if not answer.done():
+            answer.set_result(result)
+
+    async def call_async(self, name: str, arguments: dict[str, Any], ctx: Ctx) -> Any:
+        if self._session_task is None or self._session_task.done():
+            raise RuntimeError(f"app {self.name!r} is not connected")
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self._calls.put((name, arguments, ctx.to_meta(), answer))
+        result = await answer
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        if result.is_error:
+            raise ToolError(text or "the tool failed")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return result.structured_content if result.structured_content is not None else text
+
+    # -- data plane, over the protocol's JSON-RPC --
+
+    async def _rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        answer = (await self._http.post("/agentenv", json={"jsonrpc": "2.0", "id": 1, "method": method,
+                                                          "params": params or {}})).json()
+        if "error" in answer:
+            error = answer["error"]
+            raise ToolError(f"{self.name}: {method} failed: {error['message']} {error.get('data') or ''}".strip())
+        return answer["result"]
+
+    async def reset(self) -> None:
+        await self._rpc("data/reset")
+
+    async def load(self, data: dict[str, Any], *, key: str | None = None) -> None:
+        part: dict[str, Any] = {"kind": "data", "data": data}
+        if key:
+            part["metadata"] = {META_IDEMPOTENCY_KEY: key}
+        await self._rpc("data/add", {"parts": [part]})
+
+    async def export(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for part in (await self._rpc("data/get"))["parts"]:
+            if part.get("kind") == "data":
+                data.update(part["data"])
+        return data
+
+    async def close(self) -> None:
+        if self._session_task is not None:
+            self._session_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._session_task
+        await self._http.aclose()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                await asyncio.to_thread(self.proc.wait, 10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
