@@ -70,21 +70,29 @@ def tool(fn: Callable | None = None, *, name: str | None = None, read_only: bool
 
 
 @dataclass(frozen=True)
-class ToolSpec:
+class ToolInfo:
+    """What agents see of a tool (for in-process apps and for apps reached over the network alike)."""
+
     name: str
     app: str
     description: str
     input_schema: dict[str, Any]
     read_only: bool
     hidden: bool
-    method: str
-    args_model: type[BaseModel]
-    wants_ctx: bool
-    is_async: bool
 
     @property
     def qualified_name(self) -> str:
         return f"{self.app}.{self.name}"
+
+
+@dataclass(frozen=True)
+class ToolSpec(ToolInfo):
+    """A tool of an in-process app: its info plus how to validate arguments and call it."""
+
+    method: str
+    args_model: type[BaseModel]
+    wants_ctx: bool
+    is_async: bool
 
     def parse_arguments(self, arguments: dict[str, Any] | None) -> dict[str, Any]:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agentenv.envs import dataplane
-from agentenv.envs.app import ToolError
+from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.instance import AppInstance, load_app_class
 from agentenv.gateway.mcp_tools import GET_TIME, get_time_spec
 from agentenv.gateway.remote import RemoteApp
@@ -32,7 +32,7 @@ class Route:
 
     app: AppInstance | RemoteApp | None
     app_name: str
-    spec: Any  # ToolSpec for in-process apps, RemoteTool for remote ones
+    spec: ToolInfo  # a ToolSpec for in-process apps
     exposed: str
 
     @property

@@ -14,31 +14,16 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 
-from agentenv.envs.app import ToolError
+from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.card import META_HIDDEN_BY_DEFAULT
 from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
 
 START_TIMEOUT = 30.0
-
-
-@dataclass(frozen=True)
-class RemoteTool:
-    name: str
-    app: str
-    description: str
-    input_schema: dict[str, Any]
-    read_only: bool
-    hidden: bool
-
-    @property
-    def qualified_name(self) -> str:
-        return f"{self.app}.{self.name}"
 
 
 def _free_port() -> int:
@@ -50,7 +35,7 @@ def _free_port() -> int:
 class RemoteApp:
     def __init__(self, name: str, base_url: str, proc: subprocess.Popen | None) -> None:
         self.name, self.base_url, self.proc = name, base_url.rstrip("/"), proc
-        self.tools: dict[str, RemoteTool] = {}
+        self.tools: dict[str, ToolInfo] = {}
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=600)
         self._calls: asyncio.Queue = asyncio.Queue()
         self._session_task: asyncio.Task | None = None
@@ -99,7 +84,7 @@ class RemoteApp:
         try:
             async with Client(f"{self.base_url}/mcp") as client:
                 listed = (await client.list_tools()).tools
-                self.tools = {t.name: RemoteTool(
+                self.tools = {t.name: ToolInfo(
                     name=t.name, app=self.name, description=t.description or "", input_schema=t.input_schema,
                     read_only=bool(t.annotations and t.annotations.read_only_hint),
                     hidden=bool((t.meta or {}).get(META_HIDDEN_BY_DEFAULT))) for t in listed}
