@@ -202,3 +202,39 @@ def test_schema_commands():
     assert "temporal" in config["properties"]
     done = cli("schema", "nope")
     assert done.returncode == 2 and "task, config, run" in done.stderr
+
+
+def test_tools_and_trajectory_commands(server):
+    done = cli("run", "hello")
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.split(" · run ")[1].split()[0]
+    instance = f"{run_id}.notes"
+
+    listed = cli("tools", "list", instance)
+    assert listed.returncode == 0 and "write_note --key --text" in listed.stdout and "get_time --zone?" in listed.stdout
+    called = cli("tools", "call", instance, "write_note", "--key", "grace", "--text", "Hello, Grace")
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout)["key"] == "grace"
+    read = cli("tools", "call", instance[:-2], "read_note", "--json", '{"key": "grace"}')  # a unique prefix is enough
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout)["text"] == "Hello, Grace"
+    failed = cli("tools", "call", instance, "read_note", "--key", "nobody")
+    assert failed.returncode == 1 and "no note named 'nobody'" in failed.stdout
+    wrong = cli("tools", "call", instance, "read_note", "--kee", "x")
+    assert wrong.returncode == 2 and "no argument '--kee'" in wrong.stderr and "--key" in wrong.stderr
+    helped = cli("tools", "call", instance, "write_note", "--help")
+    assert helped.returncode == 0 and "--text  string  the note's text" in helped.stdout
+    token = cli("tools", "token", instance, "agent")
+    assert token.returncode == 0 and token.stdout.startswith("aet_")
+
+    shown = cli("runs", "trajectory", run_id)
+    assert shown.returncode == 0 and "write_note" in shown.stdout and "grace" in shown.stdout
+    lines = [json.loads(x) for x in cli("runs", "trajectory", run_id, "--jsonl").stdout.splitlines()]
+    assert [e["tool"] for e in lines][:2] == ["write_note", "write_note"]
+    assert lines[-1]["tool"] == "read_note" and "error" in lines[-1]
+    assert cli("gateway", "status").returncode == 0
+
+
+def test_unknown_instance_names_the_fix(server):
+    done = cli("tools", "list", "no-such-instance")
+    assert done.returncode == 2 and "no environment instance 'no-such-instance'" in done.stderr
