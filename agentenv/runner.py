@@ -11,6 +11,7 @@ from agentenv.config import Settings
 from agentenv.errors import BadInput, NotFound
 from agentenv.spec.run import RunInput, RunState, StepPlan
 from agentenv.spec.task import TaskSpec
+from agentenv.spec.world_run import WorldSpec
 from agentenv.steps import registry
 
 if TYPE_CHECKING:
@@ -37,11 +38,15 @@ def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: 
         steps.append(StepPlan(
             id=s.id, type=s.type, depends_on=s.depends_on, config=config, on_failure=s.on_failure,
             timeout=s.timeout or st.timeout, retries=st.retries if s.retries is None else s.retries,
-            local=st.local, heartbeat_timeout=st.heartbeat_timeout,
+            local=st.local, heartbeat_timeout=st.heartbeat_timeout, in_workflow=st.in_workflow,
         ))
+    world = None
+    if task.clock or task.triggers:
+        world = WorldSpec(seed=task.seed, clock=task.clock.model_dump(mode="json") if task.clock else None,
+                          triggers=task.triggers, personas=task.personas)
     return RunInput(
         run_id=run_id, task_id=task.id, task_version=task.version, description=task.description,
-        steps=steps, search_attributes=search_attributes,
+        steps=steps, search_attributes=search_attributes, world=world,
     )
 
 

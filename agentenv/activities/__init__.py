@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import json
 import time
+from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio import activity
@@ -14,10 +16,14 @@ from temporalio.exceptions import ApplicationError
 from agentenv.config import Settings
 from agentenv.errors import format_loc
 from agentenv.spec.run import RunState, StepCall, StepOutcome
+from agentenv.spec.world_run import WorldPush
 from agentenv.steps import StepContext, StepFailed, registry
 
 RUN_STEP = "agentenv.run_step"
 RECORD_RUN = "agentenv.record_run"
+WORLD_ACTION = "agentenv.world_action"
+PUSH_WORLD = "agentenv.push_world"
+PACE = "agentenv.pace"
 
 # Outputs travel through workflow history: keep them to decisions and small facts.
 MAX_OUTPUT_BYTES = 64 * 1024
@@ -87,6 +93,50 @@ class RunActivities:
     async def record_run(self, state: RunState) -> None:
         """Upsert the run's record: runs stay listable without Temporal and after its retention."""
         self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
+
+    async def _gateway(self):
+        from agentenv.steps import StepContext
+
+        return await StepContext(run_id="", task_id="", step_id="", attempt=1, settings=self.settings).gateway()
+
+    @activity.defn(name=WORLD_ACTION)
+    async def world_action(self, instance: str, action: dict[str, Any], key: str, cause: str) -> dict[str, Any]:
+        """A trigger's action on an environment, once per key. Returns its outcome and the hits it caused."""
+        gateway = await self._gateway()
+        kind = action["type"]
+        if kind == "set_tools":
+            tools = await gateway.change_role(instance, action["role"], action["enable"], action["disable"])
+            return {"role": action["role"], "tools": tools, "hits": []}
+        call = action["reply"] if kind == "instruct" else action
+        if call is None:
+            return {"instruction": action["instruction"], "agent": action["agent"], "hits": []}
+        agent = action["agent"] if kind == "instruct" else call.get("agent")
+        outcome = await gateway.call_as(instance, call["tool"], call.get("arguments") or {}, role=call.get("role"),
+                                        agent=agent, idempotency_key=key, cause=cause)
+        out: dict[str, Any] = {"tool": call["tool"], "agent": agent or call.get("role"), "hits": outcome.get("hits", [])}
+        out.update({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]})
+        if kind == "instruct":
+            out["instruction"] = action["instruction"]
+        return out
+
+    @activity.defn(name=PUSH_WORLD)
+    async def push_world(self, pushes: list[tuple[str, WorldPush]]) -> list[dict[str, Any]]:
+        """Tell each instance's gateway the run's clock and the conditions it must watch. Returns the
+        hits of state conditions that are already true."""
+        gateway = await self._gateway()
+        hits: list[dict[str, Any]] = []
+        for instance, push in pushes:
+            hits += await gateway.push_world(instance, push.model_dump(mode="json"))
+        return hits
+
+    @activity.defn(name=PACE)
+    async def pace(self, seconds: float, pushes: list[tuple[str, WorldPush]]) -> dict[str, Any]:
+        """Renew the clock's lease at the gateway, then wait `seconds` precisely (no sub-second timers
+        exist on the server). Returns the real time at the end (for the workflow's clock) and hits."""
+        hits = await self.push_world(pushes) if pushes else []
+        if seconds > 0:
+            await asyncio.sleep(seconds)
+        return {"real": datetime.now(UTC).isoformat(), "hits": hits}
 
 
 async def _keep_heartbeating(every: float) -> None:

@@ -16,10 +16,11 @@ def main() -> None:
 
     import uvicorn
 
+    from agentenv.config import load_settings
     from agentenv.gateway.http import create_app
     from agentenv.gateway.service import Gateway
 
-    gateway = Gateway(args.root, max_body_bytes=args.max_body_kib * 1024)
+    gateway = Gateway(args.root, max_body_bytes=args.max_body_kib * 1024, settings=load_settings())
     try:
         uvicorn.run(create_app(gateway), host=args.host, port=args.port, log_level="warning")
     finally:

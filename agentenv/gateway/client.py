@@ -69,12 +69,21 @@ class GatewayClient:
         body = {"tools": tools, "deny": deny or []}
         return (await self._json("PUT", f"/admin/instances/{instance}/roles/{role}", json=body))["tools"]
 
+    async def change_role(self, instance: str, role: str, enable: list[str], disable: list[str]) -> list[str]:
+        body = {"enable": enable, "disable": disable}
+        return (await self._json("PATCH", f"/admin/instances/{instance}/roles/{role}", json=body))["tools"]
+
+    async def push_world(self, instance: str, push: dict[str, Any]) -> list[dict[str, Any]]:
+        return (await self._json("PUT", f"/admin/instances/{instance}/world", json=push))["hits"]
+
     async def set_agent_role(self, instance: str, agent: str, role: str) -> None:
         await self._json("PUT", f"/admin/instances/{instance}/agents/{agent}", json={"role": role})
 
     async def call_as(self, instance: str, tool: str, arguments: dict[str, Any], *, role: str | None = None,
-                      agent: str | None = None, idempotency_key: str | None = None) -> dict[str, Any]:
-        body = {"tool": tool, "arguments": arguments, "role": role, "agent": agent, "idempotency_key": idempotency_key}
+                      agent: str | None = None, idempotency_key: str | None = None,
+                      cause: str | None = None) -> dict[str, Any]:
+        body = {"tool": tool, "arguments": arguments, "role": role, "agent": agent,
+                "idempotency_key": idempotency_key, "cause": cause}
         return await self._json("POST", f"/admin/instances/{instance}/call", json=body)
 
     async def load(self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None,

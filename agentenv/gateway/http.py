@@ -31,6 +31,7 @@ from agentenv.gateway.instance import CompositionError
 from agentenv.gateway.roles import RoleError
 from agentenv.gateway.service import Caller, Gateway, GatewayError
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.spec.world_run import WorldPush
 
 
 class CallRequest(BaseModel):
@@ -39,6 +40,12 @@ class CallRequest(BaseModel):
     agent: str | None = None
     role: str | None = None
     idempotency_key: str | None = None
+    cause: str | None = None  # e.g. "trigger dana_replies", shown in the trajectory
+
+
+class RoleChange(BaseModel):
+    enable: list[str] = []
+    disable: list[str] = []
 
 
 class AgentRole(BaseModel):
@@ -200,9 +207,18 @@ def create_app(gateway: Gateway) -> Starlette:
 
     async def role(request: Request) -> Response:
         admin_only(request)
-        spec = parse(RoleSpec, await body_json(request), "role")
-        allowed = await gateway.set_role(request.path_params["instance"], request.path_params["role"], spec)
-        return JSONResponse({"role": request.path_params["role"], "tools": sorted(allowed)})
+        instance_id, name = request.path_params["instance"], request.path_params["role"]
+        if request.method == "PATCH":
+            change = parse(RoleChange, await body_json(request), "role change")
+            allowed = await gateway.change_role(instance_id, name, change.enable, change.disable)
+        else:
+            allowed = await gateway.set_role(instance_id, name, parse(RoleSpec, await body_json(request), "role"))
+        return JSONResponse({"role": name, "tools": sorted(allowed)})
+
+    async def world(request: Request) -> Response:
+        admin_only(request)
+        push = parse(WorldPush, await body_json(request), "world")
+        return JSONResponse({"hits": await gateway.push_world(request.path_params["instance"], push)})
 
     async def agent(request: Request) -> Response:
         admin_only(request)
@@ -222,7 +238,7 @@ def create_app(gateway: Gateway) -> Starlette:
             raise GatewayError(400, "say who calls: 'agent' or 'role'")
         caller = Caller(inst, body.agent or f"@{body.role}", as_role=None if body.agent else body.role)
         return JSONResponse(await gateway.call(caller, body.tool, body.arguments, via="run",
-                                               idempotency_key=body.idempotency_key))
+                                               idempotency_key=body.idempotency_key, cause=body.cause))
 
     async def load(request: Request) -> Response:
         """data/add with an idempotency key (and optionally a reset first): what the run's steps use."""
@@ -262,6 +278,7 @@ def create_app(gateway: Gateway) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         async with gateway.mcp.lifespan():
+            gateway.delivery.resend_pending()
             yield
         await gateway.shutdown()
 
@@ -276,7 +293,8 @@ def create_app(gateway: Gateway) -> Starlette:
         Route("/admin/instances", guarded(instances), methods=["GET"]),
         Route("/admin/instances/{instance}", guarded(instance), methods=["GET", "PUT", "DELETE"]),
         Route("/admin/instances/{instance}/tokens/{agent}", guarded(token), methods=["GET"]),
-        Route("/admin/instances/{instance}/roles/{role}", guarded(role), methods=["PUT"]),
+        Route("/admin/instances/{instance}/roles/{role}", guarded(role), methods=["PUT", "PATCH"]),
+        Route("/admin/instances/{instance}/world", guarded(world), methods=["PUT"]),
         Route("/admin/instances/{instance}/agents/{agent}", guarded(agent), methods=["PUT"]),
         Route("/admin/instances/{instance}/call", guarded(admin_call), methods=["POST"]),
         Route("/admin/instances/{instance}/load", guarded(load), methods=["POST"]),

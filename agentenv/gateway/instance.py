@@ -20,6 +20,8 @@ from agentenv.gateway.mcp_tools import GET_TIME, get_time_spec
 from agentenv.gateway.remote import RemoteApp
 from agentenv.gateway.roles import ToolEntry, allowed_tools
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.gateway.watch import Watcher
+from agentenv.spec.world_run import WorldPush
 
 
 class CompositionError(ValueError):
@@ -52,6 +54,8 @@ class EnvInstance:
         self.tools: dict[str, Route] = {GET_TIME: Route(None, "gateway", get_time_spec(), GET_TIME)}
         self.allowed: dict[str, frozenset[str]] = {}
         self.agents: dict[str, str] = {}
+        self.world: WorldPush | None = None  # the run's clock and what to watch, pushed by the run
+        self.watcher: Watcher | None = None
 
     @classmethod
     async def open(cls, spec: InstanceSpec, folder: Path) -> EnvInstance:
@@ -103,11 +107,22 @@ class EnvInstance:
     def role_of(self, agent: str) -> str:
         return self.agents[agent]
 
+    def apply_world(self, push: WorldPush) -> None:
+        old = self.watcher
+        self.world = push
+        self.watcher = Watcher(push.watches) if push.watches else None
+        if old is not None and self.watcher is not None:  # keep what state watches last saw
+            self.watcher.truth = {k: v for k, v in old.truth.items() if any(w.trigger == k for w in push.watches)}
+
     def now(self) -> datetime:
+        if self.world is not None and self.world.clock is not None:
+            return self.world.clock.now(datetime.now(UTC))
         return self.spec.now or datetime.now(UTC)
 
     def time_answer(self, zone: str | None) -> dict[str, Any]:
         now = self.now()
+        if zone is None and self.world is not None and self.world.clock is not None:
+            zone = self.world.clock.zone
         answer = {"utc": now.isoformat().replace("+00:00", "Z")}
         if zone:
             try:

@@ -19,12 +19,16 @@ from agentenv.envs.app import ToolError
 from agentenv.envs.context import Ctx
 from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
 from agentenv.gateway import tokens, trajectory
+from agentenv.gateway.delivery import Delivery
 from agentenv.gateway.instance import EnvInstance
 from agentenv.gateway.mcp_tools import GET_TIME
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.spec.predicates import walk
+from agentenv.spec.world_run import TriggerHit, WorldPush
 from agentenv.stores.local import SqliteDocumentStore
 
 COLLECTION = "gateway_instances"
+WORLDS = "gateway_worlds"
 
 
 class GatewayError(Exception):
@@ -49,7 +53,7 @@ class Caller:
 
 
 class Gateway:
-    def __init__(self, root: Path, *, max_body_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, root: Path, *, max_body_bytes: int = 16 * 1024 * 1024, settings=None) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.key = tokens.load_or_create_key(root / "key")
@@ -61,10 +65,12 @@ class Gateway:
         self._channels: dict[str, ChangeChannel] = {}
         self._listings: dict[tuple[str, str], list[types.Tool]] = {}
         self.trajectory = trajectory.TrajectoryWriter()
+        self.delivery = Delivery(self.store, settings)
         self.mcp = McpEndpoint(self, "agentenv-gateway", max_body_bytes=max_body_bytes)
 
     async def shutdown(self) -> None:
         """Close every open instance (stopping apps that run in processes of their own)."""
+        await self.delivery.close()
         for inst in list(self._instances.values()):
             await inst.close()
         self._instances.clear()
@@ -95,6 +101,8 @@ class Gateway:
         self._instances[spec.id] = inst
         self._tokens[spec.id] = {tokens.agent_token(self.key, spec.id, agent): agent for agent in inst.agents}
         self._channels.setdefault(spec.id, ChangeChannel())
+        if world := self.store.get(WORLDS, spec.id):
+            inst.apply_world(WorldPush.model_validate(world))
         return inst
 
     def _save(self, inst: EnvInstance) -> None:
@@ -134,6 +142,7 @@ class Gateway:
         self._tokens.pop(instance_id, None)
         self._channels.pop(instance_id, None)
         self.store.delete(COLLECTION, instance_id)
+        self.store.delete(WORLDS, instance_id)
         if not keep_data:
             self.trajectory.flush()
             shutil.rmtree(self.folder(instance_id), ignore_errors=True)
@@ -145,6 +154,46 @@ class Gateway:
         self._save(inst)
         await self._tools_changed(instance_id)
         return allowed
+
+    async def change_role(self, instance_id: str, role: str, enable: list[str], disable: list[str]) -> frozenset[str]:
+        """Enable or disable tools for a role (names or patterns), keeping the rest of its rules."""
+        inst = await self.get(instance_id)
+        if role not in inst.spec.roles:
+            raise GatewayError(400, f"no role {role!r} in instance {instance_id!r} (roles: {', '.join(inst.spec.roles)})")
+        current = inst.spec.roles[role]
+        tools = current.tools + [t for t in enable if t not in current.tools]
+        deny = [d for d in current.deny if d not in enable] + [d for d in disable if d not in current.deny]
+        return await self.set_role(instance_id, role, RoleSpec(tools=tools, deny=deny))
+
+    async def push_world(self, instance_id: str, push: WorldPush) -> list[dict[str, Any]]:
+        """The run's clock and conditions for this instance. Returns hits of state conditions already true."""
+        inst = await self.get(instance_id)
+        inst.apply_world(push)
+        self.store.put(WORLDS, instance_id, push.model_dump(mode="json"))
+        if inst.watcher is None or not inst.watcher.states:
+            return []
+        vnow = inst.now()
+        values = await self._state_values(inst)
+        return [TriggerHit(trigger=w.trigger, instance=instance_id, virtual_time=vnow,
+                           match={"value": values[w.trigger]}).model_dump(mode="json")
+                for w in inst.watcher.state_edges(values)]
+
+    async def _state_values(self, inst: EnvInstance) -> dict[str, Any]:
+        """Each state condition's current value, read through its (read-only) tool."""
+        values: dict[str, Any] = {}
+        first_role = next(iter(inst.spec.roles))
+        for watch, when in inst.watcher.states:
+            route = inst.tools.get(when.tool)
+            if route is None or route.app is None:
+                continue
+            ctx = Ctx(role=when.role or first_role, run_id=inst.spec.run_id, agent="@watch",
+                      instance=inst.spec.id, virtual_now=inst.now())
+            try:
+                result = await route.app.call_async(route.spec.name, when.arguments, ctx)
+                values[watch.trigger] = walk(result, when.path)
+            except (ToolError, KeyError):
+                continue
+        return values
 
     async def set_agent_role(self, instance_id: str, agent: str, role: str) -> None:
         inst = await self.get(instance_id)
@@ -211,7 +260,7 @@ class Gateway:
         return tool_error(outcome["error"]) if "error" in outcome else tool_result(outcome["result"])
 
     async def call(self, caller: Caller, name: str, arguments: dict[str, Any], *, via: str,
-                   idempotency_key: str | None = None) -> dict[str, Any]:
+                   idempotency_key: str | None = None, cause: str | None = None) -> dict[str, Any]:
         """Call a tool as `caller`, enforcing its role, and record it. Returns {"result"} or {"error", "refused"?}."""
         inst, role = caller.instance, caller.role
         started = time.perf_counter()
@@ -235,7 +284,7 @@ class Gateway:
                 outcome = {"error": str(e)}
             except Exception as e:  # noqa: BLE001 - a broken tool must not take the gateway down
                 outcome = {"error": f"internal error in tool {name!r}: {type(e).__name__}: {e}"}
-        self.trajectory.record(inst.trajectory_path, {
+        entry = {
             "instance": inst.spec.id, "run_id": inst.spec.run_id, "agent": caller.agent, "role": role,
             "tool": name, "arguments": arguments, "via": via,
             **({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]}),
@@ -243,8 +292,32 @@ class Gateway:
             "virtual_time": vnow.isoformat().replace("+00:00", "Z"),
             "real_time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-        })
+        }
+        if cause:
+            entry["cause"] = cause
+        self.trajectory.record(inst.trajectory_path, entry)
+        if inst.watcher is not None and route is not None and "unknown" not in outcome:
+            await self._watch(inst, route, entry, outcome, vnow, via)
         return outcome
+
+    async def _watch(self, inst: EnvInstance, route, entry: dict[str, Any], outcome: dict[str, Any],
+                     vnow: datetime, via: str) -> None:
+        """Match the call against the run's conditions. The run's own calls get their hits back in the
+        answer (it applies them in order); agents' calls have them delivered as updates."""
+        call = {k: entry[k] for k in ("agent", "role", "tool", "arguments")}
+        call.update({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]})
+        found = [(w, call) for w in inst.watcher.calls(call)]
+        if inst.watcher.states and "result" in outcome and not route.spec.read_only:
+            values = await self._state_values(inst)
+            found += [(w, {"value": values[w.trigger], "after": call}) for w in inst.watcher.state_edges(values)]
+        if not found:
+            return
+        hits = [(w, TriggerHit(trigger=w.trigger, instance=inst.spec.id, virtual_time=vnow, match=m)) for w, m in found]
+        if via == "run":
+            outcome["hits"] = [h.model_dump(mode="json") for _, h in hits]
+            return
+        for watch, hit in hits:
+            await self.delivery.send(inst.world.run_id, hit, watch.barrier_s)
 
     async def read_trajectory(self, instance_id: str, after: int = 0) -> list[dict[str, Any]]:
         await self.get(instance_id)

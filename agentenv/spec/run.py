@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentenv.spec.task import FailurePolicy
+from agentenv.spec.world_run import WorldSpec, WorldState
 
 
 class StepStatus(StrEnum):
@@ -76,6 +77,7 @@ class StepPlan(BaseModel):
     retries: int
     local: bool = False
     heartbeat_timeout: timedelta | None = None
+    in_workflow: bool = False  # world steps (clock, triggers, waits) the workflow applies itself
 
 
 class RunInput(BaseModel):
@@ -90,6 +92,7 @@ class RunInput(BaseModel):
     # Continue-as-new when history reaches this many events (or Temporal suggests it), carrying state.
     continue_as_new_at: int = Field(4000, ge=10)
     carried: RunState | None = None
+    world: WorldSpec | None = None  # clock, personas and triggers, when the task has any
 
 
 class StepCall(BaseModel):
@@ -137,6 +140,7 @@ class RunState(BaseModel):
     score: float | None = None
     error: str | None = None
     steps: dict[str, StepState]
+    world: WorldState | None = None
 
     @classmethod
     def start(cls, inp: RunInput, now: datetime) -> RunState:
@@ -147,6 +151,7 @@ class RunState(BaseModel):
             description=inp.description,
             started_at=now,
             steps={s.id: StepState(id=s.id, type=s.type, depends_on=s.depends_on) for s in inp.steps},
+            world=WorldState() if inp.world else None,
         )
 
     def scores(self) -> dict[str, Score]:

@@ -20,8 +20,10 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agentenv.spec.duration import Duration
 from agentenv.spec.templates import has_template, referenced_steps
+from agentenv.spec.world import ClockSpec, PersonaSpec, TriggerSpec
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
+WORLD_STEPS = ("set_clock", "register_triggers", "cancel_triggers", "wait_clock")
 
 
 class FailurePolicy(StrEnum):
@@ -60,6 +62,10 @@ class TaskSpec(BaseModel):
     id: str = Field(pattern=NAME_PATTERN)
     version: str = Field("1", min_length=1, max_length=64)
     description: str = ""
+    seed: int = Field(0, description="seeds everything random in the run (e.g. random trigger intervals)")
+    clock: ClockSpec | None = Field(None, description="the world's clock; without one, time is the host's")
+    personas: dict[str, PersonaSpec] = Field(default_factory=dict, description="simulated people, by name")
+    triggers: list[TriggerSpec] = Field(default_factory=list, description="rules: when X happens, do Y")
     steps: list[StepSpec] = Field(min_length=1)
     _bundle: Path | None = PrivateAttr(None)  # the bundle folder it was loaded from
 
@@ -71,9 +77,17 @@ class TaskSpec(BaseModel):
         return next(s for s in self.steps if s.id == step_id)
 
     @model_validator(mode="after")
-    def _check_graph(self) -> TaskSpec:
+    def _check_graph(self, info: ValidationInfo) -> TaskSpec:
         if problems := graph_problems(self.steps):
             raise ValidationError.from_exception_data("TaskSpec", problems)
+        if self.triggers or self.personas or any(s.type in WORLD_STEPS for s in self.steps):
+            from agentenv.spec.world import world_problems
+
+            bundle = (info.context or {}).get("bundle")
+            if found := world_problems(self, bundle):
+                raise ValidationError.from_exception_data("TaskSpec", [
+                    _problem(loc, "world", message, None)
+                    for loc, message in found])
         return self
 
 
@@ -210,7 +224,7 @@ def step_type_problems(step: StepSpec, context: dict | None = None) -> list[Init
     except ValidationError as e:
         return [
             InitErrorDetails(
-                type=PydanticCustomError(err["type"], err["msg"].replace("{", "{{").replace("}", "}}")),
+                type=PydanticCustomError(err["type"], err["msg"]),  # no context: the text is used as is
                 loc=("config", *err["loc"]),
                 input=err.get("input"),
             )

@@ -52,6 +52,10 @@ BUILTINS = {
     "call_tool": "agentenv.steps.builtin.envs:call_tool",
     "check_state": "agentenv.steps.builtin.envs:check_state",
     "teardown_env": "agentenv.steps.builtin.envs:teardown_env",
+    "set_clock": "agentenv.steps.builtin.world:set_clock",
+    "register_triggers": "agentenv.steps.builtin.world:register_triggers",
+    "cancel_triggers": "agentenv.steps.builtin.world:cancel_triggers",
+    "wait_clock": "agentenv.steps.builtin.world:wait_clock",
 }
 
 
@@ -158,6 +162,7 @@ class StepType:
     heartbeat_timeout: timedelta | None  # how soon a dead worker is noticed; None for local steps
     prepare: PrepareFunction | None = None  # declared config -> executed config, at plan time
     step_refs: tuple[str, ...] = ()  # config fields that name an upstream step
+    in_workflow: bool = False  # applied by the workflow itself (world steps): `run` is never called
 
     async def __call__(self, ctx: StepContext, config: BaseModel) -> StepResult:
         result = self.run(ctx, config)
@@ -182,6 +187,7 @@ def step_type(
     heartbeat_timeout: str | float | None = "10s",
     prepare: PrepareFunction | None = None,
     step_refs: tuple[str, ...] = (),
+    in_workflow: bool = False,
 ) -> Callable[[StepFunction], StepType]:
     """Declare a step type. Sync functions run in a thread so they cannot block the worker.
 
@@ -206,6 +212,7 @@ def step_type(
             heartbeat_timeout=None if local or heartbeat_timeout is None else parse_duration(heartbeat_timeout),
             prepare=prepare,
             step_refs=step_refs,
+            in_workflow=in_workflow,
         )
 
     return wrap

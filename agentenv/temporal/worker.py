@@ -23,7 +23,8 @@ def create_worker(client: Client, settings: Settings, *, identity: str | None = 
         client,
         task_queue=settings.temporal.task_queue,
         workflows=[TaskRun],
-        activities=[activities.run_step, activities.record_run],
+        activities=[activities.run_step, activities.record_run, activities.world_action, activities.push_world,
+                    activities.pace],
         identity=identity,
         # After a worker dies, its cached workflows move to another worker this soon.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=5),

@@ -1,14 +1,21 @@
-"""One run of a task: execute its DAG of steps as activities, record status, outputs, scores, timings.
+"""One run of a task: execute its DAG of steps as activities, apply the world's rules (clock, triggers),
+record status, outputs, scores, timings and the world's events.
 
 Independent steps run concurrently. A step starts when everything it depends on has finished; its
 config's ${...} references are resolved here, deterministically, from earlier results. History
-carries only step inputs and outcomes (decisions), never the traffic of the environments.
+carries only step inputs and outcomes and the world's decisions, never the traffic of environments.
+
+The world: the clock is workflow state (DESIGN §3). Due events fire at their exact virtual times, in
+the order they were scheduled. Event-driven clocks jump to the next event only when no step is in
+flight; paced clocks advance in real time, waited out by short local activities that also renew the
+gateway's lease on the clock. Hits from the run's own calls come back in the call's answer; hits from
+agents arrive as `trigger_hit` updates.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -20,11 +27,18 @@ with workflow.unsafe.imports_passed_through():
     from agentenv.spec.run import RunInput, RunState, RunStatus, StepCall, StepOutcome, StepPlan, StepStatus
     from agentenv.spec.task import FailurePolicy
     from agentenv.spec.templates import TemplateError, resolve
+    from agentenv.spec.world import parse_time
+    from agentenv.spec.world_run import HitAck, Scheduled, TriggerHit, WorldPush
     from agentenv.workflows import attributes
+    from agentenv.workflows.world import World, WorldError
 
 RUN_STEP = "agentenv.run_step"
 RECORD_RUN = "agentenv.record_run"
-RECORD_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10))
+WORLD_ACTION = "agentenv.world_action"
+PUSH_WORLD = "agentenv.push_world"
+PACE = "agentenv.pace"
+QUICK_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10))
+PACE_CHUNK = 1.0  # real seconds per pacing wait: each renews the gateway's lease on the clock
 
 
 @workflow.defn(name="agentenv.TaskRun")
@@ -36,16 +50,31 @@ class TaskRun:
         # After a continue-as-new, the run goes on from the state it carried.
         self.state = inp.carried or RunState.start(inp, workflow.info().start_time)
         self.running: dict[str, asyncio.Task[StepOutcome]] = {}
+        self.waiting: set[str] = set()  # wait_clock steps, completed by the world's queue
+        self.world = World(inp.world, self.state.world) if inp.world and self.state.world is not None else None
+        self._wake = asyncio.Event()
+        self._pace: asyncio.Task | None = None
+        self._real = workflow.info().start_time
+        self._push_needed = False
 
     @workflow.query(name="state")
     def get_state(self) -> RunState:
         return self.state
+
+    @workflow.update(name="trigger_hit")
+    async def trigger_hit(self, hit: TriggerHit) -> HitAck:
+        """A condition an agent's call made true (sent by the gateway)."""
+        ack = await self._on_hit(hit)
+        self._wake.set()
+        return ack
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunState:
         try:
             if inp.carried is None:
                 await self._record()
+                if self.world is not None:
+                    self.world.start_clock(self._now_real())
             await self._execute()
         except asyncio.CancelledError:
             await self._stop_running()
@@ -58,33 +87,69 @@ class TaskRun:
             raise ApplicationError(self.state.error or "run failed", self.state, type="RunError", non_retryable=True)
         return self.state
 
+    # -- the main loop --
+
     async def _execute(self) -> None:
         while True:
             if self._history_is_long():
                 await self._drain_and_continue_as_new()
             self._start_ready_steps()
-            if not self.running:
-                return
-            await workflow.wait(list(self.running.values()), return_when=asyncio.FIRST_COMPLETED)
-            for step_id in [sid for sid, task in self.running.items() if task.done()]:
-                self._settle(step_id, self.running.pop(step_id))
-            if self.state.error:
+            await self._advance_world()
+            self._start_ready_steps()  # the world may have finished waits that others depend on
+            if self.state.error or (self.world and self.world.state.ended):
                 await self._stop_running()
                 return
-
-    def _history_is_long(self) -> bool:
-        info = workflow.info()
-        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self.inp.continue_as_new_at
-
-    async def _drain_and_continue_as_new(self) -> None:
-        """Let running steps finish (no new ones start), then continue in a fresh history."""
-        while self.running:
-            await workflow.wait(list(self.running.values()), return_when=asyncio.FIRST_COMPLETED)
+            if not self.running and not self.waiting and not self._world_can_go_on():
+                return
+            await self._wait()
             for step_id in [sid for sid, task in self.running.items() if task.done()]:
                 self._settle(step_id, self.running.pop(step_id))
-        if self.state.error:
-            return  # the run is ending anyway
-        workflow.continue_as_new(self.inp.model_copy(update={"carried": self.state}))
+
+    def _world_can_go_on(self) -> bool:
+        """Whether scheduled events can still come due on their own (a frozen clock never gets there)."""
+        if self.world is None or not self.world.state.queue:
+            return False
+        clock = self.world.state.clock
+        return clock is not None and clock.mode != "frozen"
+
+    def _now_real(self) -> datetime:
+        self._real = max(self._real, workflow.now())
+        return self._real
+
+    async def _wait(self) -> None:
+        """Until a step finishes, an update arrives, or (paced) the clock may have reached an event."""
+        waiters: list[asyncio.Future] = list(self.running.values())
+        clock = self.world.state.clock if self.world else None
+        if clock is not None and clock.mode == "paced" and self._pace is None:
+            real = self._now_real()
+            horizon = self.world.horizon()
+            seconds = PACE_CHUNK
+            if horizon is not None:
+                seconds = min(seconds, max((horizon - self.world.now(real)).total_seconds() / clock.rate, 0.0))
+            self.world.reanchor(real)  # renews the lease
+            self._pace = asyncio.create_task(self._pace_for(seconds))
+        if self._pace is not None:
+            waiters.append(self._pace)
+        self._wake.clear()
+        wake = asyncio.create_task(self._wake.wait())
+        waiters.append(wake)
+        await workflow.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if not wake.done():
+            wake.cancel()
+        if self._pace is not None and self._pace.done():
+            paced = self._pace.result()
+            self._pace = None
+            self._real = max(self._real, datetime.fromisoformat(paced["real"]))
+            for hit in paced["hits"]:
+                await self._on_hit(TriggerHit.model_validate(hit))
+
+    async def _pace_for(self, seconds: float) -> dict[str, Any]:
+        self._push_needed = False
+        return await workflow.execute_local_activity(
+            PACE, args=[seconds, self._pushes()], result_type=dict,
+            start_to_close_timeout=timedelta(seconds=seconds + 30), retry_policy=QUICK_RETRY)
+
+    # -- steps --
 
     def _start_ready_steps(self) -> None:
         progressed = True
@@ -110,7 +175,10 @@ class TaskRun:
                     continue
                 step.status = StepStatus.RUNNING
                 step.started_at = workflow.now()
-                self.running[step_id] = asyncio.create_task(self._call(plan, config))
+                if plan.in_workflow:
+                    self._world_step(plan, config)
+                else:
+                    self.running[step_id] = asyncio.create_task(self._call(plan, config))
 
     def _blocks_dependents(self, step_id: str) -> bool:
         status = self.state.steps[step_id].status
@@ -119,7 +187,7 @@ class TaskRun:
         return status in (StepStatus.SKIPPED, StepStatus.CANCELLED)
 
     def _scope(self) -> dict[str, Any]:
-        return {
+        scope: dict[str, Any] = {
             "steps": {
                 sid: {"outputs": s.outputs, "status": s.status.value, "score": s.score.value if s.score else None}
                 for sid, s in self.state.steps.items()
@@ -127,6 +195,9 @@ class TaskRun:
             "run": {"id": self.inp.run_id},
             "task": {"id": self.inp.task_id, "version": self.inp.task_version},
         }
+        if self.world is not None and self.world.state.clock is not None:
+            scope["clock"] = {"now": _iso(self.world.now(self._now_real())), "start": _iso(self.world.start)}
+        return scope
 
     async def _call(self, plan: StepPlan, config: dict[str, Any]) -> StepOutcome:
         call = StepCall(
@@ -149,6 +220,37 @@ class TaskRun:
             activity_id=plan.id, summary=f"{plan.id} ({plan.type})",
         )
 
+    def _world_step(self, plan: StepPlan, config: dict[str, Any]) -> None:
+        """Steps that change the world's rules run here, in the workflow: they are decisions."""
+        step = self.state.steps[plan.id]
+        if self.world is None:
+            self._fail(plan.id, f"{plan.type} needs the task to declare a [clock] or [[triggers]]")
+            return
+        real = self._now_real()
+        try:
+            if plan.type == "set_clock":
+                self.world.set_clock(real, time=config.get("time"), rate=config.get("rate"),
+                                     mode=config.get("mode"), cause=f"step {plan.id}")
+                outputs: dict[str, Any] = {"now": _iso(self.world.now(real))}
+            elif plan.type == "register_triggers":
+                outputs = {"registered": self.world.register(config.get("triggers") or ["*"], real)}
+            elif plan.type == "cancel_triggers":
+                outputs = {"cancelled": self.world.cancel(config["triggers"], real, cause=f"step {plan.id}")}
+            elif plan.type == "wait_clock":
+                now = self.world.now(real)
+                target = (parse_time(config["until"], self.world.start) if config.get("until") is not None
+                          else now + timedelta(seconds=float(config["seconds"])))
+                self.world.wake_at(plan.id, max(target, now))
+                self.waiting.add(plan.id)
+                return
+            else:
+                raise WorldError(f"unknown world step type {plan.type!r}")
+        except (WorldError, ValueError) as e:
+            self._fail(plan.id, str(e))
+            return
+        self._push_needed = True
+        step.status, step.finished_at, step.outputs, step.attempts = StepStatus.SUCCEEDED, workflow.now(), outputs, 1
+
     def _settle(self, step_id: str, task: asyncio.Task[StepOutcome]) -> None:
         step = self.state.steps[step_id]
         try:
@@ -169,6 +271,9 @@ class TaskRun:
         step.duration_ms = round(outcome.duration_ms, 3)
         step.outputs = outcome.outputs
         step.score = outcome.score
+        if self.world is not None and self.plans[step_id].type == "deploy_env" and "instance" in outcome.outputs:
+            self.world.state.instances[step_id] = outcome.outputs["instance"]
+            self._push_needed = True
 
     def _fail(self, step_id: str, message: str) -> None:
         step = self.state.steps[step_id]
@@ -184,12 +289,150 @@ class TaskRun:
             await asyncio.gather(*self.running.values(), return_exceptions=True)
         for step_id in list(self.running):
             self._settle(step_id, self.running.pop(step_id))
+        reason = f"the world ended: {self.world.state.ended}" if self.world and self.world.state.ended else None
+        for step_id in list(self.waiting):
+            step = self.state.steps[step_id]
+            step.status, step.finished_at = StepStatus.CANCELLED, workflow.now()
+            step.error = reason
+        self.waiting.clear()
         for step in self.state.steps.values():
             if step.status is StepStatus.PENDING:
                 step.status = StepStatus.SKIPPED
-                step.error = "skipped: the run stopped"
+                step.error = f"skipped: {reason}" if reason else "skipped: the run stopped"
+
+    # -- the world --
+
+    async def _advance_world(self) -> None:
+        if self.world is None:
+            return
+        if self._push_needed:
+            await self._push()
+        while not self.world.state.ended and not self.state.error:
+            real = self._now_real()
+            item = self.world.due(real)
+            if item is None:
+                if self.running or not self.world.jump(real):
+                    break
+                self._push_needed = True
+                continue
+            try:
+                await self._handle(item)
+            except WorldError as e:
+                self.state.error = f"the world failed: {e}"
+        if self._push_needed and not self.state.error:
+            await self._push()
+
+    async def _handle(self, item: Scheduled) -> None:
+        if item.kind == "wake":
+            step = self.state.steps[item.step]
+            self.waiting.discard(item.step)
+            step.status, step.finished_at = StepStatus.SUCCEEDED, workflow.now()
+            step.outputs, step.attempts = {"now": _iso(item.at)}, 1
+        elif item.kind == "trigger":
+            firing, immediate = self.world.fire(item.trigger, item.at, {"at": _iso(item.at)})
+            self._push_needed = True
+            for index in immediate:
+                await self._run_action(item.trigger, firing, index, {"at": _iso(item.at)})
+        else:
+            await self._run_action(item.trigger, item.firing, item.action, item.match or {})
+
+    async def _on_hit(self, hit: TriggerHit) -> HitAck:
+        if self.world is None:
+            return HitAck(accepted=False, reason="this run has no triggers")
+        real = self._now_real()
+        if hit.trigger.endswith("#unless"):
+            cancelled = self.world.cancel([hit.trigger.removesuffix("#unless")], real, cause=f"unless: {hit.match}")
+            self._push_needed = True
+            return HitAck(accepted=bool(cancelled))
+        reason = self.world.accepts(hit.trigger)
+        if reason is not None:
+            return HitAck(accepted=False, reason=reason)
+        firing, immediate = self.world.fire(hit.trigger, hit.virtual_time, hit.match)
+        self._push_needed = True
+        for index in immediate:
+            await self._run_action(hit.trigger, firing, index, hit.match)
+        if self._push_needed:
+            await self._push()
+        return HitAck(accepted=True, firing=firing)
+
+    async def _run_action(self, trigger: str, firing: int, index: int, match: dict[str, Any]) -> None:
+        world = self.world
+        action = world.triggers[trigger].actions[index]
+        real = self._now_real()
+        at = world.now(real)
+        scope = {**self._scope(), "match": match, "trigger": {"id": trigger, "fires": world.state.triggers[trigger].fires}}
+        detail: dict[str, Any] = {"type": action.type, "index": index}
+        hits: list[dict[str, Any]] = []
+        try:
+            spec = resolve(action.model_dump(mode="json", exclude={"delay"}), scope)
+            if action.type in ("call_tool", "set_tools", "instruct"):
+                instance = world.state.instances.get(spec["env"])
+                if instance is None:
+                    raise WorldError(f"environment {spec['env']!r} is not deployed (yet)")
+                if self._push_needed:  # the gateway stamps the call: it must know the time and watches first
+                    await self._push()
+                answer = await workflow.execute_local_activity(
+                    WORLD_ACTION, args=[instance, spec, f"{self.inp.run_id}/world/{firing}/{index}", f"trigger {trigger}"],
+                    result_type=dict, start_to_close_timeout=timedelta(seconds=60), retry_policy=QUICK_RETRY)
+                hits = answer.pop("hits", [])
+                detail.update(answer)
+            elif action.type == "set_clock":
+                world.set_clock(real, time=spec.get("time"), rate=spec.get("rate"), mode=spec.get("mode"),
+                                cause=f"trigger {trigger}")
+                self._push_needed = True
+            elif action.type == "register_triggers":
+                detail["registered"] = world.register(spec["ids"], real)
+                self._push_needed = True
+            elif action.type == "cancel_triggers":
+                detail["cancelled"] = world.cancel(spec["ids"], real, cause=f"trigger {trigger}")
+                self._push_needed = True
+            elif action.type == "end_run":
+                world.state.ended = spec["reason"]
+                world.log("ended", at, trigger=trigger, firing=firing, detail={"reason": spec["reason"]})
+        except (TemplateError, WorldError, ValueError) as e:
+            detail["error"] = str(e)
+        world.log("action", at, trigger=trigger, firing=firing, detail=detail)
+        for hit in hits:
+            await self._on_hit(TriggerHit.model_validate(hit))
+
+    def _pushes(self) -> list[tuple[str, WorldPush]]:
+        return [(instance, WorldPush(run_id=self.inp.run_id, clock=self.world.state.clock,
+                                     watches=self.world.watches(step)))
+                for step, instance in self.world.state.instances.items()]
+
+    async def _push(self) -> None:
+        """Tell every instance of the run the world's clock and the conditions to watch."""
+        self._push_needed = False
+        pushes = self._pushes()
+        if pushes:
+            hits = await workflow.execute_local_activity(
+                PUSH_WORLD, pushes, result_type=list, start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=QUICK_RETRY)
+            for hit in hits:
+                await self._on_hit(TriggerHit.model_validate(hit))
+
+    # -- continue-as-new, conclusion, records --
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self.inp.continue_as_new_at
+
+    async def _drain_and_continue_as_new(self) -> None:
+        """Let running steps finish (no new ones start), then continue in a fresh history."""
+        while self.running:
+            await workflow.wait(list(self.running.values()), return_when=asyncio.FIRST_COMPLETED)
+            for step_id in [sid for sid, task in self.running.items() if task.done()]:
+                self._settle(step_id, self.running.pop(step_id))
+        if self.state.error:
+            return  # the run is ending anyway
+        if self._pace is not None:
+            self._pace.cancel()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(self.inp.model_copy(update={"carried": self.state}))
 
     async def _conclude(self) -> None:
+        if self._pace is not None:
+            self._pace.cancel()
         self.state.finished_at = workflow.now()
         self.state.conclude()
         if self.inp.search_attributes:
@@ -197,17 +440,25 @@ class TaskRun:
             if self.state.score is not None:
                 updates.append(attributes.SCORE.value_set(self.state.score))
             workflow.upsert_search_attributes(updates)
-        workflow.upsert_memo({"result": {
+        result: dict[str, Any] = {
             "status": self.state.status.value,
             "score": self.state.score,
             "steps": {sid: s.status.value for sid, s in self.state.steps.items()},
-        }})
+        }
+        if self.world is not None and self.world.state.clock is not None:
+            result["virtual_time"] = _iso(self.world.now(self._now_real()))
+            result["events"] = len(self.world.state.events)
+        workflow.upsert_memo({"result": result})
         await self._record()
 
     async def _record(self) -> None:
         await workflow.execute_local_activity(
-            RECORD_RUN, self.state, start_to_close_timeout=timedelta(seconds=30), retry_policy=RECORD_RETRY
+            RECORD_RUN, self.state, start_to_close_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY
         )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 def _describe(cause: BaseException | None, plan: StepPlan) -> str:

@@ -7,10 +7,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from agentenv.spec.predicates import OPERATORS, operator_of, operators_given, test
 from agentenv.spec.run import Criterion, Score
 from agentenv.steps import StepConfig, StepContext, StepResult, step_type
-
-OPERATORS = ("equals", "not_equals", "contains", "matches", "one_of", "gt", "gte", "lt", "lte", "truthy")
 
 
 class Check(StepConfig):
@@ -32,7 +31,7 @@ class Check(StepConfig):
 
     @model_validator(mode="after")
     def _one_operator(self) -> Check:
-        given = [op for op in OPERATORS if op in self.model_fields_set]
+        given = operators_given(self)
         if len(given) != 1:
             raise ValueError(
                 f"check '{self.name}' must use exactly one operator, got {len(given)}"
@@ -45,39 +44,10 @@ class Check(StepConfig):
                 raise ValueError(f"check '{self.name}': 'matches' is not a valid regular expression: {e}") from None
         return self
 
-    @property
-    def operator(self) -> str:
-        return next(op for op in OPERATORS if op in self.model_fields_set)
-
     def evaluate(self) -> Criterion:
-        op, expected, actual = self.operator, getattr(self, self.operator), self.value
-        try:
-            passed = _OPS[op](actual, expected)
-        except TypeError as e:
-            passed, why = False, f"cannot compare: {e}"
-        else:
-            why = "" if passed else f"expected {op.replace('_', ' ')} {expected!r}, got {actual!r}"
+        op, expected = operator_of(self)
+        passed, why = test(op, self.value, expected)
         return Criterion(name=self.name, passed=passed, weight=self.weight, detail=why)
-
-
-def _contains(actual: Any, expected: Any) -> bool:
-    if isinstance(actual, str):
-        return str(expected) in actual
-    return expected in actual
-
-
-_OPS = {
-    "equals": lambda a, e: a == e,
-    "not_equals": lambda a, e: a != e,
-    "contains": _contains,
-    "matches": lambda a, e: re.search(e, a if isinstance(a, str) else str(a)) is not None,
-    "one_of": lambda a, e: a in e,
-    "gt": lambda a, e: a > e,
-    "gte": lambda a, e: a >= e,
-    "lt": lambda a, e: a < e,
-    "lte": lambda a, e: a <= e,
-    "truthy": lambda a, e: bool(a) is e,
-}
 
 
 class CheckConfig(StepConfig):

@@ -15,10 +15,11 @@ from typing import Any
 from pydantic import Field, ValidationInfo, model_validator
 
 from agentenv.spec.env import EnvRecord, RoleSpec
+from agentenv.spec.predicates import operator_of
 from agentenv.spec.run import Criterion, Score
 from agentenv.spec.templates import TemplateError, lookup
 from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
-from agentenv.steps.builtin.check import OPERATORS, Check
+from agentenv.steps.builtin.check import Check
 
 
 def instance_id(ctx: StepContext, env_step: str) -> str:
@@ -261,7 +262,7 @@ async def check_state(ctx: StepContext, config: CheckStateConfig) -> StepResult:
             criteria.append(Criterion(name=check.name, passed=False, weight=check.weight, detail=str(e)))
             continue
         values[check.name] = value
-        operator = {op: getattr(check, op) for op in OPERATORS if op in check.model_fields_set}
+        operator = dict([operator_of(check)])
         criteria.append(Check(name=check.name, value=value, weight=check.weight, **operator).evaluate())
     return StepResult(outputs={"values": values}, score=Score.from_criteria(criteria, config.pass_threshold))
 

@@ -1,0 +1,119 @@
+"""The world while a run lives: clock state, trigger status, scheduled events, the event log, and the
+messages between the run and the gateway. Pure models: the workflow and the gateway both use them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agentenv.spec.world import PersonaSpec, TriggerSpec
+
+
+class ClockState(BaseModel):
+    """now(real) = min(horizon, virtual_anchor + (min(real, lease_until) - real_anchor) * rate).
+
+    The clock never passes `horizon` (the next event that has not fired) and stops at `lease_until`
+    (the run was last seen alive until then), so a dead worker costs no virtual time.
+    """
+
+    mode: Literal["frozen", "paced", "event_driven"]
+    virtual_anchor: datetime
+    real_anchor: datetime
+    rate: float = 0.0
+    horizon: datetime | None = None
+    lease_until: datetime | None = None
+    zone: str | None = None
+
+    def now(self, real: datetime) -> datetime:
+        if self.rate == 0:
+            value = self.virtual_anchor
+        else:
+            until = min(real, self.lease_until) if self.lease_until else real
+            value = self.virtual_anchor + max(until - self.real_anchor, timedelta(0)) * self.rate
+        return min(value, self.horizon) if self.horizon is not None else value
+
+
+class TriggerStatus(BaseModel):
+    id: str
+    registered: bool = False
+    fires: int = 0
+    done: bool = False  # cancelled, exhausted, or past `until`
+    next_at: datetime | None = None  # time triggers: when it fires next
+
+
+class Scheduled(BaseModel):
+    """Something due at a virtual time: a time trigger's firing, a delayed action, or a waiting step."""
+
+    at: datetime
+    seq: int
+    kind: Literal["trigger", "action", "wake"]
+    trigger: str | None = None
+    firing: int | None = None  # the event seq of the firing a delayed action belongs to
+    action: int | None = None
+    match: dict[str, Any] | None = None
+    step: str | None = None
+
+
+class WorldEvent(BaseModel):
+    """One line of the world's log: a firing, an action's outcome, a clock change, a registration."""
+
+    seq: int
+    virtual_time: datetime
+    kind: Literal["fired", "action", "clock", "registered", "cancelled", "ended", "ignored"]
+    trigger: str | None = None
+    firing: int | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorldSpec(BaseModel):
+    """What a run declares about its world (from the task), carried in the workflow's input."""
+
+    seed: int = 0
+    clock: dict[str, Any] | None = None  # a ClockSpec, as JSON
+    triggers: list[TriggerSpec] = Field(default_factory=list)
+    personas: dict[str, PersonaSpec] = Field(default_factory=dict)
+
+
+class WorldState(BaseModel):
+    clock: ClockState | None = None
+    triggers: dict[str, TriggerStatus] = Field(default_factory=dict)
+    queue: list[Scheduled] = Field(default_factory=list)
+    events: list[WorldEvent] = Field(default_factory=list)
+    instances: dict[str, str] = Field(default_factory=dict, description="deploy step id -> instance id")
+    next_seq: int = 1
+    ended: str | None = None
+
+
+class TriggerHit(BaseModel):
+    """A condition the gateway saw come true. `match` is the call (agent, role, tool, arguments, result or
+    error) or the state value that matched."""
+
+    trigger: str
+    instance: str
+    virtual_time: datetime
+    match: dict[str, Any] = Field(default_factory=dict)
+
+
+class HitAck(BaseModel):
+    accepted: bool
+    reason: str = ""
+    firing: int | None = None
+
+
+class Watch(BaseModel):
+    """A condition the gateway watches for the run, on one instance."""
+
+    trigger: str
+    kind: Literal["tool_call", "state"]
+    spec: dict[str, Any]  # a ToolCallWhen / CallMatch / StateWhen as JSON (persona conditions arrive compiled)
+    barrier_s: float | None = None
+
+
+class WorldPush(BaseModel):
+    """What the run tells an instance's gateway: its clock and the conditions to watch."""
+
+    run_id: str
+    clock: ClockState | None = None
+    watches: list[Watch] = Field(default_factory=list)
