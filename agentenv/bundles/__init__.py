@@ -76,7 +76,8 @@ def resolve_target(target: str, task: str | None = None) -> TaskSpec:
 
 
 def find_env(bundle: Path | None, name: str):
-    """An environment by name: `envs/NAME/env.toml` of the bundle, else a built-in app as a one-app env.
+    """An environment by name: `envs/NAME/env.toml` of the task's bundle, else of a built-in bundle
+    (worlds are shared: `support-desk`), else a built-in app as a one-app environment.
 
     Returns (EnvRecord, its folder or None). Data files must stay inside the record's folder.
     """
@@ -89,6 +90,9 @@ def find_env(bundle: Path | None, name: str):
     from agentenv.spec.env import EnvRecord
 
     path = bundle / "envs" / name / "env.toml" if bundle else None
+    if path is None or not path.is_file():
+        path = next((p / "envs" / name / "env.toml" for p in sorted(BUILTIN_ROOT.iterdir())
+                     if (p / "envs" / name / "env.toml").is_file()), None)
     if path is not None and path.is_file():
         try:
             record = EnvRecord.model_validate(tomllib.loads(path.read_text()))
@@ -107,7 +111,8 @@ def find_env(bundle: Path | None, name: str):
         return record, folder
     if name in APPS:
         return EnvRecord.for_app(name), None
-    local = sorted(p.name for p in (bundle / "envs").iterdir() if (p / "env.toml").is_file()) if bundle and (
-        bundle / "envs").is_dir() else []
+    folders = ([bundle] if bundle else []) + sorted(BUILTIN_ROOT.iterdir())
+    known = sorted({p.name for f in folders if (f / "envs").is_dir() for p in (f / "envs").iterdir()
+                    if (p / "env.toml").is_file()})
     raise NotFound(f"no environment {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
-                   "use one of: " + ", ".join(local + sorted(APPS)))
+                   "use one of: " + ", ".join(known + sorted(APPS)))

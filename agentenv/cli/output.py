@@ -90,8 +90,45 @@ def summary_line(state: RunState, wall: float | None = None) -> str:
         parts.append(f"{wall:.2f} s")
     elif state.finished_at:
         parts.append(f"{(state.finished_at - state.started_at).total_seconds():.2f} s")
+    if state.world is not None and state.world.clock is not None and state.world.events:
+        fired = sum(e.kind == "fired" for e in state.world.events)
+        parts.append(f"world at {_iso(max(state.world.clock.virtual_anchor, state.world.events[-1].virtual_time))}, "
+                     f"{fired} firings")
     parts.append(f"run {state.run_id}")
     return " · ".join(parts)
+
+
+def _iso(value) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def event_lines(state: RunState, limit: int | None = None) -> list[str]:
+    """The world's log, one line per event: virtual time, what happened, why."""
+    from rich.markup import escape
+
+    if state.world is None:
+        return []
+    lines = []
+    for e in state.world.events[-limit:] if limit else state.world.events:
+        d = e.detail
+        if e.kind == "fired":
+            what = f"[bold]{e.trigger}[/] fired"
+            match = d.get("match", {})
+            if "tool" in match:
+                what += f" [dim]({match.get('agent')} called {match['tool']})[/]"
+        elif e.kind == "action":
+            target = d.get("tool") or d.get("role") or d.get("type")
+            outcome = f"[red]{escape(str(d['error']))}[/]" if "error" in d else "[green]ok[/]"
+            what = f"  → {d.get('type')} {target}" + (f" as {d['agent']}" if d.get("agent") else "") + f": {outcome}"
+        elif e.kind == "clock":
+            what = f"clock {d.get('mode')}" + (f" ×{d['rate']:g}" if d.get("mode") == "paced" else "")
+        elif e.kind in ("registered", "cancelled"):
+            what = f"{e.kind} {', '.join(d.get('triggers', []))}" + (f" [dim]({escape(str(d['by']))[:80]})[/]"
+                                                                    if d.get("by") else "")
+        else:
+            what = f"{e.kind} {escape(str(d.get('reason', '')))}"
+        lines.append(f"  [dim]{_iso(e.virtual_time)}[/] {what}")
+    return lines
 
 
 class Progress:

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from agentenv.cli import aio
-from agentenv.cli.output import RUN_STYLE, console, notice, step_line, summary_line
+from agentenv.cli.output import RUN_STYLE, console, event_lines, notice, step_line, summary_line
 from agentenv.config import load_settings
 from agentenv.errors import BadInput
 from agentenv.spec.run import RunState, RunStatus
@@ -76,6 +76,10 @@ def show_command(run_id: str, json_out: bool) -> int:
         out.print(step_line(step, width, type_width))
         if step.outputs:
             out.print(f"      [dim]outputs: {json.dumps(step.outputs)[:300]}[/]")
+    if state.world is not None and state.world.events:
+        out.print("  [bold]world[/]")
+        for line in event_lines(state):
+            out.print("  " + line)
     if state.error:
         out.print(f"  [red]{state.error}[/]")
     out.print(summary_line(state))
