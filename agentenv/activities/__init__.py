@@ -101,7 +101,18 @@ class RunActivities:
 
     @activity.defn(name=WORLD_ACTION)
     async def world_action(self, instance: str, action: dict[str, Any], key: str, cause: str) -> dict[str, Any]:
-        """A trigger's action on an environment, once per key. Returns its outcome and the hits it caused."""
+        """A trigger's action on an environment, once per key. Returns its outcome and the hits it caused.
+        A refusal by the gateway is the action's outcome, not a reason to retry."""
+        from agentenv.gateway.client import GatewayRefused
+
+        try:
+            return await self._world_action(instance, action, key, cause)
+        except GatewayRefused as e:
+            if e.status >= 500:
+                raise
+            return {"error": str(e), "hits": []}
+
+    async def _world_action(self, instance: str, action: dict[str, Any], key: str, cause: str) -> dict[str, Any]:
         gateway = await self._gateway()
         kind = action["type"]
         if kind == "set_tools":

@@ -234,9 +234,8 @@ def create_app(gateway: Gateway) -> Starlette:
             raise GatewayError(400, f"no role {body.role!r} (roles: {', '.join(inst.spec.roles)})")
         if body.agent and body.agent not in inst.agents:
             raise GatewayError(400, f"no agent {body.agent!r} (agents: {', '.join(inst.agents)})")
-        if not (body.agent or body.role):
-            raise GatewayError(400, "say who calls: 'agent' or 'role'")
-        caller = Caller(inst, body.agent or f"@{body.role}", as_role=None if body.agent else body.role)
+        role = body.role or (None if body.agent else next(iter(inst.spec.roles)))  # default: the first role
+        caller = Caller(inst, body.agent or f"@{role}", as_role=None if body.agent else role)
         return JSONResponse(await gateway.call(caller, body.tool, body.arguments, via="run",
                                                idempotency_key=body.idempotency_key, cause=body.cause))
 

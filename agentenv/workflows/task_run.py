@@ -7,9 +7,10 @@ carries only step inputs and outcomes and the world's decisions, never the traff
 
 The world: the clock is workflow state (DESIGN §3). Due events fire at their exact virtual times, in
 the order they were scheduled. Event-driven clocks jump to the next event only when no step is in
-flight; paced clocks advance in real time, waited out by short local activities that also renew the
-gateway's lease on the clock. Hits from the run's own calls come back in the call's answer; hits from
-agents arrive as `trigger_hit` updates.
+flight; paced clocks advance in real time, waited out by short activities that also renew the
+gateway's lease on the clock, in short activities (the server fires no timer sooner than ~1 s). Hits
+from the run's own calls come back in the call's answer; hits from agents arrive as `trigger_hit`
+updates.
 """
 
 from __future__ import annotations
@@ -144,8 +145,10 @@ class TaskRun:
                 await self._on_hit(TriggerHit.model_validate(hit))
 
     async def _pace_for(self, seconds: float) -> dict[str, Any]:
+        # A regular activity, not a local one: a workflow task running local activities back to back
+        # holds back every other event (step completions, agents' hits) until it heartbeats (~8 s).
         self._push_needed = False
-        return await workflow.execute_local_activity(
+        return await workflow.execute_activity(
             PACE, args=[seconds, self._pushes()], result_type=dict,
             start_to_close_timeout=timedelta(seconds=seconds + 30), retry_policy=QUICK_RETRY)
 
@@ -323,6 +326,24 @@ class TaskRun:
             await self._push()
 
     async def _handle(self, item: Scheduled) -> None:
+        clock = self.world.state.clock
+        if clock is not None and clock.mode == "paced":
+            # Hold the clock at the event while its actions run (their calls are stamped at its exact
+            # time), then go on from there: the world pauses for the work, it does not catch up.
+            self.world.hold = item.at
+            clock.horizon = self.world.horizon()
+            self._push_needed = True
+            try:
+                await self._apply(item)
+            finally:
+                self.world.reanchor(self._now_real())
+                self.world.hold = None
+                clock.horizon = self.world.horizon()
+                self._push_needed = True
+        else:
+            await self._apply(item)
+
+    async def _apply(self, item: Scheduled) -> None:
         if item.kind == "wake":
             step = self.state.steps[item.step]
             self.waiting.discard(item.step)
@@ -433,6 +454,7 @@ class TaskRun:
     async def _conclude(self) -> None:
         if self._pace is not None:
             self._pace.cancel()
+        await workflow.wait_condition(workflow.all_handlers_finished)  # hits being applied finish first
         self.state.finished_at = workflow.now()
         self.state.conclude()
         if self.inp.search_attributes:

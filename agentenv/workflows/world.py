@@ -46,6 +46,7 @@ class World:
         self.state = state
         self.clock_spec = ClockSpec.model_validate(spec.clock) if spec.clock else None
         self.triggers: dict[str, TriggerSpec] = {t.id: t for t in spec.triggers}
+        self.hold: datetime | None = None  # while an event's actions run, the clock stays at its time
         for tid in self.triggers:
             state.triggers.setdefault(tid, TriggerStatus(id=tid))
 
@@ -93,7 +94,10 @@ class World:
         self.log("clock", clock.virtual_anchor, detail={"mode": clock.mode, "rate": clock.rate, "by": cause})
 
     def horizon(self) -> datetime | None:
-        return self.state.queue[0].at if self.state.queue else None
+        head = self.state.queue[0].at if self.state.queue else None
+        if self.hold is not None:
+            return min(head, self.hold) if head is not None else self.hold
+        return head
 
     def jump(self, real: datetime) -> bool:
         """Event-driven mode: move the clock straight to the next event. True if it moved."""
@@ -121,7 +125,8 @@ class World:
 
     def due(self, real: datetime) -> Scheduled | None:
         """Pop the next event whose time has come, if any."""
-        if self.state.queue and self.state.queue[0].at <= self.now(real):
+        if self.state.queue and self.state.queue[0].at <= self.now(real) and (
+                self.hold is None or self.state.queue[0].at <= self.hold):
             item = self.state.queue.pop(0)
             if self.state.clock is not None:
                 self.state.clock.horizon = self.horizon()
