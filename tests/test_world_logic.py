@@ -113,8 +113,10 @@ def test_until_count_cancel_and_delayed_actions():
 
 def test_set_clock_and_lease():
     w = world([], mode="paced", rate=60)
-    later = REAL + timedelta(seconds=2)
-    assert w.now(later) == T0 + timedelta(minutes=2)
+    assert w.now(REAL + timedelta(seconds=5)) == T0, "a paced world waits for the task's first world step"
+    w.begin(REAL)
+    later = REAL + timedelta(seconds=1)
+    assert w.now(later) == T0 + timedelta(minutes=1)
     assert w.now(REAL + timedelta(hours=1)) == T0 + LEASE * 60, "no word from the run: the clock stops"
     w.reanchor(REAL + timedelta(hours=1))
     assert w.now(REAL + timedelta(hours=1)) == T0 + LEASE * 60, "re-anchoring does not jump"
@@ -122,7 +124,7 @@ def test_set_clock_and_lease():
     assert w.now(later) == T0 + timedelta(days=1)
     w.set_clock(later, mode="frozen", cause="test")
     assert w.now(later + timedelta(seconds=1)) == T0 + timedelta(days=1)
-    assert [e.kind for e in w.state.events] == ["clock", "clock", "clock"]
+    assert [e.kind for e in w.state.events] == ["clock", "clock", "clock", "clock"]
 
 
 def test_registering_unknown_triggers_and_persona_watches():

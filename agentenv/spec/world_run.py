@@ -22,12 +22,13 @@ class ClockState(BaseModel):
     virtual_anchor: datetime
     real_anchor: datetime
     rate: float = 0.0
+    running: bool = True  # a paced clock starts with the task's first world step: setup takes no world time
     horizon: datetime | None = None
     lease_until: datetime | None = None
     zone: str | None = None
 
     def now(self, real: datetime) -> datetime:
-        if self.rate == 0:
+        if self.rate == 0 or not self.running:
             value = self.virtual_anchor
         else:
             until = min(real, self.lease_until) if self.lease_until else real

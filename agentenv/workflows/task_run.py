@@ -39,7 +39,7 @@ WORLD_ACTION = "agentenv.world_action"
 PUSH_WORLD = "agentenv.push_world"
 PACE = "agentenv.pace"
 QUICK_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10))
-PACE_CHUNK = 1.0  # real seconds per pacing wait: each renews the gateway's lease on the clock
+PACE_CHUNK = 0.5  # real seconds per pacing wait: each renews the gateway's lease on the clock
 
 
 @workflow.defn(name="agentenv.TaskRun")
@@ -150,7 +150,7 @@ class TaskRun:
         self._push_needed = False
         return await workflow.execute_activity(
             PACE, args=[seconds, self._pushes()], result_type=dict,
-            start_to_close_timeout=timedelta(seconds=seconds + 30), retry_policy=QUICK_RETRY)
+            start_to_close_timeout=timedelta(seconds=seconds + 2), retry_policy=QUICK_RETRY)
 
     # -- steps --
 
@@ -230,6 +230,7 @@ class TaskRun:
             self._fail(plan.id, f"{plan.type} needs the task to declare a [clock] or [[triggers]]")
             return
         real = self._now_real()
+        self.world.begin(real)
         try:
             if plan.type == "set_clock":
                 self.world.set_clock(real, time=config.get("time"), rate=config.get("rate"),
@@ -243,7 +244,7 @@ class TaskRun:
                 now = self.world.now(real)
                 target = (parse_time(config["until"], self.world.start) if config.get("until") is not None
                           else now + timedelta(seconds=float(config["seconds"])))
-                self.world.wake_at(plan.id, max(target, now))
+                self.world.wake_at(plan.id, max(target, now), real)
                 self.waiting.add(plan.id)
                 return
             else:

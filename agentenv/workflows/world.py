@@ -32,7 +32,7 @@ from agentenv.spec.world_run import (
     WorldState,
 )
 
-LEASE = timedelta(seconds=3)  # how long the gateway's clock runs on without hearing from the run
+LEASE = timedelta(seconds=1.5)  # how long the gateway's clock runs on without hearing from the run
 MAX_FIRINGS = 10_000  # a runaway loop of triggers ends the run instead of running forever
 
 
@@ -62,8 +62,16 @@ class World:
         spec = self.clock_spec
         self.state.clock = ClockState(
             mode=spec.mode, virtual_anchor=spec.start.astimezone(UTC), real_anchor=real,
-            rate=spec.rate if spec.mode == "paced" else 0.0, zone=spec.zone, lease_until=real + LEASE)
+            rate=spec.rate if spec.mode == "paced" else 0.0, zone=spec.zone, lease_until=real + LEASE,
+            running=spec.mode != "paced")
         self.log("clock", self.state.clock.virtual_anchor, detail={"mode": spec.mode, "rate": spec.rate})
+
+    def begin(self, real: datetime) -> None:
+        """The task acts on the world for the first time: a paced clock starts moving now."""
+        clock = self.state.clock
+        if clock is not None and not clock.running:
+            clock.running, clock.real_anchor, clock.lease_until = True, real, real + LEASE
+            self.log("clock", clock.virtual_anchor, detail={"mode": clock.mode, "rate": clock.rate, "started": True})
 
     def now(self, real: datetime) -> datetime:
         return self.state.clock.now(real) if self.state.clock else real
@@ -82,6 +90,7 @@ class World:
                   mode: str | None = None, cause: str) -> None:
         if self.state.clock is None:
             raise WorldError("this run has no clock to set: give the task a [clock]")
+        self.begin(real)
         self.reanchor(real)
         clock = self.state.clock
         if time is not None:
@@ -133,7 +142,8 @@ class World:
             return item
         return None
 
-    def wake_at(self, step: str, at: datetime) -> None:
+    def wake_at(self, step: str, at: datetime, real: datetime) -> None:
+        self.begin(real)
         self.schedule(Scheduled(at=at, seq=self._seq(), kind="wake", step=step))
 
     def log(self, kind: str, at: datetime, *, trigger: str | None = None, firing: int | None = None,
@@ -151,6 +161,7 @@ class World:
         unknown = [i for i in chosen if i not in self.triggers]
         if unknown:
             raise WorldError(f"no trigger {unknown[0]!r} (triggers: {', '.join(self.triggers)})")
+        self.begin(real)
         added = []
         now = self.now(real)
         for tid in chosen:
