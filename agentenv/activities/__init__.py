@@ -100,19 +100,21 @@ class RunActivities:
         return await StepContext(run_id="", task_id="", step_id="", attempt=1, settings=self.settings).gateway()
 
     @activity.defn(name=WORLD_ACTION)
-    async def world_action(self, instance: str, action: dict[str, Any], key: str, cause: str) -> dict[str, Any]:
+    async def world_action(self, instance: str, action: dict[str, Any], key: str, cause: str,
+                           at: str | None = None) -> dict[str, Any]:
         """A trigger's action on an environment, once per key. Returns its outcome and the hits it caused.
         A refusal by the gateway is the action's outcome, not a reason to retry."""
         from agentenv.gateway.client import GatewayRefused
 
         try:
-            return await self._world_action(instance, action, key, cause)
+            return await self._world_action(instance, action, key, cause, at)
         except GatewayRefused as e:
             if e.status >= 500:
                 raise
             return {"error": str(e), "hits": []}
 
-    async def _world_action(self, instance: str, action: dict[str, Any], key: str, cause: str) -> dict[str, Any]:
+    async def _world_action(self, instance: str, action: dict[str, Any], key: str, cause: str,
+                            at: str | None) -> dict[str, Any]:
         gateway = await self._gateway()
         kind = action["type"]
         if kind == "set_tools":
@@ -123,7 +125,7 @@ class RunActivities:
             return {"instruction": action["instruction"], "agent": action["agent"], "hits": []}
         agent = action["agent"] if kind == "instruct" else call.get("agent")
         outcome = await gateway.call_as(instance, call["tool"], call.get("arguments") or {}, role=call.get("role"),
-                                        agent=agent, idempotency_key=key, cause=cause)
+                                        agent=agent, idempotency_key=key, cause=cause, at=at)
         out: dict[str, Any] = {"tool": call["tool"], "agent": agent or call.get("role"), "hits": outcome.get("hits", [])}
         out.update({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]})
         if kind == "instruct":

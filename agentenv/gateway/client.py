@@ -81,9 +81,9 @@ class GatewayClient:
 
     async def call_as(self, instance: str, tool: str, arguments: dict[str, Any], *, role: str | None = None,
                       agent: str | None = None, idempotency_key: str | None = None,
-                      cause: str | None = None) -> dict[str, Any]:
+                      cause: str | None = None, at: str | None = None) -> dict[str, Any]:
         body = {"tool": tool, "arguments": arguments, "role": role, "agent": agent,
-                "idempotency_key": idempotency_key, "cause": cause}
+                "idempotency_key": idempotency_key, "cause": cause, "at": at}
         return await self._json("POST", f"/admin/instances/{instance}/call", json=body)
 
     async def load(self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None,

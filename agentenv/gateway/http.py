@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -41,6 +42,7 @@ class CallRequest(BaseModel):
     role: str | None = None
     idempotency_key: str | None = None
     cause: str | None = None  # e.g. "trigger dana_replies", shown in the trajectory
+    at: datetime | None = None  # the world's time of a run's own call (the run knows it exactly)
 
 
 class RoleChange(BaseModel):
@@ -237,7 +239,7 @@ def create_app(gateway: Gateway) -> Starlette:
         role = body.role or (None if body.agent else next(iter(inst.spec.roles)))  # default: the first role
         caller = Caller(inst, body.agent or f"@{role}", as_role=None if body.agent else role)
         return JSONResponse(await gateway.call(caller, body.tool, body.arguments, via="run",
-                                               idempotency_key=body.idempotency_key, cause=body.cause))
+                                               idempotency_key=body.idempotency_key, cause=body.cause, at=body.at))
 
     async def load(request: Request) -> Response:
         """data/add with an idempotency key (and optionally a reset first): what the run's steps use."""

@@ -260,11 +260,12 @@ class Gateway:
         return tool_error(outcome["error"]) if "error" in outcome else tool_result(outcome["result"])
 
     async def call(self, caller: Caller, name: str, arguments: dict[str, Any], *, via: str,
-                   idempotency_key: str | None = None, cause: str | None = None) -> dict[str, Any]:
+                   idempotency_key: str | None = None, cause: str | None = None,
+                   at: datetime | None = None) -> dict[str, Any]:
         """Call a tool as `caller`, enforcing its role, and record it. Returns {"result"} or {"error", "refused"?}."""
         inst, role = caller.instance, caller.role
         started = time.perf_counter()
-        vnow = inst.now()
+        vnow = at.astimezone(UTC) if at is not None else inst.now()
         outcome: dict[str, Any]
         route = inst.tools.get(name)
         if route is None:

@@ -8,14 +8,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentenv.spec.predicates import test, walk
-from agentenv.spec.world import CallMatch, Predicate, StateWhen
+from agentenv.spec.predicates import passes, test
+from agentenv.spec.world import CallMatch, StateWhen
 from agentenv.spec.world_run import Watch
+
+
+class _Compiled:
+    """A call condition as plain data: checked on every call, so no model access on the hot path."""
+
+    __slots__ = ("watch", "outcome", "roles", "agents", "where")
+
+    def __init__(self, watch: Watch, match: CallMatch) -> None:
+        self.watch = watch
+        self.outcome = match.outcome
+        self.roles = frozenset(match.roles) if match.roles is not None else None
+        self.agents = frozenset(match.agents) if match.agents is not None else None
+        self.where = [(p.path.split("."), *p.operator) for p in match.where]
+
+    def matches(self, call: dict[str, Any], ok: bool) -> bool:
+        if self.outcome != "any" and (self.outcome == "success") != ok:
+            return False
+        if self.roles is not None and call["role"] not in self.roles:
+            return False
+        if self.agents is not None and call["agent"] not in self.agents:
+            return False
+        for parts, op, expected in self.where:
+            actual: Any = call
+            for part in parts:
+                if isinstance(actual, dict) and part in actual:
+                    actual = actual[part]
+                elif isinstance(actual, list) and part.isdigit() and int(part) < len(actual):
+                    actual = actual[int(part)]
+                else:
+                    return False
+            if not passes(op, actual, expected):
+                return False
+        return True
 
 
 class Watcher:
     def __init__(self, watches: list[Watch]) -> None:
-        self.by_tool: dict[str, list[tuple[Watch, CallMatch]]] = {}
+        self.by_tool: dict[str, list[_Compiled]] = {}
         self.states: list[tuple[Watch, StateWhen]] = []
         for watch in watches:
             if watch.kind == "state":
@@ -23,7 +56,7 @@ class Watcher:
                 continue
             match = CallMatch.model_validate({k: v for k, v in watch.spec.items() if k in CallMatch.model_fields})
             for tool in match.tools:
-                self.by_tool.setdefault(tool, []).append((watch, match))
+                self.by_tool.setdefault(tool, []).append(_Compiled(watch, match))
         self.truth: dict[str, bool] = {}
 
     def calls(self, call: dict[str, Any]) -> list[Watch]:
@@ -32,11 +65,7 @@ class Watcher:
         if not candidates:
             return []
         ok = "error" not in call
-        return [watch for watch, match in candidates
-                if (match.outcome == "any" or (match.outcome == "success") == ok)
-                and (match.roles is None or call["role"] in match.roles)
-                and (match.agents is None or call["agent"] in match.agents)
-                and all(_holds(p, call) for p in match.where)]
+        return [c.watch for c in candidates if c.matches(call, ok)]
 
     def state_edges(self, values: dict[str, Any]) -> list[Watch]:
         """Given each state watch's current value, the watches whose test just became true."""
@@ -50,12 +79,3 @@ class Watcher:
                 fired.append(watch)
             self.truth[watch.trigger] = now_true
         return fired
-
-
-def _holds(predicate: Predicate, call: dict[str, Any]) -> bool:
-    try:
-        actual = walk(call, predicate.path)
-    except KeyError:
-        return False
-    op, expected = predicate.operator
-    return test(op, actual, expected)[0]

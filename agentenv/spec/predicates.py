@@ -29,13 +29,23 @@ _TESTS = {
 }
 
 
+def passes(op: str, actual: Any, expected: Any) -> bool:
+    """Whether the test holds (no explanation): for hot paths."""
+    try:
+        return bool(_TESTS[op](actual, expected))
+    except TypeError:
+        return False
+
+
 def test(op: str, actual: Any, expected: Any) -> tuple[bool, str]:
     """(passed, why not) — values that cannot be compared fail the test instead of raising."""
     try:
         passed = _TESTS[op](actual, expected)
     except TypeError as e:
         return False, f"cannot compare: {e}"
-    return passed, "" if passed else f"expected {op.replace('_', ' ')} {expected!r}, got {actual!r}"
+    if passed:
+        return True, ""
+    return False, f"expected {op.replace('_', ' ')} {expected!r}, got {actual!r}"
 
 
 def operators_given(model: Any) -> list[str]:

@@ -40,6 +40,7 @@ PUSH_WORLD = "agentenv.push_world"
 PACE = "agentenv.pace"
 QUICK_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10))
 PACE_CHUNK = 0.5  # real seconds per pacing wait: each renews the gateway's lease on the clock
+EARLY = 0.010  # paced: an event this close (real seconds) counts as reached; it absorbs the wake-up hop
 
 
 @workflow.defn(name="agentenv.TaskRun")
@@ -56,7 +57,8 @@ class TaskRun:
         self._wake = asyncio.Event()
         self._pace: asyncio.Task | None = None
         self._real = workflow.info().start_time
-        self._push_needed = False
+        self._push_needed = False  # the gateway's copy of the clock or watches is behind
+        self._watches_added = False  # ... and it would miss calls that now matter
 
     @workflow.query(name="state")
     def get_state(self) -> RunState:
@@ -126,7 +128,7 @@ class TaskRun:
             horizon = self.world.horizon()
             seconds = PACE_CHUNK
             if horizon is not None:
-                seconds = min(seconds, max((horizon - self.world.now(real)).total_seconds() / clock.rate, 0.0))
+                seconds = min(seconds, max((horizon - self.world.now(real)).total_seconds() / clock.rate - EARLY / 2, 0.0))
             self.world.reanchor(real)  # renews the lease
             self._pace = asyncio.create_task(self._pace_for(seconds))
         if self._pace is not None:
@@ -147,7 +149,7 @@ class TaskRun:
     async def _pace_for(self, seconds: float) -> dict[str, Any]:
         # A regular activity, not a local one: a workflow task running local activities back to back
         # holds back every other event (step completions, agents' hits) until it heartbeats (~8 s).
-        self._push_needed = False
+        self._push_needed = self._watches_added = False
         return await workflow.execute_activity(
             PACE, args=[seconds, self._pushes()], result_type=dict,
             start_to_close_timeout=timedelta(seconds=seconds + 2), retry_policy=QUICK_RETRY)
@@ -238,6 +240,7 @@ class TaskRun:
                 outputs: dict[str, Any] = {"now": _iso(self.world.now(real))}
             elif plan.type == "register_triggers":
                 outputs = {"registered": self.world.register(config.get("triggers") or ["*"], real)}
+                self._watches_added = True
             elif plan.type == "cancel_triggers":
                 outputs = {"cancelled": self.world.cancel(config["triggers"], real, cause=f"step {plan.id}")}
             elif plan.type == "wait_clock":
@@ -277,7 +280,7 @@ class TaskRun:
         step.score = outcome.score
         if self.world is not None and self.plans[step_id].type == "deploy_env" and "instance" in outcome.outputs:
             self.world.state.instances[step_id] = outcome.outputs["instance"]
-            self._push_needed = True
+            self._push_needed = self._watches_added = True
 
     def _fail(self, step_id: str, message: str) -> None:
         step = self.state.steps[step_id]
@@ -313,6 +316,7 @@ class TaskRun:
             await self._push()
         while not self.world.state.ended and not self.state.error:
             real = self._now_real()
+            self.world.arrive_early(real, EARLY)
             item = self.world.due(real)
             if item is None:
                 if self.running or not self.world.jump(real):
@@ -329,15 +333,15 @@ class TaskRun:
     async def _handle(self, item: Scheduled) -> None:
         clock = self.world.state.clock
         if clock is not None and clock.mode == "paced":
-            # Hold the clock at the event while its actions run (their calls are stamped at its exact
-            # time), then go on from there: the world pauses for the work, it does not catch up.
+            # The clock stalls at the event while its actions run (agents see no time past an event
+            # whose effects are not all there yet), then resumes from its anchor: it catches up the
+            # stall instead of losing it, never passing the next event.
             self.world.hold = item.at
             clock.horizon = self.world.horizon()
             self._push_needed = True
             try:
                 await self._apply(item)
             finally:
-                self.world.reanchor(self._now_real())
                 self.world.hold = None
                 clock.horizon = self.world.horizon()
                 self._push_needed = True
@@ -391,10 +395,11 @@ class TaskRun:
                 instance = world.state.instances.get(spec["env"])
                 if instance is None:
                     raise WorldError(f"environment {spec['env']!r} is not deployed (yet)")
-                if self._push_needed:  # the gateway stamps the call: it must know the time and watches first
+                if self._watches_added:  # the call may match conditions the gateway does not know yet
                     await self._push()
                 answer = await workflow.execute_local_activity(
-                    WORLD_ACTION, args=[instance, spec, f"{self.inp.run_id}/world/{firing}/{index}", f"trigger {trigger}"],
+                    WORLD_ACTION, args=[instance, spec, f"{self.inp.run_id}/world/{firing}/{index}",
+                                        f"trigger {trigger}", _iso(at)],
                     result_type=dict, start_to_close_timeout=timedelta(seconds=60), retry_policy=QUICK_RETRY)
                 hits = answer.pop("hits", [])
                 detail.update(answer)
@@ -404,7 +409,7 @@ class TaskRun:
                 self._push_needed = True
             elif action.type == "register_triggers":
                 detail["registered"] = world.register(spec["ids"], real)
-                self._push_needed = True
+                self._push_needed = self._watches_added = True
             elif action.type == "cancel_triggers":
                 detail["cancelled"] = world.cancel(spec["ids"], real, cause=f"trigger {trigger}")
                 self._push_needed = True
@@ -424,7 +429,7 @@ class TaskRun:
 
     async def _push(self) -> None:
         """Tell every instance of the run the world's clock and the conditions to watch."""
-        self._push_needed = False
+        self._push_needed = self._watches_added = False
         pushes = self._pushes()
         if pushes:
             hits = await workflow.execute_local_activity(

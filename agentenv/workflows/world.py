@@ -108,6 +108,17 @@ class World:
             return min(head, self.hold) if head is not None else self.hold
         return head
 
+    def arrive_early(self, real: datetime, tolerance_s: float) -> None:
+        """Paced: if the next event is due within `tolerance_s` real seconds, step the clock onto it now.
+        The clock reaches the event a few milliseconds early instead of late; it never passes it."""
+        clock = self.state.clock
+        if clock is None or clock.mode != "paced" or not clock.running or not self.state.queue or self.hold:
+            return
+        target = self.state.queue[0].at
+        now = clock.now(real)
+        if now < target and (target - now).total_seconds() / clock.rate <= tolerance_s:
+            clock.virtual_anchor, clock.real_anchor = target, real
+
     def jump(self, real: datetime) -> bool:
         """Event-driven mode: move the clock straight to the next event. True if it moved."""
         clock = self.state.clock
