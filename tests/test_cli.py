@@ -238,3 +238,16 @@ def test_tools_and_trajectory_commands(server):
 def test_unknown_instance_names_the_fix(server):
     done = cli("tools", "list", "no-such-instance")
     assert done.returncode == 2 and "no environment instance 'no-such-instance'" in done.stderr
+
+
+def test_run_workplace(server):
+    done = cli("run", "workplace", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "score 1.00 (3/3)" in done.stdout and "world at 2026-03-05T13:00:00Z, 12 firings" in done.stdout
+    run_id = done.stdout.split(" · run ")[1].split()[0]
+    shown = cli("runs", "show", run_id)
+    assert "dana_replies fired (sam called send_email)" in shown.stdout
+    assert "cancelled refund_reminder" in shown.stdout
+    trajectory = cli("runs", "trajectory", run_id, "--jsonl")
+    causes = {json.loads(line).get("cause") for line in trajectory.stdout.splitlines()}
+    assert {"trigger dana_replies", "trigger lee_refunds"} <= causes, "the world's calls say which trigger made them"
