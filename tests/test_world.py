@@ -226,3 +226,70 @@ def test_trigger_spec_errors_name_the_field():
                                                                 'config = { seconds = 5 }\n')
     assert "relative to the clock's start, but the task has no [clock]" in bad(
         no_clock + trigger('{ type = "time", at = "+1h" }'))
+
+
+CLOCK_MOVES = """
+id = "moves"
+[clock]
+start = "2026-07-01T00:00:00Z"
+mode = "frozen"
+
+[[triggers]]
+id = "at_one"
+when = { type = "time", at = "+1h" }
+actions = [{ type = "call_tool", env = "pad", tool = "write_note", arguments = { key = "one", text = "${clock.now}" } }]
+
+[[triggers]]
+id = "stop"
+when = { type = "time", at = "+5h" }
+actions = [{ type = "end_run", reason = "closing time" }]
+
+[[steps]]
+id = "pad"
+type = "deploy_env"
+config = { env = "notes" }
+
+[[steps]]
+id = "rules"
+type = "register_triggers"
+depends_on = ["pad"]
+
+[[steps]]
+id = "jump"
+type = "set_clock"
+depends_on = ["rules"]
+config = { time = "+2h" }
+
+[[steps]]
+id = "go"
+type = "set_clock"
+depends_on = ["jump"]
+config = { mode = "event_driven" }
+
+[[steps]]
+id = "wait"
+type = "wait_clock"
+depends_on = ["go"]
+config = { until = "+1d" }
+
+[[steps]]
+id = "never"
+type = "call_tool"
+depends_on = ["wait"]
+config = { env = "pad", tool = "list_notes" }
+"""
+
+
+async def test_setting_the_clock_passes_through_events_and_end_run_stops_the_run(client, settings, worker):
+    state = await run_spec(client, settings, parse_task(__import__("tomllib").loads(CLOCK_MOVES), "t"))
+    events = [(e.kind, e.trigger, e.virtual_time.strftime("%H:%M"), e.detail) for e in state.world.events]
+    fired = [(t, v) for k, t, v, _ in events if k == "fired"]
+    assert fired == [("at_one", "01:00"), ("stop", "05:00")], "moving the clock to 02:00 fired 01:00 on the way"
+    clock_changes = [d for k, _, _, d in events if k == "clock"]
+    assert [c.get("by") for c in clock_changes] == [None, "step jump", "step go"], "every clock change is recorded"
+    note = next(d for k, t, _, d in events if k == "action" and t == "at_one")["result"]
+    assert note["updated_at"] == "2026-07-01T01:00:00Z"
+    assert ("ended", "stop", "05:00", {"reason": "closing time"}) in events
+    assert state.steps["wait"].status is StepStatus.CANCELLED and "closing time" in state.steps["wait"].error
+    assert state.steps["never"].status is StepStatus.SKIPPED
+    assert state.status is RunStatus.PASSED, "ending the world is not an error"
