@@ -57,12 +57,32 @@ class GatewaySettings(_Section):
     max_body_kib: int = Field(16 * 1024, ge=16, description="largest request body the gateway accepts")
 
 
+class ModelSettings(_Section):
+    """An OpenAI-compatible chat endpoint for one purpose (agent, persona, judge) or all (`default`)."""
+
+    base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1")
+    model: str | None = Field(None, description="the model name the endpoint expects")
+    api_key: str | None = Field("secret:openai", description="a `secret:NAME` reference (or none for local "
+                                                             "servers that need no key)")
+    timeout: float = Field(120.0, gt=0, description="seconds per request")
+    temperature: float = Field(0.0, ge=0, le=2)
+
+
 class Settings(_Section):
     state_dir: Path
     temporal: TemporalSettings = TemporalSettings()
     server: ServerSettings = ServerSettings()
     gateway: GatewaySettings = GatewaySettings()
+    models: dict[str, ModelSettings] = Field(default_factory=dict, description="by purpose: default, agent, "
+                                                                               "persona, judge")
     config_file: Path | None = Field(None, exclude=True)
+
+    def model(self, purpose: str, override: dict | None = None) -> ModelSettings:
+        """The endpoint for a purpose: its own section, else `default`, then the override's fields."""
+        base = self.models.get(purpose) or self.models.get("default") or ModelSettings()
+        merged = base.model_dump()
+        merged.update({k: v for k, v in (override or {}).items() if v is not None})
+        return ModelSettings.model_validate(merged)
 
     @property
     def embedded(self) -> bool:
@@ -132,6 +152,7 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "AGENTENV_GATEWAY_TOKEN": ("gateway", "admin_token"),
     "AGENTENV_GATEWAY_PORT": ("gateway", "port"),
 }
+_MODEL_ENV = {"AGENTENV_MODEL_BASE_URL": "base_url", "AGENTENV_MODEL": "model", "AGENTENV_MODEL_API_KEY": "api_key"}
 
 
 def load_settings(cwd: Path | None = None) -> Settings:
@@ -155,6 +176,9 @@ def load_settings(cwd: Path | None = None) -> Settings:
             if not isinstance(data[section], dict):
                 break  # the file's own shape error is reported below
             data[section][key] = value
+    for var, key in _MODEL_ENV.items():  # the default endpoint, e.g. for a local server
+        if value := os.environ.get(var):
+            data.setdefault("models", {}).setdefault("default", {})[key] = value
     try:
         settings = Settings.model_validate(data)
     except ValidationError as e:

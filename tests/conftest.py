@@ -38,6 +38,38 @@ os.environ["AGENTENV_GATEWAY_PORT"] = str(free_port())
 for var in ("AGENTENV_GATEWAY_URL", "AGENTENV_GATEWAY_TOKEN"):
     os.environ.pop(var, None)
 
+# Model-driven agents and judges talk to a local fake OpenAI-compatible server (no network here), with
+# an API key held as a secret reference, as a real endpoint would be configured.
+FAKE_MODEL_PORT = free_port()
+FAKE_MODEL_KEY = "sk-test-" + os.urandom(4).hex()
+os.environ["AGENTENV_MODEL_BASE_URL"] = f"http://127.0.0.1:{FAKE_MODEL_PORT}/v1"
+os.environ["AGENTENV_MODEL"] = "fake"
+os.environ["AGENTENV_MODEL_API_KEY"] = "secret:test-model"
+os.environ["AGENTENV_SECRET_TEST_MODEL"] = FAKE_MODEL_KEY
+TEST_SCRIPTS = Path(__file__).parent / "fake_scripts.json"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fake_model():
+    """The fake model server, in a thread, for the whole session (agents in the gateway call it too)."""
+    import threading
+
+    import uvicorn
+
+    from agentenv.agents.fake_model import builtin_scripts, create_app, load_scripts
+
+    scripts = {**builtin_scripts(), **load_scripts([TEST_SCRIPTS])}
+    server = uvicorn.Server(uvicorn.Config(create_app(scripts, api_key=FAKE_MODEL_KEY), host="127.0.0.1",
+                                           port=FAKE_MODEL_PORT, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the fake model server did not start"
+        threading.Event().wait(0.01)
+    yield f"http://127.0.0.1:{FAKE_MODEL_PORT}/v1"
+    server.should_exit = True
+    thread.join(5)
+
 
 @pytest.fixture(scope="session")
 def settings():

@@ -115,4 +115,33 @@ def find_env(bundle: Path | None, name: str):
     known = sorted({p.name for f in folders if (f / "envs").is_dir() for p in (f / "envs").iterdir()
                     if (p / "env.toml").is_file()})
     raise NotFound(f"no environment {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
-                   "use one of: " + ", ".join(known + sorted(APPS)))
+                   "use one of: " + ", ".join(known + sorted(set(APPS) - set(known))))
+
+
+def find_agent(bundle: Path | None, name: str):
+    """An agent by name: `agents/NAME/agent.toml` of the task's bundle, else of a built-in bundle."""
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from agentenv.errors import BadInput, from_validation_error
+    from agentenv.spec.agent import AgentRecord
+
+    folders = ([bundle] if bundle else []) + sorted(p for p in BUILTIN_ROOT.iterdir() if p.is_dir())
+    path = next((f / "agents" / name / "agent.toml" for f in folders if (f / "agents" / name / "agent.toml").is_file()),
+                None)
+    if path is None:
+        known = sorted({p.name for f in folders if (f / "agents").is_dir() for p in (f / "agents").iterdir()
+                        if (p / "agent.toml").is_file()})
+        raise NotFound(f"no agent {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
+                       "add agents/<name>/agent.toml to the bundle, give the record inline (`record`), or use one "
+                       "of: " + (", ".join(known) or "none"))
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
+    data.setdefault("name", name)
+    try:
+        return AgentRecord.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, str(path)) from None

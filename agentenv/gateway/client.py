@@ -100,6 +100,27 @@ class GatewayClient:
     async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
         return (await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"after": after}))["entries"]
 
+    async def last_seq(self, instance: str) -> int:
+        """Where the instance's trajectory ends now: read `after` it for what happens next."""
+        entries = (await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"last": 1}))["entries"]
+        return entries[0]["seq"] if entries else 0
+
+    # -- hosted agents --
+    async def put_agent(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return await self._json("PUT", f"/admin/agents/{spec['id']}", json=spec)
+
+    async def get_agent(self, agent_id: str) -> dict[str, Any]:
+        return await self._json("GET", f"/admin/agents/{agent_id}")
+
+    async def delete_agent(self, agent_id: str) -> bool:
+        return (await self._json("DELETE", f"/admin/agents/{agent_id}"))["deleted"]
+
+    async def human_turns(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/admin/human"))["turns"]
+
+    async def answer_human_turn(self, turn_id: str, answer: str) -> dict[str, Any]:
+        return await self._json("POST", f"/admin/human/{turn_id}", json={"answer": answer})
+
     async def data(self, instance: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
         answer = await self._json("POST", f"/envs/{instance}/agentenv", json=body)

@@ -8,6 +8,9 @@ Agents (role token, `Authorization: Bearer aet_...`):
 The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's folder):
     POST /envs/{id}/agentenv              the JSON-RPC data plane, fanned out to every app
     /admin/instances[/{id}[/tokens/{agent} | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
+    /admin/agents[/{id}]                  hosted agents (PUT deploys one); /admin/human[/{turn}] people's turns
+Hosted agents (A2A; the card is public, messages need the admin token):
+    /agents/{id}/                         JSON-RPC;  /agents/{id}/.well-known/agent-card.json  its card
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
+from agentenv.agents.host import CARD_PATH as AGENT_CARD_PATH
+from agentenv.agents.host import DeployRequest
 from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.envs.app import ToolError
@@ -52,6 +57,10 @@ class RoleChange(BaseModel):
 
 class AgentRole(BaseModel):
     role: str
+
+
+class HumanAnswer(BaseModel):
+    answer: str
 
 
 class LoadRequest(BaseModel):
@@ -270,8 +279,62 @@ def create_app(gateway: Gateway) -> Starlette:
 
     async def trajectory(request: Request) -> Response:
         admin_only(request)
-        after = int(request.query_params.get("after", "0") or 0)
-        return JSONResponse({"entries": await gateway.read_trajectory(request.path_params["instance"], after)})
+        try:
+            after = int(request.query_params.get("after", "0") or 0)
+        except ValueError:
+            raise GatewayError(400, "`after` must be an entry's seq number") from None
+        last = request.query_params.get("last") in ("1", "true")
+        return JSONResponse({"entries": await gateway.read_trajectory(request.path_params["instance"], after,
+                                                                      last=last)})
+
+    # -- hosted agents --
+
+    async def agent_endpoint(scope, receive, send) -> None:
+        request = Request(scope)
+        if not request.url.path.endswith(AGENT_CARD_PATH) and not gateway.is_admin(request.headers.get("authorization")):
+            await _error(401, "talking to a hosted agent needs the gateway's admin token")(scope, receive, send)
+            return
+        await gateway.agents(scope, receive, send)
+
+    async def agents(request: Request) -> Response:
+        admin_only(request)
+        return JSONResponse({"agents": gateway.agents.list()})
+
+    async def hosted_agent(request: Request) -> Response:
+        admin_only(request)
+        agent_id = request.path_params["agent_id"]
+        if request.method == "DELETE":
+            return JSONResponse({"deleted": await gateway.agents.delete(agent_id)})
+        if request.method == "GET":
+            spec = gateway.agents.get(agent_id)
+            if spec is None:
+                raise GatewayError(404, f"no agent {agent_id!r} is hosted here")
+            return JSONResponse(spec.model_dump(mode="json"))
+        data = await body_json(request)
+        if isinstance(data, dict):
+            data.setdefault("id", agent_id)
+        deploy = parse(DeployRequest, data, f"agent {agent_id}")
+        if deploy.id != agent_id:
+            raise GatewayError(400, f"the body's id {deploy.id!r} differs from the path's {agent_id!r}")
+        try:
+            spec = gateway.agents.put(deploy)
+        except ValueError as e:
+            raise GatewayError(400, str(e)) from None
+        return JSONResponse({**spec.model_dump(mode="json"), "path": f"/agents/{spec.id}/"})
+
+    async def human_turns(request: Request) -> Response:
+        admin_only(request)
+        return JSONResponse({"turns": gateway.agents.pending()})
+
+    async def human_answer(request: Request) -> Response:
+        admin_only(request)
+        body = parse(HumanAnswer, await body_json(request), "answer")
+        turn = gateway.agents.reply(request.path_params["turn"], body.answer)
+        if turn is None:
+            raise GatewayError(404, f"no turn {request.path_params['turn']!r} (see `agent-env agents pending`)")
+        if turn["answer"] != body.answer:
+            raise GatewayError(409, f"turn {turn['id']!r} is {turn['state']}; it cannot be answered now")
+        return JSONResponse(turn)
 
     async def ready(request: Request) -> Response:
         return JSONResponse({"ready": True})
@@ -301,4 +364,9 @@ def create_app(gateway: Gateway) -> Starlette:
         Route("/admin/instances/{instance}/load", guarded(load), methods=["POST"]),
         Route("/admin/instances/{instance}/snapshot", guarded(snapshot), methods=["GET", "PUT"]),
         Route("/admin/instances/{instance}/trajectory", guarded(trajectory), methods=["GET"]),
+        Route("/admin/agents", guarded(agents), methods=["GET"]),
+        Route("/admin/agents/{agent_id}", guarded(hosted_agent), methods=["GET", "PUT", "DELETE"]),
+        Route("/admin/human", guarded(human_turns), methods=["GET"]),
+        Route("/admin/human/{turn:path}", guarded(human_answer), methods=["POST"]),
+        Mount("/agents/{agent_id}", app=agent_endpoint),
     ], lifespan=lifespan)

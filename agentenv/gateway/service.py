@@ -67,10 +67,15 @@ class Gateway:
         self.trajectory = trajectory.TrajectoryWriter()
         self.delivery = Delivery(self.store, settings)
         self.mcp = McpEndpoint(self, "agentenv-gateway", max_body_bytes=max_body_bytes)
+        from agentenv.agents.host import AgentHost
+
+        self.agents = AgentHost(self.store)
+        self.agents.secret_root = settings.state_dir if settings is not None else None
 
     async def shutdown(self) -> None:
         """Close every open instance (stopping apps that run in processes of their own)."""
         await self.delivery.close()
+        await self.agents.close()
         for inst in list(self._instances.values()):
             await inst.close()
         self._instances.clear()
@@ -320,10 +325,10 @@ class Gateway:
         for watch, hit in hits:
             await self.delivery.send(inst.world.run_id, hit, watch.barrier_s)
 
-    async def read_trajectory(self, instance_id: str, after: int = 0) -> list[dict[str, Any]]:
+    async def read_trajectory(self, instance_id: str, after: int = 0, *, last: bool = False) -> list[dict[str, Any]]:
         await self.get(instance_id)
         self.trajectory.flush()
-        return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after)
+        return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after, last=last)
 
 
 def _exposed(route):

@@ -95,12 +95,17 @@ class TrajectoryWriter:
                 return
 
 
-def read(path: Path, after: int = 0, limit: int = 10_000) -> list[dict[str, Any]]:
+def read(path: Path, after: int = 0, limit: int = 10_000, *, last: bool = False) -> list[dict[str, Any]]:
+    """Entries after `after` in order; with `last`, only the latest one (where a reader should start)."""
     if not path.exists():
         return []
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        rows = db.execute("SELECT seq, entry FROM calls WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)).fetchall()
+        if last:
+            rows = db.execute("SELECT seq, entry FROM calls ORDER BY seq DESC LIMIT 1").fetchall()
+        else:
+            rows = db.execute("SELECT seq, entry FROM calls WHERE seq > ? ORDER BY seq LIMIT ?",
+                              (after, limit)).fetchall()
     finally:
         db.close()
     return [{"seq": seq, **json.loads(entry)} for seq, entry in rows]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-OPERATORS = ("equals", "not_equals", "contains", "matches", "one_of", "gt", "gte", "lt", "lte", "truthy")
+OPERATORS = ("equals", "not_equals", "contains", "not_contains", "matches", "one_of", "gt", "gte", "lt", "lte", "truthy")
 
 
 def _contains(actual: Any, expected: Any) -> bool:
@@ -19,6 +19,7 @@ _TESTS = {
     "equals": lambda a, e: a == e,
     "not_equals": lambda a, e: a != e,
     "contains": _contains,
+    "not_contains": lambda a, e: not _contains(a, e),
     "matches": lambda a, e: re.search(e, a if isinstance(a, str) else str(a)) is not None,
     "one_of": lambda a, e: a in e,
     "gt": lambda a, e: a > e,

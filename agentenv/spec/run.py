@@ -14,6 +14,8 @@ from pydantic import BaseModel, Field
 from agentenv.spec.task import FailurePolicy
 from agentenv.spec.world_run import WorldSpec, WorldState
 
+AGGREGATE = "aggregate_scores"  # the step type whose score, when present, is the run's
+
 
 class StepStatus(StrEnum):
     PENDING = "pending"
@@ -155,7 +157,11 @@ class RunState(BaseModel):
         )
 
     def scores(self) -> dict[str, Score]:
-        return {sid: s.score for sid, s in self.steps.items() if s.score is not None}
+        """The scores that decide the run: the last `aggregate_scores` step's, if the task has one (it
+        combines the others as the task says), else every step's."""
+        scores = {sid: s.score for sid, s in self.steps.items() if s.score is not None}
+        final = [sid for sid, s in self.steps.items() if s.type == AGGREGATE and s.score is not None]
+        return {final[-1]: scores[final[-1]]} if final else scores
 
     def conclude(self) -> None:
         """Decide status and overall score once no step is running (cancellation is set by the caller)."""

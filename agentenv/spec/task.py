@@ -155,13 +155,20 @@ def _step_ref_problems(i: int, step: StepSpec, ancestors: set[str], known: list[
         return []  # reported by the step's own validation
     problems = []
     for field in fields:
-        ref = step.config.get(field)
-        if not isinstance(ref, str) or ref.startswith("${"):
-            continue
+        value = step.config.get(field)
+        refs = value if isinstance(value, list) else [value]  # one step, or a list (of ids or {step = ...})
+        for ref in (r.get("step") if isinstance(r, dict) else r for r in refs):
+            problems += _one_step_ref(i, step, field, ref, ancestors, known)
+    return problems
+
+
+def _one_step_ref(i: int, step: StepSpec, field: str, ref: Any, ancestors: set[str], known: list[str]) -> list:
+    problems = []
+    if isinstance(ref, str) and not ref.startswith("${"):
         if ref not in known:
             problems.append(_problem(("steps", i, "config", field), "unknown_step_ref",
-                                     f"{ref!r} is not a step of this task — {_suggest(ref, known)}name the step "
-                                     f"that deployed the environment (known steps: {', '.join(known)})", ref))
+                                     f"{ref!r} is not a step of this task — {_suggest(ref, known)}name one of "
+                                     f"its steps (known steps: {', '.join(known)})", ref))
         elif ref not in ancestors:
             problems.append(_problem(("steps", i, "config", field), "step_ref_not_upstream",
                                      f"refers to step {ref!r}, but '{step.id}' does not depend on it — "

@@ -83,3 +83,8 @@ def resolve(value: Any, scope: dict[str, Any]) -> Any:
     if isinstance(value, list):
         return [resolve(v, scope) for v in value]
     return value
+
+
+def ref(path: str) -> str:
+    """A reference to `path` (e.g. "steps.deploy.outputs"), for configs that prepare hooks write."""
+    return "${" + path + "}"

@@ -56,6 +56,12 @@ BUILTINS = {
     "register_triggers": "agentenv.steps.builtin.world:register_triggers",
     "cancel_triggers": "agentenv.steps.builtin.world:cancel_triggers",
     "wait_clock": "agentenv.steps.builtin.world:wait_clock",
+    "deploy_agent": "agentenv.steps.builtin.agents:deploy_agent",
+    "prompt_agent": "agentenv.steps.builtin.agents:prompt_agent",
+    "check_response": "agentenv.steps.builtin.grading:check_response",
+    "rubric_judge": "agentenv.steps.builtin.grading:rubric_judge",
+    "aggregate_scores": "agentenv.steps.builtin.grading:aggregate_scores",
+    "collect_artifacts": "agentenv.steps.builtin.grading:collect_artifacts",
 }
 
 

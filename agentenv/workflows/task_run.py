@@ -194,7 +194,8 @@ class TaskRun:
     def _scope(self) -> dict[str, Any]:
         scope: dict[str, Any] = {
             "steps": {
-                sid: {"outputs": s.outputs, "status": s.status.value, "score": s.score.value if s.score else None}
+                sid: {"outputs": s.outputs, "status": s.status.value, "score": s.score.value if s.score else None,
+                      "passed": s.score.passed if s.score else None}
                 for sid, s in self.state.steps.items()
             },
             "run": {"id": self.inp.run_id},

@@ -6,4 +6,5 @@ APPS = {
     "chat": "agentenv.envs.builtin.chat:Chat",
     "helpdesk": "agentenv.envs.builtin.helpdesk:Helpdesk",
     "billing": "agentenv.envs.builtin.billing:Billing",
+    "payables": "agentenv.envs.builtin.payables:Payables",
 }

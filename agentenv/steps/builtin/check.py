@@ -21,6 +21,7 @@ class Check(StepConfig):
     equals: Any = None
     not_equals: Any = None
     contains: Any = Field(None, description="substring, list item or dict key")
+    not_contains: Any = Field(None, description="the value does not contain this")
     matches: str | None = Field(None, description="a regular expression searched in the value's text")
     one_of: list[Any] | None = None
     gt: float | None = None

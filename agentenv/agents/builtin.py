@@ -1,0 +1,157 @@
+"""The built-in agents: scripted, llm, persona, human."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from agentenv.agents.models import Endpoints, ModelError, mcp_tools_as_functions
+from agentenv.agents.sdk import Agent, Answer, ToolFailed, Turn
+from agentenv.errors import BadInput
+from agentenv.spec.agent import AgentRecord, HumanConfig, LlmConfig, PersonaConfig, ScriptedConfig
+
+
+class ScriptedAgent(Agent):
+    """Plays its Nth turn on its Nth prompt (the last one again if asked more). Deterministic."""
+
+    def __init__(self, record: AgentRecord) -> None:
+        self.name, self.description = record.name, record.description or "A scripted agent."
+        self.config: ScriptedConfig = record.typed_config()
+
+    async def answer(self, turn: Turn) -> Answer:
+        actions = self.config.turns[min(turn.number, len(self.config.turns) - 1)]
+        said, calls = "", []
+        if any(a.tool for a in actions):
+            async with turn.tools() as tools:
+                for action in actions:
+                    if action.tool:
+                        try:
+                            await tools.call(action.tool, action.arguments)
+                        except ToolFailed:
+                            pass  # recorded in calls, as a real agent would see it
+                    else:
+                        said = action.say
+                calls = tools.calls
+        else:
+            said = next(a.say for a in actions if a.say is not None)
+        return Answer(text=said.replace("${prompt}", turn.prompt), data={"tool_calls": calls})
+
+
+class LlmAgent(Agent):
+    """A chat model using the environment's tools in a loop, within a tool-call and a time budget."""
+
+    def __init__(self, record: AgentRecord, endpoints: Endpoints) -> None:
+        self.name, self.description = record.name, record.description or "A model-driven agent."
+        self.config: LlmConfig = record.typed_config()
+        self.endpoints = endpoints
+
+    async def answer(self, turn: Turn) -> Answer:
+        model = self.endpoints.open("agent")
+        messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt or self.config.system_prompt}]
+        for m in turn.conversation:
+            messages.append({"role": "assistant" if m.get("from") == "agent" else "user", "content": m.get("text", "")})
+        messages.append({"role": "user", "content": turn.prompt})
+        try:
+            async with asyncio.timeout(self.config.time_budget.total_seconds()):
+                if turn.mcp_url:
+                    async with turn.tools() as tools:
+                        return await self._loop(model, messages, tools)
+                return await self._loop(model, messages, None)
+        except TimeoutError:
+            return Answer(text=f"out of time ({self.config.time_budget.total_seconds():g}s budget)", failed=True)
+        finally:
+            await model.aclose()
+
+    async def _loop(self, model, messages, tools) -> Answer:
+        functions = mcp_tools_as_functions(await tools.list()) if tools else None
+        calls = 0
+        while True:
+            reply = await model.complete(messages, functions if calls < self.config.max_tool_calls else None,
+                                         user=self.name)
+            if not reply.tool_calls:
+                return Answer(text=reply.content or "", data={"tool_calls": tools.calls if tools else []})
+            messages.append({"role": "assistant", "content": reply.content, "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.arguments)}}
+                for c in reply.tool_calls]})
+            for call in reply.tool_calls:
+                calls += 1
+                try:
+                    result = await tools.call(call.name, call.arguments) if tools else "no tools here"
+                except ToolFailed as e:
+                    result = f"error: {e}"
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": _json(result)})
+
+
+class PersonaAgent(Agent):
+    """A simulated person: a model playing them from their brief, or (and as a fallback) templated replies."""
+
+    def __init__(self, record: AgentRecord, endpoints: Endpoints) -> None:
+        self.name, self.description = record.name, record.description or "A simulated person."
+        self.config: PersonaConfig = record.typed_config()
+        self.endpoints = endpoints
+
+    async def answer(self, turn: Turn) -> Answer:
+        if self.config.llm:
+            try:
+                return await self._model_answer(turn)
+            except (ModelError, BadInput) as e:
+                templated = self._templated(turn.prompt)
+                return Answer(text=templated, data={"fallback": str(e)})
+        return Answer(text=self._templated(turn.prompt))
+
+    def _templated(self, said: str) -> str:
+        for reply in self.config.replies:
+            if (reply.contains is not None and reply.contains.lower() in said.lower()) or \
+                    (reply.matches is not None and re.search(reply.matches, said, re.IGNORECASE)):
+                return reply.say.replace("${message}", said)
+        return self.config.default_reply.replace("${message}", said)
+
+    async def _model_answer(self, turn: Turn) -> Answer:
+        model = self.endpoints.open("persona")
+        try:
+            messages = [{"role": "system", "content": f"You are playing this person. Stay in character.\n\n"
+                                                      f"{self.config.brief}\n\n{turn.system_prompt}".strip()}]
+            for m in turn.conversation:
+                messages.append({"role": "assistant" if m.get("from") == "agent" else "user", "content": m["text"]})
+            messages.append({"role": "user", "content": turn.prompt})
+            reply = await model.complete(messages, user=self.name)
+            if not reply.content:
+                raise ModelError("the model said nothing")
+            return Answer(text=reply.content)
+        finally:
+            await model.aclose()
+
+
+class HumanAgent(Agent):
+    """A person answers through the CLI: `agent-env agents answer AGENT TEXT` (see `agents pending`)."""
+
+    def __init__(self, record: AgentRecord, inbox) -> None:
+        self.name, self.description = record.name, record.description or "A person at a terminal."
+        self.config: HumanConfig = record.typed_config()
+        self.inbox = inbox
+
+    async def answer(self, turn: Turn) -> Answer:
+        key = self.inbox.ask(self.name, turn)
+        while (answer := self.inbox.answer(key)) is None:
+            await asyncio.sleep(0.2)
+        return Answer(text=answer)
+
+
+def build_agent(record: AgentRecord, endpoints: Endpoints, inbox) -> Agent:
+    if record.type == "scripted":
+        return ScriptedAgent(record)
+    if record.type == "llm":
+        return LlmAgent(record, endpoints)
+    if record.type == "persona":
+        return PersonaAgent(record, endpoints)
+    if record.type == "human":
+        return HumanAgent(record, inbox)
+    raise ValueError(f"agents of type {record.type!r} are not hosted by agentenv")
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+

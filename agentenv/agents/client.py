@@ -1,0 +1,92 @@
+"""Talking to agents over A2A: one turn in, one answer out (with a deadline)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
+from a2a.helpers import get_data_parts, get_message_text, new_data_part, new_text_part
+from a2a.types import Message, Role, SendMessageRequest, TaskState
+from a2a.utils.errors import A2AError
+
+from agentenv.agents.sdk import KEY, new_message_id
+
+
+class AgentUnreachable(Exception):
+    pass
+
+
+class AgentTimedOut(Exception):
+    pass
+
+
+class AgentReplyInvalid(Exception):
+    """The agent answered something that is not a usable A2A reply."""
+
+
+@dataclass
+class Reply:
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False
+    state: str = "TASK_STATE_COMPLETED"
+    seconds: float = 0.0
+
+
+class AgentClient:
+    """A client of one agent. Reuse it across turns: a fresh HTTP client costs ~16 ms (TLS setup)."""
+
+    def __init__(self, url: str, http: httpx.AsyncClient) -> None:
+        self.url = url.rstrip("/") + "/"
+        self.http = http
+        self._client = None
+
+    async def _connect(self):
+        if self._client is None:
+            try:
+                card = await A2ACardResolver(self.http, self.url.rstrip("/")).get_agent_card()
+            except (A2AError, httpx.HTTPError) as e:
+                raise AgentUnreachable(f"no A2A agent answers at {self.url} ({e})") from None
+            self._card = card
+            self._client = ClientFactory(ClientConfig(streaming=False, httpx_client=self.http)).create(card)
+        return self._client
+
+    async def card(self):
+        """The agent's card (fetched once): AgentUnreachable if nothing answers as an A2A agent."""
+        await self._connect()
+        return self._card
+
+    async def ask(self, prompt: str, context: dict[str, Any], *, context_id: str, deadline_s: float,
+                  message_id: str | None = None) -> Reply:
+        """Send one turn; wait at most `deadline_s` for the answer. Resend a turn with its first message id."""
+        client = await self._connect()
+        message = Message(role=Role.ROLE_USER, message_id=message_id or new_message_id(), context_id=context_id,
+                          parts=[new_text_part(prompt), new_data_part({KEY: context})])
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(deadline_s):
+                task = None
+                async for response in client.send_message(SendMessageRequest(message=message),
+                                                          context=ClientCallContext(timeout=deadline_s + 5)):
+                    task = response.task if response.HasField("task") else task
+        except TimeoutError:
+            raise AgentTimedOut(f"the agent at {self.url} did not answer within {deadline_s:g}s") from None
+        except A2AError as e:
+            if "timeout" in type(e).__name__.lower():
+                raise AgentTimedOut(f"the agent at {self.url} did not answer within {deadline_s:g}s") from None
+            raise AgentReplyInvalid(f"the agent at {self.url} failed the turn: {getattr(e, 'message', e)}") from None
+        except httpx.HTTPError as e:
+            raise AgentUnreachable(f"the agent at {self.url} could not be reached ({e})") from None
+        except (ValueError, TypeError, KeyError) as e:  # the SDK's reading of a reply that is not A2A
+            raise AgentReplyInvalid(f"the agent at {self.url} answered something that is not an A2A reply: {e}") from None
+        if task is None or not task.status.HasField("message"):
+            raise AgentReplyInvalid(f"the agent at {self.url} answered without a message")
+        state = TaskState.Name(task.status.state)
+        reply = task.status.message
+        data = next((d[KEY] for d in get_data_parts(reply.parts) if isinstance(d, dict) and KEY in d), {})
+        return Reply(text=get_message_text(reply), data=data or {}, failed=state != "TASK_STATE_COMPLETED",
+                     state=state, seconds=time.perf_counter() - started)

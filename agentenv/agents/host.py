@@ -1,0 +1,205 @@
+"""The agent host: the gateway serves the built-in agents (scripted, llm, persona, human) over A2A.
+
+Each hosted agent lives at `/agents/{id}/` (its card at `/agents/{id}/.well-known/agent-card.json`),
+beside the environments it works in. Runs deploy agents here (`deploy_agent`) and talk to them with a
+real A2A client, exactly as they talk to an agent of your own.
+
+Turns are answered once: a turn resent with the same message id (a step retried after its worker
+died) gets the answer of the first, awaited if still in progress, read from the store if finished.
+So an agent's work is never done twice and survives the worker; the gateway keeps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentenv.agents.models import Endpoints
+from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
+from agentenv.config import ModelSettings
+from agentenv.spec.agent import AgentRecord
+
+AGENTS = "hosted_agents"
+TURNS = "agent_turns"  # answers of finished turns, by agent and message id
+HUMAN = "human_turns"  # turns waiting for (or answered by) a person
+CARD_PATH = "/.well-known/agent-card.json"
+GRACE_S = 5.0  # past the framework's deadline, a turn is abandoned (the caller stopped waiting)
+
+
+class HostedAgentSpec(BaseModel):
+    """What a run deploys: the agent's record and the model endpoints it may use (keys by reference)."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+    run_id: str | None = None
+    record: AgentRecord
+    models: dict[str, ModelSettings] = Field(default_factory=dict)
+
+
+class DeployRequest(HostedAgentSpec):
+    keys: dict[str, str] = Field(default_factory=dict, description="resolved API keys; kept in memory only",
+                                 exclude=True)
+
+
+class HumanInbox:
+    """Turns for a person, in the gateway's store: `agent-env agents pending` lists, `answer` replies."""
+
+    def __init__(self, store, agent_id: str) -> None:
+        self.store, self.agent_id = store, agent_id
+
+    def ask(self, name: str, turn: Turn) -> str:
+        key = f"{self.agent_id}/{turn.message_id}"
+        if self.store.get(HUMAN, key) is None:
+            self.store.put(HUMAN, key, {
+                "id": key, "agent_id": self.agent_id, "agent": name, "prompt": turn.prompt,
+                "conversation": turn.conversation, "mcp_url": turn.mcp_url, "role": turn.role,
+                "asked_at": _now(), "answer": None, "answered_at": None, "state": "waiting",
+            })
+        return key
+
+    def answer(self, key: str) -> str | None:
+        doc = self.store.get(HUMAN, key)
+        return doc["answer"] if doc else None
+
+    def expire(self, key: str) -> None:
+        doc = self.store.get(HUMAN, key)
+        if doc and doc["state"] == "waiting":
+            self.store.put(HUMAN, key, {**doc, "state": "expired"})
+
+
+class _OnceAgent(Agent):
+    """Wraps a hosted agent: answers each message id once, within the turn's deadline."""
+
+    def __init__(self, host: AgentHost, agent_id: str, inner: Agent) -> None:
+        self.host, self.agent_id, self.inner = host, agent_id, inner
+        self.name, self.description = inner.name, inner.description
+
+    async def answer(self, turn: Turn) -> Answer:
+        key = f"{self.agent_id}/{turn.message_id}"
+        if done := self.host.store.get(TURNS, key):
+            return Answer(text=done["text"], data=done["data"], failed=done["failed"])
+        running = self.host.turns.get(key)
+        if running is None:
+            running = self.host.turns[key] = asyncio.ensure_future(self._answer(key, turn))
+            running.add_done_callback(lambda _: self.host.turns.pop(key, None))
+        return await asyncio.shield(running)
+
+    async def _answer(self, key: str, turn: Turn) -> Answer:
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout((turn.deadline_s + GRACE_S) if turn.deadline_s else None):
+                reply = await self.inner.answer(turn)
+        except TimeoutError:
+            HumanInbox(self.host.store, self.agent_id).expire(key)
+            reply = Answer(text=f"abandoned: no answer within the turn's deadline ({turn.deadline_s:g}s)", failed=True)
+        except Exception as e:  # noqa: BLE001 - the failure is the turn's answer
+            reply = Answer(text=f"{type(e).__name__}: {e}", failed=True)
+        if isinstance(reply, str):
+            reply = Answer(text=reply)
+        self.host.store.put(TURNS, key, {"agent_id": self.agent_id, "text": reply.text, "data": reply.data,
+                                         "failed": reply.failed, "at": _now(),
+                                         "seconds": round(time.perf_counter() - started, 6)})
+        return reply
+
+
+class AgentHost:
+    def __init__(self, store) -> None:
+        self.store = store
+        self.turns: dict[str, asyncio.Future] = {}
+        self._keys: dict[str, dict[str, str]] = {}  # agent id -> purpose -> API key (memory only)
+        self._apps: dict[str, tuple[Any, Any]] = {}  # agent id -> (ASGI app, A2A request handler)
+
+    # -- records --
+
+    def put(self, request: DeployRequest) -> HostedAgentSpec:
+        """Deploy (or redeploy) an agent; idempotent. A changed record takes effect on its next turn."""
+        spec = HostedAgentSpec.model_validate(request.model_dump())
+        if request.record.type == "a2a":
+            raise ValueError("agents of type 'a2a' serve themselves; the host runs scripted, llm, persona, human")
+        self.store.put(AGENTS, spec.id, spec.model_dump(mode="json"))
+        if request.keys:
+            self._keys[spec.id] = dict(request.keys)
+        self._apps.pop(spec.id, None)
+        return spec
+
+    def get(self, agent_id: str) -> HostedAgentSpec | None:
+        doc = self.store.get(AGENTS, agent_id)
+        return HostedAgentSpec.model_validate(doc) if doc else None
+
+    def list(self) -> list[dict[str, Any]]:
+        return self.store.query(AGENTS)
+
+    async def delete(self, agent_id: str) -> bool:
+        app = self._apps.pop(agent_id, None)
+        if app is not None:
+            await app[1].aclose()
+        self._keys.pop(agent_id, None)
+        return self.store.delete(AGENTS, agent_id)
+
+    async def close(self) -> None:
+        for _, handler in self._apps.values():
+            await handler.aclose()
+        self._apps.clear()
+
+    # -- people --
+
+    def pending(self) -> list[dict[str, Any]]:
+        return [d for d in self.store.query(HUMAN) if d["state"] == "waiting"]
+
+    def reply(self, turn_id: str, text: str) -> dict[str, Any] | None:
+        doc = self.store.get(HUMAN, turn_id)
+        if doc is None or doc["state"] != "waiting":
+            return doc
+        doc.update(answer=text, answered_at=_now(), state="answered")
+        self.store.put(HUMAN, turn_id, doc)
+        return doc
+
+    # -- serving --
+
+    def _build(self, spec: HostedAgentSpec, url: str):
+        from agentenv.agents.builtin import build_agent
+        from agentenv.stores.secrets import SecretStore
+
+        keys = dict(self._keys.get(spec.id, {}))
+        secrets = SecretStore(self.secret_root) if self.secret_root else None
+        for purpose, config in spec.models.items():  # a restarted gateway looks keys up again
+            if purpose not in keys and config.api_key and secrets is not None:
+                with contextlib.suppress(Exception):
+                    keys[purpose] = secrets.resolve(config.api_key)
+        inner = build_agent(spec.record, Endpoints(spec.models, keys), HumanInbox(self.store, spec.id))
+        routes, handler = a2a_routes(_OnceAgent(self, spec.id, inner), url)
+        from starlette.applications import Starlette
+
+        return Starlette(routes=routes), handler
+
+    secret_root: Path | None = None  # the state dir whose secrets file the host reads, if any
+
+    async def __call__(self, scope, receive, send) -> None:
+        """ASGI for everything under /agents/{id}/ (mounted by the gateway)."""
+        agent_id = scope["path_params"]["agent_id"]
+        entry = self._apps.get(agent_id)
+        if entry is None:
+            spec = self.get(agent_id)
+            if spec is None:
+                from starlette.responses import JSONResponse
+
+                await JSONResponse({"error": f"no agent {agent_id!r} is hosted here"}, status_code=404)(
+                    scope, receive, send)
+                return
+            entry = self._apps[agent_id] = self._build(spec, _url(scope))
+        await entry[0](scope, receive, send)
+
+
+def _url(scope) -> str:
+    headers = dict(scope.get("headers") or [])
+    host = headers.get(b"host", b"127.0.0.1").decode()
+    return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}/"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,192 @@
+"""Write an agent in a few lines, served over A2A:
+
+    from agentenv.agents.sdk import Agent, Turn, serve
+
+    class Echo(Agent):
+        name = "echo"
+
+        async def answer(self, turn: Turn) -> str:
+            async with turn.tools() as tools:           # the environment's MCP tools, as this agent
+                notes = await tools.call("list_notes", {})
+            return f"You said {turn.prompt!r}; there are {notes['count']} notes."
+
+    serve(Echo(), port=9000)
+
+Each turn arrives as an A2A message: the prompt as text, and a data part `{"agentenv": {...}}` with the
+system prompt, the environment's MCP URL and this agent's role token, its role and name, the run, its
+config and the conversation so far (so agents need keep no state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a.helpers import (
+    get_data_parts,
+    get_message_text,
+    new_data_part,
+    new_task_from_user_message,
+    new_text_part,
+)
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from a2a.utils.constants import TransportProtocol
+
+KEY = "agentenv"
+
+
+@dataclass
+class Turn:
+    prompt: str
+    system_prompt: str = ""
+    mcp_url: str | None = None
+    token: str | None = None
+    role: str | None = None
+    agent: str | None = None
+    run_id: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    conversation: list[dict[str, Any]] = field(default_factory=list)  # [{"from": "user"|"agent", "text": ...}]
+    context_id: str = ""
+    message_id: str = ""  # the same for a resent turn: hosts answer it once
+    deadline_s: float | None = None  # how long the framework waits for this answer
+    turn: int | None = None  # which time this agent is asked in this conversation (0 first), if the sender says
+
+    @property
+    def number(self) -> int:
+        """Which turn this is for the agent (0 for the first)."""
+        if self.turn is not None:
+            return int(self.turn)
+        return sum(1 for m in self.conversation if m.get("from") == "agent")
+
+    @contextlib.asynccontextmanager
+    async def tools(self):
+        """The environment's tools over MCP, authenticated as this agent."""
+        if not self.mcp_url:
+            raise RuntimeError("this turn came with no environment (no MCP URL)")
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
+                Client(streamable_http_client(self.mcp_url, http_client=http)) as client:
+            yield Tools(client)
+
+
+class Tools:
+    """A thin wrapper: `call` returns the tool's JSON result, or raises ToolFailed with its error text."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.calls: list[dict[str, Any]] = []
+
+    async def list(self):
+        return (await self.client.list_tools()).tools
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        result = await self.client.call_tool(name, arguments or {})
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        self.calls.append({"tool": name, "arguments": arguments or {}, "error" if result.is_error else "result": text})
+        if result.is_error:
+            raise ToolFailed(text)
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+
+class ToolFailed(Exception):
+    pass
+
+
+@dataclass
+class Answer:
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False  # the agent could not do it: the turn ends as a failed A2A task
+
+
+class Agent:
+    """Subclass and implement `answer`. Raise or return Answer(failed=True) to fail the turn."""
+
+    name: str = "agent"
+    description: str = "An agentenv agent."
+
+    async def answer(self, turn: Turn) -> str | Answer:
+        raise NotImplementedError
+
+
+def turn_from_message(message, context_id: str) -> Turn:
+    env = next((d[KEY] for d in get_data_parts(message.parts) if isinstance(d, dict) and KEY in d), {})
+    return Turn(prompt=get_message_text(message), context_id=context_id, message_id=message.message_id,
+                **{k: env[k] for k in ("system_prompt", "mcp_url", "token", "role", "agent", "run_id", "config",
+                                       "conversation", "deadline_s", "turn") if env.get(k) is not None})
+
+
+class _Executor(AgentExecutor):
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task = context.current_task
+        if task is None:
+            task = new_task_from_user_message(context.message)
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        turn = turn_from_message(context.message, task.context_id)
+        try:
+            reply = await self.agent.answer(turn)
+        except Exception as e:  # noqa: BLE001 - the caller reads the failure as the turn's outcome
+            reply = Answer(text=f"{type(e).__name__}: {e}", failed=True)
+        if isinstance(reply, str):
+            reply = Answer(text=reply)
+        message = updater.new_agent_message([new_text_part(reply.text), new_data_part({KEY: reply.data})])
+        await (updater.failed(message) if reply.failed else updater.complete(message))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        await updater.cancel(updater.new_agent_message([new_text_part("cancelled")]))
+
+
+def agent_card(agent: Agent, url: str) -> AgentCard:
+    return AgentCard(
+        name=agent.name, description=agent.description, version="1",
+        supported_interfaces=[AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version="1.0")],
+        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        default_input_modes=["text/plain", "application/json"], default_output_modes=["text/plain", "application/json"],
+        skills=[AgentSkill(id="work", name="Work in an agentenv environment", description=agent.description,
+                           tags=["agentenv"])],
+    )
+
+
+def a2a_routes(agent: Agent, url: str) -> tuple[list, DefaultRequestHandler]:
+    """Starlette routes serving `agent` over A2A (card + JSON-RPC) for clients reaching it at `url`."""
+    card = agent_card(agent, url)
+    handler = DefaultRequestHandler(agent_executor=_Executor(agent), task_store=InMemoryTaskStore(), agent_card=card)
+    return create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/"), handler
+
+
+def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000) -> None:
+    import uvicorn
+    from starlette.applications import Starlette
+
+    routes, handler = a2a_routes(agent, f"http://{host}:{port}/")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        await handler.aclose()
+
+    uvicorn.run(Starlette(routes=routes, lifespan=lifespan), host=host, port=port, log_level="warning")
+
+
+def new_message_id() -> str:
+    return str(uuid.uuid4())

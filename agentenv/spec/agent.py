@@ -1,0 +1,129 @@
+"""Agents as declared: `agents/NAME/agent.toml` in a bundle, or inline in a deploy_agent step.
+
+    name = "support"
+    type = "llm"                 # scripted | llm | persona | human | a2a
+    role = "support"             # its role in the environment it works in (deploy_agent may override)
+    [config]
+    system_prompt = "You are Acme's support agent..."
+    max_tool_calls = 30
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentenv.spec.duration import Duration
+
+NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelOverride(_Spec):
+    """Which endpoint to use instead of the configured one for this purpose (any field may be left out)."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = Field(None, description="a `secret:NAME` reference")
+    temperature: float | None = Field(None, ge=0, le=2)
+
+
+class ScriptedAction(_Spec):
+    """A tool call (`tool` + `arguments`) or the turn's answer (`say`)."""
+
+    tool: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    say: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ScriptedAction:
+        if (self.tool is None) == (self.say is None):
+            raise ValueError("a scripted action is either a tool call (`tool`) or an answer (`say`)")
+        return self
+
+
+class ScriptedConfig(_Spec):
+    """Plays its turns in order: each a list of tool calls ending with what it says. Deterministic."""
+
+    turns: list[list[ScriptedAction]] = Field(min_length=1)
+
+
+class LlmConfig(_Spec):
+    """An OpenAI-compatible chat model that uses the environment's MCP tools in a loop."""
+
+    system_prompt: str = ""
+    model: ModelOverride | None = None
+    max_tool_calls: int = Field(30, ge=0, le=1000, description="tool calls per turn before it must answer")
+    time_budget: Duration = Field(timedelta(minutes=5), description="per turn")
+
+
+class Reply(_Spec):
+    """A templated reply: when what was said matches, say this (`${message}` is what was said)."""
+
+    contains: str | None = None
+    matches: str | None = None
+    say: str
+
+
+class PersonaConfig(_Spec):
+    """A simulated person. With `llm = true` a model plays them from their brief; otherwise (and if the
+    model fails) the first matching templated reply answers."""
+
+    brief: str = Field("", description="who they are, what they want, how they talk")
+    llm: bool = False
+    model: ModelOverride | None = None
+    replies: list[Reply] = Field(default_factory=list)
+    default_reply: str = "I see. Can you tell me more?"
+
+
+class HumanConfig(_Spec):
+    """A person answers each turn from the CLI (`agent-env agents answer`)."""
+
+    instructions: str = ""
+
+
+class A2aConfig(_Spec):
+    """Your own agent: any A2A server."""
+
+    url: str = Field(description="the agent's base URL (its card is at /.well-known/agent-card.json)")
+
+
+CONFIGS: dict[str, type[_Spec]] = {
+    "scripted": ScriptedConfig, "llm": LlmConfig, "persona": PersonaConfig, "human": HumanConfig, "a2a": A2aConfig,
+}
+
+
+class AgentRecord(_Spec):
+    name: str = Field(pattern=NAME)
+    version: str = "1"
+    description: str = ""
+    type: Literal["scripted", "llm", "persona", "human", "a2a"]
+    role: str | None = Field(None, description="its role in the environment it works in")
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _config_fits(self) -> AgentRecord:
+        from pydantic import ValidationError
+
+        from agentenv.errors import from_validation_error
+
+        try:
+            CONFIGS[self.type].model_validate(self.config)
+        except ValidationError as e:
+            head, *rows = str(from_validation_error(e, f"config of a {self.type!r} agent")).splitlines()
+            raise ValueError(f"{head.rsplit(':', 1)[0]}: " + "; ".join(r.strip() for r in rows)) from None
+        return self
+
+    def typed_config(self) -> Any:
+        return CONFIGS[self.type].model_validate(self.config)
+
+    def model_override(self) -> ModelOverride | None:
+        return getattr(self.typed_config(), "model", None)
+
+    def needs_model(self) -> bool:
+        return self.type == "llm" or (self.type == "persona" and self.typed_config().llm)

@@ -1,0 +1,317 @@
+"""Steps that bring agents in and talk to them over A2A: `deploy_agent`, `prompt_agent`.
+
+An agent is deployed by a `deploy_agent` step (the built-in types are hosted by the gateway at
+`/agents/<run id>.<step id>/`; an `a2a` agent is yours, at its own URL) and later steps name that step.
+Turns are sent with stable message ids, so a step retried after a crash gets the answers the agent
+already gave instead of making it work twice (hosted agents guarantee it; your own agents may use the id).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
+
+from agentenv.config import ModelSettings
+from agentenv.spec.agent import AgentRecord
+from agentenv.spec.duration import Duration
+from agentenv.spec.run import Criterion, Score
+from agentenv.spec.templates import ref
+from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
+from agentenv.steps.builtin.envs import instance_id
+
+MAX_ANSWER_CHARS = 16_000  # answers in step outputs (run history) are cut here; transcripts keep all
+PURPOSES = {"llm": "agent", "persona": "persona"}
+
+
+def agent_id(ctx: StepContext, step: str) -> str:
+    return f"{ctx.run_id}.{step}"
+
+
+def transcript_key(run_id: str, step: str) -> str:
+    return f"runs/{run_id}/transcripts/{step}.json"
+
+
+# -- deploy --
+
+class DeployAgentConfig(StepConfig):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    agent: str | None = Field(None, description="an agent of the bundle (agents/NAME/agent.toml)")
+    record: AgentRecord | None = Field(None, description="the agent's record inline (filled in from `agent` "
+                                                         "when the run is planned)")
+    env: str | None = Field(None, description="the deploy_env step whose environment the agent works in")
+    as_: str | None = Field(None, alias="as", pattern=r"^[A-Za-z0-9_.@\-]{1,64}$",
+                            description="its name in the environment (default: the agent's name)")
+    role: str | None = Field(None, description="its role there (default: the record's role)")
+    models: dict[str, ModelSettings] = Field(default_factory=dict, description="filled in when the run is planned")
+
+    @model_validator(mode="after")
+    def _known(self, info: ValidationInfo) -> DeployAgentConfig:
+        if (self.agent is None) == (self.record is None):
+            if self.agent is not None and self.record is not None and self.record.name == self.agent:
+                return self  # as planned: the record inlined
+            raise ValueError("give `agent` (an agent of the bundle) or `record` (inline), not both")
+        if self.record is None:
+            from agentenv.bundles import find_agent
+            from agentenv.errors import AgentEnvError
+
+            try:
+                find_agent((info.context or {}).get("bundle"), self.agent)
+            except AgentEnvError as e:
+                raise ValueError(str(e).replace("\n  fix:", " —")) from None
+        return self
+
+
+def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    """Pin the agent's record and the model endpoints it will use in the run; check they are usable
+    now (a missing API key fails here, before the run starts, not minutes into it)."""
+    from agentenv.agents.models import check_endpoint
+    from agentenv.bundles import find_agent
+    from agentenv.stores.secrets import SecretStore
+
+    record = AgentRecord.model_validate(config["record"]) if config.get("record") else find_agent(plan.bundle, config["agent"])
+    config["record"] = record.model_dump(mode="json")
+    config["agent"] = record.name
+    models = {}
+    if record.needs_model():
+        purpose = PURPOSES[record.type]
+        override = record.model_override()
+        endpoint = plan.settings.model(purpose, override.model_dump(exclude_none=True) if override else None)
+        check_endpoint(endpoint, purpose, SecretStore(plan.settings.state_dir))
+        models[purpose] = endpoint.model_dump(mode="json")
+    config["models"] = models
+    return config
+
+
+@step_type("deploy_agent", config=DeployAgentConfig, timeout="1m", prepare=prepare_deploy_agent, step_refs=("env",))
+async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
+    """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
+    from agentenv.gateway.client import GatewayRefused
+    from agentenv.gateway.daemon import base_url
+
+    record = config.record
+    name = config.as_ or record.name
+    role = config.role or record.role
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, config.env) if config.env else None
+    if instance is not None:
+        described = await gateway.get_instance(instance)
+        try:
+            if role is not None:
+                await gateway.set_agent_role(instance, name, role)
+            elif name not in described["agents"]:
+                raise StepFailed(f"agent {name!r} has no role in environment {config.env!r} (its agents: "
+                                 f"{', '.join(described['agents']) or 'none'}) — give the step a `role`")
+        except GatewayRefused as e:
+            raise StepFailed(f"agent {name!r}: {e}") from None
+        role = role or described["agents"][name]
+    if record.type == "a2a":
+        url = record.typed_config().url
+        client = _client(ctx, url, hosted=False)
+        try:
+            await client.card()
+        except Exception as e:  # noqa: BLE001 - unreachable agents may still be starting: retried
+            raise StepFailed(str(e), retryable=True) from None
+        hosted = False
+    else:
+        from agentenv.agents.models import resolve_key
+        from agentenv.stores.secrets import SecretStore
+
+        secrets = SecretStore(ctx.settings.state_dir)
+        keys = {p: k for p, m in config.models.items() if (k := resolve_key(m, secrets))}
+        await gateway.put_agent({"id": agent_id(ctx, ctx.step_id), "run_id": ctx.run_id,
+                                 "record": record.model_dump(mode="json"),
+                                 "models": {p: m.model_dump(mode="json") for p, m in config.models.items()},
+                                 "keys": keys})
+        url = f"{base_url(ctx.settings)}/agents/{agent_id(ctx, ctx.step_id)}/"
+        hosted = True
+    return {"agent": record.name, "type": record.type, "name": name, "role": role, "env": instance,
+            "url": url, "hosted": hosted,
+            "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None}
+
+
+# -- prompt --
+
+class StopWhen(StepConfig):
+    """Ends a conversation when either side's message contains (or matches) this."""
+
+    contains: str | None = None
+    matches: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> StopWhen:
+        if (self.contains is None) == (self.matches is None):
+            raise ValueError("give one of `contains` or `matches`")
+        if self.matches is not None:
+            try:
+                re.compile(self.matches)
+            except re.error as e:
+                raise ValueError(f"`matches` is not a valid regular expression: {e}") from None
+        return self
+
+    def hit(self, text: str) -> bool:
+        if self.contains is not None:
+            return self.contains.lower() in text.lower()
+        return re.search(self.matches, text, re.IGNORECASE) is not None
+
+
+class Conversation(StepConfig):
+    """Another agent plays the user (a customer, a colleague): it answers each of the agent's replies."""
+
+    partner: str = Field(description="the deploy_agent step of who plays the user")
+    max_turns: int = Field(6, ge=1, le=200, description="the agent's turns at most")
+    stop_when: StopWhen | None = Field(None, description="end early when a message says this")
+    partner_prompt: str = Field("", description="instructions for the partner (its system prompt)")
+
+
+class PromptAgentConfig(StepConfig):
+    agent: str = Field(description="the deploy_agent step of the agent to prompt")
+    prompt: str = Field(min_length=1, description="the task (or, in a conversation, the partner's first message)")
+    system_prompt: str | None = Field(None, description="default: the agent's own")
+    conversation: Conversation | None = None
+    turn_deadline: Duration = Field(timedelta(minutes=5), description="how long one answer may take")
+    on_timeout: Literal["fail", "score_zero"] = Field("fail", description="when an answer misses its deadline: "
+                                                                          "fail the step, or record a score of 0")
+    deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
+    partner_deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
+
+
+def prepare_prompt(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    """The deploy steps' outputs, resolved by the workflow when this step starts."""
+    config["deployed"] = ref(f"steps.{config['agent']}.outputs")
+    if isinstance(config.get("conversation"), dict) and config["conversation"].get("partner"):
+        config["partner_deployed"] = ref(f"steps.{config['conversation']['partner']}.outputs")
+    return config
+
+
+@step_type("prompt_agent", config=PromptAgentConfig, timeout="2h", prepare=prepare_prompt, step_refs=("agent",))
+async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResult:
+    """Give an agent a task, or hold a conversation with it; records the transcript and its tool calls."""
+    from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable
+
+    agent, partner = config.deployed, config.partner_deployed
+    if not agent:
+        raise StepFailed(f"step {config.agent!r} did not deploy an agent")
+    if config.conversation and not partner:
+        raise StepFailed(f"step {config.conversation.partner!r} did not deploy an agent")
+    gateway = await ctx.gateway()
+    marks = {}
+    for who in filter(None, (agent, partner)):
+        if who.get("env") and who["env"] not in marks:
+            marks[who["env"]] = await gateway.last_seq(who["env"])
+    deadline = config.turn_deadline.total_seconds()
+    context_id = f"{ctx.run_id}/{ctx.step_id}"
+    transcript: list[dict[str, Any]] = []
+    timed_out: str | None = None
+    started = time.perf_counter()
+
+    async def ask(who: dict[str, Any], side: str, text: str, turn: int, system_prompt: str | None) -> dict:
+        view = [{"from": ("agent" if m["side"] == side else "user"), "text": m["text"]} for m in transcript]
+        context = {"system_prompt": system_prompt, "run_id": ctx.run_id, "agent": who["name"], "role": who["role"],
+                   "conversation": view, "deadline_s": deadline, "turn": turn}
+        if who.get("env"):
+            context["mcp_url"] = who["mcp_url"]
+            context["token"] = await gateway.token(who["env"], who["name"])
+        client = _client(ctx, who["url"], hosted=who["hosted"])
+        try:
+            reply = await client.ask(text, context, context_id=f"{context_id}/{side}",
+                                     message_id=f"{context_id}/{side}/{turn}", deadline_s=deadline)
+        except AgentUnreachable as e:
+            raise StepFailed(str(e), retryable=True) from None
+        except AgentReplyInvalid as e:
+            raise StepFailed(str(e)) from None
+        entry = {"side": side, "speaker": who["name"], "text": reply.text, "seconds": round(reply.seconds, 3),
+                 **({"data": reply.data} if reply.data else {})}
+        if reply.failed:
+            transcript.append(entry)
+            await _save_transcript(ctx, transcript, marks, agent, partner, None)
+            raise StepFailed(f"{who['name']} could not answer ({reply.state}): {reply.text[:500]}")
+        return entry
+
+    conversation = config.conversation
+    stop = conversation.stop_when if conversation else None
+    said = {"side": "partner" if conversation else "user", "speaker": partner.get("name", "run"),
+            "text": config.prompt}
+    turns = 0
+    try:
+        for turn in range(conversation.max_turns if conversation else 1):
+            transcript.append(said)
+            answer = await ask(agent, "agent", said["text"], turn, config.system_prompt)
+            transcript.append(answer)
+            turns += 1
+            if not conversation or (stop and stop.hit(answer["text"])) or turn == conversation.max_turns - 1:
+                break
+            said = await ask(partner, "partner", answer["text"], turn, conversation.partner_prompt or None)
+            if stop and stop.hit(said["text"]):
+                transcript.append(said)
+                break
+    except AgentTimedOut as e:
+        timed_out = str(e)
+        if config.on_timeout == "fail":
+            await _save_transcript(ctx, transcript, marks, agent, partner, timed_out)
+            raise StepFailed(timed_out) from None
+    calls = await _save_transcript(ctx, transcript, marks, agent, partner, timed_out)
+    answers = [m["text"] for m in transcript if m["side"] == "agent"]
+    answer = answers[-1] if answers else ""
+    outputs = {
+        "answer": answer[:MAX_ANSWER_CHARS], "truncated": len(answer) > MAX_ANSWER_CHARS, "turns": turns,
+        "messages": len(transcript), "transcript": transcript_key(ctx.run_id, ctx.step_id),
+        "tool_calls": sum(1 for c in calls if c["agent"] == agent["name"]),
+        "refused": sum(1 for c in calls if c["agent"] == agent["name"] and c.get("refused")),
+        "seconds": round(time.perf_counter() - started, 3), "timed_out": bool(timed_out),
+    }
+    if timed_out:
+        return StepResult(outputs=outputs, score=Score(value=0.0, criteria=[
+            Criterion(name="answered in time", passed=False, detail=timed_out)]))
+    return StepResult(outputs=outputs)
+
+
+async def _save_transcript(ctx: StepContext, transcript, marks, agent, partner, timed_out) -> list[dict[str, Any]]:
+    """The conversation and the tool calls both sides made meanwhile, in the object store."""
+    gateway = await ctx.gateway()
+    names = {agent.get("name"), partner.get("name") if partner else None}
+    calls = []
+    for instance, after in marks.items():
+        calls += [e for e in await gateway.trajectory(instance, after) if e.get("agent") in names]
+    doc = {"run_id": ctx.run_id, "step": ctx.step_id, "agent": agent.get("name"),
+           "partner": partner.get("name") if partner else None, "messages": transcript, "tool_calls": calls,
+           "timed_out": timed_out}
+    ctx.stores.objects.put(transcript_key(ctx.run_id, ctx.step_id), json.dumps(doc, ensure_ascii=False).encode())
+    return calls
+
+
+_CLIENTS: dict[tuple[str, bool], Any] = {}  # one A2A client per agent URL per worker process (cards cached)
+_HTTP: dict[bool, Any] = {}
+
+
+def _client(ctx: StepContext, url: str, *, hosted: bool):
+    """Hosted agents take the gateway's admin token; your own agents get no credentials of ours."""
+    from agentenv.agents.client import AgentClient
+
+    key = (url, hosted)
+    client = _CLIENTS.get(key)
+    if client is None:
+        import httpx
+
+        http = _HTTP.get(hosted)
+        if http is None:
+            headers = {}
+            if hosted:
+                headers["authorization"] = _admin_header(ctx)
+            http = _HTTP[hosted] = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30.0, read=None))
+        client = _CLIENTS[key] = AgentClient(url, http)
+    return client
+
+
+def _admin_header(ctx: StepContext) -> str:
+    from agentenv.gateway import tokens
+
+    if ctx.settings.gateway.url:
+        return f"Bearer {ctx.settings.gateway.admin_token}"
+    key = tokens.load_or_create_key(ctx.settings.state_dir / "gateway" / "key")
+    return f"Bearer {tokens.admin_token(key)}"
