@@ -62,8 +62,8 @@ class ModelSettings(_Section):
 
     base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1")
     model: str | None = Field(None, description="the model name the endpoint expects")
-    api_key: str | None = Field("secret:openai", description="a `secret:NAME` reference (or none for local "
-                                                             "servers that need no key)")
+    api_key: str | None = Field(None, description="a `secret:NAME` reference, e.g. \"secret:openai\" (leave it "
+                                                  "out for servers that need no key)")
     timeout: float = Field(120.0, gt=0, description="seconds per request")
     temperature: float = Field(0.0, ge=0, le=2)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import agents  # noqa: E402
 import cli_help  # noqa: E402
 import executor  # noqa: E402
 import gateway  # noqa: E402
@@ -23,7 +24,7 @@ import world  # noqa: E402
 def main() -> None:
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}")
     results = {"cli_help": cli_help.measure(), "hello": hello.measure(), "executor": executor.measure(),
-               "gateway": gateway.measure(), "world": world.measure()}
+               "gateway": gateway.measure(), "world": world.measure(), "agents": agents.measure()}
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=2))

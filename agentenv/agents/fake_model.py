@@ -4,6 +4,7 @@ It is a fake, and says so: nothing here understands language.
 - A scripted model (any name found in the loaded scripts) replays its script: the Nth assistant turn
   of a conversation gets the script's Nth step, a tool call (`{"tool": ..., "arguments": {...}}`) or a
   final answer (`{"say": "..."}`). It drives the real LLM-agent code (tool calling over MCP, budgets).
+  For conversations, `{"turns": [[steps of the 1st turn], [steps of the 2nd], ...]}`.
 - `fake-judge` grades rubric criteria: a criterion passes when every 'quoted' term in its text appears
   in the material it is given (case-insensitive), with a reason saying which terms it found or missed.
 - `fake-garbage` answers text that is not JSON; `fake-judge-flaky` does so once, then judges;
@@ -29,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-QUOTED = re.compile(r"'([^']+)'")
+QUOTED = re.compile(r"(?<![A-Za-z])'([^']+)'(?![A-Za-z])")  # 'terms', not the apostrophe of "clerk's"
 
 
 def _reply(model: str, message: dict[str, Any]) -> JSONResponse:
@@ -66,6 +67,18 @@ def judge(request: dict[str, Any]) -> dict[str, Any]:
     return {"criteria": verdicts}
 
 
+def _position(script: Any, messages: list[dict[str, Any]]) -> tuple[int, int]:
+    """Where a conversation is in a script. A flat list: the Nth assistant message gets step N. A
+    `{"turns": [[...], ...]}` script: the Kth user message starts turn K, whose steps are played in order."""
+    if isinstance(script, list):
+        return sum(1 for m in messages if m.get("role") == "assistant"), 0
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    since = sum(1 for m in messages[users[-1]:] if m.get("role") == "assistant") if users else 0
+    turn = max(len(users) - 1, 0)
+    steps = script["turns"][min(turn, len(script["turns"]) - 1)]
+    return turn, min(since, len(steps) - 1)
+
+
 def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = None) -> Starlette:
     """`api_key`: when given, requests must carry it (as real endpoints require theirs)."""
 
@@ -87,8 +100,9 @@ def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = N
         if script is None:
             return JSONResponse({"error": {"message": f"model {model!r} not found (scripts: {', '.join(scripts)})"}},
                                 status_code=404)
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
-        step = script[min(turn, len(script) - 1)]
+        turn, step = _position(script, messages)
+        step = script[min(turn, len(script) - 1)] if isinstance(script, list) else \
+            script["turns"][min(turn, len(script["turns"]) - 1)][step]
         if "tool" in step:
             call = {"id": f"call_{turn}", "type": "function",
                     "function": {"name": step["tool"], "arguments": json.dumps(step.get("arguments", {}))}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,11 +25,20 @@ env_app = typer.Typer(help="Environments: serve an app on its own.", no_args_is_
 gateway_app = typer.Typer(help="The embedded gateway (used when no [gateway] url is configured).",
                           no_args_is_help=True)
 tools_app = typer.Typer(help="An environment instance's tools, called as one of its agents.", no_args_is_help=True)
+secrets_app = typer.Typer(help="Secrets behind `secret:NAME` references (API keys). Values are never printed.",
+                          no_args_is_help=True)
+models_app = typer.Typer(help="Model endpoints: what each purpose uses, and a local fake to test without a network.",
+                         no_args_is_help=True)
+agents_app = typer.Typer(help="The gateway's hosted agents, and the turns waiting for a person to answer.",
+                         no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 app.add_typer(server_app, name="server")
 app.add_typer(env_app, name="env")
 app.add_typer(gateway_app, name="gateway")
 app.add_typer(tools_app, name="tools")
+app.add_typer(secrets_app, name="secrets")
+app.add_typer(models_app, name="models")
+app.add_typer(agents_app, name="agents")
 
 
 def _version(value: bool) -> None:
@@ -55,12 +65,24 @@ def run(
     detach: Annotated[bool, typer.Option(
         "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")] = False,
+    model: Annotated[list[str] | None, typer.Option(
+        "--model", metavar="PURPOSE=NAME", help="Use this model name for this run only; PURPOSE is default, agent, "
+        "persona or judge (a bare NAME is for default, which serves purposes without their own [models.PURPOSE]). "
+        "Repeatable.")] = None,
+    model_url: Annotated[list[str] | None, typer.Option(
+        "--model-url", metavar="PURPOSE=URL", help="Use this endpoint base URL for this run only (like --model).")
+    ] = None,
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
 
     Runs execute in Temporal with a worker inside this process. If you interrupt it, the run is
     paused, not lost: it resumes when any worker starts (`agent-env worker`, or the next `run`).
     """
+    if model or model_url:
+        from agentenv.cli.models_cmd import run_command as run_with_models
+
+        raise typer.Exit(run_with_models(target, task, detach=detach, json_out=json_out,
+                                         models=model or [], urls=model_url or []))
     from agentenv.cli.run_cmd import run_command
 
     raise typer.Exit(run_command(target, task, detach=detach, json_out=json_out))
@@ -233,3 +255,92 @@ def runs_trajectory(
     from agentenv.cli.runs_cmd import trajectory_command
 
     raise typer.Exit(trajectory_command(run_id, jsonl))
+
+
+@secrets_app.command("set")
+def secrets_set(
+    name: Annotated[str, typer.Argument(help="The secret's name, as in `secret:NAME` (letters, digits, . _ -).")],
+    value: Annotated[str | None, typer.Option(help="The value (visible in your shell history: prefer the prompt, "
+                                                   "or pipe it on stdin).")] = None,
+) -> None:
+    """Store a secret in this install's secret file (mode 0600). Prompts for the value, hidden, unless given."""
+    from agentenv.cli.secrets_cmd import set_command
+
+    raise typer.Exit(set_command(name, value))
+
+
+@secrets_app.command("list")
+def secrets_list(
+    json_out: Annotated[bool, typer.Option("--json", help="Print the names as JSON.")] = False,
+) -> None:
+    """List secret names: stored ones, and those set by AGENTENV_SECRET_* environment variables. No values."""
+    from agentenv.cli.secrets_cmd import list_command
+
+    raise typer.Exit(list_command(json_out))
+
+
+@secrets_app.command("delete")
+def secrets_delete(
+    name: Annotated[str, typer.Argument(help="The secret's name.")],
+) -> None:
+    """Delete a stored secret."""
+    from agentenv.cli.secrets_cmd import delete_command
+
+    raise typer.Exit(delete_command(name))
+
+
+@models_app.command("show")
+def models_show(
+    purpose: Annotated[str | None, typer.Argument(help="default | agent | persona | judge (default: all).")] = None,
+) -> None:
+    """Show the endpoint each purpose uses: base_url, model, API key reference and whether that secret is set."""
+    from agentenv.cli.models_cmd import show_command
+
+    raise typer.Exit(show_command(purpose))
+
+
+@models_app.command("fake")
+def models_fake(
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8791,
+    scripts: Annotated[list[Path] | None, typer.Option(
+        "--scripts", metavar="FILE", help="JSON scripts {NAME: [steps]} added to the built-in bundles' scripts. "
+        "Repeatable.")] = None,
+    api_key: Annotated[str | None, typer.Option(help="Require this API key (as a real endpoint would).")] = None,
+) -> None:
+    """Serve a local, deterministic fake of an OpenAI-compatible endpoint (scripted replies), until Ctrl-C."""
+    from agentenv.cli.models_cmd import fake_command
+
+    raise typer.Exit(fake_command(host, port, scripts or [], api_key))
+
+
+@agents_app.command("list")
+def agents_list(
+    json_out: Annotated[bool, typer.Option("--json", help="Print the agents as JSON.")] = False,
+) -> None:
+    """List the agents the gateway hosts (deployed by runs)."""
+    from agentenv.cli.agents_cmd import list_command
+
+    raise typer.Exit(list_command(json_out))
+
+
+@agents_app.command("pending")
+def agents_pending(
+    json_out: Annotated[bool, typer.Option("--json", help="Print the turns as JSON.")] = False,
+) -> None:
+    """List the turns waiting for a person (human agents): id, agent, when asked, prompt."""
+    from agentenv.cli.agents_cmd import pending_command
+
+    raise typer.Exit(pending_command(json_out))
+
+
+@agents_app.command("answer")
+def agents_answer(
+    turn_id: Annotated[str, typer.Argument(help="The turn's id (or a unique prefix, or the agent's name when it "
+                                                "has one turn waiting).")],
+    text: Annotated[str, typer.Argument(help="What the person answers.")],
+) -> None:
+    """Answer a turn waiting for a person; the run that asked continues."""
+    from agentenv.cli.agents_cmd import answer_command
+
+    raise typer.Exit(answer_command(turn_id, text))

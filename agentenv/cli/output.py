@@ -57,7 +57,9 @@ def fmt_ms(ms: float | None) -> str:
     return f"{ms:.0f} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
 
 
-def step_line(step: StepState, width: int, type_width: int = 0) -> str:
+def step_line(step: StepState, width: int, type_width: int = 0, *, criteria: str = "all") -> str:
+    """One step: status, id, type, time, score; then its error and its score's criteria, one per line
+    (`criteria="failed"`: only the failed ones, as live progress shows them)."""
     from rich.markup import escape
 
     icon, color = ICONS[step.status]
@@ -76,8 +78,12 @@ def step_line(step: StepState, width: int, type_width: int = 0) -> str:
         line += f"  [dim]{escape(step.error)}[/]"
     if step.score is not None:
         for c in step.score.criteria:
+            weight = f" [dim](weight {c.weight:g})[/]" if c.weight != 1 else ""
             if not c.passed:
-                line += f"\n      [red]✗ {escape(c.name)}[/]: {escape(c.detail)}"
+                line += f"\n      [red]✗ {escape(c.name)}[/]{weight}: {escape(c.detail)}"
+            elif criteria == "all":
+                line += f"\n      [green]✓[/] {escape(c.name)}{weight}" + (f": [dim]{escape(c.detail)}[/]" if c.detail
+                                                                          else "")
     return line
 
 
@@ -143,7 +149,7 @@ class Progress:
     def update(self, state: RunState, now) -> None:
         for step in state.steps.values():
             if step.status.finished and self.shown.get(step.id) is not step.status:
-                console().print(step_line(step, self.width, self.type_width))
+                console().print(step_line(step, self.width, self.type_width, criteria="failed"))
                 self.shown[step.id] = step.status
             elif (
                 step.status is StepStatus.RUNNING and step.id not in self.shown and step.started_at

@@ -211,7 +211,8 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
     started = time.perf_counter()
 
     async def ask(who: dict[str, Any], side: str, text: str, turn: int, system_prompt: str | None) -> dict:
-        view = [{"from": ("agent" if m["side"] == side else "user"), "text": m["text"]} for m in transcript]
+        # What was said before `text` (the transcript's last entry), from this side's point of view.
+        view = [{"from": ("agent" if m["side"] == side else "user"), "text": m["text"]} for m in transcript[:-1]]
         context = {"system_prompt": system_prompt, "run_id": ctx.run_id, "agent": who["name"], "role": who["role"],
                    "conversation": view, "deadline_s": deadline, "turn": turn}
         if who.get("env"):

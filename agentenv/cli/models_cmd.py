@@ -1,0 +1,177 @@
+"""`agent-env models show|fake`, and `agent-env run --model/--model-url` (endpoint overrides for one run).
+
+API keys are shown as their `secret:NAME` reference and whether that secret is set; never as values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from agentenv.cli.output import console, notice
+from agentenv.config import Settings, load_settings
+from agentenv.errors import BadInput
+
+PURPOSES = ("default", "agent", "persona", "judge")
+_PURPOSE_LIKE = re.compile(r"^[A-Za-z_]+$")
+
+
+def _check_purpose(purpose: str, where: str) -> str:
+    if purpose not in PURPOSES:
+        raise BadInput(f"unknown model purpose {purpose!r}{where}", f"use one of: {', '.join(PURPOSES)}")
+    return purpose
+
+
+def parse_overrides(models: list[str], urls: list[str]) -> dict[str, dict[str, str]]:
+    """`--model PURPOSE=NAME` / `--model-url PURPOSE=URL` (a bare value is for `default`), by purpose."""
+    overrides: dict[str, dict[str, str]] = {}
+    for flag, field, values in (("--model", "model", models), ("--model-url", "base_url", urls)):
+        for given in values:
+            head, sep, tail = given.partition("=")
+            purpose, value = (head, tail) if sep and _PURPOSE_LIKE.match(head) else ("default", given)
+            _check_purpose(purpose, f" in {flag} {given}")
+            if not value:
+                raise BadInput(f"{flag} {given}: no value after '='", f"write {flag} {purpose}=VALUE")
+            if field == "base_url" and not value.startswith(("http://", "https://")):
+                raise BadInput(f"{flag} {given}: {value!r} is not an http(s) URL",
+                               f"e.g. {flag} {purpose}=http://127.0.0.1:8791/v1")
+            overrides.setdefault(purpose, {})[field] = value
+    return overrides
+
+
+def apply_overrides(settings: Settings, overrides: dict[str, dict[str, str]]) -> Settings:
+    """Change `settings.models` in place (default first, so other purposes start from the new default)."""
+    from agentenv.config import ModelSettings
+
+    for purpose in PURPOSES:
+        if purpose in overrides:
+            base = settings.models.get(purpose) or settings.model(purpose)
+            settings.models[purpose] = ModelSettings.model_validate({**base.model_dump(), **overrides[purpose]})
+    return settings
+
+
+def run_command(target: str | None, task: str | None, *, detach: bool, json_out: bool,
+                models: list[str], urls: list[str]) -> int:
+    """`agent-env run` with model overrides: as `run_cmd.run_command`, with the settings changed before planning."""
+    from agentenv.cli import aio, run_cmd
+
+    overrides = parse_overrides(models, urls)
+    if target is None:
+        return run_cmd.run_command(None, task, detach=detach, json_out=json_out)
+    settings = apply_overrides(load_settings(), overrides)
+    from agentenv.bundles import resolve_target
+
+    spec = resolve_target(target, task)
+    return aio.run(run_cmd._run(settings, spec, detach=detach, json_out=json_out))
+
+
+def _key_status(api_key: str | None, secrets) -> tuple[str, str, bool | None]:
+    """(what to show for the key, its status, whether it is usable), as markup — never the value."""
+    from rich.markup import escape
+
+    from agentenv.stores.secrets import PREFIX, env_var, is_reference
+
+    if not api_key:
+        return "none", "[dim]no key sent[/]", None
+    if not is_reference(api_key):
+        return "[red]plain text (hidden)[/]", "[red]move it to a secret[/]", False
+    name = api_key[len(PREFIX):]
+    if not secrets.has(name):
+        return escape(api_key), "[red]not set[/]", False
+    where = f" (from {env_var(name)})" if os.environ.get(env_var(name)) else ""
+    return escape(api_key), f"[green]set[/]{where}", True
+
+
+def show_command(purpose: str | None) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from agentenv.stores.secrets import PREFIX, SecretStore, is_reference
+
+    settings = load_settings()
+    purposes = [_check_purpose(purpose, "")] if purpose else list(PURPOSES)
+    secrets = SecretStore(settings.state_dir)
+    table = Table(box=None, pad_edge=False)
+    for col in ("purpose", "from", "base_url", "model", "api key", "key"):
+        table.add_column(col, no_wrap=True)
+    fixes: list[str] = []
+    for p in purposes:
+        endpoint = settings.model(p)
+        source = p if p in settings.models else "default" if "default" in settings.models else "built-in defaults"
+        shown_key, status, usable = _key_status(endpoint.api_key, secrets)
+        table.add_row(p, source, escape(endpoint.base_url or "") or "[red]not set[/]",
+                      escape(endpoint.model or "") or "[red]not set[/]", shown_key, status)
+        if usable is False and is_reference(endpoint.api_key):
+            fixes.append(f"set {endpoint.api_key}: `agent-env secrets set {endpoint.api_key[len(PREFIX):]}`")
+        elif usable is False:
+            fixes.append(f"the {p!r} api_key is written out in plain text: store it with `agent-env secrets set "
+                         "NAME` and write api_key = \"secret:NAME\"")
+        if not endpoint.base_url or not endpoint.model:
+            fixes.append("set [models.default] (or [models.PURPOSE]) base_url and model in .agentenv/config.toml, or "
+                         "AGENTENV_MODEL_BASE_URL and AGENTENV_MODEL (no network? `agent-env models fake`)")
+    out = console()
+    out.print(table)
+    out.print(f"[dim]config: {settings.config_file or 'no config file'}; environment: AGENTENV_MODEL_* applies to "
+              "default; override one run with `agent-env run ... --model PURPOSE=NAME`[/]")
+    for fix in dict.fromkeys(fixes):
+        out.print(f"  [bold]fix:[/] {escape(fix)}")
+    return 0
+
+
+def _load_script_files(paths: list[Path]) -> dict:
+    import json
+
+    from agentenv.agents.fake_model import load_scripts
+
+    for path in paths:
+        if not path.is_file():
+            raise BadInput(f"--scripts {path}: no such file", 'give a JSON file of {"NAME": [steps...]}')
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise BadInput(f"--scripts {path} is not valid JSON: {e}") from None
+        if not isinstance(data, dict) or not all(isinstance(script, list | dict) and script for script in data.values()):
+            raise BadInput(f"--scripts {path}: expected an object of script name -> steps",
+                           'e.g. {"tester": [{"tool": "get_time", "arguments": {}}, {"say": "done"}]}')
+    return load_scripts(paths)
+
+
+def _check_port(host: str, port: int) -> None:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        raise BadInput(f"cannot listen on {host}:{port} ({e.strerror or e})", "choose another port with --port") from None
+
+
+def fake_command(host: str, port: int, script_files: list[Path], api_key: str | None) -> int:
+    import uvicorn
+
+    from agentenv.agents.fake_model import builtin_scripts, create_app
+    from agentenv.stores.secrets import PREFIX, SecretStore, is_reference
+
+    scripts = {**builtin_scripts(), **_load_script_files(script_files)}
+    _check_port(host, port)
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    url = f"http://{'[' + shown_host + ']' if ':' in shown_host else shown_host}:{port}/v1"
+    out = console()
+    out.print(f"fake model at [bold]{url}[/] · scripts: {', '.join(scripts) or 'none'} · also fake-judge, "
+              "fake-garbage, fake-slow-N · Ctrl-C to stop")
+    if api_key:
+        out.print(f"export AGENTENV_MODEL_BASE_URL={url} AGENTENV_MODEL=fake AGENTENV_MODEL_API_KEY={PREFIX}fake-model"
+                  "   # requests need the --api-key value: store it with `agent-env secrets set fake-model`")
+    else:
+        out.print(f"export AGENTENV_MODEL_BASE_URL={url} AGENTENV_MODEL=fake   # no API key needed")
+        settings = load_settings()
+        configured = settings.model("default").api_key
+        if is_reference(configured) and not SecretStore(settings.state_dir).has(configured[len(PREFIX):]):
+            notice(f"runs check that the configured key {configured} is set, though this fake ignores it: "
+                   f"`agent-env secrets set {configured[len(PREFIX):]} --value unused`, "
+                   'or write api_key = "" under [models.default] in .agentenv/config.toml')
+    uvicorn.run(create_app(scripts, api_key), host=host, port=port, log_level="warning")
+    return 0
+
