@@ -41,8 +41,18 @@ async def test_agent_in_a_role_is_refused_outside_it_and_the_run_records_it(run_
                 {"name": "no apology", "not_contains": "sorry"},
                 {"name": "json field missing", "path": "amount", "equals": 1, "weight": 2}],
             "pass_threshold": 0.5}},
+        {"id": "keep", "type": "collect_artifacts", "depends_on": ["ask"], "config": {"envs": ["desk"]}},
     ))
     assert state.status is RunStatus.PASSED, state
+    kept = state.steps["keep"].outputs
+    prefix = f"runs/{state.run_id}/"
+    assert kept["artifacts"] == [prefix + "artifacts/desk/trajectory.jsonl", prefix + "artifacts/desk/data.json",
+                                 prefix + "transcripts/ask.json"]
+    objects = open_stores(settings).objects
+    assert json.loads(objects.get(kept["manifest"]))["artifacts"] == kept["artifacts"]
+    lines = objects.get(kept["artifacts"][0]).decode().splitlines()
+    assert [json.loads(line)["tool"] for line in lines] == ["get_ticket", "issue_refund"]
+    assert "billing" in json.dumps(json.loads(objects.get(kept["artifacts"][1])))
     deployed = state.steps["sam"].outputs
     assert deployed["hosted"] and deployed["role"] == "support" and deployed["url"].endswith(f"/agents/{state.run_id}.sam/")
     ask = state.steps["ask"].outputs
@@ -182,3 +192,81 @@ def test_a_missing_api_key_fails_before_the_run_starts(settings, monkeypatch):
         "name": "x", "type": "llm"}}}), "t")
     with pytest.raises(BadInput, match="'agent' model's API key secret:nowhere"):
         runner.plan(llm, "r-2", mine)
+
+
+PERSONA_WORLD = """
+id = "persona-world"
+[clock]
+start = "2026-02-16T09:00:00Z"
+mode = "event_driven"
+
+[personas.dana]
+agent = "dana"
+email = "dana@example.com"
+
+[[triggers]]
+id = "dana_answers"
+when = {{ type = "persona", env = "desk", persona = "dana", says = {{ contains = "order" }} }}
+[[triggers.actions]]
+type = "instruct"
+env = "desk"
+agent = "dana"
+by = "dana"
+delay = "30m"
+instruction = "Support asked you which order it is. Answer them by email."
+reply = {{ type = "call_tool", env = "desk", tool = "send_email", agent = "dana", arguments = {{ sender = "dana@example.com", to = ["support@acme.example"], subject = "Re: your order", body = "(templated) ORD-1001, money back please." }} }}
+
+[[steps]]
+id = "desk"
+type = "deploy_env"
+config = {{ env = "support-desk", agents = {{ sam = "support", dana = "customer" }} }}
+
+[[steps]]
+id = "dana"
+type = "deploy_agent"
+depends_on = ["desk"]
+config = {{ env = "desk", record = {{ name = "dana-persona", type = "persona", role = "customer", config = {{ llm = true, brief = "Dana, charged twice.", model = {{ model = "{model}" }} }} }}, as = "dana" }}
+
+[[steps]]
+id = "rules"
+type = "register_triggers"
+depends_on = ["dana"]
+
+[[steps]]
+id = "ask"
+type = "call_tool"
+depends_on = ["rules"]
+config = {{ env = "desk", agent = "sam", tool = "send_email", arguments = {{ sender = "support@acme.example", to = ["dana@example.com"], subject = "Your charge", body = "Which order was charged twice?" }} }}
+
+[[steps]]
+id = "later"
+type = "wait_clock"
+depends_on = ["ask"]
+config = {{ seconds = 7200 }}
+
+[[steps]]
+id = "inbox"
+type = "call_tool"
+depends_on = ["later"]
+config = {{ env = "desk", role = "support", tool = "list_messages", arguments = {{ mailbox = "support@acme.example" }} }}
+"""
+
+
+@pytest.mark.parametrize("model", ["fake", "fake-unknown"])
+async def test_a_world_trigger_instructs_a_persona_agent_which_acts_or_falls_back(client, settings, worker, model):
+    import tomllib
+
+    spec = parse_task(tomllib.loads(PERSONA_WORLD.format(model=model)), "t")
+    state = await runner.wait_result(await runner.start_run(client, settings, spec))
+    assert state.status is RunStatus.PASSED, state
+    actions = [e.detail for e in state.world.events if e.kind == "action"]
+    assert len(actions) == 1, [(e.kind, e.trigger, e.detail) for e in state.world.events]
+    assert actions[0]["instruction"].startswith("Support asked you")
+    messages = state.steps["inbox"].outputs["result"]["messages"]
+    from_dana = [m for m in messages if m["from"] == "dana@example.com" and m["sent_at"] == "2026-02-16T09:30:00Z"]
+    if model == "fake":  # the model played Dana and wrote with her tools
+        assert actions[0]["tool_calls"] == 1 and "fallback" not in actions[0]
+        assert [m["subject"] for m in from_dana] == ["Re: your order"]
+    else:  # no model answered: the templated reply is what she does
+        assert "404" in actions[0]["fallback"] and actions[0]["tool"] == "send_email"
+        assert len(from_dana) == 1

@@ -87,7 +87,8 @@ class RunActivities:
                 "through workflow history — put large data in the object store (ctx.stores.objects) and output its key",
                 "OutputTooLarge",
             )
-        return StepOutcome(outputs=result.outputs, score=result.score, attempt=info.attempt, duration_ms=duration_ms)
+        return StepOutcome(outputs=result.outputs, score=result.score, attempt=info.attempt, duration_ms=duration_ms,
+                           hits=result.hits)
 
     @activity.defn(name=RECORD_RUN)
     async def record_run(self, state: RunState) -> None:
@@ -120,9 +121,14 @@ class RunActivities:
         if kind == "set_tools":
             tools = await gateway.change_role(instance, action["role"], action["enable"], action["disable"])
             return {"role": action["role"], "tools": tools, "hits": []}
+        said = None
+        if kind == "instruct" and action.get("deployed"):
+            said = await self._instruct_agent(gateway, action, key)
+            if not said.get("fallback"):
+                return {"instruction": action["instruction"], "agent": action["agent"], "hits": [], **said}
         call = action["reply"] if kind == "instruct" else action
         if call is None:
-            return {"instruction": action["instruction"], "agent": action["agent"], "hits": []}
+            return {"instruction": action["instruction"], "agent": action["agent"], "hits": [], **(said or {})}
         agent = action["agent"] if kind == "instruct" else call.get("agent")
         outcome = await gateway.call_as(instance, call["tool"], call.get("arguments") or {}, role=call.get("role"),
                                         agent=agent, idempotency_key=key, cause=cause, at=at)
@@ -130,7 +136,28 @@ class RunActivities:
         out.update({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]})
         if kind == "instruct":
             out["instruction"] = action["instruction"]
+            if said:
+                out["fallback"] = said["fallback"]
         return out
+
+    async def _instruct_agent(self, gateway, action: dict[str, Any], key: str) -> dict[str, Any]:
+        """Hand an instruction to a deployed agent (it acts with its tools). Answered once per key."""
+        from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable
+        from agentenv.steps.builtin.agents import agent_client
+
+        deployed = action["deployed"]
+        context = {"run_id": key.split("/world/")[0], "agent": deployed["name"], "role": deployed.get("role"),
+                   "deadline_s": 240, "turn": 0}
+        if deployed.get("env"):
+            context.update(mcp_url=deployed["mcp_url"], token=await gateway.token(deployed["env"], deployed["name"]))
+        try:
+            reply = await agent_client(self.settings, deployed["url"], hosted=deployed["hosted"]).ask(
+                action["instruction"], context, context_id=key, message_id=key, deadline_s=240)
+        except (AgentUnreachable, AgentReplyInvalid, AgentTimedOut) as e:
+            return {"fallback": str(e)}
+        if reply.failed or reply.data.get("fallback"):
+            return {"fallback": reply.data.get("fallback") or reply.text[:500], "answer": reply.text[:2000]}
+        return {"answer": reply.text[:2000], "tool_calls": len(reply.data.get("tool_calls") or [])}
 
     @activity.defn(name=PUSH_WORLD)
     async def push_world(self, pushes: list[tuple[str, WorldPush]]) -> list[dict[str, Any]]:

@@ -56,35 +56,39 @@ class LlmAgent(Agent):
             async with asyncio.timeout(self.config.time_budget.total_seconds()):
                 if turn.mcp_url:
                     async with turn.tools() as tools:
-                        return await self._loop(model, messages, tools)
-                return await self._loop(model, messages, None)
+                        return await tool_loop(model, messages, tools, self.config.max_tool_calls, self.name)
+                return await tool_loop(model, messages, None, self.config.max_tool_calls, self.name)
         except TimeoutError:
             return Answer(text=f"out of time ({self.config.time_budget.total_seconds():g}s budget)", failed=True)
         finally:
             await model.aclose()
 
-    async def _loop(self, model, messages, tools) -> Answer:
-        functions = mcp_tools_as_functions(await tools.list()) if tools else None
-        calls = 0
-        while True:
-            reply = await model.complete(messages, functions if calls < self.config.max_tool_calls else None,
-                                         user=self.name)
-            if not reply.tool_calls:
-                return Answer(text=reply.content or "", data={"tool_calls": tools.calls if tools else []})
-            messages.append({"role": "assistant", "content": reply.content, "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.arguments)}}
-                for c in reply.tool_calls]})
-            for call in reply.tool_calls:
-                calls += 1
-                try:
-                    result = await tools.call(call.name, call.arguments) if tools else "no tools here"
-                except ToolFailed as e:
-                    result = f"error: {e}"
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": _json(result)})
+async def tool_loop(model, messages: list[dict[str, Any]], tools, max_calls: int, user: str) -> Answer:
+    """Ask the model; run the tool calls it makes; repeat until it answers (or its calls run out)."""
+    functions = mcp_tools_as_functions(await tools.list()) if tools else None
+    calls = 0
+    while True:
+        reply = await model.complete(messages, functions if calls < max_calls else None, user=user)
+        if not reply.tool_calls:
+            return Answer(text=reply.content or "", data={"tool_calls": tools.calls if tools else []})
+        messages.append({"role": "assistant", "content": reply.content, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.arguments)}}
+            for c in reply.tool_calls]})
+        for call in reply.tool_calls:
+            calls += 1
+            try:
+                result = await tools.call(call.name, call.arguments) if tools else "no tools here"
+            except ToolFailed as e:
+                result = f"error: {e}"
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": _json(result)})
+
+
+PERSONA_TOOL_CALLS = 10  # a person replying to something does a few things, not a project
 
 
 class PersonaAgent(Agent):
-    """A simulated person: a model playing them from their brief, or (and as a fallback) templated replies."""
+    """A simulated person: a model playing them from their brief, or (and as a fallback) templated replies.
+    Given an environment (a world trigger's instruction), the model acts in it with the person's tools."""
 
     def __init__(self, record: AgentRecord, endpoints: Endpoints) -> None:
         self.name, self.description = record.name, record.description or "A simulated person."
@@ -115,6 +119,9 @@ class PersonaAgent(Agent):
             for m in turn.conversation:
                 messages.append({"role": "assistant" if m.get("from") == "agent" else "user", "content": m["text"]})
             messages.append({"role": "user", "content": turn.prompt})
+            if turn.mcp_url:
+                async with turn.tools() as tools:
+                    return await tool_loop(model, messages, tools, PERSONA_TOOL_CALLS, self.name)
             reply = await model.complete(messages, user=self.name)
             if not reply.content:
                 raise ModelError("the model said nothing")

@@ -76,9 +76,17 @@ class Turn:
         from mcp.client.streamable_http import streamable_http_client
 
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
-        async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
-                Client(streamable_http_client(self.mcp_url, http_client=http)) as client:
-            yield Tools(client)
+        try:
+            async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
+                    Client(streamable_http_client(self.mcp_url, http_client=http)) as client:
+                yield Tools(client)
+        except BaseExceptionGroup as group:  # the MCP client's task groups wrap what the agent raised
+            inner: BaseException = group
+            while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+                inner = inner.exceptions[0]
+            if inner is group:
+                raise
+            raise inner from None
 
 
 class Tools:

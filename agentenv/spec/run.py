@@ -113,6 +113,7 @@ class StepOutcome(BaseModel):
     score: Score | None = None
     attempt: int = 1
     duration_ms: float = 0.0
+    hits: list[dict[str, Any]] = Field(default_factory=list)  # trigger hits of the step's own calls
 
 
 class StepState(BaseModel):

@@ -258,13 +258,15 @@ class SetToolsAction(_Action):
 
 
 class InstructAction(_Action):
-    """Tell a world agent what to do. Until LLM agents arrive, its `reply` (a templated tool call made as
-    that agent) is what it does."""
+    """Tell a world agent what to do. With `by` (a deploy_agent step, e.g. a persona), that agent gets the
+    instruction over A2A and carries it out with its tools, as `agent`; `reply` (a templated tool call made
+    as that agent) is what happens without `by`, and the deterministic fallback when the agent cannot act."""
 
     type: Literal["instruct"]
     env: str
     agent: str
     instruction: str
+    by: str | None = Field(None, description="the deploy_agent step whose agent carries the instruction out")
     reply: CallToolAction | None = None
 
 

@@ -74,6 +74,7 @@ class StepConfig(BaseModel):
 class StepResult(BaseModel):
     outputs: dict[str, Any] = {}
     score: Score | None = None
+    hits: list[dict[str, Any]] = []  # trigger hits the step's own calls caused (the run applies them)
 
 
 class StepFailed(Exception):

@@ -59,6 +59,8 @@ class TaskRun:
         self._real = workflow.info().start_time
         self._push_needed = False  # the gateway's copy of the clock or watches is behind
         self._watches_added = False  # ... and it would miss calls that now matter
+        self._pushing: asyncio.Task | None = None  # a push that steps starting now wait for
+        self._step_hits: list[dict[str, Any]] = []  # hits of steps' own calls, applied before dependents start
 
     @workflow.query(name="state")
     def get_state(self) -> RunState:
@@ -107,6 +109,7 @@ class TaskRun:
             await self._wait()
             for step_id in [sid for sid, task in self.running.items() if task.done()]:
                 self._settle(step_id, self.running.pop(step_id))
+            await self._apply_step_hits()
 
     def _world_can_go_on(self) -> bool:
         """Whether scheduled events can still come due on their own (a frozen clock never gets there)."""
@@ -206,6 +209,7 @@ class TaskRun:
         return scope
 
     async def _call(self, plan: StepPlan, config: dict[str, Any]) -> StepOutcome:
+        await self._watches_pushed()
         call = StepCall(
             run_id=self.inp.run_id, task_id=self.inp.task_id, step_id=plan.id, type=plan.type,
             config=config, heartbeat_timeout=plan.heartbeat_timeout,
@@ -225,6 +229,17 @@ class TaskRun:
             heartbeat_timeout=plan.heartbeat_timeout, retry_policy=retry,
             activity_id=plan.id, summary=f"{plan.id} ({plan.type})",
         )
+
+    def _deployed_agent(self, step_id: str, agent: str) -> dict[str, Any]:
+        """The outputs of the deploy_agent step an instruction goes to (it must have deployed `agent`)."""
+        step = self.state.steps.get(step_id)
+        if step is None or step.type != "deploy_agent":
+            raise WorldError(f"`by` names {step_id!r}, which is not a deploy_agent step")
+        if step.status is not StepStatus.SUCCEEDED:
+            raise WorldError(f"step {step_id!r} has not deployed its agent (it is {step.status.value})")
+        if step.outputs.get("name") != agent:
+            raise WorldError(f"step {step_id!r} deployed {step.outputs.get('name')!r}, not agent {agent!r}")
+        return step.outputs
 
     def _world_step(self, plan: StepPlan, config: dict[str, Any]) -> None:
         """Steps that change the world's rules run here, in the workflow: they are decisions."""
@@ -279,6 +294,7 @@ class TaskRun:
         step.duration_ms = round(outcome.duration_ms, 3)
         step.outputs = outcome.outputs
         step.score = outcome.score
+        self._step_hits += outcome.hits
         if self.world is not None and self.plans[step_id].type == "deploy_env" and "instance" in outcome.outputs:
             self.world.state.instances[step_id] = outcome.outputs["instance"]
             self._push_needed = self._watches_added = True
@@ -396,12 +412,15 @@ class TaskRun:
                 instance = world.state.instances.get(spec["env"])
                 if instance is None:
                     raise WorldError(f"environment {spec['env']!r} is not deployed (yet)")
-                if self._watches_added:  # the call may match conditions the gateway does not know yet
-                    await self._push()
+                if action.type == "instruct" and spec.get("by"):
+                    spec["deployed"] = self._deployed_agent(spec["by"], spec["agent"])
+                if self._watches_added or (spec.get("deployed") and self._push_needed):
+                    await self._push()  # conditions the gateway does not know yet; the clock an agent reads
                 answer = await workflow.execute_local_activity(
                     WORLD_ACTION, args=[instance, spec, f"{self.inp.run_id}/world/{firing}/{index}",
                                         f"trigger {trigger}", _iso(at)],
-                    result_type=dict, start_to_close_timeout=timedelta(seconds=60), retry_policy=QUICK_RETRY)
+                    result_type=dict, retry_policy=QUICK_RETRY,
+                    start_to_close_timeout=timedelta(minutes=5) if spec.get("deployed") else timedelta(seconds=60))
                 hits = answer.pop("hits", [])
                 detail.update(answer)
             elif action.type == "set_clock":
@@ -428,6 +447,22 @@ class TaskRun:
                                      watches=self.world.watches(step)))
                 for step, instance in self.world.state.instances.items()]
 
+    async def _apply_step_hits(self) -> None:
+        hits, self._step_hits = self._step_hits, []
+        for hit in hits:
+            await self._on_hit(TriggerHit.model_validate(hit))
+
+    async def _watches_pushed(self) -> None:
+        """A step that starts right after triggers were registered waits until the gateway watches for
+        them: its calls (say, an email to a persona) must be able to fire them."""
+        if self._watches_added and self._pushing is None:
+            self._pushing = asyncio.create_task(self._push())
+        if self._pushing is not None:
+            pushing = self._pushing
+            await pushing
+            if self._pushing is pushing:
+                self._pushing = None
+
     async def _push(self) -> None:
         """Tell every instance of the run the world's clock and the conditions to watch."""
         self._push_needed = self._watches_added = False
@@ -451,6 +486,7 @@ class TaskRun:
             await workflow.wait(list(self.running.values()), return_when=asyncio.FIRST_COMPLETED)
             for step_id in [sid for sid, task in self.running.items() if task.done()]:
                 self._settle(step_id, self.running.pop(step_id))
+        await self._apply_step_hits()
         if self.state.error:
             return  # the run is ending anyway
         if self._pace is not None:

@@ -291,6 +291,10 @@ _HTTP: dict[bool, Any] = {}
 
 
 def _client(ctx: StepContext, url: str, *, hosted: bool):
+    return agent_client(ctx.settings, url, hosted=hosted)
+
+
+def agent_client(settings, url: str, *, hosted: bool):
     """Hosted agents take the gateway's admin token; your own agents get no credentials of ours."""
     from agentenv.agents.client import AgentClient
 
@@ -303,16 +307,16 @@ def _client(ctx: StepContext, url: str, *, hosted: bool):
         if http is None:
             headers = {}
             if hosted:
-                headers["authorization"] = _admin_header(ctx)
+                headers["authorization"] = _admin_header(settings)
             http = _HTTP[hosted] = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30.0, read=None))
         client = _CLIENTS[key] = AgentClient(url, http)
     return client
 
 
-def _admin_header(ctx: StepContext) -> str:
+def _admin_header(settings) -> str:
     from agentenv.gateway import tokens
 
-    if ctx.settings.gateway.url:
-        return f"Bearer {ctx.settings.gateway.admin_token}"
-    key = tokens.load_or_create_key(ctx.settings.state_dir / "gateway" / "key")
+    if settings.gateway.url:
+        return f"Bearer {settings.gateway.admin_token}"
+    key = tokens.load_or_create_key(settings.state_dir / "gateway" / "key")
     return f"Bearer {tokens.admin_token(key)}"

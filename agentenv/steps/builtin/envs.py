@@ -220,16 +220,17 @@ async def _call(ctx: StepContext, config: Caller, tool: str, arguments: dict[str
 
 
 @step_type("call_tool", config=CallToolConfig, local=True, timeout="1m", step_refs=("env",))
-async def call_tool(ctx: StepContext, config: CallToolConfig) -> dict:
+async def call_tool(ctx: StepContext, config: CallToolConfig) -> StepResult:
     """Call a tool as a role or agent (setup and probes); its result becomes the step's output."""
     outcome = await _call(ctx, config, config.tool, config.arguments, ctx.idempotency_key)
+    hits = outcome.get("hits", [])  # the call may fire triggers (an email to a persona...): the run applies them
     if "error" in outcome:
         if config.expect_error:
-            return {"error": outcome["error"]}
+            return StepResult(outputs={"error": outcome["error"]}, hits=hits)
         raise StepFailed(f"{config.tool}: {outcome['error']}")
     if config.expect_error:
         raise StepFailed(f"{config.tool} succeeded, but the step expected an error")
-    return {"result": outcome["result"]}
+    return StepResult(outputs={"result": outcome["result"]}, hits=hits)
 
 
 class StateCheck(Check):
