@@ -17,8 +17,14 @@ from conftest import free_port
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
 
+# Runs started here are executed by CLI processes, never by the session's in-process worker (its event
+# loop is blocked while a synchronous test waits on a subprocess): they get a task queue of their own.
+CLI_QUEUE = {"AGENTENV_TASK_QUEUE": "agentenv-cli-tests"}
+
+
 def cli(*args, env=None, cwd=None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([AGENT_ENV, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    return subprocess.run([AGENT_ENV, *args], capture_output=True, text=True, env={**(env or os.environ), **CLI_QUEUE},
+                          cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture
@@ -155,7 +161,8 @@ def test_interrupted_run_is_paused_not_lost(server, client, tmp_path):
     path = tmp_path / "paused.toml"
     path.write_text(f'id = "paused"\n[[steps]]\nid = "wait"\ntype = "wait_file"\nconfig = {{ path = "{gate}" }}\n'
                     '[[steps]]\nid = "after"\ntype = "echo"\ndepends_on = ["wait"]\n')
-    proc = subprocess.Popen([AGENT_ENV, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([AGENT_ENV, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **CLI_QUEUE})
     header = proc.stdout.readline()
     while " · run " not in header:
         header = proc.stdout.readline()
@@ -169,7 +176,8 @@ def test_interrupted_run_is_paused_not_lost(server, client, tmp_path):
     desc = asyncio.get_event_loop().run_until_complete(client.get_workflow_handle(run_id).describe())
     assert desc.status.name == "RUNNING"
     gate.touch()
-    worker = subprocess.Popen([AGENT_ENV, "worker"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([AGENT_ENV, "worker"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, **CLI_QUEUE})
     try:
         deadline = time.monotonic() + 60
         while json.loads(cli("runs", "show", run_id, "--json").stdout)["status"] == "running":

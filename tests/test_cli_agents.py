@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import select
 import signal
 import stat
@@ -93,27 +94,33 @@ def test_secrets_set_prompts_with_hidden_input(home_env):
     pid, fd = pty.fork()
     if pid == 0:  # the child: a terminal of its own, as at an interactive shell
         os.execve(AGENT_ENV, [AGENT_ENV, "secrets", "set", "typed"], home_env)
-    seen = b""
+    seen, status, answered = b"", None, False
+    deadline = time.monotonic() + 30
     try:
-        deadline = time.monotonic() + 30
-        while b"(hidden)" not in seen:
+        while status is None or select.select([fd], [], [], 0)[0]:
             assert time.monotonic() < deadline, seen
-            if select.select([fd], [], [], 0.5)[0]:
-                seen += os.read(fd, 1024)
-        os.write(fd, b"sk-typed-secret\n")
-        while True:
-            try:
-                chunk = os.read(fd, 1024)
-            except OSError:  # the child closed its terminal
-                break
-            if not chunk:
-                break
-            seen += chunk
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(fd, 1024)
+                except OSError:  # the child closed its terminal: it is exiting
+                    if status is None:
+                        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                    break
+            if not answered and b"(hidden): " in seen:  # getpass writes the ": " once echo is off
+                os.write(fd, b"sk-typed-secret\n")
+                answered = True
+            if status is None:
+                done, code = os.waitpid(pid, os.WNOHANG)
+                if done:  # exited: read what is left
+                    status = os.waitstatus_to_exitcode(code)
     finally:
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, seen
+        os.close(fd)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert answered and status == 0, seen
     assert b"sk-typed-secret" not in seen, "the value was echoed"
-    assert b"stored secret typed" in seen
+    assert re.search(rb"stored secret (\x1b\[[0-9;]*m)*typed", seen), seen
     stored = json.loads((Path(home_env["AGENTENV_HOME"]) / "secrets.json").read_text())
     assert stored == {"typed": "sk-typed-secret"}
 
@@ -322,7 +329,8 @@ async def test_agents_pending_answer_and_list(home_env):
             reply = await asyncio.wait_for(asking, 30)
             assert reply.text == "Yes, approved." and not reply.failed
             again = await run_cli("agents", "answer", "r-1.pat/m-1", "No!")
-            assert again.returncode == 2 and "agents pending" in again.stderr
+            assert again.returncode == 2 and "turn 'r-1.pat/m-1' is answered" in again.stderr
+            assert "no turn is waiting now" in again.stderr
     finally:
         await run_cli("gateway", "stop")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 
@@ -43,7 +44,8 @@ def test_port_taken_by_another_program(own_settings):
             server.start(own_settings)
     msg = str(e.value)
     assert f"127.0.0.1:{own_settings.server.port} is already in use" in msg
-    assert "python" in msg.lower()  # names the program holding it
+    program = __import__("pathlib").Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+    assert f"by pid {os.getpid()} ({program})" in msg  # names the program holding it (this test process)
     assert "AGENTENV_SERVER_PORT" in msg and "TEMPORAL_ADDRESS" in msg
     assert not server.status(own_settings).running
     assert not (own_settings.state_dir / "temporal" / "server.json").exists(), "nothing left behind"

@@ -119,8 +119,9 @@ class AgentHost:
     def put(self, request: DeployRequest) -> HostedAgentSpec:
         """Deploy (or redeploy) an agent; idempotent. A changed record takes effect on its next turn."""
         spec = HostedAgentSpec.model_validate(request.model_dump())
-        if request.record.type == "a2a":
-            raise ValueError("agents of type 'a2a' serve themselves; the host runs scripted, llm, persona, human")
+        if request.record.type in ("a2a", "trainer"):
+            raise ValueError(f"agents of type {request.record.type!r} are not hosted; the host runs scripted, llm, "
+                             "persona and human agents")
         self.store.put(AGENTS, spec.id, spec.model_dump(mode="json"))
         if request.keys:
             self._keys[spec.id] = dict(request.keys)

@@ -85,7 +85,8 @@ def pending_command(json_out: bool) -> int:
 
 
 def _match(turns: list[dict], given: str) -> str:
-    """The id of the waiting turn meant by `given`: its id, a unique prefix, or an agent with one turn."""
+    """The id of the waiting turn meant by `given`: its id, a unique prefix, or an agent with one turn
+    (else `given` itself, for the gateway to say what became of it)."""
     for how in (lambda t: t["id"] == given, lambda t: t["id"].startswith(given),
                 lambda t: given in (t.get("agent"), t.get("agent_id"))):
         found = [t["id"] for t in turns if how(t)]
@@ -94,8 +95,7 @@ def _match(turns: list[dict], given: str) -> str:
         if len(found) > 1:
             raise BadInput(f"{given!r} matches {len(found)} waiting turns: {', '.join(found)}",
                            "give the whole turn id")
-    raise NotFound(f"no turn {given!r} is waiting for an answer",
-                   "list them with `agent-env agents pending`" if turns else "no turns are waiting at all")
+    return given
 
 
 def answer_command(turn_id: str, text: str) -> int:
@@ -108,12 +108,14 @@ def answer_command(turn_id: str, text: str) -> int:
         async with _connect() as client:
             turns = await client.human_turns()
             chosen = _match(turns, turn_id)
+            fix = ("waiting now: " + ", ".join(t["id"] for t in turns)) if turns else "no turn is waiting now"
             try:
                 turn = await client.answer_human_turn(chosen, text)
             except GatewayRefused as e:
-                if e.status in (404, 409):  # answered, expired or gone meanwhile
-                    raise BadInput(f"turn {chosen}: {e.problem}", "list waiting turns with `agent-env agents pending`"
-                                   ) from None
+                if e.status == 404:
+                    raise NotFound(f"no turn {turn_id!r} is waiting for an answer", fix) from None
+                if e.status == 409:  # answered or expired already
+                    raise BadInput(e.problem, fix) from None
                 raise
         console().print(f"answered turn [bold]{turn['id']}[/] of {turn.get('agent', '?')}")
         return 0

@@ -1,7 +1,7 @@
 """Agents as declared: `agents/NAME/agent.toml` in a bundle, or inline in a deploy_agent step.
 
     name = "support"
-    type = "llm"                 # scripted | llm | persona | human | a2a
+    type = "llm"                 # scripted | llm | persona | human | a2a (| trainer: set by episodes)
     role = "support"             # its role in the environment it works in (deploy_agent may override)
     [config]
     system_prompt = "You are Acme's support agent..."
@@ -87,6 +87,10 @@ class HumanConfig(_Spec):
     instructions: str = ""
 
 
+class TrainerConfig(_Spec):
+    """Played from a trainer's own loop (an episode): its turns wait for the trainer's model."""
+
+
 class A2aConfig(_Spec):
     """Your own agent: any A2A server."""
 
@@ -95,6 +99,7 @@ class A2aConfig(_Spec):
 
 CONFIGS: dict[str, type[_Spec]] = {
     "scripted": ScriptedConfig, "llm": LlmConfig, "persona": PersonaConfig, "human": HumanConfig, "a2a": A2aConfig,
+    "trainer": TrainerConfig,
 }
 
 
@@ -102,7 +107,7 @@ class AgentRecord(_Spec):
     name: str = Field(pattern=NAME)
     version: str = "1"
     description: str = ""
-    type: Literal["scripted", "llm", "persona", "human", "a2a"]
+    type: Literal["scripted", "llm", "persona", "human", "a2a", "trainer"]
     role: str | None = Field(None, description="its role in the environment it works in")
     config: dict[str, Any] = Field(default_factory=dict)
 

@@ -95,6 +95,7 @@ class RunInput(BaseModel):
     continue_as_new_at: int = Field(4000, ge=10)
     carried: RunState | None = None
     world: WorldSpec | None = None  # clock, personas and triggers, when the task has any
+    pins: dict[str, Any] = Field(default_factory=dict)  # seed, versions of agentenv, task, envs, agents, models
 
 
 class StepCall(BaseModel):
@@ -130,6 +131,32 @@ class StepState(BaseModel):
     error: str | None = None
 
 
+class TurnOffer(BaseModel):
+    """A turn waiting for a trainer's model (an episode): what its agent is asked, and where it acts.
+    Its role token is not here (runs carry no secrets): the trainer's client gets it from the gateway."""
+
+    id: str
+    step: str
+    agent: str
+    role: str | None = None
+    env: str | None = None  # the environment instance
+    mcp_url: str | None = None
+    prompt: str
+    system_prompt: str | None = None
+    conversation: list[dict[str, Any]] = Field(default_factory=list)
+    deadline_s: float
+
+
+class TrainerProgress(BaseModel):
+    """Where a prompt step played by a trainer is: it survives continue-as-new."""
+
+    transcript: list[dict[str, Any]] = Field(default_factory=list)
+    turn: int = 0
+    marks: dict[str, int] = Field(default_factory=dict)  # trajectory positions when the step began
+    offer: TurnOffer | None = None
+    answers: dict[str, str] = Field(default_factory=dict)  # turn id -> the trainer's response
+
+
 class RunState(BaseModel):
     """The live state of a run (the workflow's query) and, once it ends, its record."""
 
@@ -144,6 +171,8 @@ class RunState(BaseModel):
     error: str | None = None
     steps: dict[str, StepState]
     world: WorldState | None = None
+    trainer: dict[str, TrainerProgress] = Field(default_factory=dict)  # prompt steps played by a trainer
+    pins: dict[str, Any] = Field(default_factory=dict)  # the seed and the versions this run used
 
     @classmethod
     def start(cls, inp: RunInput, now: datetime) -> RunState:
@@ -155,6 +184,7 @@ class RunState(BaseModel):
             started_at=now,
             steps={s.id: StepState(id=s.id, type=s.type, depends_on=s.depends_on) for s in inp.steps},
             world=WorldState() if inp.world else None,
+            pins=inp.pins,
         )
 
     def scores(self) -> dict[str, Score]:

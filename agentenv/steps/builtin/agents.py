@@ -110,6 +110,10 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         except GatewayRefused as e:
             raise StepFailed(f"agent {name!r}: {e}") from None
         role = role or described["agents"][name]
+    if record.type == "trainer":  # played from a trainer's loop: its turns are offered by the run itself
+        return {"agent": record.name, "type": record.type, "name": name, "role": role, "env": instance,
+                "url": None, "hosted": False, "trainer": True,
+                "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None}
     if record.type == "a2a":
         url = record.typed_config().url
         client = _client(ctx, url, hosted=False)
