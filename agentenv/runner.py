@@ -40,14 +40,34 @@ def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: 
             timeout=s.timeout or st.timeout, retries=st.retries if s.retries is None else s.retries,
             local=st.local, heartbeat_timeout=st.heartbeat_timeout, in_workflow=st.in_workflow,
         ))
+    pins = pin(task, steps)
     world = None
     if task.clock or task.triggers:
         world = WorldSpec(seed=task.seed, clock=task.clock.model_dump(mode="json") if task.clock else None,
                           triggers=task.triggers, personas=task.personas)
     return RunInput(
         run_id=run_id, task_id=task.id, task_version=task.version, description=task.description,
-        steps=steps, search_attributes=search_attributes, world=world,
+        steps=steps, search_attributes=search_attributes, world=world, pins=pins,
     )
+
+
+def pin(task: TaskSpec, steps: list[StepPlan]) -> dict:
+    """What this run used, recorded on it: the seed and the version of everything it was planned with."""
+    from agentenv import __version__
+
+    pins: dict = {"agentenv": __version__, "task": f"{task.id}@{task.version}", "seed": task.seed}
+    for s in steps:
+        record = s.config.get("record") if isinstance(s.config, dict) else None
+        if s.type == "deploy_env" and record:
+            pins.setdefault("envs", {})[s.id] = f"{record['name']}@{record.get('version', '1')}"
+        elif s.type == "deploy_agent" and record:
+            pins.setdefault("agents", {})[s.id] = f"{record['name']}@{record.get('version', '1')} ({record['type']})"
+        for purpose, endpoint in (s.config.get("models") or {}).items() if isinstance(s.config, dict) else ():
+            pins.setdefault("models", {})[f"{s.id}.{purpose}"] = f"{endpoint['model']} at {endpoint['base_url']}"
+        if s.type == "rubric_judge" and isinstance(s.config.get("model"), dict):
+            endpoint = s.config["model"]
+            pins.setdefault("models", {})[f"{s.id}.judge"] = f"{endpoint['model']} at {endpoint['base_url']}"
+    return pins
 
 
 async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_id: str | None = None) -> WorkflowHandle:

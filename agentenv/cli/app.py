@@ -78,14 +78,10 @@ def run(
     Runs execute in Temporal with a worker inside this process. If you interrupt it, the run is
     paused, not lost: it resumes when any worker starts (`agent-env worker`, or the next `run`).
     """
-    if model or model_url:
-        from agentenv.cli.models_cmd import run_command as run_with_models
-
-        raise typer.Exit(run_with_models(target, task, detach=detach, json_out=json_out,
-                                         models=model or [], urls=model_url or []))
     from agentenv.cli.run_cmd import run_command
 
-    raise typer.Exit(run_command(target, task, detach=detach, json_out=json_out))
+    raise typer.Exit(run_command(target, task, detach=detach, json_out=json_out, models=model or [],
+                                 urls=model_url or []))
 
 
 @app.command()

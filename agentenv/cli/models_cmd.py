@@ -51,21 +51,6 @@ def apply_overrides(settings: Settings, overrides: dict[str, dict[str, str]]) ->
     return settings
 
 
-def run_command(target: str | None, task: str | None, *, detach: bool, json_out: bool,
-                models: list[str], urls: list[str]) -> int:
-    """`agent-env run` with model overrides: as `run_cmd.run_command`, with the settings changed before planning."""
-    from agentenv.cli import aio, run_cmd
-
-    overrides = parse_overrides(models, urls)
-    if target is None:
-        return run_cmd.run_command(None, task, detach=detach, json_out=json_out)
-    settings = apply_overrides(load_settings(), overrides)
-    from agentenv.bundles import resolve_target
-
-    spec = resolve_target(target, task)
-    return aio.run(run_cmd._run(settings, spec, detach=detach, json_out=json_out))
-
-
 def _key_status(api_key: str | None, secrets) -> tuple[str, str, bool | None]:
     """(what to show for the key, its status, whether it is usable), as markup — never the value."""
     from rich.markup import escape

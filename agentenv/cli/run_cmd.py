@@ -14,8 +14,14 @@ from agentenv.spec.run import RunStatus
 from agentenv.spec.task import TaskSpec
 
 
-def run_command(target: str | None, task: str | None, *, detach: bool, json_out: bool) -> int:
+def run_command(target: str | None, task: str | None, *, detach: bool, json_out: bool,
+                models: list[str] = (), urls: list[str] = ()) -> int:
+    """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only."""
     settings = load_settings()
+    if models or urls:
+        from agentenv.cli.models_cmd import apply_overrides, parse_overrides
+
+        apply_overrides(settings, parse_overrides(list(models), list(urls)))
     if target is None:
         return _list_runnables()
     from agentenv.bundles import resolve_target
