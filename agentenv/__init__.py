@@ -4,3 +4,19 @@ Kept import-light on purpose: the CLI imports this package on every invocation.
 """
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Task": "agentenv.spec.task:TaskSpec",
+    "EpisodeSpec": "agentenv.episodes:EpisodeSpec",
+    "Episodes": "agentenv.episodes:Episodes",
+}
+
+
+def __getattr__(name: str):
+    """`from agentenv import Task, EpisodeSpec` without importing them for every CLI command."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'agentenv' has no attribute {name!r}")
+    import importlib
+
+    module, _, attr = _LAZY[name].partition(":")
+    return getattr(importlib.import_module(module), attr)

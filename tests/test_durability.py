@@ -225,3 +225,28 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
     # About 7 virtual hours were left at the kill (3.5 s at 7200x). Had the downtime counted, the run
     # would have finished almost at once after the restart; the lease lets at most 1.5 s slip.
     assert after_kill >= 5 + 3.5 - 1.5 - 0.5, f"virtual time jumped by the downtime ({after_kill:.1f} s after the kill)"
+
+
+async def test_an_episode_survives_its_worker_being_killed(cluster):
+    """SIGKILL the worker while the trainer is mid-turn: its next calls still work, the score is right."""
+    from test_episodes import NOTES_TASK
+
+    from agentenv.episodes import Episodes, EpisodeSpec
+
+    episodes = await Episodes.connect(cluster.settings, worker=False)  # the rest of the run: `agent-env worker`
+    try:
+        spec = EpisodeSpec.from_task(parse_task(NOTES_TASK, "t"), ["writer"], turn_timeout=120)
+        episode = await spec.start(episodes)
+        turn = await episode.next_turn()
+        async with turn.tools() as tools:
+            await tools.call("write_note", {"key": "greeting", "text": "hello"})
+        cluster.workers[-1].send_signal(signal.SIGKILL)
+        cluster.workers[-1].wait()
+        cluster.start_worker()
+        await asyncio.wait_for(turn.end("written"), 60)
+        assert await asyncio.wait_for(episode.next_turn(), 60) is None
+        scores = await asyncio.wait_for(episode.result(), 60)
+        assert scores == {"check": 1.0} and episode.state.status is RunStatus.PASSED, episode.state
+        assert episode.state.steps["write"].outputs["tool_calls"] == 1
+    finally:
+        await episodes.close()

@@ -24,6 +24,9 @@ RECORD_RUN = "agentenv.record_run"
 WORLD_ACTION = "agentenv.world_action"
 PUSH_WORLD = "agentenv.push_world"
 PACE = "agentenv.pace"
+PROMPT_MARKS = "agentenv.prompt_marks"
+AGENT_ASK = "agentenv.agent_ask"
+PROMPT_FINISH = "agentenv.prompt_finish"
 
 # Outputs travel through workflow history: keep them to decisions and small facts.
 MAX_OUTPUT_BYTES = 64 * 1024
@@ -158,6 +161,41 @@ class RunActivities:
         if reply.failed or reply.data.get("fallback"):
             return {"fallback": reply.data.get("fallback") or reply.text[:500], "answer": reply.text[:2000]}
         return {"answer": reply.text[:2000], "tool_calls": len(reply.data.get("tool_calls") or [])}
+
+    # -- prompts with a side played by a trainer: the workflow holds the conversation, these do the I/O --
+
+    @activity.defn(name=PROMPT_MARKS)
+    async def prompt_marks(self, agent: dict[str, Any], partner: dict[str, Any]) -> dict[str, int]:
+        from agentenv.steps.builtin.agents import trajectory_marks
+
+        return await trajectory_marks(await self._gateway(), agent, partner)
+
+    @activity.defn(name=AGENT_ASK)
+    async def agent_ask(self, ask: dict[str, Any]) -> dict[str, Any]:
+        """One turn of a hosted or A2A agent in a prompt the workflow holds. Answered once per turn."""
+        from agentenv.agents.client import AgentTimedOut
+        from agentenv.steps.builtin import agents
+
+        try:
+            entry, reply = await agents.ask(
+                self.settings, await self._gateway(), ask["who"], side=ask["side"], transcript=ask["transcript"],
+                run_id=ask["run_id"], step_id=ask["step_id"], system_prompt=ask.get("system_prompt"),
+                deadline=ask["deadline"])
+        except AgentTimedOut as e:
+            return {"timed_out": str(e)}
+        except StepFailed as e:
+            raise ApplicationError(str(e), type="StepFailed", non_retryable=not e.retryable) from None
+        if reply.failed:
+            raise _fatal(f"{ask['who']['name']} could not answer ({reply.state}): {reply.text[:500]}", "StepFailed")
+        return {"entry": entry}
+
+    @activity.defn(name=PROMPT_FINISH)
+    async def prompt_finish(self, done: dict[str, Any]) -> dict[str, Any]:
+        from agentenv.steps.builtin.agents import finish_prompt
+
+        return await finish_prompt(self.stores, await self._gateway(), done["run_id"], done["step_id"],
+                                   done["transcript"], done["marks"], done["agent"], done["partner"],
+                                   done.get("timed_out"), done["seconds"])
 
     @activity.defn(name=PUSH_WORLD)
     async def push_world(self, pushes: list[tuple[str, WorldPush]]) -> list[dict[str, Any]]:

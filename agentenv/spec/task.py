@@ -73,6 +73,13 @@ class TaskSpec(BaseModel):
     def bundle(self) -> Path | None:
         return self._bundle
 
+    @classmethod
+    def get(cls, target: str, task: str | None = None) -> TaskSpec:
+        """A task as `agent-env run` finds it: a built-in bundle's name, a bundle folder or a task file."""
+        from agentenv.bundles import resolve_target
+
+        return resolve_target(target, task)
+
     def step(self, step_id: str) -> StepSpec:
         return next(s for s in self.steps if s.id == step_id)
 

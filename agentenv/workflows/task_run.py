@@ -16,6 +16,7 @@ updates.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,11 +26,22 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from agentenv.spec.duration import format_duration
-    from agentenv.spec.run import RunInput, RunState, RunStatus, StepCall, StepOutcome, StepPlan, StepStatus
+    from agentenv.spec.run import (
+        RunInput,
+        RunState,
+        RunStatus,
+        StepCall,
+        StepOutcome,
+        StepPlan,
+        StepStatus,
+        TrainerProgress,
+        TurnOffer,
+    )
     from agentenv.spec.task import FailurePolicy
     from agentenv.spec.templates import TemplateError, resolve
     from agentenv.spec.world import parse_time
     from agentenv.spec.world_run import HitAck, Scheduled, TriggerHit, WorldPush
+    from agentenv.steps.builtin import agents as prompts
     from agentenv.workflows import attributes
     from agentenv.workflows.world import World, WorldError
 
@@ -38,6 +50,10 @@ RECORD_RUN = "agentenv.record_run"
 WORLD_ACTION = "agentenv.world_action"
 PUSH_WORLD = "agentenv.push_world"
 PACE = "agentenv.pace"
+PROMPT_MARKS = "agentenv.prompt_marks"
+AGENT_ASK = "agentenv.agent_ask"
+PROMPT_FINISH = "agentenv.prompt_finish"
+UPDATES_PER_RUN = 1500  # continue-as-new before this many updates (Temporal takes at most 2,000 per run)
 QUICK_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10))
 PACE_CHUNK = 0.5  # real seconds per pacing wait: each renews the gateway's lease on the clock
 EARLY = 0.010  # paced: an event this close (real seconds) counts as reached; it absorbs the wake-up hop
@@ -61,6 +77,9 @@ class TaskRun:
         self._watches_added = False  # ... and it would miss calls that now matter
         self._pushing: asyncio.Task | None = None  # a push that steps starting now wait for
         self._step_hits: list[dict[str, Any]] = []  # hits of steps' own calls, applied before dependents start
+        self._closing: str | None = None  # "continued" or "ended": trainers waiting for a turn are told
+        self._abandoned: str | None = None  # the trainer's reason, when it abandoned the episode
+        self._updates = 0  # updates this run has taken
 
     @workflow.query(name="state")
     def get_state(self) -> RunState:
@@ -72,6 +91,59 @@ class TaskRun:
         ack = await self._on_hit(hit)
         self._wake.set()
         return ack
+
+    # -- episodes: a trainer plays agents from its own loop; its turns travel as updates --
+
+    @workflow.update(name="next_turn")
+    async def next_turn(self, agent: str | None = None) -> dict[str, Any]:
+        """The next turn waiting for the trainer (`agent`: only that agent's), once there is one; or
+        {"closing": "ended"} when no more will come, {"closing": "continued"} to ask the next run."""
+        self._updates += 1
+        self._wake.set()
+        await workflow.wait_condition(lambda: self._offer(agent) is not None or self._closing is not None)
+        offer = self._offer(agent) if self._closing is None else None
+        return {"turn": offer.model_dump(mode="json")} if offer else {"closing": self._closing}
+
+    @workflow.update(name="end_turn")
+    async def end_turn(self, turn_id: str, response: str) -> dict[str, Any]:
+        """The trainer's answer to a turn. Sent again (a retried call), it changes nothing."""
+        self._updates += 1
+        progress = self._progress_of(turn_id)
+        if turn_id in progress.answers:
+            return {"turn": turn_id, "duplicate": True}
+        progress.answers[turn_id] = response
+        self._wake.set()
+        return {"turn": turn_id}
+
+    @end_turn.validator
+    def _turn_is_waiting(self, turn_id: str, response: str) -> None:
+        self._progress_of(turn_id)  # refused before it reaches history when no such turn is (or was) offered
+        if not isinstance(response, str):
+            raise ValueError("the response must be text")
+
+    @workflow.update(name="abandon")
+    async def abandon(self, reason: str) -> dict[str, Any]:
+        """The trainer gives the episode up: running steps are cancelled, the run ends as cancelled."""
+        self._updates += 1
+        if self._abandoned is None and not self.state.status.finished:
+            self._abandoned = reason or "no reason given"
+            self._wake.set()
+        return {"abandoned": self._abandoned}
+
+    def _offer(self, agent: str | None) -> TurnOffer | None:
+        for progress in self.state.trainer.values():
+            offer = progress.offer
+            if offer is not None and offer.id not in progress.answers and (agent is None or offer.agent == agent):
+                return offer
+        return None
+
+    def _progress_of(self, turn_id: str) -> TrainerProgress:
+        step = turn_id.split("/", 1)[0]
+        progress = self.state.trainer.get(step)
+        if progress is None or (turn_id not in progress.answers and (progress.offer is None
+                                                                    or progress.offer.id != turn_id)):
+            raise ValueError(f"no turn {turn_id!r} is waiting for an answer")
+        return progress
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunState:
@@ -95,9 +167,15 @@ class TaskRun:
     # -- the main loop --
 
     async def _execute(self) -> None:
+        self._resume_trainer_steps()
         while True:
             if self._history_is_long():
                 await self._drain_and_continue_as_new()
+            if self._abandoned is not None:
+                await self._stop_running()
+                self.state.status = RunStatus.CANCELLED
+                self.state.error = f"abandoned by the trainer: {self._abandoned}"
+                return
             self._start_ready_steps()
             await self._advance_world()
             self._start_ready_steps()  # the world may have finished waits that others depend on
@@ -185,6 +263,8 @@ class TaskRun:
                 step.started_at = workflow.now()
                 if plan.in_workflow:
                     self._world_step(plan, config)
+                elif _played_by_trainer(plan, config):
+                    self.running[step_id] = asyncio.create_task(self._trainer_prompt(plan, config))
                 else:
                     self.running[step_id] = asyncio.create_task(self._call(plan, config))
 
@@ -229,6 +309,76 @@ class TaskRun:
             heartbeat_timeout=plan.heartbeat_timeout, retry_policy=retry,
             activity_id=plan.id, summary=f"{plan.id} ({plan.type})",
         )
+
+    def _resume_trainer_steps(self) -> None:
+        """After a continue-as-new: prompts a trainer was playing go on from their carried progress."""
+        for step_id in self.state.trainer:
+            if self.state.steps[step_id].status is StepStatus.RUNNING and step_id not in self.running:
+                plan = self.plans[step_id]
+                config = resolve(plan.config, self._scope())
+                self.running[step_id] = asyncio.create_task(self._trainer_prompt(plan, config))
+
+    async def _trainer_prompt(self, plan: StepPlan, raw: dict[str, Any]) -> StepOutcome:
+        """A prompt_agent step with a side played by a trainer: the conversation is held here; the trainer's
+        turns are offered (next_turn) and answered (end_turn); hosted agents answer through activities."""
+        config = prompts.PromptAgentConfig.model_validate(raw)
+        agent, partner = config.deployed, config.partner_deployed
+        deadline = config.turn_deadline.total_seconds()
+        progress = self.state.trainer.get(plan.id)
+        if progress is None:
+            marks = await workflow.execute_activity(
+                PROMPT_MARKS, args=[agent, partner], result_type=dict, start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=QUICK_RETRY)
+            progress = self.state.trainer[plan.id] = TrainerProgress(transcript=[prompts.opening(config)], marks=marks)
+        started = workflow.now()
+        timed_out = None
+        while (side := prompts.next_side(config, progress.transcript)) is not None:
+            who = agent if side == "agent" else partner
+            if who.get("trainer"):
+                entry = await self._trainer_answer(plan.id, progress, who, side, config, deadline)
+            else:
+                answer = await workflow.execute_activity(
+                    AGENT_ASK, {"who": who, "side": side, "transcript": progress.transcript, "run_id": self.inp.run_id,
+                                "step_id": plan.id, "system_prompt": prompts.system_prompt_for(config, side),
+                                "deadline": deadline},
+                    result_type=dict, start_to_close_timeout=timedelta(seconds=deadline + 30),
+                    heartbeat_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY)
+                entry = answer.get("entry")
+                timed_out = answer.get("timed_out")
+            if entry is None:
+                timed_out = timed_out or f"{who['name']} did not answer within {deadline:g}s"
+                break
+            progress.transcript.append(entry)
+        outputs = await workflow.execute_activity(
+            PROMPT_FINISH, {"run_id": self.inp.run_id, "step_id": plan.id, "transcript": progress.transcript,
+                            "marks": progress.marks, "agent": agent, "partner": partner, "timed_out": timed_out,
+                            "seconds": (workflow.now() - started).total_seconds()},
+            result_type=dict, start_to_close_timeout=timedelta(seconds=60), retry_policy=QUICK_RETRY)
+        del self.state.trainer[plan.id]
+        if timed_out and config.on_timeout == "fail":
+            raise ApplicationError(timed_out, type="StepFailed", non_retryable=True)
+        return StepOutcome(outputs=outputs, score=prompts.timeout_score(timed_out))
+
+    async def _trainer_answer(self, step_id: str, progress: TrainerProgress, who: dict[str, Any], side: str,
+                              config: Any, deadline: float) -> dict[str, Any] | None:
+        """Offer the turn to the trainer and wait for its answer (None past the deadline)."""
+        turn = prompts.turn_number(progress.transcript, side)
+        turn_id = f"{step_id}/{side}/{turn}"
+        if progress.offer is None or progress.offer.id != turn_id:
+            progress.offer = TurnOffer(
+                id=turn_id, step=step_id, agent=who["name"], role=who.get("role"), env=who.get("env"),
+                mcp_url=who.get("mcp_url"), prompt=progress.transcript[-1]["text"],
+                system_prompt=prompts.system_prompt_for(config, side),
+                conversation=prompts.conversation_view(progress.transcript, side), deadline_s=deadline)
+        offered = workflow.now()
+        try:
+            await workflow.wait_condition(lambda: turn_id in progress.answers, timeout=deadline)
+        except builtins.TimeoutError:  # (the module's TimeoutError is Temporal's)
+            progress.offer = None
+            return None
+        progress.offer = None
+        return {"side": side, "speaker": who["name"], "text": progress.answers[turn_id],
+                "seconds": round((workflow.now() - offered).total_seconds(), 3)}
 
     def _deployed_agent(self, step_id: str, agent: str) -> dict[str, Any]:
         """The outputs of the deploy_agent step an instruction goes to (it must have deployed `agent`)."""
@@ -478,10 +628,16 @@ class TaskRun:
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
-        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= self.inp.continue_as_new_at
+        return (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self.inp.continue_as_new_at
+                or self._updates >= UPDATES_PER_RUN)
 
     async def _drain_and_continue_as_new(self) -> None:
-        """Let running steps finish (no new ones start), then continue in a fresh history."""
+        """Let running steps finish (no new ones start), then continue in a fresh history. Prompts played
+        by a trainer are not waited for: their progress is carried and they go on in the next run."""
+        for step_id in [sid for sid in self.running if sid in self.state.trainer]:
+            task = self.running.pop(step_id)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         while self.running:
             await workflow.wait(list(self.running.values()), return_when=asyncio.FIRST_COMPLETED)
             for step_id in [sid for sid, task in self.running.items() if task.done()]:
@@ -491,12 +647,16 @@ class TaskRun:
             return  # the run is ending anyway
         if self._pace is not None:
             self._pace.cancel()
+        self._closing = "continued"  # trainers waiting for a turn ask the next run
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(self.inp.model_copy(update={"carried": self.state}))
 
     async def _conclude(self) -> None:
         if self._pace is not None:
             self._pace.cancel()
+        self._closing = "ended"
+        for progress in self.state.trainer.values():
+            progress.offer = None
         await workflow.wait_condition(workflow.all_handlers_finished)  # hits being applied finish first
         self.state.finished_at = workflow.now()
         self.state.conclude()
@@ -520,6 +680,13 @@ class TaskRun:
         await workflow.execute_local_activity(
             RECORD_RUN, self.state, start_to_close_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY
         )
+
+
+def _played_by_trainer(plan: StepPlan, config: dict[str, Any]) -> bool:
+    if plan.type != "prompt_agent":
+        return False
+    sides = (config.get("deployed"), config.get("partner_deployed"))
+    return any(isinstance(who, dict) and who.get("trainer") for who in sides)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -116,7 +116,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
                 "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None}
     if record.type == "a2a":
         url = record.typed_config().url
-        client = _client(ctx, url, hosted=False)
+        client = agent_client(ctx.settings, url, hosted=False)
         try:
             await client.card()
         except Exception as e:  # noqa: BLE001 - unreachable agents may still be starting: retried
@@ -196,106 +196,154 @@ def prepare_prompt(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
 @step_type("prompt_agent", config=PromptAgentConfig, timeout="2h", prepare=prepare_prompt, step_refs=("agent",))
 async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResult:
     """Give an agent a task, or hold a conversation with it; records the transcript and its tool calls."""
-    from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable
+    from agentenv.agents.client import AgentTimedOut
 
     agent, partner = config.deployed, config.partner_deployed
     if not agent:
         raise StepFailed(f"step {config.agent!r} did not deploy an agent")
     if config.conversation and not partner:
         raise StepFailed(f"step {config.conversation.partner!r} did not deploy an agent")
+    if agent.get("trainer") or partner.get("trainer"):
+        raise StepFailed("a trainer plays this agent: its turns are offered by the run (start it as an episode)")
     gateway = await ctx.gateway()
-    marks = {}
-    for who in filter(None, (agent, partner)):
-        if who.get("env") and who["env"] not in marks:
-            marks[who["env"]] = await gateway.last_seq(who["env"])
+    marks = await trajectory_marks(gateway, agent, partner)
     deadline = config.turn_deadline.total_seconds()
-    context_id = f"{ctx.run_id}/{ctx.step_id}"
-    transcript: list[dict[str, Any]] = []
-    timed_out: str | None = None
+    transcript: list[dict[str, Any]] = [opening(config)]
     started = time.perf_counter()
 
-    async def ask(who: dict[str, Any], side: str, text: str, turn: int, system_prompt: str | None) -> dict:
-        # What was said before `text` (the transcript's last entry), from this side's point of view.
-        view = [{"from": ("agent" if m["side"] == side else "user"), "text": m["text"]} for m in transcript[:-1]]
-        context = {"system_prompt": system_prompt, "run_id": ctx.run_id, "agent": who["name"], "role": who["role"],
-                   "conversation": view, "deadline_s": deadline, "turn": turn}
-        if who.get("env"):
-            context["mcp_url"] = who["mcp_url"]
-            context["token"] = await gateway.token(who["env"], who["name"])
-        client = _client(ctx, who["url"], hosted=who["hosted"])
-        try:
-            reply = await client.ask(text, context, context_id=f"{context_id}/{side}",
-                                     message_id=f"{context_id}/{side}/{turn}", deadline_s=deadline)
-        except AgentUnreachable as e:
-            raise StepFailed(str(e), retryable=True) from None
-        except AgentReplyInvalid as e:
-            raise StepFailed(str(e)) from None
-        entry = {"side": side, "speaker": who["name"], "text": reply.text, "seconds": round(reply.seconds, 3),
-                 **({"data": reply.data} if reply.data else {})}
-        if reply.failed:
-            transcript.append(entry)
-            await _save_transcript(ctx, transcript, marks, agent, partner, None)
-            raise StepFailed(f"{who['name']} could not answer ({reply.state}): {reply.text[:500]}")
-        return entry
+    async def finish(timed_out: str | None) -> dict[str, Any]:
+        return await finish_prompt(ctx.stores, gateway, ctx.run_id, ctx.step_id, transcript, marks, agent, partner,
+                                   timed_out, time.perf_counter() - started)
 
-    conversation = config.conversation
-    stop = conversation.stop_when if conversation else None
-    said = {"side": "partner" if conversation else "user", "speaker": partner.get("name", "run"),
-            "text": config.prompt}
-    turns = 0
+    timed_out = None
     try:
-        for turn in range(conversation.max_turns if conversation else 1):
-            transcript.append(said)
-            answer = await ask(agent, "agent", said["text"], turn, config.system_prompt)
-            transcript.append(answer)
-            turns += 1
-            if not conversation or (stop and stop.hit(answer["text"])) or turn == conversation.max_turns - 1:
-                break
-            said = await ask(partner, "partner", answer["text"], turn, conversation.partner_prompt or None)
-            if stop and stop.hit(said["text"]):
-                transcript.append(said)
-                break
+        while (side := next_side(config, transcript)) is not None:
+            who = agent if side == "agent" else partner
+            entry, reply = await ask(ctx.settings, gateway, who, side=side, transcript=transcript, run_id=ctx.run_id,
+                                     step_id=ctx.step_id, system_prompt=system_prompt_for(config, side),
+                                     deadline=deadline)
+            transcript.append(entry)
+            if reply.failed:
+                await finish(None)
+                raise StepFailed(f"{who['name']} could not answer ({reply.state}): {reply.text[:500]}")
     except AgentTimedOut as e:
         timed_out = str(e)
         if config.on_timeout == "fail":
-            await _save_transcript(ctx, transcript, marks, agent, partner, timed_out)
+            await finish(timed_out)
             raise StepFailed(timed_out) from None
-    calls = await _save_transcript(ctx, transcript, marks, agent, partner, timed_out)
-    answers = [m["text"] for m in transcript if m["side"] == "agent"]
-    answer = answers[-1] if answers else ""
-    outputs = {
-        "answer": answer[:MAX_ANSWER_CHARS], "truncated": len(answer) > MAX_ANSWER_CHARS, "turns": turns,
-        "messages": len(transcript), "transcript": transcript_key(ctx.run_id, ctx.step_id),
-        "tool_calls": sum(1 for c in calls if c["agent"] == agent["name"]),
-        "refused": sum(1 for c in calls if c["agent"] == agent["name"] and c.get("refused")),
-        "seconds": round(time.perf_counter() - started, 3), "timed_out": bool(timed_out),
-    }
-    if timed_out:
-        return StepResult(outputs=outputs, score=Score(value=0.0, criteria=[
-            Criterion(name="answered in time", passed=False, detail=timed_out)]))
-    return StepResult(outputs=outputs)
+    outputs = await finish(timed_out)
+    return StepResult(outputs=outputs, score=timeout_score(timed_out))
 
 
-async def _save_transcript(ctx: StepContext, transcript, marks, agent, partner, timed_out) -> list[dict[str, Any]]:
-    """The conversation and the tool calls both sides made meanwhile, in the object store."""
-    gateway = await ctx.gateway()
+# -- the pieces of a prompt, shared with the episode path (a trainer playing a side, in the workflow) --
+
+def opening(config: PromptAgentConfig) -> dict[str, Any]:
+    """The first message: the task, or in a conversation, the partner's opening line."""
+    if config.conversation:
+        return {"side": "partner", "speaker": config.partner_deployed.get("name", "partner"), "text": config.prompt}
+    return {"side": "user", "speaker": "run", "text": config.prompt}
+
+
+def agent_turns(transcript: list[dict[str, Any]]) -> int:
+    return sum(1 for m in transcript if m["side"] == "agent")
+
+
+def next_side(config: PromptAgentConfig, transcript: list[dict[str, Any]]) -> str | None:
+    """Who speaks next ("agent" or "partner"), or None when the prompt is over."""
+    last = transcript[-1]
+    conversation = config.conversation
+    if last["side"] != "agent":
+        if len(transcript) > 1 and conversation and conversation.stop_when and conversation.stop_when.hit(last["text"]):
+            return None
+        return "agent"
+    if conversation is None or agent_turns(transcript) >= conversation.max_turns:
+        return None
+    if conversation.stop_when and conversation.stop_when.hit(last["text"]):
+        return None
+    return "partner"
+
+
+def system_prompt_for(config: PromptAgentConfig, side: str) -> str | None:
+    if side == "agent":
+        return config.system_prompt
+    return (config.conversation.partner_prompt or None) if config.conversation else None
+
+
+def conversation_view(transcript: list[dict[str, Any]], side: str) -> list[dict[str, str]]:
+    """What was said before the last message (the one being answered), from `side`'s point of view."""
+    return [{"from": ("agent" if m["side"] == side else "user"), "text": m["text"]} for m in transcript[:-1]]
+
+
+def turn_number(transcript: list[dict[str, Any]], side: str) -> int:
+    """How many times `side` has answered in this prompt: its turn's index."""
+    return sum(1 for m in transcript if m["side"] == side and "seconds" in m)
+
+
+async def ask(settings, gateway, who: dict[str, Any], *, side: str, transcript: list[dict[str, Any]], run_id: str,
+              step_id: str, system_prompt: str | None, deadline: float):
+    """One turn of a hosted or A2A agent: it answers the transcript's last message. Returns (entry, reply);
+    raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline."""
+    from agentenv.agents.client import AgentReplyInvalid, AgentUnreachable
+
+    turn = turn_number(transcript, side)
+    context = {"system_prompt": system_prompt, "run_id": run_id, "agent": who["name"], "role": who["role"],
+               "conversation": conversation_view(transcript, side), "deadline_s": deadline, "turn": turn}
+    if who.get("env"):
+        context["mcp_url"] = who["mcp_url"]
+        context["token"] = await gateway.token(who["env"], who["name"])
+    context_id = f"{run_id}/{step_id}"
+    try:
+        reply = await agent_client(settings, who["url"], hosted=who["hosted"]).ask(
+            transcript[-1]["text"], context, context_id=f"{context_id}/{side}", message_id=f"{context_id}/{side}/{turn}",
+            deadline_s=deadline)
+    except AgentUnreachable as e:
+        raise StepFailed(str(e), retryable=True) from None
+    except AgentReplyInvalid as e:
+        raise StepFailed(str(e)) from None
+    entry = {"side": side, "speaker": who["name"], "text": reply.text, "seconds": round(reply.seconds, 3),
+             **({"data": reply.data} if reply.data else {})}
+    return entry, reply
+
+
+async def trajectory_marks(gateway, agent: dict[str, Any], partner: dict[str, Any]) -> dict[str, int]:
+    """Where each environment's trajectory ends now: the prompt's tool calls are what comes after."""
+    marks: dict[str, int] = {}
+    for who in filter(None, (agent, partner)):
+        if who.get("env") and who["env"] not in marks:
+            marks[who["env"]] = await gateway.last_seq(who["env"])
+    return marks
+
+
+async def finish_prompt(stores, gateway, run_id: str, step_id: str, transcript, marks, agent, partner,
+                        timed_out: str | None, seconds: float) -> dict[str, Any]:
+    """Keep the conversation and the tool calls both sides made meanwhile; the step's outputs."""
     names = {agent.get("name"), partner.get("name") if partner else None}
     calls = []
     for instance, after in marks.items():
         calls += [e for e in await gateway.trajectory(instance, after) if e.get("agent") in names]
-    doc = {"run_id": ctx.run_id, "step": ctx.step_id, "agent": agent.get("name"),
+    doc = {"run_id": run_id, "step": step_id, "agent": agent.get("name"),
            "partner": partner.get("name") if partner else None, "messages": transcript, "tool_calls": calls,
            "timed_out": timed_out}
-    ctx.stores.objects.put(transcript_key(ctx.run_id, ctx.step_id), json.dumps(doc, ensure_ascii=False).encode())
-    return calls
+    stores.objects.put(transcript_key(run_id, step_id), json.dumps(doc, ensure_ascii=False).encode())
+    answers = [m["text"] for m in transcript if m["side"] == "agent"]
+    answer = answers[-1] if answers else ""
+    return {
+        "answer": answer[:MAX_ANSWER_CHARS], "truncated": len(answer) > MAX_ANSWER_CHARS, "turns": len(answers),
+        "messages": len(transcript), "transcript": transcript_key(run_id, step_id),
+        "tool_calls": sum(1 for c in calls if c["agent"] == agent["name"]),
+        "refused": sum(1 for c in calls if c["agent"] == agent["name"] and c.get("refused")),
+        "seconds": round(seconds, 3), "timed_out": bool(timed_out),
+    }
+
+
+def timeout_score(timed_out: str | None) -> Score | None:
+    if not timed_out:
+        return None
+    return Score(value=0.0, criteria=[Criterion(name="answered in time", passed=False, detail=timed_out)])
 
 
 _CLIENTS: dict[tuple[str, bool], Any] = {}  # one A2A client per agent URL per worker process (cards cached)
 _HTTP: dict[bool, Any] = {}
-
-
-def _client(ctx: StepContext, url: str, *, hosted: bool):
-    return agent_client(ctx.settings, url, hosted=hosted)
 
 
 def agent_client(settings, url: str, *, hosted: bool):

@@ -271,7 +271,7 @@ async def _judge(ctx: StepContext, config: RubricJudgeConfig, request: dict[str,
 async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list[dict[str, str]]) -> str:
     if config.judge_deployed:
         from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable
-        from agentenv.steps.builtin.agents import _client
+        from agentenv.steps.builtin.agents import agent_client
 
         judge = config.judge_deployed
         turn = sum(1 for m in messages if m["role"] == "assistant")
@@ -279,7 +279,7 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
         conversation = [{"from": "agent" if m["role"] == "assistant" else "user", "text": m["content"]}
                         for m in messages[1:-1]]
         try:
-            reply = await _client(ctx, judge["url"], hosted=judge["hosted"]).ask(
+            reply = await agent_client(ctx.settings, judge["url"], hosted=judge["hosted"]).ask(
                 prompt, {"system_prompt": JUDGE_SYSTEM, "run_id": ctx.run_id, "agent": judge["name"],
                          "conversation": conversation, "turn": turn, "deadline_s": 600},
                 context_id=f"{ctx.run_id}/{ctx.step_id}/judge", message_id=f"{ctx.run_id}/{ctx.step_id}/judge/{turn}",

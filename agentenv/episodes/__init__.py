@@ -1,0 +1,6 @@
+"""Trainer episodes: play a task's agents from your own loop; rewards are the task's scores."""
+
+from agentenv.episodes.client import Episode, EpisodeError, Episodes, EpisodeTurn
+from agentenv.episodes.spec import EpisodeSpec
+
+__all__ = ["Episode", "EpisodeError", "EpisodeSpec", "EpisodeTurn", "Episodes"]

@@ -1,0 +1,108 @@
+"""An episode: a task run in which a trainer's model plays some of the agents.
+
+`EpisodeSpec.from_task` turns the named agents into trainer-played ones and refuses what an outside
+player cannot stand behind (naming the step). Everything else is the task as `agent-env run` runs it:
+the same workflow, so an episode's rewards are exactly the task's scores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentenv.errors import BadInput
+from agentenv.spec.task import TaskSpec
+
+
+class EpisodeSpec(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    task: TaskSpec
+    trainer_agents: list[str] = Field(min_length=1, description="deploy_agent steps the trainer plays (their names)")
+    turn_timeout: float = Field(900, gt=0, description="seconds the run waits for each of the trainer's turns")
+    seed: int = Field(0, description="seeds everything seeded in the run; recorded on it")
+
+    @classmethod
+    def from_task(cls, task: TaskSpec | str, trainer_agents: list[str], *, turn_timeout: float = 900,
+                  seed: int | None = None) -> EpisodeSpec:
+        """The task with `trainer_agents` (a deploy_agent step's id, its agent's name or its `as` name)
+        played by the trainer."""
+        from agentenv.spec.loader import parse_task
+
+        if isinstance(task, str):
+            task = TaskSpec.get(task)
+        data = task.model_dump(mode="json", exclude_none=True)
+        if seed is not None:
+            data["seed"] = seed
+        steps = {s["id"]: s for s in data["steps"]}
+        played = _trainer_steps(task, trainer_agents)
+        for step_id, record in played.items():
+            config = steps[step_id]["config"]
+            config.pop("agent", None)
+            config["record"] = {"name": record.name, "version": record.version, "description": record.description,
+                                "type": "trainer", "role": record.role}
+        _refuse_what_a_trainer_cannot_play(task, played)
+        for step in data["steps"]:
+            if step["type"] == "prompt_agent" and _sides(step["config"]) & set(played):
+                step["config"]["turn_deadline"] = f"{turn_timeout:g}s"
+                step["timeout"] = _step_timeout(step["config"], turn_timeout)
+        spec = parse_task(data, f"task {task.id} as an episode", task.bundle)
+        return cls(task=spec, trainer_agents=trainer_agents, turn_timeout=turn_timeout, seed=spec.seed)
+
+    async def start(self, episodes=None, *, run_id: str | None = None):
+        """Start the episode's run. `episodes`: an `Episodes` connection (default: this process's)."""
+        from agentenv.episodes.client import Episodes
+
+        episodes = episodes or await Episodes.default()
+        return await episodes.start(self, run_id=run_id)
+
+
+def _sides(config: dict[str, Any]) -> set[str]:
+    partner = (config.get("conversation") or {}).get("partner")
+    return {config.get("agent"), partner} - {None}
+
+
+def _step_timeout(config: dict[str, Any], turn_timeout: float) -> str:
+    """Long enough for every turn of the prompt to use its whole deadline."""
+    turns = (config.get("conversation") or {}).get("max_turns", 6) * 2 if config.get("conversation") else 1
+    return f"{int(turn_timeout * turns + 600)}s"
+
+
+def _trainer_steps(task: TaskSpec, names: list[str]) -> dict[str, Any]:
+    """deploy_agent step id -> the agent's record, for each agent the trainer plays."""
+    from agentenv.bundles import find_agent
+    from agentenv.spec.agent import AgentRecord
+
+    known: dict[str, tuple[str, Any]] = {}
+    for step in task.steps:
+        if step.type != "deploy_agent":
+            continue
+        config = step.config
+        record = AgentRecord.model_validate(config["record"]) if config.get("record") else \
+            find_agent(task.bundle, config["agent"])
+        for name in {step.id, record.name, config.get("as")} - {None}:
+            known.setdefault(name, (step.id, record))
+    played: dict[str, Any] = {}
+    for name in names:
+        if name not in known:
+            listed = sorted({f"{sid} ({r.name})" for sid, r in known.values()})
+            raise BadInput(f"task {task.id!r} deploys no agent {name!r}",
+                           "name a deploy_agent step, its agent or its `as` name; the task's agents: "
+                           + (", ".join(listed) or "none"))
+        step_id, record = known[name]
+        played[step_id] = record
+    return played
+
+
+def _refuse_what_a_trainer_cannot_play(task: TaskSpec, played: dict[str, Any]) -> None:
+    for step in task.steps:
+        if step.type == "rubric_judge" and step.config.get("judge") in played:
+            raise BadInput(f"step {step.id!r} has {step.config['judge']!r} judge the others: a trainer's model "
+                           "cannot grade the episode it plays in",
+                           "train a different agent, or grade with the judge model (leave out `judge`)")
+    for trigger in task.triggers:
+        for action in trigger.actions:
+            if getattr(action, "by", None) in played:
+                raise BadInput(f"trigger {trigger.id!r} instructs {action.by!r}: world events cannot wait for an "
+                               "outside player", "let the templated `reply` act for it, or train another agent")

@@ -1,0 +1,172 @@
+"""Trainer episodes: a trainer's loop plays agents of real tasks; the rest runs as `agent-env run` runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agentenv.episodes import EpisodeError, Episodes, EpisodeSpec
+from agentenv.errors import BadInput
+from agentenv.spec.run import RunStatus, StepStatus
+from agentenv.stores import open_stores
+
+REFUND_SCRIPT = [
+    ("get_ticket", {"ticket_id": "TCK-1004"}),
+    ("get_order", {"order_id": "ORD-1001"}),
+    ("verify_order", {"order_id": "ORD-1001", "verified_by": "refunds@acme.example"}),
+    ("issue_refund", {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900, "reason": "duplicate"}),
+    ("add_comment", {"ticket_id": "TCK-1004", "author": "refunds@acme.example",
+                     "body": "Refunded the duplicate charge; expect it in 5-10 business days."}),
+    ("set_status", {"ticket_id": "TCK-1004", "status": "solved"}),
+]
+
+
+@pytest.fixture
+async def episodes(client, settings, worker):
+    yield Episodes(client, settings)  # the session's worker runs the rest of each run
+
+
+async def play(turn, script):
+    async with turn.tools() as tools:
+        for name, arguments in script:
+            await tools.call(name, arguments)
+
+
+async def test_refund_episode_rewards_are_the_task_scores(episodes, settings):
+    spec = EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=60, seed=7)
+    episode = await spec.start(episodes)
+    turn = await episode.next_turn()
+    assert (turn.agent, turn.role, turn.prompt) == ("refunds", "billing_lead", "Please handle ticket TCK-1004.")
+    assert turn.id == "work/agent/0" and turn.offer.env.endswith(".desk")
+    again = await episode.next_turn()
+    assert again.id == turn.id, "asking again gives the same waiting turn"
+    await play(turn, REFUND_SCRIPT)
+    await turn.end("Refunded CH-5002 and solved TCK-1004.")
+    await turn.end("Refunded CH-5002 and solved TCK-1004.")  # a retried call counts once
+    assert await episode.next_turn() is None
+    scores = await episode.result()
+    state = episode.state
+    assert state.status is RunStatus.PASSED and scores == {"grade": 1.0}, state
+    assert state.steps["work"].outputs["tool_calls"] == 6
+    assert state.pins["seed"] == 7 and state.pins["agents"]["agent"] == "refunds@1 (trainer)"
+    transcript = json.loads(open_stores(settings).objects.get(state.steps["work"].outputs["transcript"]))
+    assert [m["speaker"] for m in transcript["messages"]] == ["run", "refunds"]
+
+
+async def test_a_trainer_that_does_nothing_scores_what_the_task_says(episodes):
+    episode = await EpisodeSpec.from_task("refund", ["agent"], turn_timeout=60).start(episodes)
+    turn = await episode.next_turn()
+    await turn.end("I looked but did nothing.")
+    scores = await episode.result()
+    assert episode.state.status is RunStatus.FAILED and scores["grade"] == pytest.approx(0.0)
+
+
+async def test_trainer_plays_the_customer_against_a_hosted_support_agent(episodes, settings):
+    episode = await EpisodeSpec.from_task("escalation", ["morgan"], turn_timeout=60).start(episodes)
+    said = []
+    while (turn := await episode.next_turn()) is not None:
+        said.append(turn.prompt)
+        assert turn.agent == "morgan" and turn.role == "customer"
+        reply = ("Yes, the second one, CH-9002. How long will it take?" if len(said) == 1 else
+                 "Thank you, that's what I needed. [resolved]")
+        await turn.end(reply)
+    scores = await episode.result()
+    assert episode.state.status is RunStatus.PASSED, episode.state
+    assert scores == {"grade": 1.0, "owner": 1.0, "verdict": 1.0}
+    assert said[0].startswith("Morgan, I'm sorry about this.") and said[1].startswith("Done: TCK-2001")
+
+
+async def test_what_a_trainer_cannot_play_is_refused_by_name():
+    with pytest.raises(BadInput, match="step 'decisions' has 'auditor' judge the others"):
+        EpisodeSpec.from_task("invoice-queue", ["auditor"])
+    with pytest.raises(BadInput, match=r"(?s)deploys no agent 'nobody'.*clerk \(ap-clerk\)"):
+        EpisodeSpec.from_task("invoice-queue", ["nobody"])
+
+
+async def test_turn_deadline_abandon_and_refused_answers(episodes):
+    late = await EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=1).start(episodes)
+    turn = await late.next_turn()
+    await asyncio.sleep(1.5)
+    await late.result()
+    with pytest.raises(EpisodeError, match="is over: turn 'work/agent/0' was not taken"):
+        await turn.end("too late")
+    assert late.state.status is RunStatus.ERROR
+    assert late.state.steps["work"].error == "refunds did not answer within 1s"
+
+    gone = await EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=60).start(episodes)
+    await gone.next_turn()
+    with pytest.raises(EpisodeError, match="no turn 'work/agent/9' is waiting"):
+        await gone.end_turn("work/agent/9", "not asked")
+    await gone.abandon("the trainer was preempted")
+    await gone.result()
+    assert gone.state.status is RunStatus.CANCELLED
+    assert gone.state.error == "abandoned by the trainer: the trainer was preempted"
+    assert gone.state.steps["work"].status is StepStatus.CANCELLED
+    assert await gone.next_turn() is None
+
+
+NOTES_TASK = {
+    "id": "notes-episode",
+    "steps": [
+        {"id": "pad", "type": "deploy_env", "config": {"env": "notes"}},
+        {"id": "writer", "type": "deploy_agent", "depends_on": ["pad"],
+         "config": {"env": "pad", "record": {"name": "writer", "type": "scripted", "role": "agent",
+                                             "config": {"turns": [[{"say": "unused"}]]}}}},
+        {"id": "write", "type": "prompt_agent", "depends_on": ["writer"],
+         "config": {"agent": "writer", "prompt": "Write the note `greeting` saying hello."}},
+        {"id": "check", "type": "check_state", "depends_on": ["write"], "config": {"env": "pad", "checks": [
+            {"name": "the note says hello", "tool": "read_note", "arguments": {"key": "greeting"}, "path": "text",
+             "equals": "hello"}]}},
+    ],
+}
+
+
+async def test_fifty_concurrent_episodes(episodes):
+    from agentenv.spec.loader import parse_task
+
+    spec = EpisodeSpec.from_task(parse_task(NOTES_TASK, "t"), ["writer"], turn_timeout=120)
+
+    async def one(n: int) -> dict[str, float]:
+        episode = await spec.start(episodes)
+        while (turn := await episode.next_turn()) is not None:
+            async with turn.tools() as tools:
+                await tools.call("write_note", {"key": "greeting", "text": "hello" if n % 10 else "hi"})
+            await turn.end("written")
+        return await episode.result()
+
+    results = await asyncio.wait_for(asyncio.gather(*(one(n) for n in range(50))), 240)
+    assert [r["check"] for r in results] == [0.0 if n % 10 == 0 else 1.0 for n in range(50)]
+
+
+async def test_long_episodes_continue_as_new_transparently(episodes, client, settings):
+    from agentenv import runner
+    from agentenv.episodes.client import Episode
+    from agentenv.spec.loader import parse_task
+
+    task = json.loads(json.dumps(NOTES_TASK))
+    task["steps"].insert(2, {"id": "boss", "type": "deploy_agent", "config": {"record": {
+        "name": "boss", "type": "scripted", "config": {"turns": [[{"say": "Again, please."}]]}}}})
+    task["steps"][3]["depends_on"] = ["writer", "boss"]
+    task["steps"][3]["config"]["conversation"] = {"partner": "boss", "max_turns": 25}
+    spec = EpisodeSpec.from_task(parse_task(task, "t"), ["writer"], turn_timeout=60)
+    inp = runner.plan(spec.task, runner.new_run_id("long-episode"), settings, search_attributes=False)
+    inp.continue_as_new_at = 40
+    first = await client.start_workflow(runner.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue)
+    episode = Episode(episodes, inp.run_id)
+    prompts = []
+    while (turn := await episode.next_turn()) is not None:
+        prompts.append(turn.prompt)
+        assert len(turn.conversation) == 2 * (len(prompts) - 1), "the conversation so far travels with each turn"
+        if len(prompts) == 25:
+            async with turn.tools() as tools:
+                await tools.call("write_note", {"key": "greeting", "text": "hello"})
+        await turn.end(f"answer {len(prompts)}")
+    scores = await episode.result()
+    assert scores == {"check": 1.0} and episode.state.status is RunStatus.PASSED, episode.state
+    assert prompts == ["Write the note `greeting` saying hello."] + ["Again, please."] * 24
+    latest = await client.get_workflow_handle(inp.run_id).describe()
+    assert latest.run_id != first.first_execution_run_id, "the episode continued as new"
+    transcript = json.loads(open_stores(settings).objects.get(episode.state.steps["write"].outputs["transcript"]))
+    assert [m["text"] for m in transcript["messages"] if m["side"] == "agent"] == [f"answer {i}" for i in range(1, 26)]
