@@ -38,7 +38,8 @@ def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: 
         steps.append(StepPlan(
             id=s.id, type=s.type, depends_on=s.depends_on, config=config, on_failure=s.on_failure,
             timeout=s.timeout or st.timeout, retries=st.retries if s.retries is None else s.retries,
-            local=st.local, heartbeat_timeout=st.heartbeat_timeout, in_workflow=st.in_workflow,
+            local=st.runs_local(config), heartbeat_timeout=None if st.runs_local(config) else st.heartbeat_timeout,
+            in_workflow=st.in_workflow,
         ))
     pins = pin(task, steps)
     world = None

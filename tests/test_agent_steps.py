@@ -270,3 +270,12 @@ async def test_a_world_trigger_instructs_a_persona_agent_which_acts_or_falls_bac
     else:  # no model answered: the templated reply is what she does
         assert "404" in actions[0]["fallback"] and actions[0]["tool"] == "send_email"
         assert len(from_dana) == 1
+
+
+async def test_the_runs_seed_reaches_model_driven_agents(run_task):
+    state = await run_task(task(
+        {"id": "a", "type": "deploy_agent", "config": {"record": {"name": "seeded", "type": "llm"}}},
+        {"id": "ask", "type": "prompt_agent", "depends_on": ["a"], "config": {"agent": "a", "prompt": "hi"}},
+        seed=42))
+    assert state.steps["ask"].outputs["answer"] == "my seed is 42"
+    assert state.pins["seed"] == 42

@@ -170,3 +170,68 @@ async def test_long_episodes_continue_as_new_transparently(episodes, client, set
     assert latest.run_id != first.first_execution_run_id, "the episode continued as new"
     transcript = json.loads(open_stores(settings).objects.get(episode.state.steps["write"].outputs["transcript"]))
     assert [m["text"] for m in transcript["messages"] if m["side"] == "agent"] == [f"answer {i}" for i in range(1, 26)]
+
+
+async def test_the_turn_loop_over_http(settings, worker):
+    import httpx
+    import uvicorn
+    from conftest import free_port
+
+    from agentenv.episodes.http import create_app
+    from agentenv.gateway.daemon import connect
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, worker=False), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    admin = connect(settings)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as anonymous:
+            assert (await anonymous.post("/episodes", json={})).status_code == 401
+        auth = {"authorization": admin._http.headers["authorization"]}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=60) as http:
+            bad = await http.post("/episodes", json={"task": "refund"})
+            assert bad.status_code == 400 and "trainer_agents" in bad.json()["error"]
+            started = await http.post("/episodes", json={"task": "refund", "trainer_agents": ["refunds"],
+                                                          "turn_timeout": 60, "seed": 3})
+            assert started.status_code == 201, started.text
+            episode = started.json()["episode"]
+            turn = (await http.post(f"/episodes/{episode}/next-turn", json={})).json()["turn"]
+            assert turn["prompt"] == "Please handle ticket TCK-1004." and turn["token"].startswith("aet_")
+            as_agent = {"authorization": f"Bearer {turn['token']}"}
+            for name, arguments in REFUND_SCRIPT:  # straight to the gateway, as the agent
+                done = await http.post(f"{turn['tools_url']}/{name}", json=arguments, headers=as_agent)
+                assert done.status_code == 200, done.text
+            ended = await http.post(f"/episodes/{episode}/turns/{turn['id']}/end", json={"response": "Done."})
+            assert ended.json() == {"ended": turn["id"]}
+            assert (await http.post(f"/episodes/{episode}/next-turn", json={})).json() == {"turn": None}
+            result = (await http.get(f"/episodes/{episode}/result")).json()
+            assert result == {"status": "passed", "score": 1.0, "scores": {"grade": 1.0}, "error": None}
+    finally:
+        await admin.aclose()
+        server.should_exit = True
+        await serving
+
+
+async def test_gymnasium_style_adapter(settings, worker):
+    from agentenv.episodes.gym import EpisodeEnv
+
+    env = EpisodeEnv(EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=60), settings=settings, worker=False)
+    try:
+        observation, info = await asyncio.to_thread(env.reset, seed=11)
+        assert observation["turn"]["prompt"] == "Please handle ticket TCK-1004."
+        assert "issue_refund" in {t["name"] for t in observation["tools"]}
+        for name, arguments in REFUND_SCRIPT:
+            observation, reward, terminated, truncated, _ = await asyncio.to_thread(
+                env.step, {"tool": name, "arguments": arguments})
+            assert "tool_result" in observation and reward == 0 and not terminated
+        observation, reward, terminated, truncated, _ = await asyncio.to_thread(
+            env.step, {"tool": "issue_refund", "arguments": REFUND_SCRIPT[3][1]})
+        assert "already fully refunded" in observation["tool_error"]
+        observation, reward, terminated, truncated, info = await asyncio.to_thread(env.step, {"response": "Done."})
+        assert terminated and not truncated and reward == 1.0 and info["scores"] == {"grade": 1.0}
+        assert observation == {"turn": None}
+    finally:
+        await asyncio.to_thread(env.close)

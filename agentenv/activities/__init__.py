@@ -180,7 +180,7 @@ class RunActivities:
             entry, reply = await agents.ask(
                 self.settings, await self._gateway(), ask["who"], side=ask["side"], transcript=ask["transcript"],
                 run_id=ask["run_id"], step_id=ask["step_id"], system_prompt=ask.get("system_prompt"),
-                deadline=ask["deadline"])
+                deadline=ask["deadline"], seed=ask.get("seed"))
         except AgentTimedOut as e:
             return {"timed_out": str(e)}
         except StepFailed as e:

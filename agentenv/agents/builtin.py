@@ -56,19 +56,21 @@ class LlmAgent(Agent):
             async with asyncio.timeout(self.config.time_budget.total_seconds()):
                 if turn.mcp_url:
                     async with turn.tools() as tools:
-                        return await tool_loop(model, messages, tools, self.config.max_tool_calls, self.name)
-                return await tool_loop(model, messages, None, self.config.max_tool_calls, self.name)
+                        return await tool_loop(model, messages, tools, self.config.max_tool_calls, self.name,
+                                               turn.seed)
+                return await tool_loop(model, messages, None, self.config.max_tool_calls, self.name, turn.seed)
         except TimeoutError:
             return Answer(text=f"out of time ({self.config.time_budget.total_seconds():g}s budget)", failed=True)
         finally:
             await model.aclose()
 
-async def tool_loop(model, messages: list[dict[str, Any]], tools, max_calls: int, user: str) -> Answer:
+async def tool_loop(model, messages: list[dict[str, Any]], tools, max_calls: int, user: str,
+                    seed: int | None = None) -> Answer:
     """Ask the model; run the tool calls it makes; repeat until it answers (or its calls run out)."""
     functions = mcp_tools_as_functions(await tools.list()) if tools else None
     calls = 0
     while True:
-        reply = await model.complete(messages, functions if calls < max_calls else None, user=user)
+        reply = await model.complete(messages, functions if calls < max_calls else None, user=user, seed=seed)
         if not reply.tool_calls:
             return Answer(text=reply.content or "", data={"tool_calls": tools.calls if tools else []})
         messages.append({"role": "assistant", "content": reply.content, "tool_calls": [
@@ -121,8 +123,8 @@ class PersonaAgent(Agent):
             messages.append({"role": "user", "content": turn.prompt})
             if turn.mcp_url:
                 async with turn.tools() as tools:
-                    return await tool_loop(model, messages, tools, PERSONA_TOOL_CALLS, self.name)
-            reply = await model.complete(messages, user=self.name)
+                    return await tool_loop(model, messages, tools, PERSONA_TOOL_CALLS, self.name, turn.seed)
+            reply = await model.complete(messages, user=self.name, seed=turn.seed)
             if not reply.content:
                 raise ModelError("the model said nothing")
             return Answer(text=reply.content)

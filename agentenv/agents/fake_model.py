@@ -4,7 +4,8 @@ It is a fake, and says so: nothing here understands language.
 - A scripted model (any name found in the loaded scripts) replays its script: the Nth assistant turn
   of a conversation gets the script's Nth step, a tool call (`{"tool": ..., "arguments": {...}}`) or a
   final answer (`{"say": "..."}`). It drives the real LLM-agent code (tool calling over MCP, budgets).
-  For conversations, `{"turns": [[steps of the 1st turn], [steps of the 2nd], ...]}`.
+  For conversations, `{"turns": [[steps of the 1st turn], [steps of the 2nd], ...]}`. `${seed}` in an
+  answer is the request's `seed`.
 - `fake-judge` grades rubric criteria: a criterion passes when every 'quoted' term in its text appears
   in the material it is given (case-insensitive), with a reason saying which terms it found or missed.
 - `fake-garbage` answers text that is not JSON; `fake-judge-flaky` does so once, then judges;
@@ -107,7 +108,7 @@ def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = N
             call = {"id": f"call_{turn}", "type": "function",
                     "function": {"name": step["tool"], "arguments": json.dumps(step.get("arguments", {}))}}
             return _reply(model, {"role": "assistant", "content": None, "tool_calls": [call]})
-        return _reply(model, {"role": "assistant", "content": step["say"]})
+        return _reply(model, {"role": "assistant", "content": step["say"].replace("${seed}", str(body.get("seed")))})
 
     async def models(request: Request) -> JSONResponse:
         names = [*scripts, "fake", "fake-judge", "fake-judge-flaky", "fake-garbage"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from agentenv import tls
 from agentenv.config import ModelSettings
 from agentenv.errors import BadInput
 
@@ -39,13 +40,14 @@ class ChatModel:
                            ".agentenv/config.toml, or AGENTENV_MODEL_BASE_URL and AGENTENV_MODEL")
         self.config = config
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=config.base_url.rstrip("/"), headers=headers, timeout=config.timeout)
+        self._http = httpx.AsyncClient(base_url=config.base_url.rstrip("/"), headers=headers, timeout=config.timeout,
+                                       verify=tls.context())
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                       *, response_json: bool = False, user: str | None = None) -> ChatReply:
+                       *, response_json: bool = False, user: str | None = None, seed: int | None = None) -> ChatReply:
         body: dict[str, Any] = {"model": self.config.model, "messages": messages,
                                 "temperature": self.config.temperature}
         if user:
@@ -54,6 +56,8 @@ class ChatModel:
             body["tools"] = tools
         if response_json:
             body["response_format"] = {"type": "json_object"}
+        if seed is not None:
+            body["seed"] = int(seed)  # best effort: endpoints that support it sample reproducibly
         try:
             response = await self._http.post("/chat/completions", json=body)
         except httpx.TransportError as e:

@@ -13,8 +13,8 @@
     serve(Echo(), port=9000)
 
 Each turn arrives as an A2A message: the prompt as text, and a data part `{"agentenv": {...}}` with the
-system prompt, the environment's MCP URL and this agent's role token, its role and name, the run, its
-config and the conversation so far (so agents need keep no state).
+system prompt, the environment's MCP URL and this agent's role token, its role and name, the run and
+its seed, its config and the conversation so far (so agents need keep no state).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class Turn:
     message_id: str = ""  # the same for a resent turn: hosts answer it once
     deadline_s: float | None = None  # how long the framework waits for this answer
     turn: int | None = None  # which time this agent is asked in this conversation (0 first), if the sender says
+    seed: int | None = None  # the run's seed: seed anything random (model sampling...) with it
 
     @property
     def number(self) -> int:
@@ -75,9 +76,11 @@ class Turn:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
+        from agentenv import tls
+
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
+            async with httpx2.AsyncClient(headers=headers, timeout=120, verify=tls.context()) as http, \
                     Client(streamable_http_client(self.mcp_url, http_client=http)) as client:
                 yield Tools(client)
         except BaseExceptionGroup as group:  # the MCP client's task groups wrap what the agent raised
@@ -136,7 +139,8 @@ def turn_from_message(message, context_id: str) -> Turn:
     env = next((d[KEY] for d in get_data_parts(message.parts) if isinstance(d, dict) and KEY in d), {})
     return Turn(prompt=get_message_text(message), context_id=context_id, message_id=message.message_id,
                 **{k: env[k] for k in ("system_prompt", "mcp_url", "token", "role", "agent", "run_id", "config",
-                                       "conversation", "deadline_s", "turn") if env.get(k) is not None})
+                                       "conversation", "deadline_s", "turn", "seed")
+                   if env.get(k) is not None})
 
 
 class _Executor(AgentExecutor):

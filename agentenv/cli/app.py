@@ -39,6 +39,8 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(models_app, name="models")
 app.add_typer(agents_app, name="agents")
+episodes_app = typer.Typer(help="Trainer episodes: play a task's agents from your own loop.", no_args_is_help=True)
+app.add_typer(episodes_app, name="episodes")
 
 
 def _version(value: bool) -> None:
@@ -340,3 +342,16 @@ def agents_answer(
     from agentenv.cli.agents_cmd import answer_command
 
     raise typer.Exit(answer_command(turn_id, text))
+
+
+@episodes_app.command("serve")
+def episodes_serve(
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8792,
+    worker: Annotated[bool, typer.Option(help="Run a worker in this process (--no-worker: workers run "
+                                              "elsewhere, `agent-env worker`).")] = True,
+) -> None:
+    """Serve the episode turn loop over HTTP (start, next-turn, end, abandon, result), until Ctrl-C."""
+    from agentenv.cli.episodes_cmd import serve_command
+
+    raise typer.Exit(serve_command(host, port, worker))

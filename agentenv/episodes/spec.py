@@ -50,6 +50,12 @@ class EpisodeSpec(BaseModel):
         spec = parse_task(data, f"task {task.id} as an episode", task.bundle)
         return cls(task=spec, trainer_agents=trainer_agents, turn_timeout=turn_timeout, seed=spec.seed)
 
+    def with_seed(self, seed: int) -> EpisodeSpec:
+        """The same episode with another seed (e.g. a Gymnasium reset(seed=...))."""
+        task = self.task.model_copy(update={"seed": seed})
+        task._bundle = self.task.bundle
+        return self.model_copy(update={"task": task, "seed": seed})
+
     async def start(self, episodes=None, *, run_id: str | None = None):
         """Start the episode's run. `episodes`: an `Episodes` connection (default: this process's)."""
         from agentenv.episodes.client import Episodes

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from agentenv import tls
 from agentenv.errors import AgentEnvError
 
 
@@ -23,7 +24,8 @@ class GatewayClient:
     def __init__(self, base_url: str, admin_token: str | None = None, *, timeout: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
+                                       verify=tls.context())
 
     async def __aenter__(self) -> GatewayClient:
         return self

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from agentenv.envs.app import ToolOptions, build_tool_spec
 
 GET_TIME = "get_time"
@@ -17,5 +19,6 @@ class _GatewayTools:
         raise NotImplementedError  # answered by the gateway from the instance's clock
 
 
+@cache  # the same for every instance: built once
 def get_time_spec():
     return build_tool_spec("gateway", _GatewayTools.get_time, ToolOptions(None, read_only=True, hidden=False))

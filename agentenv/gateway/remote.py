@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from agentenv import tls
 from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.card import META_HIDDEN_BY_DEFAULT
 from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
@@ -36,7 +37,7 @@ class RemoteApp:
     def __init__(self, name: str, base_url: str, proc: subprocess.Popen | None) -> None:
         self.name, self.base_url, self.proc = name, base_url.rstrip("/"), proc
         self.tools: dict[str, ToolInfo] = {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=600)
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=600, verify=tls.context())
         self._calls: asyncio.Queue = asyncio.Queue()
         self._session_task: asyncio.Task | None = None
 

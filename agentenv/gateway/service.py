@@ -6,6 +6,7 @@ files, so a restarted gateway serves the same instances with the same data and t
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import shutil
 import time
@@ -327,7 +328,7 @@ class Gateway:
 
     async def read_trajectory(self, instance_id: str, after: int = 0, *, last: bool = False) -> list[dict[str, Any]]:
         await self.get(instance_id)
-        self.trajectory.flush()
+        await asyncio.to_thread(self.trajectory.flush)  # the gateway serves others meanwhile
         return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after, last=last)
 
 

@@ -58,9 +58,9 @@ class TrajectoryWriter:
         while True:
             item = self._queue.get()
             batch = [item]
-            try:
+            try:  # what queued up meanwhile goes in the same transaction; nothing waits for more
                 while len(batch) < 500:
-                    batch.append(self._queue.get(timeout=0.01))
+                    batch.append(self._queue.get_nowait())
             except queue.Empty:
                 pass
             flushes = []

@@ -170,6 +170,10 @@ class StepType:
     prepare: PrepareFunction | None = None  # declared config -> executed config, at plan time
     step_refs: tuple[str, ...] = ()  # config fields that name an upstream step
     in_workflow: bool = False  # applied by the workflow itself (world steps): `run` is never called
+    quick: Callable[[dict[str, Any]], bool] | None = None  # given the planned config: quick enough to run local
+
+    def runs_local(self, config: dict[str, Any]) -> bool:
+        return self.local or (self.quick is not None and self.quick(config))
 
     async def __call__(self, ctx: StepContext, config: BaseModel) -> StepResult:
         result = self.run(ctx, config)
@@ -195,12 +199,14 @@ def step_type(
     prepare: PrepareFunction | None = None,
     step_refs: tuple[str, ...] = (),
     in_workflow: bool = False,
+    quick: Callable[[dict[str, Any]], bool] | None = None,
 ) -> Callable[[StepFunction], StepType]:
     """Declare a step type. Sync functions run in a thread so they cannot block the worker.
 
     prepare: runs when a run is planned, turning the declared config into what the step executes
     (e.g. inlining an environment record from the bundle), so the run pins what it used.
     step_refs: config fields whose value is the id of an upstream step (checked with the task graph).
+    quick: decides from the planned config that this step is quick (a local activity, one hop less).
     """
 
     def wrap(fn: Callable[..., Any]) -> StepType:
@@ -220,6 +226,7 @@ def step_type(
             prepare=prepare,
             step_refs=step_refs,
             in_workflow=in_workflow,
+            quick=quick,
         )
 
     return wrap

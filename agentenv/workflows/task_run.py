@@ -59,7 +59,7 @@ PACE_CHUNK = 0.5  # real seconds per pacing wait: each renews the gateway's leas
 EARLY = 0.010  # paced: an event this close (real seconds) counts as reached; it absorbs the wake-up hop
 
 
-@workflow.defn(name="agentenv.TaskRun")
+@workflow.defn(name="agentenv.TaskRun", sandboxed=False)
 class TaskRun:
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
@@ -148,10 +148,9 @@ class TaskRun:
     @workflow.run
     async def run(self, inp: RunInput) -> RunState:
         try:
-            if inp.carried is None:
-                await self._record()
-                if self.world is not None:
-                    self.world.start_clock(self._now_real())
+            # The run's record was written by whoever started it (runner.start_run); it is rewritten at the end.
+            if inp.carried is None and self.world is not None:
+                self.world.start_clock(self._now_real())
             await self._execute()
         except asyncio.CancelledError:
             await self._stop_running()
@@ -281,7 +280,7 @@ class TaskRun:
                       "passed": s.score.passed if s.score else None}
                 for sid, s in self.state.steps.items()
             },
-            "run": {"id": self.inp.run_id},
+            "run": {"id": self.inp.run_id, "seed": self.inp.pins.get("seed", 0)},
             "task": {"id": self.inp.task_id, "version": self.inp.task_version},
         }
         if self.world is not None and self.world.state.clock is not None:
@@ -326,8 +325,8 @@ class TaskRun:
         deadline = config.turn_deadline.total_seconds()
         progress = self.state.trainer.get(plan.id)
         if progress is None:
-            marks = await workflow.execute_activity(
-                PROMPT_MARKS, args=[agent, partner], result_type=dict, start_to_close_timeout=timedelta(seconds=60),
+            marks = await workflow.execute_local_activity(
+                PROMPT_MARKS, args=[agent, partner], result_type=dict, start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=QUICK_RETRY)
             progress = self.state.trainer[plan.id] = TrainerProgress(transcript=[prompts.opening(config)], marks=marks)
         started = workflow.now()
@@ -340,7 +339,7 @@ class TaskRun:
                 answer = await workflow.execute_activity(
                     AGENT_ASK, {"who": who, "side": side, "transcript": progress.transcript, "run_id": self.inp.run_id,
                                 "step_id": plan.id, "system_prompt": prompts.system_prompt_for(config, side),
-                                "deadline": deadline},
+                                "deadline": deadline, "seed": config.seed},
                     result_type=dict, start_to_close_timeout=timedelta(seconds=deadline + 30),
                     heartbeat_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY)
                 entry = answer.get("entry")
@@ -349,11 +348,11 @@ class TaskRun:
                 timed_out = timed_out or f"{who['name']} did not answer within {deadline:g}s"
                 break
             progress.transcript.append(entry)
-        outputs = await workflow.execute_activity(
+        outputs = await workflow.execute_local_activity(
             PROMPT_FINISH, {"run_id": self.inp.run_id, "step_id": plan.id, "transcript": progress.transcript,
                             "marks": progress.marks, "agent": agent, "partner": partner, "timed_out": timed_out,
                             "seconds": (workflow.now() - started).total_seconds()},
-            result_type=dict, start_to_close_timeout=timedelta(seconds=60), retry_policy=QUICK_RETRY)
+            result_type=dict, start_to_close_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY)
         del self.state.trainer[plan.id]
         if timed_out and config.on_timeout == "fail":
             raise ApplicationError(timed_out, type="StepFailed", non_retryable=True)

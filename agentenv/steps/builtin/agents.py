@@ -88,7 +88,8 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
     return config
 
 
-@step_type("deploy_agent", config=DeployAgentConfig, timeout="1m", prepare=prepare_deploy_agent, step_refs=("env",))
+@step_type("deploy_agent", config=DeployAgentConfig, local=True, timeout="1m", prepare=prepare_deploy_agent,
+           step_refs=("env",))
 async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
     from agentenv.gateway.client import GatewayRefused
@@ -183,11 +184,13 @@ class PromptAgentConfig(StepConfig):
                                                                           "fail the step, or record a score of 0")
     deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
     partner_deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
+    seed: int | None = Field(None, description="filled in when the run is planned (the run's seed, for agents)")
 
 
 def prepare_prompt(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     """The deploy steps' outputs, resolved by the workflow when this step starts."""
     config["deployed"] = ref(f"steps.{config['agent']}.outputs")
+    config["seed"] = ref("run.seed")
     if isinstance(config.get("conversation"), dict) and config["conversation"].get("partner"):
         config["partner_deployed"] = ref(f"steps.{config['conversation']['partner']}.outputs")
     return config
@@ -221,7 +224,7 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
             who = agent if side == "agent" else partner
             entry, reply = await ask(ctx.settings, gateway, who, side=side, transcript=transcript, run_id=ctx.run_id,
                                      step_id=ctx.step_id, system_prompt=system_prompt_for(config, side),
-                                     deadline=deadline)
+                                     deadline=deadline, seed=config.seed)
             transcript.append(entry)
             if reply.failed:
                 await finish(None)
@@ -280,14 +283,15 @@ def turn_number(transcript: list[dict[str, Any]], side: str) -> int:
 
 
 async def ask(settings, gateway, who: dict[str, Any], *, side: str, transcript: list[dict[str, Any]], run_id: str,
-              step_id: str, system_prompt: str | None, deadline: float):
+              step_id: str, system_prompt: str | None, deadline: float, seed: int | None = None):
     """One turn of a hosted or A2A agent: it answers the transcript's last message. Returns (entry, reply);
     raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline."""
     from agentenv.agents.client import AgentReplyInvalid, AgentUnreachable
 
     turn = turn_number(transcript, side)
     context = {"system_prompt": system_prompt, "run_id": run_id, "agent": who["name"], "role": who["role"],
-               "conversation": conversation_view(transcript, side), "deadline_s": deadline, "turn": turn}
+               "conversation": conversation_view(transcript, side), "deadline_s": deadline, "turn": turn,
+               "seed": seed}
     if who.get("env"):
         context["mcp_url"] = who["mcp_url"]
         context["token"] = await gateway.token(who["env"], who["name"])
@@ -355,12 +359,15 @@ def agent_client(settings, url: str, *, hosted: bool):
     if client is None:
         import httpx
 
+        from agentenv import tls
+
         http = _HTTP.get(hosted)
         if http is None:
             headers = {}
             if hosted:
                 headers["authorization"] = _admin_header(settings)
-            http = _HTTP[hosted] = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30.0, read=None))
+            http = _HTTP[hosted] = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30.0, read=None),
+                                                         verify=tls.context())
         client = _CLIENTS[key] = AgentClient(url, http)
     return client
 

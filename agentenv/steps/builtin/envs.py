@@ -82,7 +82,14 @@ def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     return config
 
 
-@step_type("deploy_env", config=DeployConfig, timeout="2m", prepare=prepare_deploy)
+def quick_deploy(config: dict[str, Any]) -> bool:
+    """Apps in the gateway's own process and little data: done in milliseconds, so a local activity."""
+    record = config.get("record") or {}
+    return all((app.get("run") or "in_process") == "in_process" and not app.get("image") for app in record.get("apps", [])) \
+        and len(config.get("artifacts") or []) <= 1
+
+
+@step_type("deploy_env", config=DeployConfig, timeout="2m", prepare=prepare_deploy, quick=quick_deploy)
 async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     """Start an instance of an environment on the gateway and load its data; outputs its URLs and agents."""
     from agentenv.gateway.daemon import base_url

@@ -1,0 +1,20 @@
+"""`agent-env episodes serve`: the episode turn loop over HTTP, for trainers in any language."""
+
+from __future__ import annotations
+
+from agentenv.cli.output import console
+from agentenv.config import load_settings
+
+
+def serve_command(host: str, port: int, worker: bool) -> int:
+    import uvicorn
+
+    from agentenv.episodes.http import create_app
+
+    settings = load_settings()
+    base = f"http://{host}:{port}"
+    console().print(f"serving episodes at {base}/episodes (POST to start one; see `agentenv/episodes/http.py` or "
+                    "the README)\n  auth: the gateway's admin token as a bearer token"
+                    + ("" if worker else "\n  runs are executed by workers elsewhere (`agent-env worker`)"))
+    uvicorn.run(create_app(settings, worker=worker), host=host, port=port, log_level="warning")
+    return 0

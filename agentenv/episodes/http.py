@@ -1,0 +1,147 @@
+"""Episodes over HTTP, for trainers not written in Python (`agent-env episodes serve`).
+
+Every request carries the gateway's admin token (`Authorization: Bearer aea_...`): turns hand out
+agents' role tokens. Bodies and answers are JSON.
+
+    POST /episodes                          {"task": "refund", "trainer_agents": ["refunds"],
+                                             "turn_timeout": 900, "seed": 7}        -> {"episode": ID}
+    POST /episodes/{ID}/next-turn           {"agent": null}   waits for the next turn -> {"turn": {...}}
+                                            or {"turn": null} once the episode is over
+    POST /episodes/{ID}/turns/{TURN}/end    {"response": "Done."}                   -> {"ended": TURN}
+    POST /episodes/{ID}/abandon             {"reason": "..."}
+    GET  /episodes/{ID}/result              waits for the run to end -> {"status", "score", "scores": {step: score}}
+
+A turn: `id`, `agent`, `role`, `prompt`, `system_prompt`, `conversation`, `deadline_s`, and where its
+agent acts: `mcp_url` (MCP, streamable HTTP) and `tools_url` (REST: GET lists, POST /{name} calls), both
+with `token` as a bearer token. Tool calls go to the gateway directly, never through here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agentenv.errors import AgentEnvError, from_validation_error
+
+
+class StartRequest(BaseModel):
+    task: str | dict[str, Any] = Field(description="a built-in bundle's name, a bundle folder or task file on "
+                                                   "this server, or a task as JSON")
+    task_name: str | None = Field(None, description="which task of a bundle with several")
+    trainer_agents: list[str] = Field(min_length=1)
+    turn_timeout: float = Field(900, gt=0)
+    seed: int | None = None
+
+
+class NextTurn(BaseModel):
+    agent: str | None = None
+
+
+class EndTurn(BaseModel):
+    response: str
+
+
+class Abandon(BaseModel):
+    reason: str = "abandoned over HTTP"
+
+
+def create_app(settings, *, worker: bool = True) -> Starlette:
+    from agentenv.episodes import Episodes, EpisodeSpec
+    from agentenv.gateway import tokens
+    from agentenv.gateway.daemon import base_url
+
+    state: dict[str, Any] = {}
+    if settings.gateway.url:
+        admin = settings.gateway.admin_token
+    else:
+        admin = tokens.admin_token(tokens.load_or_create_key(settings.state_dir / "gateway" / "key"))
+    gateway_base = base_url(settings)
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    async def body_of(request: Request, model: type[BaseModel], what: str):
+        try:
+            raw = await request.body()
+            return model.model_validate(json.loads(raw) if raw else {})
+        except ValueError as e:
+            if isinstance(e, ValidationError):
+                raise AgentEnvError(str(from_validation_error(e, what))) from None
+            raise AgentEnvError(f"{what}: the body is not JSON") from None
+
+    def endpoint(handler):
+        async def run(request: Request) -> Response:
+            token = tokens.bearer(request.headers.get("authorization"))
+            if not admin or token is None or not hmac.compare_digest(token, admin):
+                return error(401, "this needs the gateway's admin token (Authorization: Bearer aea_...)")
+            try:
+                return await handler(request)
+            except AgentEnvError as e:
+                return error(400, str(e))
+        return run
+
+    def episode(request: Request):
+        return state["episodes"].episode(request.path_params["episode"])
+
+    async def start(request: Request) -> Response:
+        body = await body_of(request, StartRequest, "episode")
+        if isinstance(body.task, dict):
+            from agentenv.spec.loader import parse_task
+
+            task = parse_task(body.task, "the posted task")
+        else:
+            from agentenv.spec.task import TaskSpec
+
+            task = TaskSpec.get(body.task, body.task_name)
+        spec = EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
+        started = await state["episodes"].start(spec)
+        return JSONResponse({"episode": started.run_id}, status_code=201)
+
+    async def next_turn(request: Request) -> Response:
+        body = await body_of(request, NextTurn, "next-turn")
+        turn = await episode(request).next_turn(body.agent)
+        if turn is None:
+            return JSONResponse({"turn": None})
+        offer = turn.offer.model_dump(mode="json")
+        if turn.offer.env:
+            offer["token"] = await turn.token()
+            offer["tools_url"] = f"{gateway_base}/envs/{turn.offer.env}/tools"
+        return JSONResponse({"turn": offer})
+
+    async def end_turn(request: Request) -> Response:
+        body = await body_of(request, EndTurn, "end")
+        await episode(request).end_turn(request.path_params["turn"], body.response)
+        return JSONResponse({"ended": request.path_params["turn"]})
+
+    async def abandon(request: Request) -> Response:
+        body = await body_of(request, Abandon, "abandon")
+        await episode(request).abandon(body.reason)
+        return JSONResponse({"abandoned": body.reason})
+
+    async def result(request: Request) -> Response:
+        played = episode(request)
+        scores = await played.result()
+        return JSONResponse({"status": played.state.status.value, "score": played.state.score, "scores": scores,
+                             "error": played.state.error})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        state["episodes"] = await Episodes.connect(settings, worker=worker)
+        yield
+        await state["episodes"].close()
+
+    return Starlette(routes=[
+        Route("/episodes", endpoint(start), methods=["POST"]),
+        Route("/episodes/{episode}/next-turn", endpoint(next_turn), methods=["POST"]),
+        Route("/episodes/{episode}/turns/{turn:path}/end", endpoint(end_turn), methods=["POST"]),
+        Route("/episodes/{episode}/abandon", endpoint(abandon), methods=["POST"]),
+        Route("/episodes/{episode}/result", endpoint(result), methods=["GET"]),
+    ], lifespan=lifespan)
