@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import agents  # noqa: E402
 import cli_help  # noqa: E402
+import episodes  # noqa: E402
 import executor  # noqa: E402
 import gateway  # noqa: E402
 import hello  # noqa: E402
@@ -24,7 +25,8 @@ import world  # noqa: E402
 def main() -> None:
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}")
     results = {"cli_help": cli_help.measure(), "hello": hello.measure(), "executor": executor.measure(),
-               "gateway": gateway.measure(), "world": world.measure(), "agents": agents.measure()}
+               "gateway": gateway.measure(), "world": world.measure(), "agents": agents.measure(),
+               "episodes": episodes.measure()}
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=2))

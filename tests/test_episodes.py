@@ -235,3 +235,13 @@ async def test_gymnasium_style_adapter(settings, worker):
         assert observation == {"turn": None}
     finally:
         await asyncio.to_thread(env.close)
+
+
+def test_the_readme_names_import_lazily():
+    import subprocess
+    import sys
+
+    code = ("import sys, agentenv; assert 'agentenv.episodes' not in sys.modules; "
+            "from agentenv import EpisodeSpec, Task; print(Task.get('refund').id, EpisodeSpec.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["refund", "EpisodeSpec"], done.stderr
