@@ -8,6 +8,7 @@ import os
 import re
 import select
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -198,9 +199,17 @@ def test_models_fake_says_no_key_is_needed_and_refuses_bad_input(home_env, tmp_p
     try:
         proc.stdout.readline()
         assert "no API key needed" in proc.stdout.readline()
+        deadline = time.monotonic() + 30
+        while True:  # interrupt it serving, as a user would (not half-way through starting)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+                time.sleep(0.1)
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=15)
+        proc.communicate(timeout=30)
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     done = cli("models", "fake", "--port", str(free_port()), "--scripts", str(bad), env=home_env)
