@@ -68,11 +68,23 @@ class ModelSettings(_Section):
     temperature: float = Field(0.0, ge=0, le=2)
 
 
+class SandboxSettings(_Section):
+    """Where sandboxed envs and agents run: a provider name or a fallback chain ("docker,local")."""
+
+    envs: str = Field("local", description="default provider for environments (steps and apps can override)")
+    agents: str = Field("local", description="default provider for agents")
+    ttl_hours: float = Field(6.0, gt=0, description="a sandbox older than this is reaped whatever its run")
+    reap_every: float = Field(300.0, ge=0, description="seconds between a worker's reaper passes (0 = never)")
+    modal_app: str = Field("agentenv", description="the Modal app sandboxes are created in")
+    e2b_template: str = Field("base", description="the E2B template for sandboxes without an image")
+
+
 class Settings(_Section):
     state_dir: Path
     temporal: TemporalSettings = TemporalSettings()
     server: ServerSettings = ServerSettings()
     gateway: GatewaySettings = GatewaySettings()
+    sandboxes: SandboxSettings = SandboxSettings()
     models: dict[str, ModelSettings] = Field(default_factory=dict, description="by purpose: default, agent, "
                                                                                "persona, judge")
     config_file: Path | None = Field(None, exclude=True)
@@ -151,6 +163,8 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "AGENTENV_GATEWAY_URL": ("gateway", "url"),
     "AGENTENV_GATEWAY_TOKEN": ("gateway", "admin_token"),
     "AGENTENV_GATEWAY_PORT": ("gateway", "port"),
+    "AGENTENV_ENV_PROVIDER": ("sandboxes", "envs"),
+    "AGENTENV_AGENT_PROVIDER": ("sandboxes", "agents"),
 }
 _MODEL_ENV = {"AGENTENV_MODEL_BASE_URL": "base_url", "AGENTENV_MODEL": "model", "AGENTENV_MODEL_API_KEY": "api_key"}
 

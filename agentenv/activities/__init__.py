@@ -27,6 +27,7 @@ PACE = "agentenv.pace"
 PROMPT_MARKS = "agentenv.prompt_marks"
 AGENT_ASK = "agentenv.agent_ask"
 PROMPT_FINISH = "agentenv.prompt_finish"
+RELEASE_SANDBOXES = "agentenv.release_sandboxes"
 
 # Outputs travel through workflow history: keep them to decisions and small facts.
 MAX_OUTPUT_BYTES = 64 * 1024
@@ -97,6 +98,18 @@ class RunActivities:
     async def record_run(self, state: RunState) -> None:
         """Upsert the run's record: runs stay listable without Temporal and after its retention."""
         self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
+
+    @activity.defn(name=RELEASE_SANDBOXES)
+    async def release_sandboxes(self, run_id: str, instances: list[str]) -> dict[str, Any]:
+        """At the run's end (done, failed or cancelled): retire its sandboxed instances, remove its sandboxes."""
+        from agentenv.providers.apps import remove_sandboxes
+        from agentenv.steps.builtin.envs import retire_instance
+
+        gateway = await self._gateway()
+        for instance in instances:
+            await retire_instance(gateway, self.stores, run_id, instance)
+        removed = await remove_sandboxes(self.settings, run_id)
+        return {"instances": len(instances), "sandboxes": len(removed)}
 
     async def _gateway(self):
         from agentenv.steps import StepContext

@@ -64,15 +64,25 @@ class EnvInstance:
         inst = cls(spec, folder)
         try:
             for ref in spec.apps:
-                target = APPS.get(ref.app, ref.app)
-                app_cls = load_app_class(target)
-                name = ref.name or app_cls.name
-                if name in inst.apps:
-                    raise CompositionError(f"two apps are named {name!r} in instance {spec.id}; give one a `name`")
-                app_folder = folder / "apps" / name
-                app = (await RemoteApp.spawn(target, name, app_folder) if ref.run == "subprocess"
-                       else AppInstance(app_cls, app_folder))
-                inst.apps[name] = app
+                if ref.sandbox is not None:
+                    raise CompositionError(f"app {ref.name!r} runs in a sandbox, which the deploy_env step starts; "
+                                           "the gateway takes its `url`")
+                if ref.url is not None:
+                    name = ref.name
+                    if name in inst.apps:
+                        raise CompositionError(f"two apps are named {name!r} in instance {spec.id}")
+                    inst.apps[name] = app = await RemoteApp.connect(name, ref.url, ref.path)
+                else:
+                    target = APPS.get(ref.app, ref.app)
+                    app_cls = load_app_class(target)
+                    name = ref.name or app_cls.name
+                    if name in inst.apps:
+                        raise CompositionError(f"two apps are named {name!r} in instance {spec.id}; give one a "
+                                               "`name`")
+                    app_folder = folder / "apps" / name
+                    app = (await RemoteApp.spawn(target, name, app_folder) if ref.run == "subprocess"
+                           else AppInstance(app_cls, app_folder))
+                    inst.apps[name] = app
                 for tool in app.tools.values():
                     exposed = ref.prefix + tool.name
                     if exposed in inst.tools:
@@ -179,6 +189,8 @@ class EnvInstance:
                 tar.extractall(tmp, members=list(members.values()), filter="data")
             for name, app in self.apps.items():
                 if isinstance(app, RemoteApp):
+                    if not app.data_plane:
+                        continue  # a plain MCP server keeps no data the framework can restore
                     await app.reset()
                     await app.load(json.loads((Path(tmp) / f"{name}.json").read_text()))
                 else:

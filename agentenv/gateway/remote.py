@@ -1,5 +1,7 @@
 """An app served by its own process and reached like any remote env server: MCP for tools, the
-open agentenv protocol's data plane for data. Used for `run = "subprocess"` apps.
+open agentenv protocol's data plane for data. Used for `run = "subprocess"` apps, sandboxed apps and
+apps at a URL. A plain MCP server (no agentenv card) has no data plane: it holds no data to load,
+reset, export or snapshot.
 
 The MCP session lives in one background task (the SDK's client must be entered and left in the same
 task); calls reach it through a queue and run concurrently inside it.
@@ -34,8 +36,9 @@ def _free_port() -> int:
 
 
 class RemoteApp:
-    def __init__(self, name: str, base_url: str, proc: subprocess.Popen | None) -> None:
-        self.name, self.base_url, self.proc = name, base_url.rstrip("/"), proc
+    def __init__(self, name: str, base_url: str, proc: subprocess.Popen | None, mcp_path: str = "/mcp") -> None:
+        self.name, self.base_url, self.proc, self.mcp_path = name, base_url.rstrip("/"), proc, mcp_path
+        self.data_plane = True
         self.tools: dict[str, ToolInfo] = {}
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=600, verify=tls.context())
         self._calls: asyncio.Queue = asyncio.Queue()
@@ -54,6 +57,29 @@ class RemoteApp:
         app = cls(name, f"http://127.0.0.1:{port}", proc)
         try:
             await app._wait_ready(folder / "server.log")
+            await app._connect()
+        except BaseException:
+            await app.close()
+            raise
+        return app
+
+    @classmethod
+    async def connect(cls, name: str, base_url: str, mcp_path: str = "/mcp",
+                      timeout: float = START_TIMEOUT) -> RemoteApp:
+        """Reach a running MCP server (e.g. in a sandbox), waiting up to `timeout` for it to listen."""
+        app = cls(name, base_url, None, mcp_path)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    card = await app._http.get("/.well-known/agent-env.json")
+                    break
+                except httpx.TransportError as e:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"app {name!r} did not answer at {app.base_url} within {timeout:.0f}s "
+                                           f"({type(e).__name__})") from None
+                    await asyncio.sleep(0.02)
+            app.data_plane = card.status_code == 200
             await app._connect()
         except BaseException:
             await app.close()
@@ -83,7 +109,7 @@ class RemoteApp:
         from mcp import Client
 
         try:
-            async with Client(f"{self.base_url}/mcp") as client:
+            async with Client(f"{self.base_url}{self.mcp_path}") as client:
                 listed = (await client.list_tools()).tools
                 self.tools = {t.name: ToolInfo(
                     name=t.name, app=self.name, description=t.description or "", input_schema=t.input_schema,
@@ -127,6 +153,8 @@ class RemoteApp:
     # -- data plane, over the protocol's JSON-RPC --
 
     async def _rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not self.data_plane:
+            raise ToolError(f"app {self.name!r} is a plain MCP server: it has no data plane ({method})")
         answer = (await self._http.post("/agentenv", json={"jsonrpc": "2.0", "id": 1, "method": method,
                                                           "params": params or {}})).json()
         if "error" in answer:
@@ -135,7 +163,8 @@ class RemoteApp:
         return answer["result"]
 
     async def reset(self) -> None:
-        await self._rpc("data/reset")
+        if self.data_plane:
+            await self._rpc("data/reset")
 
     async def load(self, data: dict[str, Any], *, key: str | None = None) -> None:
         part: dict[str, Any] = {"kind": "data", "data": data}
@@ -145,6 +174,8 @@ class RemoteApp:
 
     async def export(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
+        if not self.data_plane:
+            return data  # nothing the framework can see or restore
         for part in (await self._rpc("data/get"))["parts"]:
             if part.get("kind") == "data":
                 data.update(part["data"])

@@ -100,7 +100,10 @@ class Gateway:
         return await self._open(InstanceSpec.model_validate(doc))
 
     async def _open(self, spec: InstanceSpec) -> EnvInstance:
-        inst = await EnvInstance.open(spec, self.folder(spec.id))
+        try:
+            inst = await EnvInstance.open(spec, self.folder(spec.id))
+        except (OSError, RuntimeError) as e:  # a remote app that does not answer (stopped, or not up yet)
+            raise GatewayError(502, f"instance {spec.id}: {e}") from None
         if spec.id in self._instances:  # opened meanwhile by a concurrent request: keep that one
             await inst.close()
             return self._instances[spec.id]
@@ -141,9 +144,12 @@ class Gateway:
     async def delete(self, instance_id: str, *, keep_data: bool = False) -> bool:
         try:
             inst = await self.get(instance_id)
-        except GatewayError:
-            return False
-        await inst.close()
+        except GatewayError as e:
+            if e.status == 404:
+                return False
+            inst = None  # its remote apps are gone (a stopped sandbox): forget it all the same
+        if inst is not None:
+            await inst.close()
         self._instances.pop(instance_id, None)
         self._tokens.pop(instance_id, None)
         self._channels.pop(instance_id, None)
@@ -327,7 +333,8 @@ class Gateway:
             await self.delivery.send(inst.world.run_id, hit, watch.barrier_s)
 
     async def read_trajectory(self, instance_id: str, after: int = 0, *, last: bool = False) -> list[dict[str, Any]]:
-        await self.get(instance_id)
+        if instance_id not in self._instances and self.store.get(COLLECTION, instance_id) is None:
+            raise GatewayError(404, f"no environment instance {instance_id!r} on this gateway")
         await asyncio.to_thread(self.trajectory.flush)  # the gateway serves others meanwhile
         return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after, last=last)
 

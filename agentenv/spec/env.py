@@ -16,14 +16,65 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class SandboxApp(_Spec):
+    """An app that is any MCP server (streamable HTTP), run in a sandbox: a container built from a
+    Dockerfile, an image, or (with the local provider) a command."""
+
+    build: str | None = Field(None, description="a folder with a Dockerfile, relative to the env record's folder")
+    image: str | None = Field(None, description="an image to run instead of building one")
+    command: list[str] | None = Field(None, description="what to run (default: the image's CMD); the local "
+                                                        "provider needs it")
+    port: int = Field(8000, ge=1, le=65535, description="the port the server listens on ($PORT is set to it)")
+    host_port: int | None = Field(None, ge=1, le=65535, description="publish on this host port (default: a free one)")
+    path: str = Field("/mcp", pattern=r"^/", description="the MCP endpoint's path")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables (no secrets: they are "
+                                                                  "recorded with the run)")
+    cpus: float | None = Field(None, gt=0, le=64)
+    memory_mb: int | None = Field(None, ge=16)
+    network: Literal["open", "none"] | list[str] = Field(
+        "open", description="\"open\", \"none\" (no route out) or a list of CIDRs it may reach")
+    provider: str | None = Field(None, description="sandbox provider or fallback chain (default: [sandboxes] envs)")
+    ttl_hours: float | None = Field(None, gt=0, description="reaped after this long whatever its run")
+
+    @model_validator(mode="after")
+    def _source(self) -> SandboxApp:
+        if not (self.build or self.image or self.command):
+            raise ValueError("a sandboxed app needs `build` (a folder with a Dockerfile), `image` or `command`")
+        if self.build and self.image:
+            raise ValueError("give either `build` or `image`, not both")
+        from agentenv.providers.base import Network
+
+        Network.parse(self.network)
+        return self
+
+
 class AppRef(_Spec):
-    app: str = Field(description="a built-in app (notes, mail, chat, helpdesk, billing) or MODULE:Class")
+    app: str | None = Field(None, description="a built-in app (notes, mail, chat, helpdesk, billing) or "
+                                              "MODULE:Class")
+    sandbox: SandboxApp | None = Field(None, description="instead of `app`: an MCP server run in a sandbox")
+    url: str | None = Field(None, pattern=r"^https?://", description="instead of `app`: a running MCP server's base "
+                                                                    "URL (its endpoint is `path` under it)")
+    path: str = Field("/mcp", pattern=r"^/", description="with `url`: the MCP endpoint's path")
     name: str | None = Field(None, pattern=NAME, description="name within the environment (default: the app's)")
     prefix: str = Field("", pattern=r"^([a-z][a-z0-9_]{0,19}_)?$",
                         description="prepended to its tool names, to tell two apps' tools apart")
     run: Literal["in_process", "subprocess"] = Field(
         "in_process", description="in the gateway's process (fastest), or in a process of its own, reached "
                                   "over MCP and the data plane like any remote env server")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AppRef:
+        if sum(x is not None for x in (self.app, self.sandbox, self.url)) != 1:
+            raise ValueError("an app is exactly one of `app` (a Python app), `sandbox` (an MCP server in a "
+                             "sandbox) or `url` (a running MCP server)")
+        if self.app is None and self.name is None:
+            raise ValueError("a sandboxed or remote app needs a `name`")
+        return self
+
+    @property
+    def remote(self) -> bool:
+        """Its tools are only known once it runs."""
+        return self.app is None
 
 
 class RoleSpec(_Spec):
@@ -69,6 +120,9 @@ def check_composition(apps: list[AppRef], roles: dict[str, RoleSpec]) -> None:
     from agentenv.errors import BadInput
 
     for ref in apps:
+        if ref.remote:
+            seen.add(ref.name)
+            continue
         try:
             app_cls = load_app_class(APPS.get(ref.app, ref.app))
         except BadInput as e:
@@ -83,5 +137,7 @@ def check_composition(apps: list[AppRef], roles: dict[str, RoleSpec]) -> None:
                 raise ValueError(f"{name}.{tool.name} and {entries[exposed].qualified} are both exposed as "
                                  f"{exposed!r}; give one app a `prefix` (e.g. prefix = \"{name}_\")")
             entries[exposed] = ToolEntry(exposed, f"{name}.{tool.name}", tool.hidden)
+    if any(ref.remote for ref in apps):
+        return  # roles are checked against the real tools when the environment is deployed
     for role, spec in roles.items():
         allowed_tools(role, spec, list(entries.values()))

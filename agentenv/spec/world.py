@@ -389,13 +389,16 @@ def world_problems(task: Any, bundle: Any) -> list[tuple[tuple, str]]:
     return problems
 
 
-def _exposed_tools(record: Any) -> set[str]:
+def _exposed_tools(record: Any) -> set[str] | None:
+    """The tools an environment exposes; None when an app's tools are only known once it runs."""
     from agentenv.envs.builtin import APPS
     from agentenv.envs.instance import load_app_class
     from agentenv.gateway.mcp_tools import GET_TIME
 
     tools = {GET_TIME}
     for ref in record.apps:
+        if ref.remote:
+            return None
         app_cls = load_app_class(APPS.get(ref.app, ref.app))
         tools |= {ref.prefix + name for name in app_cls.tools}
     return tools
@@ -406,6 +409,8 @@ def _env_tool_problems(env: str, tools: list[str], envs: dict, where: tuple) -> 
         return [(where + ("env",), f"{env!r} is not a deploy_env step of this task "
                                    f"(environments: {', '.join(envs) or 'none'})")]
     known = envs[env][0]
+    if known is None:
+        return []  # a sandboxed app's tools: checked when it is deployed
     return [(where + ("tool",), f"environment {env!r} has no tool {tool!r} (tools: {', '.join(sorted(known))})")
             for tool in tools if tool not in known]
 

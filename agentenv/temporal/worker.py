@@ -24,7 +24,8 @@ def create_worker(client: Client, settings: Settings, *, identity: str | None = 
         task_queue=settings.temporal.task_queue,
         workflows=[TaskRun],
         activities=[activities.run_step, activities.record_run, activities.world_action, activities.push_world,
-                    activities.pace, activities.prompt_marks, activities.agent_ask, activities.prompt_finish],
+                    activities.pace, activities.prompt_marks, activities.agent_ask, activities.prompt_finish,
+                    activities.release_sandboxes],
         identity=identity,
         # After a worker dies, its cached workflows move to another worker this soon.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=5),

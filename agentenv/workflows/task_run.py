@@ -53,6 +53,7 @@ PACE = "agentenv.pace"
 PROMPT_MARKS = "agentenv.prompt_marks"
 AGENT_ASK = "agentenv.agent_ask"
 PROMPT_FINISH = "agentenv.prompt_finish"
+RELEASE_SANDBOXES = "agentenv.release_sandboxes"
 UPDATES_PER_RUN = 1500  # continue-as-new before this many updates (Temporal takes at most 2,000 per run)
 QUICK_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10))
 PACE_CHUNK = 0.5  # real seconds per pacing wait: each renews the gateway's lease on the clock
@@ -673,12 +674,32 @@ class TaskRun:
             result["virtual_time"] = _iso(self.world.now(self._now_real()))
             result["events"] = len(self.world.state.events)
         workflow.upsert_memo({"result": result})
+        await self._release_sandboxes()
         await self._record()
+
+    async def _release_sandboxes(self) -> None:
+        """Sandboxes never outlive their run; if this fails the reaper removes them (their run is over)."""
+        instances = [f"{self.inp.run_id}.{sid}" for sid, plan in self.plans.items()
+                     if plan.type == "deploy_env" and _has_sandboxes(plan.config)
+                     and self.state.steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
+        if not instances:
+            return
+        try:
+            await workflow.execute_activity(
+                RELEASE_SANDBOXES, args=[self.inp.run_id, instances], result_type=dict,
+                start_to_close_timeout=timedelta(minutes=5), retry_policy=RetryPolicy(maximum_attempts=5))
+        except ActivityError as e:
+            workflow.logger.warning("releasing sandboxes failed (the reaper will remove them): %s", e.cause or e)
 
     async def _record(self) -> None:
         await workflow.execute_local_activity(
             RECORD_RUN, self.state, start_to_close_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY
         )
+
+
+def _has_sandboxes(config: dict[str, Any]) -> bool:
+    record = config.get("record") or {}
+    return any(isinstance(app, dict) and app.get("sandbox") for app in record.get("apps", []))
 
 
 def _played_by_trainer(plan: StepPlan, config: dict[str, Any]) -> bool:

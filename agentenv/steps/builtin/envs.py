@@ -50,8 +50,12 @@ class DeployConfig(StepConfig):
     agents: dict[str, str] = Field(default_factory=dict, description="agent -> role; default: one agent per role")
     load_data: bool = Field(True, description="load the environment's default data")
     now: datetime | None = Field(None, description="a fixed time for this world (RFC 3339)")
+    provider: str | None = Field(None, description="sandbox provider (or chain, \"docker,local\") for its "
+                                                   "sandboxed apps; default: the app's, then [sandboxes] envs")
     record: EnvRecord | None = Field(None, description="filled in when the run is planned")
     artifacts: list[str] = Field(default_factory=list, description="filled in when the run is planned")
+    builds: dict[str, str] = Field(default_factory=dict, description="filled in when the run is planned: app -> "
+                                                                     "its build context's object key")
 
     @model_validator(mode="after")
     def _env_exists(self, info: ValidationInfo) -> DeployConfig:
@@ -75,17 +79,20 @@ class DeployConfig(StepConfig):
 def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     """Pin the environment record in the run, and its data files as artifacts in the object store."""
     from agentenv.bundles import find_env
+    from agentenv.providers.apps import pin_build
 
     record, folder = find_env(plan.bundle, config["env"])
     config["record"] = record.model_dump(mode="json")
     config["artifacts"] = [store_artifact(plan, (folder / f).read_bytes()) for f in record.data] if folder else []
+    config["builds"] = {app.name: pin_build(plan.stores, folder, app.sandbox.build)
+                        for app in record.apps if app.sandbox and app.sandbox.build and folder}
     return config
 
 
 def quick_deploy(config: dict[str, Any]) -> bool:
     """Apps in the gateway's own process and little data: done in milliseconds, so a local activity."""
     record = config.get("record") or {}
-    return all((app.get("run") or "in_process") == "in_process" and not app.get("image") for app in record.get("apps", [])) \
+    return all((app.get("run") or "in_process") == "in_process" and app.get("app") for app in record.get("apps", [])) \
         and len(config.get("artifacts") or []) <= 1
 
 
@@ -97,9 +104,17 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     record = config.record or EnvRecord.for_app(config.env)
     gateway = await ctx.gateway()
     instance = instance_id(ctx, ctx.step_id)
+    apps, sandboxes = [], []
+    for ref in record.apps:
+        if ref.sandbox is None:
+            apps.append(ref.model_dump(exclude_defaults=True))
+            continue
+        provider, sandbox = await _start_sandbox(ctx, config, instance, ref)
+        sandboxes.append({"app": ref.name, "provider": provider, "id": sandbox.info.id, "url": sandbox.url})
+        apps.append({"name": ref.name, "url": sandbox.url, "path": ref.sandbox.path, "prefix": ref.prefix})
     await gateway.put_instance({
         "id": instance, "run_id": ctx.run_id, "env": record.name,
-        "apps": [a.model_dump() for a in record.apps],
+        "apps": apps,
         "roles": {name: role.model_dump() for name, role in record.roles.items()},
         "agents": config.agents, "now": config.now.isoformat() if config.now else None,
     })
@@ -115,7 +130,29 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         # Tokens are secrets and stay out of run history: these references are resolved when needed.
         "agents": {agent: {"role": role, "token_ref": f"gateway-token:{instance}/{agent}"}
                    for agent, role in described["agents"].items()},
+        **({"sandboxes": sandboxes} if sandboxes else {}),
     }
+
+
+async def _start_sandbox(ctx: StepContext, config: DeployConfig, instance: str, ref) -> tuple[str, Any]:
+    """Start (or, on a retry, find) the app's sandbox; builds an image from its pinned context if needed."""
+    from agentenv.providers import registry
+    from agentenv.providers.apps import sandbox_spec, unpack_build
+    from agentenv.providers.base import ProviderUnavailable, SandboxFailed
+
+    build = None
+    if ref.sandbox.build:
+        key = config.builds.get(ref.name)
+        if key is None:
+            raise StepFailed(f"app {ref.name!r}: its build context was not pinned when the run was planned")
+        build = unpack_build(ctx.settings, ctx.stores, key, ref.name)
+    spec = sandbox_spec(ctx.settings, ctx.run_id, instance, ref, build)
+    chain = config.provider or ref.sandbox.provider or ctx.settings.sandboxes.envs
+    try:
+        provider, sandbox = await registry.create(chain, spec, ctx.settings)
+    except (ProviderUnavailable, SandboxFailed) as e:
+        raise StepFailed(f"app {ref.name!r}: {e}") from None
+    return provider.name, sandbox
 
 
 # -- data --
@@ -283,18 +320,27 @@ class TeardownConfig(EnvStep):
 
 @step_type("teardown_env", config=TeardownConfig, timeout="5m", step_refs=("env",))
 async def teardown_env(ctx: StepContext, config: TeardownConfig) -> dict:
-    """Stop serving an environment; its trajectory is kept in the object store first."""
+    """Stop serving an environment and its sandboxes; its trajectory is kept in the object store first."""
+    from agentenv.providers.apps import remove_sandboxes
+
+    instance = instance_id(ctx, config.env)
+    outputs = await retire_instance(await ctx.gateway(), ctx.stores, ctx.run_id, instance, keep_data=config.keep_data)
+    if removed := await remove_sandboxes(ctx.settings, ctx.run_id, owner=instance):
+        outputs["sandboxes_removed"] = len(removed)
+    return outputs
+
+
+async def retire_instance(gateway, stores, run_id: str, instance: str, *, keep_data: bool = False) -> dict:
+    """Keep the instance's trajectory in the object store, then stop serving it (idempotent)."""
     from agentenv.gateway.client import GatewayRefused
 
-    gateway = await ctx.gateway()
-    instance = instance_id(ctx, config.env)
-    key = f"runs/{ctx.run_id}/trajectories/{instance}.jsonl"
+    key = f"runs/{run_id}/trajectories/{instance}.jsonl"
     try:
         entries = await gateway.trajectory(instance)
     except GatewayRefused as e:
         if e.status != 404:
             raise
-        return {"instance": instance, "trajectory": key if ctx.stores.objects.exists(key) else None}
-    ctx.stores.objects.put(key, "".join(json.dumps(e) + "\n" for e in entries).encode())
-    await gateway.delete_instance(instance, keep_data=config.keep_data)
+        return {"instance": instance, "trajectory": key if stores.objects.exists(key) else None}
+    stores.objects.put(key, "".join(json.dumps(e) + "\n" for e in entries).encode())
+    await gateway.delete_instance(instance, keep_data=keep_data)
     return {"instance": instance, "trajectory": key, "calls": len(entries)}

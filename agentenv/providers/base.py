@@ -1,0 +1,185 @@
+"""What every sandbox provider offers: create a sandbox, run commands in it, move files in and out,
+reach a port, stop it, and list what belongs to a run.
+
+A sandbox is labelled with its run id and an expiry time when it is created, so whatever happens to the
+process that created it (SIGKILL, a lost worker, a terminated run) the reaper can find and remove it.
+Providers are async; SDKs that block are called in a thread.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentenv.errors import AgentEnvError, BadInput
+
+# Labels (Docker), tags (Modal) and metadata (E2B) carry these keys.
+LABEL_RUN = "agentenv.run"
+LABEL_NAME = "agentenv.name"
+LABEL_EXPIRES = "agentenv.expires"
+LABEL_OWNER = "agentenv.owner"  # e.g. the env instance; `teardown_env` stops what it owns
+
+DEFAULT_TTL = 6 * 3600.0
+SANDBOX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]{0,127}$")
+
+
+class ProviderUnavailable(AgentEnvError):
+    """The provider cannot be used here (no daemon, no SDK, no credentials): a fallback chain tries the next."""
+
+    exit_code = 3
+
+
+class SandboxFailed(AgentEnvError):
+    """The sandbox could not be built or started for a reason the user must fix (a broken Dockerfile)."""
+
+
+class Network(BaseModel):
+    """`open` (default), `none`, or an allowlist of addresses (IPs or CIDRs) the sandbox may reach."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["open", "none", "allowlist"] = "open"
+    allow: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def parse(cls, value: Any) -> Network:
+        if isinstance(value, Network):
+            return value
+        if value in (None, "open"):
+            return cls()
+        if value == "none":
+            return cls(mode="none")
+        if isinstance(value, list):
+            import ipaddress
+
+            for item in value:
+                try:
+                    ipaddress.ip_network(item, strict=False)
+                except ValueError:
+                    raise ValueError(f"network allowlist entry {item!r} is not an IP address or CIDR "
+                                     "(e.g. \"10.0.0.0/8\")") from None
+            return cls(mode="allowlist", allow=list(value))
+        raise ValueError(f"network must be \"open\", \"none\" or a list of allowed CIDRs, not {value!r}")
+
+
+class SandboxSpec(BaseModel):
+    """What to run. Providers that cannot honour a field refuse it (see `Capabilities`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="unique per provider: retries of the same step find the same sandbox")
+    run_id: str
+    owner: str = ""
+    image: str | None = Field(None, description="an image to run (docker, modal)")
+    build: str | None = Field(None, description="a folder with a Dockerfile, built into the image")
+    command: list[str] | None = Field(None, description="what to run; default: the image's own command")
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int | None = Field(None, ge=1, le=65535, description="the port the sandbox serves on; exposed to the host")
+    host_port: int | None = Field(None, ge=1, le=65535, description="publish on this host port (default: a free one)")
+    cpus: float | None = Field(None, gt=0)
+    memory_mb: int | None = Field(None, ge=16)
+    network: Network = Field(default_factory=Network)
+    ttl: float = Field(DEFAULT_TTL, gt=0, description="seconds after which the reaper removes it whatever the run")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not SANDBOX_NAME.match(value):
+            raise ValueError("sandbox names are lowercase letters, digits, '.', '_' and '-' (max 128)")
+        return value
+
+    def labels(self) -> dict[str, str]:
+        return {LABEL_RUN: self.run_id, LABEL_NAME: self.name, LABEL_OWNER: self.owner,
+                LABEL_EXPIRES: f"{time.time() + self.ttl:.0f}"}
+
+
+class SandboxInfo(BaseModel):
+    """One sandbox as its provider lists it."""
+
+    provider: str
+    id: str
+    name: str
+    run_id: str
+    owner: str = ""
+    status: str = "running"
+    expires_at: float | None = None
+    url: str | None = None
+
+    @classmethod
+    def from_labels(cls, provider: str, id: str, labels: dict[str, str], **extra: Any) -> SandboxInfo:
+        expires = labels.get(LABEL_EXPIRES)
+        return cls(provider=provider, id=id, name=labels.get(LABEL_NAME, id), run_id=labels.get(LABEL_RUN, ""),
+                   owner=labels.get(LABEL_OWNER, ""), expires_at=float(expires) if expires else None, **extra)
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or time.time())
+
+
+class ExecResult(BaseModel):
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+class Capabilities(BaseModel):
+    isolated: bool = Field(description="the sandbox cannot see the host's files and processes")
+    build: bool = Field(False, description="builds images from a Dockerfile")
+    network: list[str] = Field(default_factory=lambda: ["open"], description="network modes it enforces")
+    resources: bool = Field(False, description="enforces cpus and memory_mb")
+    snapshot: bool = Field(False, description="can snapshot a sandbox's filesystem")
+
+
+class Sandbox(ABC):
+    """A running sandbox. `info.url` is where its port is reachable from the host (and the gateway)."""
+
+    def __init__(self, info: SandboxInfo) -> None:
+        self.info = info
+
+    @property
+    def url(self) -> str | None:
+        return self.info.url
+
+    @abstractmethod
+    async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult: ...
+
+    @abstractmethod
+    async def put_file(self, path: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    async def get_file(self, path: str) -> bytes: ...
+
+    @abstractmethod
+    async def stop(self) -> None: ...
+
+
+class Provider(ABC):
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    @abstractmethod
+    async def check(self) -> None:
+        """Raise ProviderUnavailable (naming what to start or install) when it cannot be used here."""
+
+    @abstractmethod
+    async def create(self, spec: SandboxSpec) -> Sandbox:
+        """Start a sandbox, or return the running one of the same name (retries are idempotent)."""
+
+    @abstractmethod
+    async def list(self, run_id: str | None = None) -> list[SandboxInfo]:
+        """Sandboxes this provider holds for agentenv, of one run or all."""
+
+    @abstractmethod
+    async def remove(self, sandbox_id: str) -> bool:
+        """Stop and delete a sandbox by id; False when it was already gone."""
+
+    def refuse_unsupported(self, spec: SandboxSpec) -> None:
+        caps = self.capabilities
+        if spec.network.mode not in caps.network:
+            raise BadInput(f"the {self.name} provider cannot enforce network {spec.network.mode!r} "
+                           f"(it supports: {', '.join(caps.network)})",
+                           "choose another provider for this sandbox, or relax its `network`")
+        if (spec.cpus or spec.memory_mb) and not caps.resources:
+            raise BadInput(f"the {self.name} provider cannot limit cpus or memory",
+                           "remove cpus/memory_mb, or use the docker, modal or e2b provider")

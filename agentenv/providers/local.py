@@ -1,0 +1,197 @@
+"""`local`: a sandbox is a process group in its own work folder under the state dir.
+
+Zero-config and fast, but NOT isolated: the process runs as you, sees your files and your network.
+Use it for trusted apps and development; use `docker` (or a cloud provider) for anything else.
+
+A sandbox's port is a free host port handed to the process as $PORT (and $HOST=127.0.0.1); a build
+context is copied into the work folder (the Dockerfile itself is not interpreted: `command` says what
+to run). Each sandbox's `sandbox.json` records its pid and the process's start time, so a reused pid
+is never mistaken for ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from agentenv.errors import BadInput
+from agentenv.providers.base import (
+    Capabilities,
+    ExecResult,
+    Provider,
+    Sandbox,
+    SandboxFailed,
+    SandboxInfo,
+    SandboxSpec,
+)
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None once it
+    has exited (a zombie counts as exited)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+class LocalSandbox(Sandbox):
+    def __init__(self, info: SandboxInfo, folder: Path) -> None:
+        super().__init__(info)
+        self.folder = folder
+        self.work = folder / "work"
+
+    def _path(self, path: str) -> Path:
+        target = (self.work / path.lstrip("/")).resolve()
+        if not target.is_relative_to(self.work.resolve()):
+            raise BadInput(f"path {path!r} escapes the sandbox's folder", "use a path inside the sandbox")
+        return target
+
+    async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult:
+        proc = await asyncio.create_subprocess_exec(
+            *command, cwd=self.work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise
+        return ExecResult(exit_code=proc.returncode or 0, stdout=out.decode(errors="replace"),
+                          stderr=err.decode(errors="replace"))
+
+    async def put_file(self, path: str, data: bytes) -> None:
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    async def get_file(self, path: str) -> bytes:
+        return self._path(path).read_bytes()
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(_stop_folder, self.folder)
+
+
+def _read(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "sandbox.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(meta: dict) -> bool:
+    pid = meta.get("pid")
+    return bool(pid) and _start_time(pid) == meta.get("started")
+
+
+def _stop_folder(folder: Path, grace: float = 3.0) -> bool:
+    meta = _read(folder)
+    existed = folder.exists()
+    if meta and _alive(meta):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(meta["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while _alive(meta) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(meta["pid"], os.WNOHANG)  # reap it if it is our child
+        if _alive(meta):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(meta["pid"], signal.SIGKILL)
+    shutil.rmtree(folder, ignore_errors=True)
+    return existed
+
+
+class LocalProvider(Provider):
+    name = "local"
+    capabilities = Capabilities(isolated=False, build=False, network=["open"], resources=False)
+
+    def __init__(self, settings) -> None:
+        self.root = Path(settings.state_dir) / "sandboxes" / "local"
+
+    async def check(self) -> None:
+        return None
+
+    def _info(self, folder: Path, meta: dict) -> SandboxInfo:
+        return SandboxInfo.from_labels(self.name, folder.name, meta["labels"], url=meta.get("url"),
+                                       status="running" if _alive(meta) else "exited")
+
+    async def create(self, spec: SandboxSpec) -> Sandbox:
+        folder = self.root / spec.name
+        meta = _read(folder)
+        if meta and _alive(meta):  # a retried step finds the sandbox it started
+            return LocalSandbox(self._info(folder, meta), folder)
+        if folder.exists():
+            await asyncio.to_thread(_stop_folder, folder)
+        if not spec.command:
+            raise BadInput(f"sandbox {spec.name!r} has no `command`: the local provider runs processes, not images",
+                           "give the app a `command` (run with $PORT set), or use the docker provider")
+        if spec.host_port is not None and _port_taken(spec.host_port):
+            raise SandboxFailed(f"port 127.0.0.1:{spec.host_port} is already in use",
+                                "free that port, or leave `host_port` unset to get a free one")
+        work = folder / "work"
+        work.mkdir(parents=True)
+        if spec.build:
+            shutil.copytree(spec.build, work, dirs_exist_ok=True)
+        port = spec.host_port or (_free_port() if spec.port else None)
+        env = {**os.environ, **spec.env, "HOST": "127.0.0.1"}
+        if port:
+            env["PORT"] = str(port)
+        with open(folder / "sandbox.log", "ab") as log:
+            try:
+                proc = subprocess.Popen(spec.command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=log, start_new_session=True)
+            except OSError as e:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise SandboxFailed(f"sandbox {spec.name!r} could not start {spec.command[0]!r}: {e}",
+                                    "check the app's `command`") from None
+        meta = {"pid": proc.pid, "started": _start_time(proc.pid), "labels": spec.labels(),
+                "url": f"http://127.0.0.1:{port}" if port else None, "command": spec.command}
+        tmp = folder / "sandbox.json.tmp"
+        tmp.write_text(json.dumps(meta))
+        tmp.replace(folder / "sandbox.json")
+        return LocalSandbox(self._info(folder, meta), folder)
+
+    async def list(self, run_id: str | None = None) -> list[SandboxInfo]:
+        out = []
+        for folder in sorted(self.root.glob("*")) if self.root.is_dir() else []:
+            meta = _read(folder)
+            if meta is None:
+                continue
+            info = self._info(folder, meta)
+            if run_id is None or info.run_id == run_id:
+                out.append(info)
+        return out
+
+    async def remove(self, sandbox_id: str) -> bool:
+        folder = self.root / sandbox_id
+        if not folder.is_relative_to(self.root) or "/" in sandbox_id or sandbox_id in ("", ".", ".."):
+            raise BadInput(f"{sandbox_id!r} is not a local sandbox id", "use an id from `agent-env sandboxes list`")
+        return await asyncio.to_thread(_stop_folder, folder)
+
+    def sandbox(self, info: SandboxInfo) -> LocalSandbox:
+        return LocalSandbox(info, self.root / info.id)
+

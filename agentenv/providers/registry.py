@@ -1,0 +1,113 @@
+"""Providers by name: the built-ins plus plugins from the `agentenv.providers` entry-point group.
+
+`"docker,local"` is a fallback chain: the first provider that is usable here creates the sandbox.
+A provider that is usable but fails (a broken Dockerfile) does not fall through: that is the user's
+error to see, not to hide behind another provider.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from agentenv.errors import BadInput
+from agentenv.providers.base import Provider, ProviderUnavailable, Sandbox, SandboxInfo, SandboxSpec
+
+if TYPE_CHECKING:
+    from agentenv.config import Settings
+
+ENTRY_POINT_GROUP = "agentenv.providers"
+BUILTIN = {
+    "local": "agentenv.providers.local:LocalProvider",
+    "docker": "agentenv.providers.docker:DockerProvider",
+    "modal": "agentenv.providers.modal:ModalProvider",
+    "e2b": "agentenv.providers.e2b:E2BProvider",
+}
+
+
+@functools.cache
+def _plugins() -> dict[str, object]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def names() -> list[str]:
+    return sorted({*BUILTIN, *_plugins()})
+
+
+def load(name: str, settings: Settings) -> Provider:
+    """One provider by name, constructed for these settings."""
+    name = name.strip()
+    if name in BUILTIN:
+        module, _, attr = BUILTIN[name].partition(":")
+        import importlib
+
+        cls = getattr(importlib.import_module(module), attr)
+    elif name in _plugins():
+        try:
+            cls = _plugins()[name].load()
+        except Exception as e:  # noqa: BLE001 - a broken plugin is the user's to fix
+            raise BadInput(f"sandbox provider plugin {name!r} failed to load: {e}",
+                           "fix or uninstall the package that provides it") from None
+    else:
+        import difflib
+
+        close = difflib.get_close_matches(name, names(), n=1)
+        raise BadInput(f"no sandbox provider named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                       f"use one of: {', '.join(names())}, or install a plugin in the {ENTRY_POINT_GROUP!r} "
+                       "entry-point group")
+    if not (isinstance(cls, type) and issubclass(cls, Provider)):
+        raise BadInput(f"sandbox provider {name!r} is not a Provider subclass",
+                       "its entry point must name a class deriving from agentenv.providers.Provider")
+    return cls(settings)
+
+
+def parse_chain(value: str) -> list[str]:
+    chain = [n.strip() for n in value.split(",") if n.strip()]
+    if not chain:
+        raise BadInput("an empty sandbox provider", "name one, e.g. \"docker\" or \"docker,local\"")
+    return chain
+
+
+async def create(chain: str, spec: SandboxSpec, settings: Settings) -> tuple[Provider, Sandbox]:
+    """Create the sandbox on the first usable provider of the chain."""
+    reasons = []
+    for name in parse_chain(chain):
+        provider = load(name, settings)
+        try:
+            await provider.check()
+        except ProviderUnavailable as e:
+            reasons.append(f"{name}: {e}")
+            continue
+        provider.refuse_unsupported(spec)
+        return provider, await provider.create(spec)
+    if len(reasons) == 1:
+        raise ProviderUnavailable(*_split(reasons[0]))
+    raise ProviderUnavailable("no sandbox provider of the chain " + repr(chain) + " is usable here:\n  "
+                              + "\n  ".join(reasons), "start or configure one of them")
+
+
+def _split(reason: str) -> tuple[str, str | None]:
+    problem, _, fix = reason.partition("\n  fix: ")
+    return problem, fix or None
+
+
+async def usable(settings: Settings, names_: list[str] | None = None) -> list[Provider]:
+    """The providers that can be asked about their sandboxes here (for `sandboxes list` and the reaper)."""
+    found = []
+    for name in names_ or names():
+        try:
+            provider = load(name, settings)
+            await provider.check()
+        except (ProviderUnavailable, BadInput):
+            continue
+        found.append(provider)
+    return found
+
+
+async def list_all(settings: Settings, run_id: str | None = None) -> list[SandboxInfo]:
+    out: list[SandboxInfo] = []
+    for provider in await usable(settings):
+        out.extend(await provider.list(run_id))
+    return out
