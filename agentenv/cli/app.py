@@ -39,6 +39,9 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(models_app, name="models")
 app.add_typer(agents_app, name="agents")
+sandboxes_app = typer.Typer(help="Sandboxes (containers, processes, cloud VMs) that runs started for their envs and "
+                            "agents.", no_args_is_help=True)
+app.add_typer(sandboxes_app, name="sandboxes")
 episodes_app = typer.Typer(help="Trainer episodes: play a task's agents from your own loop.", no_args_is_help=True)
 app.add_typer(episodes_app, name="episodes")
 
@@ -355,3 +358,28 @@ def episodes_serve(
     from agentenv.cli.episodes_cmd import serve_command
 
     raise typer.Exit(serve_command(host, port, worker))
+
+
+@sandboxes_app.command("list")
+def sandboxes_list(
+    run: Annotated[str | None, typer.Option("--run", help="Only this run's sandboxes.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the sandboxes as JSON.")] = False,
+) -> None:
+    """List sandboxes on every usable provider: provider, id, run, owner, status, expiry, and whether the
+    reaper would remove it (its run is over, or it is past its TTL)."""
+    from agentenv.cli.sandboxes_cmd import list_command
+
+    raise typer.Exit(list_command(run, json_out))
+
+
+@sandboxes_app.command("reap")
+def sandboxes_reap(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
+    everything: Annotated[bool, typer.Option("--all", help="Remove every agentenv sandbox, even of running runs.")
+                          ] = False,
+) -> None:
+    """Remove sandboxes whose run is over (ended, failed, cancelled, terminated, timed out or unknown) or
+    that are past their TTL. Workers do this every [sandboxes] reap_every seconds."""
+    from agentenv.cli.sandboxes_cmd import reap_command
+
+    raise typer.Exit(reap_command(dry_run, everything))

@@ -145,10 +145,18 @@ async def _worker(settings: Settings, identity: str | None) -> int:
         f"worker on task queue '{settings.temporal.task_queue}' at {settings.address} "
         f"(namespace {settings.temporal.namespace}); Ctrl-C to stop"
     )
+    reaper = None
+    if settings.sandboxes.reap_every > 0:
+        from agentenv.providers.reaper import reap_forever
+
+        reaper = asyncio.create_task(reap_forever(settings, client, settings.sandboxes.reap_every, notice))
     try:
         async with worker:
             await stop.wait()
     except asyncio.CancelledError:
         pass
+    finally:
+        if reaper is not None:
+            reaper.cancel()
     console().print("worker stopped")
     return 0

@@ -109,7 +109,7 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         if ref.sandbox is None:
             apps.append(ref.model_dump(exclude_defaults=True))
             continue
-        provider, sandbox = await _start_sandbox(ctx, config, instance, ref)
+        provider, sandbox = await _start_sandbox(ctx, config, instance, ref, record.name)
         sandboxes.append({"app": ref.name, "provider": provider, "id": sandbox.info.id, "url": sandbox.url})
         apps.append({"name": ref.name, "url": sandbox.url, "path": ref.sandbox.path, "prefix": ref.prefix})
     await gateway.put_instance({
@@ -134,7 +134,8 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     }
 
 
-async def _start_sandbox(ctx: StepContext, config: DeployConfig, instance: str, ref) -> tuple[str, Any]:
+async def _start_sandbox(ctx: StepContext, config: DeployConfig, instance: str, ref,
+                         record_name: str) -> tuple[str, Any]:
     """Start (or, on a retry, find) the app's sandbox; builds an image from its pinned context if needed."""
     from agentenv.providers import registry
     from agentenv.providers.apps import sandbox_spec, unpack_build
@@ -151,7 +152,11 @@ async def _start_sandbox(ctx: StepContext, config: DeployConfig, instance: str, 
     try:
         provider, sandbox = await registry.create(chain, spec, ctx.settings)
     except (ProviderUnavailable, SandboxFailed) as e:
-        raise StepFailed(f"app {ref.name!r}: {e}") from None
+        message = str(e)
+        if build is not None:  # name the bundle's folder, not this worker's unpacked copy of it
+            message = message.replace(f"{build}/", f"{ref.sandbox.build}/").replace(
+                "/Dockerfile failed", f"/Dockerfile of env {record_name} failed")
+        raise StepFailed(f"app {ref.name!r}: {message}") from None
     return provider.name, sandbox
 
 

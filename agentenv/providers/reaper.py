@@ -1,0 +1,96 @@
+"""The reaper: removes sandboxes whose run is over (or unknown to Temporal) and sandboxes past their TTL.
+
+A run removes its own sandboxes when it ends, fails or is cancelled; the reaper is for what that cannot
+cover: a run terminated or timed out by Temporal, a deploy step whose worker was SIGKILLed and whose run
+then ended elsewhere, a cluster reset. Workers run it every `[sandboxes] reap_every` seconds;
+`agent-env sandboxes reap` runs it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agentenv.providers.base import SandboxInfo
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from agentenv.config import Settings
+
+
+@dataclass
+class Verdict:
+    sandbox: SandboxInfo
+    reason: str | None  # why it goes; None = it stays
+
+    @property
+    def doomed(self) -> bool:
+        return self.reason is not None
+
+
+async def run_statuses(client: Client | None, run_ids: set[str]) -> dict[str, str]:
+    """Each run's workflow status ('running', 'completed', 'terminated', ..., 'unknown' when Temporal
+    has never heard of it); empty when there is no client."""
+    if client is None:
+        return {}
+    from temporalio.service import RPCError, RPCStatusCode
+
+    async def one(run_id: str) -> tuple[str, str]:
+        try:
+            described = await client.get_workflow_handle(run_id).describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return run_id, "unknown"
+            raise
+        return run_id, (described.status.name.lower() if described.status else "running")
+
+    return dict(await asyncio.gather(*(one(r) for r in run_ids)))
+
+
+def judge(sandboxes: list[SandboxInfo], statuses: dict[str, str], *, now: float | None = None,
+          everything: bool = False) -> list[Verdict]:
+    now = now or time.time()
+    verdicts = []
+    for box in sandboxes:
+        status = statuses.get(box.run_id)
+        if everything:
+            reason = "asked to remove every sandbox"
+        elif box.expired(now):
+            reason = "past its TTL"
+        elif status is not None and status != "running":
+            reason = f"its run is {status}" if status != "unknown" else "its run is unknown to Temporal"
+        else:
+            reason = None
+        verdicts.append(Verdict(box, reason))
+    return verdicts
+
+
+async def reap(settings: Settings, client: Client | None, *, dry_run: bool = False,
+               everything: bool = False) -> list[Verdict]:
+    """Judge every sandbox of every usable provider; remove the doomed ones (unless dry_run)."""
+    from agentenv.providers import registry
+
+    providers = {p.name: p for p in await registry.usable(settings)}
+    sandboxes = [box for p in providers.values() for box in await p.list()]
+    statuses = await run_statuses(client, {b.run_id for b in sandboxes if b.run_id})
+    verdicts = judge(sandboxes, statuses, everything=everything)
+    if not dry_run:
+        for v in verdicts:
+            if v.doomed:
+                await providers[v.sandbox.provider].remove(v.sandbox.id)
+    return verdicts
+
+
+async def reap_forever(settings: Settings, client: Client, every: float, log) -> None:
+    """A worker's background reaper. Errors are logged, never fatal: the next pass tries again."""
+    while True:
+        try:
+            for v in await reap(settings, client):
+                if v.doomed:
+                    log(f"reaped sandbox {v.sandbox.provider}:{v.sandbox.id} ({v.reason})")
+        except Exception as e:  # noqa: BLE001 - a reaper that dies would leak silently
+            log(f"sandbox reaper pass failed: {e}")
+        await asyncio.sleep(every)
