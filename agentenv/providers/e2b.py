@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from agentenv.config import Settings
 
 MAX_LIFETIME = 24 * 3600  # E2B's longest sandbox timeout (Pro; Hobby is 1 h); the reaper handles longer TTLs
-TIMED_OUT = 124  # the exit code `timeout(1)` uses, for a command that outlived its timeout
 
 
 class E2BSandbox(Sandbox):
@@ -49,7 +48,8 @@ class E2BSandbox(Sandbox):
         except TimeoutException as e:
             if type(e) is not TimeoutException:  # its subclasses mean the sandbox itself is gone
                 raise
-            return ExecResult(exit_code=TIMED_OUT, stderr=f"timed out after {timeout:g}s")
+            raise TimeoutError(f"{command[0]} did not finish within {timeout:g}s in sandbox {self.info.name}"
+                               ) from None
         return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
     async def put_file(self, path: str, data: bytes) -> None:

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 MAX_LIFETIME = 24 * 3600  # Modal's longest sandbox timeout; the reaper handles longer TTLs
 MAX_NAME = 64  # Modal object names are at most 64 characters
-TIMED_OUT = 124  # the exit code `timeout(1)` uses, for an exec that outlived its timeout
 
 
 class ModalSandbox(Sandbox):
@@ -49,15 +48,14 @@ class ModalSandbox(Sandbox):
     def _exec(self, command: list[str], timeout: float) -> ExecResult:
         from modal.exception import ExecTimeoutError
 
-        stdout = stderr = ""
         try:
             proc = self._sb.exec(*command, timeout=max(1, math.ceil(timeout)))
             stdout, stderr = proc.stdout.read(), proc.stderr.read()
             code = proc.wait()
         except ExecTimeoutError:
             code = -1
-        if code == -1:  # how Modal reports an exec that outlived its timeout
-            return ExecResult(exit_code=TIMED_OUT, stdout=stdout, stderr=stderr + f"timed out after {timeout:g}s")
+        if code == -1:  # how Modal reports an exec that outlived its timeout; raised, as the other providers do
+            raise TimeoutError(f"{command[0]} did not finish within {timeout:g}s in sandbox {self.info.name}")
         return ExecResult(exit_code=code, stdout=stdout, stderr=stderr)
 
     async def put_file(self, path: str, data: bytes) -> None:
