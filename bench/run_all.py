@@ -19,6 +19,7 @@ import episodes  # noqa: E402
 import executor  # noqa: E402
 import gateway  # noqa: E402
 import hello  # noqa: E402
+import sandboxes  # noqa: E402
 import world  # noqa: E402
 
 
@@ -26,7 +27,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}")
     results = {"cli_help": cli_help.measure(), "hello": hello.measure(), "executor": executor.measure(),
                "gateway": gateway.measure(), "world": world.measure(), "agents": agents.measure(),
-               "episodes": episodes.measure()}
+               "episodes": episodes.measure(), "sandboxes": sandboxes.measure()}
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=2))

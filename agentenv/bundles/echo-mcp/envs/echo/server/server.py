@@ -62,6 +62,12 @@ def answer(message):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
+    def setup(self):
+        super().setup()
+        # Headers and body go out as separate writes: without this, Nagle's algorithm and delayed ACKs
+        # hold each reply back ~40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, *args):
         pass
 
