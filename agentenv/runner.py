@@ -48,7 +48,7 @@ def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: 
                           triggers=task.triggers, personas=task.personas)
     return RunInput(
         run_id=run_id, task_id=task.id, task_version=task.version, description=task.description,
-        steps=steps, search_attributes=search_attributes, world=world, pins=pins,
+        steps=steps, search_attributes=search_attributes, world=world, pins=pins, timeout=task.timeout,
     )
 
 

@@ -354,3 +354,24 @@ async def _has_containers(docker_client, run_id: str) -> bool:
 async def _no_containers(docker_client, run_id: str) -> bool:
     return not containers_of(docker_client, run_id)
 
+
+
+async def test_a_run_that_times_out_removes_its_containers(client, settings, worker, docker_client, tmp_path):
+    bundle = write_bundle(tmp_path / "b", """
+        id = "slow"
+        timeout = "8s"
+        [[steps]]
+        id = "echo"
+        type = "deploy_env"
+        config = { env = "echo" }
+        [[steps]]
+        id = "hold"
+        type = "sleep"
+        depends_on = ["echo"]
+        config = { seconds = 120 }
+        """)
+    state = await asyncio.wait_for(runner.wait_result(
+        await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 60)
+    assert state.status is RunStatus.ERROR and "the run timed out (its limit is 8s)" in state.error, state.error
+    assert state.steps["echo"].status == "succeeded" and state.steps["hold"].status == "cancelled"
+    assert containers_of(docker_client, state.run_id) == [], "a timed-out run removes its containers"

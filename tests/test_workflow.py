@@ -144,6 +144,16 @@ async def test_step_timeout_is_enforced(run_task, tmp_path):
     assert "timed out" in state.steps["w"].error and "1s" in state.steps["w"].error
 
 
+async def test_the_whole_run_has_a_time_limit(run_task):
+    state = await run_task({"id": "limited", "timeout": "1s", "steps": [
+        {"id": "quick", "type": "echo", "config": {"value": 1}},
+        {"id": "long", "type": "sleep", "depends_on": ["quick"], "config": {"seconds": 60}},
+        {"id": "after", "type": "echo", "depends_on": ["long"], "config": {"value": 2}},
+    ]}, timeout=30)
+    assert state.status is RunStatus.ERROR and state.error == "the run timed out (its limit is 1s)"
+    assert [state.steps[s].status for s in ("quick", "long", "after")] == ["succeeded", "cancelled", "skipped"]
+
+
 async def test_bad_reference_at_run_time_fails_clearly(run_task):
     state = await run_task(task(step("a", config={"value": 1}),
                                 step("b", depends_on=["a"], config={"value": "${steps.a.outputs.missing}"})))

@@ -96,6 +96,7 @@ class RunInput(BaseModel):
     carried: RunState | None = None
     world: WorldSpec | None = None  # clock, personas and triggers, when the task has any
     pins: dict[str, Any] = Field(default_factory=dict)  # seed, versions of agentenv, task, envs, agents, models
+    timeout: timedelta | None = None  # the whole run's limit, from its start (carried through continue-as-new)
 
 
 class StepCall(BaseModel):

@@ -63,6 +63,8 @@ class TaskSpec(BaseModel):
     version: str = Field("1", min_length=1, max_length=64)
     description: str = ""
     seed: int = Field(0, description="seeds everything random in the run (e.g. random trigger intervals)")
+    timeout: Duration | None = Field(None, description="the whole run's limit (real time): past it, running steps "
+                                                       "are cancelled, the run errors and its sandboxes go")
     clock: ClockSpec | None = Field(None, description="the world's clock; without one, time is the host's")
     personas: dict[str, PersonaSpec] = Field(default_factory=dict, description="simulated people, by name")
     triggers: list[TriggerSpec] = Field(default_factory=list, description="rules: when X happens, do Y")

@@ -152,7 +152,7 @@ class TaskRun:
             # The run's record was written by whoever started it (runner.start_run); it is rewritten at the end.
             if inp.carried is None and self.world is not None:
                 self.world.start_clock(self._now_real())
-            await self._execute()
+            await self._execute_within_timeout()
         except asyncio.CancelledError:
             await self._stop_running()
             self.state.status = RunStatus.CANCELLED
@@ -163,6 +163,17 @@ class TaskRun:
             # Fail the workflow so the UI shows it red; the details carry the full run state.
             raise ApplicationError(self.state.error or "run failed", self.state, type="RunError", non_retryable=True)
         return self.state
+
+    async def _execute_within_timeout(self) -> None:
+        if self.inp.timeout is None:
+            return await self._execute()
+        left = (self.state.started_at + self.inp.timeout - workflow.now()).total_seconds()
+        try:
+            await asyncio.wait_for(self._execute(), timeout=max(left, 0.001))  # a durable timer
+        except builtins.TimeoutError:  # (TimeoutError in this module is Temporal's)
+            await self._stop_running()
+            self.state.error = f"the run timed out (its limit is {format_duration(self.inp.timeout)})"
+            self.state.status = RunStatus.ERROR
 
     # -- the main loop --
 
