@@ -186,11 +186,27 @@ def a2a_routes(agent: Agent, url: str) -> tuple[list, DefaultRequestHandler]:
     return create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/"), handler
 
 
+def card_at_request_url(agent: Agent):
+    """A card route that names the URL the card was fetched at: behind a published container port or a
+    proxy, $HOST:$PORT (e.g. 0.0.0.0:8000) is not where clients reach the agent, and they send turns
+    where the card says."""
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+    from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def card(request):
+        return JSONResponse(agent_card_to_dict(agent_card(agent, str(request.base_url))))
+
+    return Route(AGENT_CARD_WELL_KNOWN_PATH, card)
+
+
 def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000) -> None:
     import uvicorn
     from starlette.applications import Starlette
 
     routes, handler = a2a_routes(agent, f"http://{host}:{port}/")
+    routes = [card_at_request_url(agent), *routes]  # first match wins
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

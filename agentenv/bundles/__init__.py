@@ -118,8 +118,11 @@ def find_env(bundle: Path | None, name: str):
                    "use one of: " + ", ".join(known + sorted(set(APPS) - set(known))))
 
 
-def find_agent(bundle: Path | None, name: str):
-    """An agent by name: `agents/NAME/agent.toml` of the task's bundle, else of a built-in bundle."""
+def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False):
+    """An agent by name: `agents/NAME/agent.toml` of the task's bundle, else of a built-in bundle.
+
+    With `with_folder`, returns (AgentRecord, its folder): a sandboxed agent's `build` is relative to it.
+    """
     import tomllib
 
     from pydantic import ValidationError
@@ -142,6 +145,7 @@ def find_agent(bundle: Path | None, name: str):
         raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
     data.setdefault("name", name)
     try:
-        return AgentRecord.model_validate(data)
+        record = AgentRecord.model_validate(data)
     except ValidationError as e:
         raise from_validation_error(e, str(path)) from None
+    return (record, path.parent) if with_folder else record

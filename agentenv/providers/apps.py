@@ -1,5 +1,5 @@
-"""Sandboxed apps of an environment: their build contexts pinned at plan time, their sandboxes started
-by `deploy_env` and stopped by `teardown_env`, the run's end, or the reaper."""
+"""Sandboxed apps of an environment (and sandboxed agents): their build contexts pinned at plan time, their
+sandboxes started by `deploy_env` (`deploy_agent`) and stopped by `teardown_env`, the run's end, or the reaper."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from agentenv.providers.base import Network, SandboxSpec
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
-    from agentenv.spec.env import AppRef
+    from agentenv.spec.env import AppRef, SandboxRun
     from agentenv.stores import Stores
 
 
@@ -29,8 +29,8 @@ def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
     root = record_folder.resolve()
     folder = (root / build).resolve()
     if not folder.is_relative_to(root):
-        raise BadInput(f"build folder {build!r} is outside the environment's folder {root}",
-                       "keep the Dockerfile's folder inside the env record's folder")
+        raise BadInput(f"build folder {build!r} is outside the record's folder {root}",
+                       "keep the Dockerfile's folder inside the record's folder (envs/NAME/ or agents/NAME/)")
     if not (folder / "Dockerfile").is_file():
         raise BadInput(f"{folder} has no Dockerfile", "point `build` at a folder with a Dockerfile")
     data = context_tar(folder)
@@ -62,9 +62,14 @@ def sandbox_name(instance: str, app: str) -> str:
 
 
 def sandbox_spec(settings: Settings, run_id: str, instance: str, ref: AppRef, build: Path | None) -> SandboxSpec:
-    box = ref.sandbox
+    return run_spec(settings, run_id, instance, sandbox_name(instance, ref.name), ref.sandbox, build)
+
+
+def run_spec(settings: Settings, run_id: str, owner: str, name: str, box: SandboxRun,
+             build: Path | None) -> SandboxSpec:
+    """What a provider runs for a sandboxed app or agent; `owner` is what removes it early (an env instance)."""
     return SandboxSpec(
-        name=sandbox_name(instance, ref.name), run_id=run_id, owner=instance, image=box.image,
+        name=name, run_id=run_id, owner=owner, image=box.image,
         build=str(build) if build else None, command=box.command, env=box.env, port=box.port,
         host_port=box.host_port, cpus=box.cpus, memory_mb=box.memory_mb, network=Network.parse(box.network),
         ttl=(box.ttl_hours or settings.sandboxes.ttl_hours) * 3600)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentenv.spec.duration import Duration
+from agentenv.spec.env import AgentSandbox
 
 NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
 
@@ -92,9 +93,18 @@ class TrainerConfig(_Spec):
 
 
 class A2aConfig(_Spec):
-    """Your own agent: any A2A server."""
+    """Your own agent: any A2A server, running at `url` or started in a sandbox for the run."""
 
-    url: str = Field(description="the agent's base URL (its card is at /.well-known/agent-card.json)")
+    url: str | None = Field(None, description="the agent's base URL (its card is at /.well-known/agent-card.json)")
+    sandbox: AgentSandbox | None = Field(None, description="instead of `url`: run the agent in a sandbox "
+                                                           "(serving A2A on $HOST:$PORT)")
+
+    @model_validator(mode="after")
+    def _one(self) -> A2aConfig:
+        if (self.url is None) == (self.sandbox is None):
+            raise ValueError("an a2a agent has exactly one of `url` (a running agent) or `sandbox` (started for "
+                             "the run)")
+        return self
 
 
 CONFIGS: dict[str, type[_Spec]] = {

@@ -16,36 +16,48 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SandboxApp(_Spec):
-    """An app that is any MCP server (streamable HTTP), run in a sandbox: a container built from a
-    Dockerfile, an image, or (with the local provider) a command."""
+class SandboxRun(_Spec):
+    """What runs in a sandbox: a container built from a Dockerfile, an image, or (with the local provider)
+    a command. Shared by sandboxed env apps and sandboxed agents."""
 
-    build: str | None = Field(None, description="a folder with a Dockerfile, relative to the env record's folder")
+    build: str | None = Field(None, description="a folder with a Dockerfile, relative to the record's folder")
     image: str | None = Field(None, description="an image to run instead of building one")
     command: list[str] | None = Field(None, description="what to run (default: the image's CMD); the local "
                                                         "provider needs it")
     port: int = Field(8000, ge=1, le=65535, description="the port the server listens on ($PORT is set to it)")
     host_port: int | None = Field(None, ge=1, le=65535, description="publish on this host port (default: a free one)")
-    path: str = Field("/mcp", pattern=r"^/", description="the MCP endpoint's path")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables (no secrets: they are "
                                                                   "recorded with the run)")
     cpus: float | None = Field(None, gt=0, le=64)
     memory_mb: int | None = Field(None, ge=16)
     network: Literal["open", "none"] | list[str] = Field(
         "open", description="\"open\", \"none\" (no route out) or a list of CIDRs it may reach")
-    provider: str | None = Field(None, description="sandbox provider or fallback chain (default: [sandboxes] envs)")
+    provider: str | None = Field(None, description="sandbox provider or fallback chain (default: [sandboxes] envs "
+                                                   "for apps, [sandboxes] agents for agents)")
     ttl_hours: float | None = Field(None, gt=0, description="reaped after this long whatever its run")
 
     @model_validator(mode="after")
-    def _source(self) -> SandboxApp:
+    def _source(self) -> SandboxRun:
         if not (self.build or self.image or self.command):
-            raise ValueError("a sandboxed app needs `build` (a folder with a Dockerfile), `image` or `command`")
+            raise ValueError("a sandbox needs `build` (a folder with a Dockerfile), `image` or `command`")
         if self.build and self.image:
             raise ValueError("give either `build` or `image`, not both")
         from agentenv.providers.base import Network
 
         Network.parse(self.network)
         return self
+
+
+class SandboxApp(SandboxRun):
+    """An app that is any MCP server (streamable HTTP), run in a sandbox."""
+
+    path: str = Field("/mcp", pattern=r"^/", description="the MCP endpoint's path")
+
+
+class AgentSandbox(SandboxRun):
+    """An A2A agent run in a sandbox (see `A2aConfig`)."""
+
+    path: str = Field("/", pattern=r"^/", description="the A2A base path (its card is under it)")
 
 
 class AppRef(_Spec):

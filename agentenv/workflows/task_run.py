@@ -690,11 +690,12 @@ class TaskRun:
 
     async def _release_sandboxes(self) -> None:
         """Sandboxes never outlive their run; if this fails the reaper removes them (their run is over)."""
-        instances = [f"{self.inp.run_id}.{sid}" for sid, plan in self.plans.items()
-                     if plan.type == "deploy_env" and _has_sandboxes(plan.config)
-                     and self.state.steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
-        if not instances:
+        started = [sid for sid, plan in self.plans.items() if _has_sandboxes(plan.type, plan.config)
+                   and self.state.steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
+        if not started:
             return
+        # Env instances are retired on the gateway too; agents' sandboxes are only removed (with all the run's).
+        instances = [f"{self.inp.run_id}.{sid}" for sid in started if self.plans[sid].type == "deploy_env"]
         try:
             await workflow.execute_activity(
                 RELEASE_SANDBOXES, args=[self.inp.run_id, instances], result_type=dict,
@@ -708,9 +709,13 @@ class TaskRun:
         )
 
 
-def _has_sandboxes(config: dict[str, Any]) -> bool:
+def _has_sandboxes(step_type: str, config: dict[str, Any]) -> bool:
+    """The step starts sandboxes: a deploy_env with sandboxed apps, or a deploy_agent of a sandboxed a2a agent."""
     record = config.get("record") or {}
-    return any(isinstance(app, dict) and app.get("sandbox") for app in record.get("apps", []))
+    if step_type == "deploy_agent":
+        return record.get("type") == "a2a" and bool((record.get("config") or {}).get("sandbox"))
+    return step_type == "deploy_env" and any(isinstance(app, dict) and app.get("sandbox")
+                                             for app in record.get("apps", []))
 
 
 def _played_by_trainer(plan: StepPlan, config: dict[str, Any]) -> bool:

@@ -1,13 +1,16 @@
 """Steps that bring agents in and talk to them over A2A: `deploy_agent`, `prompt_agent`.
 
 An agent is deployed by a `deploy_agent` step (the built-in types are hosted by the gateway at
-`/agents/<run id>.<step id>/`; an `a2a` agent is yours, at its own URL) and later steps name that step.
+`/agents/<run id>.<step id>/`; an `a2a` agent is yours, at its own URL or started in a sandbox for the
+run) and later steps name that step.
 Turns are sent with stable message ids, so a step retried after a crash gets the answers the agent
 already gave instead of making it work twice (hosted agents guarantee it; your own agents may use the id).
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import re
 import time
@@ -19,12 +22,14 @@ from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 from agentenv.config import ModelSettings
 from agentenv.spec.agent import AgentRecord
 from agentenv.spec.duration import Duration
+from agentenv.spec.env import AgentSandbox
 from agentenv.spec.run import Criterion, Score
 from agentenv.spec.templates import ref
 from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agentenv.steps.builtin.envs import instance_id
 
 MAX_ANSWER_CHARS = 16_000  # answers in step outputs (run history) are cut here; transcripts keep all
+AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
 PURPOSES = {"llm": "agent", "persona": "persona"}
 
 
@@ -49,6 +54,10 @@ class DeployAgentConfig(StepConfig):
                             description="its name in the environment (default: the agent's name)")
     role: str | None = Field(None, description="its role there (default: the record's role)")
     models: dict[str, ModelSettings] = Field(default_factory=dict, description="filled in when the run is planned")
+    provider: str | None = Field(None, description="sandbox provider (or chain, \"docker,local\") for a sandboxed "
+                                                   "a2a agent; default: the agent's, then [sandboxes] agents")
+    build: str | None = Field(None, description="filled in when the run is planned: a sandboxed agent's build "
+                                                "context's object key")
 
     @model_validator(mode="after")
     def _known(self, info: ValidationInfo) -> DeployAgentConfig:
@@ -72,11 +81,24 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
     now (a missing API key fails here, before the run starts, not minutes into it)."""
     from agentenv.agents.models import check_endpoint
     from agentenv.bundles import find_agent
+    from agentenv.errors import BadInput
+    from agentenv.providers.apps import pin_build
     from agentenv.stores.secrets import SecretStore
 
-    record = AgentRecord.model_validate(config["record"]) if config.get("record") else find_agent(plan.bundle, config["agent"])
+    if config.get("record"):
+        record, folder = AgentRecord.model_validate(config["record"]), None
+    else:
+        record, folder = find_agent(plan.bundle, config["agent"], with_folder=True)
     config["record"] = record.model_dump(mode="json")
     config["agent"] = record.name
+    box = agent_sandbox(record)
+    if box is not None and box.build and not config.get("build"):
+        if folder is None:
+            raise BadInput(f"agent {record.name!r}: its sandbox's `build` folder is relative to the agent's folder, "
+                           "and an inline record has none",
+                           "put the agent in the bundle (agents/NAME/agent.toml), or give its sandbox an `image` "
+                           "or a `command`")
+        config["build"] = pin_build(plan.stores, folder, box.build)  # every worker builds the very same context
     models = {}
     if record.needs_model():
         purpose = PURPOSES[record.type]
@@ -88,8 +110,20 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
     return config
 
 
-@step_type("deploy_agent", config=DeployAgentConfig, local=True, timeout="1m", prepare=prepare_deploy_agent,
-           step_refs=("env",))
+def agent_sandbox(record: AgentRecord) -> AgentSandbox | None:
+    """The sandbox an a2a agent runs in, if it is not at a URL of its own."""
+    return record.typed_config().sandbox if record.type == "a2a" else None
+
+
+def quick_deploy_agent(config: dict[str, Any]) -> bool:
+    """A card check or a registration on the gateway: a local activity. A sandbox may have an image to
+    build first: a normal, heartbeating activity."""
+    record = config.get("record") or {}
+    return not (record.get("type") == "a2a" and (record.get("config") or {}).get("sandbox"))
+
+
+@step_type("deploy_agent", config=DeployAgentConfig, timeout="5m", prepare=prepare_deploy_agent,
+           quick=quick_deploy_agent, step_refs=("env",))
 async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
     from agentenv.gateway.client import GatewayRefused
@@ -115,7 +149,11 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         return {"agent": record.name, "type": record.type, "name": name, "role": role, "env": instance,
                 "url": None, "hosted": False, "trainer": True,
                 "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None}
-    if record.type == "a2a":
+    sandbox = None
+    if record.type == "a2a" and (box := agent_sandbox(record)) is not None:
+        sandbox, url = await _start_agent_sandbox(ctx, config, record, box)
+        hosted = False
+    elif record.type == "a2a":
         url = record.typed_config().url
         client = agent_client(ctx.settings, url, hosted=False)
         try:
@@ -137,7 +175,79 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         hosted = True
     return {"agent": record.name, "type": record.type, "name": name, "role": role, "env": instance,
             "url": url, "hosted": hosted,
-            "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None}
+            "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None,
+            **({"sandbox": sandbox} if sandbox else {})}
+
+
+async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, record: AgentRecord,
+                               box: AgentSandbox) -> tuple[dict[str, Any], str]:
+    """Start (or, on a retry, find) the agent's sandbox and wait for its card; returns (sandbox, agent URL).
+    The sandbox is the run's: its end (or the reaper) removes it."""
+    from agentenv.errors import AgentEnvError
+    from agentenv.providers import registry
+    from agentenv.providers.apps import run_spec, sandbox_name, unpack_build
+
+    owner = agent_id(ctx, ctx.step_id)
+    build = None
+    if box.build:
+        if config.build is None:
+            raise StepFailed(f"agent {record.name!r}: its build context was not pinned when the run was planned")
+        build = unpack_build(ctx.settings, ctx.stores, config.build, record.name)
+    spec = run_spec(ctx.settings, ctx.run_id, owner, sandbox_name(owner, record.name), box, build)
+    chain = config.provider or box.provider or ctx.settings.sandboxes.agents
+    try:
+        provider, sandbox = await registry.create(chain, spec, ctx.settings)
+    except AgentEnvError as e:  # no provider, a broken Dockerfile, a sandbox the provider refuses
+        message = str(e)
+        if build is not None:  # name the bundle's folder, not this worker's unpacked copy of it
+            message = message.replace(f"{build}/", f"{box.build}/").replace(
+                "/Dockerfile failed", f"/Dockerfile of agent {record.name} failed")
+        raise StepFailed(f"agent {record.name!r}: {message}") from None
+    url = sandbox.url.rstrip("/") + box.path
+    where = f"agent {record.name!r} (a {provider.name} sandbox, {sandbox.info.id})"
+    _CLIENTS.pop((url, False), None)  # an earlier sandbox may have had this port: forget its card
+    client = agent_client(ctx.settings, url, hosted=False)
+    started = time.monotonic()
+    for attempt in itertools.count():
+        try:
+            card = await client.card()
+            break
+        except Exception as e:  # noqa: BLE001 - still starting: ask again until it exits or time is up
+            problem = None
+            if time.monotonic() - started > AGENT_START_TIMEOUT:
+                problem = f"did not answer with an A2A card at {url} within {AGENT_START_TIMEOUT:g}s ({e})"
+            elif attempt % 4 == 3 and await _exited(provider, ctx.run_id, sandbox.info.id):  # ~1/s: lists cost
+                problem = "exited before serving A2A"
+            if problem:
+                raise StepFailed(f"{where} {problem}; its last output:\n{await _output_tail(sandbox)}") from None
+            await asyncio.sleep(0.25)
+    advertised = [i.url for i in card.supported_interfaces]
+    if not any(u.rstrip("/") == url.rstrip("/") for u in advertised):  # clients would send turns there
+        raise StepFailed(f"{where} answers at {url}, but its card advertises {', '.join(advertised) or 'no URL'} "
+                         "— serve the card with the URL it is asked at (in a container, $HOST:$PORT is 0.0.0.0 and "
+                         "the container's port; agentenv.agents.sdk.serve serves the card at the URL it is asked at)")
+    return {"provider": provider.name, "id": sandbox.info.id, "url": sandbox.url}, url
+
+
+async def _exited(provider, run_id: str, sandbox_id: str) -> bool:
+    return not any(i.id == sandbox_id and i.status not in ("exited", "dead") for i in await provider.list(run_id))
+
+
+async def _output_tail(sandbox, lines: int = 20) -> str:
+    """What the sandbox printed last, where its provider keeps it (it is gone once the run's sandboxes are
+    removed, so errors carry it)."""
+    def read() -> str:
+        if hasattr(sandbox, "container"):  # docker
+            return sandbox.container.logs(tail=lines).decode(errors="replace")
+        if hasattr(sandbox, "folder"):  # local
+            return (sandbox.folder / "sandbox.log").read_text(errors="replace")
+        return ""
+
+    try:
+        text = await asyncio.to_thread(read)
+    except Exception:  # noqa: BLE001 - the output is a courtesy; the error stands without it
+        text = ""
+    return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (none)"
 
 
 # -- prompt --

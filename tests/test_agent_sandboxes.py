@@ -1,0 +1,249 @@
+"""Agents in sandboxes: an a2a agent's `sandbox` is built (or copied) and started by deploy_agent, reached
+over A2A where its sandbox serves, and removed when the run ends. The local provider here; the Docker
+tier runs the echo-agent bundle in a container (CI sets AGENTENV_REQUIRE_DOCKER=1: it fails, not skips,
+without Docker)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
+
+from agentenv import runner
+from agentenv.bundles import BUILTIN_ROOT, resolve_target
+from agentenv.errors import BadInput
+from agentenv.providers import registry
+from agentenv.spec.agent import AgentRecord
+from agentenv.spec.loader import load_task
+from agentenv.spec.run import RunStatus
+
+ROOT = Path(__file__).parent.parent
+ECHO_AGENT = BUILTIN_ROOT / "echo-agent"
+
+SHOUT = '''
+import os
+
+from agentenv.agents.sdk import Agent, serve
+
+
+class Shout(Agent):
+    name = "shout"
+
+    async def answer(self, turn):
+        if turn.mcp_url:  # a local sandbox reaches the gateway: it works with the environment's tools
+            async with turn.tools() as tools:
+                notes = await tools.call("list_notes", {})
+            return f"{turn.prompt.upper()} ({notes['count']} notes)"
+        return turn.prompt.upper()
+
+
+{start}
+serve(Shout(), os.environ["HOST"], int(os.environ["PORT"]))
+'''
+
+
+def write_agent_bundle(root: Path, steps: str, *, start: str = "") -> Path:
+    """A bundle with agent `shout`: an SDK agent whose sandbox the local provider runs from ./app."""
+    app = root / "agents" / "shout" / "app"
+    app.mkdir(parents=True)
+    (app / "Dockerfile").write_text("FROM agentenv/base:bookworm\n")  # a build context has one; local ignores it
+    (app / "agent.py").write_text(SHOUT.replace("{start}", start))
+    (root / "agents" / "shout" / "agent.toml").write_text(textwrap.dedent(f"""
+        type = "a2a"
+        [config.sandbox]
+        build = "app"
+        command = ["{sys.executable}", "agent.py"]
+        provider = "local"
+        """))
+    (root / "tasks").mkdir()
+    (root / "tasks" / "t.toml").write_text(textwrap.dedent(steps))
+    return root
+
+
+PROMPTED = """
+    id = "shout"
+    [[steps]]
+    id = "notes"
+    type = "deploy_env"
+    config = { env = "notes" }
+    [[steps]]
+    id = "agent"
+    type = "deploy_agent"
+    depends_on = ["notes"]
+    config = { agent = "shout", env = "notes", role = "agent" }
+    [[steps]]
+    id = "ask"
+    type = "prompt_agent"
+    depends_on = ["agent"]
+    config = { agent = "agent", prompt = "hello there", turn_deadline = "30s" }
+    [[steps]]
+    id = "answer"
+    type = "check_response"
+    depends_on = ["ask"]
+    [steps.config]
+    response = "${steps.ask.outputs.answer}"
+    checks = [{ name = "shouted, with the notes it read", matches = "^HELLO THERE \\\\(\\\\d+ notes\\\\)$" }]
+    """
+
+
+async def run(client, settings, bundle: Path, timeout: float = 60):
+    return await asyncio.wait_for(runner.wait_result(
+        await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), timeout)
+
+
+# -- records --
+
+def test_an_a2a_agent_has_a_url_or_a_sandbox():
+    record = AgentRecord.model_validate({"name": "a", "type": "a2a", "config": {"sandbox": {"image": "x:1"}}})
+    box = record.typed_config().sandbox
+    assert (box.path, box.port, box.provider) == ("/", 8000, None)
+    for config, message in [({}, "exactly one of `url`"),
+                            ({"url": "http://127.0.0.1:1", "sandbox": {"image": "x"}}, "exactly one of `url`"),
+                            ({"sandbox": {}}, "a sandbox needs `build`"),
+                            ({"sandbox": {"image": "x", "path": "mcp"}}, "should match pattern")]:
+        with pytest.raises(ValueError, match=message):
+            AgentRecord.model_validate({"name": "a", "type": "a2a", "config": config})
+
+
+def test_only_sandboxed_agents_deploy_in_a_normal_activity(settings, tmp_path):
+    bundle = write_agent_bundle(tmp_path / "b", PROMPTED)
+    planned = {s.id: s for s in runner.plan(load_task(bundle / "tasks" / "t.toml"), "plan-1", settings).steps}
+    assert not planned["agent"].local and planned["agent"].heartbeat_timeout is not None
+    assert planned["agent"].config["build"].startswith("artifacts/sha256-")
+    hosted = load_task(ROOT / "agentenv" / "bundles" / "refund" / "tasks" / "refund.toml")
+    assert next(s for s in runner.plan(hosted, "plan-2", settings).steps if s.type == "deploy_agent").local
+
+    inline = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": {
+        "name": "a", "type": "a2a", "config": {"sandbox": {"build": "app", "command": ["x"]}}}}}]}
+    from agentenv.spec.loader import parse_task
+
+    with pytest.raises(BadInput, match="an inline record has none"):
+        runner.plan(parse_task(inline, "inline"), "plan-3", settings)
+
+
+# -- the local provider --
+
+async def test_a_sandboxed_agent_is_prompted_with_its_tools_and_removed_at_the_end(client, settings, worker,
+                                                                                  tmp_path):
+    state = await run(client, settings, write_agent_bundle(tmp_path / "b", PROMPTED))
+    assert state.status is RunStatus.PASSED, state.error or state.steps["answer"]
+    deployed = state.steps["agent"].outputs
+    box = deployed["sandbox"]
+    assert box["provider"] == "local" and box["id"] == f"{state.run_id}.agent.shout".lower()
+    assert deployed["url"] == box["url"] + "/" and not deployed["hosted"]
+    assert state.steps["ask"].outputs["tool_calls"] == 1
+    local = registry.load("local", settings)
+    assert await local.list(state.run_id) == [], "the run's end removes the agent's sandbox"
+
+
+async def test_an_agent_that_dies_at_start_fails_the_deploy_with_its_output(client, settings, worker, tmp_path):
+    bundle = write_agent_bundle(tmp_path / "b", """
+        id = "dies"
+        [[steps]]
+        id = "agent"
+        type = "deploy_agent"
+        config = { agent = "shout" }
+        """, start='raise SystemExit("no model key for shout")')
+    started = time.monotonic()
+    state = await run(client, settings, bundle)
+    assert state.status is RunStatus.ERROR
+    error = state.steps["agent"].error
+    assert "agent 'shout' (a local sandbox" in error and "exited before serving A2A" in error, error
+    assert "no model key for shout" in error, "its last output is in the error"
+    assert time.monotonic() - started < 20, "a dead agent is noticed without waiting out the start timeout"
+    assert await registry.load("local", settings).list(state.run_id) == []
+
+
+async def test_an_agent_whose_card_names_another_url_fails_the_deploy(client, settings, worker, tmp_path):
+    bundle = write_agent_bundle(tmp_path / "b", """
+        id = "elsewhere"
+        [[steps]]
+        id = "agent"
+        type = "deploy_agent"
+        config = { agent = "shout" }
+        """, start=textwrap.dedent("""
+            import agentenv.agents.sdk as sdk
+            from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+            from starlette.responses import JSONResponse
+            from starlette.routing import Route
+
+            async def elsewhere(request):  # a card naming a URL nobody reaches it at
+                return JSONResponse(agent_card_to_dict(sdk.agent_card(Shout(), "http://0.0.0.0:1/")))
+
+            sdk.card_at_request_url = lambda agent: Route("/.well-known/agent-card.json", elsewhere)
+            """))
+    state = await run(client, settings, bundle)
+    assert state.status is RunStatus.ERROR
+    error = state.steps["agent"].error
+    assert "but its card advertises http://0.0.0.0:1/" in error and "serve the card with the URL" in error, error
+    assert await registry.load("local", settings).list(state.run_id) == [], "a failed run removes it too"
+
+
+async def test_an_sdk_agent_bound_to_all_interfaces_names_the_url_it_is_reached_at(client, settings, worker,
+                                                                                    tmp_path):
+    bundle = write_agent_bundle(tmp_path / "b", PROMPTED, start='os.environ["HOST"] = "0.0.0.0"  # as in a container')
+    state = await run(client, settings, bundle)
+    assert state.status is RunStatus.PASSED, state.error
+    assert state.steps["agent"].outputs["url"].startswith("http://127.0.0.1:")
+
+
+async def test_a_step_overrides_the_agents_provider(client, settings, worker, tmp_path):
+    bundle = write_agent_bundle(tmp_path / "b", """
+        id = "override"
+        [[steps]]
+        id = "agent"
+        type = "deploy_agent"
+        config = { agent = "shout", provider = "offline" }
+        """)
+    state = await run(client, settings, bundle)
+    assert state.status is RunStatus.ERROR
+    assert "agent 'shout': offline: the offline provider never answers" in state.steps["agent"].error
+
+
+# -- Docker --
+
+@pytest.fixture(scope="module")
+def echo_bundle(docker_client, tmp_path_factory) -> Path:  # noqa: F811
+    """A copy of the echo-agent bundle with the wheels its image installs (made by scripts/agent-wheels)."""
+    copy = tmp_path_factory.mktemp("echo") / "echo-agent"
+    shutil.copytree(ECHO_AGENT, copy, ignore=shutil.ignore_patterns("wheels"))
+    made = subprocess.run([str(ROOT / "scripts" / "agent-wheels"), str(copy / "agents/echo/image/wheels")],
+                          env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    return copy
+
+
+async def test_the_echo_agent_runs_in_a_container_and_leaves_nothing(client, settings, worker, echo_bundle,
+                                                                   docker_client):  # noqa: F811
+    spec = load_task(echo_bundle / "tasks" / "echo-agent.toml")
+    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 120)
+    assert state.status is RunStatus.PASSED, state.error
+    box = state.steps["echo"].outputs["sandbox"]
+    assert box["provider"] == "docker" and box["url"].startswith("http://127.0.0.1:")
+    assert state.steps["ask"].outputs["answer"] == "echo: hello from the run"
+    assert containers_of(docker_client, state.run_id) == [], "the run's end removes the agent's container"
+
+
+async def test_the_echo_agent_without_wheels_names_the_script(client, settings, worker, docker_client,  # noqa: F811
+                                                              tmp_path):
+    bundle = tmp_path / "echo-agent"
+    shutil.copytree(ECHO_AGENT, bundle, ignore=shutil.ignore_patterns("wheels"))
+    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(
+        client, settings, load_task(bundle / "tasks" / "echo-agent.toml"))), 90)
+    assert state.status is RunStatus.ERROR
+    error = state.steps["echo"].error
+    assert "agent 'echo': building the image from image/Dockerfile of agent echo failed" in error, error
+    assert "scripts/agent-wheels" in error
+    assert containers_of(docker_client, state.run_id) == []
+
+
+def test_the_builtin_bundle_is_runnable():
+    assert resolve_target("echo-agent").id == "echo-agent"
