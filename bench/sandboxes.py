@@ -48,8 +48,9 @@ def _forget_image(provider, build: Path) -> None:
 
     from agentenv.providers.docker import build_tag, context_tar
 
-    try:
-        provider.client.images.remove(build_tag(build, context_tar(build)), force=True)
+    try:  # by id, so other tags of the same image (and its cached layers) go too
+        image = provider.client.images.get(build_tag(build, context_tar(build)))
+        provider.client.images.remove(image.id, force=True)
     except docker.errors.ImageNotFound:
         pass
 
