@@ -240,7 +240,7 @@ async def test_the_echo_agent_without_wheels_names_the_script(client, settings, 
         client, settings, load_task(bundle / "tasks" / "echo-agent.toml"))), 90)
     assert state.status is RunStatus.ERROR
     error = state.steps["echo"].error
-    assert "agent 'echo': building the image from image/Dockerfile of agent echo failed" in error, error
+    assert "agent 'echo': building the image from image/Dockerfile failed" in error, error
     assert "scripts/agent-wheels" in error
     assert containers_of(docker_client, state.run_id) == []
 

@@ -36,6 +36,19 @@ SERVE = ["python3", "-c", "import http.server, os; http.server.ThreadingHTTPServ
          "int(os.environ['PORT'])), http.server.SimpleHTTPRequestHandler).serve_forever()"]
 
 
+DEPLOY_AND_HOLD = """
+[[steps]]
+id = "echo"
+type = "deploy_env"
+config = { env = "echo" }
+[[steps]]
+id = "hold"
+type = "sleep"
+depends_on = ["echo"]
+config = { seconds = 120 }
+"""
+
+
 def _docker_problem() -> str | None:
     try:
         import docker
@@ -234,18 +247,7 @@ async def test_echo_mcp_runs_in_docker_and_leaves_nothing(client, settings, work
 
 async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_container(
         client, settings, worker, docker_client, tmp_path):
-    bundle = write_bundle(tmp_path / "b", """
-        id = "hold"
-        [[steps]]
-        id = "echo"
-        type = "deploy_env"
-        config = { env = "echo" }
-        [[steps]]
-        id = "hold"
-        type = "sleep"
-        depends_on = ["echo"]
-        config = { seconds = 120 }
-        """)
+    bundle = write_bundle(tmp_path / "b", 'id = "hold"\n' + DEPLOY_AND_HOLD)
     handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
 
     async def deployed():
@@ -300,7 +302,7 @@ async def test_a_broken_dockerfile_fails_the_deploy_step_clearly(client, setting
         await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 90)
     assert state.status is RunStatus.ERROR
     error = state.steps["echo"].error
-    assert "app 'echo': building the image from server/Dockerfile of env echo failed" in error, error
+    assert "app 'echo' of env echo: building the image from server/Dockerfile failed" in error, error
     assert "no-such-file.py" in error and "fix the Dockerfile" in error, error
 
 
@@ -357,19 +359,7 @@ async def _no_containers(docker_client, run_id: str) -> bool:
 
 
 async def test_a_run_that_times_out_removes_its_containers(client, settings, worker, docker_client, tmp_path):
-    bundle = write_bundle(tmp_path / "b", """
-        id = "slow"
-        timeout = "8s"
-        [[steps]]
-        id = "echo"
-        type = "deploy_env"
-        config = { env = "echo" }
-        [[steps]]
-        id = "hold"
-        type = "sleep"
-        depends_on = ["echo"]
-        config = { seconds = 120 }
-        """)
+    bundle = write_bundle(tmp_path / "b", 'id = "slow"\ntimeout = "8s"\n' + DEPLOY_AND_HOLD)
     state = await asyncio.wait_for(runner.wait_result(
         await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 60)
     assert state.status is RunStatus.ERROR and "the run timed out (its limit is 8s)" in state.error, state.error

@@ -17,7 +17,7 @@ from agentenv.providers.base import Network, SandboxSpec
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
-    from agentenv.spec.env import AppRef, SandboxRun
+    from agentenv.spec.env import SandboxRun
     from agentenv.stores import Stores
 
 
@@ -61,10 +61,6 @@ def sandbox_name(instance: str, app: str) -> str:
     return re.sub(r"[^a-z0-9_.\-]", "-", f"{instance}.{app}".lower())[:128]
 
 
-def sandbox_spec(settings: Settings, run_id: str, instance: str, ref: AppRef, build: Path | None) -> SandboxSpec:
-    return run_spec(settings, run_id, instance, sandbox_name(instance, ref.name), ref.sandbox, build)
-
-
 def run_spec(settings: Settings, run_id: str, owner: str, name: str, box: SandboxRun,
              build: Path | None) -> SandboxSpec:
     """What a provider runs for a sandboxed app or agent; `owner` is what removes it early (an env instance)."""
@@ -73,6 +69,30 @@ def run_spec(settings: Settings, run_id: str, owner: str, name: str, box: Sandbo
         build=str(build) if build else None, command=box.command, env=box.env, port=box.port,
         host_port=box.host_port, cpus=box.cpus, memory_mb=box.memory_mb, network=Network.parse(box.network),
         ttl=(box.ttl_hours or settings.sandboxes.ttl_hours) * 3600)
+
+
+async def start(settings: Settings, stores: Stores, *, run_id: str, owner: str, name: str, box: SandboxRun,
+                build_key: str | None, chain: str, label: str):
+    """Start (or, on a retry, find) the sandbox of an app or agent (`label`, e.g. "app 'echo' of env desk"),
+    building its image from the pinned context if it has one. Returns (provider, sandbox); problems
+    become one StepFailed naming `label` and the bundle's folder (not this worker's copy of it)."""
+    from agentenv.errors import AgentEnvError
+    from agentenv.providers import registry
+    from agentenv.steps import StepFailed
+
+    build = None
+    if box.build:
+        if build_key is None:
+            raise StepFailed(f"{label}: its build context was not pinned when the run was planned")
+        build = unpack_build(settings, stores, build_key, name.rsplit(".", 1)[-1])
+    spec = run_spec(settings, run_id, owner, sandbox_name(owner, name), box, build)
+    try:
+        return await registry.create(chain, spec, settings)
+    except AgentEnvError as e:  # no usable provider, a broken Dockerfile, something it cannot enforce
+        message = str(e)
+        if build is not None:
+            message = message.replace(f"{build}/", f"{box.build}/")
+        raise StepFailed(f"{label}: {message}") from None
 
 
 async def remove_sandboxes(settings: Settings, run_id: str, owner: str | None = None) -> list[dict[str, Any]]:

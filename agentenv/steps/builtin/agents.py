@@ -183,26 +183,13 @@ async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, reco
                                box: AgentSandbox) -> tuple[dict[str, Any], str]:
     """Start (or, on a retry, find) the agent's sandbox and wait for its card; returns (sandbox, agent URL).
     The sandbox is the run's: its end (or the reaper) removes it."""
-    from agentenv.errors import AgentEnvError
-    from agentenv.providers import registry
-    from agentenv.providers.apps import run_spec, sandbox_name, unpack_build
+    from agentenv.providers import apps
 
     owner = agent_id(ctx, ctx.step_id)
-    build = None
-    if box.build:
-        if config.build is None:
-            raise StepFailed(f"agent {record.name!r}: its build context was not pinned when the run was planned")
-        build = unpack_build(ctx.settings, ctx.stores, config.build, record.name)
-    spec = run_spec(ctx.settings, ctx.run_id, owner, sandbox_name(owner, record.name), box, build)
-    chain = config.provider or box.provider or ctx.settings.sandboxes.agents
-    try:
-        provider, sandbox = await registry.create(chain, spec, ctx.settings)
-    except AgentEnvError as e:  # no provider, a broken Dockerfile, a sandbox the provider refuses
-        message = str(e)
-        if build is not None:  # name the bundle's folder, not this worker's unpacked copy of it
-            message = message.replace(f"{build}/", f"{box.build}/").replace(
-                "/Dockerfile failed", f"/Dockerfile of agent {record.name} failed")
-        raise StepFailed(f"agent {record.name!r}: {message}") from None
+    provider, sandbox = await apps.start(
+        ctx.settings, ctx.stores, run_id=ctx.run_id, owner=owner, name=record.name, box=box,
+        build_key=config.build, chain=config.provider or box.provider or ctx.settings.sandboxes.agents,
+        label=f"agent {record.name!r}")
     url = sandbox.url.rstrip("/") + box.path
     where = f"agent {record.name!r} (a {provider.name} sandbox, {sandbox.info.id})"
     _CLIENTS.pop((url, False), None)  # an earlier sandbox may have had this port: forget its card

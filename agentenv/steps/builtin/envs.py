@@ -136,27 +136,12 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
 
 async def _start_sandbox(ctx: StepContext, config: DeployConfig, instance: str, ref,
                          record_name: str) -> tuple[str, Any]:
-    """Start (or, on a retry, find) the app's sandbox; builds an image from its pinned context if needed."""
-    from agentenv.providers import registry
-    from agentenv.providers.apps import sandbox_spec, unpack_build
-    from agentenv.providers.base import ProviderUnavailable, SandboxFailed
+    from agentenv.providers import apps
 
-    build = None
-    if ref.sandbox.build:
-        key = config.builds.get(ref.name)
-        if key is None:
-            raise StepFailed(f"app {ref.name!r}: its build context was not pinned when the run was planned")
-        build = unpack_build(ctx.settings, ctx.stores, key, ref.name)
-    spec = sandbox_spec(ctx.settings, ctx.run_id, instance, ref, build)
-    chain = config.provider or ref.sandbox.provider or ctx.settings.sandboxes.envs
-    try:
-        provider, sandbox = await registry.create(chain, spec, ctx.settings)
-    except (ProviderUnavailable, SandboxFailed) as e:
-        message = str(e)
-        if build is not None:  # name the bundle's folder, not this worker's unpacked copy of it
-            message = message.replace(f"{build}/", f"{ref.sandbox.build}/").replace(
-                "/Dockerfile failed", f"/Dockerfile of env {record_name} failed")
-        raise StepFailed(f"app {ref.name!r}: {message}") from None
+    provider, sandbox = await apps.start(
+        ctx.settings, ctx.stores, run_id=ctx.run_id, owner=instance, name=ref.name, box=ref.sandbox,
+        build_key=config.builds.get(ref.name), chain=config.provider or ref.sandbox.provider or
+        ctx.settings.sandboxes.envs, label=f"app {ref.name!r} of env {record_name}")
     return provider.name, sandbox
 
 
