@@ -228,7 +228,7 @@ async def test_the_echo_agent_runs_in_a_container_and_leaves_nothing(client, set
     assert state.status is RunStatus.PASSED, state.error
     box = state.steps["echo"].outputs["sandbox"]
     assert box["provider"] == "docker" and box["url"].startswith("http://127.0.0.1:")
-    assert state.steps["ask"].outputs["answer"] == "echo: hello from the run"
+    assert state.steps["ask"].outputs["answer"] == "echo: hello from the run (1 notes)", "it used a tool"
     assert containers_of(docker_client, state.run_id) == [], "the run's end removes the agent's container"
 
 

@@ -9,6 +9,7 @@ Providers are async; SDKs that block are called in a thread.
 from __future__ import annotations
 
 import re
+import socket
 import time
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
@@ -38,10 +39,11 @@ class SandboxFailed(AgentEnvError):
 
 
 class Network(BaseModel):
-    """`open` (default), `none`, or an allowlist of addresses (IPs or CIDRs) the sandbox may reach."""
+    """`open` (default), `none`, an allowlist of addresses (IPs or CIDRs) the sandbox may reach, or
+    `host`: the host's own network (it reaches services on the host's loopback, e.g. the gateway)."""
 
     model_config = ConfigDict(extra="forbid")
-    mode: Literal["open", "none", "allowlist"] = "open"
+    mode: Literal["open", "none", "allowlist", "host"] = "open"
     allow: list[str] = Field(default_factory=list)
 
     @classmethod
@@ -50,8 +52,8 @@ class Network(BaseModel):
             return value
         if value in (None, "open"):
             return cls()
-        if value == "none":
-            return cls(mode="none")
+        if value in ("none", "host"):
+            return cls(mode=value)
         if isinstance(value, list):
             import ipaddress
 
@@ -62,7 +64,7 @@ class Network(BaseModel):
                     raise ValueError(f"network allowlist entry {item!r} is not an IP address or CIDR "
                                      "(e.g. \"10.0.0.0/8\")") from None
             return cls(mode="allowlist", allow=list(value))
-        raise ValueError(f"network must be \"open\", \"none\" or a list of allowed CIDRs, not {value!r}")
+        raise ValueError(f"network must be \"open\", \"none\", \"host\" or a list of allowed CIDRs, not {value!r}")
 
 
 class SandboxSpec(BaseModel):
@@ -183,3 +185,19 @@ class Provider(ABC):
         if (spec.cpus or spec.memory_mb) and not caps.resources:
             raise BadInput(f"the {self.name} provider cannot limit cpus or memory",
                            "remove cpus/memory_mb, or use the docker, modal or e2b provider")
+
+
+def free_port() -> int:
+    """A port nothing listens on now, on the host's loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False

@@ -4,8 +4,10 @@
   the build context so an unchanged context is never rebuilt.
 - A container's `port` is published on 127.0.0.1 (a free host port unless `host_port` is given).
 - Network: `open` (the default bridge), `none` (an internal network: no route out; the host reaches the
-  container by its address), or an allowlist (a bridge network whose egress is dropped in iptables'
-  DOCKER-USER chain except to the listed addresses; needs iptables on the daemon's host, as root).
+  container by its address), an allowlist (a bridge network whose egress is dropped in iptables'
+  DOCKER-USER chain except to the listed addresses; needs iptables on the daemon's host, as root), or
+  `host` (the host's network: it reaches services on the host's loopback, such as the gateway, and
+  serves on a free port of it; files and processes stay isolated, the network does not).
 - Labels carry the run id and expiry, so `list` and the reaper find every container we started.
 """
 
@@ -31,6 +33,8 @@ from agentenv.providers.base import (
     SandboxFailed,
     SandboxInfo,
     SandboxSpec,
+    free_port,
+    port_taken,
 )
 
 NETWORK_NONE = "agentenv-none"
@@ -120,7 +124,8 @@ def _remove_container(container: Any) -> None:
 
 class DockerProvider(Provider):
     name = "docker"
-    capabilities = Capabilities(isolated=True, build=True, network=["open", "none", "allowlist"], resources=True)
+    capabilities = Capabilities(isolated=True, build=True, network=["open", "none", "allowlist", "host"],
+                                resources=True)
 
     def __init__(self, settings) -> None:
         self.settings = settings
@@ -215,9 +220,16 @@ class DockerProvider(Provider):
             raise SandboxFailed(f"image {image!r} is not on the Docker daemon",
                                 BASE_IMAGE_FIX if image == BASE_IMAGE else
                                 f"build or load it first (`docker build -t {image} ...`); images are not pulled") from None
+        mode = spec.network.mode
+        host, port = "0.0.0.0", spec.port
+        if mode == "host" and spec.port:  # it listens on the host itself: on loopback, on a free host port
+            host, port = "127.0.0.1", spec.host_port or free_port()
+            if spec.host_port and port_taken(port):
+                raise SandboxFailed(f"port 127.0.0.1:{port} is already in use",
+                                    "free that port, or leave `host_port` unset to get a free one")
         kwargs: dict[str, Any] = {
             "name": name, "detach": True, "labels": {**spec.labels(), "agentenv": "1"},
-            "environment": {**spec.env, "HOST": "0.0.0.0", **({"PORT": str(spec.port)} if spec.port else {})},
+            "environment": {**spec.env, "HOST": host, **({"PORT": str(port)} if port else {})},
             "init": True,  # PID 1 forwards signals and reaps zombies, so stop is quick
         }
         if spec.command:
@@ -226,14 +238,15 @@ class DockerProvider(Provider):
             kwargs["nano_cpus"] = int(spec.cpus * 1e9)
         if spec.memory_mb:
             kwargs["mem_limit"] = f"{spec.memory_mb}m"
-        mode = spec.network.mode
         if mode == "open" and spec.port:
             kwargs["ports"] = {f"{spec.port}/tcp": ("127.0.0.1", spec.host_port)}
         elif mode == "none":
             kwargs["network"] = self._network(NETWORK_NONE, internal=True)
         elif mode == "allowlist":
             kwargs["network"] = self._network(NETWORK_ALLOWLIST, subnet=ALLOWLIST_SUBNET)
-        if mode != "open" and spec.host_port:
+        elif mode == "host":
+            kwargs["network_mode"] = "host"
+        if mode in ("none", "allowlist") and spec.host_port:
             raise BadInput("`host_port` needs network \"open\" (closed networks are reached by the container's "
                            "address)", "remove host_port or open the network")
         try:
@@ -279,7 +292,10 @@ class DockerProvider(Provider):
     def _sandbox(self, container: Any, port: int | None) -> DockerSandbox:
         container.reload()
         url = None
-        if port:
+        if port and container.attrs["HostConfig"].get("NetworkMode") == "host":
+            env = dict(item.split("=", 1) for item in container.attrs["Config"].get("Env") or [] if "=" in item)
+            url = f"http://127.0.0.1:{env['PORT']}"
+        elif port:
             published = (container.attrs["NetworkSettings"].get("Ports") or {}).get(f"{port}/tcp")
             url = (f"http://127.0.0.1:{published[0]['HostPort']}" if published
                    else f"http://{_address(container)}:{port}")

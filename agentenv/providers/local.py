@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -31,6 +30,8 @@ from agentenv.providers.base import (
     SandboxFailed,
     SandboxInfo,
     SandboxSpec,
+    free_port,
+    port_taken,
 )
 
 
@@ -42,21 +43,6 @@ def _start_time(pid: int) -> str | None:
     except OSError:
         return None
     return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_taken(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
 
 
 class LocalSandbox(Sandbox):
@@ -127,7 +113,7 @@ def _stop_folder(folder: Path, grace: float = 3.0) -> bool:
 
 class LocalProvider(Provider):
     name = "local"
-    capabilities = Capabilities(isolated=False, build=False, network=["open"], resources=False)
+    capabilities = Capabilities(isolated=False, build=False, network=["open", "host"], resources=False)
 
     def __init__(self, settings) -> None:
         self.root = Path(settings.state_dir) / "sandboxes" / "local"
@@ -149,14 +135,14 @@ class LocalProvider(Provider):
         if not spec.command:
             raise BadInput(f"sandbox {spec.name!r} has no `command`: the local provider runs processes, not images",
                            "give the app a `command` (run with $PORT set), or use the docker provider")
-        if spec.host_port is not None and _port_taken(spec.host_port):
+        if spec.host_port is not None and port_taken(spec.host_port):
             raise SandboxFailed(f"port 127.0.0.1:{spec.host_port} is already in use",
                                 "free that port, or leave `host_port` unset to get a free one")
         work = folder / "work"
         work.mkdir(parents=True)
         if spec.build:
             shutil.copytree(spec.build, work, dirs_exist_ok=True)
-        port = spec.host_port or (_free_port() if spec.port else None)
+        port = spec.host_port or (free_port() if spec.port else None)
         env = {**os.environ, **spec.env, "HOST": "127.0.0.1"}
         if port:
             env["PORT"] = str(port)

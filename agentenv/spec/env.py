@@ -30,8 +30,9 @@ class SandboxRun(_Spec):
                                                                   "recorded with the run)")
     cpus: float | None = Field(None, gt=0, le=64)
     memory_mb: int | None = Field(None, ge=16)
-    network: Literal["open", "none"] | list[str] = Field(
-        "open", description="\"open\", \"none\" (no route out) or a list of CIDRs it may reach")
+    network: Literal["open", "none", "host"] | list[str] = Field(
+        "open", description="\"open\", \"none\" (no route out), a list of CIDRs it may reach, or \"host\" (the "
+                            "host's network: it reaches the gateway on 127.0.0.1; isolation of files only)")
     provider: str | None = Field(None, description="sandbox provider or fallback chain (default: [sandboxes] envs "
                                                    "for apps, [sandboxes] agents for agents)")
     ttl_hours: float | None = Field(None, gt=0, description="reaped after this long whatever its run")

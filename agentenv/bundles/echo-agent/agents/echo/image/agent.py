@@ -1,4 +1,5 @@
-"""The echo agent, written with agentenv's SDK: it answers each turn by repeating the prompt.
+"""The echo agent, written with agentenv's SDK: it answers each turn by repeating the prompt, and says how
+many notes its environment holds (a tool call through the gateway).
 
 Served over A2A on $HOST:$PORT (set by the sandbox provider); its card names the URL it is fetched at,
 so clients reach it through the container's published port.
@@ -14,8 +15,11 @@ class Echo(Agent):
     description = "Repeats what it is asked."
 
     async def answer(self, turn: Turn) -> str:
-        # Tools would be `async with turn.tools() as tools: ...` when turn.mcp_url is reachable from here.
-        return f"echo: {turn.prompt}"
+        if not turn.mcp_url:  # deployed without an environment
+            return f"echo: {turn.prompt}"
+        async with turn.tools() as tools:  # the environment's tools, through the gateway, under its role
+            notes = await tools.call("list_notes", {})
+        return f"echo: {turn.prompt} ({notes['count']} notes)"
 
 
 if __name__ == "__main__":
