@@ -223,7 +223,7 @@ async def test_no_daemon_names_what_to_start(tmp_path, monkeypatch):
     with pytest.raises(ProviderUnavailable) as e:
         await DockerProvider(settings).check()
     assert "no Docker daemon answers at unix:///nonexistent/docker.sock" in e.value.problem
-    assert "dockerd" in e.value.fix and "AGENTENV_ENV_PROVIDER=local" in e.value.fix
+    assert "dockerd" in e.value.fix and "scripts/docker-setup" in e.value.fix
     with pytest.raises(ProviderUnavailable, match="no Docker daemon answers"):
         await registry.create("docker", SandboxSpec(name="x", run_id="r", image=BASE_IMAGE), settings)
     provider, box = await registry.create("docker,local", SandboxSpec(name="x", run_id="r", command=["sleep", "9"]),

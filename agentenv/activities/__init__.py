@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentenv.config import Settings
 from agentenv.errors import format_loc
@@ -31,6 +31,14 @@ RELEASE_SANDBOXES = "agentenv.release_sandboxes"
 
 # Outputs travel through workflow history: keep them to decisions and small facts.
 MAX_OUTPUT_BYTES = 64 * 1024
+
+
+def _step_failed(e: StepFailed) -> ApplicationError:
+    """A step's own verdict. One that will not be retried is benign to Temporal: the run reports it, so
+    workers do not log it as a warning with a traceback (it would land on the CLI user's terminal)."""
+    return ApplicationError(str(e), type="StepFailed", non_retryable=not e.retryable,
+                            category=ApplicationErrorCategory.UNSPECIFIED if e.retryable
+                            else ApplicationErrorCategory.BENIGN)
 
 
 def _fatal(message: str, kind: str) -> ApplicationError:
@@ -79,7 +87,7 @@ class RunActivities:
         try:
             result = await step_type(ctx, config)
         except StepFailed as e:
-            raise ApplicationError(str(e), type="StepFailed", non_retryable=not e.retryable) from None
+            raise _step_failed(e) from None
         finally:
             if beat:
                 beat.cancel()
@@ -197,7 +205,7 @@ class RunActivities:
         except AgentTimedOut as e:
             return {"timed_out": str(e)}
         except StepFailed as e:
-            raise ApplicationError(str(e), type="StepFailed", non_retryable=not e.retryable) from None
+            raise _step_failed(e) from None
         if reply.failed:
             raise _fatal(f"{ask['who']['name']} could not answer ({reply.state}): {reply.text[:500]}", "StepFailed")
         return {"entry": entry}

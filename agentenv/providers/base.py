@@ -94,7 +94,7 @@ class SandboxSpec(BaseModel):
 
     def labels(self) -> dict[str, str]:
         return {LABEL_RUN: self.run_id, LABEL_NAME: self.name, LABEL_OWNER: self.owner,
-                LABEL_EXPIRES: f"{time.time() + self.ttl:.0f}"}
+                LABEL_EXPIRES: f"{time.time() + self.ttl:.3f}"}
 
 
 class SandboxInfo(BaseModel):

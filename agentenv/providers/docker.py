@@ -344,8 +344,8 @@ def _no_daemon(error: Exception) -> ProviderUnavailable:
 
     where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     return ProviderUnavailable(f"no Docker daemon answers at {where} ({str(error).splitlines()[0][:200]})",
-                               "start it (`sudo dockerd &`, or `sudo systemctl start docker`), or point DOCKER_HOST "
-                               "at one; or run sandboxes as local processes: AGENTENV_ENV_PROVIDER=local")
+                               "start it (`sudo dockerd &`, `sudo systemctl start docker`, or agentenv's "
+                               "`scripts/docker-setup`), or point DOCKER_HOST at one")
 
 
 # -- allowlists, as iptables rules tagged with the container's name --

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from agentenv.errors import BadInput
+from agentenv.errors import AgentEnvError, BadInput
 from agentenv.providers.base import Provider, ProviderUnavailable, Sandbox, SandboxInfo, SandboxSpec
 
 if TYPE_CHECKING:
@@ -71,26 +71,24 @@ def parse_chain(value: str) -> list[str]:
 
 
 async def create(chain: str, spec: SandboxSpec, settings: Settings) -> tuple[Provider, Sandbox]:
-    """Create the sandbox on the first usable provider of the chain."""
-    reasons = []
+    """Create the sandbox on the first provider of the chain that is usable here and can enforce what the
+    spec asks (network, limits)."""
+    refusals: list[tuple[str, AgentEnvError]] = []
     for name in parse_chain(chain):
         provider = load(name, settings)
         try:
+            provider.refuse_unsupported(spec)
             await provider.check()
-        except ProviderUnavailable as e:
-            reasons.append(f"{name}: {e}")
+        except (ProviderUnavailable, BadInput) as e:
+            refusals.append((name, e))
             continue
-        provider.refuse_unsupported(spec)
         return provider, await provider.create(spec)
-    if len(reasons) == 1:
-        raise ProviderUnavailable(*_split(reasons[0]))
-    raise ProviderUnavailable("no sandbox provider of the chain " + repr(chain) + " is usable here:\n  "
-                              + "\n  ".join(reasons), "start or configure one of them")
-
-
-def _split(reason: str) -> tuple[str, str | None]:
-    problem, _, fix = reason.partition("\n  fix: ")
-    return problem, fix or None
+    if len(refusals) == 1:
+        name, e = refusals[0]
+        raise ProviderUnavailable(f"{name}: {e.problem}", e.fix) if isinstance(e, ProviderUnavailable) else e
+    raise ProviderUnavailable(f"no sandbox provider of the chain {chain!r} can run {spec.name!r} here:\n  "
+                              + "\n  ".join(f"{name}: {e}" for name, e in refusals),
+                              "start or configure one of them, or relax what the sandbox asks for")
 
 
 async def usable(settings: Settings, names_: list[str] | None = None) -> list[Provider]:
