@@ -341,6 +341,13 @@ async def test_the_reaper_removes_containers_of_a_run_that_died_with_its_worker(
         cluster.env["AGENTENV_CONFIG"] = str(config)
         cluster.start_worker()
         await wait_until(lambda: _no_containers(docker_client, handle.id), timeout=30, what="the reaper")
+
+        async def instance_retired():
+            async with gateway_daemon.connect(cluster.settings, start_daemon=False) as admin:
+                listed = (await admin._json("GET", "/admin/instances"))["instances"]
+            return f"{handle.id}.echo" not in {i["id"] for i in listed}
+
+        await wait_until(instance_retired, timeout=30, what="the reaper to retire the gateway's instance")
         reaped = subprocess.run([AGENT_ENV, "sandboxes", "reap"], env=cluster.env, capture_output=True, text=True,
                                 timeout=60)
         assert reaped.returncode == 0 and "removed 0 sandbox(es)" in reaped.stdout, reaped.stdout + reaped.stderr

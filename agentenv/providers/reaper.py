@@ -70,7 +70,8 @@ def judge(sandboxes: list[SandboxInfo], statuses: dict[str, str], *, now: float 
 
 async def reap(settings: Settings, client: Client | None, *, dry_run: bool = False,
                everything: bool = False) -> list[Verdict]:
-    """Judge every sandbox of every usable provider; remove the doomed ones (unless dry_run)."""
+    """Judge every sandbox of every usable provider; remove the doomed ones (unless dry_run), and retire
+    the gateway's instances that were served by sandboxes of runs that are over."""
     from agentenv.providers import registry
 
     providers = {p.name: p for p in await registry.usable(settings)}
@@ -81,7 +82,31 @@ async def reap(settings: Settings, client: Client | None, *, dry_run: bool = Fal
         for v in verdicts:
             if v.doomed:
                 await providers[v.sandbox.provider].remove(v.sandbox.id)
+        if client is not None:
+            await retire_orphaned_instances(settings, client)
     return verdicts
+
+
+async def retire_orphaned_instances(settings: Settings, client: Client) -> list[str]:
+    """Instances served by remote apps (sandboxes, URLs) of a run that is over, which the run could not
+    retire itself: keep their trajectories and stop serving them. Only a gateway that runs is asked."""
+    from agentenv.gateway import daemon
+    from agentenv.steps.builtin.envs import retire_instance
+    from agentenv.stores import open_stores
+
+    if not settings.gateway.url and not daemon.status(settings).running:
+        return []
+    retired = []
+    async with daemon.connect(settings, start_daemon=False) as gateway:
+        instances = [i for i in (await gateway._json("GET", "/admin/instances"))["instances"]
+                     if i.get("run_id") and any(app.get("url") for app in i.get("apps", []))]
+        statuses = await run_statuses(client, {i["run_id"] for i in instances})
+        stores = open_stores(settings) if instances else None
+        for inst in instances:
+            if statuses.get(inst["run_id"], "running") != "running":
+                await retire_instance(gateway, stores, inst["run_id"], inst["id"])
+                retired.append(inst["id"])
+    return retired
 
 
 async def reap_forever(settings: Settings, client: Client, every: float, log) -> None:
