@@ -172,6 +172,23 @@ async def test_a_container_sandbox_serves_runs_commands_and_holds_limits(provide
     assert await provider.remove("ae-web-1") is False
 
 
+async def test_a_snapshot_is_an_image_a_new_sandbox_starts_from(provider, docker_client):
+    first = await provider.create(SandboxSpec(name="snap-1", run_id="run-snap", image=BASE_IMAGE,
+                                              command=["sleep", "60"]))
+    try:
+        await first.put_file("/data/state.txt", b"kept")
+        image = await first.snapshot()
+        assert image.startswith("agentenv-snapshot/snap-1:")
+        second = await provider.create(SandboxSpec(name="snap-2", run_id="run-snap", image=image,
+                                                   command=["sleep", "60"]))
+        assert await second.get_file("/data/state.txt") == b"kept"
+        await second.stop()
+    finally:
+        await first.stop()
+        for tag in docker_client.images.list(name="agentenv-snapshot/snap-1"):
+            docker_client.images.remove(tag.id, force=True)
+
+
 async def test_a_taken_host_port_is_a_clear_error(provider, docker_client):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

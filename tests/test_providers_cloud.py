@@ -187,6 +187,26 @@ async def test_modal_builds_a_dockerfile(sdks, settings, tmp_path):
                                                        "context_dir": str(tmp_path / "app")})
 
 
+async def test_modal_snapshots_a_filesystem_a_new_sandbox_starts_from(sdks, settings):
+    modal = registry.load("modal", settings)
+    first = await modal.create(spec("modal", name="first", command=["sleep", "30"]))
+    await first.put_file("/data/state.txt", b"kept")
+    image = await first.snapshot()
+    assert image.startswith("im-")
+    second = await modal.create(spec("modal", name="second", image=image, command=["sleep", "30"]))
+    assert recorded(sdks, "modal")["image"].object_id == image
+    assert await second.get_file("/data/state.txt") == b"kept"
+    for box in (first, second):
+        await box.stop()
+
+
+async def test_e2b_cannot_snapshot(sdks, settings):
+    box = await registry.load("e2b", settings).create(spec("e2b", name="nosnap"))
+    with pytest.raises(BadInput, match="the e2b provider cannot snapshot"):
+        await box.snapshot()
+    await box.stop()
+
+
 async def test_modal_shortens_long_names(sdks, settings):
     modal = registry.load("modal", settings)
     long = spec("modal", name="x" * 100)

@@ -104,6 +104,8 @@ async def test_local_sandbox_runs_serves_and_stops(home, tmp_path):
         with pytest.raises(BadInput, match="escapes the sandbox's folder"):
             await box.get_file("../../sandbox.json")
 
+        with pytest.raises(BadInput, match="the local provider cannot snapshot"):
+            await box.snapshot()
         again = await provider.create(spec("web", port=8000, command=SERVE))
         assert again.url == box.url, "creating the same name again finds the running sandbox (retries are safe)"
         listed = await provider.list("run-1")

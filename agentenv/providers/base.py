@@ -155,6 +155,12 @@ class Sandbox(ABC):
     @abstractmethod
     async def stop(self) -> None: ...
 
+    async def snapshot(self) -> str:
+        """Save the sandbox's filesystem; returns an image reference that a new sandbox's `image` can start
+        from. Only providers whose capabilities include `snapshot`."""
+        raise BadInput(f"the {self.info.provider} provider cannot snapshot a sandbox's filesystem",
+                       "use the docker or modal provider, or snapshot the environment's data (snapshot_env)")
+
 
 class Provider(ABC):
     name: ClassVar[str]

@@ -18,6 +18,7 @@ import hashlib
 import io
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,14 @@ class DockerSandbox(Sandbox):
     async def stop(self) -> None:
         await asyncio.to_thread(_remove_container, self.container)
 
+    async def snapshot(self) -> str:
+        """Commit the container's filesystem as an image (`agentenv-snapshot/NAME:TIME`), labelled with the run."""
+        tag = f"{int(time.time() * 1000)}"
+        repository = f"agentenv-snapshot/{self.info.name}"[:128]
+        await asyncio.to_thread(self.container.commit, repository=repository, tag=tag,
+                                conf={"Labels": {LABEL_RUN: self.info.run_id}})
+        return f"{repository}:{tag}"
+
 
 def _remove_container(container: Any) -> None:
     import docker.errors
@@ -125,7 +134,7 @@ def _remove_container(container: Any) -> None:
 class DockerProvider(Provider):
     name = "docker"
     capabilities = Capabilities(isolated=True, build=True, network=["open", "none", "allowlist", "host"],
-                                resources=True)
+                                resources=True, snapshot=True)
 
     def __init__(self, settings) -> None:
         self.settings = settings

@@ -72,6 +72,11 @@ class ModalSandbox(Sandbox):
     async def stop(self) -> None:
         await asyncio.to_thread(self._sb.terminate)
 
+    async def snapshot(self) -> str:
+        """Modal's filesystem snapshot: an image id (`im-...`) a new sandbox's `image` can start from."""
+        image = await asyncio.to_thread(self._sb.snapshot_filesystem)
+        return image.object_id
+
 
 class ModalProvider(Provider):
     name = "modal"
@@ -132,6 +137,8 @@ class ModalProvider(Provider):
                 raise SandboxFailed(f"sandbox {spec.name!r}: no Dockerfile in {spec.build}",
                                     "point `build` at a folder that holds a Dockerfile")
             return modal.Image.from_dockerfile(dockerfile, context_dir=spec.build)
+        if spec.image and spec.image.startswith("im-"):  # a snapshot (Sandbox.snapshot) or another Modal image
+            return modal.Image.from_id(spec.image)
         return modal.Image.from_registry(spec.image) if spec.image else None  # None: Modal's default image
 
     def _info(self, sb: Any, labels: dict[str, str], port: int | None) -> SandboxInfo:

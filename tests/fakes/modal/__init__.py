@@ -37,6 +37,7 @@ __all__ = ["App", "ContainerProcess", "Image", "Sandbox", "Tunnel", "exception",
 
 _apps: dict[str, App] = {}
 _sandboxes: dict[str, Sandbox] = {}
+_images: dict[str, Image] = {}
 _ids = itertools.count(1)
 TERMINATED = 137  # the fake's exit code for a terminated or timed-out sandbox
 
@@ -59,6 +60,14 @@ class App:
 class Image:
     def __init__(self, kind: str, **args: Any) -> None:
         self.kind, self.args = kind, args
+        self.object_id = f"im-{next(_ids):022d}"
+        _images[self.object_id] = self
+
+    @staticmethod
+    def from_id(image_id: str, client: Any = None) -> Image:
+        if image_id not in _images:
+            raise NotFoundError(f"Image {image_id} not found")
+        return _images[image_id]
 
     @staticmethod
     def from_registry(tag: str, secret: Any = None, *, setup_dockerfile_commands: list[str] = [],  # noqa: B006
@@ -143,6 +152,9 @@ class Sandbox:
         self._app, self._name, self._tags, self._env, self._ports = app, name, dict(tags), env, list(ports)
         self.create_kwargs = create_kwargs
         self.root = Path(tempfile.mkdtemp(prefix="fake-modal-"))
+        image = create_kwargs.get("image")
+        if image is not None and image.kind == "snapshot":  # starts from a saved filesystem
+            shutil.copytree(image.args["folder"], self.root, dirs_exist_ok=True)
         self._deadline = time.monotonic() + timeout if timeout else None
         self._returncode: int | None = None
         self._proc: subprocess.Popen | None = None
@@ -181,6 +193,12 @@ class Sandbox:
                      timeout, [*encrypted_ports, *unencrypted_ports], kwargs)
         _sandboxes[sb.object_id] = sb
         return sb
+
+    def snapshot_filesystem(self, timeout: int = 55) -> Image:
+        """Like Modal's: the sandbox's filesystem as a new image (here: a copy of its folder)."""
+        folder = Path(tempfile.mkdtemp(prefix="fake-modal-image-"))
+        shutil.copytree(self.root, folder, dirs_exist_ok=True)
+        return Image("snapshot", folder=folder)
 
     @staticmethod
     def from_name(app_name: str, name: str, *, environment_name: str | None = None,
