@@ -84,7 +84,7 @@ async def start(settings: Settings, stores: Stores, *, run_id: str, owner: str, 
     if box.build:
         if build_key is None:
             raise StepFailed(f"{label}: its build context was not pinned when the run was planned")
-        build = unpack_build(settings, stores, build_key, name.rsplit(".", 1)[-1])
+        build = unpack_build(settings, stores, build_key, name)
     spec = run_spec(settings, run_id, owner, sandbox_name(owner, name), box, build)
     try:
         return await registry.create(chain, spec, settings)
