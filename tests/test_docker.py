@@ -329,18 +329,7 @@ async def test_the_reaper_removes_containers_of_a_run_that_died_with_its_worker(
     cluster.start_server()
     worker = cluster.start_worker()
     try:
-        bundle = write_bundle(tmp_path / "b", """
-            id = "orphan"
-            [[steps]]
-            id = "echo"
-            type = "deploy_env"
-            config = { env = "echo" }
-            [[steps]]
-            id = "hold"
-            type = "sleep"
-            depends_on = ["echo"]
-            config = { seconds = 300 }
-            """)
+        bundle = write_bundle(tmp_path / "b", 'id = "orphan"\n' + DEPLOY_AND_HOLD)
         client = await connect(cluster.settings)
         handle = await runner.start_run(client, cluster.settings, load_task(bundle / "tasks" / "t.toml"))
         await wait_until(lambda: _has_containers(docker_client, handle.id), timeout=90, what="the container")

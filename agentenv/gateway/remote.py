@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -25,14 +24,9 @@ from agentenv import tls
 from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.card import META_HIDDEN_BY_DEFAULT
 from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
+from agentenv.providers.base import free_port
 
 START_TIMEOUT = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RemoteApp:
@@ -48,7 +42,7 @@ class RemoteApp:
     async def spawn(cls, target: str, name: str, folder: Path) -> RemoteApp:
         """Start `agent-env env serve` for the app on a free local port and connect to it."""
         folder.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
+        port = free_port()
         with open(folder / "server.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "agentenv", "env", "serve", target, "--host", "127.0.0.1", "--port", str(port),

@@ -155,6 +155,10 @@ class Sandbox(ABC):
     @abstractmethod
     async def stop(self) -> None: ...
 
+    async def logs(self, lines: int = 20) -> str:
+        """The last lines the sandbox printed, where its provider keeps them ("" where it does not)."""
+        return ""
+
     async def snapshot(self) -> str:
         """Save the sandbox's filesystem; returns an image reference that a new sandbox's `image` can start
         from. Only providers whose capabilities include `snapshot`."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import shlex
 import subprocess
 import tarfile
 import time
@@ -111,6 +112,9 @@ class DockerSandbox(Sandbox):
 
     async def stop(self) -> None:
         await asyncio.to_thread(_remove_container, self.container)
+
+    async def logs(self, lines: int = 20) -> str:
+        return (await asyncio.to_thread(self.container.logs, tail=lines)).decode(errors="replace")
 
     async def snapshot(self) -> str:
         """Commit the container's filesystem as an image (`agentenv-snapshot/NAME:TIME`), labelled with the run."""
@@ -390,6 +394,4 @@ def _drop_rules(name: str) -> None:
         return
     for line in listed.stdout.splitlines():
         if f"agentenv:{name}" in line and line.startswith("-A "):
-            import shlex
-
             subprocess.run(["iptables", "-D", *shlex.split(line)[1:]], capture_output=True)

@@ -80,6 +80,10 @@ class LocalSandbox(Sandbox):
     async def stop(self) -> None:
         await asyncio.to_thread(_stop_folder, self.folder)
 
+    async def logs(self, lines: int = 20) -> str:
+        text = await asyncio.to_thread((self.folder / "sandbox.log").read_text, errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
 
 def _read(folder: Path) -> dict | None:
     try:

@@ -223,15 +223,8 @@ async def _exited(provider, run_id: str, sandbox_id: str) -> bool:
 async def _output_tail(sandbox, lines: int = 20) -> str:
     """What the sandbox printed last, where its provider keeps it (it is gone once the run's sandboxes are
     removed, so errors carry it)."""
-    def read() -> str:
-        if hasattr(sandbox, "container"):  # docker
-            return sandbox.container.logs(tail=lines).decode(errors="replace")
-        if hasattr(sandbox, "folder"):  # local
-            return (sandbox.folder / "sandbox.log").read_text(errors="replace")
-        return ""
-
     try:
-        text = await asyncio.to_thread(read)
+        text = await sandbox.logs(lines)
     except Exception:  # noqa: BLE001 - the output is a courtesy; the error stands without it
         text = ""
     return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (none)"
