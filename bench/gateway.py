@@ -82,7 +82,9 @@ async def main():
                 out.append({"p50": s[len(s) // 2], "p99": s[int(len(s) * 0.99)]})
             print(json.dumps(out))
         else:
-            sessions = [await connect(stack) for _ in range(clients)]
+            # one agent (one role token) per client, as concurrent episodes are: limits are per agent
+            tokens = token.split(",")
+            sessions = [await connect(stack, token=tokens[i % len(tokens)]) for i in range(clients)]
             for s in sessions:
                 await s.call_tool("read_note", {"key": "k"})
             async def worker(s):
@@ -128,15 +130,19 @@ def measure() -> dict:
                     json={"jsonrpc": "2.0", "id": 1, "method": "data/add", "params": {"parts": [
                         {"kind": "data", "data": note}]}}).raise_for_status()
         httpx2.put(f"{base}/admin/instances/bench", headers=admin,
-                   json={"id": "bench", "apps": [{"app": "notes"}]}).raise_for_status()
+                   json={"id": "bench", "apps": [{"app": "notes"}],
+                         "agents": {f"agent{i}": "agent" for i in range(CLIENTS)}}).raise_for_status()
         httpx2.post(f"{base}/admin/instances/bench/load", headers=admin,
                     json={"parts": [{"kind": "data", "data": {"notes": note}}]}).raise_for_status()
-        token = httpx2.get(f"{base}/admin/instances/bench/tokens/agent", headers=admin).json()["token"]
+        agent_tokens = [httpx2.get(f"{base}/admin/instances/bench/tokens/agent{i}", headers=admin).json()["token"]
+                        for i in range(CLIENTS)]
+        token = agent_tokens[0]
         direct_url, gw_url = f"http://127.0.0.1:{direct_port}/mcp", f"{base}/envs/bench/mcp"
 
         d, g = run_client(f"{direct_url}|{gw_url}", f"-|{token}", "latency", LATENCY_CALLS)
         result.update(direct_p50_ms=d["p50"], direct_p99_ms=d["p99"], gateway_p50_ms=g["p50"], gateway_p99_ms=g["p99"])
-        result["gateway_per_s"] = run_client(gw_url, token, "throughput", CALLS_PER_CLIENT, CLIENTS)["per_s"]
+        result["gateway_per_s"] = run_client(gw_url, ",".join(agent_tokens), "throughput", CALLS_PER_CLIENT,
+                                             CLIENTS)["per_s"]
         result["direct_per_s"] = run_client(direct_url, "-", "throughput", CALLS_PER_CLIENT, CLIENTS)["per_s"]
 
         before = rss_mib(gateway.pid)

@@ -14,13 +14,16 @@ agents' role tokens. Bodies and answers are JSON.
 A turn: `id`, `agent`, `role`, `prompt`, `system_prompt`, `conversation`, `deadline_s`, and where its
 agent acts: `mcp_url` (MCP, streamable HTTP) and `tools_url` (REST: GET lists, POST /{name} calls), both
 with `token` as a bearer token. Tool calls go to the gateway directly, never through here.
+
+At the door (agentenv.guard.HostGuard): `Host` must be this server's, a browser's `Origin` its own, and
+bodies are JSON (`Content-Type: application/json`; text/plain and form types are refused with 415).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -30,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentenv.errors import AgentEnvError, from_validation_error
+from agentenv.guard import HostGuard, tokens_equal
 
 
 class StartRequest(BaseModel):
@@ -53,7 +57,9 @@ class Abandon(BaseModel):
     reason: str = "abandoned over HTTP"
 
 
-def create_app(settings, *, worker: bool = True) -> Starlette:
+def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()) -> HostGuard:
+    """The episodes ASGI app. `urls`: where it is reached besides 127.0.0.1 (the gateway URL's host is
+    allowed too: a trainer reaching a remote gateway by name reaches this server by that name as well)."""
     from agentenv.episodes import Episodes, EpisodeSpec
     from agentenv.gateway import tokens
     from agentenv.gateway.daemon import base_url
@@ -79,8 +85,7 @@ def create_app(settings, *, worker: bool = True) -> Starlette:
 
     def endpoint(handler):
         async def run(request: Request) -> Response:
-            token = tokens.bearer(request.headers.get("authorization"))
-            if not admin or token is None or not hmac.compare_digest(token, admin):
+            if not tokens_equal(tokens.bearer(request.headers.get("authorization")), admin):
                 return error(401, "this needs the gateway's admin token (Authorization: Bearer aea_...)")
             try:
                 return await handler(request)
@@ -138,10 +143,10 @@ def create_app(settings, *, worker: bool = True) -> Starlette:
         yield
         await state["episodes"].close()
 
-    return Starlette(routes=[
+    return HostGuard.serving(Starlette(routes=[
         Route("/episodes", endpoint(start), methods=["POST"]),
         Route("/episodes/{episode}/next-turn", endpoint(next_turn), methods=["POST"]),
         Route("/episodes/{episode}/turns/{turn:path}/end", endpoint(end_turn), methods=["POST"]),
         Route("/episodes/{episode}/abandon", endpoint(abandon), methods=["POST"]),
         Route("/episodes/{episode}/result", endpoint(result), methods=["GET"]),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan), [settings.gateway.url, *urls])

@@ -19,10 +19,16 @@ def main() -> None:
     from agentenv.config import load_settings
     from agentenv.gateway.http import create_app
     from agentenv.gateway.service import Gateway
+    from agentenv.guard import is_ip_literal
 
-    gateway = Gateway(args.root, max_body_bytes=args.max_body_kib * 1024, settings=load_settings())
+    settings = load_settings()
+    gateway = Gateway(args.root, max_body_bytes=args.max_body_kib * 1024, settings=settings,
+                      max_calls_per_agent=settings.gateway.max_calls_per_agent,
+                      max_sessions_per_agent=settings.gateway.max_sessions_per_agent)
+    # Requests naming the configured public URL's host (or a bind name) are ours too; any other Host is refused.
+    urls = [settings.gateway.url] + ([] if is_ip_literal(args.host) else [f"http://{args.host}:{args.port}"])
     try:
-        uvicorn.run(create_app(gateway), host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(create_app(gateway, urls=urls), host=args.host, port=args.port, log_level="warning")
     finally:
         gateway.close()
 

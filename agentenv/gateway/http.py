@@ -7,16 +7,21 @@ Agents (role token, `Authorization: Bearer aet_...`):
     GET  /envs/{id}/.well-known/agent-env.json   the instance's card (tools of the caller's role)
 The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's folder):
     POST /envs/{id}/agentenv              the JSON-RPC data plane, fanned out to every app
-    /admin/instances[/{id}[/tokens/{agent} | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
+    /admin/instances[/{id}[/tokens/{agent} | /servers/{app}/token | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
     /admin/agents[/{id}]                  hosted agents (PUT deploys one); /admin/human[/{turn}] people's turns
 Hosted agents (A2A; the card is public, messages need the admin token):
     /agents/{id}/                         JSON-RPC;  /agents/{id}/.well-known/agent-card.json  its card
+
+At the door (agentenv.guard.HostGuard): `Host` must be this server's (loopback, an IP, or the configured
+public URL's name), a browser's `Origin` its own, and no body of a type a page may send cross-site.
+Every agent is limited on its own (429 beyond): tool calls in flight, MCP sessions and MCP requests open.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -33,10 +38,12 @@ from agentenv.envs import dataplane
 from agentenv.envs.app import ToolError
 from agentenv.envs.serve import BodyTooLarge, read_body
 from agentenv.errors import BadInput, from_validation_error
+from agentenv.gateway import tokens
 from agentenv.gateway.instance import CompositionError
 from agentenv.gateway.roles import RoleError
 from agentenv.gateway.service import Caller, Gateway, GatewayError
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.guard import HostGuard
 from agentenv.spec.world_run import WorldPush
 
 
@@ -83,7 +90,8 @@ class RawAsgi:
         await self.app(scope, receive, send)
 
 
-def create_app(gateway: Gateway) -> Starlette:
+def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuard:
+    """The gateway's ASGI app. `urls`: where it is reached besides 127.0.0.1 (the configured public URL)."""
     limit = gateway.max_body_bytes
 
     async def body_json(request: Request) -> Any:
@@ -122,11 +130,10 @@ def create_app(gateway: Gateway) -> Starlette:
         request = Request(scope)
         try:
             caller = await gateway.authenticate(scope["path_params"]["instance"], request.headers.get("authorization"))
+            scope["agentenv.caller"] = caller
+            await gateway.serve_mcp(caller, scope, receive, send)  # refuses (raises) before it answers
         except GatewayError as e:
             await _error(e.status, str(e))(scope, receive, send)
-            return
-        scope["agentenv.caller"] = caller
-        await gateway.mcp(scope, receive, send)
 
     async def caller_of(request: Request) -> Caller:
         return await gateway.authenticate(request.path_params["instance"], request.headers.get("authorization"))
@@ -139,10 +146,11 @@ def create_app(gateway: Gateway) -> Starlette:
 
     async def call_tool(request: Request) -> Response:
         caller = await caller_of(request)
-        arguments = await body_json(request)
-        if not isinstance(arguments, dict):
-            raise GatewayError(400, "the body must be a JSON object of the tool's arguments")
-        outcome = await gateway.call(caller, request.path_params["name"], arguments, via="rest")
+        with gateway.limits.calling(caller.key):  # a slow upload counts too: it holds the agent's slot
+            arguments = await body_json(request)
+            if not isinstance(arguments, dict):
+                raise GatewayError(400, "the body must be a JSON object of the tool's arguments")
+            outcome = await gateway.call(caller, request.path_params["name"], arguments, via="rest")
         if "error" not in outcome:
             return JSONResponse({"result": outcome["result"]})
         status = 404 if outcome.get("unknown") else 403 if outcome.get("refused") else 422
@@ -215,6 +223,11 @@ def create_app(gateway: Gateway) -> Starlette:
     async def token(request: Request) -> Response:
         admin_only(request)
         return JSONResponse({"token": await gateway.token(request.path_params["instance"], request.path_params["agent"])})
+
+    async def server_token(request: Request) -> Response:  # for a sandbox deploy_env starts (envs.py)
+        admin_only(request)
+        p = request.path_params
+        return JSONResponse({"token": tokens.server_token(gateway.key, p["instance"], p["app"])})
 
     async def role(request: Request) -> Response:
         admin_only(request)
@@ -347,7 +360,7 @@ def create_app(gateway: Gateway) -> Starlette:
         await gateway.shutdown()
 
     base = "/envs/{instance}"
-    return Starlette(routes=[
+    return HostGuard.serving(Starlette(routes=[
         Route("/ready", ready, methods=["GET"]),
         Route(base + "/mcp", RawAsgi(mcp_endpoint), methods=["GET", "POST", "DELETE"]),
         Route(base + "/tools", guarded(list_tools), methods=["GET"]),
@@ -357,6 +370,7 @@ def create_app(gateway: Gateway) -> Starlette:
         Route("/admin/instances", guarded(instances), methods=["GET"]),
         Route("/admin/instances/{instance}", guarded(instance), methods=["GET", "PUT", "DELETE"]),
         Route("/admin/instances/{instance}/tokens/{agent}", guarded(token), methods=["GET"]),
+        Route("/admin/instances/{instance}/servers/{app}/token", guarded(server_token), methods=["GET"]),
         Route("/admin/instances/{instance}/roles/{role}", guarded(role), methods=["PUT", "PATCH"]),
         Route("/admin/instances/{instance}/world", guarded(world), methods=["PUT"]),
         Route("/admin/instances/{instance}/agents/{agent}", guarded(agent), methods=["PUT"]),
@@ -369,4 +383,4 @@ def create_app(gateway: Gateway) -> Starlette:
         Route("/admin/human", guarded(human_turns), methods=["GET"]),
         Route("/admin/human/{turn:path}", guarded(human_answer), methods=["POST"]),
         Mount("/agents/{agent_id}", app=agent_endpoint),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan), urls)

@@ -7,9 +7,13 @@ files, so a restarted gateway serves the same instances with the same data and t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
+import os
 import shutil
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,12 +22,13 @@ import mcp.types as types
 
 from agentenv.envs.app import ToolError
 from agentenv.envs.context import Ctx
-from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
+from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, refuse, tool_error, tool_result
 from agentenv.gateway import tokens, trajectory
 from agentenv.gateway.delivery import Delivery
 from agentenv.gateway.instance import EnvInstance
 from agentenv.gateway.mcp_tools import GET_TIME
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.guard import tokens_equal
 from agentenv.spec.predicates import walk
 from agentenv.spec.world_run import TriggerHit, WorldPush
 from agentenv.stores.local import SqliteDocumentStore
@@ -52,9 +57,76 @@ class Caller:
     def role(self) -> str:
         return self.as_role or self.instance.role_of(self.agent)
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """Whose limits a request counts against: one agent of one instance (one role token)."""
+        return self.instance.spec.id, self.agent
+
+
+CallerKey = tuple[str, str]
+
+
+class CallerLimits:
+    """What one caller may hold at once, so that no agent can use up what all agents share (DESIGN §9):
+    tool calls in flight, MCP sessions open, MCP requests open (long-lived streams included).
+    Beyond a limit the caller is refused with 429; other callers never notice."""
+
+    def __init__(self, calls: int, sessions: int, requests: int) -> None:
+        self.calls, self.sessions, self.requests = calls, sessions, requests
+        self._calls: Counter[CallerKey] = Counter()
+        self._requests: Counter[CallerKey] = Counter()
+        self._opening: Counter[CallerKey] = Counter()  # session-opening requests not answered yet
+        self._sessions: dict[CallerKey, set[str]] = {}
+
+    @staticmethod
+    def _who(key: CallerKey) -> str:
+        return f"agent {key[1]!r} of instance {key[0]!r}"
+
+    @contextlib.contextmanager
+    def _hold(self, counts: Counter[CallerKey], key: CallerKey, limit: int, refusal: str) -> Iterator[None]:
+        if counts[key] >= limit:
+            raise GatewayError(429, refusal)
+        counts[key] += 1
+        try:
+            yield
+        finally:
+            counts[key] -= 1
+            if not counts[key]:
+                del counts[key]
+
+    def calling(self, key: CallerKey):
+        return self._hold(self._calls, key, self.calls,
+                          f"{self._who(key)} already has {self.calls} tool calls in flight (the most one agent "
+                          "may have); wait for one to finish, then call again")
+
+    def requesting(self, key: CallerKey):
+        return self._hold(self._requests, key, self.requests,
+                          f"{self._who(key)} already has {self.requests} MCP requests open (the most one agent "
+                          "may have); close streams you no longer read, then retry")
+
+    def open_sessions(self, key: CallerKey, alive: Callable[[str], bool]) -> int:
+        ids = {sid for sid in self._sessions.get(key, ()) if alive(sid)}  # ended sessions drop out here
+        if ids:
+            self._sessions[key] = ids
+        else:
+            self._sessions.pop(key, None)
+        return len(ids) + self._opening[key]
+
+    @contextlib.contextmanager
+    def opening(self, key: CallerKey, alive: Callable[[str], bool]) -> Iterator[Callable[[str], None]]:
+        """Admit a request that opens an MCP session; it calls the yielded function with the new session's id."""
+        if self.open_sessions(key, alive) >= self.sessions:
+            raise GatewayError(429, f"{self._who(key)} already has {self.sessions} MCP sessions open (the most one "
+                                    "agent may have); end sessions you no longer use (HTTP DELETE with their "
+                                    "mcp-session-id) or reuse one")
+        with self._hold(self._opening, key, self.sessions, "too many MCP sessions opening at once"):
+            yield lambda sid: self._sessions.setdefault(key, set()).add(sid)
+
 
 class Gateway:
-    def __init__(self, root: Path, *, max_body_bytes: int = 16 * 1024 * 1024, settings=None) -> None:
+    def __init__(self, root: Path, *, max_body_bytes: int = 16 * 1024 * 1024, settings=None,
+                 max_calls_per_agent: int = 32, max_sessions_per_agent: int = 16,
+                 max_mcp_requests_per_agent: int | None = None) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.key = tokens.load_or_create_key(root / "key")
@@ -62,15 +134,19 @@ class Gateway:
         self.store = SqliteDocumentStore(root / "instances.sqlite")
         self.max_body_bytes = max_body_bytes
         self._instances: dict[str, EnvInstance] = {}
-        self._tokens: dict[str, dict[str, str]] = {}  # instance -> {token: agent}
+        self._tokens: dict[str, dict[bytes, str]] = {}  # instance -> {digest of a token: agent}
+        self._lookup_key = os.urandom(32)  # looking tokens up by a keyed digest: no timing tells a token
         self._channels: dict[str, ChangeChannel] = {}
         self._listings: dict[tuple[str, str], list[types.Tool]] = {}
         self.trajectory = trajectory.TrajectoryWriter()
         self.delivery = Delivery(self.store, settings)
         self.mcp = McpEndpoint(self, "agentenv-gateway", max_body_bytes=max_body_bytes)
-        from agentenv.agents.host import AgentHost
+        # Per agent: its calls in flight, its sessions, and requests enough for both (one stream per session).
+        self.limits = CallerLimits(max_calls_per_agent, max_sessions_per_agent,
+                                   max_mcp_requests_per_agent or max_calls_per_agent + max_sessions_per_agent)
+        from agentenv.agents.host import AgentHost, public_base
 
-        self.agents = AgentHost(self.store)
+        self.agents = AgentHost(self.store, public_base(settings))  # cards name the configured URL, not Host
         self.agents.secret_root = settings.state_dir if settings is not None else None
 
     async def shutdown(self) -> None:
@@ -101,14 +177,14 @@ class Gateway:
 
     async def _open(self, spec: InstanceSpec) -> EnvInstance:
         try:
-            inst = await EnvInstance.open(spec, self.folder(spec.id))
+            inst = await EnvInstance.open(spec, self.folder(spec.id), key=self.key)
         except (OSError, RuntimeError) as e:  # a remote app that does not answer (stopped, or not up yet)
             raise GatewayError(502, f"instance {spec.id}: {e}") from None
         if spec.id in self._instances:  # opened meanwhile by a concurrent request: keep that one
             await inst.close()
             return self._instances[spec.id]
         self._instances[spec.id] = inst
-        self._tokens[spec.id] = {tokens.agent_token(self.key, spec.id, agent): agent for agent in inst.agents}
+        self._tokens[spec.id] = {self._digest(self._role_token(spec, agent)): agent for agent in inst.agents}
         self._channels.setdefault(spec.id, ChangeChannel())
         if world := self.store.get(WORLDS, spec.id):
             inst.apply_world(WorldPush.model_validate(world))
@@ -136,7 +212,7 @@ class Gateway:
             current.set_role(role, role_spec)
         current.agents = spec.agent_roles()
         current.spec = spec
-        self._tokens[spec.id] = {tokens.agent_token(self.key, spec.id, a): a for a in current.agents}
+        self._tokens[spec.id] = {self._digest(self._role_token(spec, a)): a for a in current.agents}
         self._save(current)
         await self._tools_changed(spec.id)
         return current
@@ -213,7 +289,7 @@ class Gateway:
             raise GatewayError(400, f"no role {role!r} in instance {instance_id!r} (roles: {', '.join(inst.spec.roles)})")
         inst.agents[agent] = role
         inst.spec.agents = dict(inst.agents)
-        self._tokens[instance_id][tokens.agent_token(self.key, instance_id, agent)] = agent
+        self._tokens[instance_id][self._digest(self._role_token(inst.spec, agent))] = agent
         self._save(inst)
         await self._tools_changed(instance_id)
 
@@ -227,7 +303,13 @@ class Gateway:
         inst = await self.get(instance_id)
         if agent not in inst.agents:
             raise GatewayError(404, f"no agent {agent!r} in instance {instance_id!r} (agents: {', '.join(inst.agents)})")
-        return tokens.agent_token(self.key, instance_id, agent)
+        return self._role_token(inst.spec, agent)
+
+    def _role_token(self, spec: InstanceSpec, agent: str) -> str:
+        """An agent's token, bound to its instance and run: a token of another run is refused even where
+        an instance id is reused."""
+        scope = spec.id if spec.run_id is None else f"{spec.id}\x00run\x00{spec.run_id}"
+        return tokens.agent_token(self.key, scope, agent)
 
     # -- who is calling --
 
@@ -237,14 +319,38 @@ class Gateway:
             raise GatewayError(401, "missing role token: send 'Authorization: Bearer <token>' "
                                     "(get one with `agent-env tools token INSTANCE AGENT`)")
         inst = await self.get(instance_id)
-        agent = self._tokens[instance_id].get(token)
+        agent = self._tokens[instance_id].get(self._digest(token))
         if agent is None:
             raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
         return Caller(inst, agent)
 
+    def _digest(self, token: str) -> bytes:
+        return hmac.digest(self._lookup_key, token.encode("utf-8", "surrogatepass"), "sha256")
+
     def is_admin(self, authorization: str | None) -> bool:
-        token = tokens.bearer(authorization)
-        return token is not None and hmac.compare_digest(token, self.admin_token)
+        return tokens_equal(tokens.bearer(authorization), self.admin_token)
+
+    # -- what one agent may hold at once --
+
+    async def serve_mcp(self, caller: Caller, scope, receive, send) -> None:
+        """Serve one MCP request of `caller` within its limits; a refusal (429) is raised before anything is sent."""
+        with self.limits.requesting(caller.key):
+            if not _opens_session(scope):
+                await self.mcp(scope, receive, send)
+                return
+            with self.limits.opening(caller.key, self._session_alive) as opened:
+                async def watch(message) -> None:
+                    if message["type"] == "http.response.start":
+                        sid = _header(message.get("headers") or [], b"mcp-session-id")
+                        if sid:
+                            opened(sid)
+                    await send(message)
+
+                await self.mcp(scope, receive, watch)
+
+    def _session_alive(self, session_id: str) -> bool:
+        # The SDK has no hook for a session's end; its table of live sessions is the truth.
+        return session_id in self.mcp.manager._server_instances
 
     # -- tools (the MCP tool host) --
 
@@ -268,7 +374,12 @@ class Gateway:
         return self.listing(request.scope["agentenv.caller"])
 
     async def call_tool(self, request, name: str, arguments: dict[str, Any], meta: dict[str, Any]):
-        outcome = await self.call(request.scope["agentenv.caller"], name, arguments, via="mcp")
+        caller: Caller = request.scope["agentenv.caller"]
+        try:
+            with self.limits.calling(caller.key):
+                outcome = await self.call(caller, name, arguments, via="mcp")
+        except GatewayError as e:  # over its limit (call() itself never raises it): a protocol error
+            raise refuse(str(e)) from None
         return tool_error(outcome["error"]) if "error" in outcome else tool_result(outcome["result"])
 
     async def call(self, caller: Caller, name: str, arguments: dict[str, Any], *, via: str,
@@ -337,6 +448,21 @@ class Gateway:
             raise GatewayError(404, f"no environment instance {instance_id!r} on this gateway")
         await asyncio.to_thread(self.trajectory.flush)  # the gateway serves others meanwhile
         return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after, last=last)
+
+
+def _header(headers, name: bytes) -> str | None:
+    return next((v.decode("latin-1") for k, v in headers if k.lower() == name), None)
+
+
+def _opens_session(scope) -> bool:
+    """A request the MCP SDK answers by opening a session: handshake era, and no session named yet."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    headers = scope.get("headers") or []
+    if _header(headers, b"mcp-session-id") is not None:
+        return False
+    version = _header(headers, b"mcp-protocol-version")
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 def _exposed(route):
