@@ -171,18 +171,28 @@ def server_status() -> None:
 @env_app.command("serve")
 def env_serve(
     target: Annotated[str, typer.Argument(help="A built-in app (notes, mail, chat, helpdesk, billing) or MODULE:Class.")],
-    host: Annotated[str, typer.Option(envvar="MCP_HOST", help="Address to bind. Anything but 127.0.0.1 exposes "
-                                      "an unauthenticated data plane to the network.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(envvar="MCP_HOST", help="Address to bind. Anything but 127.0.0.1 "
+                                      "without --token exposes an unauthenticated data plane to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="MCP_PORT", help="Port to bind.")] = 18765,
     state: Annotated[str | None, typer.Option(help="Folder of the instance's state (default: under the state "
                                                  "directory, per app).")] = None,
     data_root: Annotated[str | None, typer.Option(help="Folder that data/add may read file:// URIs from "
                                                      "(default: none; send data inline).")] = None,
+    token: Annotated[str | None, typer.Option(help="Require 'Authorization: Bearer TOKEN' on every request but "
+                                              "/ready (default: $AGENTENV_SERVER_TOKEN, else none). Prefer the "
+                                              "variable: `ps` shows a command line to every local user.")] = None,
 ) -> None:
-    """Serve one app alone: MCP at /mcp, its card at /.well-known/agent-env.json, its data plane at /agentenv."""
+    """Serve one app alone: MCP at /mcp, its card at /.well-known/agent-env.json, its data plane at /agentenv.
+
+    Without a token it is open to every local process (protocol-v1 clients send no auth): keep it on
+    127.0.0.1. It has no roles: every tool, hidden ones too, is served to every caller, and a role a
+    caller claims in `_meta` only labels what it writes. Requests naming another Host, from another
+    site's page (Origin) or with a text/plain or form body are refused. The gateway starts its
+    `run = "subprocess"` apps with a token only it holds.
+    """
     from agentenv.cli.env_cmd import serve_command
 
-    raise typer.Exit(serve_command(target, host, port, state, data_root))
+    raise typer.Exit(serve_command(target, host, port, state, data_root, token))
 
 
 @gateway_app.command("start")
@@ -365,8 +375,8 @@ def sandboxes_list(
     run: Annotated[str | None, typer.Option("--run", help="Only this run's sandboxes.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the sandboxes as JSON.")] = False,
 ) -> None:
-    """List sandboxes on every usable provider: provider, id, run, owner, status, expiry, and whether the
-    reaper would remove it (its run is over, or it is past its TTL)."""
+    """List this install's sandboxes on every usable provider: provider, id, run, owner, status, expiry, and
+    whether the reaper would remove it (its run is over, or it is past its TTL)."""
     from agentenv.cli.sandboxes_cmd import list_command
 
     raise typer.Exit(list_command(run, json_out))
@@ -375,8 +385,8 @@ def sandboxes_list(
 @sandboxes_app.command("reap")
 def sandboxes_reap(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
-    everything: Annotated[bool, typer.Option("--all", help="Remove every agentenv sandbox, even of running runs.")
-                          ] = False,
+    everything: Annotated[bool, typer.Option("--all", help="Remove every sandbox of this install, even of running "
+                                             "runs (other installs' sandboxes are never touched).")] = False,
 ) -> None:
     """Remove sandboxes whose run is over (ended, failed, cancelled, terminated, timed out or unknown) or
     that are past their TTL. Workers do this every [sandboxes] reap_every seconds."""

@@ -5,9 +5,20 @@
     POST /mcp                          MCP over streamable HTTP
     GET  /ready                        200 once serving
 
-No auth by default (the protocol's reference client sends none): bind to 127.0.0.1, which is the
-default. Calls may carry the caller's role and virtual time in `_meta` (as our gateway stamps them);
-without a stamped time the server's own UTC clock stands in.
+Every request passes `guard.HostGuard` first: a forged `Host`, another site's `Origin` or a body a
+browser may send cross-site (text/plain, forms) is refused, so a web page cannot drive the server.
+
+Two ways to run (DESIGN.md §8, §9):
+- Standalone, for protocol-v1 clients (whose reference client sends no auth): no token, bound to
+  127.0.0.1. There are no roles to enforce here: every tool (hidden ones too) and the data plane are
+  open to whoever reaches the port. A `_meta` role or agent a caller sends is its own claim, used by apps
+  only to attribute what it writes; it opens nothing more.
+- Managed, started by the gateway for one run (`run = "subprocess"`): with a token (`--token`, or
+  $AGENTENV_SERVER_TOKEN, which the gateway sets). Every request but /ready must then carry
+  `Authorization: Bearer <token>`, else 401 — the card too, as it lists hidden tools. Only the gateway
+  holds the token, so `_meta` stamps (role, agent, virtual time) are the gateway's and are trusted.
+
+Without a stamped time the server's own UTC clock stands in.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agentenv import guard
 from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.envs.app import App, ToolError
@@ -30,6 +42,11 @@ from agentenv.envs.instance import AppInstance, UnknownTool
 from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
+# How the gateway hands a managed server its token: an environment variable, never the command line
+# (`ps` shows that to every local user).
+SERVER_TOKEN_ENV = "AGENTENV_SERVER_TOKEN"
+OPEN_PATHS = frozenset({"/ready"})  # what a managed server answers without its token
+FROM_GATEWAY = "agentenv.from_gateway"  # scope key: this request carried the server's token
 
 
 class BodyTooLarge(Exception):
@@ -54,14 +71,43 @@ def too_large(limit: int) -> JSONResponse:
     return JSONResponse({"error": f"request body over the {limit // 1024} KiB limit"}, status_code=413)
 
 
+class ServerToken:
+    """ASGI middleware of a managed server: every request but /ready must carry its token."""
+
+    def __init__(self, app, token: str) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] in ("http", "websocket") and scope.get("path") not in OPEN_PATHS:
+            header = next((v.decode("latin-1") for k, v in scope.get("headers") or [] if k.lower() == b"authorization"),
+                          None)
+            if not guard.tokens_equal(guard.bearer(header), self.token):
+                await _refuse(scope, receive, send)
+                return
+            scope = {**scope, FROM_GATEWAY: True}
+        await self.app(scope, receive, send)
+
+
+async def _refuse(scope, receive, send) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    response = JSONResponse(
+        {"error": "this env server was started by the agentenv gateway and answers only it: reach the app "
+                  "through the gateway (its role tokens), or send 'Authorization: Bearer <the server token>'"},
+        status_code=401, headers={"www-authenticate": "Bearer"})
+    await response(scope, receive, send)
+
+
 class SingleApp:
     """Tool host and data plane of one app instance."""
 
     operations = cards.OPERATIONS
 
-    def __init__(self, instance: AppInstance, data_root: Path | None) -> None:
+    def __init__(self, instance: AppInstance, data_root: Path | None, token: str | None = None) -> None:
         self.instance = instance
         self.data_root = data_root
+        self.token = token
         self._channel = ChangeChannel()
         self._tools = [mcp_tool(spec) for spec in instance.tools.values()]
 
@@ -76,8 +122,15 @@ class SingleApp:
         spec = self.instance.tools.get(name)
         return spec.input_schema if spec else None
 
+    def stamps(self, request: Request, meta: dict[str, Any]) -> dict[str, Any]:
+        """The `_meta` a call is run with. A managed server trusts only the gateway's stamps (the door
+        already refuses others; this holds even if a route were left open). Standalone: the caller's claims."""
+        if self.token is not None and not request.scope.get(FROM_GATEWAY):
+            return {}
+        return meta
+
     async def call_tool(self, request: Request, name: str, arguments: dict[str, Any], meta: dict[str, Any]):
-        ctx = Ctx.from_meta(meta, default_now=datetime.now(UTC))
+        ctx = Ctx.from_meta(self.stamps(request, meta), default_now=datetime.now(UTC))
         try:
             return tool_result(await self.instance.call_async(name, arguments, ctx))
         except UnknownTool:
@@ -119,9 +172,11 @@ class SingleApp:
 
 
 def create_app(app_cls: type[App], folder: Path, *, data_root: Path | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY) -> Starlette:
+               max_body_bytes: int = DEFAULT_MAX_BODY, token: str | None = None, names: tuple[str, ...] = ()):
+    """The server as an ASGI app. `token`: a managed server's (see above); `names`: host names it answers
+    for besides loopback names and IP literals."""
     instance = AppInstance(app_cls, folder)
-    host = SingleApp(instance, data_root)
+    host = SingleApp(instance, data_root, token)
     endpoint = McpEndpoint(host, app_cls.name, app_cls.version, max_body_bytes=max_body_bytes)
     card = host.card().wire()
 
@@ -144,7 +199,7 @@ def create_app(app_cls: type[App], folder: Path, *, data_root: Path | None = Non
             yield
         instance.close()
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route(cards.CARD_PATH, get_card, methods=["GET"]),
             Route(cards.RPC_PATH, rpc, methods=["POST"]),
@@ -153,3 +208,4 @@ def create_app(app_cls: type[App], folder: Path, *, data_root: Path | None = Non
         ],
         lifespan=lifespan,
     )
+    return guard.HostGuard(ServerToken(app, token) if token else app, names=names)

@@ -67,6 +67,10 @@ class GatewayClient:
     async def token(self, instance: str, agent: str) -> str:
         return (await self._json("GET", f"/admin/instances/{instance}/tokens/{agent}"))["token"]
 
+    async def server_token(self, instance: str, app: str) -> str:
+        """The token the sandbox of `app` must be started with (only the gateway reaches it then)."""
+        return (await self._json("GET", f"/admin/instances/{instance}/servers/{app}/token"))["token"]
+
     async def set_role(self, instance: str, role: str, tools: list[str], deny: list[str] | None = None) -> list[str]:
         body = {"tools": tools, "deny": deny or []}
         return (await self._json("PUT", f"/admin/instances/{instance}/roles/{role}", json=body))["tools"]

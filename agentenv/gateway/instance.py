@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from agentenv.envs import dataplane
 from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.instance import AppInstance, load_app_class
+from agentenv.gateway import tokens
 from agentenv.gateway.mcp_tools import GET_TIME, get_time_spec
 from agentenv.gateway.remote import RemoteApp
 from agentenv.gateway.roles import ToolEntry, allowed_tools
@@ -58,7 +59,9 @@ class EnvInstance:
         self.watcher: Watcher | None = None
 
     @classmethod
-    async def open(cls, spec: InstanceSpec, folder: Path) -> EnvInstance:
+    async def open(cls, spec: InstanceSpec, folder: Path, *, key: bytes | None = None) -> EnvInstance:
+        """`key`: the gateway's, from which the token of each app at a URL (a sandbox deploy_env started
+        with `tokens.server_token`) is derived; subprocess apps get a fresh token of their own."""
         from agentenv.envs.builtin import APPS
 
         inst = cls(spec, folder)
@@ -71,7 +74,8 @@ class EnvInstance:
                     name = ref.name
                     if name in inst.apps:
                         raise CompositionError(f"two apps are named {name!r} in instance {spec.id}")
-                    inst.apps[name] = app = await RemoteApp.connect(name, ref.url, ref.path)
+                    token = tokens.server_token(key, spec.id, name) if key else None
+                    inst.apps[name] = app = await RemoteApp.connect(name, ref.url, ref.path, token=token)
                 else:
                     target = APPS.get(ref.app, ref.app)
                     app_cls = load_app_class(target)

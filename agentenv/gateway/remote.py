@@ -3,6 +3,10 @@ open agentenv protocol's data plane for data. Used for `run = "subprocess"` apps
 apps at a URL. A plain MCP server (no agentenv card) has no data plane: it holds no data to load,
 reset, export or snapshot.
 
+A server the framework started (a subprocess, a sandbox) answers only requests carrying its token
+(DESIGN.md §9): RemoteApp sends it as a bearer on every MCP and data-plane request, and only to that
+server's own origin.
+
 The MCP session lives in one background task (the SDK's client must be entered and left in the same
 task); calls reach it through a queue and run concurrently inside it.
 """
@@ -12,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import secrets
 import subprocess
 import sys
 import time
@@ -24,31 +30,50 @@ from agentenv import tls
 from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.card import META_HIDDEN_BY_DEFAULT
 from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
+from agentenv.envs.serve import SERVER_TOKEN_ENV
 from agentenv.providers.base import free_port
 
 START_TIMEOUT = 30.0
 
 
+class ServerBearer(httpx.Auth):
+    """The server's token, on requests to its own origin only (not after a redirect elsewhere)."""
+
+    def __init__(self, token: str, base_url: str) -> None:
+        url = httpx.URL(base_url)
+        self.token, self.origin = token, (url.scheme, url.host, url.port)
+
+    def auth_flow(self, request):
+        if (request.url.scheme, request.url.host, request.url.port) == self.origin:
+            request.headers["authorization"] = f"Bearer {self.token}"
+        yield request
+
+
 class RemoteApp:
-    def __init__(self, name: str, base_url: str, proc: subprocess.Popen | None, mcp_path: str = "/mcp") -> None:
+    def __init__(self, name: str, base_url: str, proc: subprocess.Popen | None, mcp_path: str = "/mcp",
+                 token: str | None = None) -> None:
         self.name, self.base_url, self.proc, self.mcp_path = name, base_url.rstrip("/"), proc, mcp_path
         self.data_plane = True
         self.tools: dict[str, ToolInfo] = {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=600, verify=tls.context())
+        self._auth = ServerBearer(token, self.base_url) if token else None
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=600, verify=tls.context(), auth=self._auth)
         self._calls: asyncio.Queue = asyncio.Queue()
         self._session_task: asyncio.Task | None = None
 
     @classmethod
     async def spawn(cls, target: str, name: str, folder: Path) -> RemoteApp:
-        """Start `agent-env env serve` for the app on a free local port and connect to it."""
+        """Start `agent-env env serve` for the app on a free local port and connect to it. Its token is
+        new for each process and handed over in its environment (a command line is public in `ps`)."""
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
+        token = secrets.token_urlsafe(32)
         with open(folder / "server.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "agentenv", "env", "serve", target, "--host", "127.0.0.1", "--port", str(port),
                  "--state", str(folder / "state")],
+                env={**os.environ, SERVER_TOKEN_ENV: token},
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        app = cls(name, f"http://127.0.0.1:{port}", proc)
+        app = cls(name, f"http://127.0.0.1:{port}", proc, token=token)
         try:
             await app._wait_ready(folder / "server.log")
             await app._connect()
@@ -59,9 +84,10 @@ class RemoteApp:
 
     @classmethod
     async def connect(cls, name: str, base_url: str, mcp_path: str = "/mcp",
-                      timeout: float = START_TIMEOUT) -> RemoteApp:
-        """Reach a running MCP server (e.g. in a sandbox), waiting up to `timeout` for it to listen."""
-        app = cls(name, base_url, None, mcp_path)
+                      timeout: float = START_TIMEOUT, token: str | None = None) -> RemoteApp:
+        """Reach a running MCP server (e.g. in a sandbox), waiting up to `timeout` for it to listen;
+        `token`: the one it was started with."""
+        app = cls(name, base_url, None, mcp_path, token)
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -73,6 +99,9 @@ class RemoteApp:
                         raise RuntimeError(f"app {name!r} did not answer at {app.base_url} within {timeout:.0f}s "
                                            f"({type(e).__name__})") from None
                     await asyncio.sleep(0.02)
+            if card.status_code == 401:
+                raise RuntimeError(f"app {name!r} at {app.base_url} refused the gateway's server token: was its "
+                                   "sandbox started by this gateway's deploy_env? Redeploy the environment")
             app.data_plane = card.status_code == 200
             await app._connect()
         except BaseException:
@@ -101,9 +130,12 @@ class RemoteApp:
 
     async def _hold_session(self, ready: asyncio.Future) -> None:
         from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
 
         try:
-            async with Client(f"{self.base_url}{self.mcp_path}") as client:
+            async with create_mcp_http_client(auth=self._auth) as http, \
+                    Client(streamable_http_client(f"{self.base_url}{self.mcp_path}", http_client=http)) as client:
                 listed = (await client.list_tools()).tools
                 self.tools = {t.name: ToolInfo(
                     name=t.name, app=self.name, description=t.description or "", input_schema=t.input_schema,

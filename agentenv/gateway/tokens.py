@@ -13,32 +13,73 @@ import os
 import secrets
 from pathlib import Path
 
+from agentenv.errors import AgentEnvError
+
 PREFIX = "aet_"
 
 
+KEY_BYTES = 32
+
+
+class BrokenKey(AgentEnvError):
+    """The gateway key file exists but cannot be trusted: tokens derived from it would be guessable."""
+
+
 def load_or_create_key(path: Path) -> bytes:
-    """The gateway's secret key, created with mode 0600 on first use."""
+    """The gateway's secret key, created with mode 0600 on first use. A key file that is short (say, empty:
+    HMAC under b"" makes every token predictable), unreadable or readable by others is refused."""
     try:
-        return path.read_bytes()
+        return _checked_key(path)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(32)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        key = secrets.token_bytes(KEY_BYTES)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")  # one per process and thread
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(key)
+            f.flush()
+            os.fsync(f.fileno())
         try:
             os.link(tmp, path)  # atomic, and fails if another process created the key first
         except FileExistsError:
             pass
         finally:
             os.unlink(tmp)
-        return path.read_bytes()
+        return _checked_key(path)
+
+
+def _checked_key(path: Path) -> bytes:
+    """The key in `path`, if it can be trusted (FileNotFoundError when there is none yet)."""
+    remake = "delete it to make a new one (every agent and admin token changes), or restore it from a backup"
+    try:
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as f:
+            mode = os.fstat(f.fileno()).st_mode
+            key = f.read(4096)
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # not ours, a folder, a symlink (which could point anywhere)
+        raise BrokenKey(f"the gateway key file {path} cannot be read ({e.strerror})",
+                        f"make it a file of this user with mode 0600 (chmod 600 {path}), or {remake}") from None
+    if mode & 0o077:
+        raise BrokenKey(f"the gateway key file {path} is readable by other users (mode {mode & 0o777:o}), so its "
+                        "tokens may be known to them",
+                        f"delete it to make a new one (every agent and admin token changes); if no one else could "
+                        f"have read it, `chmod 600 {path}` keeps it")
+    if len(key) < KEY_BYTES:
+        raise BrokenKey(f"the gateway key file {path} is empty or damaged ({len(key)} bytes, not {KEY_BYTES}): "
+                        "tokens made from it would be guessable", remake)
+    return key
 
 
 def agent_token(key: bytes, instance: str, agent: str) -> str:
     digest = hmac.new(key, f"agent\x00{instance}\x00{agent}".encode(), hashlib.sha256).digest()
     return PREFIX + base64.urlsafe_b64encode(digest[:24]).decode().rstrip("=")
+
+
+def server_token(key: bytes, instance: str, app: str) -> str:
+    """What the env server started for (instance, app) asks of its callers: only the gateway derives it."""
+    digest = hmac.new(key, f"server\x00{instance}\x00{app}".encode(), hashlib.sha256).digest()
+    return "aes_" + base64.urlsafe_b64encode(digest[:24]).decode().rstrip("=")
 
 
 def admin_token(key: bytes) -> str:
@@ -47,6 +88,7 @@ def admin_token(key: bytes) -> str:
 
 
 def bearer(header: str | None) -> str | None:
-    if header and header[:7].lower() == "bearer ":
-        return header[7:].strip() or None
-    return None
+    """The token of an `Authorization: Bearer ...` header (one parser for every server: agentenv.guard)."""
+    from agentenv.guard import bearer as parse
+
+    return parse(header)

@@ -79,9 +79,12 @@ class DeployConfig(StepConfig):
 def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     """Pin the environment record in the run, and its data files as artifacts in the object store."""
     from agentenv.bundles import find_env
-    from agentenv.providers.apps import pin_build
+    from agentenv.providers.apps import check_secrets, pin_build
 
     record, folder = find_env(plan.bundle, config["env"])
+    for app in record.apps:  # a missing secret fails here, before the run starts
+        if app.sandbox:
+            check_secrets(plan.settings, app.sandbox, f"app {app.name!r} of env {record.name}")
     config["record"] = record.model_dump(mode="json")
     config["artifacts"] = [store_artifact(plan, (folder / f).read_bytes()) for f in record.data] if folder else []
     config["builds"] = {app.name: pin_build(plan.stores, folder, app.sandbox.build)
@@ -109,7 +112,7 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         if ref.sandbox is None:
             apps.append(ref.model_dump(exclude_defaults=True))
             continue
-        provider, sandbox = await _start_sandbox(ctx, config, instance, ref, record.name)
+        provider, sandbox = await _start_sandbox(ctx, config, gateway, instance, ref, record.name)
         sandboxes.append({"app": ref.name, "provider": provider, "id": sandbox.info.id, "url": sandbox.url})
         apps.append({"name": ref.name, "url": sandbox.url, "path": ref.sandbox.path, "prefix": ref.prefix})
     await gateway.put_instance({
@@ -134,14 +137,18 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     }
 
 
-async def _start_sandbox(ctx: StepContext, config: DeployConfig, instance: str, ref,
+async def _start_sandbox(ctx: StepContext, config: DeployConfig, gateway, instance: str, ref,
                          record_name: str) -> tuple[str, Any]:
+    """Start the app's sandbox with the token its server must require: the gateway derives it from its
+    key (this worker may not hold the key), hands it over the admin API, and sends it on every call; it
+    lives in this activity's memory and the sandbox's environment, never in run history."""
     from agentenv.providers import apps
 
     provider, sandbox = await apps.start(
         ctx.settings, ctx.stores, run_id=ctx.run_id, owner=instance, name=ref.name, box=ref.sandbox,
         build_key=config.builds.get(ref.name), chain=config.provider or ref.sandbox.provider or
-        ctx.settings.sandboxes.envs, label=f"app {ref.name!r} of env {record_name}")
+        ctx.settings.sandboxes.envs, label=f"app {ref.name!r} of env {record_name}",
+        server_token=await gateway.server_token(instance, ref.name))
     return provider.name, sandbox
 
 

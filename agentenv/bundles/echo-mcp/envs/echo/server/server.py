@@ -1,9 +1,12 @@
 """A tiny MCP server over streamable HTTP (JSON responses), standard library only, so it runs in a
 bare Python image. Tools: `echo` (gives back what it is sent) and `whoami` (where it runs).
 
-Listens on $HOST:$PORT (default 0.0.0.0:8000); MCP endpoint at /mcp.
+Listens on $HOST:$PORT (default 0.0.0.0:8000); MCP endpoint at /mcp. With $AGENTENV_SERVER_TOKEN set
+(deploy_env sets it to a token only the gateway holds), every request must carry
+`Authorization: Bearer <it>`, else 401: an agent on the same machine cannot bypass the gateway.
 """
 
+import hmac
 import json
 import os
 import platform
@@ -12,6 +15,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")
+TOKEN = os.environ.pop("AGENTENV_SERVER_TOKEN", "") or None  # popped: nothing this server starts inherits it
 TOOLS = [
     {
         "name": "echo",
@@ -82,7 +86,23 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def authorized(self):
+        """Whether the request carries the server's token (compared as bytes, in constant time); if not,
+        it has been answered 401."""
+        if TOKEN is None:
+            return True
+        header = self.headers.get("Authorization") or ""
+        given = header[7:].strip() if header[:7].lower() == "bearer " else ""
+        if given and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), TOKEN.encode()):
+            return True
+        # Its body is left unread, so the connection cannot carry another request: say so, and close it.
+        self._send(401, {"error": "this server answers only the agentenv gateway: call its tools through "
+                                  "the gateway"}, [("WWW-Authenticate", "Bearer"), ("Connection", "close")])
+        return False
+
     def do_POST(self):
+        if not self.authorized():
+            return
         if self.path.split("?")[0] != "/mcp":
             return self._send(404, {"error": "not found"})
         try:
@@ -100,10 +120,12 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, reply, headers)
 
     def do_GET(self):  # no server-initiated stream
-        self._send(405, {"error": "use POST"})
+        if self.authorized():
+            self._send(405, {"error": "use POST"})
 
     def do_DELETE(self):
-        self._send(200, {})
+        if self.authorized():
+            self._send(200, {})
 
 
 if __name__ == "__main__":
