@@ -7,7 +7,9 @@ TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,25 @@ class GatewaySettings(_Section):
     ip: str = "127.0.0.1"
     port: int = Field(8790, ge=1, le=65535)
     max_body_kib: int = Field(16 * 1024, ge=16, description="largest request body the gateway accepts")
+    max_calls_per_agent: int = Field(32, ge=1, description="tool calls one agent may have in flight (429 beyond)")
+    max_sessions_per_agent: int = Field(16, ge=1, description="MCP sessions one agent may hold open (429 beyond)")
+
+
+def url_origin(url: str | None) -> str | None:
+    """`scheme://host:port` of a URL (default ports filled in), the unit a credential is bound to."""
+    from urllib.parse import urlsplit
+
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:  # a malformed port: it is nobody's origin
+        return None
+    host = (parts.hostname or "").lower()
+    if not parts.scheme or not host:
+        return None
+    return f"{parts.scheme.lower()}://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
 class ModelSettings(_Section):
@@ -63,9 +84,32 @@ class ModelSettings(_Section):
     base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1")
     model: str | None = Field(None, description="the model name the endpoint expects")
     api_key: str | None = Field(None, description="a `secret:NAME` reference, e.g. \"secret:openai\" (leave it "
-                                                  "out for servers that need no key)")
+                                                  "out for servers that need no key); sent only to base_url's origin")
     timeout: float = Field(120.0, gt=0, description="seconds per request")
     temperature: float = Field(0.0, ge=0, le=2)
+    withheld_key: str | None = Field(None, description="set by agentenv, not by you: the configured key an override "
+                                                       "moved to another origin did not take along")
+
+    def overridden(self, override: dict | None) -> ModelSettings:
+        """This endpoint with an override's fields. A key belongs to its endpoint's origin: an override that
+        moves `base_url` to another origin (a bundle's agent, a task's judge, --model-url) gets no key
+        unless it names its own, so the configured key never goes where a bundle points."""
+        given = {k: v for k, v in (override or {}).items() if v is not None}
+        merged = {**self.model_dump(), **given}
+        moved = "base_url" in given and url_origin(given["base_url"]) != url_origin(self.base_url)
+        if moved and self.api_key and given.get("api_key") in (None, self.api_key):
+            merged.update(api_key=None, withheld_key=self.api_key)
+        elif "base_url" in given or "api_key" in given:
+            merged["withheld_key"] = None
+        return ModelSettings.model_validate(merged)
+
+    def withheld_notice(self) -> str | None:
+        """Why no key goes to this endpoint, when an override left the configured one behind."""
+        if not self.withheld_key:
+            return None
+        return (f"no API key is sent to {self.base_url}: the configured key {self.withheld_key} belongs to the "
+                "configured endpoint, and keys go only to their own origin; if this one needs a key, give the "
+                "override a key of its own (api_key = \"secret:NAME\", or [models.PURPOSE] in .agentenv/config.toml)")
 
 
 class SandboxSettings(_Section):
@@ -92,9 +136,7 @@ class Settings(_Section):
     def model(self, purpose: str, override: dict | None = None) -> ModelSettings:
         """The endpoint for a purpose: its own section, else `default`, then the override's fields."""
         base = self.models.get(purpose) or self.models.get("default") or ModelSettings()
-        merged = base.model_dump()
-        merged.update({k: v for k, v in (override or {}).items() if v is not None})
-        return ModelSettings.model_validate(merged)
+        return base.overridden(override)
 
     @property
     def embedded(self) -> bool:
@@ -198,4 +240,22 @@ def load_settings(cwd: Path | None = None) -> Settings:
     except ValidationError as e:
         raise from_validation_error(e, str(path) if path else "environment settings") from None
     settings.config_file = path
+    secure_state_dir(settings.state_dir)
     return settings
+
+
+def secure_state_dir(path: Path) -> Path:
+    """Create the state dir 0700, or tighten one that is open to others. Its contents (secrets, the gateway
+    key, run records) are then out of other users' reach whatever their own modes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise BadInput(f"the state dir {path} is not a folder", "point AGENTENV_HOME (or state_dir) at a folder")
+    if info.st_uid != os.getuid() or info.st_mode & stat.S_ISVTX:  # e.g. /tmp: shared, others may plant files
+        raise BadInput(f"the state dir {path} is not a private folder of this user (uid {os.getuid()})",
+                       "point AGENTENV_HOME (or state_dir in .agentenv/config.toml) at a folder of your own")
+    if info.st_mode & 0o077:
+        path.chmod(0o700)
+    return path

@@ -64,11 +64,18 @@ def pin(task: TaskSpec, steps: list[StepPlan]) -> dict:
         elif s.type == "deploy_agent" and record:
             pins.setdefault("agents", {})[s.id] = f"{record['name']}@{record.get('version', '1')} ({record['type']})"
         for purpose, endpoint in (s.config.get("models") or {}).items() if isinstance(s.config, dict) else ():
-            pins.setdefault("models", {})[f"{s.id}.{purpose}"] = f"{endpoint['model']} at {endpoint['base_url']}"
+            pins.setdefault("models", {})[f"{s.id}.{purpose}"] = pinned_endpoint(endpoint)
         if s.type == "rubric_judge" and isinstance(s.config.get("model"), dict):
-            endpoint = s.config["model"]
-            pins.setdefault("models", {})[f"{s.id}.judge"] = f"{endpoint['model']} at {endpoint['base_url']}"
+            pins.setdefault("models", {})[f"{s.id}.judge"] = pinned_endpoint(s.config["model"])
     return pins
+
+
+def pinned_endpoint(endpoint: dict) -> str:
+    """`MODEL at URL`, and why no key goes there when an override left the configured one behind."""
+    said = f"{endpoint['model']} at {endpoint['base_url']}"
+    if endpoint.get("withheld_key"):
+        said += f" (no API key: {endpoint['withheld_key']} stays with the configured endpoint's origin)"
+    return said
 
 
 async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_id: str | None = None) -> WorkflowHandle:

@@ -171,14 +171,8 @@ async def test_an_agent_whose_card_names_another_url_fails_the_deploy(client, se
         config = { agent = "shout" }
         """, start=textwrap.dedent("""
             import agentenv.agents.sdk as sdk
-            from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-            from starlette.responses import JSONResponse
-            from starlette.routing import Route
 
-            async def elsewhere(request):  # a card naming a URL nobody reaches it at
-                return JSONResponse(agent_card_to_dict(sdk.agent_card(Shout(), "http://0.0.0.0:1/")))
-
-            sdk.card_at_request_url = lambda agent: Route("/.well-known/agent-card.json", elsewhere)
+            sdk.advertised_url = lambda host, port, public_url: "http://0.0.0.0:1/"  # nobody reaches it there
             """))
     state = await run(client, settings, bundle)
     assert state.status is RunStatus.ERROR

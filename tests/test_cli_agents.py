@@ -246,7 +246,8 @@ def test_model_overrides_change_only_what_they_name():
     assert (settings.model("agent").base_url, settings.model("agent").model) == ("http://d.example/v1", "a-1")
     assert (settings.model("judge").base_url, settings.model("judge").model) == ("http://judge.example/v1?x=1", "plain")
     assert settings.model("persona").model == "p-1", "a purpose with its own section keeps it"
-    assert settings.model("agent").api_key == os.environ["AGENTENV_MODEL_API_KEY"]
+    moved = settings.model("agent")  # another origin: the configured key stays with its own
+    assert (moved.api_key, moved.withheld_key) == (None, os.environ["AGENTENV_MODEL_API_KEY"])
 
 
 JUDGED = """id = "judged"

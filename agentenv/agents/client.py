@@ -6,14 +6,17 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
 from a2a.helpers import get_data_parts, get_message_text, new_data_part, new_text_part
 from a2a.types import Message, Role, SendMessageRequest, TaskState
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH as CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError
 
 from agentenv.agents.sdk import KEY, new_message_id
+from agentenv.config import url_origin
 
 
 class AgentUnreachable(Exception):
@@ -37,13 +40,35 @@ class Reply:
     seconds: float = 0.0
 
 
+class OriginBearer(httpx.Auth):
+    """`Authorization: Bearer TOKEN` on requests to one origin only. Unlike a default header, a card or a
+    redirect that names another origin gets nothing: a credential goes only where it belongs."""
+
+    def __init__(self, token: str, origin_url: str) -> None:
+        self.token, self.origin = token, url_origin(origin_url)
+
+    def auth_flow(self, request: httpx.Request):
+        if self.token and self.origin is not None and url_origin(str(request.url)) == self.origin:
+            request.headers["authorization"] = f"Bearer {self.token}"
+        else:
+            request.headers.pop("authorization", None)
+        yield request
+
+
 class AgentClient:
-    """A client of one agent. Reuse it across turns: a fresh HTTP client costs ~16 ms (TLS setup)."""
+    """A client of one agent. Reuse it across turns: a fresh HTTP client costs ~16 ms (TLS setup).
+
+    Turns go only to the origin the card was fetched from (the URL given here): a card naming another
+    origin is refused, since turns carry role tokens and the client may carry credentials for this one."""
 
     def __init__(self, url: str, http: httpx.AsyncClient) -> None:
         self.url = url.rstrip("/") + "/"
         self.http = http
         self._client = None
+
+    @property
+    def card_url(self) -> str:
+        return self.url + CARD_WELL_KNOWN_PATH.lstrip("/")
 
     async def _connect(self):
         if self._client is None:
@@ -51,9 +76,36 @@ class AgentClient:
                 card = await A2ACardResolver(self.http, self.url.rstrip("/")).get_agent_card()
             except (A2AError, httpx.HTTPError) as e:
                 raise AgentUnreachable(f"no A2A agent answers at {self.url} ({e})") from None
-            self._card = card
-            self._client = ClientFactory(ClientConfig(streaming=False, httpx_client=self.http)).create(card)
+            card = self._same_origin(card)
+            try:
+                client = ClientFactory(ClientConfig(streaming=False, httpx_client=self.http)).create(card)
+            except ValueError as e:  # no interface the client speaks
+                raise AgentReplyInvalid(f"the agent at {self.url} has no usable interface in its card ({e})") from None
+            self._card, self._client = card, client
         return self._client
+
+    def _same_origin(self, card):
+        """The card with its interfaces' URLs resolved against the card's own URL (a relative one is a path
+        on the agent's origin); only those on the origin the card came from are kept. None left: refused."""
+        origin = url_origin(self.url)
+        advertised = [i.url for i in card.supported_interfaces]
+        kept = []
+        for interface in card.supported_interfaces:
+            resolved = urljoin(self.card_url, interface.url)
+            if url_origin(resolved) == origin:
+                copy = type(interface)()
+                copy.CopyFrom(interface)
+                copy.url = resolved
+                kept.append(copy)
+        if not kept:
+            raise AgentReplyInvalid(
+                f"the agent at {self.url} answers, but its card advertises {', '.join(advertised) or 'no URL'}: "
+                f"another origin than {origin}, refused (turns and credentials go only where the card was fetched) "
+                "— serve the card with the URL it is reached at (agentenv.agents.sdk.serve(public_url=...) or "
+                "$AGENTENV_PUBLIC_URL), or give the agent's URL as its card names it")
+        del card.supported_interfaces[:]
+        card.supported_interfaces.extend(kept)
+        return card
 
     async def card(self):
         """The agent's card (fetched once): AgentUnreachable if nothing answers as an A2A agent."""

@@ -80,11 +80,14 @@ def _position(script: Any, messages: list[dict[str, Any]]) -> tuple[int, int]:
     return turn, min(since, len(steps) - 1)
 
 
-def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = None) -> Starlette:
-    """`api_key`: when given, requests must carry it (as real endpoints require theirs)."""
+def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = None, host_names: tuple[str, ...] = ()):
+    """`api_key`: when given, requests must carry it (as real endpoints require theirs). Behind HostGuard:
+    a web page the user visits cannot drive it (DNS rebinding, cross-site posts); `host_names`: names it
+    answers for besides loopback names and IP literals."""
+    from agentenv.guard import HostGuard, bearer, tokens_equal
 
     async def completions(request: Request) -> JSONResponse:
-        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+        if api_key is not None and not tokens_equal(bearer(request.headers.get("authorization")), api_key):
             return JSONResponse({"error": {"message": "invalid API key"}}, status_code=401)
         body = await request.json()
         model, messages = body.get("model", ""), body.get("messages", [])
@@ -114,11 +117,11 @@ def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = N
         names = [*scripts, "fake", "fake-judge", "fake-judge-flaky", "fake-garbage"]
         return JSONResponse({"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
 
-    return Starlette(routes=[
+    return HostGuard(names=host_names, app=Starlette(routes=[
         Route("/v1/chat/completions", completions, methods=["POST"]),
         Route("/chat/completions", completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
-    ])
+    ]))
 
 
 def load_scripts(paths: list[Path]) -> dict[str, list[dict[str, Any]]]:

@@ -108,8 +108,12 @@ class _OnceAgent(Agent):
 
 
 class AgentHost:
-    def __init__(self, store) -> None:
+    """`public_url`: the gateway's configured base URL (see `public_base`); hosted agents' cards name it.
+    None (an in-process gateway without settings): the address of the socket a request came in on."""
+
+    def __init__(self, store, public_url: str | None = None) -> None:
         self.store = store
+        self.public_url = public_url.rstrip("/") if public_url else None
         self.turns: dict[str, asyncio.Future] = {}
         self._keys: dict[str, dict[str, str]] = {}  # agent id -> purpose -> API key (memory only)
         self._apps: dict[str, tuple[Any, Any]] = {}  # agent id -> (ASGI app, A2A request handler)
@@ -192,14 +196,34 @@ class AgentHost:
                 await JSONResponse({"error": f"no agent {agent_id!r} is hosted here"}, status_code=404)(
                     scope, receive, send)
                 return
-            entry = self._apps[agent_id] = self._build(spec, _url(scope))
+            entry = self._apps[agent_id] = self._build(spec, self.card_url(agent_id, scope))
         await entry[0](scope, receive, send)
 
+    def card_url(self, agent_id: str, scope) -> str:
+        """Where the card says the agent is: configuration, never the request's `Host` (a forged one would
+        send the worker's next turn, and the credentials on it, elsewhere)."""
+        return f"{self.public_url or _socket_base(scope)}/agents/{agent_id}/"
 
-def _url(scope) -> str:
-    headers = dict(scope.get("headers") or [])
-    host = headers.get(b"host", b"127.0.0.1").decode()
-    return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}/"
+
+def public_base(settings) -> str | None:
+    """The gateway's public base URL from its settings: [gateway] url, else its address unless it listens on
+    all interfaces (then no one address is its own: each request's socket address is used)."""
+    if settings is None:
+        return None
+    if settings.gateway.url:
+        return settings.gateway.url.rstrip("/")
+    if settings.gateway.ip in ("0.0.0.0", "::", ""):
+        return None
+    from agentenv.gateway.daemon import base_url
+
+    return base_url(settings)
+
+
+def _socket_base(scope) -> str:
+    """The local address the connection was accepted on (the server's, not a header the client wrote)."""
+    host, port = scope.get("server") or ("127.0.0.1", 80)
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if scope.get('scheme') == 'https' else 'http'}://{host}:{port}"
 
 
 def _now() -> str:

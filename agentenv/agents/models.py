@@ -39,9 +39,11 @@ class ChatModel:
                            "set [models.default] (or [models.agent|persona|judge]) base_url and model in "
                            ".agentenv/config.toml, or AGENTENV_MODEL_BASE_URL and AGENTENV_MODEL")
         self.config = config
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=config.base_url.rstrip("/"), headers=headers, timeout=config.timeout,
-                                       verify=tls.context())
+        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        # The key goes with each request to base_url itself, never as a default header, and redirects are
+        # not followed: it reaches only the origin it was configured (or named) for.
+        self._http = httpx.AsyncClient(base_url=config.base_url.rstrip("/"), timeout=config.timeout,
+                                       follow_redirects=False, verify=tls.context())
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -59,11 +61,12 @@ class ChatModel:
         if seed is not None:
             body["seed"] = int(seed)  # best effort: endpoints that support it sample reproducibly
         try:
-            response = await self._http.post("/chat/completions", json=body)
+            response = await self._http.post("/chat/completions", json=body, headers=self._auth)
         except httpx.TransportError as e:
             raise ModelError(f"model endpoint {self.config.base_url} did not answer: {e}") from None
         if response.status_code >= 400:
-            raise ModelError(f"model endpoint answered {response.status_code}: {response.text[:300]}")
+            why = f" ({said})" if response.status_code in (401, 403) and (said := self.config.withheld_notice()) else ""
+            raise ModelError(f"model endpoint answered {response.status_code}: {response.text[:300]}{why}")
         try:
             raw = response.json()
             message = raw["choices"][0]["message"]

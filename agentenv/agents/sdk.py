@@ -10,7 +10,7 @@
                 notes = await tools.call("list_notes", {})
             return f"You said {turn.prompt!r}; there are {notes['count']} notes."
 
-    serve(Echo(), port=9000)
+    serve(Echo(), port=9000)   # behind a proxy or a published port: serve(..., public_url="https://...")
 
 Each turn arrives as an A2A message: the prompt as text, and a data part `{"agentenv": {...}}` with the
 system prompt, the environment's MCP URL and this agent's role token, its role and name, the run and
@@ -186,34 +186,45 @@ def a2a_routes(agent: Agent, url: str) -> tuple[list, DefaultRequestHandler]:
     return create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/"), handler
 
 
-def card_at_request_url(agent: Agent):
-    """A card route that names the URL the card was fetched at: behind a published container port or a
-    proxy, $HOST:$PORT (e.g. 0.0.0.0:8000) is not where clients reach the agent, and they send turns
-    where the card says."""
-    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-    from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
-    async def card(request):
-        return JSONResponse(agent_card_to_dict(agent_card(agent, str(request.base_url))))
-
-    return Route(AGENT_CARD_WELL_KNOWN_PATH, card)
+WILDCARDS = ("0.0.0.0", "::", "")
+RELATIVE_URL = "../"  # from the card (/.well-known/agent-card.json) to the agent: where it was fetched
 
 
-def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000) -> None:
+def advertised_url(host: str, port: int, public_url: str | None) -> str:
+    """The URL the card names. Never the request's `Host` (anyone can send any): the configured public
+    URL, else the address served on, else (on all interfaces, e.g. in a container behind a published
+    port) a URL relative to the card, which clients resolve against where they fetched it."""
+    if public_url:
+        if not public_url.startswith(("http://", "https://")):
+            raise ValueError(f"public URL {public_url!r} is not an http(s) URL: give e.g. http://127.0.0.1:9000/")
+        return public_url.rstrip("/") + "/"
+    if host in WILDCARDS:
+        return RELATIVE_URL
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+
+
+def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: str | None = None) -> None:
+    """Serve `agent` over A2A on host:port. `public_url` (or $AGENTENV_PUBLIC_URL): where clients reach it,
+    if not there (behind a proxy or a tunnel); its card names that URL."""
+    import os
+    from urllib.parse import urlsplit
+
     import uvicorn
     from starlette.applications import Starlette
 
-    routes, handler = a2a_routes(agent, f"http://{host}:{port}/")
-    routes = [card_at_request_url(agent), *routes]  # first match wins
+    from agentenv.guard import HostGuard
+
+    public_url = public_url or os.environ.get("AGENTENV_PUBLIC_URL") or None
+    routes, handler = a2a_routes(agent, advertised_url(host, port, public_url))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
         await handler.aclose()
 
-    uvicorn.run(Starlette(routes=routes, lifespan=lifespan), host=host, port=port, log_level="warning")
+    names = [urlsplit(public_url).hostname if public_url else None, None if host in WILDCARDS else host]
+    app = HostGuard(Starlette(routes=routes, lifespan=lifespan), names=[n for n in names if n])
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 def new_message_id() -> str:

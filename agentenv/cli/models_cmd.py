@@ -41,13 +41,14 @@ def parse_overrides(models: list[str], urls: list[str]) -> dict[str, dict[str, s
 
 
 def apply_overrides(settings: Settings, overrides: dict[str, dict[str, str]]) -> Settings:
-    """Change `settings.models` in place (default first, so other purposes start from the new default)."""
-    from agentenv.config import ModelSettings
-
+    """Change `settings.models` in place (default first, so other purposes start from the new default).
+    A URL on another origin leaves the configured key behind (it belongs to its own endpoint): said here."""
     for purpose in PURPOSES:
         if purpose in overrides:
             base = settings.models.get(purpose) or settings.model(purpose)
-            settings.models[purpose] = ModelSettings.model_validate({**base.model_dump(), **overrides[purpose]})
+            settings.models[purpose] = base.overridden(overrides[purpose])
+            if said := settings.models[purpose].withheld_notice():
+                notice(f"{purpose}: {said}")
     return settings
 
 
@@ -157,6 +158,6 @@ def fake_command(host: str, port: int, script_files: list[Path], api_key: str | 
             notice(f"runs check that the configured key {configured} is set, though this fake ignores it: "
                    f"`agent-env secrets set {configured[len(PREFIX):]} --value unused`, "
                    'or write api_key = "" under [models.default] in .agentenv/config.toml')
-    uvicorn.run(create_app(scripts, api_key), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(scripts, api_key, host_names=(host,)), host=host, port=port, log_level="warning")
     return 0
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentenv.errors import BadInput
-from agentenv.providers.base import Network, SandboxSpec
+from agentenv.providers.base import Network, SandboxSpec, redact
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
@@ -61,9 +61,46 @@ def sandbox_name(instance: str, app: str) -> str:
     return re.sub(r"[^a-z0-9_.\-]", "-", f"{instance}.{app}".lower())[:128]
 
 
+def env_secrets(box: SandboxRun) -> dict[str, str]:
+    """env variable -> the secret its value references."""
+    from agentenv.stores.secrets import PREFIX, is_reference
+
+    return {var: value[len(PREFIX):] for var, value in box.env.items() if is_reference(value)}
+
+
+def check_secrets(settings: Settings, box: SandboxRun, label: str) -> None:
+    """Fail when the run is planned, not when the sandbox starts, if a secret its env references is not set."""
+    from agentenv.stores.secrets import MissingSecret, SecretStore, env_var
+
+    store = SecretStore(settings.state_dir)
+    for var, name in env_secrets(box).items():
+        if not store.has(name):
+            raise MissingSecret(f"{label}: env {var} references secret:{name}, which is not set",
+                                f"set it with `agent-env secrets set {name}` or the environment variable "
+                                f"{env_var(name)}")
+
+
+def resolve_env(settings: Settings, box: SandboxRun, label: str) -> dict[str, str]:
+    """The sandbox's env with its `secret:` references resolved: called in the activity, just before the
+    provider starts it, and never logged or returned."""
+    from agentenv.steps import StepFailed
+    from agentenv.stores.secrets import MissingSecret, SecretStore, env_var
+
+    store, env = SecretStore(settings.state_dir), dict(box.env)
+    for var, name in env_secrets(box).items():
+        try:
+            env[var] = store.get(name)
+        except MissingSecret:  # deleted since the run was planned, or not set on this worker
+            raise StepFailed(f"{label}: env {var} references secret:{name}, which is not set on this worker "
+                             f"(set it with `agent-env secrets set {name}` or the environment variable "
+                             f"{env_var(name)}, where the worker runs)") from None
+    return env
+
+
 def run_spec(settings: Settings, run_id: str, owner: str, name: str, box: SandboxRun,
              build: Path | None) -> SandboxSpec:
-    """What a provider runs for a sandboxed app or agent; `owner` is what removes it early (an env instance)."""
+    """What a provider runs for a sandboxed app or agent; `owner` is what removes it early (an env instance).
+    Its env is as declared, `secret:` references unresolved (see `resolve_env`)."""
     return SandboxSpec(
         name=name, run_id=run_id, owner=owner, image=box.image,
         build=str(build) if build else None, command=box.command, env=box.env, port=box.port,
@@ -72,10 +109,11 @@ def run_spec(settings: Settings, run_id: str, owner: str, name: str, box: Sandbo
 
 
 async def start(settings: Settings, stores: Stores, *, run_id: str, owner: str, name: str, box: SandboxRun,
-                build_key: str | None, chain: str, label: str):
+                build_key: str | None, chain: str, label: str, server_token: str | None = None):
     """Start (or, on a retry, find) the sandbox of an app or agent (`label`, e.g. "app 'echo' of env desk"),
     building its image from the pinned context if it has one. Returns (provider, sandbox); problems
-    become one StepFailed naming `label` and the bundle's folder (not this worker's copy of it)."""
+    become one StepFailed naming `label` and the bundle's folder (not this worker's copy of it).
+    `server_token`: for an env app, what its server must require of callers ($AGENTENV_SERVER_TOKEN)."""
     from agentenv.errors import AgentEnvError
     from agentenv.providers import registry
     from agentenv.steps import StepFailed
@@ -86,13 +124,28 @@ async def start(settings: Settings, stores: Stores, *, run_id: str, owner: str, 
             raise StepFailed(f"{label}: its build context was not pinned when the run was planned")
         build = unpack_build(settings, stores, build_key, name)
     spec = run_spec(settings, run_id, owner, sandbox_name(owner, name), box, build)
+    env = resolve_env(settings, box, label)
+    secrets = tuple(env[var] for var in env_secrets(box) if env[var])
+    if server_token:  # set after the bundle's env, so a bundle cannot choose its server's token
+        from agentenv.envs.serve import SERVER_TOKEN_ENV
+
+        env[SERVER_TOKEN_ENV] = server_token
+        secrets += (server_token,)
+    spec = spec.model_copy(update={"env": env})  # resolved here, at the last moment
     try:
-        return await registry.create(chain, spec, settings)
+        provider, sandbox = await registry.create(chain, spec, settings)
     except AgentEnvError as e:  # no usable provider, a broken Dockerfile, something it cannot enforce
-        message = str(e)
+        message = redact(str(e), secrets)
         if build is not None:
             message = message.replace(f"{build}/", f"{box.build}/")
         raise StepFailed(f"{label}: {message}") from None
+    except Exception as e:  # an SDK's own error may echo what it was sent
+        if secrets and any(value in str(e) for value in secrets):
+            raise StepFailed(f"{label}: the sandbox could not be started ({type(e).__name__}, its message "
+                             "withheld: it holds a secret value)", retryable=True) from None
+        raise
+    sandbox.secrets = secrets  # its output, when an error quotes it, is redacted
+    return provider, sandbox
 
 
 async def remove_sandboxes(settings: Settings, run_id: str, owner: str | None = None) -> list[dict[str, Any]]:

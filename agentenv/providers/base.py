@@ -8,22 +8,31 @@ Providers are async; SDKs that block are called in a thread.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import secrets
 import socket
 import time
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentenv.errors import AgentEnvError, BadInput
+
+if TYPE_CHECKING:
+    from agentenv.config import Settings
 
 # Labels (Docker), tags (Modal) and metadata (E2B) carry these keys.
 LABEL_RUN = "agentenv.run"
 LABEL_NAME = "agentenv.name"
 LABEL_EXPIRES = "agentenv.expires"
 LABEL_OWNER = "agentenv.owner"  # e.g. the env instance; `teardown_env` stops what it owns
+LABEL_INSTALL = "agentenv.install"  # whose sandbox it is: a provider lists, and the reaper judges, only its own
 
+INSTALL_ID = re.compile(r"^[st]-[0-9a-f]{20}$")
 DEFAULT_TTL = 6 * 3600.0
 SANDBOX_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]{0,127}$")
 
@@ -77,7 +86,9 @@ class SandboxSpec(BaseModel):
     image: str | None = Field(None, description="an image to run (docker, modal)")
     build: str | None = Field(None, description="a folder with a Dockerfile, built into the image")
     command: list[str] | None = Field(None, description="what to run; default: the image's own command")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, repr=False,
+                                description="exactly what the sandbox's process gets (with HOST and PORT), "
+                                            "secrets resolved: it never leaves the activity that starts it")
     port: int | None = Field(None, ge=1, le=65535, description="the port the sandbox serves on; exposed to the host")
     host_port: int | None = Field(None, ge=1, le=65535, description="publish on this host port (default: a free one)")
     cpus: float | None = Field(None, gt=0)
@@ -92,9 +103,9 @@ class SandboxSpec(BaseModel):
             raise ValueError("sandbox names are lowercase letters, digits, '.', '_' and '-' (max 128)")
         return value
 
-    def labels(self) -> dict[str, str]:
+    def labels(self, install: str) -> dict[str, str]:
         return {LABEL_RUN: self.run_id, LABEL_NAME: self.name, LABEL_OWNER: self.owner,
-                LABEL_EXPIRES: f"{time.time() + self.ttl:.3f}"}
+                LABEL_EXPIRES: f"{time.time() + self.ttl:.3f}", LABEL_INSTALL: install}
 
 
 class SandboxInfo(BaseModel):
@@ -105,6 +116,7 @@ class SandboxInfo(BaseModel):
     name: str
     run_id: str
     owner: str = ""
+    install: str = ""  # the install that created it ("" for sandboxes made before installs had ids)
     status: str = "running"
     expires_at: float | None = None
     url: str | None = None
@@ -113,7 +125,8 @@ class SandboxInfo(BaseModel):
     def from_labels(cls, provider: str, id: str, labels: dict[str, str], **extra: Any) -> SandboxInfo:
         expires = labels.get(LABEL_EXPIRES)
         return cls(provider=provider, id=id, name=labels.get(LABEL_NAME, id), run_id=labels.get(LABEL_RUN, ""),
-                   owner=labels.get(LABEL_OWNER, ""), expires_at=float(expires) if expires else None, **extra)
+                   owner=labels.get(LABEL_OWNER, ""), install=labels.get(LABEL_INSTALL, ""),
+                   expires_at=float(expires) if expires else None, **extra)
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or time.time())
@@ -136,8 +149,14 @@ class Capabilities(BaseModel):
 class Sandbox(ABC):
     """A running sandbox. `info.url` is where its port is reachable from the host (and the gateway)."""
 
+    secrets: tuple[str, ...] = ()  # the resolved values it was started with: kept out of what is reported
+
     def __init__(self, info: SandboxInfo) -> None:
         self.info = info
+
+    def redact(self, text: str) -> str:
+        """`text` (e.g. its output, for an error message) without the secret values it was started with."""
+        return redact(text, self.secrets)
 
     @property
     def url(self) -> str | None:
@@ -195,6 +214,49 @@ class Provider(ABC):
         if (spec.cpus or spec.memory_mb) and not caps.resources:
             raise BadInput(f"the {self.name} provider cannot limit cpus or memory",
                            "remove cpus/memory_mb, or use the docker, modal or e2b provider")
+
+
+def redact(text: str, secrets: tuple[str, ...]) -> str:
+    for value in secrets:
+        if value:
+            text = text.replace(value, "[secret]")
+    return text
+
+
+def install_id(settings: Settings) -> str:
+    """Which install a sandbox belongs to. The reaper judges a sandbox by asking Temporal about its run, so
+    an install is a Temporal: every worker of one cluster and namespace shares an id (any of them may reap
+    what a lost one left), while an embedded dev server, whose histories live in the state dir, gets a random
+    id kept there. Another install sharing the Docker daemon or cloud account never has its sandboxes judged
+    by runs it cannot see."""
+    if not settings.embedded:
+        where = f"{settings.temporal.address}\0{settings.temporal.namespace}"
+        return "t-" + hashlib.sha256(where.encode()).hexdigest()[:20]
+    path = Path(settings.state_dir) / "install-id"
+    try:
+        return _read_install_id(path)
+    except FileNotFoundError:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".install-id.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("s-" + secrets.token_hex(10))
+        try:
+            os.link(tmp, path)  # atomic, and the first of concurrent creators wins
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+        return _read_install_id(path)
+
+
+def _read_install_id(path: Path) -> str:
+    value = path.read_text().strip()
+    if not INSTALL_ID.match(value):
+        raise BadInput(f"{path} does not hold an install id",
+                       "delete it (a new id is made; sandboxes labelled with the old one are then left to you: "
+                       "remove them with `docker rm`, or on the cloud provider's console)")
+    return value
 
 
 def free_port() -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 from agentenv.errors import BadInput
 from agentenv.providers.base import (
+    LABEL_INSTALL,
     LABEL_NAME,
     LABEL_RUN,
     Capabilities,
@@ -36,6 +37,7 @@ from agentenv.providers.base import (
     SandboxInfo,
     SandboxSpec,
     free_port,
+    install_id,
     port_taken,
 )
 
@@ -142,6 +144,7 @@ class DockerProvider(Provider):
 
     def __init__(self, settings) -> None:
         self.settings = settings
+        self.install = install_id(settings)
         self._client = None
 
     @property
@@ -222,6 +225,9 @@ class DockerProvider(Provider):
         name = container_name(spec.name)
         try:
             existing = self.client.containers.get(name)
+            if existing.labels.get(LABEL_INSTALL) != self.install:  # container names are the daemon's, not ours
+                raise SandboxFailed(f"a container named {name!r} that this agentenv install did not start exists on "
+                                    "the Docker daemon", f"remove it (`docker rm -f {name}`) if it is a leftover")
             if existing.status == "running":
                 return self._sandbox(existing, spec.port)
             _remove_container(existing)  # a retry after a crash: start it afresh
@@ -241,7 +247,7 @@ class DockerProvider(Provider):
                 raise SandboxFailed(f"port 127.0.0.1:{port} is already in use",
                                     "free that port, or leave `host_port` unset to get a free one")
         kwargs: dict[str, Any] = {
-            "name": name, "detach": True, "labels": {**spec.labels(), "agentenv": "1"},
+            "name": name, "detach": True, "labels": {**spec.labels(self.install), "agentenv": "1"},
             "environment": {**spec.env, "HOST": host, **({"PORT": str(port)} if port else {})},
             "init": True,  # PID 1 forwards signals and reaps zombies, so stop is quick
         }
@@ -317,9 +323,9 @@ class DockerProvider(Provider):
 
     async def list(self, run_id: str | None = None) -> list[SandboxInfo]:
         def run() -> list[SandboxInfo]:
-            label = f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN
+            labels = [f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN, f"{LABEL_INSTALL}={self.install}"]
             return [SandboxInfo.from_labels(self.name, c.name, c.labels, status=c.status)
-                    for c in self.client.containers.list(all=True, filters={"label": label})]
+                    for c in self.client.containers.list(all=True, filters={"label": labels})]
 
         return await asyncio.to_thread(run)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentenv.errors import BadInput
 from agentenv.providers.base import (
+    LABEL_INSTALL,
     LABEL_NAME,
     LABEL_RUN,
     Capabilities,
@@ -25,6 +26,7 @@ from agentenv.providers.base import (
     Sandbox,
     SandboxInfo,
     SandboxSpec,
+    install_id,
 )
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ class E2BProvider(Provider):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.install = install_id(settings)
 
     async def check(self) -> None:
         try:
@@ -100,7 +103,7 @@ class E2BProvider(Provider):
         for found in await self._find({LABEL_NAME: spec.name}):  # a retry finds the sandbox it started
             sb = await AsyncSandbox.connect(found.sandbox_id)
             return self._sandbox(sb, found.metadata, spec.port)
-        labels = spec.labels()
+        labels = spec.labels(self.install)
         sb = await AsyncSandbox.create(
             template=spec.image or self.settings.sandboxes.e2b_template, timeout=min(int(spec.ttl), MAX_LIFETIME),
             metadata=labels, envs=spec.env or None, allow_internet_access=spec.network.mode != "none")
@@ -116,9 +119,10 @@ class E2BProvider(Provider):
         return E2BSandbox(SandboxInfo.from_labels(self.name, sb.sandbox_id, labels, url=url), sb)
 
     async def _find(self, metadata: dict[str, str] | None) -> list[Any]:
+        """This install's sandboxes with that metadata (an account may be shared by installs)."""
         from e2b import AsyncSandbox, SandboxQuery
 
-        paginator = AsyncSandbox.list(query=SandboxQuery(metadata=metadata))
+        paginator = AsyncSandbox.list(query=SandboxQuery(metadata={**(metadata or {}), LABEL_INSTALL: self.install}))
         found = []
         while paginator.has_next:
             found.extend(await paginator.next_items())

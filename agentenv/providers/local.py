@@ -3,6 +3,10 @@
 Zero-config and fast, but NOT isolated: the process runs as you, sees your files and your network.
 Use it for trusted apps and development; use `docker` (or a cloud provider) for anything else.
 
+Its environment is what its spec declares, $HOST and $PORT, and a few variables from the worker's own
+environment that programs need to run as they would in your shell (`INHERITED`) -- never the rest of it,
+which holds the worker's credentials (AGENTENV_SECRET_*, the gateway's token, TEMPORAL_API_KEY, cloud keys).
+
 A sandbox's port is a free host port handed to the process as $PORT (and $HOST=127.0.0.1); a build
 context is copied into the work folder (the Dockerfile itself is not interpreted: `command` says what
 to run). Each sandbox's `sandbox.json` records its pid and the process's start time, so a reused pid
@@ -31,8 +35,39 @@ from agentenv.providers.base import (
     SandboxInfo,
     SandboxSpec,
     free_port,
+    install_id,
     port_taken,
 )
+
+# What a local sandbox takes from the worker's environment; each is a location or a locale, not a credential.
+INHERITED = (
+    "PATH",  # its `command` is found as in your shell
+    "HOME",  # many programs fail without it (this provider does not hide your files anyway: use docker)
+    "LANG", "LANGUAGE",  # with LC_*: the text encoding and messages its programs use
+    "TZ",  # the host's local time, as in a container's default
+    "TMPDIR",  # temporary files go where this machine keeps them (not a small /tmp)
+    "PYTHONPATH",  # a Python command finds the modules the worker's Python finds by path (plugins)
+)
+
+
+def sandbox_env(declared: dict[str, str], port: int | None) -> dict[str, str]:
+    """A sandbox's whole environment: `INHERITED` and LC_* from the worker's, what its spec declares, and
+    where it serves."""
+    env = {k: v for k, v in os.environ.items() if k in INHERITED or k.startswith("LC_")}
+    env.update(declared)
+    env["HOST"] = "127.0.0.1"
+    if port:
+        env["PORT"] = str(port)
+    return env
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    """The environment a running sandbox process was started with (None once it is gone)."""
+    try:
+        data = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    return dict(item.split("=", 1) for item in data.decode(errors="replace").split("\0") if "=" in item)
 
 
 def _start_time(pid: int) -> str | None:
@@ -57,9 +92,20 @@ class LocalSandbox(Sandbox):
             raise BadInput(f"path {path!r} escapes the sandbox's folder", "use a path inside the sandbox")
         return target
 
+    def _env(self) -> dict[str, str]:
+        """A command run in the sandbox sees the sandbox's environment, as `docker exec` does; never the
+        worker's. The environment is read from the running process, so no file keeps its secrets."""
+        meta = _read(self.folder)
+        env = _environ(meta["pid"]) if meta and _alive(meta) else None
+        if env is None:
+            port = (self.info.url or "").rsplit(":", 1)[-1]
+            env = sandbox_env({}, int(port) if port.isdigit() else None)
+        return env
+
     async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult:
         proc = await asyncio.create_subprocess_exec(
-            *command, cwd=self.work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            *command, cwd=self.work, env=self._env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
@@ -121,6 +167,7 @@ class LocalProvider(Provider):
 
     def __init__(self, settings) -> None:
         self.root = Path(settings.state_dir) / "sandboxes" / "local"
+        self.install = install_id(settings)
 
     async def check(self) -> None:
         return None
@@ -132,6 +179,9 @@ class LocalProvider(Provider):
     async def create(self, spec: SandboxSpec) -> Sandbox:
         folder = self.root / spec.name
         meta = _read(folder)
+        if meta and self._info(folder, meta).install != self.install and _alive(meta):
+            raise SandboxFailed(f"a sandbox named {spec.name!r} of another agentenv install runs in {folder}",
+                                "leave it to that install, or give this install a state dir of its own")
         if meta and _alive(meta):  # a retried step finds the sandbox it started
             return LocalSandbox(self._info(folder, meta), folder)
         if folder.exists():
@@ -147,9 +197,7 @@ class LocalProvider(Provider):
         if spec.build:
             shutil.copytree(spec.build, work, dirs_exist_ok=True)
         port = spec.host_port or (free_port() if spec.port else None)
-        env = {**os.environ, **spec.env, "HOST": "127.0.0.1"}
-        if port:
-            env["PORT"] = str(port)
+        env = sandbox_env(spec.env, port)
         with open(folder / "sandbox.log", "ab") as log:
             try:
                 proc = subprocess.Popen(spec.command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -158,7 +206,7 @@ class LocalProvider(Provider):
                 shutil.rmtree(folder, ignore_errors=True)
                 raise SandboxFailed(f"sandbox {spec.name!r} could not start {spec.command[0]!r}: {e}",
                                     "check the app's `command`") from None
-        meta = {"pid": proc.pid, "started": _start_time(proc.pid), "labels": spec.labels(),
+        meta = {"pid": proc.pid, "started": _start_time(proc.pid), "labels": spec.labels(self.install),
                 "url": f"http://127.0.0.1:{port}" if port else None, "command": spec.command}
         tmp = folder / "sandbox.json.tmp"
         tmp.write_text(json.dumps(meta))
@@ -172,7 +220,7 @@ class LocalProvider(Provider):
             if meta is None:
                 continue
             info = self._info(folder, meta)
-            if run_id is None or info.run_id == run_id:
+            if info.install == self.install and (run_id is None or info.run_id == run_id):
                 out.append(info)
         return out
 

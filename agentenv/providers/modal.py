@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentenv.providers.base import (
+    LABEL_INSTALL,
     LABEL_RUN,
     Capabilities,
     ExecResult,
@@ -28,6 +29,7 @@ from agentenv.providers.base import (
     SandboxFailed,
     SandboxInfo,
     SandboxSpec,
+    install_id,
 )
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ class ModalProvider(Provider):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.app_name = settings.sandboxes.modal_app
+        self.install = install_id(settings)
 
     async def check(self) -> None:
         try:
@@ -110,10 +113,15 @@ class ModalProvider(Provider):
         name = _modal_name(spec.name)
         try:  # a retry of the same step: the sandbox it started is still running
             sb = modal.Sandbox.from_name(self.app_name, name)
-            return ModalSandbox(self._info(sb, sb.get_tags(), spec.port), sb)
         except NotFoundError:
             pass
-        labels = {k: v for k, v in spec.labels().items() if v}  # Modal tag values must not be empty
+        else:
+            tags = sb.get_tags()
+            if tags.get(LABEL_INSTALL) != self.install:  # the app's sandbox names are shared by installs
+                raise SandboxFailed(f"a sandbox named {name!r} of another agentenv install runs in Modal app "
+                                    f"{self.app_name!r}", "give this install its own app ([sandboxes] modal_app)")
+            return ModalSandbox(self._info(sb, tags, spec.port), sb)
+        labels = {k: v for k, v in spec.labels(self.install).items() if v}  # Modal tag values must not be empty
         try:
             sb = modal.Sandbox.create(
                 *(spec.command or []), app=app, name=name, tags=labels, image=self._image(spec),
@@ -157,7 +165,8 @@ class ModalProvider(Provider):
         except NotFoundError:  # nothing was ever created here
             return []
         out = []
-        for sb in modal.Sandbox.list(app_id=app.app_id, tags={LABEL_RUN: run_id} if run_id else None):
+        tags = {LABEL_INSTALL: self.install, **({LABEL_RUN: run_id} if run_id else {})}
+        for sb in modal.Sandbox.list(app_id=app.app_id, tags=tags):
             labels = sb.get_tags()
             if LABEL_RUN in labels:  # the app may hold sandboxes agentenv did not create
                 out.append(SandboxInfo.from_labels(self.name, sb.object_id, labels))

@@ -4,6 +4,9 @@ A run removes its own sandboxes when it ends, fails or is cancelled; the reaper 
 cover: a run terminated or timed out by Temporal, a deploy step whose worker was SIGKILLed and whose run
 then ended elsewhere, a cluster reset. Workers run it every `[sandboxes] reap_every` seconds;
 `agent-env sandboxes reap` runs it once.
+
+It judges only sandboxes labelled with its own install's id (`providers.base.install_id`): a run another
+install started is unknown to our Temporal, and would otherwise look over.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentenv.providers.base import SandboxInfo
+from agentenv.providers.base import SandboxInfo, install_id
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -70,12 +73,15 @@ def judge(sandboxes: list[SandboxInfo], statuses: dict[str, str], *, now: float 
 
 async def reap(settings: Settings, client: Client | None, *, dry_run: bool = False,
                everything: bool = False) -> list[Verdict]:
-    """Judge every sandbox of every usable provider; remove the doomed ones (unless dry_run), and retire
-    the gateway's instances that were served by sandboxes of runs that are over."""
+    """Judge this install's sandboxes on every usable provider (`everything`: all of them are doomed); remove
+    the doomed ones (unless dry_run), and retire the gateway's instances that were served by sandboxes of
+    runs that are over."""
     from agentenv.providers import registry
 
     providers = {p.name: p for p in await registry.usable(settings)}
-    sandboxes = [box for p in providers.values() for box in await p.list()]
+    ours = install_id(settings)
+    # Providers list only their install's sandboxes; checked again here for plugins that do not.
+    sandboxes = [box for p in providers.values() for box in await p.list() if box.install == ours]
     statuses = await run_statuses(client, {b.run_id for b in sandboxes if b.run_id})
     verdicts = judge(sandboxes, statuses, everything=everything)
     if not dry_run:

@@ -28,9 +28,11 @@ class _Spec(BaseModel):
 class ModelOverride(_Spec):
     """Which endpoint to use instead of the configured one for this purpose (any field may be left out)."""
 
-    base_url: str | None = None
+    base_url: str | None = Field(None, pattern=r"^https?://", description="an http(s) URL; on another origin than "
+                                                                         "the configured endpoint's, the configured "
+                                                                         "key is not sent there")
     model: str | None = None
-    api_key: str | None = Field(None, description="a `secret:NAME` reference")
+    api_key: str | None = Field(None, description="a `secret:NAME` reference, sent only to this endpoint")
     temperature: float | None = Field(None, ge=0, le=2)
 
 

@@ -5,6 +5,7 @@ In a bundle, `envs/NAME/env.toml` holds an `EnvRecord`; its data files live besi
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -26,8 +27,10 @@ class SandboxRun(_Spec):
                                                         "provider needs it")
     port: int = Field(8000, ge=1, le=65535, description="the port the server listens on ($PORT is set to it)")
     host_port: int | None = Field(None, ge=1, le=65535, description="publish on this host port (default: a free one)")
-    env: dict[str, str] = Field(default_factory=dict, description="environment variables (no secrets: they are "
-                                                                  "recorded with the run)")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables; give keys and tokens "
+                                                                  "as `secret:NAME` references (resolved when the "
+                                                                  "sandbox starts: values written here are recorded "
+                                                                  "with the run)")
     cpus: float | None = Field(None, gt=0, le=64)
     memory_mb: int | None = Field(None, ge=16)
     network: Literal["open", "none", "host"] | list[str] = Field(
@@ -46,7 +49,27 @@ class SandboxRun(_Spec):
         from agentenv.providers.base import Network
 
         Network.parse(self.network)
+        _check_env(self.env)
         return self
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _check_env(env: dict[str, str]) -> None:
+    """Names a process can receive; `secret:` references that name a secret (their values are checked when
+    the run is planned, and read only when the sandbox starts)."""
+    from agentenv.stores.secrets import NAME as SECRET_NAME
+    from agentenv.stores.secrets import PREFIX, is_reference
+
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            raise ValueError(f"env name {name!r} is not a variable name (letters, digits and '_', not first a digit)")
+        if name in ("HOST", "PORT"):
+            raise ValueError(f"env {name} is set by the provider (where the sandbox must serve); remove it")
+        if is_reference(value) and not SECRET_NAME.match(value[len(PREFIX):]):
+            raise ValueError(f"env {name}: {value!r} is not a valid secret reference (secret:NAME, NAME of "
+                             "letters, digits, '.', '_' and '-')")
 
 
 class SandboxApp(SandboxRun):

@@ -82,7 +82,7 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
     from agentenv.agents.models import check_endpoint
     from agentenv.bundles import find_agent
     from agentenv.errors import BadInput
-    from agentenv.providers.apps import pin_build
+    from agentenv.providers.apps import check_secrets, pin_build
     from agentenv.stores.secrets import SecretStore
 
     if config.get("record"):
@@ -92,6 +92,8 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
     config["record"] = record.model_dump(mode="json")
     config["agent"] = record.name
     box = agent_sandbox(record)
+    if box is not None:
+        check_secrets(plan.settings, box, f"agent {record.name!r}")
     if box is not None and box.build and not config.get("build"):
         if folder is None:
             raise BadInput(f"agent {record.name!r}: its sandbox's `build` folder is relative to the agent's folder, "
@@ -126,6 +128,7 @@ def quick_deploy_agent(config: dict[str, Any]) -> bool:
            quick=quick_deploy_agent, step_refs=("env",))
 async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
+    from agentenv.agents.client import AgentReplyInvalid
     from agentenv.gateway.client import GatewayRefused
     from agentenv.gateway.daemon import base_url
 
@@ -158,6 +161,9 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         client = agent_client(ctx.settings, url, hosted=False)
         try:
             await client.card()
+        except AgentReplyInvalid as e:  # a card pointing elsewhere: refused, and asking again will not help
+            _CLIENTS.pop((url, False), None)
+            raise StepFailed(str(e)) from None
         except Exception as e:  # noqa: BLE001 - unreachable agents may still be starting: retried
             raise StepFailed(str(e), retryable=True) from None
         hosted = False
@@ -183,6 +189,7 @@ async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, reco
                                box: AgentSandbox) -> tuple[dict[str, Any], str]:
     """Start (or, on a retry, find) the agent's sandbox and wait for its card; returns (sandbox, agent URL).
     The sandbox is the run's: its end (or the reaper) removes it."""
+    from agentenv.agents.client import AgentReplyInvalid
     from agentenv.providers import apps
 
     owner = agent_id(ctx, ctx.step_id)
@@ -199,6 +206,9 @@ async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, reco
         try:
             card = await client.card()
             break
+        except AgentReplyInvalid as e:  # it answered, with a card pointing elsewhere: waiting will not help
+            _CLIENTS.pop((url, False), None)
+            raise StepFailed(f"{where}: {e}") from None
         except Exception as e:  # noqa: BLE001 - still starting: ask again until it exits or time is up
             problem = None
             if time.monotonic() - started > AGENT_START_TIMEOUT:
@@ -208,11 +218,12 @@ async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, reco
             if problem:
                 raise StepFailed(f"{where} {problem}; its last output:\n{await _output_tail(sandbox)}") from None
             await asyncio.sleep(0.25)
-    advertised = [i.url for i in card.supported_interfaces]
+    advertised = [i.url for i in card.supported_interfaces]  # resolved, and on the agent's origin (the client's rule)
     if not any(u.rstrip("/") == url.rstrip("/") for u in advertised):  # clients would send turns there
+        _CLIENTS.pop((url, False), None)
         raise StepFailed(f"{where} answers at {url}, but its card advertises {', '.join(advertised) or 'no URL'} "
-                         "— serve the card with the URL it is asked at (in a container, $HOST:$PORT is 0.0.0.0 and "
-                         "the container's port; agentenv.agents.sdk.serve serves the card at the URL it is asked at)")
+                         "— serve the card with the URL it is reached at (agentenv.agents.sdk.serve on all interfaces "
+                         "names a URL relative to its card; behind a proxy give it public_url or $AGENTENV_PUBLIC_URL)")
     return {"provider": provider.name, "id": sandbox.info.id, "url": sandbox.url}, url
 
 
@@ -224,7 +235,7 @@ async def _output_tail(sandbox, lines: int = 20) -> str:
     """What the sandbox printed last, where its provider keeps it (it is gone once the run's sandboxes are
     removed, so errors carry it)."""
     try:
-        text = await sandbox.logs(lines)
+        text = sandbox.redact(await sandbox.logs(lines))
     except Exception:  # noqa: BLE001 - the output is a courtesy; the error stands without it
         text = ""
     return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (none)"
@@ -437,35 +448,42 @@ def timeout_score(timed_out: str | None) -> Score | None:
 
 
 _CLIENTS: dict[tuple[str, bool], Any] = {}  # one A2A client per agent URL per worker process (cards cached)
-_HTTP: dict[bool, Any] = {}
+_HTTP: dict[tuple[bool, str | None], Any] = {}
 
 
 def agent_client(settings, url: str, *, hosted: bool):
-    """Hosted agents take the gateway's admin token; your own agents get no credentials of ours."""
+    """Hosted agents take the gateway's admin token, on requests to the gateway's origin only (never as a
+    default header: a card or redirect naming another origin gets none); your own agents get no credentials
+    of ours. Redirects are not followed."""
     from agentenv.agents.client import AgentClient
 
     key = (url, hosted)
     client = _CLIENTS.get(key)
     if client is None:
-        import httpx
-
-        from agentenv import tls
-
-        http = _HTTP.get(hosted)
-        if http is None:
-            headers = {}
-            if hosted:
-                headers["authorization"] = _admin_header(settings)
-            http = _HTTP[hosted] = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30.0, read=None),
-                                                         verify=tls.context())
-        client = _CLIENTS[key] = AgentClient(url, http)
+        client = _CLIENTS[key] = AgentClient(url, _http(settings, hosted))
     return client
 
 
-def _admin_header(settings) -> str:
+def _http(settings, hosted: bool):
+    import httpx
+
+    from agentenv import tls
+    from agentenv.agents.client import OriginBearer
+    from agentenv.gateway.daemon import base_url
+
+    gateway = base_url(settings) if hosted else None
+    http = _HTTP.get((hosted, gateway))
+    if http is None:
+        auth = OriginBearer(_admin_token(settings), gateway) if hosted else None
+        http = _HTTP[(hosted, gateway)] = httpx.AsyncClient(auth=auth, follow_redirects=False, verify=tls.context(),
+                                                            timeout=httpx.Timeout(30.0, read=None))
+    return http
+
+
+def _admin_token(settings) -> str:
     from agentenv.gateway import tokens
 
     if settings.gateway.url:
-        return f"Bearer {settings.gateway.admin_token}"
+        return settings.gateway.admin_token
     key = tokens.load_or_create_key(settings.state_dir / "gateway" / "key")
-    return f"Bearer {tokens.admin_token(key)}"
+    return tokens.admin_token(key)

@@ -1,8 +1,8 @@
 """The echo agent, written with agentenv's SDK: it answers each turn by repeating the prompt, and says how
 many notes its environment holds (a tool call through the gateway).
 
-Served over A2A on $HOST:$PORT (set by the sandbox provider); its card names the URL it is fetched at,
-so clients reach it through the container's published port.
+Served over A2A on $HOST:$PORT (set by the sandbox provider); on all interfaces (in a container) its card
+names a URL relative to itself, so clients reach it through the container's published port.
 """
 
 import os
