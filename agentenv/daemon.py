@@ -23,6 +23,13 @@ from typing import Any
 
 from agentenv.errors import ServerError
 
+PRIVATE_UMASK = 0o077  # a daemon's own files (its database, log, keys) are this user's alone
+
+
+def _private(path: str, flags: int) -> int:
+    """An `open` opener: files this module creates are 0600 whatever the caller's umask."""
+    return os.open(path, flags, 0o600)
+
 
 @dataclass
 class DaemonInfo:
@@ -84,8 +91,8 @@ class Daemon:
 
     @contextlib.contextmanager
     def locked(self):
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.lock, "w") as lock:
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.lock, "w", opener=_private) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -125,13 +132,14 @@ class Daemon:
                 self.pidfile.unlink(missing_ok=True)
             for check in ports:
                 check_port_free(ip, check, self.title, section)
-            with open(self.log, "ab") as log:
+            with open(self.log, "ab", opener=_private) as log:
                 proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                        start_new_session=True, close_fds=True, env=env)
+                                        start_new_session=True, close_fds=True, env=env, umask=PRIVATE_UMASK)
             info = DaemonInfo(pid=proc.pid, ip=ip, port=port, log=str(self.log), started_at=time.time(),
                               extra=extra or {})
             tmp = self.pidfile.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(info)))
+            with open(tmp, "w", opener=_private) as f:
+                f.write(json.dumps(asdict(info)))
             os.replace(tmp, self.pidfile)
             try:
                 wait_for_port(ip, port, proc, self.log, self.title, timeout)

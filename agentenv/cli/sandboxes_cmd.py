@@ -1,4 +1,6 @@
-"""`agent-env sandboxes list|reap`: what runs started on every usable provider, and removing what leaked."""
+"""`agent-env sandboxes list|reap`: what this install's runs started on every usable provider, and removing what
+leaked. Sandboxes of other installs (another state dir or Temporal sharing the Docker daemon or cloud account)
+are neither listed nor removed."""
 
 from __future__ import annotations
 

@@ -87,9 +87,14 @@ class WorldState(BaseModel):
     ended: str | None = None
 
 
+MAX_HIT_BYTES = 64 * 1024  # a hit's JSON, `match` included: what an agent's call may add to a run's history
+MAX_ID_CHARS = 256  # a trigger or instance id in a hit
+
+
 class TriggerHit(BaseModel):
     """A condition the gateway saw come true. `match` is the call (agent, role, tool, arguments, result or
-    error) or the state value that matched."""
+    error) or the state value that matched. Bounds are checked by the run's update validator (MAX_*), not
+    here: a model that refused them would also refuse, on replay, hits already in a history."""
 
     trigger: str
     instance: str

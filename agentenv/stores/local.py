@@ -18,9 +18,12 @@ class SqliteDocumentStore(DocumentStore):
     """Safe for several processes (WAL, busy timeout) and threads (one connection behind a lock)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        # Private before the WAL exists: SQLite gives its -wal and -shm files the database's mode. (chmod, not
+        # an open/close: closing any descriptor of the file drops this process's SQLite locks on it.)
+        os.chmod(path, 0o600)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(
@@ -79,15 +82,15 @@ class FileObjectStore(ObjectStore):
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def _path(self, key: str) -> Path:
         return self.root / check_object_key(key)
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # 0600
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

@@ -7,9 +7,12 @@ then this install's secret file (`<state_dir>/secrets.json`, mode 0600, managed 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from agentenv.errors import BadInput
@@ -36,9 +39,26 @@ class SecretStore:
 
     def _read(self) -> dict[str, str]:
         try:
-            return json.loads(self.path.read_text())
+            data = json.loads(self.path.read_text())
         except FileNotFoundError:
             return {}
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise BadInput(f"the secret file {self.path} is damaged (not a JSON object)",
+                           "restore it from a backup, or delete it and set the secrets again")
+        return data
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """One writer at a time (processes included): a read-modify-write never loses another's change."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def get(self, name: str) -> str:
         if value := os.environ.get(env_var(name)):
@@ -59,25 +79,43 @@ class SecretStore:
     def set(self, name: str, value: str) -> None:
         if not NAME.match(name):
             raise BadInput(f"secret name {name!r} is not valid", "use letters, digits, '.', '_' and '-'")
-        data = self._read()
-        data[name] = value
-        self.set_all(data)
+        with self._locked():
+            data = self._read()
+            data[name] = value
+            self._write(data)
 
     def delete(self, name: str) -> bool:
-        data = self._read()
-        if name not in data:
-            return False
-        del data[name]
-        self.set_all(data)
-        return True
+        with self._locked():
+            data = self._read()
+            if name not in data:
+                return False
+            del data[name]
+            self._write(data)
+            return True
 
     def set_all(self, data: dict[str, str]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, self.path)
+        with self._locked():
+            self._write(data)
+
+    def _write(self, data: dict[str, str]) -> None:
+        """Atomic and durable: a temp file of our own (0600), fsynced, renamed over the old one; a crash
+        leaves the old file or the new one, never half of either."""
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself survives a power cut
+        finally:
+            os.close(dir_fd)
 
     def names(self) -> list[str]:
         return sorted(self._read())

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from agentenv.spec.task import FailurePolicy
     from agentenv.spec.templates import TemplateError, resolve
     from agentenv.spec.world import parse_time
-    from agentenv.spec.world_run import HitAck, Scheduled, TriggerHit, WorldPush
+    from agentenv.spec.world_run import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, Scheduled, TriggerHit, WorldPush
     from agentenv.steps.builtin import agents as prompts
     from agentenv.workflows import attributes
     from agentenv.workflows.world import World, WorldError
@@ -58,6 +58,11 @@ UPDATES_PER_RUN = 1500  # continue-as-new before this many updates (Temporal tak
 QUICK_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10))
 PACE_CHUNK = 0.5  # real seconds per pacing wait: each renews the gateway's lease on the clock
 EARLY = 0.010  # paced: an event this close (real seconds) counts as reached; it absorbs the wake-up hop
+# Updates come from outside (the gateway for agents' calls, trainers): validators refuse what does not belong
+# to the run or is too big, before it reaches history. These bound the trainer's updates.
+MAX_RESPONSE_BYTES = 64 * 1024
+MAX_REASON_CHARS = 2000
+MAX_NAME_CHARS = 256
 
 
 @workflow.defn(name="agentenv.TaskRun", sandboxed=False)
@@ -93,6 +98,22 @@ class TaskRun:
         self._wake.set()
         return ack
 
+    @trigger_hit.validator
+    def _hit_is_this_runs(self, hit: TriggerHit) -> None:
+        """Anyone who can reach Temporal can send a hit: refuse one for a trigger this run does not declare, an
+        instance that is not this run's, or one too big for history. (Validators do not run on replay.)"""
+        if self.world is None:
+            raise ValueError(f"run {self.inp.run_id} has no triggers: it takes no trigger hits")
+        if len(hit.trigger) > MAX_ID_CHARS or hit.trigger.removesuffix("#unless") not in self.world.triggers:
+            raise ValueError(f"run {self.inp.run_id} has no trigger {hit.trigger[:MAX_ID_CHARS]!r}")
+        if len(hit.instance) > MAX_ID_CHARS or hit.instance not in self.world.state.instances.values():
+            raise ValueError(f"environment instance {hit.instance[:MAX_ID_CHARS]!r} is not one of run "
+                             f"{self.inp.run_id}'s")
+        size = len(hit.model_dump_json().encode())
+        if size > MAX_HIT_BYTES:
+            raise ValueError(f"a trigger hit of {size} bytes is over the limit of {MAX_HIT_BYTES}: "
+                             "send less in `match` (e.g. a shortened result)")
+
     # -- episodes: a trainer plays agents from its own loop; its turns travel as updates --
 
     @workflow.update(name="next_turn")
@@ -104,6 +125,11 @@ class TaskRun:
         await workflow.wait_condition(lambda: self._offer(agent) is not None or self._closing is not None)
         offer = self._offer(agent) if self._closing is None else None
         return {"turn": offer.model_dump(mode="json")} if offer else {"closing": self._closing}
+
+    @next_turn.validator
+    def _agent_is_a_name(self, agent: str | None = None) -> None:
+        if agent is not None and (not isinstance(agent, str) or not agent or len(agent) > MAX_NAME_CHARS):
+            raise ValueError(f"`agent` is an agent's name (at most {MAX_NAME_CHARS} characters), or none")
 
     @workflow.update(name="end_turn")
     async def end_turn(self, turn_id: str, response: str) -> dict[str, Any]:
@@ -118,9 +144,13 @@ class TaskRun:
 
     @end_turn.validator
     def _turn_is_waiting(self, turn_id: str, response: str) -> None:
+        if not isinstance(turn_id, str) or len(turn_id) > MAX_NAME_CHARS:
+            raise ValueError(f"a turn id is text of at most {MAX_NAME_CHARS} characters")
         self._progress_of(turn_id)  # refused before it reaches history when no such turn is (or was) offered
         if not isinstance(response, str):
             raise ValueError("the response must be text")
+        if len(response.encode(errors="replace")) > MAX_RESPONSE_BYTES:
+            raise ValueError(f"the response is over the limit of {MAX_RESPONSE_BYTES} bytes: shorten it")
 
     @workflow.update(name="abandon")
     async def abandon(self, reason: str) -> dict[str, Any]:
@@ -130,6 +160,11 @@ class TaskRun:
             self._abandoned = reason or "no reason given"
             self._wake.set()
         return {"abandoned": self._abandoned}
+
+    @abandon.validator
+    def _reason_is_short(self, reason: str) -> None:
+        if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
+            raise ValueError(f"the reason is text of at most {MAX_REASON_CHARS} characters")
 
     def _offer(self, agent: str | None) -> TurnOffer | None:
         for progress in self.state.trainer.values():
