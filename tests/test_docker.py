@@ -305,7 +305,7 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
     assert containers_of(docker_client, state.run_id) == [], "a failed run removes its containers"
 
 
-async def test_a_broken_dockerfile_fails_the_deploy_step_clearly(client, settings, worker, tmp_path):
+async def test_a_broken_dockerfile_fails_the_deploy_step_clearly(docker_client, client, settings, worker, tmp_path):
     bundle = write_bundle(tmp_path / "b", """
         id = "broken"
         [[steps]]
