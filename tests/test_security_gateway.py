@@ -509,3 +509,22 @@ async def test_a_hidden_tool_stays_out_of_reach_on_every_path(desk):
             break
         await asyncio.sleep(0.05)
     assert len(entries) == 2 and all(e["agent"] == "sam" and e.get("refused") for e in entries), entries
+
+
+async def test_a_strangers_token_opens_nothing(tmp_path):
+    """Attack: after a gateway restart, instances are closed until used; opening one starts its processes.
+    A request with a made-up or another run's token must be refused without opening the instance, while
+    the agent's own token opens and serves it."""
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance(support_spec())
+        sam = await admin.token("desk-1", "sam")
+        await admin.put_instance(support_spec("desk-2", run_id="run-2"))
+        other = await admin.token("desk-2", "sam")
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+            for token in ("aet_made-up", other, "aet_\u00e9t\u00e9"):
+                answer = await http.get("/envs/desk-1/tools", headers={"authorization": f"Bearer {token}".encode()})
+                assert answer.status_code == 403, answer.text
+            assert "desk-1" not in gateway._instances, "a refused request opened the instance"
+            assert (await http.get("/envs/desk-1/tools", headers=bearer(sam))).status_code == 200
+        assert "desk-1" in gateway._instances

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -17,14 +18,18 @@ def main() -> None:
     import uvicorn
 
     from agentenv.config import load_settings
+    from agentenv.errors import AgentEnvError
     from agentenv.gateway.http import create_app
     from agentenv.gateway.service import Gateway
     from agentenv.guard import is_ip_literal
 
-    settings = load_settings()
-    gateway = Gateway(args.root, max_body_bytes=args.max_body_kib * 1024, settings=settings,
-                      max_calls_per_agent=settings.gateway.max_calls_per_agent,
-                      max_sessions_per_agent=settings.gateway.max_sessions_per_agent)
+    try:
+        settings = load_settings()
+        gateway = Gateway(args.root, max_body_bytes=args.max_body_kib * 1024, settings=settings,
+                          max_calls_per_agent=settings.gateway.max_calls_per_agent,
+                          max_sessions_per_agent=settings.gateway.max_sessions_per_agent)
+    except AgentEnvError as e:  # e.g. a damaged key file: the log (shown by whoever started us) says what to do
+        sys.exit(f"error: {e}")
     # Requests naming the configured public URL's host (or a bind name) are ours too; any other Host is refused.
     urls = [settings.gateway.url] + ([] if is_ip_literal(args.host) else [f"http://{args.host}:{args.port}"])
     try:

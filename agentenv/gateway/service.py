@@ -318,8 +318,18 @@ class Gateway:
         if token is None:
             raise GatewayError(401, "missing role token: send 'Authorization: Bearer <token>' "
                                     "(get one with `agent-env tools token INSTANCE AGENT`)")
+        digest = self._digest(token)
+        if instance_id not in self._instances:
+            # Not open: check the token against the stored spec first, so a stranger's request opens nothing
+            # (opening starts an instance's processes).
+            doc = self.store.get(COLLECTION, instance_id)
+            if doc is None:
+                raise GatewayError(404, f"no environment instance {instance_id!r} on this gateway")
+            spec = InstanceSpec.model_validate(doc)
+            if not any(self._digest(self._role_token(spec, a)) == digest for a in spec.agent_roles()):
+                raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
         inst = await self.get(instance_id)
-        agent = self._tokens[instance_id].get(self._digest(token))
+        agent = self._tokens[instance_id].get(digest)
         if agent is None:
             raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
         return Caller(inst, agent)
