@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -240,7 +241,10 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
     """Attack: an agent finds the published port of a sandboxed app (a container, or a local process) and
     calls its tools directly, bypassing the gateway's roles and trajectory."""
     if provider == "docker" and (problem := _docker_problem()):
-        pytest.skip(f"the Docker tier needs a Docker daemon and the base image (run scripts/docker-setup): {problem}")
+        message = f"the Docker tier needs a Docker daemon and the base image (run scripts/docker-setup): {problem}"
+        if os.environ.get("AGENTENV_REQUIRE_DOCKER"):
+            pytest.fail(message)  # CI: the tier must run
+        pytest.skip(message)
     from test_durability import wait_until
 
     from agentenv import runner
