@@ -117,6 +117,7 @@ class AgentHost:
         self.turns: dict[str, asyncio.Future] = {}
         self._keys: dict[str, dict[str, str]] = {}  # agent id -> purpose -> API key (memory only)
         self._apps: dict[str, tuple[Any, Any]] = {}  # agent id -> (ASGI app, A2A request handler)
+        self._closing: set[asyncio.Task] = set()  # handlers of redeployed agents being closed
 
     # -- records --
 
@@ -129,7 +130,10 @@ class AgentHost:
         self.store.put(AGENTS, spec.id, spec.model_dump(mode="json"))
         if request.keys:
             self._keys[spec.id] = dict(request.keys)
-        self._apps.pop(spec.id, None)
+        if (old := self._apps.pop(spec.id, None)) is not None:  # rebuilt on its next request; close the old one
+            task = asyncio.get_running_loop().create_task(old[1].aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
         return spec
 
     def get(self, agent_id: str) -> HostedAgentSpec | None:
@@ -140,6 +144,7 @@ class AgentHost:
         return self.store.query(AGENTS)
 
     async def delete(self, agent_id: str) -> bool:
+        """Forget the agent and close its A2A handler (its tasks in memory); finished turns stay stored."""
         app = self._apps.pop(agent_id, None)
         if app is not None:
             await app[1].aclose()

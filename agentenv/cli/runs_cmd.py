@@ -145,13 +145,19 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
         async with connect(settings, start_daemon=False) as client:
             return await client.trajectory(instance)
 
+    from agentenv.gateway.client import GatewayRefused, GatewayUnavailable
+
     entries: list[dict] = []
     for instance in instances:
         key = f"runs/{state.run_id}/trajectories/{instance}.jsonl"
-        if stores.objects.exists(key):  # kept by teardown_env
-            entries += [json.loads(line) for line in stores.objects.get(key).decode().splitlines()]
-        else:
+        try:  # while the gateway still holds the instance, its copy is the whole of it (calls made since included)
             entries += aio.run(fetch(instance))
+            continue
+        except (GatewayRefused, GatewayUnavailable, BadInput):
+            if not stores.objects.exists(key):
+                raise
+        # the copy kept when the instance was torn down or its run ended
+        entries += [json.loads(line) for line in stores.objects.get(key).decode().splitlines()]
     entries.sort(key=lambda e: (e.get("real_time", ""), e.get("seq", 0)))
     if jsonl:
         for entry in entries:

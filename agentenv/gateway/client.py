@@ -104,7 +104,17 @@ class GatewayClient:
         await self._request("PUT", f"/admin/instances/{instance}/snapshot", content=blob)
 
     async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
-        return (await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"after": after}))["entries"]
+        """Every entry after `after`, however many: the gateway answers a page at a time."""
+        entries: list[dict[str, Any]] = []
+        while page := (await self._json("GET", f"/admin/instances/{instance}/trajectory",
+                                        params={"after": after}))["entries"]:
+            entries += page
+            after = page[-1]["seq"]
+        return entries
+
+    async def end_run(self, run_id: str) -> dict[str, Any]:
+        """Release what the run holds on the gateway: close its instances (kept), delete its hosted agents."""
+        return await self._json("POST", f"/admin/runs/{run_id}/end")
 
     async def last_seq(self, instance: str) -> int:
         """Where the instance's trajectory ends now: read `after` it for what happens next."""

@@ -8,6 +8,7 @@ Agents (role token, `Authorization: Bearer aet_...`):
 The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's folder):
     POST /envs/{id}/agentenv              the JSON-RPC data plane, fanned out to every app
     /admin/instances[/{id}[/tokens/{agent} | /servers/{app}/token | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
+    POST /admin/runs/{run_id}/end         the run is over: close its instances, delete its hosted agents
     /admin/agents[/{id}]                  hosted agents (PUT deploys one); /admin/human[/{turn}] people's turns
 Hosted agents (A2A; the card is public, messages need the admin token):
     /agents/{id}/                         JSON-RPC;  /agents/{id}/.well-known/agent-card.json  its card
@@ -19,6 +20,7 @@ Every agent is limited on its own (429 beyond): tool calls in flight, MCP sessio
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Iterable
@@ -350,13 +352,24 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
         return JSONResponse(turn)
 
     async def ready(request: Request) -> Response:
+        """503 with what is wrong once the gateway lost data (a failing trajectory writer): runs see it."""
+        if problem := gateway.health():
+            return JSONResponse({"ready": False, **problem}, status_code=503)
         return JSONResponse({"ready": True})
+
+    async def end_run(request: Request) -> Response:
+        admin_only(request)
+        return JSONResponse(await gateway.end_run(request.path_params["run_id"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         async with gateway.mcp.lifespan():
             gateway.delivery.resend_pending()
-            yield
+            closer = asyncio.create_task(gateway.run_idle_closer())
+            try:
+                yield
+            finally:
+                closer.cancel()
         await gateway.shutdown()
 
     base = "/envs/{instance}"
@@ -378,6 +391,7 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
         Route("/admin/instances/{instance}/load", guarded(load), methods=["POST"]),
         Route("/admin/instances/{instance}/snapshot", guarded(snapshot), methods=["GET", "PUT"]),
         Route("/admin/instances/{instance}/trajectory", guarded(trajectory), methods=["GET"]),
+        Route("/admin/runs/{run_id}/end", guarded(end_run), methods=["POST"]),
         Route("/admin/agents", guarded(agents), methods=["GET"]),
         Route("/admin/agents/{agent_id}", guarded(hosted_agent), methods=["GET", "PUT", "DELETE"]),
         Route("/admin/human", guarded(human_turns), methods=["GET"]),

@@ -8,16 +8,23 @@ A server the framework started (a subprocess, a sandbox) answers only requests c
 server's own origin.
 
 The MCP session lives in one background task (the SDK's client must be entered and left in the same
-task); calls reach it through a queue and run concurrently inside it.
+task); calls reach it through a queue and run concurrently inside it. A session that broke (the server
+restarted, the connection dropped) is opened again by the next call; a call that never reached the
+server (refused connection, unknown session) is sent once more on the new session.
+
+Every request has a deadline, per kind of operation (see the *_TIMEOUT constants below). A subprocess
+app dies with the gateway, however the gateway ends (on Linux: the parent-death signal).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -33,7 +40,44 @@ from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
 from agentenv.envs.serve import SERVER_TOKEN_ENV
 from agentenv.providers.base import free_port
 
-START_TIMEOUT = 30.0
+START_TIMEOUT = 30.0  # for a server to start listening
+CONNECT_TIMEOUT = 10.0  # to open a TCP (TLS) connection to a server that listens
+PROBE_TIMEOUT = 10.0  # its card and /ready
+DATA_TIMEOUT = 300.0  # a data-plane call: load, reset, export (all of an app's data)
+CALL_TIMEOUT = 300.0  # one tool call, end to end
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_parent():
+    """A preexec_fn making the child get SIGKILL when the gateway dies (even by SIGKILL), on Linux; None
+    elsewhere. It runs after start_new_session's setsid(), which does not clear the setting."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork: nothing to import in the child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the gateway died before prctl: no signal would ever come
+            os._exit(1)
+
+    return preexec
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first real error inside task-group wrappers (what to tell the user)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+def _session_gone(error: BaseException) -> bool:
+    """The call never reached a server: no connection, or a session the (restarted) server does not know."""
+    error = _leaf(error)
+    if isinstance(error, httpx.ConnectError):
+        return True
+    text = str(error).lower()
+    return "session not found" in text or "session terminated" in text
 
 
 class ServerBearer(httpx.Auth):
@@ -56,9 +100,12 @@ class RemoteApp:
         self.data_plane = True
         self.tools: dict[str, ToolInfo] = {}
         self._auth = ServerBearer(token, self.base_url) if token else None
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=600, verify=tls.context(), auth=self._auth)
+        self._http = httpx.AsyncClient(base_url=self.base_url, verify=tls.context(), auth=self._auth,
+                                       timeout=httpx.Timeout(DATA_TIMEOUT, connect=CONNECT_TIMEOUT))
         self._calls: asyncio.Queue = asyncio.Queue()
         self._session_task: asyncio.Task | None = None
+        self._pending: set[asyncio.Future] = set()  # answers the current session owes
+        self._connecting: asyncio.Lock = asyncio.Lock()
 
     @classmethod
     async def spawn(cls, target: str, name: str, folder: Path) -> RemoteApp:
@@ -72,7 +119,8 @@ class RemoteApp:
                 [sys.executable, "-m", "agentenv", "env", "serve", target, "--host", "127.0.0.1", "--port", str(port),
                  "--state", str(folder / "state")],
                 env={**os.environ, SERVER_TOKEN_ENV: token},
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                preexec_fn=_dies_with_parent())
         app = cls(name, f"http://127.0.0.1:{port}", proc, token=token)
         try:
             await app._wait_ready(folder / "server.log")
@@ -92,7 +140,7 @@ class RemoteApp:
             deadline = time.monotonic() + timeout
             while True:
                 try:
-                    card = await app._http.get("/.well-known/agent-env.json")
+                    card = await app._http.get("/.well-known/agent-env.json", timeout=PROBE_TIMEOUT)
                     break
                 except httpx.TransportError as e:
                     if time.monotonic() > deadline:
@@ -113,7 +161,7 @@ class RemoteApp:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             with contextlib.suppress(httpx.TransportError):
-                if (await self._http.get("/ready")).status_code == 200:
+                if (await self._http.get("/ready", timeout=PROBE_TIMEOUT)).status_code == 200:
                     return
             if self.proc is not None and self.proc.poll() is not None:
                 from agentenv.daemon import tail
@@ -125,16 +173,45 @@ class RemoteApp:
 
     async def _connect(self) -> None:
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._calls = asyncio.Queue()  # calls queued for a broken session are failed, not replayed
         self._session_task = asyncio.create_task(self._hold_session(ready))
-        await ready
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                await ready
+        except TimeoutError:
+            await self._drop_session()
+            raise RuntimeError(f"app {self.name!r} at {self.base_url} did not open an MCP session within "
+                               f"{START_TIMEOUT:.0f}s") from None
+
+    async def _drop_session(self) -> None:
+        task, self._session_task = self._session_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _session(self) -> None:
+        """A live MCP session: the current one, or a new one if it broke (the server restarted)."""
+        if self._session_task is not None and not self._session_task.done():
+            return
+        async with self._connecting:  # concurrent calls open one session, not one each
+            if self._session_task is None or self._session_task.done():
+                await self._drop_session()
+                try:
+                    await self._connect()
+                except Exception as e:
+                    e = _leaf(e)
+                    raise RuntimeError(f"app {self.name!r} at {self.base_url} is not reachable "
+                                       f"({type(e).__name__}: {e}); is its server running?") from None
 
     async def _hold_session(self, ready: asyncio.Future) -> None:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
+        timeout = httpx.Timeout(CALL_TIMEOUT, connect=CONNECT_TIMEOUT)
         try:
-            async with create_mcp_http_client(auth=self._auth) as http, \
+            async with create_mcp_http_client(auth=self._auth, timeout=timeout) as http, \
                     Client(streamable_http_client(f"{self.base_url}{self.mcp_path}", http_client=http)) as client:
                 listed = (await client.list_tools()).tools
                 self.tools = {t.name: ToolInfo(
@@ -150,6 +227,31 @@ class RemoteApp:
             if not ready.done():
                 ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
             raise
+        finally:  # the session is over: nothing it owes will come (not resent: it may have reached the app)
+            for answer in list(self._pending):
+                if not answer.done():
+                    answer.set_exception(RuntimeError(f"the connection to app {self.name!r} at {self.base_url} "
+                                                      "broke before it answered; the next call reconnects"))
+
+    async def _call_once(self, name: str, arguments: dict[str, Any], ctx: Ctx):
+        """Call on the live session; if the call never reached the server, reconnect and send it once more."""
+        for attempt in (1, 2):
+            await self._session()
+            answer: asyncio.Future = asyncio.get_running_loop().create_future()
+            self._pending.add(answer)
+            try:
+                await self._calls.put((name, arguments, ctx.to_meta(), answer))
+                return await answer
+            except Exception as e:
+                if not _session_gone(e):
+                    raise
+                await self._drop_session()  # the next call (or this one's retry) opens a new session
+                if attempt == 2:
+                    e = _leaf(e)
+                    raise RuntimeError(f"app {self.name!r} at {self.base_url} is not reachable "
+                                       f"({type(e).__name__}: {e}); is its server running?") from None
+            finally:
+                self._pending.discard(answer)
 
     @staticmethod
     async def _serve(client, name: str, arguments: dict, meta: dict, answer: asyncio.Future) -> None:
@@ -163,11 +265,11 @@ class RemoteApp:
             answer.set_result(result)
 
     async def call_async(self, name: str, arguments: dict[str, Any], ctx: Ctx) -> Any:
-        if self._session_task is None or self._session_task.done():
-            raise RuntimeError(f"app {self.name!r} is not connected")
-        answer: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self._calls.put((name, arguments, ctx.to_meta(), answer))
-        result = await answer
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT):
+                result = await self._call_once(name, arguments, ctx)
+        except TimeoutError:
+            raise ToolError(f"app {self.name!r} did not answer {name!r} within {CALL_TIMEOUT:.0f}s") from None
         text = "".join(getattr(c, "text", "") for c in result.content)
         if result.is_error:
             raise ToolError(text or "the tool failed")
@@ -181,7 +283,7 @@ class RemoteApp:
     async def _rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         if not self.data_plane:
             raise ToolError(f"app {self.name!r} is a plain MCP server: it has no data plane ({method})")
-        answer = (await self._http.post("/agentenv", json={"jsonrpc": "2.0", "id": 1, "method": method,
+        answer = (await self._http.post("/agentenv", timeout=DATA_TIMEOUT, json={"jsonrpc": "2.0", "id": 1, "method": method,
                                                           "params": params or {}})).json()
         if "error" in answer:
             error = answer["error"]
@@ -208,10 +310,7 @@ class RemoteApp:
         return data
 
     async def close(self) -> None:
-        if self._session_task is not None:
-            self._session_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._session_task
+        await self._drop_session()
         await self._http.aclose()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()

@@ -112,6 +112,13 @@ class CallerLimits:
             self._sessions.pop(key, None)
         return len(ids) + self._opening[key]
 
+    def forget(self, instance_id: str) -> set[str]:
+        """Drop the instance's agents from the session table; returns the ids of their sessions."""
+        ids: set[str] = set()
+        for key in [k for k in self._sessions if k[0] == instance_id]:
+            ids |= self._sessions.pop(key)
+        return ids
+
     @contextlib.contextmanager
     def opening(self, key: CallerKey, alive: Callable[[str], bool]) -> Iterator[Callable[[str], None]]:
         """Admit a request that opens an MCP session; it calls the yielded function with the new session's id."""
@@ -126,8 +133,11 @@ class CallerLimits:
 class Gateway:
     def __init__(self, root: Path, *, max_body_bytes: int = 16 * 1024 * 1024, settings=None,
                  max_calls_per_agent: int = 32, max_sessions_per_agent: int = 16,
-                 max_mcp_requests_per_agent: int | None = None) -> None:
+                 max_mcp_requests_per_agent: int | None = None, idle_close_s: float | None = 600.0) -> None:
+        """`idle_close_s`: an open instance no one called for this long is closed (its apps, processes and
+        trajectory file); its next request reopens it from the store. None: never."""
         self.root = root
+        self.idle_close_s = idle_close_s
         root.mkdir(parents=True, exist_ok=True)
         self.key = tokens.load_or_create_key(root / "key")
         self.admin_token = tokens.admin_token(self.key)
@@ -153,9 +163,78 @@ class Gateway:
         """Close every open instance (stopping apps that run in processes of their own)."""
         await self.delivery.close()
         await self.agents.close()
-        for inst in list(self._instances.values()):
+        for instance_id in list(self._instances):
+            await self._unload(instance_id)
+
+    def health(self) -> dict[str, Any] | None:
+        """None when all is well; else what is wrong (a trajectory writer that lost entries)."""
+        if failure := self.trajectory.health():
+            return {"trajectory": failure}
+        return None
+
+    # -- releasing what is no longer used --
+
+    async def _unload(self, instance_id: str) -> bool:
+        """Close an open instance (apps, their processes, its trajectory file); it stays stored, and
+        `get` reopens it. Returns whether it was open."""
+        inst = self._instances.pop(instance_id, None)
+        self._tokens.pop(instance_id, None)
+        for key in [k for k in self._listings if k[0] == instance_id]:
+            del self._listings[key]
+        if inst is None:
+            return False
+        try:
             await inst.close()
-        self._instances.clear()
+        finally:
+            self.trajectory.release(inst.trajectory_path)
+        return True
+
+    async def _end_sessions(self, instance_id: str) -> int:
+        """End the MCP sessions of the instance's agents (their next request gets 404) and forget its channel."""
+        self._channels.pop(instance_id, None)
+        ended = 0
+        for sid in self.limits.forget(instance_id):
+            transport = self.mcp.manager._server_instances.get(sid)
+            if transport is not None:
+                await self.mcp.manager._discard_session(sid, transport)
+                ended += 1
+        return ended
+
+    async def end_run(self, run_id: str) -> dict[str, Any]:
+        """The run is over: close its instances (kept, so they can still be read; reopened on demand),
+        end its agents' MCP sessions, delete its hosted agents. Idempotent."""
+        instances = [doc["id"] for doc in self.store.query(COLLECTION, where={"run_id": run_id})]
+        sessions = 0
+        for instance_id in instances:
+            with contextlib.suppress(Exception):  # a broken app must not keep the rest of the run open
+                await self._unload(instance_id)
+            sessions += await self._end_sessions(instance_id)
+        from agentenv.agents.host import AGENTS
+
+        agents = [a["id"] for a in self.store.query(AGENTS, where={"run_id": run_id})]
+        for agent_id in agents:
+            await self.agents.delete(agent_id)
+        return {"instances": instances, "agents": agents, "sessions": sessions}
+
+    async def close_idle(self, now: float | None = None) -> list[str]:
+        """Close instances unused for `idle_close_s` and with no call in flight."""
+        if self.idle_close_s is None:
+            return []
+        now = time.monotonic() if now is None else now
+        idle = [i for i, inst in self._instances.items()
+                if not inst.busy and now - inst.last_used >= self.idle_close_s]
+        for instance_id in idle:
+            with contextlib.suppress(Exception):
+                await self._unload(instance_id)
+        return idle
+
+    async def run_idle_closer(self) -> None:
+        """Close idle instances now and then, for the gateway's life (started by its web app)."""
+        if self.idle_close_s is None:
+            return
+        while True:
+            await asyncio.sleep(max(1.0, min(60.0, self.idle_close_s / 4)))
+            await self.close_idle()
 
     def close(self) -> None:
         self.trajectory.close()
@@ -169,6 +248,7 @@ class Gateway:
     async def get(self, instance_id: str) -> EnvInstance:
         inst = self._instances.get(instance_id)
         if inst is not None:
+            inst.last_used = time.monotonic()
             return inst
         doc = self.store.get(COLLECTION, instance_id)
         if doc is None:
@@ -218,17 +298,11 @@ class Gateway:
         return current
 
     async def delete(self, instance_id: str, *, keep_data: bool = False) -> bool:
-        try:
-            inst = await self.get(instance_id)
-        except GatewayError as e:
-            if e.status == 404:
-                return False
-            inst = None  # its remote apps are gone (a stopped sandbox): forget it all the same
-        if inst is not None:
-            await inst.close()
-        self._instances.pop(instance_id, None)
-        self._tokens.pop(instance_id, None)
-        self._channels.pop(instance_id, None)
+        if instance_id not in self._instances and self.store.get(COLLECTION, instance_id) is None:
+            return False
+        with contextlib.suppress(Exception):  # its remote apps may be gone (a stopped sandbox): forget it anyway
+            await self._unload(instance_id)  # a closed instance is not opened only to be closed
+        await self._end_sessions(instance_id)
         self.store.delete(COLLECTION, instance_id)
         self.store.delete(WORLDS, instance_id)
         if not keep_data:
@@ -408,6 +482,7 @@ class Gateway:
         else:
             ctx = Ctx(role=role, run_id=inst.spec.run_id, agent=caller.agent, instance=inst.spec.id,
                       virtual_now=vnow, idempotency_key=idempotency_key)
+            inst.busy += 1  # not closed as idle while a call is in flight
             try:
                 if route.app is None:  # a gateway tool
                     result = inst.time_answer(route.spec.parse_arguments(arguments).get("zone"))
@@ -418,6 +493,9 @@ class Gateway:
                 outcome = {"error": str(e)}
             except Exception as e:  # noqa: BLE001 - a broken tool must not take the gateway down
                 outcome = {"error": f"internal error in tool {name!r}: {type(e).__name__}: {e}"}
+            finally:
+                inst.busy -= 1
+                inst.last_used = time.monotonic()
         entry = {
             "instance": inst.spec.id, "run_id": inst.spec.run_id, "agent": caller.agent, "role": role,
             "tool": name, "arguments": arguments, "via": via,

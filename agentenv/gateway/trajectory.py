@@ -6,12 +6,17 @@ Writing never blocks a tool call: entries are queued and committed in small batc
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import queue
 import sqlite3
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("agentenv.gateway.trajectory")
 
 MAX_FIELD_BYTES = 64 * 1024
 SCHEMA = """
@@ -30,13 +35,21 @@ def _clip(value: Any) -> Any:
 
 
 class TrajectoryWriter:
-    """One writer thread for all instances of a gateway."""
+    """One writer thread for all instances of a gateway. It holds at most `max_open` SQLite connections
+    (least recently written closed first) and closes an instance's when the instance closes, so a gateway
+    serving thousands of runs holds no more files than it serves instances.
 
-    def __init__(self) -> None:
+    A write that fails (disk full, a file gone) never ends the thread: the failure is kept in `failure`
+    (with the count of entries lost), which the gateway's /ready reports, and the writer keeps serving."""
+
+    def __init__(self, max_open: int = 64) -> None:
+        self.max_open = max_open
+        self.failure: str | None = None
+        self.lost = 0
         self._queue: queue.Queue[tuple[Path, dict[str, Any]] | None] = queue.Queue()
+        self._connections: OrderedDict[Path, sqlite3.Connection] = OrderedDict()  # the writer thread's only
         self._thread = threading.Thread(target=self._run, name="trajectory-writer", daemon=True)
         self._thread.start()
-        self._lock = threading.Lock()
 
     def record(self, path: Path, entry: dict[str, Any]) -> None:
         """Queue an entry; serialising and clipping happen on the writer thread, off the call's path."""
@@ -48,51 +61,104 @@ class TrajectoryWriter:
         self._queue.put((Path(), {"__flush__": done}))
         done.wait(10)
 
+    def release(self, path: Path) -> None:
+        """Close the connection to `path` once what was recorded for it is written (its instance closed)."""
+        self._queue.put((path, {"__release__": True}))
+
+    @property
+    def open_files(self) -> int:
+        return len(self._connections)
+
+    def health(self) -> dict[str, Any] | None:
+        """None while every entry was written; else what failed and how many entries were lost."""
+        return None if self.failure is None else {"error": self.failure, "lost_entries": self.lost}
+
     def close(self) -> None:
         self.flush()
         self._queue.put(None)
         self._thread.join(5)
 
     def _run(self) -> None:
-        connections: dict[Path, sqlite3.Connection] = {}
         while True:
-            item = self._queue.get()
-            batch = [item]
+            batch = [self._queue.get()]
             try:  # what queued up meanwhile goes in the same transaction; nothing waits for more
                 while len(batch) < 500:
                     batch.append(self._queue.get_nowait())
             except queue.Empty:
                 pass
-            flushes = []
-            rows: dict[Path, list[tuple[str]]] = {}
-            stop = False
-            for it in batch:
-                if it is None:
-                    stop = True
-                    continue
-                path, entry = it
-                if "__flush__" in entry:
-                    flushes.append(entry["__flush__"])
-                    continue
+            flushes, stop = [], False
+            try:
+                stop = self._write(batch, flushes)
+            except Exception as e:  # noqa: BLE001 - the thread must outlive any one batch
+                self._failed(e, 0)
+            for event in flushes:
+                event.set()
+            if stop:
+                for db in self._connections.values():
+                    db.close()
+                self._connections.clear()
+                return
+
+    def _write(self, batch: list, flushes: list[threading.Event]) -> bool:
+        """Write one batch; returns whether the writer was told to stop."""
+        rows: dict[Path, list[tuple[str]]] = {}
+        releases: list[Path] = []
+        stop = False
+        for it in batch:
+            if it is None:
+                stop = True
+                continue
+            path, entry = it
+            if "__flush__" in entry:
+                flushes.append(entry["__flush__"])
+            elif "__release__" in entry:
+                releases.append(path)
+            else:
                 for key in ("arguments", "result"):
                     if key in entry:
                         entry[key] = _clip(entry[key])
                 rows.setdefault(path, []).append((json.dumps(entry, ensure_ascii=False, default=str),))
-            for path, values in rows.items():
-                db = connections.get(path)
-                if db is None:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    db = connections[path] = sqlite3.connect(path, isolation_level=None)
-                    db.execute("PRAGMA journal_mode=WAL")
-                    db.executescript(SCHEMA)
+        for path, values in rows.items():
+            try:
+                db = self._connection(path)
                 with db:
                     db.executemany("INSERT INTO calls (entry) VALUES (?)", values)
-            for event in flushes:
-                event.set()
-            if stop:
-                for db in connections.values():
-                    db.close()
-                return
+            except (sqlite3.Error, OSError) as e:
+                self._drop(path)  # reopened on its next entry: the cause may be gone by then
+                self._failed(e, len(values), path)
+        for path in releases:
+            self._drop(path)
+        return stop
+
+    def _connection(self, path: Path) -> sqlite3.Connection:
+        db = self._connections.get(path)
+        if db is not None:
+            self._connections.move_to_end(path)
+            return db
+        while len(self._connections) >= self.max_open:
+            self._drop(next(iter(self._connections)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        self._connections[path] = db
+        return db
+
+    def _drop(self, path: Path) -> None:
+        db = self._connections.pop(path, None)
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+
+    def _failed(self, error: BaseException, lost: int, path: Path | None = None) -> None:
+        self.lost += lost
+        where = f" writing {path}" if path else ""
+        self.failure = f"the trajectory writer failed{where}: {type(error).__name__}: {error}"
+        log.error("%s (%d entries lost so far)", self.failure, self.lost)
 
 
 def read(path: Path, after: int = 0, limit: int = 10_000, *, last: bool = False) -> list[dict[str, Any]]:
