@@ -28,7 +28,8 @@ def test_schema_and_descriptions_come_from_the_method():
     spec = Notes.tools["write_note"]
     assert spec.description == "Write a note, replacing any note with the same key."
     assert spec.input_schema["required"] == ["key", "text"]
-    assert spec.input_schema["properties"]["key"] == {"type": "string", "description": 'the note\'s name, e.g. "ada"'}
+    assert spec.input_schema["properties"]["key"] == {"type": "string", "maxLength": 100,
+                                                      "description": 'the note\'s name, e.g. "ada"'}
     assert spec.input_schema["additionalProperties"] is False
     assert spec.wants_ctx and not spec.read_only
     assert Notes.tools["list_notes"].read_only and Notes.tools["list_notes"].input_schema["properties"] == {}

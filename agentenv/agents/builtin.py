@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 from agentenv.agents.models import Endpoints, ModelError, mcp_tools_as_functions
 from agentenv.agents.sdk import Agent, Answer, ToolFailed, Turn
 from agentenv.errors import BadInput
 from agentenv.spec.agent import AgentRecord, HumanConfig, LlmConfig, PersonaConfig, ScriptedConfig
+from agentenv.spec.patterns import search
 
 
 class ScriptedAgent(Agent):
@@ -109,7 +109,7 @@ class PersonaAgent(Agent):
     def _templated(self, said: str) -> str:
         for reply in self.config.replies:
             if (reply.contains is not None and reply.contains.lower() in said.lower()) or \
-                    (reply.matches is not None and re.search(reply.matches, said, re.IGNORECASE)):
+                    (reply.matches is not None and search(reply.matches, said, ignore_case=True)):
                 return reply.say.replace("${message}", said)
         return self.config.default_reply.replace("${message}", said)
 

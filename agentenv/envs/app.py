@@ -101,10 +101,18 @@ class ToolSpec(ToolInfo):
             problems = []
             for err in e.errors(include_url=False):
                 where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-                msg = {"missing": "is required", "extra_forbidden": "is not an argument of this tool"}.get(
-                    err["type"], err["msg"])
-                problems.append(f"{where}: {msg}")
+                problems.append(f"{where}: {_problem(err)}")
             raise ToolArgumentError(f"invalid arguments for {self.name}: " + "; ".join(problems)) from None
+
+
+def _problem(err: Any) -> str:
+    """One validation error in words; never echoes the value (it may be 100 KB long)."""
+    if err["type"] in ("string_too_long", "too_long"):
+        unit = "characters" if err["type"] == "string_too_long" else "items"
+        size = len(err["input"]) if hasattr(err["input"], "__len__") else "too many"
+        return f"is {size} {unit} long; at most {err['ctx']['max_length']} are allowed — shorten it"
+    return {"missing": "is required", "extra_forbidden": "is not an argument of this tool"}.get(
+        err["type"], err["msg"])
 
 
 def _split_docstring(doc: str | None) -> tuple[str, dict[str, str]]:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import importlib
 import inspect
 import json
 import shutil
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,12 @@ from agentenv.errors import BadInput
 
 DB_FILE = "app.sqlite"
 _CALLS_TABLE = "CREATE TABLE IF NOT EXISTS _agentenv_calls (key TEXT PRIMARY KEY, result TEXT NOT NULL)"
+
+# Sync tools run here, never on the event loop: one slow or hostile call must not stall every agent (and
+# /ready) of the process. Our own pool, not the loop's default one (min(32, CPUs + 4) threads, shared with
+# DNS and file work): a few slow tools must not starve the rest. Threads start on demand.
+TOOL_THREADS = 64
+_tool_pool = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="agentenv-tool")
 
 
 class UnknownTool(KeyError):
@@ -41,7 +51,13 @@ def load_app_class(target: str) -> type[App]:
 
 
 class AppInstance:
-    """One instance of an app. Calls are serialised per instance and each is one transaction."""
+    """One instance of an app. Sync calls are serialised per instance and each is one transaction.
+
+    `call_async` runs a sync tool in a worker thread, after the instance's earlier calls (in arrival
+    order, waiting without holding a thread). `_lock` (a thread lock) guards the SQLite connection for
+    tool calls and the data plane alike, whichever thread they run on. Async tools run on the event loop,
+    unserialised (they own their concurrency), as before.
+    """
 
     def __init__(self, app_cls: type[App], folder: Path) -> None:
         self.app_cls = app_cls
@@ -49,6 +65,7 @@ class AppInstance:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / DB_FILE
         self._lock = threading.Lock()
+        self._queue: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.db = self._open()
         self.app = app_cls(self.db)
 
@@ -114,10 +131,24 @@ class AppInstance:
         if spec is None:
             raise UnknownTool(name)
         if not spec.is_async:
-            return self.call(name, arguments, ctx)
+            return await self.run_in_turn(self.call, name, arguments, ctx)
         kwargs = spec.parse_arguments(arguments)
         method = getattr(self.app, spec.method)
         return jsonable(await (method(ctx, **kwargs) if spec.wants_ctx else method(**kwargs)))
+
+    def _turns(self) -> asyncio.Lock:
+        """The running loop's FIFO queue of this instance's calls (an asyncio.Lock belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._queue[0] is not loop:
+            self._queue = (loop, asyncio.Lock())
+        return self._queue[1]
+
+    async def run_in_turn(self, fn, *args: Any) -> Any:
+        """`fn(*args)` in a worker thread, after this instance's earlier calls: the event loop stays free.
+        For sync work on the instance from async code (tool calls; the data plane from a server)."""
+        job = functools.partial(contextvars.copy_context().run, fn, *args)
+        async with self._turns():
+            return await asyncio.get_running_loop().run_in_executor(_tool_pool, job)
 
     # -- data plane --
 

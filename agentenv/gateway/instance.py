@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import json
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +49,14 @@ async def _maybe(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+async def _data(app: AppInstance | RemoteApp, method: str, *args: Any, **kwargs: Any) -> Any:
+    """A data-plane operation: a remote app's over HTTP; an in-process app's in its turn (after the calls
+    before it) on a worker thread, so a big load or a slow tool holding the app never stalls the gateway."""
+    if isinstance(app, RemoteApp):
+        return await getattr(app, method)(*args, **kwargs)
+    return await app.run_in_turn(functools.partial(getattr(app, method), *args, **kwargs))
+
+
 class EnvInstance:
     def __init__(self, spec: InstanceSpec, folder: Path) -> None:
         self.spec = spec
@@ -57,6 +67,8 @@ class EnvInstance:
         self.agents: dict[str, str] = {}
         self.world: WorldPush | None = None  # the run's clock and what to watch, pushed by the run
         self.watcher: Watcher | None = None
+        self.busy = 0  # calls in flight: an instance is closed as idle only without any
+        self.last_used = time.monotonic()
 
     @classmethod
     async def open(cls, spec: InstanceSpec, folder: Path, *, key: bytes | None = None) -> EnvInstance:
@@ -105,8 +117,15 @@ class EnvInstance:
         return inst
 
     async def close(self) -> None:
+        """Close every app, even past one that fails to close (each may hold a process)."""
+        failed: BaseException | None = None
         for app in self.apps.values():
-            await _maybe(app.close())
+            try:
+                await _maybe(app.close())
+            except Exception as e:  # noqa: BLE001 - raised once the others are closed
+                failed = failed or e
+        if failed is not None:
+            raise failed
 
     @property
     def trajectory_path(self) -> Path:
@@ -150,7 +169,7 @@ class EnvInstance:
 
     async def reset(self) -> None:
         for app in self.apps.values():
-            await _maybe(app.reset())
+            await _data(app, "reset")
 
     async def add(self, parts: list[dict[str, Any]], *, key: str | None = None) -> None:
         """Load parts into their apps. With `key`, each (part, app) loads once however often it is sent."""
@@ -163,10 +182,10 @@ class EnvInstance:
                     f"data for {unknown[0]!r}, which is not an app of this environment (apps: {', '.join(self.apps)}); "
                     "send {app: {table: [rows]}} or name the app in the part's metadata 'agentenv.io/app'")
             for name, data in targets.items():
-                await _maybe(self.apps[name].load(data, key=f"{key}/{i}/{name}" if key else None))
+                await _data(self.apps[name], "load", data, key=f"{key}/{i}/{name}" if key else None)
 
     async def get(self) -> list[dict[str, Any]]:
-        return [{"kind": "data", "data": await _maybe(app.export()), "metadata": {dataplane.META_APP: name}}
+        return [{"kind": "data", "data": await _data(app, "export"), "metadata": {dataplane.META_APP: name}}
                 for name, app in self.apps.items()]
 
     # -- snapshots: one tar of every app's state (its SQLite file; an export for remote apps) --
@@ -179,7 +198,7 @@ class EnvInstance:
                     path.write_text(json.dumps(await app.export()))
                 else:
                     path = Path(tmp) / f"{name}.sqlite"
-                    app.snapshot(path)
+                    await _data(app, "snapshot", path)
                 tar.add(path, arcname=path.name)
         return buffer.getvalue()
 
@@ -198,4 +217,4 @@ class EnvInstance:
                     await app.reset()
                     await app.load(json.loads((Path(tmp) / f"{name}.json").read_text()))
                 else:
-                    app.restore(Path(tmp) / f"{name}.sqlite")
+                    await _data(app, "restore", Path(tmp) / f"{name}.sqlite")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentenv.spec.duration import Duration
 from agentenv.spec.env import AgentSandbox
+from agentenv.spec.patterns import check_pattern
 
 NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
 
@@ -71,6 +72,11 @@ class Reply(_Spec):
     contains: str | None = None
     matches: str | None = None
     say: str
+
+    @model_validator(mode="after")
+    def _pattern(self) -> Reply:
+        check_pattern(self.matches, "reply.matches")
+        return self
 
 
 class PersonaConfig(_Spec):

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from agentenv.spec import patterns
 
 OPERATORS = ("equals", "not_equals", "contains", "not_contains", "matches", "one_of", "gt", "gte", "lt", "lte", "truthy")
 
@@ -20,7 +21,7 @@ _TESTS = {
     "not_equals": lambda a, e: a != e,
     "contains": _contains,
     "not_contains": lambda a, e: not _contains(a, e),
-    "matches": lambda a, e: re.search(e, a if isinstance(a, str) else str(a)) is not None,
+    "matches": lambda a, e: patterns.search(e, a),  # RE2: linear in the text, whatever the pattern
     "one_of": lambda a, e: a in e,
     "gt": lambda a, e: a > e,
     "gte": lambda a, e: a >= e,
@@ -34,7 +35,7 @@ def passes(op: str, actual: Any, expected: Any) -> bool:
     """Whether the test holds (no explanation): for hot paths."""
     try:
         return bool(_TESTS[op](actual, expected))
-    except TypeError:
+    except (TypeError, patterns.PatternError):
         return False
 
 
@@ -42,7 +43,7 @@ def test(op: str, actual: Any, expected: Any) -> tuple[bool, str]:
     """(passed, why not) — values that cannot be compared fail the test instead of raising."""
     try:
         passed = _TESTS[op](actual, expected)
-    except TypeError as e:
+    except (TypeError, patterns.PatternError) as e:
         return False, f"cannot compare: {e}"
     if passed:
         return True, ""

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentenv.spec.duration import Duration, parse_duration
+from agentenv.spec.patterns import check_pattern
 from agentenv.spec.predicates import operator_of, operators_given
 
 MAX_RATE = 86_400.0
@@ -108,11 +109,7 @@ class Predicate(_Spec):
         given = operators_given(self)
         if len(given) != 1:
             raise ValueError(f"predicate on {self.path!r} needs exactly one operator, got {len(given)}")
-        if self.matches is not None:
-            try:
-                re.compile(self.matches)
-            except re.error as e:
-                raise ValueError(f"predicate on {self.path!r}: bad regular expression: {e}") from None
+        check_pattern(self.matches, f"predicate on {self.path!r}: matches")
         return self
 
     @property
@@ -202,6 +199,7 @@ class StateWhen(_Spec):
     def _one_operator(self) -> StateWhen:
         if len(operators_given(self)) != 1:
             raise ValueError("a state condition needs exactly one operator (equals, contains, gt, ...)")
+        check_pattern(self.matches, f"state condition on {self.tool}: matches")
         return self
 
 
@@ -213,11 +211,7 @@ class Says(_Spec):
     def _one(self) -> Says:
         if (self.contains is None) == (self.matches is None):
             raise ValueError("`says` needs exactly one of contains or matches")
-        if self.matches is not None:
-            try:
-                re.compile(self.matches)
-            except re.error as e:
-                raise ValueError(f"bad regular expression: {e}") from None
+        check_pattern(self.matches, "says.matches")
         return self
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentenv.envs import App, Ctx, ToolError, tool
+from agentenv.envs.builtin.fields import Address, Id, Line
 
 ORDER_COLUMNS = "id, account_id, status, total_cents, currency, verified, verified_by, verified_at, created_at"
 
@@ -79,7 +80,7 @@ class Billing(App):
     # -- tools --
 
     @tool(read_only=True)
-    def get_account(self, email: str) -> dict:
+    def get_account(self, email: Address) -> dict:
         """Look up a customer's billing account by email, with the ids of its orders.
 
         Args:
@@ -95,7 +96,7 @@ class Billing(App):
         return account
 
     @tool(read_only=True)
-    def list_orders(self, account_id: str) -> dict:
+    def list_orders(self, account_id: Id) -> dict:
         """List an account's orders, oldest first (get_order shows one with its items, charges and refunds).
 
         Args:
@@ -110,7 +111,7 @@ class Billing(App):
         return {"account_id": account_id, "count": len(orders), "orders": orders}
 
     @tool(read_only=True)
-    def get_order(self, order_id: str) -> dict:
+    def get_order(self, order_id: Id) -> dict:
         """Read one order in full: its items, its charges (with how much of each can still be refunded) and
         its refunds.
 
@@ -128,7 +129,7 @@ class Billing(App):
         return order
 
     @tool
-    def verify_order(self, ctx: Ctx, order_id: str, verified_by: str) -> dict:
+    def verify_order(self, ctx: Ctx, order_id: Id, verified_by: Address) -> dict:
         """Mark an order as verified: someone has checked its items, charges and customer.
 
         Args:
@@ -146,7 +147,7 @@ class Billing(App):
         return self._order(order_id)
 
     @tool(hidden=True)
-    def issue_refund(self, ctx: Ctx, order_id: str, charge_id: str, amount_cents: int, reason: str) -> dict:
+    def issue_refund(self, ctx: Ctx, order_id: Id, charge_id: Id, amount_cents: int, reason: Line) -> dict:
         """Refund part or all of one charge of an order back to the customer's card.
 
         Args:

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from agentenv.envs import App, Ctx, ToolError, tool
+from agentenv.envs.builtin.fields import Id, Ids, Text
 
 CHANNEL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 
@@ -82,7 +83,7 @@ class Chat(App):
                              for n, at, count in rows]}
 
     @tool
-    def create_channel(self, ctx: Ctx, name: str, members: list[str]) -> dict:
+    def create_channel(self, ctx: Ctx, name: Id, members: Ids) -> dict:
         """Create a channel with its first members.
 
         Args:
@@ -103,7 +104,7 @@ class Chat(App):
         return {"name": name, "members": sorted(handles), "created_at": ctx.now_iso()}
 
     @tool
-    def post_message(self, ctx: Ctx, channel: str, author: str, text: str) -> dict:
+    def post_message(self, ctx: Ctx, channel: Id, author: Id, text: Text) -> dict:
         """Post a message to a channel. The author must be one of the channel's members.
 
         Args:
@@ -123,7 +124,7 @@ class Chat(App):
         return message
 
     @tool(read_only=True)
-    def read_channel(self, channel: str, limit: Annotated[int, Field(ge=1, le=200)] = 50) -> dict:
+    def read_channel(self, channel: Id, limit: Annotated[int, Field(ge=1, le=200)] = 50) -> dict:
         """Read a channel's latest messages, oldest first.
 
         Args:
@@ -139,7 +140,7 @@ class Chat(App):
         return {"channel": name, "members": self._members(name), "messages": messages}
 
     @tool
-    def send_direct_message(self, ctx: Ctx, sender: str, recipient: str, text: str) -> dict:
+    def send_direct_message(self, ctx: Ctx, sender: Id, recipient: Id, text: Text) -> dict:
         """Send a direct (private) message from one user to another.
 
         Args:
@@ -157,7 +158,7 @@ class Chat(App):
         return message
 
     @tool(read_only=True)
-    def read_direct_messages(self, user: str, other: str) -> dict:
+    def read_direct_messages(self, user: Id, other: Id) -> dict:
         """Read the direct-message conversation between two users, oldest first.
 
         Args:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from agentenv.envs import App, Ctx, ToolError, tool
+from agentenv.envs.builtin.fields import Address, Id, Line, Text, is_address
 
-ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 Status = Literal["open", "pending", "solved", "closed"]
 Priority = Literal["low", "normal", "high", "urgent"]
 TICKET_COLUMNS = "id, customer_email, subject, priority, status, assignee, created_at, updated_at"
@@ -74,8 +73,8 @@ class Helpdesk(App):
     # -- tools --
 
     @tool(read_only=True)
-    def list_tickets(self, status: Status | None = None, assignee: str | None = None,
-                     customer_email: str | None = None) -> dict:
+    def list_tickets(self, status: Status | None = None, assignee: Address | None = None,
+                     customer_email: Address | None = None) -> dict:
         """List tickets (without their comments), oldest first, optionally filtered.
 
         Args:
@@ -105,7 +104,7 @@ class Helpdesk(App):
         return {"count": len(tickets), "tickets": tickets}
 
     @tool(read_only=True)
-    def get_ticket(self, ticket_id: str) -> dict:
+    def get_ticket(self, ticket_id: Id) -> dict:
         """Read one ticket in full with all its comments (internal ones included), oldest first.
 
         Args:
@@ -120,7 +119,7 @@ class Helpdesk(App):
         return {**ticket, "customer_name": name[0] if name else None, "comments": comments}
 
     @tool
-    def create_ticket(self, ctx: Ctx, customer_email: str, subject: str, description: str,
+    def create_ticket(self, ctx: Ctx, customer_email: Address, subject: Line, description: Text,
                       priority: Priority = "normal") -> dict:
         """Open a new ticket for a customer (a customer seen for the first time is added). It starts open and
         unassigned.
@@ -131,7 +130,7 @@ class Helpdesk(App):
             description: the customer's problem in full
             priority: how urgent it is
         """
-        if not ADDRESS.match(customer_email):
+        if not is_address(customer_email):
             raise ToolError(f"{customer_email!r} is not a valid email address — use the form name@domain.tld")
         if not subject.strip() or not description.strip():
             raise ToolError("subject and description must not be empty — summarise the problem in both")
@@ -143,7 +142,7 @@ class Helpdesk(App):
         return self._ticket(ticket_id)
 
     @tool
-    def assign_ticket(self, ctx: Ctx, ticket_id: str, assignee: str) -> dict:
+    def assign_ticket(self, ctx: Ctx, ticket_id: Id, assignee: Address) -> dict:
         """Assign a ticket to an agent (replacing any previous assignee).
 
         Args:
@@ -159,7 +158,7 @@ class Helpdesk(App):
         return self._ticket(ticket_id)
 
     @tool
-    def add_comment(self, ctx: Ctx, ticket_id: str, author: str, body: str, internal: bool = False) -> dict:
+    def add_comment(self, ctx: Ctx, ticket_id: Id, author: Address, body: Text, internal: bool = False) -> dict:
         """Add a comment to a ticket: a public reply the customer sees, or an internal note for agents only.
 
         Args:
@@ -185,7 +184,7 @@ class Helpdesk(App):
         return comment
 
     @tool
-    def set_status(self, ctx: Ctx, ticket_id: str, status: Status) -> dict:
+    def set_status(self, ctx: Ctx, ticket_id: Id, status: Status) -> dict:
         """Change a ticket's status: open (needs work) → pending (waiting on the customer) → solved → closed.
         Any change is allowed except reopening a closed ticket: closed is final.
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from agentenv.envs import App, Ctx, ToolError, tool
-
-ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+from agentenv.envs.builtin.fields import Address, Addresses, Id, Line, Text, is_address
 
 
 class Mail(App):
@@ -78,8 +76,8 @@ class Mail(App):
         return {"mailboxes": [{"address": a, "display_name": n, "unread": u} for a, n, u in rows]}
 
     @tool
-    def send_email(self, ctx: Ctx, sender: str, to: list[str], body: str, subject: str | None = None,
-                   cc: list[str] = [], in_reply_to: str | None = None) -> dict:  # noqa: B006 (pydantic copies it)
+    def send_email(self, ctx: Ctx, sender: Address, to: Addresses, body: Text, subject: Line | None = None,
+                   cc: Addresses = [], in_reply_to: Id | None = None) -> dict:  # noqa: B006 (pydantic copies it)
         """Send an email. A reply (in_reply_to) joins the original's thread; its subject defaults to "Re: ...".
 
         Args:
@@ -94,7 +92,7 @@ class Mail(App):
         if not to:
             raise ToolError("to is empty — give at least one recipient address")
         for address in [*to, *cc]:
-            if not ADDRESS.match(address):
+            if not is_address(address):
                 raise ToolError(f"{address!r} is not a valid email address — use the form name@domain.tld")
         if not body.strip():
             raise ToolError("body is empty — write the message text")
@@ -120,7 +118,7 @@ class Mail(App):
         return self._message(message_id)
 
     @tool(read_only=True)
-    def list_messages(self, mailbox: str, folder: Literal["inbox", "sent"] = "inbox", unread_only: bool = False,
+    def list_messages(self, mailbox: Address, folder: Literal["inbox", "sent"] = "inbox", unread_only: bool = False,
                       limit: Annotated[int, Field(ge=1, le=200)] = 50) -> dict:
         """List a mailbox's messages, newest first, with a short preview of each body.
 
@@ -142,7 +140,7 @@ class Mail(App):
         return {"mailbox": mailbox, "folder": folder, "count": len(messages), "messages": messages}
 
     @tool
-    def read_message(self, message_id: str) -> dict:
+    def read_message(self, message_id: Id) -> dict:
         """Read one message in full, and mark it read.
 
         Args:
@@ -153,7 +151,7 @@ class Mail(App):
         return {**message, "read": True}
 
     @tool(read_only=True)
-    def search_messages(self, query: str, mailbox: str | None = None) -> dict:
+    def search_messages(self, query: Line, mailbox: Address | None = None) -> dict:
         """Find messages whose subject, body or sender contains the query (case-insensitive), newest first.
 
         Args:
@@ -173,7 +171,7 @@ class Mail(App):
         return {"query": query, "count": len(messages), "messages": messages}
 
     @tool(read_only=True)
-    def get_thread(self, thread_id: str) -> dict:
+    def get_thread(self, thread_id: Id) -> dict:
         """Read a whole conversation: every message of a thread in full, oldest first.
 
         Args:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentenv.envs import App, Ctx, ToolError, tool
+from agentenv.envs.builtin.fields import Id, Text
 
 
 class Notes(App):
@@ -18,7 +19,7 @@ class Notes(App):
     """
 
     @tool
-    def write_note(self, ctx: Ctx, key: str, text: str) -> dict:
+    def write_note(self, ctx: Ctx, key: Id, text: Text) -> dict:
         """Write a note, replacing any note with the same key.
 
         Args:
@@ -35,7 +36,7 @@ class Notes(App):
         return {"key": key, "updated_at": ctx.now_iso()}
 
     @tool(read_only=True)
-    def read_note(self, key: str) -> dict:
+    def read_note(self, key: Id) -> dict:
         """Read one note.
 
         Args:
@@ -53,7 +54,7 @@ class Notes(App):
         return {"count": len(rows), "notes": {k: t for k, t in rows}}
 
     @tool
-    def delete_note(self, key: str) -> dict:
+    def delete_note(self, key: Id) -> dict:
         """Delete a note.
 
         Args:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from agentenv.envs import App, Ctx, ToolError, tool
+from agentenv.envs.builtin.fields import Id, Line
 
 InvoiceStatus = Literal["received", "approved", "rejected", "held", "paid"]
 DECIDABLE = ("received", "held")
@@ -103,7 +104,7 @@ class Payables(App):
         return {"count": len(rules), "rules": rules}
 
     @tool(read_only=True)
-    def list_invoices(self, status: InvoiceStatus | None = None, vendor_id: str | None = None) -> dict:
+    def list_invoices(self, status: InvoiceStatus | None = None, vendor_id: Id | None = None) -> dict:
         """List invoices, oldest received first, optionally filtered (get_invoice shows one with its vendor
         and purchase order).
 
@@ -126,7 +127,7 @@ class Payables(App):
         return {"count": len(invoices), "invoices": invoices}
 
     @tool(read_only=True)
-    def get_invoice(self, invoice_id: str) -> dict:
+    def get_invoice(self, invoice_id: Id) -> dict:
         """Read one invoice in full, with its vendor (status and approved bank account) and the purchase
         order it bills against (null if it cites none).
 
@@ -146,7 +147,7 @@ class Payables(App):
         return {"count": len(vendors), "vendors": vendors}
 
     @tool(read_only=True)
-    def get_vendor(self, vendor_id: str) -> dict:
+    def get_vendor(self, vendor_id: Id) -> dict:
         """Read one vendor, with its purchase orders and the ids of its invoices.
 
         Args:
@@ -160,7 +161,7 @@ class Payables(App):
         return vendor
 
     @tool(read_only=True)
-    def get_purchase_order(self, po_id: str) -> dict:
+    def get_purchase_order(self, po_id: Id) -> dict:
         """Read one purchase order, with the invoices that bill against it.
 
         Args:
@@ -172,7 +173,7 @@ class Payables(App):
         return po
 
     @tool
-    def approve_invoice(self, ctx: Ctx, invoice_id: str, reason: str) -> dict:
+    def approve_invoice(self, ctx: Ctx, invoice_id: Id, reason: Line) -> dict:
         """Approve a received or held invoice for payment: it passes every rule of the AP policy.
 
         Args:
@@ -182,7 +183,7 @@ class Payables(App):
         return self._decide(ctx, invoice_id, "approved", reason)
 
     @tool
-    def reject_invoice(self, ctx: Ctx, invoice_id: str, reason: str) -> dict:
+    def reject_invoice(self, ctx: Ctx, invoice_id: Id, reason: Line) -> dict:
         """Reject a received or held invoice: it will not be paid (the vendor must send a corrected one).
 
         Args:
@@ -192,7 +193,7 @@ class Payables(App):
         return self._decide(ctx, invoice_id, "rejected", reason)
 
     @tool
-    def hold_invoice(self, ctx: Ctx, invoice_id: str, reason: str) -> dict:
+    def hold_invoice(self, ctx: Ctx, invoice_id: Id, reason: Line) -> dict:
         """Put a received invoice on hold for the controller to review; a held invoice can later be
         approved or rejected.
 
@@ -203,7 +204,7 @@ class Payables(App):
         return self._decide(ctx, invoice_id, "held", reason)
 
     @tool
-    def pay_invoice(self, ctx: Ctx, invoice_id: str) -> dict:
+    def pay_invoice(self, ctx: Ctx, invoice_id: Id) -> dict:
         """Pay an approved invoice: the money goes to the bank account on the invoice. Payments to blocked
         vendors are stopped.
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import Field, model_validator
 
+from agentenv.spec.patterns import check_pattern
 from agentenv.spec.predicates import OPERATORS, operator_of, operators_given, test
 from agentenv.spec.run import Criterion, Score
 from agentenv.steps import StepConfig, StepContext, StepResult, step_type
@@ -38,11 +38,7 @@ class Check(StepConfig):
                 f"check '{self.name}' must use exactly one operator, got {len(given)}"
                 f"{' (' + ', '.join(given) + ')' if given else ''} — choose one of: {', '.join(OPERATORS)}"
             )
-        if self.matches is not None:
-            try:
-                re.compile(self.matches)
-            except re.error as e:
-                raise ValueError(f"check '{self.name}': 'matches' is not a valid regular expression: {e}") from None
+        check_pattern(self.matches, f"check '{self.name}': 'matches'")
         return self
 
     def evaluate(self) -> Criterion:

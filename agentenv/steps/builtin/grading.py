@@ -40,12 +40,19 @@ class CheckResponseConfig(StepConfig):
     pass_threshold: float = Field(1.0, ge=0, le=1)
 
 
+def _fenced(text: str) -> list[str]:
+    """The ```json blocks of a text, by splitting: linear (the lazy regex it replaces was quadratic on a
+    fence followed by much whitespace — seconds on an agent's 20 KB answer)."""
+    parts = text.split("```")
+    blocks = parts[1:-1:2]  # between an opening fence and its closing one
+    return [(block[4:] if block.startswith("json") else block).lstrip() for block in blocks]
+
+
 def json_in(text: Any) -> Any:
     """The JSON an answer holds: all of it, or a fenced ```json block, or its first {...} / [...]."""
     if not isinstance(text, str):
         return text
-    candidates = [text]
-    candidates += re.findall(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    candidates = [text, *_fenced(text)]
     for opener, closer in ("{}", "[]"):
         start, end = text.find(opener), text.rfind(closer)
         if 0 <= start < end:
