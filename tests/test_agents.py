@@ -160,6 +160,9 @@ async def test_client_names_each_way_an_agent_can_fail():
     async def garbage(request):
         return Response("<html>not json-rpc</html>", media_type="text/html")
 
+    async def restarting(request):
+        return Response("upstream is restarting", status_code=503)
+
     async def wrong_shape(request):
         body = await request.json()
         return JSONResponse({"jsonrpc": "2.0", "id": body.get("id"), "result": {"unexpected": True}})
@@ -176,4 +179,9 @@ async def test_client_names_each_way_an_agent_can_fail():
                 await AgentClient(url, http).ask("x", {}, context_id="c", deadline_s=5)
         async with serving(Starlette(routes=[card_route, Route("/", wrong_shape, methods=["POST"])])) as url:
             with pytest.raises(AgentReplyInvalid):
+                await AgentClient(url, http).ask("x", {}, context_id="c", deadline_s=5)
+        # the agent's server dies mid-turn (a gateway killed while its hosted agent answers): the turn may be
+        # asked again (same message id), so this is "unreachable", which a step retries, not "invalid"
+        async with serving(Starlette(routes=[card_route, Route("/", restarting, methods=["POST"])])) as url:
+            with pytest.raises(AgentUnreachable, match="could not be reached"):
                 await AgentClient(url, http).ask("x", {}, context_id="c", deadline_s=5)

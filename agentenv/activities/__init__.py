@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from agentenv.config import Settings
 from agentenv.errors import format_loc
 from agentenv.spec.run import RunState, StepCall, StepOutcome
-from agentenv.spec.world_run import WorldPush
+from agentenv.spec.world_run import WorldPush, clip_fields
 from agentenv.steps import StepContext, StepFailed, registry
 
 RUN_STEP = "agentenv.run_step"
@@ -31,6 +31,12 @@ RELEASE_SANDBOXES = "agentenv.release_sandboxes"
 
 # Outputs travel through workflow history: keep them to decisions and small facts.
 MAX_OUTPUT_BYTES = 64 * 1024
+HEARTBEAT_EVERY = 5.0  # seconds, for activities that wait on others (an agent's turn)
+
+
+def clipped_hits(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trigger hits with each field of their match bounded: they enter history (whatever agents sent)."""
+    return [{**h, "match": clip_fields(h.get("match") or {})} for h in hits]
 
 
 def _step_failed(e: StepFailed) -> ApplicationError:
@@ -100,7 +106,7 @@ class RunActivities:
                 "OutputTooLarge",
             )
         return StepOutcome(outputs=result.outputs, score=result.score, attempt=info.attempt, duration_ms=duration_ms,
-                           hits=result.hits)
+                           hits=clipped_hits(result.hits))
 
     @activity.defn(name=RECORD_RUN)
     async def record_run(self, state: RunState) -> None:
@@ -108,16 +114,18 @@ class RunActivities:
         self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
 
     @activity.defn(name=RELEASE_SANDBOXES)
-    async def release_sandboxes(self, run_id: str, instances: list[str]) -> dict[str, Any]:
-        """At the run's end (done, failed or cancelled): retire its sandboxed instances, remove its sandboxes."""
+    async def release_sandboxes(self, run_id: str, instances: list[str], sandboxes: bool = True) -> dict[str, Any]:
+        """At the run's end (done, failed or cancelled): retire its sandboxed instances, remove its sandboxes
+        (if it started any), and release all else it holds on the gateway (see `end_run`)."""
         from agentenv.providers.apps import remove_sandboxes
-        from agentenv.steps.builtin.envs import retire_instance
+        from agentenv.steps.builtin.envs import end_run, retire_instance
 
         gateway = await self._gateway()
         for instance in instances:
             await retire_instance(gateway, self.stores, run_id, instance)
-        removed = await remove_sandboxes(self.settings, run_id)
-        return {"instances": len(instances), "sandboxes": len(removed)}
+        ended = await end_run(gateway, self.stores, run_id)
+        removed = await remove_sandboxes(self.settings, run_id) if sandboxes else []
+        return {"instances": len(instances), "sandboxes": len(removed), **ended}
 
     async def _gateway(self):
         from agentenv.steps import StepContext
@@ -132,11 +140,13 @@ class RunActivities:
         from agentenv.gateway.client import GatewayRefused
 
         try:
-            return await self._world_action(instance, action, key, cause, at)
+            outcome = await self._world_action(instance, action, key, cause, at)
         except GatewayRefused as e:
             if e.status >= 500:
                 raise
-            return {"error": str(e), "hits": []}
+            outcome = {"error": str(e), "hits": []}
+        hits = clipped_hits(outcome.pop("hits", []))
+        return {**clip_fields(outcome), "hits": hits}  # it is logged in the world's events, carried in history
 
     async def _world_action(self, instance: str, action: dict[str, Any], key: str, cause: str,
                             at: str | None) -> dict[str, Any]:
@@ -197,18 +207,25 @@ class RunActivities:
         from agentenv.agents.client import AgentTimedOut
         from agentenv.steps.builtin import agents
 
+        # Beats while the agent thinks: the workflow's heartbeat timeout notices a dead worker, and a slow
+        # turn is not taken for one (and asked again).
+        beat = asyncio.create_task(_keep_heartbeating(HEARTBEAT_EVERY))
         try:
             entry, reply = await agents.ask(
                 self.settings, await self._gateway(), ask["who"], side=ask["side"], transcript=ask["transcript"],
                 run_id=ask["run_id"], step_id=ask["step_id"], system_prompt=ask.get("system_prompt"),
-                deadline=ask["deadline"], seed=ask.get("seed"))
+                deadline=ask["deadline"], seed=ask.get("seed"), turn=ask.get("turn"))
         except AgentTimedOut as e:
             return {"timed_out": str(e)}
         except StepFailed as e:
             raise _step_failed(e) from None
+        finally:
+            beat.cancel()
         if reply.failed:
             raise _fatal(f"{ask['who']['name']} could not answer ({reply.state}): {reply.text[:500]}", "StepFailed")
-        return {"entry": entry}
+        turn = ask["turn"] if ask.get("turn") is not None else agents.turn_number(ask["transcript"], ask["side"])
+        key = agents.message_key(ask["run_id"], ask["step_id"], ask["side"], turn)
+        return {"entry": agents.kept_apart(self.stores, entry, key)}
 
     @activity.defn(name=PROMPT_FINISH)
     async def prompt_finish(self, done: dict[str, Any]) -> dict[str, Any]:
@@ -226,7 +243,7 @@ class RunActivities:
         hits: list[dict[str, Any]] = []
         for instance, push in pushes:
             hits += await gateway.push_world(instance, push.model_dump(mode="json"))
-        return hits
+        return clipped_hits(hits)
 
     @activity.defn(name=PACE)
     async def pace(self, seconds: float, pushes: list[tuple[str, WorldPush]]) -> dict[str, Any]:

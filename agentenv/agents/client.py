@@ -130,6 +130,8 @@ class AgentClient:
         except A2AError as e:
             if "timeout" in type(e).__name__.lower():
                 raise AgentTimedOut(f"the agent at {self.url} did not answer within {deadline_s:g}s") from None
+            if _transient(e.__cause__):  # the connection broke or the server was restarting: ask again
+                raise AgentUnreachable(f"the agent at {self.url} could not be reached ({e})") from None
             raise AgentReplyInvalid(f"the agent at {self.url} failed the turn: {getattr(e, 'message', e)}") from None
         except httpx.HTTPError as e:
             raise AgentUnreachable(f"the agent at {self.url} could not be reached ({e})") from None
@@ -142,3 +144,11 @@ class AgentClient:
         data = next((d[KEY] for d in get_data_parts(reply.parts) if isinstance(d, dict) and KEY in d), {})
         return Reply(text=get_message_text(reply), data=data or {}, failed=state != "TASK_STATE_COMPLETED",
                      state=state, seconds=time.perf_counter() - started)
+
+
+def _transient(cause: BaseException | None) -> bool:
+    """A transport failure or a 5xx answer: the turn may not have been answered, and resending it (with the
+    same message id, which hosted agents answer once) is safe."""
+    if isinstance(cause, httpx.HTTPStatusError):
+        return cause.response.status_code >= 500
+    return isinstance(cause, httpx.RequestError)

@@ -14,6 +14,9 @@ MAX_TASK_BYTES = 1024 * 1024
 
 
 def parse_task(data: dict[str, Any], where: str, bundle: Path | None = None) -> TaskSpec:
+    if not isinstance(data, dict):
+        raise BadInput(f"{where}: a task is an object (a TOML table), not {type(data).__name__}",
+                       "write the task as `id = ...` and `[[steps]]` tables (see `agent-env schema task`)")
     try:
         task = TaskSpec.model_validate(data, context={"bundle": bundle})
         task._bundle = bundle

@@ -3,6 +3,7 @@ messages between the run and the gateway. Pure models: the workflow and the gate
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -85,10 +86,73 @@ class WorldState(BaseModel):
     instances: dict[str, str] = Field(default_factory=dict, description="deploy step id -> instance id")
     next_seq: int = 1
     ended: str | None = None
+    dropped: dict[str, int] = Field(default_factory=dict, description="events dropped from the log, by kind "
+                                                                       "(the log keeps the latest; it is bounded)")
+
+    def count(self, kind: str) -> int:
+        """Events of `kind` in the run so far, dropped ones included."""
+        return self.dropped.get(kind, 0) + sum(1 for e in self.events if e.kind == kind)
+
+    def trim_events(self, keep: int) -> int:
+        """Keep the latest `keep` events, counting the others by kind. Returns how many were dropped."""
+        drop = len(self.events) - keep
+        if drop <= 0:
+            return 0
+        for event in self.events[:drop]:
+            self.dropped[event.kind] = self.dropped.get(event.kind, 0) + 1
+        del self.events[:drop]
+        return drop
 
 
 MAX_HIT_BYTES = 64 * 1024  # a hit's JSON, `match` included: what an agent's call may add to a run's history
 MAX_ID_CHARS = 256  # a trigger or instance id in a hit
+MAX_FIELD_BYTES = 4096  # a field of a match (arguments, result...) or of an action's outcome, in history
+
+
+def json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode())
+
+
+def clip(value: Any, limit: int = MAX_FIELD_BYTES) -> Any:
+    """`value` if its JSON fits in `limit` bytes; else a copy that does, for history: long strings and lists
+    cut short (saying how long they were), keeping the shape so `${match.arguments.key}` still resolves.
+    Agents' calls carry whatever they like; Temporal refuses payloads over 2 MB."""
+    size = json_size(value)
+    if size <= limit:
+        return value
+    clipped = _shrink(value, limit)
+    if json_size(clipped) <= limit:
+        return clipped
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return {"clipped": True, "bytes": size, "preview": _cut(text, limit // 2)}
+
+
+def clip_fields(value: dict[str, Any], limit: int = MAX_FIELD_BYTES) -> dict[str, Any]:
+    """Each field of a dict (a match, an action's outcome) clipped on its own."""
+    return {k: clip(v, limit) for k, v in value.items()}
+
+
+def _shrink(value: Any, budget: int) -> Any:
+    budget = max(budget, 64)
+    if isinstance(value, str):
+        size = len(value.encode())
+        return value if size <= budget else f"{_cut(value, budget - 48)}... [clipped: {size} bytes]"
+    if isinstance(value, list):
+        share = budget // max(min(len(value), 16), 1)
+        out = [_shrink(item, share) for item in value[:16]]
+        return out + ([f"... [clipped: {len(value) - 16} more items]"] if len(value) > 16 else [])
+    if isinstance(value, dict):
+        keys = list(value)[:32]
+        share = budget // max(len(keys), 1)
+        out = {k[:64]: _shrink(value[k], share) for k in keys}
+        if len(value) > 32:
+            out["..."] = f"[clipped: {len(value) - 32} more keys]"
+        return out
+    return value
+
+
+def _cut(text: str, limit: int) -> str:
+    return text.encode()[:max(limit, 0)].decode(errors="ignore")
 
 
 class TriggerHit(BaseModel):

@@ -25,7 +25,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from agentenv.spec.duration import format_duration
+    from agentenv.spec.duration import checked_seconds, format_duration
     from agentenv.spec.run import (
         RunInput,
         RunState,
@@ -39,11 +39,20 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentenv.spec.task import FailurePolicy
     from agentenv.spec.templates import TemplateError, resolve
-    from agentenv.spec.world import parse_time
-    from agentenv.spec.world_run import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, Scheduled, TriggerHit, WorldPush
+    from agentenv.spec.world_run import (
+        MAX_FIELD_BYTES,
+        MAX_HIT_BYTES,
+        MAX_ID_CHARS,
+        HitAck,
+        Scheduled,
+        TriggerHit,
+        WorldPush,
+        clip,
+        json_size,
+    )
     from agentenv.steps.builtin import agents as prompts
     from agentenv.workflows import attributes
-    from agentenv.workflows.world import World, WorldError
+    from agentenv.workflows.world import World, WorldError, checked_time
 
 RUN_STEP = "agentenv.run_step"
 RECORD_RUN = "agentenv.record_run"
@@ -63,6 +72,18 @@ EARLY = 0.010  # paced: an event this close (real seconds) counts as reached; it
 MAX_RESPONSE_BYTES = 64 * 1024
 MAX_REASON_CHARS = 2000
 MAX_NAME_CHARS = 256
+# What bad data raises in the workflow's own code (a number from a tool result meeting date arithmetic...).
+# It fails the run with a message instead of failing the workflow task forever; nondeterminism (Temporal's own
+# errors) still fails the workflow task, which is what that is for.
+DATA_ERRORS = (ArithmeticError, ValueError, TypeError, LookupError, WorldError)
+# The state goes into history (continue-as-new input, the run's result): bounded far below Temporal's 2 MB.
+MAX_STATE_BYTES = 1024 * 1024
+MAX_CARRIED_EVENTS = 1000  # world events carried across continue-as-new (the rest are counted by kind)
+MAX_ASK_TRANSCRIPT_BYTES = 256 * 1024  # the recent conversation an agent asked by the run is sent
+# Patches (workflow.patched) keep histories recorded before these changes replaying.
+PATCH_BOUNDS = "poison-bounds"  # bounded state, events, hit updates counted
+PATCH_ASK_TAIL = "agent-ask-tail"
+PATCH_RELEASE_ALL = "release-all-at-end"  # a run's end releases its instances and hosted agents, not only sandboxes
 
 
 @workflow.defn(name="agentenv.TaskRun", sandboxed=False)
@@ -94,9 +115,19 @@ class TaskRun:
     @workflow.update(name="trigger_hit")
     async def trigger_hit(self, hit: TriggerHit) -> HitAck:
         """A condition an agent's call made true (sent by the gateway)."""
-        ack = await self._on_hit(hit)
+        if workflow.patched(PATCH_BOUNDS):
+            self._updates += 1  # counted toward the run's update budget, so it continues as new in time
+        try:
+            ack = await self._on_hit(hit)
+        except DATA_ERRORS as e:
+            self._bad_data(e, f"trigger hit {hit.trigger!r}")
+            ack = HitAck(accepted=False, reason=self.state.error or "")
         self._wake.set()
         return ack
+
+    def _bad_data(self, e: BaseException, where: str) -> None:
+        if not self.state.error:
+            self.state.error = f"{where} failed on bad data: {type(e).__name__}: {str(e)[:1000]}"
 
     @trigger_hit.validator
     def _hit_is_this_runs(self, hit: TriggerHit) -> None:
@@ -187,7 +218,11 @@ class TaskRun:
             # The run's record was written by whoever started it (runner.start_run); it is rewritten at the end.
             if inp.carried is None and self.world is not None:
                 self.world.start_clock(self._now_real())
-            await self._execute_within_timeout()
+            try:
+                await self._execute_within_timeout()
+            except DATA_ERRORS as e:
+                self._bad_data(e, "the run")
+                await self._stop_quietly()
         except asyncio.CancelledError:
             await self._stop_running()
             self.state.status = RunStatus.CANCELLED
@@ -198,6 +233,12 @@ class TaskRun:
             # Fail the workflow so the UI shows it red; the details carry the full run state.
             raise ApplicationError(self.state.error or "run failed", self.state, type="RunError", non_retryable=True)
         return self.state
+
+    async def _stop_quietly(self) -> None:
+        try:
+            await self._stop_running()
+        except DATA_ERRORS as e:  # settling what ran may meet the same bad data: the run is ending anyway
+            workflow.logger.warning("stopping the run's steps: %s", e)
 
     async def _execute_within_timeout(self) -> None:
         if self.inp.timeout is None:
@@ -383,10 +424,14 @@ class TaskRun:
             if who.get("trainer"):
                 entry = await self._trainer_answer(plan.id, progress, who, side, config, deadline)
             else:
+                ask = {"who": who, "side": side, "transcript": progress.transcript, "run_id": self.inp.run_id,
+                       "step_id": plan.id, "system_prompt": prompts.system_prompt_for(config, side),
+                       "deadline": deadline, "seed": config.seed}
+                if workflow.patched(PATCH_ASK_TAIL):  # not the whole transcript on every turn
+                    ask.update(transcript=prompts.tail(progress.transcript, MAX_ASK_TRANSCRIPT_BYTES),
+                               turn=prompts.turn_number(progress.transcript, side))
                 answer = await workflow.execute_activity(
-                    AGENT_ASK, {"who": who, "side": side, "transcript": progress.transcript, "run_id": self.inp.run_id,
-                                "step_id": plan.id, "system_prompt": prompts.system_prompt_for(config, side),
-                                "deadline": deadline, "seed": config.seed},
+                    AGENT_ASK, ask,
                     result_type=dict, start_to_close_timeout=timedelta(seconds=deadline + 30),
                     heartbeat_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY)
                 entry = answer.get("entry")
@@ -415,7 +460,8 @@ class TaskRun:
                 id=turn_id, step=step_id, agent=who["name"], role=who.get("role"), env=who.get("env"),
                 mcp_url=who.get("mcp_url"), prompt=progress.transcript[-1]["text"],
                 system_prompt=prompts.system_prompt_for(config, side),
-                conversation=prompts.conversation_view(progress.transcript, side), deadline_s=deadline)
+                conversation=prompts.conversation_view(prompts.tail(progress.transcript, MAX_ASK_TRANSCRIPT_BYTES),
+                                                       side), deadline_s=deadline)
         offered = workflow.now()
         try:
             await workflow.wait_condition(lambda: turn_id in progress.answers, timeout=deadline)
@@ -457,14 +503,15 @@ class TaskRun:
                 outputs = {"cancelled": self.world.cancel(config["triggers"], real, cause=f"step {plan.id}")}
             elif plan.type == "wait_clock":
                 now = self.world.now(real)
-                target = (parse_time(config["until"], self.world.start) if config.get("until") is not None
-                          else now + timedelta(seconds=float(config["seconds"])))
+                # `seconds` or `until` may come from outputs (a tool's result): checked before date arithmetic.
+                target = (checked_time(config["until"], self.world.start) if config.get("until") is not None
+                          else now + timedelta(seconds=checked_seconds(config.get("seconds"), "`seconds`")))
                 self.world.wake_at(plan.id, max(target, now), real)
                 self.waiting.add(plan.id)
                 return
             else:
                 raise WorldError(f"unknown world step type {plan.type!r}")
-        except (WorldError, ValueError) as e:
+        except (WorldError, ValueError, ArithmeticError) as e:
             self._fail(plan.id, str(e))
             return
         self._push_needed = True
@@ -695,6 +742,8 @@ class TaskRun:
             self._pace.cancel()
         self._closing = "continued"  # trainers waiting for a turn ask the next run
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if workflow.patched(PATCH_BOUNDS):
+            self._bound_state(MAX_CARRIED_EVENTS)
         workflow.continue_as_new(self.inp.model_copy(update={"carried": self.state}))
 
     async def _conclude(self) -> None:
@@ -718,22 +767,66 @@ class TaskRun:
         }
         if self.world is not None and self.world.state.clock is not None:
             result["virtual_time"] = _iso(self.world.now(self._now_real()))
-            result["events"] = len(self.world.state.events)
+            result["events"] = len(self.world.state.events) + sum(self.world.state.dropped.values())
         workflow.upsert_memo({"result": result})
         await self._release_sandboxes()
+        if workflow.patched(PATCH_BOUNDS):
+            self._bound_state()
         await self._record()
+
+    def _bound_state(self, keep_events: int | None = None) -> None:
+        """Before the state enters history (continue-as-new, the result): the event log keeps its latest
+        `keep_events`, and past MAX_STATE_BYTES the largest parts are clipped, and the state says so."""
+        world = self.state.world
+        if world is not None and keep_events is not None:
+            world.trim_events(keep_events)
+        size = json_size(self.state.model_dump(mode="json"))
+        if size <= MAX_STATE_BYTES:
+            return
+        parts = sorted(self._clippable(), key=lambda p: -p[0])
+        for part_size, what, get, put in parts:
+            if size <= MAX_STATE_BYTES:
+                break
+            clipped = clip(get(), MAX_FIELD_BYTES)
+            put(clipped)
+            size -= part_size - json_size(clipped)
+            self.state.clipped.append(f"{what}: {part_size} bytes clipped to a preview (the run's state is "
+                                      f"bounded at {MAX_STATE_BYTES} bytes)")
+        if size > MAX_STATE_BYTES and world is not None:
+            dropped = world.trim_events(min(len(world.events), 100))
+            self.state.clipped.append(f"{dropped} more world events dropped from the log (counted in `dropped`)")
+
+    def _clippable(self) -> list[tuple[int, str, Any, Any]]:
+        """The state's parts that can be clipped: (size, name, get, put)."""
+        parts: list[tuple[int, str, Any, Any]] = []
+        for sid, step in self.state.steps.items():
+            for key in list(step.outputs):
+                parts.append((json_size(step.outputs[key]), f"steps.{sid}.outputs.{key}",
+                              lambda o=step.outputs, k=key: o[k], lambda v, o=step.outputs, k=key: o.__setitem__(k, v)))
+        if self.state.world is not None:
+            for event in self.state.world.events:
+                parts.append((json_size(event.detail), f"world event {event.seq}",
+                              lambda e=event: e.detail, lambda v, e=event: setattr(e, "detail", v)))
+        for sid, progress in self.state.trainer.items():
+            for i, entry in enumerate(progress.transcript[:-1]):  # the last one is being answered
+                parts.append((json_size(entry), f"steps.{sid} transcript entry {i}",
+                              lambda t=progress.transcript, i=i: t[i]["text"],
+                              lambda v, t=progress.transcript, i=i: t[i].__setitem__("text", str(v))))
+        return parts
 
     async def _release_sandboxes(self) -> None:
         """Sandboxes never outlive their run; if this fails the reaper removes them (their run is over)."""
-        started = [sid for sid, plan in self.plans.items() if _has_sandboxes(plan.type, plan.config)
-                   and self.state.steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
-        if not started:
+        ran = [sid for sid in self.plans if self.state.steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
+        started = [sid for sid in ran if _has_sandboxes(self.plans[sid].type, self.plans[sid].config)]
+        # Whatever else the run holds on the gateway (instances, hosted agents) is released too.
+        used_gateway = any(self.plans[sid].type in ("deploy_env", "deploy_agent") for sid in ran)
+        if not started and not (used_gateway and workflow.patched(PATCH_RELEASE_ALL)):
             return
         # Env instances are retired on the gateway too; agents' sandboxes are only removed (with all the run's).
         instances = [f"{self.inp.run_id}.{sid}" for sid in started if self.plans[sid].type == "deploy_env"]
         try:
             await workflow.execute_activity(
-                RELEASE_SANDBOXES, args=[self.inp.run_id, instances], result_type=dict,
+                RELEASE_SANDBOXES, args=[self.inp.run_id, instances, bool(started)], result_type=dict,
                 start_to_close_timeout=timedelta(minutes=5), retry_policy=RetryPolicy(maximum_attempts=5))
         except ActivityError as e:
             workflow.logger.warning("releasing sandboxes failed (the reaper will remove them): %s", e.cause or e)

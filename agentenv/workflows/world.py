@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentenv.spec.world import (
+    MAX_RATE,
     ClockSpec,
     PersonaWhen,
     RandomInterval,
@@ -38,6 +39,22 @@ MAX_FIRINGS = 10_000  # a runaway loop of triggers ends the run instead of runni
 
 class WorldError(Exception):
     pass
+
+
+def checked_time(value: Any, start: datetime | None) -> datetime:
+    """A time from data (a step's config after templates, an action): parsed, or a WorldError saying why."""
+    if not isinstance(value, (str, datetime)):
+        raise WorldError(f"a time is RFC 3339 text or +DURATION, not {str(value)[:80]!r}")
+    try:
+        return parse_time(value, start).astimezone(UTC)
+    except (ValueError, TypeError, ArithmeticError) as e:  # OverflowError: past year 9999
+        raise WorldError(f"time {str(value)[:80]!r}: {str(e) or type(e).__name__}") from None
+
+
+def _checked_rate(rate: Any) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= MAX_RATE:
+        raise WorldError(f"the clock's rate must be a number above 0 and at most {MAX_RATE:g}, not {str(rate)[:80]!r}")
+    return float(rate)
 
 
 class World:
@@ -93,8 +110,12 @@ class World:
         self.begin(real)
         self.reanchor(real)
         clock = self.state.clock
+        if rate is not None:
+            rate = _checked_rate(rate)
+        if mode is not None and mode not in ("frozen", "paced", "event_driven"):
+            raise WorldError(f"mode {mode!r} is not one of frozen, paced, event_driven")
         if time is not None:
-            clock.virtual_anchor = parse_time(time, self.start).astimezone(UTC)
+            clock.virtual_anchor = checked_time(time, self.start)
         if mode is not None:
             clock.mode = mode
         paced_rate = rate if rate is not None else (clock.rate or (self.clock_spec.rate if self.clock_spec else 1.0))
@@ -228,7 +249,7 @@ class World:
         Returns (firing seq, indexes of the actions to run now).
         """
         spec, status = self.triggers[tid], self.state.triggers[tid]
-        if sum(1 for e in self.state.events if e.kind == "fired") >= MAX_FIRINGS:
+        if self.state.count("fired") >= MAX_FIRINGS:
             raise WorldError(f"{MAX_FIRINGS} trigger firings: the triggers are probably firing each other in a loop")
         status.fires += 1
         status.next_at = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import re
 import time
 from datetime import timedelta
 from typing import Any, Literal
@@ -23,8 +22,10 @@ from agentenv.config import ModelSettings
 from agentenv.spec.agent import AgentRecord
 from agentenv.spec.duration import Duration
 from agentenv.spec.env import AgentSandbox
+from agentenv.spec.patterns import check_pattern, search
 from agentenv.spec.run import Criterion, Score
 from agentenv.spec.templates import ref
+from agentenv.spec.world_run import MAX_FIELD_BYTES, clip, json_size
 from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agentenv.steps.builtin.envs import instance_id
 
@@ -39,6 +40,47 @@ def agent_id(ctx: StepContext, step: str) -> str:
 
 def transcript_key(run_id: str, step: str) -> str:
     return f"runs/{run_id}/transcripts/{step}.json"
+
+
+def message_key(run_id: str, step: str, side: str, turn: int) -> str:
+    return f"runs/{run_id}/transcripts/{step}/{side}-{turn}.txt"
+
+
+def kept_apart(stores, entry: dict[str, Any], key: str) -> dict[str, Any]:
+    """A transcript entry small enough for history: a long text goes to the object store (`text_key`) and
+    the entry keeps its start; large data is clipped. finish_prompt puts the whole text back."""
+    out = dict(entry)
+    if len(entry["text"]) > MAX_ANSWER_CHARS:
+        stores.objects.put(key, entry["text"].encode())
+        out.update(text=entry["text"][:MAX_ANSWER_CHARS], text_key=key, text_chars=len(entry["text"]))
+    if "data" in out:
+        out["data"] = clip(out["data"], 4 * MAX_FIELD_BYTES)
+    return out
+
+
+def expanded(stores, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The transcript with the texts kept apart put back."""
+    out = []
+    for entry in transcript:
+        if entry.get("text_key"):
+            text = stores.objects.get(entry["text_key"]).decode()
+            entry = {k: v for k, v in entry.items() if k not in ("text_key", "text_chars")} | {"text": text}
+        out.append(entry)
+    return out
+
+
+def tail(transcript: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
+    """The latest entries whose JSON fits in `max_bytes` (the last one always): what an agent asked by the
+    run is sent, instead of the whole conversation on every turn. Deterministic (the workflow uses it)."""
+    out: list[dict[str, Any]] = []
+    used = 0
+    for entry in reversed(transcript):
+        size = json_size(entry)
+        if out and used + size > max_bytes:
+            break
+        out.append(entry)
+        used += size
+    return out[::-1]
 
 
 # -- deploy --
@@ -253,17 +295,13 @@ class StopWhen(StepConfig):
     def _one(self) -> StopWhen:
         if (self.contains is None) == (self.matches is None):
             raise ValueError("give one of `contains` or `matches`")
-        if self.matches is not None:
-            try:
-                re.compile(self.matches)
-            except re.error as e:
-                raise ValueError(f"`matches` is not a valid regular expression: {e}") from None
+        check_pattern(self.matches, "stop_when.matches")
         return self
 
     def hit(self, text: str) -> bool:
         if self.contains is not None:
             return self.contains.lower() in text.lower()
-        return re.search(self.matches, text, re.IGNORECASE) is not None
+        return search(self.matches, text, ignore_case=True)  # RE2: linear in the text
 
 
 class Conversation(StepConfig):
@@ -384,12 +422,14 @@ def turn_number(transcript: list[dict[str, Any]], side: str) -> int:
 
 
 async def ask(settings, gateway, who: dict[str, Any], *, side: str, transcript: list[dict[str, Any]], run_id: str,
-              step_id: str, system_prompt: str | None, deadline: float, seed: int | None = None):
+              step_id: str, system_prompt: str | None, deadline: float, seed: int | None = None,
+              turn: int | None = None):
     """One turn of a hosted or A2A agent: it answers the transcript's last message. Returns (entry, reply);
-    raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline."""
+    raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline.
+    `turn`: the side's turn number, when `transcript` is only the conversation's tail."""
     from agentenv.agents.client import AgentReplyInvalid, AgentUnreachable
 
-    turn = turn_number(transcript, side)
+    turn = turn_number(transcript, side) if turn is None else turn
     context = {"system_prompt": system_prompt, "run_id": run_id, "agent": who["name"], "role": who["role"],
                "conversation": conversation_view(transcript, side), "deadline_s": deadline, "turn": turn,
                "seed": seed}
@@ -422,6 +462,7 @@ async def trajectory_marks(gateway, agent: dict[str, Any], partner: dict[str, An
 async def finish_prompt(stores, gateway, run_id: str, step_id: str, transcript, marks, agent, partner,
                         timed_out: str | None, seconds: float) -> dict[str, Any]:
     """Keep the conversation and the tool calls both sides made meanwhile; the step's outputs."""
+    transcript = expanded(stores, transcript)
     names = {agent.get("name"), partner.get("name") if partner else None}
     calls = []
     for instance, after in marks.items():

@@ -327,6 +327,18 @@ async def teardown_env(ctx: StepContext, config: TeardownConfig) -> dict:
     return outputs
 
 
+async def end_run(gateway, stores, run_id: str) -> dict:
+    """The run is over: the gateway closes its instances and deletes its hosted agents; the instances'
+    trajectories are then kept in the object store (complete: closing wrote all). Idempotent."""
+    ended = await gateway.end_run(run_id)
+    for instance in ended["instances"]:
+        entries = await gateway.trajectory(instance)
+        if entries:
+            stores.objects.put(f"runs/{run_id}/trajectories/{instance}.jsonl",
+                               "".join(json.dumps(e) + "\n" for e in entries).encode())
+    return {"closed": len(ended["instances"]), "agents_deleted": len(ended["agents"])}
+
+
 async def retire_instance(gateway, stores, run_id: str, instance: str, *, keep_data: bool = False) -> dict:
     """Keep the instance's trajectory in the object store, then stop serving it (idempotent)."""
     from agentenv.gateway.client import GatewayRefused

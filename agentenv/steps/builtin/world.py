@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from agentenv.spec.duration import MAX_SECONDS
 from agentenv.spec.world import MAX_RATE, TimeValue
 from agentenv.steps import StepConfig, StepContext, step_type
 
@@ -36,7 +37,8 @@ class CancelConfig(StepConfig):
 
 class WaitClockConfig(StepConfig):
     until: TimeValue | None = Field(None, description="RFC 3339, or +DURATION from the clock's start")
-    seconds: float | None = Field(None, ge=0, description="virtual seconds from when the step starts")
+    seconds: float | None = Field(None, ge=0, le=MAX_SECONDS, description="virtual seconds from when the step "
+                                                                          "starts (at most 100 years)")
 
     @model_validator(mode="after")
     def _one(self) -> WaitClockConfig:
