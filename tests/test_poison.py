@@ -211,3 +211,18 @@ async def test_a_slow_agent_turn_is_asked_exactly_once(client, settings, worker)
     finally:
         server.should_exit = True
         await serving
+
+
+async def test_parked_hits_are_listed_by_the_gateway(tmp_path):
+    """A hit the gateway parked never reaches the run's history; the admin API (what `runs show` reads)
+    lists it with its error, for its run only."""
+    from datetime import UTC, datetime
+
+    from gateway_util import running_gateway
+
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        hit = TriggerHit(trigger="t", instance="i", virtual_time=datetime(2026, 1, 1, tzinfo=UTC))
+        gateway.delivery._park("u-1", "run-a", hit, "the run refused it: no trigger 't'")
+        listed = await admin.parked_hits("run-a")
+        assert [(p["hit"]["trigger"], p["parked"]["error"]) for p in listed] == [("t", "the run refused it: no trigger 't'")]
+        assert await admin.parked_hits("run-b") == []

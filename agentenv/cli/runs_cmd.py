@@ -80,10 +80,30 @@ def show_command(run_id: str, json_out: bool) -> int:
         out.print("  [bold]world[/]")
         for line in event_lines(state):
             out.print("  " + line)
+    for hit in _parked_hits(settings, state):
+        parked = hit.get("parked") or {}
+        out.print(f"  [yellow]trigger hit {hit['hit'].get('trigger')!r} was not delivered: {parked.get('error')}[/]")
     if state.error:
         out.print(f"  [red]{state.error}[/]")
     out.print(summary_line(state))
     return 0
+
+
+def _parked_hits(settings, state: RunState) -> list[dict]:
+    """Hits of the run's triggers that the gateway parked (the run refused them): they never reached the
+    run's history, so only the gateway can tell. Nothing when the run had no world or no gateway answers."""
+    if state.world is None:
+        return []
+    from agentenv.gateway.daemon import connect
+
+    async def fetch() -> list[dict]:
+        async with connect(settings, start_daemon=False) as client:
+            return await client.parked_hits(state.run_id)
+
+    try:
+        return aio.run(fetch())
+    except Exception:  # noqa: BLE001 - a note on the side: the run's own record is what matters here
+        return []
 
 
 async def _live_state(settings, run_id: str) -> RunState:

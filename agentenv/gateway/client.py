@@ -112,6 +112,10 @@ class GatewayClient:
             after = page[-1]["seq"]
         return entries
 
+    async def parked_hits(self, run_id: str) -> list[dict[str, Any]]:
+        """Trigger hits of the run that the gateway stopped delivering, each with its error."""
+        return (await self._json("GET", f"/admin/runs/{run_id}/parked"))["parked"]
+
     async def end_run(self, run_id: str) -> dict[str, Any]:
         """Release what the run holds on the gateway: close its instances (kept), delete its hosted agents."""
         return await self._json("POST", f"/admin/runs/{run_id}/end")

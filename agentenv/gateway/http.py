@@ -9,6 +9,7 @@ The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's fol
     POST /envs/{id}/agentenv              the JSON-RPC data plane, fanned out to every app
     /admin/instances[/{id}[/tokens/{agent} | /servers/{app}/token | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
     POST /admin/runs/{run_id}/end         the run is over: close its instances, delete its hosted agents
+    GET  /admin/runs/{run_id}/parked      trigger hits the run refused or could not take (with the error)
     /admin/agents[/{id}]                  hosted agents (PUT deploys one); /admin/human[/{turn}] people's turns
 Hosted agents (A2A; the card is public, messages need the admin token):
     /agents/{id}/                         JSON-RPC;  /agents/{id}/.well-known/agent-card.json  its card
@@ -361,6 +362,10 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
         admin_only(request)
         return JSONResponse(await gateway.end_run(request.path_params["run_id"]))
 
+    async def parked_hits(request: Request) -> Response:
+        admin_only(request)
+        return JSONResponse({"parked": gateway.delivery.parked(request.path_params["run_id"])})
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         async with gateway.mcp.lifespan():
@@ -392,6 +397,7 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
         Route("/admin/instances/{instance}/snapshot", guarded(snapshot), methods=["GET", "PUT"]),
         Route("/admin/instances/{instance}/trajectory", guarded(trajectory), methods=["GET"]),
         Route("/admin/runs/{run_id}/end", guarded(end_run), methods=["POST"]),
+        Route("/admin/runs/{run_id}/parked", guarded(parked_hits), methods=["GET"]),
         Route("/admin/agents", guarded(agents), methods=["GET"]),
         Route("/admin/agents/{agent_id}", guarded(hosted_agent), methods=["GET", "PUT", "DELETE"]),
         Route("/admin/human", guarded(human_turns), methods=["GET"]),
