@@ -1,4 +1,4 @@
-"""Credentials stay with their origin, and advertised URLs come from configuration (DESIGN.md §9).
+"""Credentials stay with their origin, and advertised URLs come from configuration (SECURITY.md).
 
 Real components over real HTTP on 127.0.0.1: a gateway, A2A agents, model endpoints, and a recorder: a
 listener on another port that keeps every request it gets, standing for the attacker's server.

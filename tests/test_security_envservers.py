@@ -1,4 +1,4 @@
-"""Env servers against hostile neighbours (DESIGN.md §9): a server the gateway starts for a run (a
+"""Env servers against hostile neighbours (SECURITY.md): a server the gateway starts for a run (a
 subprocess, a sandbox, a container) answers only the gateway, and `agent-env env serve` cannot be driven
 by a web page. Real processes over real HTTP on 127.0.0.1; each test's docstring names the attack."""
 

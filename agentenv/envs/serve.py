@@ -8,7 +8,7 @@
 Every request passes `guard.HostGuard` first: a forged `Host`, another site's `Origin` or a body a
 browser may send cross-site (text/plain, forms) is refused, so a web page cannot drive the server.
 
-Two ways to run (DESIGN.md §8, §9):
+Two ways to run (SECURITY.md, "Roles"):
 - Standalone, for protocol-v1 clients (whose reference client sends no auth): no token, bound to
   127.0.0.1. There are no roles to enforce here: every tool (hidden ones too) and the data plane are
   open to whoever reaches the port. A `_meta` role or agent a caller sends is its own claim, used by apps

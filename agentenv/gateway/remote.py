@@ -4,7 +4,7 @@ apps at a URL. A plain MCP server (no agentenv card) has no data plane: it holds
 reset, export or snapshot.
 
 A server the framework started (a subprocess, a sandbox) answers only requests carrying its token
-(DESIGN.md §9): RemoteApp sends it as a bearer on every MCP and data-plane request, and only to that
+(SECURITY.md, "Roles"): RemoteApp sends it as a bearer on every MCP and data-plane request, and only to that
 server's own origin.
 
 The MCP session lives in one background task (the SDK's client must be entered and left in the same

@@ -67,8 +67,8 @@ CallerKey = tuple[str, str]
 
 
 class CallerLimits:
-    """What one caller may hold at once, so that no agent can use up what all agents share (DESIGN §9):
-    tool calls in flight, MCP sessions open, MCP requests open (long-lived streams included).
+    """What one caller may hold at once, so that no agent can use up what all agents share
+    (docs/architecture.md §5): tool calls in flight, MCP sessions open, MCP requests open (streams included).
     Beyond a limit the caller is refused with 429; other callers never notice."""
 
     def __init__(self, calls: int, sessions: int, requests: int) -> None:

@@ -5,7 +5,7 @@ Independent steps run concurrently. A step starts when everything it depends on 
 config's ${...} references are resolved here, deterministically, from earlier results. History
 carries only step inputs and outcomes and the world's decisions, never the traffic of environments.
 
-The world: the clock is workflow state (DESIGN §3). Due events fire at their exact virtual times, in
+The world: the clock is workflow state (docs/architecture.md §4). Due events fire at their exact virtual times, in
 the order they were scheduled. Event-driven clocks jump to the next event only when no step is in
 flight; paced clocks advance in real time, waited out by short activities that also renew the
 gateway's lease on the clock, in short activities (the server fires no timer sooner than ~1 s). Hits
