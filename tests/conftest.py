@@ -121,6 +121,25 @@ def run_task(client, settings, worker):
     return run
 
 
+# The unit tier (`./scripts/test -m unit`, well under 30 s): tests that start no Temporal server, daemon,
+# worker, subprocess or container. Derived from the fixtures a test uses and the modules that run real
+# processes throughout, so no test is labelled by hand.
+_SERVICE_FIXTURES = {"server", "client", "worker", "run_task", "docker_client", "provider"}
+_PROCESS_MODULES = {
+    "test_cli", "test_cli_agents", "test_durability", "test_server", "test_docker", "test_gateway_lifecycle",
+    "test_security_state", "test_security_envservers", "test_sandboxes", "test_providers_cloud", "test_fuzz",
+    "test_env_serve",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__ if item.module else ""
+        if not (_SERVICE_FIXTURES & set(item.fixturenames)) and module not in _PROCESS_MODULES \
+                and not item.get_closest_marker("durability") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.unit)
+
+
 # temporalio can abort the interpreter at exit (exit 134) after a fully successful session.
 # Leave with pytest's own verdict before interpreter teardown can turn green into red.
 _session = None
