@@ -16,7 +16,11 @@ import hmac
 import ipaddress
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 # Content types a browser may send cross-site without a preflight; none of our endpoints takes them.
@@ -62,14 +66,14 @@ class HostGuard:
     URL). `origins`: origins besides the server's own that may send requests (e.g. an explorer page).
     """
 
-    def __init__(self, app, *, names: Iterable[str] = (), origins: Iterable[str] = ()) -> None:
+    def __init__(self, app: ASGIApp, *, names: Iterable[str] = (), origins: Iterable[str] = ()) -> None:
         self.app = app
         self.names = LOOPBACK_NAMES | {n.lower() for n in names if n}
         self.origins = {o.rstrip("/").lower() for o in origins if o}
         self._hosts_seen: set[bytes] = set()  # Host values already allowed (bounded): one set lookup per request
 
     @classmethod
-    def serving(cls, app, urls: Iterable[str | None] = ()) -> HostGuard:
+    def serving(cls, app: ASGIApp, urls: Iterable[str | None] = ()) -> HostGuard:
         """`app` guarded, also answering for the URLs it is reached at (e.g. a configured public URL,
         perhaps behind a TLS proxy): their host names and origins are its own."""
         parts = [urlsplit(u) for u in urls if u]
@@ -80,7 +84,7 @@ class HostGuard:
         name = host_name(host)
         return bool(name) and (name in self.names or is_ip_literal(name))
 
-    def refusal(self, scope) -> tuple[int, str] | None:
+    def refusal(self, scope: Scope) -> tuple[int, str] | None:
         # Servers hand ASGI lower-cased header names; only three of them matter here.
         headers = {k: v for k, v in scope.get("headers") or () if k in (b"host", b"origin", b"content-type")}
         raw_host = headers.get(b"host", b"")
@@ -104,7 +108,7 @@ class HostGuard:
                 return 415, f"content type {ctype!r} is not accepted here; send application/json"
         return None
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             refused = self.refusal(scope)
             if refused is not None:

@@ -212,6 +212,7 @@ def test_trigger_spec_errors_name_the_field():
     assert "must start with arguments, result, agent, role or tool" in bad(
         BASE + trigger('{ type = "tool_call", env = "pad", tool = "write_note", where = [{ path = "args.key", equals = 1 }] }'))
     assert "triggers[0].when.at: 'tomorrow' is not a time" in bad(BASE + trigger('{ type = "time", at = "tomorrow" }'))
+    assert "triggers[0].when.at: '+P1D': write the offset" in bad(BASE + trigger('{ type = "time", at = "+P1D" }'))
     cycle = bad(BASE + trigger('{ type = "time", after = "b" }', tid="a") + trigger('{ type = "time", after = "a" }', tid="b"))
     assert "cycle of `after` references a → b → a" in cycle
     assert "'nowhere' is not a deploy_env step" in bad(

@@ -31,7 +31,7 @@ class ScriptedAgent(Agent):
                         except ToolFailed:
                             pass  # recorded in calls, as a real agent would see it
                     else:
-                        said = action.say
+                        said = action.say  # type: ignore[assignment]  # ScriptedAction: no tool, so a `say`
                 calls = tools.calls
         else:
             said = next(a.say for a in actions if a.say is not None)

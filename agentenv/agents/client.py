@@ -141,7 +141,7 @@ class AgentClient:
             raise AgentReplyInvalid(f"the agent at {self.url} answered without a message")
         state = TaskState.Name(task.status.state)
         reply = task.status.message
-        data = next((d[KEY] for d in get_data_parts(reply.parts) if isinstance(d, dict) and KEY in d), {})
+        data: Any = next((d[KEY] for d in get_data_parts(reply.parts) if isinstance(d, dict) and KEY in d), {})
         return Reply(text=get_message_text(reply), data=data or {}, failed=state != "TASK_STATE_COMPLETED",
                      state=state, seconds=time.perf_counter() - started)
 

@@ -104,9 +104,9 @@ def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = N
         if script is None:
             return JSONResponse({"error": {"message": f"model {model!r} not found (scripts: {', '.join(scripts)})"}},
                                 status_code=404)
-        turn, step = _position(script, messages)
+        turn, at = _position(script, messages)
         step = script[min(turn, len(script) - 1)] if isinstance(script, list) else \
-            script["turns"][min(turn, len(script["turns"]) - 1)][step]
+            script["turns"][min(turn, len(script["turns"]) - 1)][at]
         if "tool" in step:
             call = {"id": f"call_{turn}", "type": "function",
                     "function": {"name": step["tool"], "arguments": json.dumps(step.get("arguments", {}))}}

@@ -12,6 +12,7 @@ So an agent's work is never done twice and survives the worker; the gateway keep
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import time
 from datetime import UTC, datetime
@@ -158,7 +159,7 @@ class AgentHost:
 
     # -- people --
 
-    def pending(self) -> list[dict[str, Any]]:
+    def pending(self) -> builtins.list[dict[str, Any]]:
         return [d for d in self.store.query(HUMAN) if d["state"] == "waiting"]
 
     def reply(self, turn_id: str, text: str) -> dict[str, Any] | None:
@@ -175,7 +176,7 @@ class AgentHost:
         from agentenv.agents.builtin import build_agent
         from agentenv.stores.secrets import SecretStore
 
-        keys = dict(self._keys.get(spec.id, {}))
+        keys: dict[str, str | None] = dict(self._keys.get(spec.id, {}))
         secrets = SecretStore(self.secret_root) if self.secret_root else None
         for purpose, config in spec.models.items():  # a restarted gateway looks keys up again
             if purpose not in keys and config.api_key and secrets is not None:

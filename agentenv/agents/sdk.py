@@ -136,7 +136,7 @@ class Agent:
 
 
 def turn_from_message(message, context_id: str) -> Turn:
-    env = next((d[KEY] for d in get_data_parts(message.parts) if isinstance(d, dict) and KEY in d), {})
+    env: dict[str, Any] = next((d[KEY] for d in get_data_parts(message.parts) if isinstance(d, dict) and KEY in d), {})
     return Turn(prompt=get_message_text(message), context_id=context_id, message_id=message.message_id,
                 **{k: env[k] for k in ("system_prompt", "mcp_url", "token", "role", "agent", "run_id", "config",
                                        "conversation", "deadline_s", "turn", "seed")
@@ -150,7 +150,7 @@ class _Executor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task = context.current_task
         if task is None:
-            task = new_task_from_user_message(context.message)
+            task = new_task_from_user_message(context.message)  # type: ignore[arg-type]  # an execute request carries its message
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         turn = turn_from_message(context.message, task.context_id)
@@ -164,7 +164,7 @@ class _Executor(AgentExecutor):
         await (updater.failed(message) if reply.failed else updater.complete(message))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)  # type: ignore[arg-type]  # a cancel names its task
         await updater.cancel(updater.new_agent_message([new_text_part("cancelled")]))
 
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import Sequence
 
 from agentenv.cli import aio
 from agentenv.cli.output import Progress, console, notice, summary_line
@@ -15,7 +16,7 @@ from agentenv.spec.task import TaskSpec
 
 
 def run_command(target: str | None, task: str | None, *, detach: bool, json_out: bool,
-                models: list[str] = (), urls: list[str] = ()) -> int:
+                models: Sequence[str] = (), urls: Sequence[str] = ()) -> int:
     """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only."""
     settings = load_settings()
     if models or urls:
@@ -78,7 +79,7 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
 
     worker = create_worker(client, settings)
     worker_task = asyncio.create_task(worker.run())
-    handle = None
+    handle = None  # type: ignore[assignment]  # None until the run starts (checked below)
     try:
         handle = await runner.start_run(client, settings, spec)
         if not json_out:

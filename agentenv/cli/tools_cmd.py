@@ -8,7 +8,7 @@ true for booleans). `--json '{...}'` gives all the arguments at once.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from agentenv.cli import aio
 from agentenv.cli.output import console
@@ -69,12 +69,12 @@ def parse_arguments(schema: dict[str, Any], argv: list[str], raw_json: str | Non
     """Turn `--name value` pairs into arguments typed by the tool's schema."""
     if raw_json:
         try:
-            args = json.loads(raw_json)
+            given = json.loads(raw_json)
         except ValueError as e:
             raise BadInput(f"--json is not valid JSON: {e}", "quote the whole object: --json '{\"key\": 1}'") from None
-        if not isinstance(args, dict):
+        if not isinstance(given, dict):
             raise BadInput("--json must be a JSON object of arguments")
-        return args
+        return given
     props = schema.get("properties", {})
     args: dict[str, Any] = {}
     i = 0
@@ -92,7 +92,7 @@ def parse_arguments(schema: dict[str, Any], argv: list[str], raw_json: str | Non
         if takes_value and value is None:
             raise BadInput(f"{flag} needs a value")
         i += 2 if takes_value else 1
-        parsed = _convert(kind, value, flag) if takes_value else True
+        parsed = _convert(kind, cast(str, value), flag) if takes_value else True  # (a value: checked above)
         if kind == "array" and not (value or "").lstrip().startswith("["):
             args.setdefault(name, []).append(parsed)
         else:

@@ -26,6 +26,7 @@ from agentenv.spec.run import RunState, TurnOffer
 if TYPE_CHECKING:
     from agentenv.config import Settings
     from agentenv.episodes.spec import EpisodeSpec
+    from agentenv.gateway.client import GatewayClient
 
 
 class EpisodeError(AgentEnvError):
@@ -42,7 +43,7 @@ class Episodes:
         self._worker, self._worker_task = worker, None
         if worker is not None:
             self._worker_task = asyncio.create_task(worker.run())
-        self._gateway = None
+        self._gateway: GatewayClient | None = None
         self._tokens: dict[tuple[str, str], str] = {}
 
     @classmethod

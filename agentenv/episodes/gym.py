@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentenv.episodes.spec import EpisodeSpec
+
+if TYPE_CHECKING:
+    from agentenv.episodes.client import Episode, Episodes, EpisodeTurn
 
 
 class EpisodeEnv:
@@ -31,9 +34,9 @@ class EpisodeEnv:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="agentenv-episode", daemon=True)
         self._thread.start()
-        self._episodes = None
-        self._episode = None
-        self._turn = None
+        self._episodes: Episodes | None = None
+        self._episode: Episode | None = None
+        self._turn: EpisodeTurn | None = None
         self._rest = None  # the gateway's REST surface: tool calls hold no session across steps
 
     def _run(self, coro):
@@ -70,7 +73,7 @@ class EpisodeEnv:
         return observation, {"run_id": self._episode.run_id}
 
     async def _next(self) -> dict[str, Any]:
-        self._turn = await self._episode.next_turn(self.agent)
+        self._turn = await self._episode.next_turn(self.agent)  # type: ignore[union-attr]  # after _reset
         if self._turn is None:
             return {"turn": None}
         offer = self._turn.offer

@@ -7,7 +7,7 @@ the same workflow, so an episode's rewards are exactly the task's scores.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,7 +66,7 @@ class EpisodeSpec(BaseModel):
 
 def _sides(config: dict[str, Any]) -> set[str]:
     partner = (config.get("conversation") or {}).get("partner")
-    return {config.get("agent"), partner} - {None}
+    return cast(set[str], {config.get("agent"), partner} - {None})
 
 
 def _step_timeout(config: dict[str, Any], turn_timeout: float) -> str:
@@ -87,7 +87,7 @@ def _trainer_steps(task: TaskSpec, names: list[str]) -> dict[str, Any]:
         config = step.config
         record = AgentRecord.model_validate(config["record"]) if config.get("record") else \
             find_agent(task.bundle, config["agent"])
-        for name in {step.id, record.name, config.get("as")} - {None}:
+        for name in cast(set[str], {step.id, record.name, config.get("as")} - {None}):
             known.setdefault(name, (step.id, record))
     played: dict[str, Any] = {}
     for name in names:
@@ -110,5 +110,5 @@ def _refuse_what_a_trainer_cannot_play(task: TaskSpec, played: dict[str, Any]) -
     for trigger in task.triggers:
         for action in trigger.actions:
             if getattr(action, "by", None) in played:
-                raise BadInput(f"trigger {trigger.id!r} instructs {action.by!r}: world events cannot wait for an "
+                raise BadInput(f"trigger {trigger.id!r} instructs {action.by!r}: world events cannot wait for an "  # type: ignore[union-attr]  # (has `by`: above)
                                "outside player", "let the templated `reply` act for it, or train another agent")

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentenv.config import Settings
 from agentenv.daemon import Daemon, DaemonInfo, PortCheck
 from agentenv.errors import BadInput
+
+if TYPE_CHECKING:
+    from agentenv.gateway.client import GatewayClient
 
 
 def _daemon(settings: Settings) -> tuple[Daemon, list[str]]:
@@ -46,7 +50,7 @@ def base_url(settings: Settings) -> str:
     return settings.gateway.url.rstrip("/") if settings.gateway.url else f"http://{settings.gateway.ip}:{settings.gateway.port}"
 
 
-def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda msg: None):
+def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda msg: None) -> GatewayClient:
     """A client of the configured gateway with its admin token; starts the embedded one if needed."""
     from agentenv.gateway import tokens
     from agentenv.gateway.client import GatewayClient

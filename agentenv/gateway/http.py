@@ -163,7 +163,7 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
         instance_id = request.path_params["instance"]
         if gateway.is_admin(request.headers.get("authorization")):
             inst = await gateway.get(instance_id)
-            listed = [{"name": name, "description": r.spec.description, "inputSchema": r.spec.input_schema}
+            listed: list[dict[str, Any]] = [{"name": name, "description": r.spec.description, "inputSchema": r.spec.input_schema}
                       for name, r in inst.tools.items()]
         else:
             caller = await caller_of(request)

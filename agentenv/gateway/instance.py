@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agentenv.envs import dataplane
@@ -58,6 +58,8 @@ async def _data(app: AppInstance | RemoteApp, method: str, *args: Any, **kwargs:
 
 
 class EnvInstance:
+    entries: list[ToolEntry]  # set by open()
+
     def __init__(self, spec: InstanceSpec, folder: Path) -> None:
         self.spec = spec
         self.folder = folder
@@ -77,19 +79,20 @@ class EnvInstance:
         from agentenv.envs.builtin import APPS
 
         inst = cls(spec, folder)
+        app: AppInstance | RemoteApp
         try:
             for ref in spec.apps:
                 if ref.sandbox is not None:
                     raise CompositionError(f"app {ref.name!r} runs in a sandbox, which the deploy_env step starts; "
                                            "the gateway takes its `url`")
                 if ref.url is not None:
-                    name = ref.name
+                    name = cast(str, ref.name)  # (AppRef: an app at a URL has a name)
                     if name in inst.apps:
                         raise CompositionError(f"two apps are named {name!r} in instance {spec.id}")
                     token = tokens.server_token(key, spec.id, name) if key else None
                     inst.apps[name] = app = await RemoteApp.connect(name, ref.url, ref.path, token=token)
                 else:
-                    target = APPS.get(ref.app, ref.app)
+                    target = cast(str, APPS.get(cast(str, ref.app), ref.app))  # (neither sandbox nor url: an app)
                     app_cls = load_app_class(target)
                     name = ref.name or app_cls.name
                     if name in inst.apps:

@@ -200,9 +200,9 @@ class RemoteApp:
                 try:
                     await self._connect()
                 except Exception as e:
-                    e = _leaf(e)
+                    leaf = _leaf(e)
                     raise RuntimeError(f"app {self.name!r} at {self.base_url} is not reachable "
-                                       f"({type(e).__name__}: {e}); is its server running?") from None
+                                       f"({type(leaf).__name__}: {leaf}); is its server running?") from None
 
     async def _hold_session(self, ready: asyncio.Future) -> None:
         from mcp import Client
@@ -247,9 +247,9 @@ class RemoteApp:
                     raise
                 await self._drop_session()  # the next call (or this one's retry) opens a new session
                 if attempt == 2:
-                    e = _leaf(e)
+                    leaf = _leaf(e)
                     raise RuntimeError(f"app {self.name!r} at {self.base_url} is not reachable "
-                                       f"({type(e).__name__}: {e}); is its server running?") from None
+                                       f"({type(leaf).__name__}: {leaf}); is its server running?") from None
             finally:
                 self._pending.discard(answer)
 

@@ -16,11 +16,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mcp.types as types
 
-from agentenv.envs.app import ToolError
+from agentenv.envs.app import ToolError, ToolSpec
 from agentenv.envs.context import Ctx
 from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, refuse, tool_error, tool_result
 from agentenv.gateway import tokens, trajectory
@@ -342,6 +342,7 @@ class Gateway:
 
     async def _state_values(self, inst: EnvInstance) -> dict[str, Any]:
         """Each state condition's current value, read through its (read-only) tool."""
+        assert inst.watcher is not None  # (callers check)
         values: dict[str, Any] = {}
         first_role = next(iter(inst.spec.roles))
         for watch, when in inst.watcher.states:
@@ -485,7 +486,7 @@ class Gateway:
             inst.busy += 1  # not closed as idle while a call is in flight
             try:
                 if route.app is None:  # a gateway tool
-                    result = inst.time_answer(route.spec.parse_arguments(arguments).get("zone"))
+                    result = inst.time_answer(cast(ToolSpec, route.spec).parse_arguments(arguments).get("zone"))
                 else:
                     result = await route.app.call_async(route.spec.name, arguments, ctx)
                 outcome = {"result": result}
@@ -516,6 +517,7 @@ class Gateway:
                      vnow: datetime, via: str) -> None:
         """Match the call against the run's conditions. The run's own calls get their hits back in the
         answer (it applies them in order); agents' calls have them delivered as updates."""
+        assert inst.watcher is not None  # (the caller checks)
         call = {k: entry[k] for k in ("agent", "role", "tool", "arguments")}
         call.update({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]})
         found = [(w, call) for w in inst.watcher.calls(call)]
@@ -529,7 +531,7 @@ class Gateway:
             outcome["hits"] = [h.model_dump(mode="json") for _, h in hits]
             return
         for watch, hit in hits:
-            await self.delivery.send(inst.world.run_id, hit, watch.barrier_s)
+            await self.delivery.send(inst.world.run_id, hit, watch.barrier_s)  # type: ignore[union-attr]  # a watcher comes with a world
 
     async def read_trajectory(self, instance_id: str, after: int = 0, *, last: bool = False) -> list[dict[str, Any]]:
         if instance_id not in self._instances and self.store.get(COLLECTION, instance_id) is None:

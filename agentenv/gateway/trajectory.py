@@ -86,7 +86,8 @@ class TrajectoryWriter:
                     batch.append(self._queue.get_nowait())
             except queue.Empty:
                 pass
-            flushes, stop = [], False
+            flushes: list[threading.Event] = []
+            stop = False
             try:
                 stop = self._write(batch, flushes)
             except Exception as e:  # noqa: BLE001 - the thread must outlive any one batch

@@ -108,7 +108,7 @@ class DockerSandbox(Sandbox):
                 member = tar.next()
                 if member is None or not member.isfile():
                     raise BadInput(f"{path} is not a file in sandbox {self.info.name}", "name a file")
-                return tar.extractfile(member).read()
+                return tar.extractfile(member).read()  # type: ignore[union-attr]  # (a regular file: checked above)
 
         return await asyncio.to_thread(read)
 

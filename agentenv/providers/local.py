@@ -24,6 +24,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 from agentenv.errors import BadInput
 from agentenv.providers.base import (
@@ -140,7 +141,7 @@ def _read(folder: Path) -> dict | None:
 
 def _alive(meta: dict) -> bool:
     pid = meta.get("pid")
-    return bool(pid) and _start_time(pid) == meta.get("started")
+    return bool(pid) and _start_time(cast(int, pid)) == meta.get("started")
 
 
 def _stop_folder(folder: Path, grace: float = 3.0) -> bool:

@@ -11,6 +11,7 @@ API (which replaced `sb.open` in 1.5/1.6).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import hashlib
 import math
 import os
@@ -156,7 +157,7 @@ class ModalProvider(Provider):
     async def list(self, run_id: str | None = None) -> list[SandboxInfo]:
         return await asyncio.to_thread(self._list, run_id)
 
-    def _list(self, run_id: str | None) -> list[SandboxInfo]:
+    def _list(self, run_id: str | None) -> builtins.list[SandboxInfo]:
         import modal
         from modal.exception import NotFoundError
 

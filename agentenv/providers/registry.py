@@ -14,6 +14,8 @@ from agentenv.errors import AgentEnvError, BadInput
 from agentenv.providers.base import Provider, ProviderUnavailable, Sandbox, SandboxInfo, SandboxSpec
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from agentenv.config import Settings
 
 ENTRY_POINT_GROUP = "agentenv.providers"
@@ -26,7 +28,7 @@ BUILTIN = {
 
 
 @functools.cache
-def _plugins() -> dict[str, object]:
+def _plugins() -> dict[str, EntryPoint]:
     from importlib.metadata import entry_points
 
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -60,7 +62,7 @@ def load(name: str, settings: Settings) -> Provider:
     if not (isinstance(cls, type) and issubclass(cls, Provider)):
         raise BadInput(f"sandbox provider {name!r} is not a Provider subclass",
                        "its entry point must name a class deriving from agentenv.providers.Provider")
-    return cls(settings)
+    return cls(settings)  # type: ignore[call-arg]  # Provider declares no __init__; providers take their settings
 
 
 def parse_chain(value: str) -> list[str]:
@@ -84,8 +86,9 @@ async def create(chain: str, spec: SandboxSpec, settings: Settings) -> tuple[Pro
             continue
         return provider, await provider.create(spec)
     if len(refusals) == 1:
-        name, e = refusals[0]
-        raise ProviderUnavailable(f"{name}: {e.problem}", e.fix) if isinstance(e, ProviderUnavailable) else e
+        name, refusal = refusals[0]
+        raise ProviderUnavailable(f"{name}: {refusal.problem}", refusal.fix) if isinstance(refusal, ProviderUnavailable) \
+            else refusal
     raise ProviderUnavailable(f"no sandbox provider of the chain {chain!r} can run {spec.name!r} here:\n  "
                               + "\n  ".join(f"{name}: {e}" for name, e in refusals),
                               "start or configure one of them, or relax what the sandbox asks for")

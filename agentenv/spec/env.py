@@ -157,8 +157,10 @@ def check_composition(apps: list[AppRef], roles: dict[str, RoleSpec]) -> None:
 
     for ref in apps:
         if ref.remote:
+            assert ref.name is not None  # AppRef's validator: a remote app has a name
             seen.add(ref.name)
             continue
+        assert ref.app is not None  # not remote: a Python app
         try:
             app_cls = load_app_class(APPS.get(ref.app, ref.app))
         except BadInput as e:

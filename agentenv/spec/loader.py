@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -22,9 +22,9 @@ def parse_task(data: dict[str, Any], where: str, bundle: Path | None = None) -> 
         task._bundle = bundle
         return task
     except ValidationError as e:
-        steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+        steps = cast(list[Any], data.get("steps") if isinstance(data.get("steps"), list) else [])
 
-        def label(loc: tuple) -> str:
+        def label(loc: tuple[Any, ...]) -> str:
             if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int) and loc[1] < len(steps):
                 step = steps[loc[1]]
                 sid = step.get("id") if isinstance(step, dict) else None

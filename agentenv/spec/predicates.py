@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agentenv.spec import patterns
@@ -16,7 +17,7 @@ def _contains(actual: Any, expected: Any) -> bool:
     return expected in actual
 
 
-_TESTS = {
+_TESTS: dict[str, Callable[[Any, Any], Any]] = {
     "equals": lambda a, e: a == e,
     "not_equals": lambda a, e: a != e,
     "contains": _contains,

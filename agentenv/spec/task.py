@@ -100,7 +100,7 @@ class TaskSpec(BaseModel):
         return self
 
 
-def _problem(loc: tuple, kind: str, message: str, value: Any) -> InitErrorDetails:
+def _problem(loc: tuple[Any, ...], kind: str, message: str, value: Any) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=value)
 
 
@@ -171,7 +171,7 @@ def _step_ref_problems(i: int, step: StepSpec, ancestors: set[str], known: list[
     return problems
 
 
-def _one_step_ref(i: int, step: StepSpec, field: str, ref: Any, ancestors: set[str], known: list[str]) -> list:
+def _one_step_ref(i: int, step: StepSpec, field: str, ref: Any, ancestors: set[str], known: list[str]) -> list[InitErrorDetails]:
     problems = []
     if isinstance(ref, str) and not ref.startswith("${"):
         if ref not in known:
@@ -219,7 +219,7 @@ def upstream(step_id: str, deps: dict[str, list[str]]) -> set[str]:
     return seen
 
 
-def step_type_problems(step: StepSpec, context: dict | None = None) -> list[InitErrorDetails]:
+def step_type_problems(step: StepSpec, context: dict[str, Any] | None = None) -> list[InitErrorDetails]:
     """The step's type must be registered and its config must fit that type's model.
 
     Values that hold ${...} references are checked after they resolve, when the step runs.

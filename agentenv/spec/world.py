@@ -66,7 +66,10 @@ def parse_time(value: str | datetime, start: datetime | None) -> datetime:
     if text.startswith("+"):
         if start is None:
             raise ValueError(f"{value!r} is relative to the clock's start, but the task has no [clock]")
-        return start + parse_duration(text[1:])
+        delta = parse_duration(text[1:])
+        if not isinstance(delta, timedelta):  # an ISO 8601 duration ('P1D') is left for pydantic elsewhere
+            raise ValueError(f"{value!r}: write the offset from the clock's start as +1d9h30m (s, m, h, d)")
+        return start + delta
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -312,11 +315,11 @@ def trigger_cycle(triggers: list[TriggerSpec]) -> list[str] | None:
     return find_cycle(deps)
 
 
-def world_problems(task: Any, bundle: Any) -> list[tuple[tuple, str]]:
+def world_problems(task: Any, bundle: Any) -> list[tuple[tuple[Any, ...], str]]:
     """Cross-checks of clock, personas and triggers against the task's environments: (location, message)."""
     from agentenv.errors import AgentEnvError
 
-    problems: list[tuple[tuple, str]] = []
+    problems: list[tuple[tuple[Any, ...], str]] = []
     start = task.clock.start if task.clock else None
     envs: dict[str, Any] = {}  # deploy step id -> (tools, roles, agents)
     for s in task.steps:
@@ -398,7 +401,8 @@ def _exposed_tools(record: Any) -> set[str] | None:
     return tools
 
 
-def _env_tool_problems(env: str, tools: list[str], envs: dict, where: tuple) -> list[tuple[tuple, str]]:
+def _env_tool_problems(env: str, tools: list[str], envs: dict[str, Any], where: tuple[Any, ...]
+                       ) -> list[tuple[tuple[Any, ...], str]]:
     if env not in envs:
         return [(where + ("env",), f"{env!r} is not a deploy_env step of this task "
                                    f"(environments: {', '.join(envs) or 'none'})")]
@@ -409,7 +413,7 @@ def _env_tool_problems(env: str, tools: list[str], envs: dict, where: tuple) -> 
             for tool in tools if tool not in known]
 
 
-def _match_problems(match: CallMatch, envs: dict, where: tuple) -> list[tuple[tuple, str]]:
+def _match_problems(match: CallMatch, envs: dict[str, Any], where: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
     problems = _env_tool_problems(match.env, match.tools, envs, where)
     if match.env in envs:
         for role in match.roles or []:
@@ -418,9 +422,9 @@ def _match_problems(match: CallMatch, envs: dict, where: tuple) -> list[tuple[tu
     return problems
 
 
-def _action_problems(action: Any, envs: dict, ids: list[str], start: datetime | None,
-                     where: tuple) -> list[tuple[tuple, str]]:
-    problems: list[tuple[tuple, str]] = []
+def _action_problems(action: Any, envs: dict[str, Any], ids: list[str], start: datetime | None,
+                     where: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    problems: list[tuple[tuple[Any, ...], str]] = []
     if isinstance(action, CallToolAction):
         problems += _env_tool_problems(action.env, [action.tool], envs, where)
         if action.env in envs:

@@ -144,10 +144,10 @@ def _shrink(value: Any, budget: int) -> Any:
     if isinstance(value, dict):
         keys = list(value)[:32]
         share = budget // max(len(keys), 1)
-        out = {k[:64]: _shrink(value[k], share) for k in keys}
+        kept = {k[:64]: _shrink(value[k], share) for k in keys}
         if len(value) > 32:
-            out["..."] = f"[clipped: {len(value) - 32} more keys]"
-        return out
+            kept["..."] = f"[clipped: {len(value) - 32} more keys]"
+        return kept
     return value
 
 

@@ -178,7 +178,7 @@ class StepType:
     async def __call__(self, ctx: StepContext, config: BaseModel) -> StepResult:
         result = self.run(ctx, config)
         if inspect.isawaitable(result):
-            result = await result
+            result = await result  # type: ignore[assignment]  # (the awaited result, a StepResult | dict | None)
         if result is None:
             return StepResult()
         if isinstance(result, StepResult):

@@ -14,6 +14,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import TypeGuard
 
 from agentenv.errors import BadInput
 
@@ -29,7 +30,7 @@ def env_var(name: str) -> str:
     return "AGENTENV_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
-def is_reference(value: object) -> bool:
+def is_reference(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value.startswith(PREFIX)
 
 

@@ -98,7 +98,7 @@ async def ensure_search_attributes(client: Client, namespace: str) -> bool:
         missing = {k.name: k.indexed_value_type for k in ALL if k.name not in listed.custom_attributes}
         if missing:
             await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)  # type: ignore[arg-type]  # IntEnum of the proto's values
             )
         return True
     except RPCError as e:

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -292,6 +292,7 @@ class TaskRun:
         waiters: list[asyncio.Future] = list(self.running.values())
         clock = self.world.state.clock if self.world else None
         if clock is not None and clock.mode == "paced" and self._pace is None:
+            assert self.world is not None  # (a clock comes from the world)
             real = self._now_real()
             horizon = self.world.horizon()
             seconds = PACE_CHUNK
@@ -591,6 +592,7 @@ class TaskRun:
             await self._push()
 
     async def _handle(self, item: Scheduled) -> None:
+        assert self.world is not None  # items are scheduled only in a run with a world
         clock = self.world.state.clock
         if clock is not None and clock.mode == "paced":
             # The clock stalls at the event while its actions run (agents see no time past an event
@@ -610,16 +612,19 @@ class TaskRun:
 
     async def _apply(self, item: Scheduled) -> None:
         if item.kind == "wake":
+            assert item.step is not None  # (a wake names its step)
             step = self.state.steps[item.step]
             self.waiting.discard(item.step)
             step.status, step.finished_at = StepStatus.SUCCEEDED, workflow.now()
             step.outputs, step.attempts = {"now": _iso(item.at)}, 1
         elif item.kind == "trigger":
+            assert self.world is not None and item.trigger is not None  # (a trigger item: a run with a world)
             firing, immediate = self.world.fire(item.trigger, item.at, {"at": _iso(item.at)})
             self._push_needed = True
             for index in immediate:
                 await self._run_action(item.trigger, firing, index, {"at": _iso(item.at)})
         else:
+            assert item.trigger is not None and item.firing is not None and item.action is not None  # (a delayed action's)
             await self._run_action(item.trigger, item.firing, item.action, item.match or {})
 
     async def _on_hit(self, hit: TriggerHit) -> HitAck:
@@ -643,6 +648,7 @@ class TaskRun:
 
     async def _run_action(self, trigger: str, firing: int, index: int, match: dict[str, Any]) -> None:
         world = self.world
+        assert world is not None  # actions run only in a run with a world
         action = world.triggers[trigger].actions[index]
         real = self._now_real()
         at = world.now(real)
@@ -686,6 +692,7 @@ class TaskRun:
             await self._on_hit(TriggerHit.model_validate(hit))
 
     def _pushes(self) -> list[tuple[str, WorldPush]]:
+        assert self.world is not None  # pushed only in a run with a world
         return [(instance, WorldPush(run_id=self.inp.run_id, clock=self.world.state.clock,
                                      watches=self.world.watches(step)))
                 for step, instance in self.world.state.instances.items()]
@@ -756,7 +763,7 @@ class TaskRun:
         self.state.finished_at = workflow.now()
         self.state.conclude()
         if self.inp.search_attributes:
-            updates = [attributes.STATUS.value_set(self.state.status.value)]
+            updates: list[SearchAttributeUpdate[Any]] = [attributes.STATUS.value_set(self.state.status.value)]
             if self.state.score is not None:
                 updates.append(attributes.SCORE.value_set(self.state.score))
             workflow.upsert_search_attributes(updates)

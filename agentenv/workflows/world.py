@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from agentenv.spec.world import (
     MAX_RATE,
@@ -32,6 +32,8 @@ from agentenv.spec.world_run import (
     WorldSpec,
     WorldState,
 )
+
+EventKind = Literal["fired", "action", "clock", "registered", "cancelled", "ended", "ignored"]  # WorldEvent.kind
 
 LEASE = timedelta(seconds=1.5)  # how long the gateway's clock runs on without hearing from the run
 MAX_FIRINGS = 10_000  # a runaway loop of triggers ends the run instead of running forever
@@ -117,7 +119,7 @@ class World:
         if time is not None:
             clock.virtual_anchor = checked_time(time, self.start)
         if mode is not None:
-            clock.mode = mode
+            clock.mode = mode  # type: ignore[assignment]  # (one of the three: checked above)
         paced_rate = rate if rate is not None else (clock.rate or (self.clock_spec.rate if self.clock_spec else 1.0))
         clock.rate = paced_rate if clock.mode == "paced" else 0.0
         clock.horizon = self.horizon()
@@ -178,7 +180,7 @@ class World:
         self.begin(real)
         self.schedule(Scheduled(at=at, seq=self._seq(), kind="wake", step=step))
 
-    def log(self, kind: str, at: datetime, *, trigger: str | None = None, firing: int | None = None,
+    def log(self, kind: EventKind, at: datetime, *, trigger: str | None = None, firing: int | None = None,
             detail: dict[str, Any] | None = None) -> WorldEvent:
         event = WorldEvent(seq=self._seq(), virtual_time=at, kind=kind, trigger=trigger, firing=firing,
                            detail=detail or {})

@@ -82,7 +82,8 @@ class Helpdesk(App):
             assignee: only tickets assigned to this agent's email; "unassigned" for tickets nobody has
             customer_email: only tickets from this customer
         """
-        where, args = [], []
+        where: list[str] = []
+        args: list[str] = []
         if status is not None:
             where.append("status = ?")
             args.append(status)

@@ -112,7 +112,8 @@ class Payables(App):
             status: only invoices with this status, e.g. "received" for the ones waiting for a decision
             vendor_id: only invoices from this vendor, e.g. "VEN-001"
         """
-        where, args = [], []
+        where: list[str] = []
+        args: list[str] = []
         if status is not None:
             where.append("status = ?")
             args.append(status)

@@ -14,7 +14,7 @@ import itertools
 import json
 import time
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
@@ -112,7 +112,7 @@ class DeployAgentConfig(StepConfig):
             from agentenv.errors import AgentEnvError
 
             try:
-                find_agent((info.context or {}).get("bundle"), self.agent)
+                find_agent((info.context or {}).get("bundle"), cast(str, self.agent))  # (no record: an agent)
             except AgentEnvError as e:
                 raise ValueError(str(e).replace("\n  fix:", " —")) from None
         return self
@@ -174,7 +174,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     from agentenv.gateway.client import GatewayRefused
     from agentenv.gateway.daemon import base_url
 
-    record = config.record
+    record = cast(AgentRecord, config.record)  # pinned when the run is planned
     name = config.as_ or record.name
     role = config.role or record.role
     gateway = await ctx.gateway()
@@ -301,7 +301,7 @@ class StopWhen(StepConfig):
     def hit(self, text: str) -> bool:
         if self.contains is not None:
             return self.contains.lower() in text.lower()
-        return search(self.matches, text, ignore_case=True)  # RE2: linear in the text
+        return search(cast(str, self.matches), text, ignore_case=True)  # RE2: linear in the text (`matches`: _one)
 
 
 class Conversation(StepConfig):
@@ -515,7 +515,7 @@ def _http(settings, hosted: bool):
     gateway = base_url(settings) if hosted else None
     http = _HTTP.get((hosted, gateway))
     if http is None:
-        auth = OriginBearer(_admin_token(settings), gateway) if hosted else None
+        auth = OriginBearer(_admin_token(settings), cast(str, gateway)) if hosted else None
         http = _HTTP[(hosted, gateway)] = httpx.AsyncClient(auth=auth, follow_redirects=False, verify=tls.context(),
                                                             timeout=httpx.Timeout(30.0, read=None))
     return http

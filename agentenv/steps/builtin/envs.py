@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import Field, ValidationInfo, model_validator
 
@@ -185,7 +185,7 @@ def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
 @step_type("load_data", config=LoadDataConfig, timeout="10m", prepare=prepare_load, step_refs=("env",))
 async def load_data(ctx: StepContext, config: LoadDataConfig) -> dict:
     """Load data into an environment's apps (once, even if the step is retried)."""
-    data = config.data if config.data is not None else json.loads(ctx.stores.objects.get(config.artifact))
+    data = config.data if config.data is not None else json.loads(ctx.stores.objects.get(cast(str, config.artifact)))  # (`file`: an artifact once planned)
     gateway = await ctx.gateway()
     await gateway.load(instance_id(ctx, config.env), [{"kind": "data", "data": data}],
                        idempotency_key=ctx.idempotency_key, reset=config.reset)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field, model_validator
 
@@ -205,7 +205,7 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
                                              "tool_calls": [_call_summary(c) for c in doc["tool_calls"]]}
     gateway = await ctx.gateway() if (config.state or config.each_call) else None
     for probe in config.state:
-        outcome = await gateway.call_as(instance_id(ctx, probe.env), probe.tool, probe.arguments, role=probe.role)
+        outcome = await gateway.call_as(instance_id(ctx, probe.env), probe.tool, probe.arguments, role=probe.role)  # type: ignore[union-attr]  # (probes: a gateway)
         material.setdefault("state", {})[probe.label or probe.tool] = outcome.get("result", {"error": outcome.get("error")})
     shortfall = None
     if config.each_call is not None:
@@ -301,7 +301,8 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
     from agentenv.agents.models import ChatModel, ModelError, resolve_key
     from agentenv.stores.secrets import SecretStore
 
-    model = ChatModel(config.model, resolve_key(config.model, SecretStore(ctx.settings.state_dir)))
+    endpoint = cast(ModelSettings, config.model)  # filled in when the run is planned
+    model = ChatModel(endpoint, resolve_key(endpoint, SecretStore(ctx.settings.state_dir)))
     try:
         reply = await model.complete(messages, response_json=True, user=JUDGE_USER)
     except ModelError as e:
@@ -401,12 +402,12 @@ async def collect_artifacts(ctx: StepContext, config: CollectConfig) -> dict:
     gateway = await ctx.gateway() if config.envs else None
     for env in config.envs:
         instance = instance_id(ctx, env)
-        entries = await gateway.trajectory(instance)
+        entries = await gateway.trajectory(instance)  # type: ignore[union-attr]  # (envs: a gateway)
         key = f"{prefix}/{env}/trajectory.jsonl"
         objects.put(key, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode())
         kept.append(key)
         if config.data:
-            exported = await gateway.data(instance, "data/get")
+            exported = await gateway.data(instance, "data/get")  # type: ignore[union-attr]  # (envs: a gateway)
             key = f"{prefix}/{env}/data.json"
             objects.put(key, json.dumps(exported, ensure_ascii=False, indent=1).encode())
             kept.append(key)
