@@ -120,11 +120,15 @@ class RunActivities:
         from agentenv.providers.apps import remove_sandboxes
         from agentenv.steps.builtin.envs import end_run, retire_instance
 
-        gateway = await self._gateway()
-        for instance in instances:
-            await retire_instance(gateway, self.stores, run_id, instance)
-        ended = await end_run(gateway, self.stores, run_id)
-        removed = await remove_sandboxes(self.settings, run_id) if sandboxes else []
+        beat = asyncio.create_task(_keep_heartbeating(HEARTBEAT_EVERY))  # a dead worker is noticed in seconds
+        try:
+            gateway = await self._gateway()
+            for instance in instances:
+                await retire_instance(gateway, self.stores, run_id, instance)
+            ended = await end_run(gateway, self.stores, run_id)
+            removed = await remove_sandboxes(self.settings, run_id) if sandboxes else []
+        finally:
+            beat.cancel()
         return {"instances": len(instances), "sandboxes": len(removed), **ended}
 
     async def _gateway(self):

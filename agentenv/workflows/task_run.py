@@ -834,7 +834,8 @@ class TaskRun:
         try:
             await workflow.execute_activity(
                 RELEASE_SANDBOXES, args=[self.inp.run_id, instances, bool(started)], result_type=dict,
-                start_to_close_timeout=timedelta(minutes=5), retry_policy=RetryPolicy(maximum_attempts=5))
+                start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=20),
+                retry_policy=RetryPolicy(maximum_attempts=5))
         except ActivityError as e:
             workflow.logger.warning("releasing sandboxes failed (the reaper will remove them): %s", e.cause or e)
 
