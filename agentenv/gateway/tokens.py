@@ -31,20 +31,9 @@ def load_or_create_key(path: Path) -> bytes:
     try:
         return _checked_key(path)
     except FileNotFoundError:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        key = secrets.token_bytes(KEY_BYTES)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")  # one per process and thread
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)  # atomic, and fails if another process created the key first
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp)
+        from agentenv.stores.local import create_private_once
+
+        create_private_once(path, secrets.token_bytes(KEY_BYTES))
         return _checked_key(path)
 
 

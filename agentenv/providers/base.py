@@ -9,7 +9,6 @@ Providers are async; SDKs that block are called in a thread.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import secrets
 import socket
@@ -236,17 +235,9 @@ def install_id(settings: Settings) -> str:
     try:
         return _read_install_id(path)
     except FileNotFoundError:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(f".install-id.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("s-" + secrets.token_hex(10))
-        try:
-            os.link(tmp, path)  # atomic, and the first of concurrent creators wins
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp)
+        from agentenv.stores.local import create_private_once
+
+        create_private_once(path, ("s-" + secrets.token_hex(10)).encode())
         return _read_install_id(path)
 
 

@@ -123,3 +123,23 @@ class FileObjectStore(ObjectStore):
                 if key.startswith(prefix):
                     keys.append(key)
         return sorted(keys)
+
+
+def create_private_once(path: Path, data: bytes) -> None:
+    """Write `path` (mode 0600) unless it exists. Atomic (the whole content or no file), and the first of
+    concurrent creators wins, so every process then reads the same content (a key, an install id)."""
+    import secrets
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")  # one per process and thread
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)  # fails if another creator was first: theirs stands
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
