@@ -6,7 +6,7 @@ Kept import-light on purpose: the CLI imports this package on every invocation.
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Task": "agentenv.spec.task:TaskSpec",
+    "Task": "agentenv.planning.tasks:Task",
     "EpisodeSpec": "agentenv.episodes:EpisodeSpec",
     "Episodes": "agentenv.episodes:Episodes",
 }

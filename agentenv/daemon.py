@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentenv import waiting
 from agentenv.errors import ServerError
 
 PRIVATE_UMASK = 0o077  # a daemon's own files (its database, log, keys) are this user's alone
@@ -209,17 +210,21 @@ def check_port_free(ip: str, check: PortCheck, title: str, section: str) -> None
 
 
 def wait_for_port(ip: str, port: int, proc: subprocess.Popen | None, log: Path, title: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(OSError), socket.create_connection((ip, port), timeout=0.5):
-            return
+    def opened() -> bool:
+        socket.create_connection((ip, port), timeout=0.5).close()
+        return True
+
+    def still_running() -> None:
         if proc is not None and proc.poll() is not None:
             raise ServerError(f"the {title} exited during start-up (exit code {proc.returncode}):\n" + tail(log),
                               f"see the full log at {log}")
-        if time.monotonic() > deadline:
-            raise ServerError(f"the {title} did not open {ip}:{port} within {timeout:.0f}s",
-                              f"see its log at {log}, then stop it and try again")
-        time.sleep(0.02)
+
+    try:
+        waiting.until_sync(opened, what=f"the {title}", timeout=timeout, interval=0.02, retry_on=(OSError,),
+                           check=still_running)
+    except waiting.TimedOut:
+        raise ServerError(f"the {title} did not open {ip}:{port} within {timeout:.0f}s",
+                          f"see its log at {log}, then stop it and try again") from None
 
 
 def tail(path: Path, lines: int = 15) -> str:

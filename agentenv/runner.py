@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from agentenv.config import Settings
 from agentenv.errors import BadInput, NotFound
-from agentenv.spec.run import RunInput, RunState, StepPlan
+from agentenv.planning.runs import plan  # (also `runner.plan`, for callers that plan without starting)
+from agentenv.spec.run import RunState
 from agentenv.spec.task import TaskSpec
-from agentenv.spec.world_run import WorldSpec
-from agentenv.steps import registry
+from agentenv.stores import keys
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
@@ -23,59 +23,6 @@ QUERY_STATE = "state"
 
 def new_run_id(task_id: str) -> str:
     return f"{task_id}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-
-
-def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: bool = True) -> RunInput:
-    """Resolve each step's type into what the workflow needs (local or not, timeouts, retries), and let
-    step types prepare their config (inline environment records, store data as artifacts)."""
-    from agentenv.steps import PlanContext
-
-    context = PlanContext(run_id=run_id, settings=settings, bundle=task.bundle)
-    steps = []
-    for s in task.steps:
-        st = registry.get(s.type)
-        config = st.prepare(dict(s.config), context) if st.prepare else s.config
-        steps.append(StepPlan(
-            id=s.id, type=s.type, depends_on=s.depends_on, config=config, on_failure=s.on_failure,
-            timeout=s.timeout or st.timeout, retries=st.retries if s.retries is None else s.retries,
-            local=st.runs_local(config), heartbeat_timeout=None if st.runs_local(config) else st.heartbeat_timeout,
-            in_workflow=st.in_workflow,
-        ))
-    pins = pin(task, steps)
-    world = None
-    if task.clock or task.triggers:
-        world = WorldSpec(seed=task.seed, clock=task.clock.model_dump(mode="json") if task.clock else None,
-                          triggers=task.triggers, personas=task.personas)
-    return RunInput(
-        run_id=run_id, task_id=task.id, task_version=task.version, description=task.description,
-        steps=steps, search_attributes=search_attributes, world=world, pins=pins, timeout=task.timeout,
-    )
-
-
-def pin(task: TaskSpec, steps: list[StepPlan]) -> dict:
-    """What this run used, recorded on it: the seed and the version of everything it was planned with."""
-    from agentenv import __version__
-
-    pins: dict = {"agentenv": __version__, "task": f"{task.id}@{task.version}", "seed": task.seed}
-    for s in steps:
-        record = s.config.get("record") if isinstance(s.config, dict) else None
-        if s.type == "deploy_env" and record:
-            pins.setdefault("envs", {})[s.id] = f"{record['name']}@{record.get('version', '1')}"
-        elif s.type == "deploy_agent" and record:
-            pins.setdefault("agents", {})[s.id] = f"{record['name']}@{record.get('version', '1')} ({record['type']})"
-        for purpose, endpoint in (s.config.get("models") or {}).items() if isinstance(s.config, dict) else ():
-            pins.setdefault("models", {})[f"{s.id}.{purpose}"] = pinned_endpoint(endpoint)
-        if s.type == "rubric_judge" and isinstance(s.config.get("model"), dict):
-            pins.setdefault("models", {})[f"{s.id}.judge"] = pinned_endpoint(s.config["model"])
-    return pins
-
-
-def pinned_endpoint(endpoint: dict) -> str:
-    """`MODEL at URL`, and why no key goes there when an override left the configured one behind."""
-    said = f"{endpoint['model']} at {endpoint['base_url']}"
-    if endpoint.get("withheld_key"):
-        said += f" (no API key: {endpoint['withheld_key']} stays with the configured endpoint's origin)"
-    return said
 
 
 async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_id: str | None = None) -> WorkflowHandle:
@@ -99,7 +46,7 @@ async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_i
     from agentenv.stores import open_stores
 
     stores = open_stores(settings)
-    stores.documents.put("runs", run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
+    stores.documents.put(keys.RUNS, run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
     try:
         return await client.start_workflow(
             WORKFLOW, inp, id=run_id, task_queue=settings.temporal.task_queue,
@@ -110,7 +57,7 @@ async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_i
             result_type=RunState,
         )
     except BaseException:
-        stores.documents.delete("runs", run_id)
+        stores.documents.delete(keys.RUNS, run_id)
         raise
     finally:
         stores.close()
@@ -144,10 +91,10 @@ def find_run(settings: Settings, run_id: str) -> dict:
 
     stores = open_stores(settings)
     try:
-        exact = stores.documents.get("runs", run_id)
+        exact = stores.documents.get(keys.RUNS, run_id)
         if exact:
             return exact
-        matches = stores.documents.query("runs", key_prefix=run_id, limit=5) if run_id else []
+        matches = stores.documents.query(keys.RUNS, key_prefix=run_id, limit=5) if run_id else []
     finally:
         stores.close()
     if len(matches) == 1:

@@ -127,7 +127,10 @@ def hosted() -> list[float]:
 
     root = Path(tempfile.mkdtemp(prefix="agentenv-bench-agents-"))
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)])
+    # Its own state and URL: the hosted agent's card must name the origin it is fetched from (no user config).
+    env = {**isolated_env(), "AGENTENV_GATEWAY_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)],
+                            env=env)
     try:
         from agentenv.gateway import tokens
 

@@ -102,7 +102,7 @@ async def conversation(episodes, spec, latencies: list[float]) -> None:
 async def measure_async() -> dict:
     from agentenv.config import load_settings
     from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
 
     settings = load_settings()
     episodes = await Episodes.connect(settings, worker=False)

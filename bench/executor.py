@@ -39,7 +39,7 @@ class BareChain:
 
 
 def chain(n: int, step_type: str):
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
 
     steps = [{"id": f"s{i}", "type": step_type, "depends_on": [f"s{i - 1}"] if i else []} for i in range(n)]
     return parse_task({"id": "bench", "steps": steps}, "bench")

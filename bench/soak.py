@@ -338,7 +338,7 @@ async def episodes_async(c: Cluster, n: int, minutes: float) -> dict:
     from episodes import conversation_task
 
     from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
 
     episodes = await Episodes.connect(c.settings, worker=False)
     try:
@@ -632,7 +632,7 @@ class Faults:
 async def faults_async(c: Cluster, n: int, seed: int, downtime: float, timeout: float) -> dict:
     from agentenv.bundles import resolve_target
     from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
 
     rng = random.Random(seed)
     f = Faults(c, rng, downtime, timeout)

@@ -98,7 +98,7 @@ async def hit_latency(env: dict) -> dict:
     from agentenv import runner
     from agentenv.config import load_settings
     from agentenv.gateway.daemon import connect as gateway_connect
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
     from agentenv.temporal.client import connect
     from agentenv.temporal.worker import create_worker
 

@@ -111,7 +111,7 @@ async def worker(client, settings):
 def run_task(client, settings, worker):
     """Run a task (a dict as it would be written in TOML) to completion and return its final state."""
     from agentenv import runner
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
 
     async def run(task: dict, timeout: float = 60):
         spec = parse_task(task, "test task")

@@ -20,9 +20,9 @@ from test_docker import containers_of, docker_client  # noqa: F401 - the Docker 
 from agentenv import runner
 from agentenv.bundles import BUILTIN_ROOT, resolve_target
 from agentenv.errors import BadInput
+from agentenv.planning.tasks import load_task
 from agentenv.providers import registry
 from agentenv.spec.agent import AgentRecord
-from agentenv.spec.loader import load_task
 from agentenv.spec.run import RunStatus
 
 ROOT = Path(__file__).parent.parent
@@ -123,7 +123,7 @@ def test_only_sandboxed_agents_deploy_in_a_normal_activity(settings, tmp_path):
 
     inline = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": {
         "name": "a", "type": "a2a", "config": {"sandbox": {"build": "app", "command": ["x"]}}}}}]}
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
 
     with pytest.raises(BadInput, match="an inline record has none"):
         runner.plan(parse_task(inline, "inline"), "plan-3", settings)

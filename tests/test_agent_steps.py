@@ -9,7 +9,7 @@ import pytest
 
 from agentenv import runner
 from agentenv.errors import BadInput
-from agentenv.spec.loader import parse_task
+from agentenv.planning.tasks import parse_task
 from agentenv.spec.run import RunStatus, StepStatus
 from agentenv.stores import open_stores
 

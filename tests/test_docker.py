@@ -24,10 +24,10 @@ from agentenv import runner
 from agentenv.bundles import resolve_target
 from agentenv.config import Settings
 from agentenv.gateway import daemon as gateway_daemon
+from agentenv.planning.tasks import load_task
 from agentenv.providers import ProviderUnavailable, SandboxFailed, SandboxSpec, registry
 from agentenv.providers.base import LABEL_RUN
 from agentenv.providers.docker import BASE_IMAGE, DockerProvider
-from agentenv.spec.loader import load_task
 from agentenv.spec.run import RunStatus
 from agentenv.temporal.client import connect
 

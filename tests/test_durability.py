@@ -16,7 +16,7 @@ from conftest import free_port
 
 from agentenv import runner
 from agentenv.config import GatewaySettings, ServerSettings, Settings
-from agentenv.spec.loader import parse_task
+from agentenv.planning.tasks import parse_task
 from agentenv.spec.run import RunState, RunStatus
 from agentenv.temporal import server
 from agentenv.temporal.client import connect

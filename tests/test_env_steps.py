@@ -10,7 +10,7 @@ from agentenv import runner
 from agentenv.bundles import resolve_target
 from agentenv.errors import BadInput
 from agentenv.gateway.daemon import connect
-from agentenv.spec.loader import load_task
+from agentenv.planning.tasks import load_task
 from agentenv.spec.run import RunStatus, StepStatus
 
 

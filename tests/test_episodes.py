@@ -124,7 +124,7 @@ NOTES_TASK = {
 
 
 async def test_fifty_concurrent_episodes(episodes):
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
 
     spec = EpisodeSpec.from_task(parse_task(NOTES_TASK, "t"), ["writer"], turn_timeout=120)
 
@@ -143,7 +143,7 @@ async def test_fifty_concurrent_episodes(episodes):
 async def test_long_episodes_continue_as_new_transparently(episodes, client, settings):
     from agentenv import runner
     from agentenv.episodes.client import Episode
-    from agentenv.spec.loader import parse_task
+    from agentenv.planning.tasks import parse_task
 
     task = json.loads(json.dumps(NOTES_TASK))
     task["steps"].insert(2, {"id": "boss", "type": "deploy_agent", "config": {"record": {

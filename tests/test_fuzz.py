@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from agentenv.bundles import BUILTIN_ROOT, find_agent, find_env
 from agentenv.errors import AgentEnvError
-from agentenv.spec.loader import load_task, parse_task
+from agentenv.planning.tasks import load_task, parse_task
 
 
 def fuzz(examples: int) -> settings:

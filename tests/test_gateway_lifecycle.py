@@ -138,8 +138,8 @@ async def test_idle_instances_close_and_reopen_on_demand(tmp_path):
 # -- trajectories: complete, and a failing writer is reported --
 
 async def test_a_long_trajectory_is_kept_whole(tmp_path, settings):
+    from agentenv.gateway.release import retire_instance
     from agentenv.gateway.service import Caller
-    from agentenv.steps.builtin.envs import retire_instance
     from agentenv.stores import open_stores
 
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):

@@ -18,7 +18,7 @@ from gateway_util import mcp_client
 from agentenv import runner
 from agentenv.errors import BadInput
 from agentenv.gateway.daemon import connect as gateway_connect
-from agentenv.spec.loader import parse_task
+from agentenv.planning.tasks import parse_task
 from agentenv.spec.run import RunStatus, StepStatus
 from agentenv.spec.world_run import MAX_FIELD_BYTES, TriggerHit, clip_fields, json_size
 

@@ -22,13 +22,18 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from agentenv.agents.client import AgentClient, AgentReplyInvalid, AgentUnreachable, OriginBearer
+from agentenv.agents.client import (
+    AgentClient,
+    AgentReplyInvalid,
+    AgentUnreachable,
+    OriginBearer,
+    agent_client,
+)
 from agentenv.agents.sdk import Agent, a2a_routes
 from agentenv.gateway.client import GatewayClient
 from agentenv.gateway.http import create_app
 from agentenv.gateway.service import Gateway
 from agentenv.spec.run import RunStatus
-from agentenv.steps.builtin.agents import agent_client
 
 SCRIPTED = {"name": "sam", "type": "scripted", "config": {"turns": [[{"say": "said: ${prompt}"}]]}}
 

@@ -249,7 +249,7 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
 
     from agentenv import runner
     from agentenv.gateway import daemon as gateway_daemon
-    from agentenv.spec.loader import load_task
+    from agentenv.planning.tasks import load_task
 
     bundle = echo_bundle(tmp_path / "b", provider)
     handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))

@@ -23,9 +23,9 @@ from conftest import FAKE_MODEL_KEY
 
 from agentenv import runner
 from agentenv.bundles import BUILTIN_ROOT
+from agentenv.planning.tasks import load_task
 from agentenv.providers import SandboxSpec, registry
 from agentenv.spec.agent import AgentRecord
-from agentenv.spec.loader import load_task
 from agentenv.spec.run import RunStatus
 from agentenv.stores.secrets import MissingSecret
 

@@ -22,10 +22,10 @@ from agentenv import runner
 from agentenv.config import Settings, TemporalSettings
 from agentenv.errors import AgentEnvError
 from agentenv.gateway import tokens
+from agentenv.planning.tasks import parse_task
 from agentenv.providers import SandboxSpec, registry
 from agentenv.providers.base import install_id
 from agentenv.providers.reaper import reap
-from agentenv.spec.loader import parse_task
 from agentenv.spec.run import RunStatus, StepStatus
 from agentenv.spec.world_run import TriggerHit
 from agentenv.stores.secrets import SecretStore

@@ -9,8 +9,8 @@ import pytest
 
 from agentenv.bundles import resolve_target
 from agentenv.errors import BadInput
-from agentenv.spec.loader import load_task, parse_task
-from agentenv.spec.schema import task_schema
+from agentenv.planning.schema import task_schema
+from agentenv.planning.tasks import load_task, parse_task
 
 
 def task(*steps, **extra):

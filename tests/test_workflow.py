@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from agentenv import runner
-from agentenv.spec.loader import parse_task
+from agentenv.planning.tasks import parse_task
 from agentenv.spec.run import RunState, RunStatus, StepStatus
 
 

@@ -13,7 +13,7 @@ from agentenv import runner
 from agentenv.bundles import resolve_target
 from agentenv.errors import BadInput
 from agentenv.gateway.daemon import connect as gateway_connect
-from agentenv.spec.loader import parse_task
+from agentenv.planning.tasks import parse_task
 from agentenv.spec.run import RunStatus, StepStatus
 
 

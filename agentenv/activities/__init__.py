@@ -1,4 +1,6 @@
-"""Temporal activities: run one step through the registry, and keep run records in the store."""
+"""Temporal activities: run one step through the registry, and keep run records in the store.
+
+Their names and types are the workflow's contract (agentenv.workflows.contract)."""
 
 from __future__ import annotations
 
@@ -13,21 +15,14 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from agentenv.agents.conversation import turn_number
 from agentenv.config import Settings
 from agentenv.errors import format_loc
 from agentenv.spec.run import RunState, StepCall, StepOutcome
 from agentenv.spec.world_run import WorldPush, clip_fields
 from agentenv.steps import StepContext, StepFailed, registry
-
-RUN_STEP = "agentenv.run_step"
-RECORD_RUN = "agentenv.record_run"
-WORLD_ACTION = "agentenv.world_action"
-PUSH_WORLD = "agentenv.push_world"
-PACE = "agentenv.pace"
-PROMPT_MARKS = "agentenv.prompt_marks"
-AGENT_ASK = "agentenv.agent_ask"
-PROMPT_FINISH = "agentenv.prompt_finish"
-RELEASE_SANDBOXES = "agentenv.release_sandboxes"
+from agentenv.workflows import contract
+from agentenv.workflows.contract import AgentAnswer, AgentAsk, Hit, Paced, PromptFinish, Who
 
 # Outputs travel through workflow history: keep them to decisions and small facts.
 MAX_OUTPUT_BYTES = 64 * 1024
@@ -66,7 +61,7 @@ class RunActivities:
             self._stores = open_stores(self.settings)
         return self._stores
 
-    @activity.defn(name=RUN_STEP)
+    @activity.defn(name=contract.RUN_STEP.name)
     async def run_step(self, call: StepCall) -> StepOutcome:
         info = activity.info()
         try:
@@ -108,17 +103,17 @@ class RunActivities:
         return StepOutcome(outputs=result.outputs, score=result.score, attempt=info.attempt, duration_ms=duration_ms,
                            hits=clipped_hits(result.hits))
 
-    @activity.defn(name=RECORD_RUN)
+    @activity.defn(name=contract.RECORD_RUN.name)
     async def record_run(self, state: RunState) -> None:
         """Upsert the run's record: runs stay listable without Temporal and after its retention."""
         self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
 
-    @activity.defn(name=RELEASE_SANDBOXES)
+    @activity.defn(name=contract.RELEASE_SANDBOXES.name)
     async def release_sandboxes(self, run_id: str, instances: list[str], sandboxes: bool = True) -> dict[str, Any]:
         """At the run's end (done, failed or cancelled): retire its sandboxed instances, remove its sandboxes
         (if it started any), and release all else it holds on the gateway (see `end_run`)."""
+        from agentenv.gateway.release import end_run, retire_instance
         from agentenv.providers.apps import remove_sandboxes
-        from agentenv.steps.builtin.envs import end_run, retire_instance
 
         beat = asyncio.create_task(_keep_heartbeating(HEARTBEAT_EVERY))  # a dead worker is noticed in seconds
         try:
@@ -136,7 +131,7 @@ class RunActivities:
 
         return await StepContext(run_id="", task_id="", step_id="", attempt=1, settings=self.settings).gateway()
 
-    @activity.defn(name=WORLD_ACTION)
+    @activity.defn(name=contract.WORLD_ACTION.name)
     async def world_action(self, instance: str, action: dict[str, Any], key: str, cause: str,
                            at: str | None = None) -> dict[str, Any]:
         """A trigger's action on an environment, once per key. Returns its outcome and the hits it caused.
@@ -180,17 +175,12 @@ class RunActivities:
 
     async def _instruct_agent(self, gateway, action: dict[str, Any], key: str) -> dict[str, Any]:
         """Hand an instruction to a deployed agent (it acts with its tools). Answered once per key."""
-        from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable
-        from agentenv.steps.builtin.agents import agent_client
+        from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable, ask_deployed
 
-        deployed = action["deployed"]
-        context = {"run_id": key.split("/world/")[0], "agent": deployed["name"], "role": deployed.get("role"),
-                   "deadline_s": 240, "turn": 0}
-        if deployed.get("env"):
-            context.update(mcp_url=deployed["mcp_url"], token=await gateway.token(deployed["env"], deployed["name"]))
         try:
-            reply = await agent_client(self.settings, deployed["url"], hosted=deployed["hosted"]).ask(
-                action["instruction"], context, context_id=key, message_id=key, deadline_s=240)
+            reply = await ask_deployed(self.settings, gateway, action["deployed"], action["instruction"],
+                                       run_id=key.split("/world/")[0], turn=0, deadline_s=240, context_id=key,
+                                       message_id=key)
         except (AgentUnreachable, AgentReplyInvalid, AgentTimedOut) as e:
             return {"fallback": str(e)}
         if reply.failed or reply.data.get("fallback"):
@@ -199,14 +189,14 @@ class RunActivities:
 
     # -- prompts with a side played by a trainer: the workflow holds the conversation, these do the I/O --
 
-    @activity.defn(name=PROMPT_MARKS)
-    async def prompt_marks(self, agent: dict[str, Any], partner: dict[str, Any]) -> dict[str, int]:
+    @activity.defn(name=contract.PROMPT_MARKS.name)
+    async def prompt_marks(self, agent: Who, partner: Who) -> dict[str, int]:
         from agentenv.steps.builtin.agents import trajectory_marks
 
         return await trajectory_marks(await self._gateway(), agent, partner)
 
-    @activity.defn(name=AGENT_ASK)
-    async def agent_ask(self, ask: dict[str, Any]) -> dict[str, Any]:
+    @activity.defn(name=contract.AGENT_ASK.name)
+    async def agent_ask(self, ask: AgentAsk) -> AgentAnswer:
         """One turn of a hosted or A2A agent in a prompt the workflow holds. Answered once per turn."""
         from agentenv.agents.client import AgentTimedOut
         from agentenv.steps.builtin import agents
@@ -216,31 +206,30 @@ class RunActivities:
         beat = asyncio.create_task(_keep_heartbeating(HEARTBEAT_EVERY))
         try:
             entry, reply = await agents.ask(
-                self.settings, await self._gateway(), ask["who"], side=ask["side"], transcript=ask["transcript"],
-                run_id=ask["run_id"], step_id=ask["step_id"], system_prompt=ask.get("system_prompt"),
-                deadline=ask["deadline"], seed=ask.get("seed"), turn=ask.get("turn"))
+                self.settings, await self._gateway(), ask.who, side=ask.side, transcript=ask.transcript,
+                run_id=ask.run_id, step_id=ask.step_id, system_prompt=ask.system_prompt,
+                deadline=ask.deadline, seed=ask.seed, turn=ask.turn)
         except AgentTimedOut as e:
-            return {"timed_out": str(e)}
+            return AgentAnswer(timed_out=str(e))
         except StepFailed as e:
             raise _step_failed(e) from None
         finally:
             beat.cancel()
         if reply.failed:
-            raise _fatal(f"{ask['who']['name']} could not answer ({reply.state}): {reply.text[:500]}", "StepFailed")
-        turn = ask["turn"] if ask.get("turn") is not None else agents.turn_number(ask["transcript"], ask["side"])
-        key = agents.message_key(ask["run_id"], ask["step_id"], ask["side"], turn)
-        return {"entry": agents.kept_apart(self.stores, entry, key)}
+            raise _fatal(f"{ask.who['name']} could not answer ({reply.state}): {reply.text[:500]}", "StepFailed")
+        turn = ask.turn if ask.turn is not None else turn_number(ask.transcript, ask.side)
+        key = agents.message_key(ask.run_id, ask.step_id, ask.side, turn)
+        return AgentAnswer(entry=agents.kept_apart(self.stores, entry, key))
 
-    @activity.defn(name=PROMPT_FINISH)
-    async def prompt_finish(self, done: dict[str, Any]) -> dict[str, Any]:
+    @activity.defn(name=contract.PROMPT_FINISH.name)
+    async def prompt_finish(self, done: PromptFinish) -> dict[str, Any]:
         from agentenv.steps.builtin.agents import finish_prompt
 
-        return await finish_prompt(self.stores, await self._gateway(), done["run_id"], done["step_id"],
-                                   done["transcript"], done["marks"], done["agent"], done["partner"],
-                                   done.get("timed_out"), done["seconds"])
+        return await finish_prompt(self.stores, await self._gateway(), done.run_id, done.step_id, done.transcript,
+                                   done.marks, done.agent, done.partner, done.timed_out, done.seconds)
 
-    @activity.defn(name=PUSH_WORLD)
-    async def push_world(self, pushes: list[tuple[str, WorldPush]]) -> list[dict[str, Any]]:
+    @activity.defn(name=contract.PUSH_WORLD.name)
+    async def push_world(self, pushes: list[tuple[str, WorldPush]]) -> list[Hit]:
         """Tell each instance's gateway the run's clock and the conditions it must watch. Returns the
         hits of state conditions that are already true."""
         gateway = await self._gateway()
@@ -249,14 +238,14 @@ class RunActivities:
             hits += await gateway.push_world(instance, push.model_dump(mode="json"))
         return clipped_hits(hits)
 
-    @activity.defn(name=PACE)
-    async def pace(self, seconds: float, pushes: list[tuple[str, WorldPush]]) -> dict[str, Any]:
+    @activity.defn(name=contract.PACE.name)
+    async def pace(self, seconds: float, pushes: list[tuple[str, WorldPush]]) -> Paced:
         """Renew the clock's lease at the gateway, then wait `seconds` precisely (no sub-second timers
         exist on the server). Returns the real time at the end (for the workflow's clock) and hits."""
         hits = await self.push_world(pushes) if pushes else []
         if seconds > 0:
             await asyncio.sleep(seconds)
-        return {"real": datetime.now(UTC).isoformat(), "hits": hits}
+        return Paced(real=datetime.now(UTC).isoformat(), hits=hits)
 
 
 async def _keep_heartbeating(every: float) -> None:

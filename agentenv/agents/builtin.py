@@ -9,7 +9,6 @@ from agentenv.agents.models import Endpoints, ModelError, mcp_tools_as_functions
 from agentenv.agents.sdk import Agent, Answer, ToolFailed, Turn
 from agentenv.errors import BadInput
 from agentenv.spec.agent import AgentRecord, HumanConfig, LlmConfig, PersonaConfig, ScriptedConfig
-from agentenv.spec.patterns import search
 
 
 class ScriptedAgent(Agent):
@@ -108,8 +107,7 @@ class PersonaAgent(Agent):
 
     def _templated(self, said: str) -> str:
         for reply in self.config.replies:
-            if (reply.contains is not None and reply.contains.lower() in said.lower()) or \
-                    (reply.matches is not None and search(reply.matches, said, ignore_case=True)):
+            if reply.hit(said):
                 return reply.say.replace("${message}", said)
         return self.config.default_reply.replace("${message}", said)
 

@@ -1,11 +1,15 @@
-"""Talking to agents over A2A: one turn in, one answer out (with a deadline)."""
+"""Talking to agents over A2A: one turn in, one answer out (with a deadline).
+
+`ask_deployed` is how a run asks an agent it deployed (a prompt's turn, a trigger's instruction); a
+worker keeps one `AgentClient` per agent URL (`agent_client`), so an agent's card is fetched once.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urljoin
 
 import httpx
@@ -17,6 +21,10 @@ from a2a.utils.errors import A2AError
 
 from agentenv.agents.sdk import KEY, new_message_id
 from agentenv.config import url_origin
+
+if TYPE_CHECKING:
+    from agentenv.config import Settings
+    from agentenv.gateway.client import GatewayClient
 
 
 class AgentUnreachable(Exception):
@@ -152,3 +160,62 @@ def _transient(cause: BaseException | None) -> bool:
     if isinstance(cause, httpx.HTTPStatusError):
         return cause.response.status_code >= 500
     return isinstance(cause, httpx.RequestError)
+
+
+# -- the worker's clients, and asking a deployed agent --
+
+_CLIENTS: dict[tuple[str, bool], AgentClient] = {}  # one A2A client per agent URL per worker process (cards cached)
+_HTTP: dict[tuple[bool, str | None], httpx.AsyncClient] = {}
+
+
+def agent_client(settings: Settings, url: str, *, hosted: bool) -> AgentClient:
+    """Hosted agents take the gateway's admin token, on requests to the gateway's origin only (never as a
+    default header: a card or redirect naming another origin gets none); your own agents get no credentials
+    of ours. Redirects are not followed."""
+    key = (url, hosted)
+    client = _CLIENTS.get(key)
+    if client is None:
+        client = _CLIENTS[key] = AgentClient(url, _http(settings, hosted))
+    return client
+
+
+def forget_agent(url: str, *, hosted: bool = False) -> None:
+    """Drop the client (and the card it holds) for `url`: the next `agent_client` fetches the card again."""
+    _CLIENTS.pop((url, hosted), None)
+
+
+def _http(settings: Settings, hosted: bool) -> httpx.AsyncClient:
+    from agentenv import tls
+    from agentenv.gateway.daemon import base_url
+
+    gateway = base_url(settings) if hosted else None
+    http = _HTTP.get((hosted, gateway))
+    if http is None:
+        auth = OriginBearer(_admin_token(settings), cast(str, gateway)) if hosted else None
+        http = _HTTP[(hosted, gateway)] = httpx.AsyncClient(auth=auth, follow_redirects=False, verify=tls.context(),
+                                                            timeout=httpx.Timeout(30.0, read=None))
+    return http
+
+
+def _admin_token(settings: Settings) -> str:
+    from agentenv.gateway import tokens
+
+    if settings.gateway.url:
+        return settings.gateway.admin_token or ""  # none: no Authorization header (OriginBearer)
+    key = tokens.load_or_create_key(settings.state_dir / "gateway" / "key")
+    return tokens.admin_token(key)
+
+
+async def ask_deployed(settings: Settings, gateway: GatewayClient, who: dict[str, Any], prompt: str, *,
+                       run_id: str, turn: int, deadline_s: float, context_id: str, message_id: str,
+                       **context: Any) -> Reply:
+    """One turn of an agent a run deployed (`who`: its deploy_agent step's outputs), answered once per
+    `message_id`. The turn tells it who it is and its deadline (and `context`: a system prompt, the
+    conversation, ...); in an environment, also where the tools are and its role token, minted now (tokens
+    never enter run history). Raises AgentUnreachable, AgentReplyInvalid or AgentTimedOut."""
+    context = {"run_id": run_id, "agent": who["name"], "role": who.get("role"), "deadline_s": deadline_s,
+               "turn": turn, **context}
+    if who.get("env"):
+        context.update(mcp_url=who["mcp_url"], token=await gateway.token(who["env"], who["name"]))
+    return await agent_client(settings, who["url"], hosted=who["hosted"]).ask(
+        prompt, context, context_id=context_id, message_id=message_id, deadline_s=deadline_s)

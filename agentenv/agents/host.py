@@ -15,7 +15,6 @@ import asyncio
 import builtins
 import contextlib
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from agentenv.agents.models import Endpoints
 from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
 from agentenv.config import ModelSettings
 from agentenv.spec.agent import AgentRecord
+from agentenv.spec.times import utc_now_iso
 
 AGENTS = "hosted_agents"
 TURNS = "agent_turns"  # answers of finished turns, by agent and message id
@@ -59,7 +59,7 @@ class HumanInbox:
             self.store.put(HUMAN, key, {
                 "id": key, "agent_id": self.agent_id, "agent": name, "prompt": turn.prompt,
                 "conversation": turn.conversation, "mcp_url": turn.mcp_url, "role": turn.role,
-                "asked_at": _now(), "answer": None, "answered_at": None, "state": "waiting",
+                "asked_at": utc_now_iso(), "answer": None, "answered_at": None, "state": "waiting",
             })
         return key
 
@@ -103,7 +103,7 @@ class _OnceAgent(Agent):
         if isinstance(reply, str):
             reply = Answer(text=reply)
         self.host.store.put(TURNS, key, {"agent_id": self.agent_id, "text": reply.text, "data": reply.data,
-                                         "failed": reply.failed, "at": _now(),
+                                         "failed": reply.failed, "at": utc_now_iso(),
                                          "seconds": round(time.perf_counter() - started, 6)})
         return reply
 
@@ -166,7 +166,7 @@ class AgentHost:
         doc = self.store.get(HUMAN, turn_id)
         if doc is None or doc["state"] != "waiting":
             return doc
-        doc.update(answer=text, answered_at=_now(), state="answered")
+        doc.update(answer=text, answered_at=utc_now_iso(), state="answered")
         self.store.put(HUMAN, turn_id, doc)
         return doc
 
@@ -230,7 +230,3 @@ def _socket_base(scope) -> str:
     host, port = scope.get("server") or ("127.0.0.1", 80)
     host = f"[{host}]" if ":" in host else host
     return f"{'https' if scope.get('scheme') == 'https' else 'http'}://{host}:{port}"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentenv.errors import NotFound
-from agentenv.spec.loader import load_task
 from agentenv.spec.task import TaskSpec
 
 BUILTIN_ROOT = Path(__file__).parent
@@ -48,6 +47,8 @@ def runnables(cwd: Path | None = None) -> list[Runnable]:
 
 def resolve_target(target: str, task: str | None = None) -> TaskSpec:
     """A task from a .toml path, a bundle folder, or a built-in bundle's name."""
+    from agentenv.planning.tasks import load_task  # (planning checks tasks against bundles: imported here)
+
     path = Path(target).expanduser()
     if path.is_file() or target.endswith(".toml"):
         return load_task(path)
@@ -87,7 +88,7 @@ def find_env(bundle: Path | None, name: str):
 
     from agentenv.envs.builtin import APPS
     from agentenv.errors import BadInput, from_validation_error
-    from agentenv.spec.env import EnvRecord
+    from agentenv.planning.envs import env_for_app, env_record
 
     path = bundle / "envs" / name / "env.toml" if bundle else None
     if path is None or not path.is_file():
@@ -95,7 +96,7 @@ def find_env(bundle: Path | None, name: str):
                      if (p / "envs" / name / "env.toml").is_file()), None)
     if path is not None and path.is_file():
         try:
-            record = EnvRecord.model_validate(tomllib.loads(path.read_text()))
+            record = env_record(tomllib.loads(path.read_text()))
         except tomllib.TOMLDecodeError as e:
             raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
         except ValidationError as e:
@@ -110,7 +111,7 @@ def find_env(bundle: Path | None, name: str):
                 raise BadInput(f"{path}: data file {file!r} does not exist", f"add {target} or remove it from data")
         return record, folder
     if name in APPS:
-        return EnvRecord.for_app(name), None
+        return env_for_app(name), None
     folders = ([bundle] if bundle else []) + sorted(BUILTIN_ROOT.iterdir())
     known = sorted({p.name for f in folders if (f / "envs").is_dir() for p in (f / "envs").iterdir()
                     if (p / "env.toml").is_file()})

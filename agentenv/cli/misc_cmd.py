@@ -11,7 +11,7 @@ from agentenv.errors import BadInput
 
 def schema_command(what: str) -> int:
     if what == "task":
-        from agentenv.spec.schema import task_schema
+        from agentenv.planning.schema import task_schema
 
         schema = task_schema()
     elif what == "config":

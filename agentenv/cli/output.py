@@ -7,6 +7,7 @@ from functools import cache
 
 from agentenv.errors import AgentEnvError
 from agentenv.spec.run import RunState, RunStatus, StepState, StepStatus
+from agentenv.spec.times import iso
 
 ICONS = {
     StepStatus.SUCCEEDED: ("✓", "green"),
@@ -98,14 +99,10 @@ def summary_line(state: RunState, wall: float | None = None) -> str:
         parts.append(f"{(state.finished_at - state.started_at).total_seconds():.2f} s")
     if state.world is not None and state.world.clock is not None and state.world.events:
         fired = sum(e.kind == "fired" for e in state.world.events)
-        parts.append(f"world at {_iso(max(state.world.clock.virtual_anchor, state.world.events[-1].virtual_time))}, "
+        parts.append(f"world at {iso(max(state.world.clock.virtual_anchor, state.world.events[-1].virtual_time))}, "
                      f"{fired} firings")
     parts.append(f"run {state.run_id}")
     return " · ".join(parts)
-
-
-def _iso(value) -> str:
-    return value.isoformat().replace("+00:00", "Z")
 
 
 def event_lines(state: RunState, limit: int | None = None) -> list[str]:
@@ -133,7 +130,7 @@ def event_lines(state: RunState, limit: int | None = None) -> list[str]:
                                                                     if d.get("by") else "")
         else:
             what = f"{e.kind} {escape(str(d.get('reason', '')))}"
-        lines.append(f"  [dim]{_iso(e.virtual_time)}[/] {what}")
+        lines.append(f"  [dim]{iso(e.virtual_time)}[/] {what}")
     return lines
 
 

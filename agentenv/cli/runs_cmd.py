@@ -13,14 +13,14 @@ from agentenv.spec.run import RunState, RunStatus
 
 
 def list_command(limit: int, status: str | None, task: str | None, json_out: bool) -> int:
-    from agentenv.stores import open_stores
+    from agentenv.stores import keys, open_stores
 
     if status is not None and status not in {s.value for s in RunStatus}:
         raise BadInput(f"unknown status '{status}'", f"use one of: {', '.join(s.value for s in RunStatus)}")
     settings = load_settings()
     stores = open_stores(settings)
     where = {k: v for k, v in (("status", status), ("task_id", task)) if v}
-    records = stores.documents.query("runs", where=where, order_by="started_at", descending=True, limit=limit)
+    records = stores.documents.query(keys.RUNS, where=where, order_by="started_at", descending=True, limit=limit)
     if json_out:
         for r in records:
             print(json.dumps(r))
@@ -149,7 +149,7 @@ async def _cancel(settings, run_id: str, wait: bool) -> int:
 
 def trajectory_command(run_id: str, jsonl: bool) -> int:
     from agentenv.runner import find_run
-    from agentenv.stores import open_stores
+    from agentenv.stores import keys, open_stores
 
     settings = load_settings()
     state = RunState.model_validate(find_run(settings, run_id))
@@ -169,7 +169,7 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
 
     entries: list[dict] = []
     for instance in instances:
-        key = f"runs/{state.run_id}/trajectories/{instance}.jsonl"
+        key = keys.trajectory(state.run_id, instance)
         try:  # while the gateway still holds the instance, its copy is the whole of it (calls made since included)
             entries += aio.run(fetch(instance))
             continue

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from agentenv.spec.times import iso
+
 # `agentenv.io/role` and `agentenv.io/session` are the open agentenv protocol's own keys, so servers
 # written for it see the caller's role behind our gateway; the others are ours.
 META_ROLE = "agentenv.io/role"
@@ -37,7 +39,7 @@ class Ctx:
         return self.virtual_now
 
     def now_iso(self) -> str:
-        return self.now().isoformat().replace("+00:00", "Z")
+        return iso(self.now())
 
     def to_meta(self) -> dict[str, Any]:
         meta = {META_ROLE: self.role, META_RUN: self.run_id, META_AGENT: self.agent, META_INSTANCE: self.instance,

@@ -99,13 +99,13 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
     async def start(request: Request) -> Response:
         body = await body_of(request, StartRequest, "episode")
         if isinstance(body.task, dict):
-            from agentenv.spec.loader import parse_task
+            from agentenv.planning.tasks import parse_task
 
             task = parse_task(body.task, "the posted task")
         else:
-            from agentenv.spec.task import TaskSpec
+            from agentenv.planning.tasks import find_task
 
-            task = TaskSpec.get(body.task, body.task_name)
+            task = find_task(body.task, body.task_name)
         spec = EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
         started = await state["episodes"].start(spec)
         return JSONResponse({"episode": started.run_id}, status_code=201)

@@ -28,10 +28,10 @@ class EpisodeSpec(BaseModel):
                   seed: int | None = None) -> EpisodeSpec:
         """The task with `trainer_agents` (a deploy_agent step's id, its agent's name or its `as` name)
         played by the trainer."""
-        from agentenv.spec.loader import parse_task
+        from agentenv.planning.tasks import find_task, parse_task
 
         if isinstance(task, str):
-            task = TaskSpec.get(task)
+            task = find_task(task)
         data = task.model_dump(mode="json", exclude_none=True)
         if seed is not None:
             data["seed"] = seed

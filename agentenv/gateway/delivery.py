@@ -16,8 +16,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from datetime import UTC, datetime
 
+from agentenv.spec.times import utc_now_iso
 from agentenv.spec.world_run import HitAck, TriggerHit, clip_fields
 from agentenv.stores.base import DocumentStore
 
@@ -91,7 +91,7 @@ class Delivery:
         log.error("trigger hit %s of run %s parked: %s", hit.trigger, run_id, error)
         self.store.put(OUTBOX, update_id, {"id": update_id, "run_id": run_id, "hit": hit.model_dump(mode="json"),
                                            "parked": {"error": error[:2000],
-                                                      "at": datetime.now(UTC).isoformat().replace("+00:00", "Z")}})
+                                                      "at": utc_now_iso()}})
 
     def parked(self, run_id: str | None = None) -> list[dict]:
         """Hits parked with an error (for a run, or all): what a listing of the outbox shows."""

@@ -21,9 +21,10 @@ from agentenv.envs.instance import AppInstance, load_app_class
 from agentenv.gateway import tokens
 from agentenv.gateway.mcp_tools import GET_TIME, get_time_spec
 from agentenv.gateway.remote import RemoteApp
-from agentenv.gateway.roles import ToolEntry, allowed_tools
+from agentenv.gateway.roles import GATEWAY_APP, ToolClash, ToolEntry, role_tools, tool_entries
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
 from agentenv.gateway.watch import Watcher
+from agentenv.spec.times import iso
 from agentenv.spec.world_run import WorldPush
 
 
@@ -64,7 +65,7 @@ class EnvInstance:
         self.spec = spec
         self.folder = folder
         self.apps: dict[str, AppInstance | RemoteApp] = {}
-        self.tools: dict[str, Route] = {GET_TIME: Route(None, "gateway", get_time_spec(), GET_TIME)}
+        self.tools: dict[str, Route] = {GET_TIME: Route(None, GATEWAY_APP, get_time_spec(), GET_TIME)}
         self.allowed: dict[str, frozenset[str]] = {}
         self.agents: dict[str, str] = {}
         self.world: WorldPush | None = None  # the run's clock and what to watch, pushed by the run
@@ -80,6 +81,7 @@ class EnvInstance:
 
         inst = cls(spec, folder)
         app: AppInstance | RemoteApp
+        mounted: list[tuple[str, str, AppInstance | RemoteApp]] = []  # (name, prefix, app)
         try:
             for ref in spec.apps:
                 if ref.sandbox is not None:
@@ -102,15 +104,14 @@ class EnvInstance:
                     app = (await RemoteApp.spawn(target, name, app_folder) if ref.run == "subprocess"
                            else AppInstance(app_cls, app_folder))
                     inst.apps[name] = app
+                mounted.append((name, ref.prefix, app))
+            try:
+                inst.entries = list(tool_entries((n, prefix, a.tools.values()) for n, prefix, a in mounted).values())
+            except ToolClash as e:
+                raise CompositionError(f"tool name clash in instance {spec.id}: {e}") from None
+            for name, prefix, app in mounted:
                 for tool in app.tools.values():
-                    exposed = ref.prefix + tool.name
-                    if exposed in inst.tools:
-                        raise CompositionError(
-                            f"tool name clash in instance {spec.id}: {name}.{tool.name} and "
-                            f"{inst.tools[exposed].qualified} are both exposed as {exposed!r}; give one app a "
-                            f"`prefix` (e.g. prefix = \"{name}_\")")
-                    inst.tools[exposed] = Route(app, name, tool, exposed)
-            inst.entries = [ToolEntry(n, r.qualified, r.spec.hidden) for n, r in inst.tools.items()]
+                    inst.tools[prefix + tool.name] = Route(app, name, tool, prefix + tool.name)
             for role, role_spec in spec.roles.items():
                 inst.set_role(role, role_spec)
             inst.agents = spec.agent_roles()
@@ -135,7 +136,7 @@ class EnvInstance:
         return self.folder / "trajectory.sqlite"
 
     def set_role(self, role: str, spec: RoleSpec) -> frozenset[str]:
-        allowed = allowed_tools(role, spec, self.entries) | {GET_TIME}
+        allowed = role_tools(role, spec, self.entries)
         self.allowed[role] = allowed
         self.spec.roles[role] = spec
         return allowed
@@ -159,7 +160,7 @@ class EnvInstance:
         now = self.now()
         if zone is None and self.world is not None and self.world.clock is not None:
             zone = self.world.clock.zone
-        answer = {"utc": now.isoformat().replace("+00:00", "Z")}
+        answer = {"utc": iso(now)}
         if zone:
             try:
                 answer.update(zone=zone, local=now.astimezone(ZoneInfo(zone)).isoformat())

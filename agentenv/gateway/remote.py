@@ -27,13 +27,12 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 
-from agentenv import tls
+from agentenv import tls, waiting
 from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.card import META_HIDDEN_BY_DEFAULT
 from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
@@ -137,16 +136,13 @@ class RemoteApp:
         `token`: the one it was started with."""
         app = cls(name, base_url, None, mcp_path, token)
         try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    card = await app._http.get("/.well-known/agent-env.json", timeout=PROBE_TIMEOUT)
-                    break
-                except httpx.TransportError as e:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"app {name!r} did not answer at {app.base_url} within {timeout:.0f}s "
-                                           f"({type(e).__name__})") from None
-                    await asyncio.sleep(0.02)
+            try:
+                card = await waiting.until(
+                    lambda: app._http.get("/.well-known/agent-env.json", timeout=PROBE_TIMEOUT), what=f"app {name!r}",
+                    timeout=timeout, interval=0.02, retry_on=(httpx.TransportError,))
+            except waiting.TimedOut as e:
+                raise RuntimeError(f"app {name!r} did not answer at {app.base_url} within {timeout:.0f}s "
+                                   f"({type(e.last).__name__})") from None
             if card.status_code == 401:
                 raise RuntimeError(f"app {name!r} at {app.base_url} refused the gateway's server token: was its "
                                    "sandbox started by this gateway's deploy_env? Redeploy the environment")
@@ -158,18 +154,21 @@ class RemoteApp:
         return app
 
     async def _wait_ready(self, log: Path) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if (await self._http.get("/ready", timeout=PROBE_TIMEOUT)).status_code == 200:
-                    return
+        async def ready() -> bool | None:
+            return (await self._http.get("/ready", timeout=PROBE_TIMEOUT)).status_code == 200 or None
+
+        async def still_running() -> None:
             if self.proc is not None and self.proc.poll() is not None:
                 from agentenv.daemon import tail
 
                 raise RuntimeError(f"app {self.name!r} exited while starting:\n{tail(log)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"app {self.name!r} did not answer at {self.base_url} within {START_TIMEOUT:.0f}s")
-            await asyncio.sleep(0.05)
+
+        try:
+            await waiting.until(ready, what=f"app {self.name!r}", timeout=START_TIMEOUT, interval=0.05,
+                                retry_on=(httpx.TransportError,), check=still_running)
+        except waiting.TimedOut:
+            raise RuntimeError(f"app {self.name!r} did not answer at {self.base_url} within {START_TIMEOUT:.0f}s"
+                               ) from None
 
     async def _connect(self) -> None:
         ready: asyncio.Future = asyncio.get_running_loop().create_future()

@@ -29,7 +29,8 @@ from agentenv.gateway.instance import EnvInstance
 from agentenv.gateway.mcp_tools import GET_TIME
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
 from agentenv.guard import tokens_equal
-from agentenv.spec.predicates import walk
+from agentenv.spec.paths import walk
+from agentenv.spec.times import iso, utc_now_iso
 from agentenv.spec.world_run import TriggerHit, WorldPush
 from agentenv.stores.local import SqliteDocumentStore
 
@@ -502,8 +503,8 @@ class Gateway:
             "tool": name, "arguments": arguments, "via": via,
             **({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]}),
             "refused": bool(outcome.get("refused")),
-            "virtual_time": vnow.isoformat().replace("+00:00", "Z"),
-            "real_time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            "virtual_time": iso(vnow),
+            "real_time": utc_now_iso(),
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         }
         if cause:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentenv.spec.paths import PathError, split, walk_parts
 from agentenv.spec.predicates import passes, test
 from agentenv.spec.world import CallMatch, StateWhen
 from agentenv.spec.world_run import Watch
@@ -23,7 +24,7 @@ class _Compiled:
         self.outcome = match.outcome
         self.roles = frozenset(match.roles) if match.roles is not None else None
         self.agents = frozenset(match.agents) if match.agents is not None else None
-        self.where = [(p.path.split("."), *p.operator) for p in match.where]
+        self.where = [(split(p.path), *p.operator) for p in match.where]
 
     def matches(self, call: dict[str, Any], ok: bool) -> bool:
         if self.outcome != "any" and (self.outcome == "success") != ok:
@@ -33,14 +34,10 @@ class _Compiled:
         if self.agents is not None and call["agent"] not in self.agents:
             return False
         for parts, op, expected in self.where:
-            actual: Any = call
-            for part in parts:
-                if isinstance(actual, dict) and part in actual:
-                    actual = actual[part]
-                elif isinstance(actual, list) and part.isdigit() and int(part) < len(actual):
-                    actual = actual[int(part)]
-                else:
-                    return False
+            try:
+                actual = walk_parts(call, parts)
+            except PathError:
+                return False
             if not passes(op, actual, expected):
                 return False
         return True

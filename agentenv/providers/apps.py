@@ -3,7 +3,6 @@ sandboxes started by `deploy_env` (`deploy_agent`) and stopped by `teardown_env`
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import re
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentenv.errors import BadInput
 from agentenv.providers.base import Network, SandboxSpec, redact
+from agentenv.stores import keys
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
@@ -34,7 +34,7 @@ def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
     if not (folder / "Dockerfile").is_file():
         raise BadInput(f"{folder} has no Dockerfile", "point `build` at a folder with a Dockerfile")
     data = context_tar(folder)
-    key = f"artifacts/sha256-{hashlib.sha256(data).hexdigest()}.tar"
+    key = keys.content(data, "tar")
     if not stores.objects.exists(key):
         stores.objects.put(key, data)
     return key
@@ -42,7 +42,7 @@ def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
 
 def unpack_build(settings: Settings, stores: Stores, key: str, name: str) -> Path:
     """The context on this machine, unpacked once per content hash."""
-    digest = key.rsplit("sha256-", 1)[1].removesuffix(".tar")
+    digest = keys.content_digest(key)
     folder = Path(settings.state_dir) / "sandboxes" / "contexts" / digest[:32] / name
     if not (folder / "Dockerfile").is_file():
         tmp = folder.with_name(f"{name}.{os.getpid()}.tmp")

@@ -15,11 +15,12 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentenv.errors import AgentEnvError, BadInput
+from agentenv.spec.env import Network  # the sandbox's network as declared (re-exported)
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
@@ -44,35 +45,6 @@ class ProviderUnavailable(AgentEnvError):
 
 class SandboxFailed(AgentEnvError):
     """The sandbox could not be built or started for a reason the user must fix (a broken Dockerfile)."""
-
-
-class Network(BaseModel):
-    """`open` (default), `none`, an allowlist of addresses (IPs or CIDRs) the sandbox may reach, or
-    `host`: the host's own network (it reaches services on the host's loopback, e.g. the gateway)."""
-
-    model_config = ConfigDict(extra="forbid")
-    mode: Literal["open", "none", "allowlist", "host"] = "open"
-    allow: list[str] = Field(default_factory=list)
-
-    @classmethod
-    def parse(cls, value: Any) -> Network:
-        if isinstance(value, Network):
-            return value
-        if value in (None, "open"):
-            return cls()
-        if value in ("none", "host"):
-            return cls(mode=value)
-        if isinstance(value, list):
-            import ipaddress
-
-            for item in value:
-                try:
-                    ipaddress.ip_network(item, strict=False)
-                except ValueError:
-                    raise ValueError(f"network allowlist entry {item!r} is not an IP address or CIDR "
-                                     "(e.g. \"10.0.0.0/8\")") from None
-            return cls(mode="allowlist", allow=list(value))
-        raise ValueError(f"network must be \"open\", \"none\", \"host\" or a list of allowed CIDRs, not {value!r}")
 
 
 class SandboxSpec(BaseModel):

@@ -97,7 +97,7 @@ async def retire_orphaned_instances(settings: Settings, client: Client) -> list[
     """Instances served by remote apps (sandboxes, URLs) of a run that is over, which the run could not
     retire itself: keep their trajectories and stop serving them. Only a gateway that runs is asked."""
     from agentenv.gateway import daemon
-    from agentenv.steps.builtin.envs import retire_instance
+    from agentenv.gateway.release import retire_instance
     from agentenv.stores import open_stores
 
     if not settings.gateway.url and not daemon.status(settings).running:
@@ -106,12 +106,17 @@ async def retire_orphaned_instances(settings: Settings, client: Client) -> list[
     async with daemon.connect(settings, start_daemon=False) as gateway:
         instances = [i for i in (await gateway._json("GET", "/admin/instances"))["instances"]
                      if i.get("run_id") and any(app.get("url") for app in i.get("apps", []))]
+        if not instances:
+            return []
         statuses = await run_statuses(client, {i["run_id"] for i in instances})
-        stores = open_stores(settings) if instances else None
-        for inst in instances:
-            if statuses.get(inst["run_id"], "running") != "running":
-                await retire_instance(gateway, stores, inst["run_id"], inst["id"])
-                retired.append(inst["id"])
+        stores = open_stores(settings)
+        try:
+            for inst in instances:
+                if statuses.get(inst["run_id"], "running") != "running":
+                    await retire_instance(gateway, stores, inst["run_id"], inst["id"])
+                    retired.append(inst["id"])
+        finally:
+            stores.close()
     return retired
 
 

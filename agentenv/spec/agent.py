@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentenv.spec.duration import Duration
 from agentenv.spec.env import AgentSandbox
-from agentenv.spec.patterns import check_pattern
+from agentenv.spec.predicates import TextTest
 
 NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
 
@@ -66,17 +66,14 @@ class LlmConfig(_Spec):
     time_budget: Duration = Field(timedelta(minutes=5), description="per turn")
 
 
-class Reply(_Spec):
-    """A templated reply: when what was said matches, say this (`${message}` is what was said)."""
+class Reply(_Spec, TextTest):
+    """A templated reply: when what was said contains or matches (ignoring case), say this (`${message}` is
+    what was said). With neither rule it never answers."""
 
-    contains: str | None = None
-    matches: str | None = None
+    field = "reply"
+    exactly_one = False
+
     say: str
-
-    @model_validator(mode="after")
-    def _pattern(self) -> Reply:
-        check_pattern(self.matches, "reply.matches")
-        return self
 
 
 class PersonaConfig(_Spec):

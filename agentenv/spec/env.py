@@ -1,20 +1,54 @@
 """Environments as declared: which apps, composed how, which roles see which tools, what data to start with.
 
-In a bundle, `envs/NAME/env.toml` holds an `EnvRecord`; its data files live beside it.
+In a bundle, `envs/NAME/env.toml` holds an `EnvRecord`; its data files live beside it. What needs the
+installed apps (do they load, do their tool names clash, does every role pattern name a tool) is checked
+by `agentenv.planning.envs`, where records are loaded.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentenv.spec.secrets import NAME as SECRET_NAME
+from agentenv.spec.secrets import PREFIX, is_reference
 
 NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Network(BaseModel):
+    """`open` (default), `none`, an allowlist of addresses (IPs or CIDRs) the sandbox may reach, or
+    `host`: the host's own network (it reaches services on the host's loopback, e.g. the gateway)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["open", "none", "allowlist", "host"] = "open"
+    allow: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def parse(cls, value: Any) -> Network:
+        if isinstance(value, Network):
+            return value
+        if value in (None, "open"):
+            return cls()
+        if value in ("none", "host"):
+            return cls(mode=value)
+        if isinstance(value, list):
+            import ipaddress
+
+            for item in value:
+                try:
+                    ipaddress.ip_network(item, strict=False)
+                except ValueError:
+                    raise ValueError(f"network allowlist entry {item!r} is not an IP address or CIDR "
+                                     "(e.g. \"10.0.0.0/8\")") from None
+            return cls(mode="allowlist", allow=list(value))
+        raise ValueError(f"network must be \"open\", \"none\", \"host\" or a list of allowed CIDRs, not {value!r}")
 
 
 class SandboxRun(_Spec):
@@ -46,8 +80,6 @@ class SandboxRun(_Spec):
             raise ValueError("a sandbox needs `build` (a folder with a Dockerfile), `image` or `command`")
         if self.build and self.image:
             raise ValueError("give either `build` or `image`, not both")
-        from agentenv.providers.base import Network
-
         Network.parse(self.network)
         _check_env(self.env)
         return self
@@ -59,9 +91,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 def _check_env(env: dict[str, str]) -> None:
     """Names a process can receive; `secret:` references that name a secret (their values are checked when
     the run is planned, and read only when the sandbox starts)."""
-    from agentenv.stores.secrets import NAME as SECRET_NAME
-    from agentenv.stores.secrets import PREFIX, is_reference
-
     for name, value in env.items():
         if not ENV_NAME.match(name):
             raise ValueError(f"env name {name!r} is not a variable name (letters, digits and '_', not first a digit)")
@@ -129,53 +158,3 @@ class EnvRecord(_Spec):
     roles: dict[str, RoleSpec] = Field(default_factory=lambda: {"agent": RoleSpec()})
     data: list[str] = Field(default_factory=list, description="JSON data files loaded at deploy, relative to the "
                                                               "record's folder: {app: {table: [rows]}}")
-
-    @model_validator(mode="after")
-    def _tools_exist(self) -> EnvRecord:
-        check_composition(self.apps, self.roles)
-        return self
-
-    @classmethod
-    def for_app(cls, app: str) -> EnvRecord:
-        """A one-app environment with a single role, `agent`, that sees every tool but hidden ones."""
-        from agentenv.envs.builtin import APPS
-        from agentenv.envs.instance import load_app_class
-
-        return cls(name=load_app_class(APPS.get(app, app)).name.replace("_", "-"), apps=[AppRef(app=app)])
-
-
-def check_composition(apps: list[AppRef], roles: dict[str, RoleSpec]) -> None:
-    """Apps load, their tool names do not clash, and every role pattern names a real tool."""
-    from agentenv.envs.builtin import APPS
-    from agentenv.envs.instance import load_app_class
-    from agentenv.gateway.mcp_tools import GET_TIME
-    from agentenv.gateway.roles import ToolEntry, allowed_tools
-
-    entries = {GET_TIME: ToolEntry(GET_TIME, f"gateway.{GET_TIME}", False)}
-    seen: set[str] = set()
-    from agentenv.errors import BadInput
-
-    for ref in apps:
-        if ref.remote:
-            assert ref.name is not None  # AppRef's validator: a remote app has a name
-            seen.add(ref.name)
-            continue
-        assert ref.app is not None  # not remote: a Python app
-        try:
-            app_cls = load_app_class(APPS.get(ref.app, ref.app))
-        except BadInput as e:
-            raise ValueError(f"{e.problem} — {e.fix}") from None
-        name = ref.name or app_cls.name
-        if name in seen:
-            raise ValueError(f"two apps are named {name!r}; give one a `name`")
-        seen.add(name)
-        for tool in app_cls.tools.values():
-            exposed = ref.prefix + tool.name
-            if exposed in entries:
-                raise ValueError(f"{name}.{tool.name} and {entries[exposed].qualified} are both exposed as "
-                                 f"{exposed!r}; give one app a `prefix` (e.g. prefix = \"{name}_\")")
-            entries[exposed] = ToolEntry(exposed, f"{name}.{tool.name}", tool.hidden)
-    if any(ref.remote for ref in apps):
-        return  # roles are checked against the real tools when the environment is deployed
-    for role, spec in roles.items():
-        allowed_tools(role, spec, list(entries.values()))

@@ -1,14 +1,24 @@
-"""The comparison operators of checks and trigger predicates: one implementation, pure and import-light
-(the workflow and the gateway's hot path both use it)."""
+"""The comparison operators of checks and trigger predicates, and the text tests of what agents say: one
+implementation and one declaration of their fields, so every model that tests a value accepts the same
+operators (the workflow and the gateway's hot path both use it; it imports only pydantic).
+
+Models take an operator as a field (`equals = 3`, `matches = "^ORD-"`): `Operators` declares those fields,
+`TextTest` the `contains` / `matches` pair of rules over what someone said.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, Literal, get_args
+
+from pydantic import BaseModel, Field, model_validator
 
 from agentenv.spec import patterns
+from agentenv.spec.patterns import check_pattern
 
-OPERATORS = ("equals", "not_equals", "contains", "not_contains", "matches", "one_of", "gt", "gte", "lt", "lte", "truthy")
+Operator = Literal["equals", "not_equals", "contains", "not_contains", "matches", "one_of", "gt", "gte", "lt", "lte",
+                   "truthy"]
+OPERATORS: tuple[Operator, ...] = get_args(Operator)
 
 
 def _contains(actual: Any, expected: Any) -> bool:
@@ -63,14 +73,57 @@ def operator_of(model: Any) -> tuple[str, Any]:
     return op, getattr(model, op)
 
 
-def walk(value: Any, path: str) -> Any:
-    """Follow a dotted path into dicts and lists; KeyError if it leads nowhere."""
-    current = value
-    for part in path.split(".") if path else []:
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-        elif isinstance(current, list) and part.lstrip("-").isdigit() and -len(current) <= int(part) < len(current):
-            current = current[int(part)]
-        else:
-            raise KeyError(part)
-    return current
+class Operators(BaseModel):
+    """The operator fields, for models that test one value (checks, trigger predicates, state conditions).
+    Each model says in its own validator what it is, via `require_one_operator`."""
+
+    equals: Any = None
+    not_equals: Any = None
+    contains: Any = Field(None, description="substring, list item or dict key")
+    not_contains: Any = Field(None, description="the value does not contain this")
+    matches: str | None = Field(None, description="a regular expression searched in the value's text")
+    one_of: list[Any] | None = None
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+    truthy: bool | None = Field(None, description="true: the value is truthy; false: it is falsy")
+
+    @property
+    def operator(self) -> tuple[str, Any]:
+        """The operator given and its expected value (valid models have exactly one)."""
+        return operator_of(self)
+
+    def require_one_operator(self, what: str, pattern_field: str) -> None:
+        """For validators: ValueError unless exactly one operator is given, and its pattern (if any) is usable.
+        `what` names the model in the message ("check 'refund'"), `pattern_field` names its `matches`."""
+        given = operators_given(self)
+        if len(given) != 1:
+            raise ValueError(f"{what} needs exactly one operator, got {len(given)}"
+                             f"{' (' + ', '.join(given) + ')' if given else ''} — choose one of: {', '.join(OPERATORS)}")
+        check_pattern(self.matches, pattern_field)
+
+
+class TextTest(BaseModel):
+    """A rule over what someone said: `contains` (a substring) or `matches` (a pattern); `hit` ignores case.
+    Subclasses name themselves (`field`, for messages) and say whether exactly one rule is required."""
+
+    field: ClassVar[str] = "text"
+    exactly_one: ClassVar[bool] = True
+
+    contains: str | None = None
+    matches: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> TextTest:
+        if self.exactly_one and (self.contains is None) == (self.matches is None):
+            raise ValueError(f"`{self.field}` needs exactly one of `contains` or `matches`")
+        check_pattern(self.matches, f"{self.field}.matches")
+        return self
+
+    def hit(self, text: str) -> bool:
+        """Whether the text contains, or matches, what is given — ignoring case. Neither given: no hit."""
+        if self.contains is not None and self.contains.lower() in text.lower():
+            return True
+        return self.matches is not None and patterns.search(self.matches, text, ignore_case=True)
+

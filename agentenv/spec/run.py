@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from agentenv.spec.task import FailurePolicy
+from agentenv.spec.verbs import WorldStepVerb
 from agentenv.spec.world_run import WorldSpec, WorldState
 
 AGGREGATE = "aggregate_scores"  # the step type whose score, when present, is the run's
@@ -67,8 +68,20 @@ class Score(BaseModel):
         return cls(value=round(value, 6), threshold=threshold, criteria=criteria)
 
 
-class StepPlan(BaseModel):
-    """One step as the workflow executes it: the spec plus what its type decided (local, limits)."""
+class StepTraits(BaseModel):
+    """What the workflow needs to know of a step's type, declared by the type (`@step_type`) and carried in
+    its plan: the workflow never tells step types apart by name."""
+
+    in_workflow: bool = False  # world steps (clock, triggers, waits) the workflow applies itself
+    verb: WorldStepVerb | None = None  # ... and which of the world's verbs it applies
+    deploys_env: bool = False  # its `instance` output is an environment instance of the run (the world watches it)
+    deploys_agent: bool = False  # deploys an agent (hosted on the gateway, or in a sandbox): `instruct ... by` it
+    conversation: bool = False  # a prompt whose sides a trainer may play (the run then holds the conversation)
+    sandboxes: bool = False  # starts sandboxes (decided from its planned config): removed at the run's end
+
+
+class StepPlan(StepTraits):
+    """One step as the workflow executes it: the spec plus what its type decided (local, limits, traits)."""
 
     id: str
     type: str
@@ -79,7 +92,45 @@ class StepPlan(BaseModel):
     retries: int
     local: bool = False
     heartbeat_timeout: timedelta | None = None
-    in_workflow: bool = False  # world steps (clock, triggers, waits) the workflow applies itself
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plans_recorded_before_step_traits(cls, data: Any) -> Any:
+        """Plans recorded before step traits (runs in flight, histories) carry none: their traits are those of
+        the built-in type of their name (only built-ins had any then), so they replay the same decisions."""
+        if isinstance(data, dict) and not NEW_TRAITS & data.keys():
+            data = {**data, **builtin_traits(data.get("type"), data.get("config") or {})}
+        return data
+
+
+# -- plans recorded before step traits: what the workflow decided from the type's name then --
+
+NEW_TRAITS = {"verb", "deploys_env", "deploys_agent", "conversation", "sandboxes"}
+
+
+def apps_in_sandboxes(config: dict[str, Any]) -> bool:
+    """A planned deploy_env config (its record inlined) with an app in a sandbox."""
+    record = config.get("record") or {}
+    return any(isinstance(app, dict) and app.get("sandbox") for app in record.get("apps", []))
+
+
+def agent_in_sandbox(config: dict[str, Any]) -> bool:
+    """A planned deploy_agent config of an a2a agent started in a sandbox."""
+    record = config.get("record") or {}
+    return record.get("type") == "a2a" and bool((record.get("config") or {}).get("sandbox"))
+
+
+def builtin_traits(step_type: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The traits the built-in step type of this name declares (agentenv.steps.builtin), from its config."""
+    if step_type == "deploy_env":
+        return {"deploys_env": True, "sandboxes": apps_in_sandboxes(config)}
+    if step_type == "deploy_agent":
+        return {"deploys_agent": True, "sandboxes": agent_in_sandbox(config)}
+    if step_type == "prompt_agent":
+        return {"conversation": True}
+    if step_type in get_args(WorldStepVerb):
+        return {"verb": step_type}
+    return {}
 
 
 class RunInput(BaseModel):

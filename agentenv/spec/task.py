@@ -1,25 +1,23 @@
-"""A task: a DAG of typed steps. Tasks are written in TOML (see `agent-env schema task`)."""
+"""A task: a DAG of typed steps. Tasks are written in TOML (see `agent-env schema task`).
+
+A `TaskSpec` checks its own shape and graph. What needs the installed step types, apps and bundles (a
+step's config against its type, the steps a config names, the world against the environments) is
+checked by `agentenv.planning.tasks`, which loads tasks; the pure checks it runs live here.
+"""
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    ValidationInfo,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agentenv.spec.duration import Duration
-from agentenv.spec.templates import has_template, referenced_steps
+from agentenv.spec.templates import referenced_steps
 from agentenv.spec.world import ClockSpec, PersonaSpec, TriggerSpec
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
@@ -47,12 +45,6 @@ class StepSpec(BaseModel):
     timeout: Duration | None = Field(None, description="per attempt; default: the step type's")
     retries: int | None = Field(None, ge=0, le=100, description="extra attempts; default: the step type's")
 
-    @model_validator(mode="after")
-    def _check_type_and_config(self, info: ValidationInfo) -> StepSpec:
-        if problems := step_type_problems(self, info.context):
-            raise ValidationError.from_exception_data("StepSpec", problems)
-        return self
-
 
 class TaskSpec(BaseModel):
     """A task file. Steps without a dependency between them run concurrently."""
@@ -75,48 +67,40 @@ class TaskSpec(BaseModel):
     def bundle(self) -> Path | None:
         return self._bundle
 
-    @classmethod
-    def get(cls, target: str, task: str | None = None) -> TaskSpec:
-        """A task as `agent-env run` finds it: a built-in bundle's name, a bundle folder or a task file."""
-        from agentenv.bundles import resolve_target
-
-        return resolve_target(target, task)
-
     def step(self, step_id: str) -> StepSpec:
         return next(s for s in self.steps if s.id == step_id)
 
     @model_validator(mode="after")
-    def _check_graph(self, info: ValidationInfo) -> TaskSpec:
+    def _check_graph(self) -> TaskSpec:
         if problems := graph_problems(self.steps):
             raise ValidationError.from_exception_data("TaskSpec", problems)
-        if self.triggers or self.personas or any(s.type in WORLD_STEPS for s in self.steps):
-            from agentenv.spec.world import world_problems
-
-            bundle = (info.context or {}).get("bundle")
-            if found := world_problems(self, bundle):
-                raise ValidationError.from_exception_data("TaskSpec", [
-                    _problem(loc, "world", message, None)
-                    for loc, message in found])
         return self
 
+    @property
+    def has_world(self) -> bool:
+        """Triggers, personas or steps that act on the world's clock and rules."""
+        return bool(self.triggers or self.personas or any(s.type in WORLD_STEPS for s in self.steps))
 
-def _problem(loc: tuple[Any, ...], kind: str, message: str, value: Any) -> InitErrorDetails:
+
+def problem(loc: tuple[Any, ...], kind: str, message: str, value: Any) -> InitErrorDetails:
+    """One problem, reported as pydantic reports a field's (the text is used as it is)."""
     return InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=value)
 
 
-def _suggest(name: str, known: list[str]) -> str:
+def suggest(name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     return f"did you mean '{close[0]}'? " if close else ""
 
 
 def graph_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
+    """The steps form a DAG: ids unique, dependencies known, no cycle."""
     problems: list[InitErrorDetails] = []
     first_index: dict[str, int] = {}
     for i, s in enumerate(steps):
         if s.id in first_index:
             problems.append(
-                _problem(("steps", i, "id"), "duplicate_step",
-                         f"duplicate step id '{s.id}' (also steps[{first_index[s.id]}]) — give each step its own id", s.id)
+                problem(("steps", i, "id"), "duplicate_step",
+                        f"duplicate step id '{s.id}' (also steps[{first_index[s.id]}]) — give each step its own id", s.id)
             )
         else:
             first_index[s.id] = i
@@ -124,50 +108,53 @@ def graph_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
     for i, s in enumerate(steps):
         for dep in s.depends_on:
             if dep == s.id:
-                problems.append(_problem(("steps", i, "depends_on"), "self_dependency",
-                                         f"step '{s.id}' depends on itself — remove '{dep}'", s.depends_on))
+                problems.append(problem(("steps", i, "depends_on"), "self_dependency",
+                                        f"step '{s.id}' depends on itself — remove '{dep}'", s.depends_on))
             elif dep not in first_index:
                 problems.append(
-                    _problem(("steps", i, "depends_on"), "unknown_dependency",
-                             f"'{dep}' is not a step of this task — {_suggest(dep, known)}known steps: {', '.join(known)}",
-                             s.depends_on)
+                    problem(("steps", i, "depends_on"), "unknown_dependency",
+                            f"'{dep}' is not a step of this task — {suggest(dep, known)}known steps: {', '.join(known)}",
+                            s.depends_on)
                 )
     if problems:
         return problems
     cycle = find_cycle({s.id: s.depends_on for s in steps})
     if cycle:
         path = " → ".join(cycle)
-        return [_problem(("steps", first_index[cycle[0]], "depends_on"), "dependency_cycle",
-                         f"dependency cycle {path} — remove one of these depends_on entries", cycle)]
+        return [problem(("steps", first_index[cycle[0]], "depends_on"), "dependency_cycle",
+                        f"dependency cycle {path} — remove one of these depends_on entries", cycle)]
+    return []
+
+
+def reference_problems(steps: list[StepSpec], step_refs: Callable[[str], Sequence[str]]) -> list[InitErrorDetails]:
+    """What a step's config names must be upstream of it: `${steps.ID...}` references, and the config
+    fields that name a step (`step_refs(type)`, e.g. the `env` a step acts on). For a graph without problems."""
+    problems: list[InitErrorDetails] = []
+    known = [s.id for s in steps]
     for i, s in enumerate(steps):
         ancestors = upstream(s.id, {t.id: t.depends_on for t in steps})
-        problems += _step_ref_problems(i, s, ancestors, known)
+        for field in step_refs(s.type):
+            problems += _step_ref_problems(i, s, field, ancestors, known)
         for ref in sorted(referenced_steps(s.config)):
-            if ref not in first_index:
-                problems.append(_problem(("steps", i, "config"), "unknown_reference",
-                                         f"refers to steps.{ref}, which is not a step — {_suggest(ref, known)}known steps: {', '.join(known)}",
-                                         ref))
+            if ref not in known:
+                problems.append(problem(("steps", i, "config"), "unknown_reference",
+                                        f"refers to steps.{ref}, which is not a step — {suggest(ref, known)}known steps: {', '.join(known)}",
+                                        ref))
             elif ref not in ancestors:
-                problems.append(_problem(("steps", i, "config"), "reference_not_upstream",
-                                         f"refers to steps.{ref}, but '{s.id}' does not depend on it, so its results may not exist yet — add '{ref}' to depends_on",
-                                         ref))
+                problems.append(problem(("steps", i, "config"), "reference_not_upstream",
+                                        f"refers to steps.{ref}, but '{s.id}' does not depend on it, so its results may not exist yet — add '{ref}' to depends_on",
+                                        ref))
     return problems
 
 
-def _step_ref_problems(i: int, step: StepSpec, ancestors: set[str], known: list[str]) -> list[InitErrorDetails]:
-    """Config fields that name another step (e.g. the `env` a step acts on) must name an upstream one."""
-    from agentenv.steps import registry
-
-    try:
-        fields = registry.get(step.type).step_refs
-    except (KeyError, ImportError):
-        return []  # reported by the step's own validation
+def _step_ref_problems(i: int, step: StepSpec, field: str, ancestors: set[str], known: list[str]
+                       ) -> list[InitErrorDetails]:
+    """A config field that names another step (e.g. the `env` a step acts on) must name an upstream one."""
     problems = []
-    for field in fields:
-        value = step.config.get(field)
-        refs = value if isinstance(value, list) else [value]  # one step, or a list (of ids or {step = ...})
-        for ref in (r.get("step") if isinstance(r, dict) else r for r in refs):
-            problems += _one_step_ref(i, step, field, ref, ancestors, known)
+    value = step.config.get(field)
+    refs = value if isinstance(value, list) else [value]  # one step, or a list (of ids or {step = ...})
+    for ref in (r.get("step") if isinstance(r, dict) else r for r in refs):
+        problems += _one_step_ref(i, step, field, ref, ancestors, known)
     return problems
 
 
@@ -175,13 +162,13 @@ def _one_step_ref(i: int, step: StepSpec, field: str, ref: Any, ancestors: set[s
     problems = []
     if isinstance(ref, str) and not ref.startswith("${"):
         if ref not in known:
-            problems.append(_problem(("steps", i, "config", field), "unknown_step_ref",
-                                     f"{ref!r} is not a step of this task — {_suggest(ref, known)}name one of "
-                                     f"its steps (known steps: {', '.join(known)})", ref))
+            problems.append(problem(("steps", i, "config", field), "unknown_step_ref",
+                                    f"{ref!r} is not a step of this task — {suggest(ref, known)}name one of "
+                                    f"its steps (known steps: {', '.join(known)})", ref))
         elif ref not in ancestors:
-            problems.append(_problem(("steps", i, "config", field), "step_ref_not_upstream",
-                                     f"refers to step {ref!r}, but '{step.id}' does not depend on it — "
-                                     f"add '{ref}' to depends_on", ref))
+            problems.append(problem(("steps", i, "config", field), "step_ref_not_upstream",
+                                    f"refers to step {ref!r}, but '{step.id}' does not depend on it — "
+                                    f"add '{ref}' to depends_on", ref))
     return problems
 
 
@@ -217,34 +204,3 @@ def upstream(step_id: str, deps: dict[str, list[str]]) -> set[str]:
             seen.add(node)
             stack.extend(deps.get(node, []))
     return seen
-
-
-def step_type_problems(step: StepSpec, context: dict[str, Any] | None = None) -> list[InitErrorDetails]:
-    """The step's type must be registered and its config must fit that type's model.
-
-    Values that hold ${...} references are checked after they resolve, when the step runs.
-    """
-    from agentenv.steps import registry
-
-    try:
-        step_type = registry.get(step.type)
-    except ImportError as e:
-        return [_problem(("type",), "broken_step_type", f"{e} — reinstall or fix the plugin that provides it", step.type)]
-    except KeyError:
-        names = registry.names()
-        return [_problem(("type",), "unknown_step_type",
-                         f"unknown step type '{step.type}' — {_suggest(step.type, names)}known types: {', '.join(names)} "
-                         "(plugins add more through the 'agentenv.steps' entry-point group)", step.type)]
-    try:
-        step_type.config.model_validate(step.config, context=context)
-    except ValidationError as e:
-        return [
-            InitErrorDetails(
-                type=PydanticCustomError(err["type"], err["msg"]),  # no context: the text is used as is
-                loc=("config", *err["loc"]),
-                input=err.get("input"),
-            )
-            for err in e.errors(include_url=False)
-            if not has_template(err.get("input"))
-        ]
-    return []

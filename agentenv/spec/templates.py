@@ -15,6 +15,8 @@ import json
 import re
 from typing import Any
 
+from agentenv.spec.paths import PathError, walk_parts
+
 REF = re.compile(r"(?<!\$)\$\{\s*([A-Za-z_][\w.\-]*)\s*\}")
 
 
@@ -50,21 +52,15 @@ def referenced_steps(value: Any) -> set[str]:
 
 
 def lookup(scope: dict[str, Any], path: str) -> Any:
-    current: Any = scope
-    walked: list[str] = []
-    for part in path.split("."):
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-        elif isinstance(current, list) and part.lstrip("-").isdigit() and -len(current) <= int(part) < len(current):
-            current = current[int(part)]
-        else:
-            where = ".".join(walked) or "the scope"
-            if isinstance(current, dict):
-                known = ", ".join(sorted(map(str, current))) or "nothing"
-                raise TemplateError(f"${{{path}}}: {where} has no '{part}' (it has: {known})")
-            raise TemplateError(f"${{{path}}}: cannot look up '{part}' in {where} ({type(current).__name__})")
-        walked.append(part)
-    return current
+    """The value at a reference's dotted path; TemplateError saying where it stopped and what is there."""
+    try:
+        return walk_parts(scope, path.split("."))
+    except PathError as e:
+        where = ".".join(e.walked) or "the scope"
+        if isinstance(e.at, dict):
+            known = ", ".join(sorted(map(str, e.at))) or "nothing"
+            raise TemplateError(f"${{{path}}}: {where} has no '{e.part}' (it has: {known})") from None
+        raise TemplateError(f"${{{path}}}: cannot look up '{e.part}' in {where} ({type(e.at).__name__})") from None
 
 
 def resolve(value: Any, scope: dict[str, Any]) -> Any:

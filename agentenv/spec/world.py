@@ -28,8 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentenv.spec.duration import Duration, parse_duration
-from agentenv.spec.patterns import check_pattern
-from agentenv.spec.predicates import operator_of, operators_given
+from agentenv.spec.predicates import Operators, TextTest
 
 MAX_RATE = 86_400.0
 TRIGGER_ID = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
@@ -85,19 +84,10 @@ TimeValue = str | datetime
 
 # -- predicates over a call --
 
-class Predicate(_Spec):
+class Predicate(_Spec, Operators):
     """A test on part of a matched call: `path` is arguments.X, result.X (dots walk in), agent, role or tool."""
 
     path: str
-    equals: Any = None
-    not_equals: Any = None
-    contains: Any = None
-    matches: str | None = None
-    one_of: list[Any] | None = None
-    gt: float | None = None
-    gte: float | None = None
-    lt: float | None = None
-    lte: float | None = None
 
     @field_validator("path")
     @classmethod
@@ -109,15 +99,8 @@ class Predicate(_Spec):
 
     @model_validator(mode="after")
     def _one_operator(self) -> Predicate:
-        given = operators_given(self)
-        if len(given) != 1:
-            raise ValueError(f"predicate on {self.path!r} needs exactly one operator, got {len(given)}")
-        check_pattern(self.matches, f"predicate on {self.path!r}: matches")
+        self.require_one_operator(f"predicate on {self.path!r}", f"predicate on {self.path!r}: matches")
         return self
-
-    @property
-    def operator(self) -> tuple[str, Any]:
-        return operator_of(self)
 
 
 class CallMatch(_Spec):
@@ -175,7 +158,7 @@ class ToolCallWhen(CallMatch):
         None, description="hold the provoking call's answer (at most this long) until the actions are done")
 
 
-class StateWhen(_Spec):
+class StateWhen(_Spec, Operators):
     """True when a read-only tool's result (at `path`) passes the test; fires when it becomes true."""
 
     type: Literal["state"]
@@ -184,38 +167,17 @@ class StateWhen(_Spec):
     arguments: dict[str, Any] = Field(default_factory=dict)
     role: str | None = Field(None, description="read as this role (default: the environment's first)")
     path: str = ""
-    equals: Any = None
-    not_equals: Any = None
-    contains: Any = None
-    matches: str | None = None
-    one_of: list[Any] | None = None
-    gt: float | None = None
-    gte: float | None = None
-    lt: float | None = None
-    lte: float | None = None
-
-    @property
-    def operator(self) -> tuple[str, Any]:
-        return operator_of(self)
 
     @model_validator(mode="after")
     def _one_operator(self) -> StateWhen:
-        if len(operators_given(self)) != 1:
-            raise ValueError("a state condition needs exactly one operator (equals, contains, gt, ...)")
-        check_pattern(self.matches, f"state condition on {self.tool}: matches")
+        self.require_one_operator(f"state condition on {self.tool}", f"state condition on {self.tool}: matches")
         return self
 
 
-class Says(_Spec):
-    contains: str | None = None
-    matches: str | None = None
+class Says(_Spec, TextTest):
+    """What a persona is told: it becomes predicates on the message (so, unlike `TextTest.hit`, case counts)."""
 
-    @model_validator(mode="after")
-    def _one(self) -> Says:
-        if (self.contains is None) == (self.matches is None):
-            raise ValueError("`says` needs exactly one of contains or matches")
-        check_pattern(self.matches, "says.matches")
-        return self
+    field = "says"
 
 
 class PersonaWhen(_Spec):
@@ -247,6 +209,9 @@ class CallToolAction(_Action):
 
 
 class SetToolsAction(_Action):
+    """Change a role's rules mid-run: `enable` tools (names or patterns), `disable` others, keep the rest. Unlike
+    the step `set_role_tools`, which replaces the role's rules (`tools`, `deny`): see agentenv.spec.verbs."""
+
     type: Literal["set_tools"]
     env: str
     role: str
@@ -275,8 +240,17 @@ class SetClockAction(_Action):
 
 
 class TriggersAction(_Action):
+    """Register or cancel triggers, as the world steps of the same name do (`ids` is the old name of `triggers`)."""
+
     type: Literal["register_triggers", "cancel_triggers"]
-    ids: list[str] = Field(min_length=1)
+    triggers: list[str] = Field(min_length=1, description="trigger ids")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ids_is_triggers(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "ids" in data and "triggers" not in data:
+            data = {("triggers" if key == "ids" else key): value for key, value in data.items()}
+        return data
 
 
 class EndRunAction(_Action):
@@ -315,24 +289,14 @@ def trigger_cycle(triggers: list[TriggerSpec]) -> list[str] | None:
     return find_cycle(deps)
 
 
-def world_problems(task: Any, bundle: Any) -> list[tuple[tuple[Any, ...], str]]:
-    """Cross-checks of clock, personas and triggers against the task's environments: (location, message)."""
-    from agentenv.errors import AgentEnvError
+DeployedEnv = tuple[set[str] | None, set[str], set[str]]  # tools (None: known once it runs), roles, agents
 
+
+def world_problems(task: Any, envs: dict[str, DeployedEnv]) -> list[tuple[tuple[Any, ...], str]]:
+    """Cross-checks of clock, personas and triggers against the task's environments (`envs`: by deploy
+    step id, as `agentenv.planning` finds them): (location, message)."""
     problems: list[tuple[tuple[Any, ...], str]] = []
     start = task.clock.start if task.clock else None
-    envs: dict[str, Any] = {}  # deploy step id -> (tools, roles, agents)
-    for s in task.steps:
-        if s.type == "deploy_env" and isinstance(s.config.get("env"), str):
-            try:
-                from agentenv.bundles import find_env
-
-                record, _ = find_env(bundle, s.config["env"])
-            except (AgentEnvError, ValueError):
-                continue  # reported by the step's own validation
-            tools = _exposed_tools(record)
-            agents = dict(s.config.get("agents") or {}) or {r: r for r in record.roles}
-            envs[s.id] = (tools, set(record.roles), set(agents))
     ids = [t.id for t in task.triggers]
     seen: set[str] = set()
     for i, t in enumerate(task.triggers):
@@ -386,21 +350,6 @@ def world_problems(task: Any, bundle: Any) -> list[tuple[tuple[Any, ...], str]]:
     return problems
 
 
-def _exposed_tools(record: Any) -> set[str] | None:
-    """The tools an environment exposes; None when an app's tools are only known once it runs."""
-    from agentenv.envs.builtin import APPS
-    from agentenv.envs.instance import load_app_class
-    from agentenv.gateway.mcp_tools import GET_TIME
-
-    tools = {GET_TIME}
-    for ref in record.apps:
-        if ref.remote:
-            return None
-        app_cls = load_app_class(APPS.get(ref.app, ref.app))
-        tools |= {ref.prefix + name for name in app_cls.tools}
-    return tools
-
-
 def _env_tool_problems(env: str, tools: list[str], envs: dict[str, Any], where: tuple[Any, ...]
                        ) -> list[tuple[tuple[Any, ...], str]]:
     if env not in envs:
@@ -449,5 +398,6 @@ def _action_problems(action: Any, envs: dict[str, Any], ids: list[str], start: d
         except ValueError as e:
             problems.append((where + ("time",), str(e)))
     elif isinstance(action, TriggersAction):
-        problems += [(where + ("ids",), f"{i!r} is not a trigger of this task") for i in action.ids if i not in ids]
+        problems += [(where + ("triggers",), f"{i!r} is not a trigger of this task")
+                     for i in action.triggers if i not in ids]
     return problems

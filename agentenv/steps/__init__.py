@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from agentenv.spec.duration import parse_duration
-from agentenv.spec.run import Score
+from agentenv.spec.run import Score, StepTraits
+from agentenv.spec.verbs import WorldStepVerb
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
@@ -171,9 +172,21 @@ class StepType:
     step_refs: tuple[str, ...] = ()  # config fields that name an upstream step
     in_workflow: bool = False  # applied by the workflow itself (world steps): `run` is never called
     quick: Callable[[dict[str, Any]], bool] | None = None  # given the planned config: quick enough to run local
+    # Traits: what the workflow needs to know of steps of this type (carried in their plans, see StepTraits).
+    verb: WorldStepVerb | None = None  # in_workflow: the world's verb it applies
+    deploys_env: bool = False
+    deploys_agent: bool = False
+    conversation: bool = False
+    sandboxes: Callable[[dict[str, Any]], bool] | None = None  # given the planned config: it starts sandboxes
 
     def runs_local(self, config: dict[str, Any]) -> bool:
         return self.local or (self.quick is not None and self.quick(config))
+
+    def traits(self, config: dict[str, Any]) -> StepTraits:
+        """The traits of a step of this type with this planned config."""
+        return StepTraits(in_workflow=self.in_workflow, verb=self.verb, deploys_env=self.deploys_env,
+                          deploys_agent=self.deploys_agent, conversation=self.conversation,
+                          sandboxes=self.sandboxes is not None and self.sandboxes(config))
 
     async def __call__(self, ctx: StepContext, config: BaseModel) -> StepResult:
         result = self.run(ctx, config)
@@ -200,6 +213,11 @@ def step_type(
     step_refs: tuple[str, ...] = (),
     in_workflow: bool = False,
     quick: Callable[[dict[str, Any]], bool] | None = None,
+    verb: WorldStepVerb | None = None,
+    deploys_env: bool = False,
+    deploys_agent: bool = False,
+    conversation: bool = False,
+    sandboxes: Callable[[dict[str, Any]], bool] | None = None,
 ) -> Callable[[StepFunction], StepType]:
     """Declare a step type. Sync functions run in a thread so they cannot block the worker.
 
@@ -207,6 +225,11 @@ def step_type(
     (e.g. inlining an environment record from the bundle), so the run pins what it used.
     step_refs: config fields whose value is the id of an upstream step (checked with the task graph).
     quick: decides from the planned config that this step is quick (a local activity, one hop less).
+    Traits tell the workflow what it must know of the step (the workflow never compares type names):
+    in_workflow + verb: a world step the workflow applies itself (agentenv.spec.verbs); deploys_env: its
+    `instance` output is an environment instance the world watches; deploys_agent: it deploys an agent;
+    conversation: a prompt a trainer may play a side of; sandboxes: decides from the planned config that
+    the step starts sandboxes (removed when the run ends).
     """
 
     def wrap(fn: Callable[..., Any]) -> StepType:
@@ -227,6 +250,11 @@ def step_type(
             step_refs=step_refs,
             in_workflow=in_workflow,
             quick=quick,
+            verb=verb,
+            deploys_env=deploys_env,
+            deploys_agent=deploys_agent,
+            conversation=conversation,
+            sandboxes=sandboxes,
         )
 
     return wrap

@@ -14,12 +14,9 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import TypeGuard
 
 from agentenv.errors import BadInput
-
-PREFIX = "secret:"
-NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+from agentenv.spec.secrets import NAME, PREFIX, is_reference  # how specs write a reference (re-exported)
 
 
 class MissingSecret(BadInput):
@@ -28,10 +25,6 @@ class MissingSecret(BadInput):
 
 def env_var(name: str) -> str:
     return "AGENTENV_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
-
-
-def is_reference(value: object) -> TypeGuard[str]:
-    return isinstance(value, str) and value.startswith(PREFIX)
 
 
 class SecretStore:

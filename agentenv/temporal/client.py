@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from agentenv import waiting
 from agentenv.config import Settings
 from agentenv.errors import ServerError
 
@@ -52,38 +53,38 @@ async def connect(settings: Settings, *, start_server: bool = True, on_notice=la
                 "start it with `agent-env server start` (or let `agent-env run` start it)",
             )
     target = settings.address
+
+    async def connected() -> Client:
+        return await asyncio.wait_for(
+            Client.connect(
+                target,
+                namespace=settings.temporal.namespace,
+                api_key=settings.temporal.api_key,
+                tls=_tls(settings),
+                data_converter=pydantic_data_converter,
+            ),
+            timeout=settings.temporal.connect_timeout,
+        )
+
     # A freshly started dev server opens its port a moment before its frontend is healthy: keep
     # trying it for a while. A configured cluster gets the configured timeout, once.
-    deadline = asyncio.get_running_loop().time() + (20.0 if settings.embedded else 0.0)
-    while True:
-        try:
-            return await asyncio.wait_for(
-                Client.connect(
-                    target,
-                    namespace=settings.temporal.namespace,
-                    api_key=settings.temporal.api_key,
-                    tls=_tls(settings),
-                    data_converter=pydantic_data_converter,
-                ),
-                timeout=settings.temporal.connect_timeout,
-            )
-        except ServerError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any failure to connect gets the same clear message
-            if asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.05)
-                continue
-            reason = f"no answer within {settings.temporal.connect_timeout:g}s" if isinstance(e, TimeoutError) else e
-            if settings.embedded:
-                raise ServerError(
-                    f"the embedded Temporal server at {target} did not answer ({reason})",
-                    "run `agent-env server stop`, then try again; its log is under <state_dir>/temporal/server.log",
-                ) from None
+    try:
+        return await waiting.until(connected, what=f"the Temporal server at {target}",
+                                   timeout=20.0 if settings.embedded else 0.0, interval=0.05,
+                                   give_up_on=(ServerError,))  # any other failure gets the same clear message
+    except waiting.TimedOut as timed_out:
+        e = timed_out.last
+        reason = f"no answer within {settings.temporal.connect_timeout:g}s" if isinstance(e, TimeoutError) else e
+        if settings.embedded:
             raise ServerError(
-                f"the Temporal server at {target} (from {settings.describe_address_source()}) did not answer ({reason})",
-                "check that the server runs and the address, namespace and TLS settings are right, "
-                "or unset the address to use the embedded server",
+                f"the embedded Temporal server at {target} did not answer ({reason})",
+                "run `agent-env server stop`, then try again; its log is under <state_dir>/temporal/server.log",
             ) from None
+        raise ServerError(
+            f"the Temporal server at {target} (from {settings.describe_address_source()}) did not answer ({reason})",
+            "check that the server runs and the address, namespace and TLS settings are right, "
+            "or unset the address to use the embedded server",
+        ) from None
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> bool:

@@ -9,25 +9,35 @@ already gave instead of making it work twice (hosted agents guarantee it; your o
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import time
-from datetime import timedelta
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
+from agentenv import waiting
+from agentenv.agents.conversation import (  # noqa: F401 - StopWhen, Conversation, tail: imported from here too
+    Conversation,
+    PromptAgentConfig,
+    StopWhen,
+    conversation_view,
+    next_side,
+    opening,
+    system_prompt_for,
+    tail,
+    timeout_score,
+    turn_number,
+)
 from agentenv.config import ModelSettings
 from agentenv.spec.agent import AgentRecord
-from agentenv.spec.duration import Duration
 from agentenv.spec.env import AgentSandbox
-from agentenv.spec.patterns import check_pattern, search
-from agentenv.spec.run import Criterion, Score
+from agentenv.spec.run import agent_in_sandbox
 from agentenv.spec.templates import ref
-from agentenv.spec.world_run import MAX_FIELD_BYTES, clip, json_size
+from agentenv.spec.world_run import MAX_FIELD_BYTES, clip
 from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agentenv.steps.builtin.envs import instance_id
+from agentenv.stores import keys
 
 MAX_ANSWER_CHARS = 16_000  # answers in step outputs (run history) are cut here; transcripts keep all
 AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
@@ -39,11 +49,11 @@ def agent_id(ctx: StepContext, step: str) -> str:
 
 
 def transcript_key(run_id: str, step: str) -> str:
-    return f"runs/{run_id}/transcripts/{step}.json"
+    return keys.transcript(run_id, step)
 
 
 def message_key(run_id: str, step: str, side: str, turn: int) -> str:
-    return f"runs/{run_id}/transcripts/{step}/{side}-{turn}.txt"
+    return keys.message(run_id, step, side, turn)
 
 
 def kept_apart(stores, entry: dict[str, Any], key: str) -> dict[str, Any]:
@@ -67,20 +77,6 @@ def expanded(stores, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry = {k: v for k, v in entry.items() if k not in ("text_key", "text_chars")} | {"text": text}
         out.append(entry)
     return out
-
-
-def tail(transcript: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
-    """The latest entries whose JSON fits in `max_bytes` (the last one always): what an agent asked by the
-    run is sent, instead of the whole conversation on every turn. Deterministic (the workflow uses it)."""
-    out: list[dict[str, Any]] = []
-    used = 0
-    for entry in reversed(transcript):
-        size = json_size(entry)
-        if out and used + size > max_bytes:
-            break
-        out.append(entry)
-        used += size
-    return out[::-1]
 
 
 # -- deploy --
@@ -167,10 +163,10 @@ def quick_deploy_agent(config: dict[str, Any]) -> bool:
 
 
 @step_type("deploy_agent", config=DeployAgentConfig, timeout="5m", prepare=prepare_deploy_agent,
-           quick=quick_deploy_agent, step_refs=("env",))
+           quick=quick_deploy_agent, step_refs=("env",), deploys_agent=True, sandboxes=agent_in_sandbox)
 async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
-    from agentenv.agents.client import AgentReplyInvalid
+    from agentenv.agents.client import AgentReplyInvalid, agent_client, forget_agent
     from agentenv.gateway.client import GatewayRefused
     from agentenv.gateway.daemon import base_url
 
@@ -204,7 +200,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         try:
             await client.card()
         except AgentReplyInvalid as e:  # a card pointing elsewhere: refused, and asking again will not help
-            _CLIENTS.pop((url, False), None)
+            forget_agent(url)
             raise StepFailed(str(e)) from None
         except Exception as e:  # noqa: BLE001 - unreachable agents may still be starting: retried
             raise StepFailed(str(e), retryable=True) from None
@@ -231,7 +227,7 @@ async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, reco
                                box: AgentSandbox) -> tuple[dict[str, Any], str]:
     """Start (or, on a retry, find) the agent's sandbox and wait for its card; returns (sandbox, agent URL).
     The sandbox is the run's: its end (or the reaper) removes it."""
-    from agentenv.agents.client import AgentReplyInvalid
+    from agentenv.agents.client import AgentReplyInvalid, agent_client, forget_agent
     from agentenv.providers import apps
 
     owner = agent_id(ctx, ctx.step_id)
@@ -241,28 +237,26 @@ async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, reco
         label=f"agent {record.name!r}")
     url = sandbox.url.rstrip("/") + box.path
     where = f"agent {record.name!r} (a {provider.name} sandbox, {sandbox.info.id})"
-    _CLIENTS.pop((url, False), None)  # an earlier sandbox may have had this port: forget its card
+    forget_agent(url)  # an earlier sandbox may have had this port: forget its card
     client = agent_client(ctx.settings, url, hosted=False)
-    started = time.monotonic()
-    for attempt in itertools.count():
-        try:
-            card = await client.card()
-            break
-        except AgentReplyInvalid as e:  # it answered, with a card pointing elsewhere: waiting will not help
-            _CLIENTS.pop((url, False), None)
-            raise StepFailed(f"{where}: {e}") from None
-        except Exception as e:  # noqa: BLE001 - still starting: ask again until it exits or time is up
-            problem = None
-            if time.monotonic() - started > AGENT_START_TIMEOUT:
-                problem = f"did not answer with an A2A card at {url} within {AGENT_START_TIMEOUT:g}s ({e})"
-            elif attempt % 4 == 3 and await _exited(provider, ctx.run_id, sandbox.info.id):  # ~1/s: lists cost
-                problem = "exited before serving A2A"
-            if problem:
-                raise StepFailed(f"{where} {problem}; its last output:\n{await _output_tail(sandbox)}") from None
-            await asyncio.sleep(0.25)
+    misses = itertools.count(1)
+
+    async def still_running() -> None:
+        if next(misses) % 4 == 0 and await _exited(provider, ctx.run_id, sandbox.info.id):  # ~1/s: lists cost
+            raise StepFailed(f"{where} exited before serving A2A; its last output:\n{await _output_tail(sandbox)}")
+
+    try:  # still starting: ask again until it exits or time is up
+        card = await waiting.until(client.card, what=where, timeout=AGENT_START_TIMEOUT, interval=0.25,
+                                   give_up_on=(AgentReplyInvalid,), check=still_running)
+    except AgentReplyInvalid as e:  # it answered, with a card pointing elsewhere: waiting will not help
+        forget_agent(url)
+        raise StepFailed(f"{where}: {e}") from None
+    except waiting.TimedOut as e:
+        raise StepFailed(f"{where} did not answer with an A2A card at {url} within {AGENT_START_TIMEOUT:g}s "
+                         f"({e.last}); its last output:\n{await _output_tail(sandbox)}") from None
     advertised = [i.url for i in card.supported_interfaces]  # resolved, and on the agent's origin (the client's rule)
     if not any(u.rstrip("/") == url.rstrip("/") for u in advertised):  # clients would send turns there
-        _CLIENTS.pop((url, False), None)
+        forget_agent(url)
         raise StepFailed(f"{where} answers at {url}, but its card advertises {', '.join(advertised) or 'no URL'} "
                          "— serve the card with the URL it is reached at (agentenv.agents.sdk.serve on all interfaces "
                          "names a URL relative to its card; behind a proxy give it public_url or $AGENTENV_PUBLIC_URL)")
@@ -285,46 +279,8 @@ async def _output_tail(sandbox, lines: int = 20) -> str:
 
 # -- prompt --
 
-class StopWhen(StepConfig):
-    """Ends a conversation when either side's message contains (or matches) this."""
-
-    contains: str | None = None
-    matches: str | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> StopWhen:
-        if (self.contains is None) == (self.matches is None):
-            raise ValueError("give one of `contains` or `matches`")
-        check_pattern(self.matches, "stop_when.matches")
-        return self
-
-    def hit(self, text: str) -> bool:
-        if self.contains is not None:
-            return self.contains.lower() in text.lower()
-        return search(cast(str, self.matches), text, ignore_case=True)  # RE2: linear in the text (`matches`: _one)
-
-
-class Conversation(StepConfig):
-    """Another agent plays the user (a customer, a colleague): it answers each of the agent's replies."""
-
-    partner: str = Field(description="the deploy_agent step of who plays the user")
-    max_turns: int = Field(6, ge=1, le=200, description="the agent's turns at most")
-    stop_when: StopWhen | None = Field(None, description="end early when a message says this")
-    partner_prompt: str = Field("", description="instructions for the partner (its system prompt)")
-
-
-class PromptAgentConfig(StepConfig):
-    agent: str = Field(description="the deploy_agent step of the agent to prompt")
-    prompt: str = Field(min_length=1, description="the task (or, in a conversation, the partner's first message)")
-    system_prompt: str | None = Field(None, description="default: the agent's own")
-    conversation: Conversation | None = None
-    turn_deadline: Duration = Field(timedelta(minutes=5), description="how long one answer may take")
-    on_timeout: Literal["fail", "score_zero"] = Field("fail", description="when an answer misses its deadline: "
-                                                                          "fail the step, or record a score of 0")
-    deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
-    partner_deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
-    seed: int | None = Field(None, description="filled in when the run is planned (the run's seed, for agents)")
-
+# The prompt's config and the conversation's rules (who speaks next, what each side sees) live in
+# agentenv.agents.conversation: the workflow holds prompts a trainer plays with the same functions.
 
 def prepare_prompt(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     """The deploy steps' outputs, resolved by the workflow when this step starts."""
@@ -335,7 +291,8 @@ def prepare_prompt(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     return config
 
 
-@step_type("prompt_agent", config=PromptAgentConfig, timeout="2h", prepare=prepare_prompt, step_refs=("agent",))
+@step_type("prompt_agent", config=PromptAgentConfig, timeout="2h", prepare=prepare_prompt, step_refs=("agent",),
+           conversation=True)
 async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResult:
     """Give an agent a task, or hold a conversation with it; records the transcript and its tool calls."""
     from agentenv.agents.client import AgentTimedOut
@@ -377,70 +334,21 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
     return StepResult(outputs=outputs, score=timeout_score(timed_out))
 
 
-# -- the pieces of a prompt, shared with the episode path (a trainer playing a side, in the workflow) --
-
-def opening(config: PromptAgentConfig) -> dict[str, Any]:
-    """The first message: the task, or in a conversation, the partner's opening line."""
-    if config.conversation:
-        return {"side": "partner", "speaker": config.partner_deployed.get("name", "partner"), "text": config.prompt}
-    return {"side": "user", "speaker": "run", "text": config.prompt}
-
-
-def agent_turns(transcript: list[dict[str, Any]]) -> int:
-    return sum(1 for m in transcript if m["side"] == "agent")
-
-
-def next_side(config: PromptAgentConfig, transcript: list[dict[str, Any]]) -> str | None:
-    """Who speaks next ("agent" or "partner"), or None when the prompt is over."""
-    last = transcript[-1]
-    conversation = config.conversation
-    if last["side"] != "agent":
-        if len(transcript) > 1 and conversation and conversation.stop_when and conversation.stop_when.hit(last["text"]):
-            return None
-        return "agent"
-    if conversation is None or agent_turns(transcript) >= conversation.max_turns:
-        return None
-    if conversation.stop_when and conversation.stop_when.hit(last["text"]):
-        return None
-    return "partner"
-
-
-def system_prompt_for(config: PromptAgentConfig, side: str) -> str | None:
-    if side == "agent":
-        return config.system_prompt
-    return (config.conversation.partner_prompt or None) if config.conversation else None
-
-
-def conversation_view(transcript: list[dict[str, Any]], side: str) -> list[dict[str, str]]:
-    """What was said before the last message (the one being answered), from `side`'s point of view."""
-    return [{"from": ("agent" if m["side"] == side else "user"), "text": m["text"]} for m in transcript[:-1]]
-
-
-def turn_number(transcript: list[dict[str, Any]], side: str) -> int:
-    """How many times `side` has answered in this prompt: its turn's index."""
-    return sum(1 for m in transcript if m["side"] == side and "seconds" in m)
-
-
 async def ask(settings, gateway, who: dict[str, Any], *, side: str, transcript: list[dict[str, Any]], run_id: str,
               step_id: str, system_prompt: str | None, deadline: float, seed: int | None = None,
               turn: int | None = None):
     """One turn of a hosted or A2A agent: it answers the transcript's last message. Returns (entry, reply);
     raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline.
     `turn`: the side's turn number, when `transcript` is only the conversation's tail."""
-    from agentenv.agents.client import AgentReplyInvalid, AgentUnreachable
+    from agentenv.agents.client import AgentReplyInvalid, AgentUnreachable, ask_deployed
 
     turn = turn_number(transcript, side) if turn is None else turn
-    context = {"system_prompt": system_prompt, "run_id": run_id, "agent": who["name"], "role": who["role"],
-               "conversation": conversation_view(transcript, side), "deadline_s": deadline, "turn": turn,
-               "seed": seed}
-    if who.get("env"):
-        context["mcp_url"] = who["mcp_url"]
-        context["token"] = await gateway.token(who["env"], who["name"])
     context_id = f"{run_id}/{step_id}"
     try:
-        reply = await agent_client(settings, who["url"], hosted=who["hosted"]).ask(
-            transcript[-1]["text"], context, context_id=f"{context_id}/{side}", message_id=f"{context_id}/{side}/{turn}",
-            deadline_s=deadline)
+        reply = await ask_deployed(
+            settings, gateway, who, transcript[-1]["text"], run_id=run_id, turn=turn, deadline_s=deadline,
+            context_id=f"{context_id}/{side}", message_id=f"{context_id}/{side}/{turn}",
+            system_prompt=system_prompt, conversation=conversation_view(transcript, side), seed=seed)
     except AgentUnreachable as e:
         raise StepFailed(str(e), retryable=True) from None
     except AgentReplyInvalid as e:
@@ -480,51 +388,3 @@ async def finish_prompt(stores, gateway, run_id: str, step_id: str, transcript, 
         "refused": sum(1 for c in calls if c["agent"] == agent["name"] and c.get("refused")),
         "seconds": round(seconds, 3), "timed_out": bool(timed_out),
     }
-
-
-def timeout_score(timed_out: str | None) -> Score | None:
-    if not timed_out:
-        return None
-    return Score(value=0.0, criteria=[Criterion(name="answered in time", passed=False, detail=timed_out)])
-
-
-_CLIENTS: dict[tuple[str, bool], Any] = {}  # one A2A client per agent URL per worker process (cards cached)
-_HTTP: dict[tuple[bool, str | None], Any] = {}
-
-
-def agent_client(settings, url: str, *, hosted: bool):
-    """Hosted agents take the gateway's admin token, on requests to the gateway's origin only (never as a
-    default header: a card or redirect naming another origin gets none); your own agents get no credentials
-    of ours. Redirects are not followed."""
-    from agentenv.agents.client import AgentClient
-
-    key = (url, hosted)
-    client = _CLIENTS.get(key)
-    if client is None:
-        client = _CLIENTS[key] = AgentClient(url, _http(settings, hosted))
-    return client
-
-
-def _http(settings, hosted: bool):
-    import httpx
-
-    from agentenv import tls
-    from agentenv.agents.client import OriginBearer
-    from agentenv.gateway.daemon import base_url
-
-    gateway = base_url(settings) if hosted else None
-    http = _HTTP.get((hosted, gateway))
-    if http is None:
-        auth = OriginBearer(_admin_token(settings), cast(str, gateway)) if hosted else None
-        http = _HTTP[(hosted, gateway)] = httpx.AsyncClient(auth=auth, follow_redirects=False, verify=tls.context(),
-                                                            timeout=httpx.Timeout(30.0, read=None))
-    return http
-
-
-def _admin_token(settings) -> str:
-    from agentenv.gateway import tokens
-
-    if settings.gateway.url:
-        return settings.gateway.admin_token
-    key = tokens.load_or_create_key(settings.state_dir / "gateway" / "key")
-    return tokens.admin_token(key)

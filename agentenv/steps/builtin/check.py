@@ -6,44 +6,30 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from agentenv.spec.patterns import check_pattern
-from agentenv.spec.predicates import OPERATORS, operator_of, operators_given, test
+from agentenv.spec.predicates import Operators, test
 from agentenv.spec.run import Criterion, Score
 from agentenv.steps import StepConfig, StepContext, StepResult, step_type
 
 
-class Check(StepConfig):
+class Check(StepConfig, Operators):
     """One assertion: `value` (usually a ${steps...} reference) and exactly one operator."""
 
     name: str = Field(description="what is being checked, shown in the score rows")
     value: Any = Field(None, description="the value under test")
     weight: float = Field(1.0, gt=0)
-    equals: Any = None
-    not_equals: Any = None
-    contains: Any = Field(None, description="substring, list item or dict key")
-    not_contains: Any = Field(None, description="the value does not contain this")
-    matches: str | None = Field(None, description="a regular expression searched in the value's text")
-    one_of: list[Any] | None = None
-    gt: float | None = None
-    gte: float | None = None
-    lt: float | None = None
-    lte: float | None = None
-    truthy: bool | None = Field(None, description="true: the value is truthy; false: it is falsy")
 
     @model_validator(mode="after")
     def _one_operator(self) -> Check:
-        given = operators_given(self)
-        if len(given) != 1:
-            raise ValueError(
-                f"check '{self.name}' must use exactly one operator, got {len(given)}"
-                f"{' (' + ', '.join(given) + ')' if given else ''} — choose one of: {', '.join(OPERATORS)}"
-            )
-        check_pattern(self.matches, f"check '{self.name}': 'matches'")
+        self.require_one_operator(f"check '{self.name}'", f"check '{self.name}': 'matches'")
         return self
 
     def evaluate(self) -> Criterion:
-        op, expected = operator_of(self)
-        passed, why = test(op, self.value, expected)
+        return self.evaluate_on(self.value)
+
+    def evaluate_on(self, value: Any) -> Criterion:
+        """This check's test on `value` (for checks whose value is read elsewhere: a state, an answer)."""
+        op, expected = self.operator
+        passed, why = test(op, value, expected)
         return Criterion(name=self.name, passed=passed, weight=self.weight, detail=why)
 
 

@@ -7,19 +7,20 @@ crash takes effect once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime
 from typing import Any, cast
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from agentenv.gateway.release import retire_instance
+from agentenv.planning.envs import check_composition, env_for_app
 from agentenv.spec.env import EnvRecord, RoleSpec
-from agentenv.spec.predicates import operator_of
-from agentenv.spec.run import Criterion, Score
+from agentenv.spec.run import Criterion, Score, apps_in_sandboxes
 from agentenv.spec.templates import TemplateError, lookup
 from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agentenv.steps.builtin.check import Check
+from agentenv.stores import keys
 
 
 def instance_id(ctx: StepContext, env_step: str) -> str:
@@ -28,7 +29,7 @@ def instance_id(ctx: StepContext, env_step: str) -> str:
 
 def store_artifact(plan: PlanContext, data: bytes) -> str:
     """Content-addressed: the same bytes always get the same key, stored once."""
-    key = f"artifacts/sha256-{hashlib.sha256(data).hexdigest()}.json"
+    key = keys.content(data, "json")
     if not plan.stores.objects.exists(key):
         plan.stores.objects.put(key, data)
     return key
@@ -56,6 +57,13 @@ class DeployConfig(StepConfig):
     artifacts: list[str] = Field(default_factory=list, description="filled in when the run is planned")
     builds: dict[str, str] = Field(default_factory=dict, description="filled in when the run is planned: app -> "
                                                                      "its build context's object key")
+
+    @field_validator("record")
+    @classmethod
+    def _record_composes(cls, record: EnvRecord | None) -> EnvRecord | None:
+        if record is not None:
+            check_composition(record.apps, record.roles)
+        return record
 
     @model_validator(mode="after")
     def _env_exists(self, info: ValidationInfo) -> DeployConfig:
@@ -99,12 +107,13 @@ def quick_deploy(config: dict[str, Any]) -> bool:
         and len(config.get("artifacts") or []) <= 1
 
 
-@step_type("deploy_env", config=DeployConfig, timeout="2m", prepare=prepare_deploy, quick=quick_deploy)
+@step_type("deploy_env", config=DeployConfig, timeout="2m", prepare=prepare_deploy, quick=quick_deploy,
+           deploys_env=True, sandboxes=apps_in_sandboxes)
 async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     """Start an instance of an environment on the gateway and load its data; outputs its URLs and agents."""
     from agentenv.gateway.daemon import base_url
 
-    record = config.record or EnvRecord.for_app(config.env)
+    record = config.record or env_for_app(config.env)
     gateway = await ctx.gateway()
     instance = instance_id(ctx, ctx.step_id)
     apps, sandboxes = [], []
@@ -206,7 +215,7 @@ class SnapshotConfig(EnvStep):
 
 
 def snapshot_key(run_id: str, name: str) -> str:
-    return f"runs/{run_id}/snapshots/{name}.tar"
+    return keys.snapshot(run_id, name)
 
 
 @step_type("snapshot_env", config=SnapshotConfig, timeout="10m", step_refs=("env",))
@@ -235,6 +244,9 @@ async def restore_env(ctx: StepContext, config: RestoreConfig) -> dict:
 # -- roles and tools --
 
 class SetRoleConfig(EnvStep, RoleSpec):
+    """Replaces the role's rules (`tools`, `deny`). Unlike the trigger action `set_tools`, which changes them
+    (`enable`, `disable`, the rest kept): see agentenv.spec.verbs."""
+
     role: str
 
 
@@ -304,8 +316,7 @@ async def check_state(ctx: StepContext, config: CheckStateConfig) -> StepResult:
             criteria.append(Criterion(name=check.name, passed=False, weight=check.weight, detail=str(e)))
             continue
         values[check.name] = value
-        operator = dict([operator_of(check)])
-        criteria.append(Check(name=check.name, value=value, weight=check.weight, **operator).evaluate())
+        criteria.append(check.evaluate_on(value))
     return StepResult(outputs={"values": values}, score=Score.from_criteria(criteria, config.pass_threshold))
 
 
@@ -325,31 +336,3 @@ async def teardown_env(ctx: StepContext, config: TeardownConfig) -> dict:
     if removed := await remove_sandboxes(ctx.settings, ctx.run_id, owner=instance):
         outputs["sandboxes_removed"] = len(removed)
     return outputs
-
-
-async def end_run(gateway, stores, run_id: str) -> dict:
-    """The run is over: the gateway closes its instances and deletes its hosted agents; the instances'
-    trajectories are then kept in the object store (complete: closing wrote all). Idempotent."""
-    ended = await gateway.end_run(run_id)
-    for instance in ended["instances"]:
-        entries = await gateway.trajectory(instance)
-        if entries:
-            stores.objects.put(f"runs/{run_id}/trajectories/{instance}.jsonl",
-                               "".join(json.dumps(e) + "\n" for e in entries).encode())
-    return {"closed": len(ended["instances"]), "agents_deleted": len(ended["agents"])}
-
-
-async def retire_instance(gateway, stores, run_id: str, instance: str, *, keep_data: bool = False) -> dict:
-    """Keep the instance's trajectory in the object store, then stop serving it (idempotent)."""
-    from agentenv.gateway.client import GatewayRefused
-
-    key = f"runs/{run_id}/trajectories/{instance}.jsonl"
-    try:
-        entries = await gateway.trajectory(instance)
-    except GatewayRefused as e:
-        if e.status != 404:
-            raise
-        return {"instance": instance, "trajectory": key if stores.objects.exists(key) else None}
-    stores.objects.put(key, "".join(json.dumps(e) + "\n" for e in entries).encode())
-    await gateway.delete_instance(instance, keep_data=keep_data)
-    return {"instance": instance, "trajectory": key, "calls": len(entries)}

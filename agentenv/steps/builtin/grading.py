@@ -14,12 +14,13 @@ from pydantic import Field, model_validator
 
 from agentenv.config import ModelSettings
 from agentenv.spec.agent import ModelOverride
-from agentenv.spec.predicates import operator_of, walk
+from agentenv.spec.paths import walk
 from agentenv.spec.run import Criterion, Score
 from agentenv.spec.templates import ref
 from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agentenv.steps.builtin.check import Check
 from agentenv.steps.builtin.envs import instance_id, store_artifact
+from agentenv.stores import keys
 
 JUDGE_USER = "agentenv-judge"  # sent as the request's `user`: who is asking
 CRITERION_ID = r"^[A-Za-z0-9_.\-]{1,80}$"
@@ -81,8 +82,7 @@ async def check_response(ctx: StepContext, config: CheckResponseConfig) -> StepR
                 criteria.append(Criterion(name=check.name, passed=False, weight=check.weight,
                                           detail=f"the answer's JSON has nothing at {check.path!r} ({e.args[0]!r})"))
                 continue
-        op, expected = operator_of(check)
-        criteria.append(Check(name=check.name, value=value, weight=check.weight, **{op: expected}).evaluate())
+        criteria.append(check.evaluate_on(value))
     return StepResult(outputs={"passed": sum(c.passed for c in criteria), "total": len(criteria)},
                       score=Score.from_criteria(criteria, config.pass_threshold))
 
@@ -192,11 +192,9 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
     if config.instructions:
         material["instructions"] = config.instructions
     if config.transcripts:
-        from agentenv.steps.builtin.agents import transcript_key
-
         material["transcripts"] = {}
         for step in config.transcripts:
-            key = transcript_key(ctx.run_id, step)
+            key = keys.transcript(ctx.run_id, step)
             if not ctx.stores.objects.exists(key):
                 raise StepFailed(f"step {step!r} left no transcript (is it a prompt_agent step that ran?)")
             doc = json.loads(ctx.stores.objects.get(key))
@@ -277,8 +275,7 @@ async def _judge(ctx: StepContext, config: RubricJudgeConfig, request: dict[str,
 
 async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list[dict[str, str]]) -> str:
     if config.judge_deployed:
-        from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable
-        from agentenv.steps.builtin.agents import agent_client
+        from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable, agent_client
 
         judge = config.judge_deployed
         turn = sum(1 for m in messages if m["role"] == "assistant")
@@ -286,7 +283,7 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
         conversation = [{"from": "agent" if m["role"] == "assistant" else "user", "text": m["content"]}
                         for m in messages[1:-1]]
         try:
-            reply = await agent_client(ctx.settings, judge["url"], hosted=judge["hosted"]).ask(
+            answer = await agent_client(ctx.settings, judge["url"], hosted=judge["hosted"]).ask(
                 prompt, {"system_prompt": JUDGE_SYSTEM, "run_id": ctx.run_id, "agent": judge["name"],
                          "conversation": conversation, "turn": turn, "deadline_s": 600},
                 context_id=f"{ctx.run_id}/{ctx.step_id}/judge", message_id=f"{ctx.run_id}/{ctx.step_id}/judge/{turn}",
@@ -295,9 +292,9 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
             raise StepFailed(str(e), retryable=True) from None
         except (AgentReplyInvalid, AgentTimedOut) as e:
             raise StepFailed(f"the judge agent: {e}") from None
-        if reply.failed:
-            raise StepFailed(f"the judge agent could not answer: {reply.text[:300]}")
-        return reply.text
+        if answer.failed:
+            raise StepFailed(f"the judge agent could not answer: {answer.text[:300]}")
+        return answer.text
     from agentenv.agents.models import ChatModel, ModelError, resolve_key
     from agentenv.stores.secrets import SecretStore
 
@@ -396,22 +393,21 @@ class CollectConfig(StepConfig):
 @step_type("collect_artifacts", config=CollectConfig, timeout="10m", step_refs=("envs",))
 async def collect_artifacts(ctx: StepContext, config: CollectConfig) -> dict:
     """Keep what a run produced in its artifact folder: trajectories, exported data, transcripts; with a manifest."""
-    prefix = f"runs/{ctx.run_id}/artifacts"
     objects = ctx.stores.objects
     kept: list[str] = []
     gateway = await ctx.gateway() if config.envs else None
     for env in config.envs:
         instance = instance_id(ctx, env)
         entries = await gateway.trajectory(instance)  # type: ignore[union-attr]  # (envs: a gateway)
-        key = f"{prefix}/{env}/trajectory.jsonl"
+        key = keys.artifact(ctx.run_id, env, "trajectory.jsonl")
         objects.put(key, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode())
         kept.append(key)
         if config.data:
             exported = await gateway.data(instance, "data/get")  # type: ignore[union-attr]  # (envs: a gateway)
-            key = f"{prefix}/{env}/data.json"
+            key = keys.artifact(ctx.run_id, env, "data.json")
             objects.put(key, json.dumps(exported, ensure_ascii=False, indent=1).encode())
             kept.append(key)
-    kept += [k for k in objects.list(f"runs/{ctx.run_id}/transcripts/")]
-    manifest = f"{prefix}/manifest.json"
+    kept += [k for k in objects.list(keys.transcripts(ctx.run_id))]
+    manifest = keys.artifact(ctx.run_id, "manifest.json")
     objects.put(manifest, json.dumps({"run_id": ctx.run_id, "artifacts": kept}, indent=1).encode())
     return {"artifacts": kept, "manifest": manifest}

@@ -1,7 +1,8 @@
 """World steps: set the clock, register or cancel triggers, wait for a virtual time.
 
-They are decisions, so the workflow applies them itself (`in_workflow`); these declarations give
-their configs a schema and validation.
+They are decisions, so the workflow applies them itself (`in_workflow`, the verb it applies); these
+declarations give their configs a schema and validation. Their names and what they do are the world's
+verbs (agentenv.spec.verbs), shared with trigger actions of the same name.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from agentenv.spec.duration import MAX_SECONDS
+from agentenv.spec.verbs import VERBS, WorldStepVerb
 from agentenv.spec.world import MAX_RATE, TimeValue
 from agentenv.steps import StepConfig, StepContext, step_type
 
@@ -47,15 +49,15 @@ class WaitClockConfig(StepConfig):
         return self
 
 
-def _world_step(name: str, config: type[StepConfig], doc: str):
+def _world_step(verb: WorldStepVerb, config: type[StepConfig]):
     async def applied_by_the_workflow(ctx: StepContext, cfg: StepConfig) -> None:
         raise RuntimeError("world steps are applied by the workflow, not run as activities")
 
-    applied_by_the_workflow.__doc__ = doc
-    return step_type(name, config=config, local=True, in_workflow=True)(applied_by_the_workflow)
+    applied_by_the_workflow.__doc__ = VERBS[verb].does
+    return step_type(verb, config=config, local=True, in_workflow=True, verb=verb)(applied_by_the_workflow)
 
 
-set_clock = _world_step("set_clock", SetClockConfig, "Set the world's clock: its time, pace or mode.")
-register_triggers = _world_step("register_triggers", TriggersConfig, "Start watching the task's triggers.")
-cancel_triggers = _world_step("cancel_triggers", CancelConfig, "Stop triggers before they fire (again).")
-wait_clock = _world_step("wait_clock", WaitClockConfig, "Wait until the world's clock reaches a time.")
+set_clock = _world_step("set_clock", SetClockConfig)
+register_triggers = _world_step("register_triggers", TriggersConfig)
+cancel_triggers = _world_step("cancel_triggers", CancelConfig)
+wait_clock = _world_step("wait_clock", WaitClockConfig)

@@ -1,4 +1,4 @@
-"""JSON Schema of task files, with each registered step type's config spelled out."""
+"""JSON Schema of task files, with each registered step type's config spelled out (`agent-env schema task`)."""
 
 from __future__ import annotations
 

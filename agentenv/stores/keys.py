@@ -1,0 +1,63 @@
+"""Where things live in the stores: the layout, named once, so what writes a key and what reads it agree.
+
+Objects:
+
+    artifacts/sha256-HEX.EXT                     content-addressed inputs (data files, build contexts)
+    runs/RUN/snapshots/NAME.tar                  snapshot_env; restore_env reads it back
+    runs/RUN/trajectories/INSTANCE.jsonl         an instance's trajectory, kept when it is retired
+    runs/RUN/transcripts/STEP.json               a prompt's transcript
+    runs/RUN/transcripts/STEP/SIDE-TURN.txt      a message too long for the run's history, kept apart
+    runs/RUN/artifacts/...                       collect_artifacts (ENV/trajectory.jsonl, ENV/data.json,
+                                                 manifest.json)
+
+Documents: run records in the `RUNS` collection, by run id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+RUNS = "runs"  # the document collection of run records
+
+_CONTENT = "artifacts/sha256-"
+
+
+def content(data: bytes, extension: str) -> str:
+    """The key of these bytes: the same bytes always get the same key (so they are stored once)."""
+    return f"{_CONTENT}{hashlib.sha256(data).hexdigest()}.{extension}"
+
+
+def content_digest(key: str) -> str:
+    """The hash a `content` key names (e.g. to unpack a build context once per content)."""
+    return key.rsplit("sha256-", 1)[1].rsplit(".", 1)[0]
+
+
+def run(run_id: str) -> str:
+    """The prefix of everything a run keeps."""
+    return f"runs/{run_id}/"
+
+
+def snapshot(run_id: str, name: str) -> str:
+    return f"{run(run_id)}snapshots/{name}.tar"
+
+
+def trajectory(run_id: str, instance: str) -> str:
+    return f"{run(run_id)}trajectories/{instance}.jsonl"
+
+
+def transcripts(run_id: str) -> str:
+    """The prefix of a run's transcripts (and the messages kept apart from them)."""
+    return f"{run(run_id)}transcripts/"
+
+
+def transcript(run_id: str, step: str) -> str:
+    return f"{transcripts(run_id)}{step}.json"
+
+
+def message(run_id: str, step: str, side: str, turn: int) -> str:
+    return f"{transcripts(run_id)}{step}/{side}-{turn}.txt"
+
+
+def artifact(run_id: str, *parts: str) -> str:
+    """A file collect_artifacts keeps: `artifact(run, env, "data.json")`, `artifact(run, "manifest.json")`."""
+    return "/".join((f"{run(run_id)}artifacts", *parts))
