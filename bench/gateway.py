@@ -108,9 +108,9 @@ def run_client(url: str, token: str, mode: str, n: int, clients: int = 1):
 
 
 def measure() -> dict:
+    from agentenv.envs.app_instance import AppInstance
     from agentenv.envs.builtin.notes import Notes
     from agentenv.envs.context import Ctx
-    from agentenv.envs.instance import AppInstance
     from agentenv.gateway import tokens
 
     root = Path(tempfile.mkdtemp(prefix="agentenv-bench-gw-"))

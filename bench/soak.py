@@ -151,9 +151,9 @@ class Cluster:
         return [w for w in self.workers if w.poll() is None]
 
     def gateway_pid(self) -> int | None:
-        from agentenv.gateway import daemon
+        from agentenv.gateway import embedded
 
-        st = daemon.status(self.settings)
+        st = embedded.status(self.settings)
         return st.info.pid if st.running else None
 
     def server_pid(self) -> int | None:
@@ -432,7 +432,7 @@ def comparable(state, final_data) -> dict:
 
 
 async def final_data(settings, state, env_step: str, notes_only: bool):
-    from agentenv.gateway.daemon import connect as gateway_connect
+    from agentenv.gateway.embedded import connect as gateway_connect
 
     async with gateway_connect(settings) as gateway:
         data = await gateway.data(state.steps[env_step].outputs["instance"], "data/get")

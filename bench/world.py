@@ -97,7 +97,7 @@ async def hit_latency(env: dict) -> dict:
 
     from agentenv import runner
     from agentenv.config import load_settings
-    from agentenv.gateway.daemon import connect as gateway_connect
+    from agentenv.gateway.embedded import connect as gateway_connect
     from agentenv.planning.tasks import parse_task
     from agentenv.temporal.client import connect
     from agentenv.temporal.worker import create_worker
@@ -135,7 +135,7 @@ async def hit_latency(env: dict) -> dict:
 
 def matching_cost() -> dict:
     from agentenv.gateway.watch import Watcher
-    from agentenv.spec.world_run import Watch
+    from agentenv.spec.world_state import Watch
 
     watches = [Watch(trigger=f"t{i}", kind="tool_call", spec={
         "env": "desk", "tool": "send_email", "where": [{"path": "arguments.to", "contains": f"person{i}@example.com"}]})

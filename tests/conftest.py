@@ -80,7 +80,7 @@ def settings():
 
 @pytest.fixture(scope="session")
 def server(settings):
-    from agentenv.gateway import daemon as gateway
+    from agentenv.gateway import embedded as gateway
     from agentenv.temporal import server as embedded
 
     info = embedded.start(settings)

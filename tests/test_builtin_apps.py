@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from agentenv.envs import App, Ctx, ToolError
+from agentenv.envs.app_instance import AppInstance, load_app_class
 from agentenv.envs.builtin import APPS
 from agentenv.envs.builtin.billing import Billing
 from agentenv.envs.builtin.chat import Chat
 from agentenv.envs.builtin.helpdesk import Helpdesk
 from agentenv.envs.builtin.mail import Mail
-from agentenv.envs.instance import AppInstance, load_app_class
 
 DATA = Path(__file__).parents[1] / "agentenv" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
 SAMPLE = json.loads(DATA.read_text())

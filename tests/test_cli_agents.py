@@ -296,7 +296,7 @@ async def test_agents_pending_answer_and_list(home_env):
     from agentenv.agents.client import AgentClient
     from agentenv.config import GatewaySettings, Settings
     from agentenv.gateway import tokens
-    from agentenv.gateway.daemon import connect
+    from agentenv.gateway.embedded import connect
 
     def run_cli(*args):
         return asyncio.to_thread(cli, *args, env=home_env)

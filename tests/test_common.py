@@ -11,10 +11,10 @@ from agentenv.gateway.watch import Watcher
 from agentenv.spec.agent import Reply
 from agentenv.spec.predicates import OPERATORS, Operators, TextTest
 from agentenv.spec.world import Predicate, Says, StateWhen
-from agentenv.spec.world_run import WorldSpec, WorldState
+from agentenv.spec.world_state import WorldSpec, WorldState
 from agentenv.steps.builtin.agents import StopWhen
 from agentenv.steps.builtin.check import Check
-from agentenv.workflows.world import World
+from agentenv.workflows.world_rules import World
 
 REAL = datetime(2030, 1, 1, tzinfo=UTC)
 

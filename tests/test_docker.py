@@ -23,7 +23,7 @@ from test_sandboxes import wait_http
 from agentenv import runner
 from agentenv.bundles import resolve_target
 from agentenv.config import Settings
-from agentenv.gateway import daemon as gateway_daemon
+from agentenv.gateway import embedded as embedded_gateway
 from agentenv.planning.tasks import load_task
 from agentenv.providers import ProviderUnavailable, SandboxFailed, SandboxSpec, registry
 from agentenv.providers.base import LABEL_RUN
@@ -273,9 +273,9 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
     await wait_until(deployed, timeout=90, what="the container env to deploy")
     instance = f"{handle.id}.echo"
     assert containers_of(docker_client, handle.id) == [f"ae-{instance}.echo".lower()]
-    async with gateway_daemon.connect(settings) as admin:
+    async with embedded_gateway.connect(settings) as admin:
         token = await admin.token(instance, "agent")
-    async with mcp_client(gateway_daemon.base_url(settings), instance, token) as mcp:
+    async with mcp_client(embedded_gateway.base_url(settings), instance, token) as mcp:
         assert {t.name for t in (await mcp.list_tools()).tools} == {"echo", "whoami", "get_time"}
         answer = await mcp.call_tool("whoami", {})
         assert not answer.is_error and answer.structured_content["python"].startswith("3.11")
@@ -283,7 +283,7 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
     state = await asyncio.wait_for(runner.wait_result(handle), 60)
     assert state.status is RunStatus.CANCELLED
     assert containers_of(docker_client, handle.id) == [], "a cancelled run removes its containers"
-    async with gateway_daemon.connect(settings) as admin:
+    async with embedded_gateway.connect(settings) as admin:
         assert instance not in {i["id"] for i in (await admin._json("GET", "/admin/instances"))["instances"]}
 
     failing = write_bundle(tmp_path / "f", """
@@ -349,7 +349,7 @@ async def test_the_reaper_removes_containers_of_a_run_that_died_with_its_worker(
         await wait_until(lambda: _no_containers(docker_client, handle.id), timeout=30, what="the reaper")
 
         async def instance_retired():
-            async with gateway_daemon.connect(cluster.settings, start_daemon=False) as admin:
+            async with embedded_gateway.connect(cluster.settings, start_daemon=False) as admin:
                 listed = (await admin._json("GET", "/admin/instances"))["instances"]
             return f"{handle.id}.echo" not in {i["id"] for i in listed}
 

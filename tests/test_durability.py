@@ -186,7 +186,7 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
     import time
     import tomllib
 
-    from agentenv.gateway import daemon as gateway_daemon
+    from agentenv.gateway import embedded as embedded_gateway
 
     task = parse_task(tomllib.loads(PACED_WORLD), "t")
     client = await connect(cluster.settings)
@@ -203,7 +203,7 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
     killed_at = time.monotonic()
     cluster.workers[-1].send_signal(signal.SIGKILL)
     cluster.workers[-1].wait()
-    os.kill(gateway_daemon.status(cluster.settings).info.pid, signal.SIGKILL)
+    os.kill(embedded_gateway.status(cluster.settings).info.pid, signal.SIGKILL)
     await asyncio.sleep(5)
     cluster.start_worker()  # its first environment call restarts the gateway
     final = await asyncio.wait_for(runner.wait_result(client.get_workflow_handle(handle.id, result_type=RunState)), 90)
@@ -215,7 +215,7 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
         return [(e.trigger, e.virtual_time, e.detail.get("n")) for e in state.world.events if e.kind == "fired"]
 
     assert fired(final) == fired(baseline), "the same events at the same virtual times"
-    from agentenv.gateway.daemon import connect as gateway_connect
+    from agentenv.gateway.embedded import connect as gateway_connect
 
     async with gateway_connect(cluster.settings) as gateway:
         notes = [(await gateway.data(s.steps["pad"].outputs["instance"], "data/get"))["parts"][0]["data"]["notes"]

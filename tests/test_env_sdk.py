@@ -9,8 +9,8 @@ import pytest
 
 from agentenv.envs import App, Ctx, ToolError, tool
 from agentenv.envs.app import ToolArgumentError
+from agentenv.envs.app_instance import AppInstance, UnknownTool, load_app_class
 from agentenv.envs.builtin.notes import Notes
-from agentenv.envs.instance import AppInstance, UnknownTool, load_app_class
 from agentenv.errors import BadInput
 
 NOW = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)

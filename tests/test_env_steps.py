@@ -9,7 +9,7 @@ import pytest
 from agentenv import runner
 from agentenv.bundles import resolve_target
 from agentenv.errors import BadInput
-from agentenv.gateway.daemon import connect
+from agentenv.gateway.embedded import connect
 from agentenv.planning.tasks import load_task
 from agentenv.spec.run import RunStatus, StepStatus
 

@@ -178,7 +178,7 @@ async def test_the_turn_loop_over_http(settings, worker):
     from conftest import free_port
 
     from agentenv.episodes.http import create_app
-    from agentenv.gateway.daemon import connect
+    from agentenv.gateway.embedded import connect
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings, worker=False), host="127.0.0.1", port=port,

@@ -61,7 +61,7 @@ async def wait_until(check, timeout: float = 15.0) -> bool:
 # -- runs release what they open --
 
 async def test_many_runs_leave_the_gateway_flat(run_task, settings):
-    from agentenv.gateway.daemon import status
+    from agentenv.gateway.embedded import status
 
     async def runs(n: int) -> None:
         for _ in range(0, n, 4):  # a few at a time, like a trainer's parallel episodes
@@ -79,7 +79,7 @@ async def test_many_runs_leave_the_gateway_flat(run_task, settings):
 
 
 async def test_a_hosted_agent_run_leaves_no_agent_behind(run_task, settings):
-    from agentenv.gateway.daemon import connect
+    from agentenv.gateway.embedded import connect
 
     pat = {"name": "pat", "type": "scripted", "role": "agent",
            "config": {"turns": [[{"tool": "write_note", "arguments": {"key": "k", "text": "x"}}, {"say": "done"}]]}}

@@ -13,9 +13,9 @@ from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from pydantic import ValidationError
 
 from agentenv.envs import App, Ctx, tool
+from agentenv.envs.app_instance import AppInstance
 from agentenv.envs.builtin.fields import MAX_ADDRESS, is_address
 from agentenv.envs.builtin.mail import Mail
-from agentenv.envs.instance import AppInstance
 from agentenv.spec import patterns, predicates
 from agentenv.spec.world import Predicate, Says, StateWhen
 from agentenv.steps.builtin.agents import StopWhen

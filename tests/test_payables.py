@@ -10,9 +10,9 @@ import pytest
 
 from agentenv.bundles import find_env
 from agentenv.envs import Ctx, ToolError
+from agentenv.envs.app_instance import AppInstance, load_app_class
 from agentenv.envs.builtin import APPS
 from agentenv.envs.builtin.payables import Payables
-from agentenv.envs.instance import AppInstance, load_app_class
 from agentenv.gateway.roles import ToolEntry, allowed_tools
 
 BUNDLE = Path(__file__).parents[1] / "agentenv" / "bundles" / "invoice-queue"

@@ -17,10 +17,10 @@ from gateway_util import mcp_client
 
 from agentenv import runner
 from agentenv.errors import BadInput
-from agentenv.gateway.daemon import connect as gateway_connect
+from agentenv.gateway.embedded import connect as gateway_connect
 from agentenv.planning.tasks import parse_task
 from agentenv.spec.run import RunStatus, StepStatus
-from agentenv.spec.world_run import MAX_FIELD_BYTES, TriggerHit, clip_fields, json_size
+from agentenv.spec.world_state import MAX_FIELD_BYTES, TriggerHit, clip_fields, json_size
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 BOX = {"id": "box", "type": "deploy_env", "config": {"env": "box", "agents": {"sam": "all", "dana": "all"}}}

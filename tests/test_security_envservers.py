@@ -248,7 +248,7 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
     from test_durability import wait_until
 
     from agentenv import runner
-    from agentenv.gateway import daemon as gateway_daemon
+    from agentenv.gateway import embedded as embedded_gateway
     from agentenv.planning.tasks import load_task
 
     bundle = echo_bundle(tmp_path / "b", provider)
@@ -271,9 +271,9 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
                 assert (await http.post(f"{url}/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **headers})
                         ).status_code == 401
         instance = f"{handle.id}.echo"
-        async with gateway_daemon.connect(settings) as admin:
+        async with embedded_gateway.connect(settings) as admin:
             token = await admin.token(instance, "agent")
-        async with mcp_client(gateway_daemon.base_url(settings), instance, token) as mcp:
+        async with mcp_client(embedded_gateway.base_url(settings), instance, token) as mcp:
             answer = await mcp.call_tool("echo", {"text": "through the gateway"})
             assert not answer.is_error and answer.structured_content == {"text": "through the gateway"}
     finally:

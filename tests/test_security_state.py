@@ -27,7 +27,7 @@ from agentenv.providers import SandboxSpec, registry
 from agentenv.providers.base import install_id
 from agentenv.providers.reaper import reap
 from agentenv.spec.run import RunStatus, StepStatus
-from agentenv.spec.world_run import TriggerHit
+from agentenv.spec.world_state import TriggerHit
 from agentenv.stores.secrets import SecretStore
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")

@@ -12,7 +12,7 @@ from gateway_util import mcp_client
 from agentenv import runner
 from agentenv.bundles import resolve_target
 from agentenv.errors import BadInput
-from agentenv.gateway.daemon import connect as gateway_connect
+from agentenv.gateway.embedded import connect as gateway_connect
 from agentenv.planning.tasks import parse_task
 from agentenv.spec.run import RunStatus, StepStatus
 

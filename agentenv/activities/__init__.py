@@ -19,7 +19,7 @@ from agentenv.agents.conversation import turn_number
 from agentenv.config import Settings
 from agentenv.errors import format_loc
 from agentenv.spec.run import RunState, StepCall, StepOutcome
-from agentenv.spec.world_run import WorldPush, clip_fields
+from agentenv.spec.world_state import WorldPush, clip_fields
 from agentenv.steps import StepContext, StepFailed, registry
 from agentenv.workflows import contract
 from agentenv.workflows.contract import AgentAnswer, AgentAsk, Hit, Paced, PromptFinish, Who

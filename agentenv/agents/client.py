@@ -186,7 +186,7 @@ def forget_agent(url: str, *, hosted: bool = False) -> None:
 
 def _http(settings: Settings, hosted: bool) -> httpx.AsyncClient:
     from agentenv import tls
-    from agentenv.gateway.daemon import base_url
+    from agentenv.gateway.embedded import base_url
 
     gateway = base_url(settings) if hosted else None
     http = _HTTP.get((hosted, gateway))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentenv.spec.duration import Duration
 from agentenv.spec.predicates import TextTest
 from agentenv.spec.run import Criterion, Score
-from agentenv.spec.world_run import json_size
+from agentenv.spec.world_state import json_size
 
 
 class _Config(BaseModel):

@@ -220,7 +220,7 @@ def public_base(settings) -> str | None:
         return settings.gateway.url.rstrip("/")
     if settings.gateway.ip in ("0.0.0.0", "::", ""):
         return None
-    from agentenv.gateway.daemon import base_url
+    from agentenv.gateway.embedded import base_url
 
     return base_url(settings)
 

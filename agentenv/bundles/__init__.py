@@ -88,7 +88,7 @@ def find_env(bundle: Path | None, name: str):
 
     from agentenv.envs.builtin import APPS
     from agentenv.errors import BadInput, from_validation_error
-    from agentenv.planning.envs import env_for_app, env_record
+    from agentenv.planning.env_records import env_for_app, env_record
 
     path = bundle / "envs" / name / "env.toml" if bundle else None
     if path is None or not path.is_file():

@@ -7,7 +7,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    from agentenv.cli.app import app
+    from agentenv.cli.commands import app
     from agentenv.errors import AgentEnvError
 
     os.umask(0o077)  # what any command creates (state, logs, secrets, daemons' files) is this user's alone

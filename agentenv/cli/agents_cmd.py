@@ -15,14 +15,14 @@ from agentenv.errors import BadInput, NotFound
 
 def _connect():
     """A client of the configured gateway; a clear error when the embedded one is not running."""
-    from agentenv.gateway import daemon
+    from agentenv.gateway import embedded
     from agentenv.gateway.client import GatewayUnavailable
 
     settings = load_settings()
-    if not settings.gateway.url and not daemon.status(settings).running:
+    if not settings.gateway.url and not embedded.status(settings).running:
         raise GatewayUnavailable("the embedded gateway is not running, so no agents are hosted and no turns wait",
                                  "start it with `agent-env gateway start` (runs that deploy agents start it too)")
-    return daemon.connect(settings, start_daemon=False)
+    return embedded.connect(settings, start_daemon=False)
 
 
 def _one_line(text: str, limit: int = 100) -> str:

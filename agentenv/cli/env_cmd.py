@@ -11,8 +11,8 @@ from agentenv.errors import BadInput
 
 
 def resolve_app(target: str):
+    from agentenv.envs.app_instance import load_app_class
     from agentenv.envs.builtin import APPS
-    from agentenv.envs.instance import load_app_class
 
     return load_app_class(APPS.get(target, target))
 

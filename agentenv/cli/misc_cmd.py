@@ -86,23 +86,23 @@ def server_status_command() -> int:
 
 
 def gateway_command(action: str) -> int:
-    from agentenv.gateway import daemon
+    from agentenv.gateway import embedded
 
     settings = load_settings()
     if settings.gateway.url:
         console().print(f"using the gateway at {settings.gateway.url}; the embedded gateway is not used")
         return 0 if action == "status" else 2
     if action == "start":
-        info, started = daemon.start(settings, on_notice=notice)
+        info, started = embedded.start(settings, on_notice=notice)
         console().print(f"gateway {'started' if started else 'already running'} at http://{info.address} "
                         f"(pid {info.pid})\n  log: {info.log}")
         return 0
     if action == "stop":
-        stopped = daemon.stop(settings)
+        stopped = embedded.stop(settings)
         console().print(f"stopped the gateway (pid {stopped.pid}); instances are kept" if stopped
                         else "the gateway was not running")
         return 0
-    st = daemon.status(settings)
+    st = embedded.status(settings)
     if st.running and st.info:
         console().print(f"running at http://{st.info.address} (pid {st.info.pid})\n  log: {st.info.log}")
         return 0

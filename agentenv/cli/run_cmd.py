@@ -31,8 +31,8 @@ def run_command(target: str | None, task: str | None, *, detach: bool, json_out:
     return aio.run(_run(settings, spec, detach=detach, json_out=json_out))
 
 
-def _start_gateway(daemon, settings: Settings) -> None:
-    info, started = daemon.start(settings, on_notice=notice)
+def _start_gateway(embedded, settings: Settings) -> None:
+    info, started = embedded.start(settings, on_notice=notice)
     if started:
         notice(f"started the embedded gateway at http://{info.address}; it keeps running in the background "
                "(stop it with `agent-env gateway stop`)")
@@ -60,9 +60,9 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
     gateway_ready = None
     if not settings.gateway.url and any(s.type == "deploy_env" for s in spec.steps):
         # Start the embedded gateway beside the Temporal server instead of inside the first step.
-        from agentenv.gateway import daemon
+        from agentenv.gateway import embedded
 
-        gateway_ready = asyncio.create_task(asyncio.to_thread(_start_gateway, daemon, settings))
+        gateway_ready = asyncio.create_task(asyncio.to_thread(_start_gateway, embedded, settings))
     client = await connect(settings, on_notice=notice)
     if gateway_ready is not None:
         await gateway_ready

@@ -94,7 +94,7 @@ def _parked_hits(settings, state: RunState) -> list[dict]:
     run's history, so only the gateway can tell. Nothing when the run had no world or no gateway answers."""
     if state.world is None:
         return []
-    from agentenv.gateway.daemon import connect
+    from agentenv.gateway.embedded import connect
 
     async def fetch() -> list[dict]:
         async with connect(settings, start_daemon=False) as client:
@@ -160,7 +160,7 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
     stores = open_stores(settings)
 
     async def fetch(instance: str) -> list[dict]:
-        from agentenv.gateway.daemon import connect
+        from agentenv.gateway.embedded import connect
 
         async with connect(settings, start_daemon=False) as client:
             return await client.trajectory(instance)

@@ -18,7 +18,7 @@ from agentenv.errors import BadInput
 
 async def _client_and_instance(instance: str):
     from agentenv.gateway.client import GatewayRefused
-    from agentenv.gateway.daemon import connect
+    from agentenv.gateway.embedded import connect
 
     client = connect(load_settings())
     try:

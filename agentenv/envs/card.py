@@ -40,7 +40,7 @@ class CardExtension(_Wire):
     required: bool | None = None
 
 
-class Capabilities(_Wire):
+class CardCapabilities(_Wire):
     tools: list[CardTool] | None = None
     extensions: list[CardExtension] | None = None
     operations: list[str] | None = None
@@ -53,7 +53,7 @@ class EnvironmentCard(_Wire):
     preferredTransport: str = "JSONRPC"  # noqa: N815
     additionalInterfaces: list[Interface] = Field(  # noqa: N815
         default_factory=lambda: [Interface(url="/mcp", transport="mcp")])
-    capabilities: Capabilities = Field(default_factory=Capabilities)
+    capabilities: CardCapabilities = Field(default_factory=CardCapabilities)
     children_environments: list[EnvironmentCard] | None = None
 
     def wire(self) -> dict[str, Any]:

@@ -37,8 +37,8 @@ from agentenv import guard
 from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.envs.app import App, ToolError
+from agentenv.envs.app_instance import AppInstance, UnknownTool
 from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
-from agentenv.envs.instance import AppInstance, UnknownTool
 from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
@@ -162,7 +162,7 @@ class SingleApp:
         app_cls = self.instance.app_cls
         return cards.EnvironmentCard(
             name=app_cls.name,
-            capabilities=cards.Capabilities(
+            capabilities=cards.CardCapabilities(
                 tools=[cards.CardTool(name=t.name, description=t.description, inputSchema=t.input_schema)
                        for t in app_cls.tools.values()],
                 extensions=[],

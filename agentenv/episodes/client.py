@@ -93,7 +93,7 @@ class Episodes:
         key = (instance, agent)
         if key not in self._tokens:
             if self._gateway is None:
-                from agentenv.gateway.daemon import connect
+                from agentenv.gateway.embedded import connect
 
                 self._gateway = await asyncio.to_thread(connect, self.settings)
             self._tokens[key] = await self._gateway.token(instance, agent)

@@ -88,7 +88,7 @@ class EpisodeEnv:
     def _gateway(self):
         if self._rest is None:
             from agentenv.gateway.client import GatewayClient
-            from agentenv.gateway.daemon import base_url
+            from agentenv.gateway.embedded import base_url
 
             self._rest = GatewayClient(base_url(self._episodes.settings))
         return self._rest

@@ -62,7 +62,7 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
     allowed too: a trainer reaching a remote gateway by name reaches this server by that name as well)."""
     from agentenv.episodes import Episodes, EpisodeSpec
     from agentenv.gateway import tokens
-    from agentenv.gateway.daemon import base_url
+    from agentenv.gateway.embedded import base_url
 
     state: dict[str, Any] = {}
     if settings.gateway.url:

@@ -18,7 +18,7 @@ import logging
 import uuid
 
 from agentenv.spec.times import utc_now_iso
-from agentenv.spec.world_run import HitAck, TriggerHit, clip_fields
+from agentenv.spec.world_state import HitAck, TriggerHit, clip_fields
 from agentenv.stores.base import DocumentStore
 
 log = logging.getLogger("agentenv.gateway")

@@ -41,7 +41,7 @@ from starlette.routing import Route
 from agentenv.envs.app import ToolError
 from agentenv.errors import BadInput
 from agentenv.gateway import routes_admin, routes_agents
-from agentenv.gateway.instance import CompositionError
+from agentenv.gateway.env_instance import CompositionError
 from agentenv.gateway.roles import RoleError
 from agentenv.gateway.routes_common import gateway_of
 from agentenv.gateway.service import Gateway, GatewayError

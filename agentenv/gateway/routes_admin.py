@@ -25,11 +25,11 @@ from agentenv.agents.host import DeployRequest
 from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.gateway import tokens
-from agentenv.gateway.instance import EnvInstance
+from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, parse
 from agentenv.gateway.service import Caller, GatewayError
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
-from agentenv.spec.world_run import WorldPush
+from agentenv.spec.world_state import WorldPush
 
 ADMIN_ONLY = "this needs the gateway's admin token"
 SNAPSHOT_LIMIT = 1024 * 1024 * 1024  # a snapshot is a tar of the instance's databases

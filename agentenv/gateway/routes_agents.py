@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from agentenv.envs import card as cards
-from agentenv.gateway.instance import EnvInstance
+from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.routes_common import gateway_of, json_of
 from agentenv.gateway.service import Caller, GatewayError
 
@@ -84,10 +84,10 @@ async def card(request: Request, instance: str) -> Response:
         inst, listed = caller.instance, _listed(gateway.listing(caller))
     body = cards.EnvironmentCard(
         name=inst.spec.env,
-        capabilities=cards.Capabilities(tools=[cards.CardTool(**t) for t in listed], extensions=[],
+        capabilities=cards.CardCapabilities(tools=[cards.CardTool(**t) for t in listed], extensions=[],
                                         operations=list(inst.operations)),
         children_environments=[
-            cards.EnvironmentCard(name=name, additionalInterfaces=[], capabilities=cards.Capabilities(operations=[]))
+            cards.EnvironmentCard(name=name, additionalInterfaces=[], capabilities=cards.CardCapabilities(operations=[]))
             for name in inst.apps],
     )
     return JSONResponse(body.wire())

@@ -25,13 +25,13 @@ from agentenv.envs.context import Ctx
 from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, refuse, tool_error, tool_result
 from agentenv.gateway import tokens, trajectory
 from agentenv.gateway.delivery import Delivery
-from agentenv.gateway.instance import EnvInstance
+from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.mcp_tools import GET_TIME
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
 from agentenv.guard import tokens_equal
 from agentenv.spec.paths import walk
 from agentenv.spec.times import iso, utc_now_iso
-from agentenv.spec.world_run import TriggerHit, WorldPush
+from agentenv.spec.world_state import TriggerHit, WorldPush
 from agentenv.stores.local import SqliteDocumentStore
 
 COLLECTION = "gateway_instances"

@@ -11,7 +11,7 @@ from typing import Any
 from agentenv.spec.paths import PathError, split, walk_parts
 from agentenv.spec.predicates import passes, test
 from agentenv.spec.world import CallMatch, StateWhen
-from agentenv.spec.world_run import Watch
+from agentenv.spec.world_state import Watch
 
 
 class _Compiled:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from agentenv.config import Settings
 from agentenv.spec.run import RunInput, StepPlan
 from agentenv.spec.task import TaskSpec
-from agentenv.spec.world_run import WorldSpec
+from agentenv.spec.world_state import WorldSpec
 from agentenv.steps import registry
 
 

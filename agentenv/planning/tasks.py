@@ -15,7 +15,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agentenv import bundles
 from agentenv.errors import AgentEnvError
-from agentenv.planning.envs import exposed_tools
+from agentenv.planning.env_records import exposed_tools
 from agentenv.spec.loader import bundle_of, read_task_file, task_problems_error, task_shape
 from agentenv.spec.task import StepSpec, TaskSpec, problem, reference_problems, suggest
 from agentenv.spec.templates import has_template

@@ -96,14 +96,14 @@ async def reap(settings: Settings, client: Client | None, *, dry_run: bool = Fal
 async def retire_orphaned_instances(settings: Settings, client: Client) -> list[str]:
     """Instances served by remote apps (sandboxes, URLs) of a run that is over, which the run could not
     retire itself: keep their trajectories and stop serving them. Only a gateway that runs is asked."""
-    from agentenv.gateway import daemon
+    from agentenv.gateway import embedded
     from agentenv.gateway.release import retire_instance
     from agentenv.stores import open_stores
 
-    if not settings.gateway.url and not daemon.status(settings).running:
+    if not settings.gateway.url and not embedded.status(settings).running:
         return []
     retired = []
-    async with daemon.connect(settings, start_daemon=False) as gateway:
+    async with embedded.connect(settings, start_daemon=False) as gateway:
         instances = [i for i in (await gateway._json("GET", "/admin/instances"))["instances"]
                      if i.get("run_id") and any(app.get("url") for app in i.get("apps", []))]
         if not instances:

@@ -2,7 +2,7 @@
 
 In a bundle, `envs/NAME/env.toml` holds an `EnvRecord`; its data files live beside it. What needs the
 installed apps (do they load, do their tool names clash, does every role pattern name a tool) is checked
-by `agentenv.planning.envs`, where records are loaded.
+by `agentenv.planning.env_records`, where records are loaded.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentenv.spec.secrets import NAME as SECRET_NAME
-from agentenv.spec.secrets import PREFIX, is_reference
+from agentenv.spec.secret_refs import NAME as SECRET_NAME
+from agentenv.spec.secret_refs import PREFIX, is_reference
 
 NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
 

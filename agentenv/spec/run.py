@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from agentenv.spec.task import FailurePolicy
 from agentenv.spec.verbs import WorldStepVerb
-from agentenv.spec.world_run import WorldSpec, WorldState
+from agentenv.spec.world_state import WorldSpec, WorldState
 
 AGGREGATE = "aggregate_scores"  # the step type whose score, when present, is the run's
 

@@ -2,7 +2,7 @@
 
 A verb is either a decision the workflow applies itself (the clock, triggers, waits, the run's end: no I/O,
 recorded in history) or an effect on an environment, done by an activity through the gateway. Task steps
-(agentenv.steps.builtin.world and .envs) and trigger actions (agentenv.spec.world) are the two ways to say
+(agentenv.steps.builtin.world_steps and .envs) and trigger actions (agentenv.spec.world) are the two ways to say
 one; where both can, they share the verb's name and fields (`triggers`, with `ids` accepted for actions).
 
 Two verbs look alike and are not the same: the step `set_role_tools` replaces a role's rules (`tools` it

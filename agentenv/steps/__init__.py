@@ -53,10 +53,10 @@ BUILTINS = {
     "call_tool": "agentenv.steps.builtin.envs:call_tool",
     "check_state": "agentenv.steps.builtin.envs:check_state",
     "teardown_env": "agentenv.steps.builtin.envs:teardown_env",
-    "set_clock": "agentenv.steps.builtin.world:set_clock",
-    "register_triggers": "agentenv.steps.builtin.world:register_triggers",
-    "cancel_triggers": "agentenv.steps.builtin.world:cancel_triggers",
-    "wait_clock": "agentenv.steps.builtin.world:wait_clock",
+    "set_clock": "agentenv.steps.builtin.world_steps:set_clock",
+    "register_triggers": "agentenv.steps.builtin.world_steps:register_triggers",
+    "cancel_triggers": "agentenv.steps.builtin.world_steps:cancel_triggers",
+    "wait_clock": "agentenv.steps.builtin.world_steps:wait_clock",
     "deploy_agent": "agentenv.steps.builtin.agents:deploy_agent",
     "prompt_agent": "agentenv.steps.builtin.agents:prompt_agent",
     "check_response": "agentenv.steps.builtin.grading:check_response",
@@ -124,7 +124,7 @@ class StepContext:
         key = (str(self.settings.state_dir), self.settings.gateway.url)
         client = _GATEWAYS.get(key)
         if client is None:
-            from agentenv.gateway.daemon import connect
+            from agentenv.gateway.embedded import connect
 
             client = _GATEWAYS[key] = await asyncio.to_thread(connect, self.settings)
         return client

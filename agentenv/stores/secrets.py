@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from agentenv.errors import BadInput
-from agentenv.spec.secrets import NAME, PREFIX, is_reference  # how specs write a reference (re-exported)
+from agentenv.spec.secret_refs import NAME, PREFIX, is_reference  # how specs write a reference (re-exported)
 
 
 class MissingSecret(BadInput):

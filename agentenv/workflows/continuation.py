@@ -16,7 +16,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from agentenv.spec.run import RunInput, RunState, StepStatus
     from agentenv.spec.times import iso
-    from agentenv.spec.world_run import MAX_FIELD_BYTES, clip, json_size
+    from agentenv.spec.world_state import MAX_FIELD_BYTES, clip, json_size
     from agentenv.workflows import attributes
     from agentenv.workflows.contract import QUICK_RETRY, RECORD_RUN, RELEASE_SANDBOXES
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
 from agentenv.spec.run import RunState, StepCall, StepOutcome
-from agentenv.spec.world_run import WorldPush
+from agentenv.spec.world_state import WorldPush
 
 R = TypeVar("R")
 

@@ -27,12 +27,12 @@ with workflow.unsafe.imports_passed_through():
     from agentenv.spec.run import RunInput, RunState, RunStatus, StepCall, StepOutcome, StepPlan, StepStatus
     from agentenv.spec.task import FailurePolicy
     from agentenv.spec.templates import TemplateError, resolve
-    from agentenv.spec.world_run import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, TriggerHit
+    from agentenv.spec.world_state import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, TriggerHit
     from agentenv.workflows import continuation
     from agentenv.workflows.contract import RUN_STEP
     from agentenv.workflows.trainer_turns import TrainerTurns, played_by_trainer
-    from agentenv.workflows.world import World, WorldError
     from agentenv.workflows.world_driver import WorldDriver
+    from agentenv.workflows.world_rules import World, WorldError
 
 # What bad data raises in the workflow's own code (a number from a tool result meeting date arithmetic...).
 # It fails the run with a message instead of failing the workflow task forever; nondeterminism (Temporal's own

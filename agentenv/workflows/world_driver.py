@@ -1,5 +1,5 @@
 """The world as a run drives it: the clock's real time, due events and trigger actions, hits, pushes to the gateway,
-pacing. `World` (world.py) decides; this issues the Temporal commands those decisions need.
+pacing. `World` (world_rules.py) decides; this issues the Temporal commands those decisions need.
 
 The clock is workflow state (docs/architecture.md §4). Due events fire at their exact virtual times, in the order
 they were scheduled. Event-driven clocks jump to the next event only when no step is in flight; paced clocks
@@ -25,9 +25,9 @@ with workflow.unsafe.imports_passed_through():
     from agentenv.spec.templates import TemplateError, resolve
     from agentenv.spec.times import iso, iso_or_none
     from agentenv.spec.verbs import VERBS
-    from agentenv.spec.world_run import HitAck, Scheduled, TriggerHit, WorldPush
+    from agentenv.spec.world_state import HitAck, Scheduled, TriggerHit, WorldPush
     from agentenv.workflows.contract import PACE, PUSH_WORLD, QUICK_RETRY, WORLD_ACTION, Hit, Paced
-    from agentenv.workflows.world import World, WorldError, checked_time
+    from agentenv.workflows.world_rules import World, WorldError, checked_time
 
 if TYPE_CHECKING:
     from agentenv.workflows.task_run import TaskRun

@@ -34,7 +34,7 @@ from agentenv.spec.agent import AgentRecord
 from agentenv.spec.env import AgentSandbox
 from agentenv.spec.run import agent_in_sandbox
 from agentenv.spec.templates import ref
-from agentenv.spec.world_run import MAX_FIELD_BYTES, clip
+from agentenv.spec.world_state import MAX_FIELD_BYTES, clip
 from agentenv.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agentenv.steps.builtin.envs import instance_id
 from agentenv.stores import keys
@@ -168,7 +168,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
     from agentenv.agents.client import AgentReplyInvalid, agent_client, forget_agent
     from agentenv.gateway.client import GatewayRefused
-    from agentenv.gateway.daemon import base_url
+    from agentenv.gateway.embedded import base_url
 
     record = cast(AgentRecord, config.record)  # pinned when the run is planned
     name = config.as_ or record.name

@@ -14,7 +14,7 @@ from typing import Any, cast
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agentenv.gateway.release import retire_instance
-from agentenv.planning.envs import check_composition, env_for_app
+from agentenv.planning.env_records import check_composition, env_for_app
 from agentenv.spec.env import EnvRecord, RoleSpec
 from agentenv.spec.run import Criterion, Score, apps_in_sandboxes
 from agentenv.spec.templates import TemplateError, lookup
@@ -39,7 +39,7 @@ class EnvStep(StepConfig):
     env: str = Field(description="the id of the deploy_env step whose environment this step acts on")
 
 
-class Caller(EnvStep):
+class ActorStep(EnvStep):
     role: str | None = Field(None, description="act as this role (default: the environment's first role)")
     agent: str | None = Field(None, description="act as this agent (with its current role)")
 
@@ -111,7 +111,7 @@ def quick_deploy(config: dict[str, Any]) -> bool:
            deploys_env=True, sandboxes=apps_in_sandboxes)
 async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     """Start an instance of an environment on the gateway and load its data; outputs its URLs and agents."""
-    from agentenv.gateway.daemon import base_url
+    from agentenv.gateway.embedded import base_url
 
     record = config.record or env_for_app(config.env)
     gateway = await ctx.gateway()
@@ -257,13 +257,13 @@ async def set_role_tools(ctx: StepContext, config: SetRoleConfig) -> dict:
     return {"role": config.role, "tools": tools}
 
 
-class CallToolConfig(Caller):
+class CallToolConfig(ActorStep):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     expect_error: bool = Field(False, description="succeed when the tool answers with an error (and output it)")
 
 
-async def _call(ctx: StepContext, config: Caller, tool: str, arguments: dict[str, Any], key: str | None):
+async def _call(ctx: StepContext, config: ActorStep, tool: str, arguments: dict[str, Any], key: str | None):
     gateway = await ctx.gateway()
     instance = instance_id(ctx, config.env)
     role = config.role
@@ -295,7 +295,7 @@ class StateCheck(Check):
     path: str = Field("", description="where in the result the value is; empty for the whole result")
 
 
-class CheckStateConfig(Caller):
+class CheckStateConfig(ActorStep):
     checks: list[StateCheck] = Field(min_length=1)
     pass_threshold: float = Field(1.0, ge=0, le=1)
 

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agentenv.envs import dataplane
 from agentenv.envs.app import ToolError, ToolInfo
-from agentenv.envs.instance import AppInstance, load_app_class
+from agentenv.envs.app_instance import AppInstance, load_app_class
 from agentenv.gateway import tokens
 from agentenv.gateway.mcp_tools import GET_TIME, get_time_spec
 from agentenv.gateway.remote import RemoteApp
@@ -25,7 +25,7 @@ from agentenv.gateway.roles import GATEWAY_APP, ToolClash, ToolEntry, role_tools
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
 from agentenv.gateway.watch import Watcher
 from agentenv.spec.times import iso
-from agentenv.spec.world_run import WorldPush
+from agentenv.spec.world_state import WorldPush
 
 
 class CompositionError(ValueError):

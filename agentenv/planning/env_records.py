@@ -7,8 +7,8 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from agentenv.envs.app_instance import load_app_class
 from agentenv.envs.builtin import APPS
-from agentenv.envs.instance import load_app_class
 from agentenv.errors import BadInput
 from agentenv.gateway.roles import allowed_tools, tool_entries
 from agentenv.spec.env import AppRef, EnvRecord, RoleSpec

@@ -23,7 +23,7 @@ from agentenv.spec.world import (
     TriggerSpec,
     parse_time,
 )
-from agentenv.spec.world_run import (
+from agentenv.spec.world_state import (
     ClockState,
     Scheduled,
     TriggerStatus,
