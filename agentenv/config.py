@@ -83,12 +83,18 @@ class ModelSettings(_Section):
 
     base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1")
     model: str | None = Field(None, description="the model name the endpoint expects")
-    api_key: str | None = Field(None, description="a `secret:NAME` reference, e.g. \"secret:openai\" (leave it "
-                                                  "out for servers that need no key); sent only to base_url's origin")
+    api_key: str | None = Field(
+        None,
+        description='a `secret:NAME` reference, e.g. "secret:openai" (leave it '
+        "out for servers that need no key); sent only to base_url's origin",
+    )
     timeout: float = Field(120.0, gt=0, description="seconds per request")
     temperature: float = Field(0.0, ge=0, le=2)
-    withheld_key: str | None = Field(None, description="set by agentenv, not by you: the configured key an override "
-                                                       "moved to another origin did not take along")
+    withheld_key: str | None = Field(
+        None,
+        description="set by agentenv, not by you: the configured key an override "
+        "moved to another origin did not take along",
+    )
 
     def overridden(self, override: dict | None) -> ModelSettings:
         """This endpoint with an override's fields. A key belongs to its endpoint's origin: an override that
@@ -107,9 +113,11 @@ class ModelSettings(_Section):
         """Why no key goes to this endpoint, when an override left the configured one behind."""
         if not self.withheld_key:
             return None
-        return (f"no API key is sent to {self.base_url}: the configured key {self.withheld_key} belongs to the "
-                "configured endpoint, and keys go only to their own origin; if this one needs a key, give the "
-                "override a key of its own (api_key = \"secret:NAME\", or [models.PURPOSE] in .agentenv/config.toml)")
+        return (
+            f"no API key is sent to {self.base_url}: the configured key {self.withheld_key} belongs to the "
+            "configured endpoint, and keys go only to their own origin; if this one needs a key, give the "
+            'override a key of its own (api_key = "secret:NAME", or [models.PURPOSE] in .agentenv/config.toml)'
+        )
 
 
 class SandboxSettings(_Section):
@@ -129,8 +137,9 @@ class Settings(_Section):
     server: ServerSettings = ServerSettings()
     gateway: GatewaySettings = GatewaySettings()
     sandboxes: SandboxSettings = SandboxSettings()
-    models: dict[str, ModelSettings] = Field(default_factory=dict, description="by purpose: default, agent, "
-                                                                               "persona, judge")
+    models: dict[str, ModelSettings] = Field(
+        default_factory=dict, description="by purpose: default, agent, persona, judge"
+    )
     config_file: Path | None = Field(None, exclude=True)
 
     def model(self, purpose: str, override: dict | None = None) -> ModelSettings:
@@ -254,8 +263,10 @@ def secure_state_dir(path: Path) -> Path:
     if not stat.S_ISDIR(info.st_mode):
         raise BadInput(f"the state dir {path} is not a folder", "point AGENTENV_HOME (or state_dir) at a folder")
     if info.st_uid != os.getuid() or info.st_mode & stat.S_ISVTX:  # e.g. /tmp: shared, others may plant files
-        raise BadInput(f"the state dir {path} is not a private folder of this user (uid {os.getuid()})",
-                       "point AGENTENV_HOME (or state_dir in .agentenv/config.toml) at a folder of your own")
+        raise BadInput(
+            f"the state dir {path} is not a private folder of this user (uid {os.getuid()})",
+            "point AGENTENV_HOME (or state_dir in .agentenv/config.toml) at a folder of your own",
+        )
     if info.st_mode & 0o077:
         path.chmod(0o700)
     return path

@@ -128,16 +128,28 @@ class Daemon:
                 wait_for_port(info.ip, info.port, None, self.log, self.title, timeout)
                 return info, False
             if info is not None:
-                on_notice(f"removed an unreadable {self.title} pidfile" if info.pid <= 0 else
-                          f"removed a stale {self.title} pidfile (process {info.pid} is no longer running it)")
+                on_notice(
+                    f"removed an unreadable {self.title} pidfile"
+                    if info.pid <= 0
+                    else f"removed a stale {self.title} pidfile (process {info.pid} is no longer running it)"
+                )
                 self.pidfile.unlink(missing_ok=True)
             for check in ports:
                 check_port_free(ip, check, self.title, section)
             with open(self.log, "ab", opener=_private) as log:
-                proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                        start_new_session=True, close_fds=True, env=env, umask=PRIVATE_UMASK)
-            info = DaemonInfo(pid=proc.pid, ip=ip, port=port, log=str(self.log), started_at=time.time(),
-                              extra=extra or {})
+                proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    close_fds=True,
+                    env=env,
+                    umask=PRIVATE_UMASK,
+                )
+            info = DaemonInfo(
+                pid=proc.pid, ip=ip, port=port, log=str(self.log), started_at=time.time(), extra=extra or {}
+            )
             tmp = self.pidfile.with_suffix(".tmp")
             with open(tmp, "w", opener=_private) as f:
                 f.write(json.dumps(asdict(info)))
@@ -199,8 +211,11 @@ def check_port_free(ip: str, check: PortCheck, title: str, section: str) -> None
     if not port_in_use(ip, check.port):
         return
     who = listener_of(check.port)
-    hint = (f"; if it is a Temporal server you want to use, set TEMPORAL_ADDRESS={ip}:{check.port}"
-            if section == "server" else "")
+    hint = (
+        f"; if it is a Temporal server you want to use, set TEMPORAL_ADDRESS={ip}:{check.port}"
+        if section == "server"
+        else ""
+    )
     raise ServerError(
         f"cannot start the {title}: {check.what} port {ip}:{check.port} is already in use"
         + (f" by {who}" if who else " by another program"),
@@ -216,15 +231,20 @@ def wait_for_port(ip: str, port: int, proc: subprocess.Popen | None, log: Path, 
 
     def still_running() -> None:
         if proc is not None and proc.poll() is not None:
-            raise ServerError(f"the {title} exited during start-up (exit code {proc.returncode}):\n" + tail(log),
-                              f"see the full log at {log}")
+            raise ServerError(
+                f"the {title} exited during start-up (exit code {proc.returncode}):\n" + tail(log),
+                f"see the full log at {log}",
+            )
 
     try:
-        waiting.until_sync(opened, what=f"the {title}", timeout=timeout, interval=0.02, retry_on=(OSError,),
-                           check=still_running)
+        waiting.until_sync(
+            opened, what=f"the {title}", timeout=timeout, interval=0.02, retry_on=(OSError,), check=still_running
+        )
     except waiting.TimedOut:
-        raise ServerError(f"the {title} did not open {ip}:{port} within {timeout:.0f}s",
-                          f"see its log at {log}, then stop it and try again") from None
+        raise ServerError(
+            f"the {title} did not open {ip}:{port} within {timeout:.0f}s",
+            f"see its log at {log}, then stop it and try again",
+        ) from None
 
 
 def tail(path: Path, lines: int = 15) -> str:

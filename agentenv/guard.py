@@ -77,8 +77,11 @@ class HostGuard:
         """`app` guarded, also answering for the URLs it is reached at (e.g. a configured public URL,
         perhaps behind a TLS proxy): their host names and origins are its own."""
         parts = [urlsplit(u) for u in urls if u]
-        return cls(app, names=[p.hostname for p in parts if p.hostname],
-                   origins=[f"{p.scheme}://{p.netloc.rpartition('@')[2]}" for p in parts if p.scheme and p.netloc])
+        return cls(
+            app,
+            names=[p.hostname for p in parts if p.hostname],
+            origins=[f"{p.scheme}://{p.netloc.rpartition('@')[2]}" for p in parts if p.scheme and p.netloc],
+        )
 
     def allowed_host(self, host: str) -> bool:
         name = host_name(host)
@@ -91,8 +94,10 @@ class HostGuard:
         host = raw_host.decode("latin-1")
         if raw_host not in self._hosts_seen:
             if not self.allowed_host(host):
-                return 421, (f"this server does not answer for host {host[:100]!r}; use its address "
-                             "(127.0.0.1 or the configured URL)")
+                return 421, (
+                    f"this server does not answer for host {host[:100]!r}; use its address "
+                    "(127.0.0.1 or the configured URL)"
+                )
             if len(self._hosts_seen) < 64:
                 self._hosts_seen.add(raw_host)
         origin = headers[b"origin"].decode("latin-1") if b"origin" in headers else None
@@ -117,9 +122,16 @@ class HostGuard:
                     await send({"type": "websocket.close", "code": 1008})
                     return
                 body = json.dumps({"error": message}).encode()
-                await send({"type": "http.response.start", "status": status,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": status,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)

@@ -34,11 +34,17 @@ async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_i
     run_id = run_id or new_run_id(task.id)
     use_attributes = await ensure_search_attributes(client, settings.temporal.namespace)
     inp = plan(task, run_id, settings, search_attributes=use_attributes)
-    search = TypedSearchAttributes([
-        SearchAttributePair(attributes.TASK_ID, task.id),
-        SearchAttributePair(attributes.TASK_VERSION, task.version),
-        SearchAttributePair(attributes.STATUS, "running"),
-    ]) if use_attributes else None
+    search = (
+        TypedSearchAttributes(
+            [
+                SearchAttributePair(attributes.TASK_ID, task.id),
+                SearchAttributePair(attributes.TASK_VERSION, task.version),
+                SearchAttributePair(attributes.STATUS, "running"),
+            ]
+        )
+        if use_attributes
+        else None
+    )
     # Recorded before the workflow starts (never after: a fast run could already have recorded its
     # end), so a run is listed at once even if no worker has picked it up yet.
     from datetime import datetime
@@ -49,7 +55,10 @@ async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_i
     stores.documents.put(keys.RUNS, run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
     try:
         return await client.start_workflow(
-            WORKFLOW, inp, id=run_id, task_queue=settings.temporal.task_queue,
+            WORKFLOW,
+            inp,
+            id=run_id,
+            task_queue=settings.temporal.task_queue,
             search_attributes=search,
             memo={"task": {"id": task.id, "version": task.version, "description": task.description[:500]}},
             static_summary=f"{task.id} v{task.version}",

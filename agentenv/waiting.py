@@ -29,9 +29,16 @@ class TimedOut(TimeoutError):
 Errors = tuple[type[BaseException], ...]
 
 
-async def until(probe: Callable[[], Awaitable[T | None]], *, what: str, timeout: float, interval: float,
-                retry_on: Errors = (Exception,), give_up_on: Errors = (),
-                check: Callable[[], Awaitable[None]] | None = None) -> T:
+async def until(
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    what: str,
+    timeout: float,
+    interval: float,
+    retry_on: Errors = (Exception,),
+    give_up_on: Errors = (),
+    check: Callable[[], Awaitable[None]] | None = None,
+) -> T:
     """Call `probe` until it returns something other than None, and return that. A probe raising one of
     `retry_on` (and not of `give_up_on`) has not come up yet; after each miss `check` may raise to stop."""
     deadline = time.monotonic() + timeout
@@ -52,9 +59,16 @@ async def until(probe: Callable[[], Awaitable[T | None]], *, what: str, timeout:
         await asyncio.sleep(interval)
 
 
-def until_sync(probe: Callable[[], T | None], *, what: str, timeout: float, interval: float,
-               retry_on: Errors = (Exception,), give_up_on: Errors = (),
-               check: Callable[[], None] | None = None) -> T:
+def until_sync(
+    probe: Callable[[], T | None],
+    *,
+    what: str,
+    timeout: float,
+    interval: float,
+    retry_on: Errors = (Exception,),
+    give_up_on: Errors = (),
+    check: Callable[[], None] | None = None,
+) -> T:
     """`until` for code without an event loop (daemons started from the CLI)."""
     deadline = time.monotonic() + timeout
     while True:

@@ -25,7 +25,7 @@ from common import AGENT_ENV, free_port, isolated_env, row, summarize
 TURNS = 300
 CONVERSATION_TURNS = 20
 
-MINIMAL_AGENT = r'''
+MINIMAL_AGENT = r"""
 import sys, uvicorn
 from starlette.applications import Starlette
 from a2a.helpers import new_task_from_user_message, new_text_part
@@ -53,9 +53,9 @@ card = AgentCard(name="echo", description="answers ok", version="1",
 handler = DefaultRequestHandler(agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card)
 app = Starlette(routes=create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/"))
 uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-'''
+"""
 
-CONVERSATION = '''
+CONVERSATION = """
 id = "agent-turns"
 [[steps]]
 id = "a"
@@ -75,7 +75,7 @@ id = "talk"
 type = "prompt_agent"
 depends_on = ["warm"]
 config = {{ agent = "a", prompt = "hello", conversation = {{ partner = "b", max_turns = {turns} }} }}
-'''
+"""
 
 
 async def round_trips(url: str, headers: dict[str, str]) -> list[float]:
@@ -90,8 +90,9 @@ async def round_trips(url: str, headers: dict[str, str]) -> list[float]:
         samples = []
         for n in range(TURNS):
             start = time.perf_counter()
-            await client.ask("hi", {"turn": 0, "conversation": []}, context_id="bench", message_id=f"m-{n}",
-                             deadline_s=10)
+            await client.ask(
+                "hi", {"turn": 0, "conversation": []}, context_id="bench", message_id=f"m-{n}", deadline_s=10
+            )
             samples.append(time.perf_counter() - start)
         return samples
 
@@ -129,8 +130,9 @@ def hosted() -> list[float]:
     port = free_port()
     # Its own state and URL: the hosted agent's card must name the origin it is fetched from (no user config).
     env = {**isolated_env(), "AGENTENV_GATEWAY_PORT": str(port)}
-    proc = subprocess.Popen([sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)],
-                            env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)], env=env
+    )
     try:
         from agentenv.gateway import tokens
 
@@ -147,7 +149,9 @@ def hosted() -> list[float]:
             time.sleep(0.05)
         headers = {"authorization": f"Bearer {tokens.admin_token(tokens.load_or_create_key(root / 'key'))}"}
         record = {"name": "echo", "type": "scripted", "config": {"turns": [[{"say": "ok"}]]}}
-        httpx.put(f"{base}/admin/agents/bench", json={"id": "bench", "record": record}, headers=headers).raise_for_status()
+        httpx.put(
+            f"{base}/admin/agents/bench", json={"id": "bench", "record": record}, headers=headers
+        ).raise_for_status()
         return asyncio.run(round_trips(f"{base}/agents/bench/", headers))
     finally:
         proc.terminate()
@@ -161,8 +165,9 @@ def in_a_run() -> tuple[float, float, float]:
     task = folder / "turns.toml"
     task.write_text(CONVERSATION.format(turns=CONVERSATION_TURNS))
     try:
-        done = subprocess.run([AGENT_ENV, "run", str(task), "--json"], env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [AGENT_ENV, "run", str(task), "--json"], env=env, capture_output=True, text=True, timeout=300
+        )
         if done.returncode != 0:
             raise SystemExit(f"the conversation run failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
         state = json.loads(done.stdout)
@@ -180,16 +185,33 @@ def measure() -> dict:
     base = summarize(baseline())
     mine = summarize(hosted())
     per_turn, ask_p50, step_ms = in_a_run()
-    row("minimal a2a-sdk agent round trip p50 (baseline)", f"{base['median'] * 1000:.2f} ms",
-        f"p90 {base['p90'] * 1000:.2f} ms")
-    row("hosted scripted agent round trip p50", f"{mine['median'] * 1000:.2f} ms",
-        f"p90 {mine['p90'] * 1000:.2f} ms; {mine['median'] / base['median']:.2f}x baseline")
-    row("answer round trip p50 inside a run", f"{ask_p50:.2f} ms",
-        f"{ask_p50 / 1000 / base['median']:.2f}x baseline (the whole conversation travels with each turn)")
-    row("per turn in a prompt_agent conversation (mean)", f"{per_turn:.2f} ms",
-        f"{2 * CONVERSATION_TURNS - 1} answers in {step_ms:.0f} ms, bookkeeping included; goal <= 20 ms")
-    return {"baseline_p50_ms": base["median"] * 1000, "hosted_p50_ms": mine["median"] * 1000,
-            "hosted_p90_ms": mine["p90"] * 1000, "ask_p50_in_run_ms": ask_p50, "per_turn_in_run_ms": per_turn}
+    row(
+        "minimal a2a-sdk agent round trip p50 (baseline)",
+        f"{base['median'] * 1000:.2f} ms",
+        f"p90 {base['p90'] * 1000:.2f} ms",
+    )
+    row(
+        "hosted scripted agent round trip p50",
+        f"{mine['median'] * 1000:.2f} ms",
+        f"p90 {mine['p90'] * 1000:.2f} ms; {mine['median'] / base['median']:.2f}x baseline",
+    )
+    row(
+        "answer round trip p50 inside a run",
+        f"{ask_p50:.2f} ms",
+        f"{ask_p50 / 1000 / base['median']:.2f}x baseline (the whole conversation travels with each turn)",
+    )
+    row(
+        "per turn in a prompt_agent conversation (mean)",
+        f"{per_turn:.2f} ms",
+        f"{2 * CONVERSATION_TURNS - 1} answers in {step_ms:.0f} ms, bookkeeping included; goal <= 20 ms",
+    )
+    return {
+        "baseline_p50_ms": base["median"] * 1000,
+        "hosted_p50_ms": mine["median"] * 1000,
+        "hosted_p90_ms": mine["p90"] * 1000,
+        "ask_p50_in_run_ms": ask_p50,
+        "per_turn_in_run_ms": per_turn,
+    }
 
 
 if __name__ == "__main__":

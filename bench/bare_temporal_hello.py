@@ -27,7 +27,9 @@ class Bare:
     @workflow.run
     async def run(self) -> str:
         opts = {"start_to_close_timeout": timedelta(seconds=30)}
-        a, b = await asyncio.gather(workflow.execute_activity(act, "a", **opts), workflow.execute_activity(act, "b", **opts))
+        a, b = await asyncio.gather(
+            workflow.execute_activity(act, "a", **opts), workflow.execute_activity(act, "b", **opts)
+        )
         c = await workflow.execute_activity(act, a + b, **opts)
         return await workflow.execute_local_activity(act, c, **opts)
 

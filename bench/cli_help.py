@@ -21,12 +21,21 @@ def measure() -> dict:
         "import_temporalio_s": summarize([w for w, _ in eager])["median"],
     }
     print("agent-env --help")
-    row(f"agent-env --help (median of {RUNS})", f"{help_wall * 1000:.0f} ms",
-        f"goal <= 300 ms; peak {result['help_mib']:.0f} MiB")
-    row("baseline: python -c pass", f"{result['python_floor_s'] * 1000:.0f} ms",
-        f"ratio {help_wall / result['python_floor_s']:.1f}x")
-    row("baseline: importing temporalio eagerly", f"{result['import_temporalio_s'] * 1000:.0f} ms",
-        "what --help would cost if it imported Temporal")
+    row(
+        f"agent-env --help (median of {RUNS})",
+        f"{help_wall * 1000:.0f} ms",
+        f"goal <= 300 ms; peak {result['help_mib']:.0f} MiB",
+    )
+    row(
+        "baseline: python -c pass",
+        f"{result['python_floor_s'] * 1000:.0f} ms",
+        f"ratio {help_wall / result['python_floor_s']:.1f}x",
+    )
+    row(
+        "baseline: importing temporalio eagerly",
+        f"{result['import_temporalio_s'] * 1000:.0f} ms",
+        "what --help would cost if it imported Temporal",
+    )
     return result
 
 

@@ -24,8 +24,13 @@ def free_port() -> int:
 def isolated_env() -> dict[str, str]:
     """A fresh state directory and free ports: nothing of the user's is touched or reused."""
     home = tempfile.mkdtemp(prefix="agentenv-bench-")
-    env = {**os.environ, "AGENTENV_HOME": home, "AGENTENV_SERVER_PORT": str(free_port()),
-           "AGENTENV_UI_PORT": str(free_port()), "AGENTENV_GATEWAY_PORT": str(free_port())}
+    env = {
+        **os.environ,
+        "AGENTENV_HOME": home,
+        "AGENTENV_SERVER_PORT": str(free_port()),
+        "AGENTENV_UI_PORT": str(free_port()),
+        "AGENTENV_GATEWAY_PORT": str(free_port()),
+    }
     for var in ("TEMPORAL_ADDRESS", "AGENTENV_CONFIG", "AGENTENV_GATEWAY_URL", "AGENTENV_GATEWAY_TOKEN"):
         env.pop(var, None)
     return env

@@ -29,13 +29,35 @@ NOTES = {
     "id": "bench-episode",
     "steps": [
         {"id": "pad", "type": "deploy_env", "config": {"env": "notes"}},
-        {"id": "writer", "type": "deploy_agent", "depends_on": ["pad"],
-         "config": {"env": "pad", "record": {"name": "writer", "type": "scripted", "role": "agent",
-                                             "config": {"turns": [[{"say": "unused"}]]}}}},
-        {"id": "write", "type": "prompt_agent", "depends_on": ["writer"],
-         "config": {"agent": "writer", "prompt": "Write ten notes."}},
-        {"id": "check", "type": "check_state", "depends_on": ["write"], "config": {"env": "pad", "checks": [
-            {"name": "ten notes", "tool": "list_notes", "path": "count", "equals": CALLS}]}},
+        {
+            "id": "writer",
+            "type": "deploy_agent",
+            "depends_on": ["pad"],
+            "config": {
+                "env": "pad",
+                "record": {
+                    "name": "writer",
+                    "type": "scripted",
+                    "role": "agent",
+                    "config": {"turns": [[{"say": "unused"}]]},
+                },
+            },
+        },
+        {
+            "id": "write",
+            "type": "prompt_agent",
+            "depends_on": ["writer"],
+            "config": {"agent": "writer", "prompt": "Write ten notes."},
+        },
+        {
+            "id": "check",
+            "type": "check_state",
+            "depends_on": ["write"],
+            "config": {
+                "env": "pad",
+                "checks": [{"name": "ten notes", "tool": "list_notes", "path": "count", "equals": CALLS}],
+            },
+        },
     ],
 }
 
@@ -44,8 +66,16 @@ def conversation_task() -> dict:
     import copy
 
     task = copy.deepcopy(NOTES)
-    task["steps"].insert(2, {"id": "boss", "type": "deploy_agent", "config": {"record": {
-        "name": "boss", "type": "scripted", "config": {"turns": [[{"say": "And another."}]]}}}})
+    task["steps"].insert(
+        2,
+        {
+            "id": "boss",
+            "type": "deploy_agent",
+            "config": {
+                "record": {"name": "boss", "type": "scripted", "config": {"turns": [[{"say": "And another."}]]}}
+            },
+        },
+    )
     task["steps"][3]["depends_on"] = ["writer", "boss"]
     task["steps"][3]["config"]["conversation"] = {"partner": "boss", "max_turns": 5}
     task["steps"][4]["config"]["checks"][0]["equals"] = 0  # the conversation writes nothing
@@ -117,10 +147,16 @@ async def measure_async() -> dict:
         total = summarize([r["total"] for r in runs])
         calls = summarize([r["calls"] for r in runs])
         row("workflow start p50", f"{start['median'] * 1000:.1f} ms", f"p90 {start['p90'] * 1000:.1f} ms")
-        row(f"{CALLS} tool calls in an episode p50", f"{calls['median'] * 1000:.1f} ms",
-            f"baseline (direct): {baseline * 1000:.1f} ms")
-        row("per-episode overhead p50 (excl. start, calls)", f"{overhead['median'] * 1000:.1f} ms",
-            f"p90 {overhead['p90'] * 1000:.1f} ms; goal <= 50 ms (peer ~88 ms)")
+        row(
+            f"{CALLS} tool calls in an episode p50",
+            f"{calls['median'] * 1000:.1f} ms",
+            f"baseline (direct): {baseline * 1000:.1f} ms",
+        )
+        row(
+            "per-episode overhead p50 (excl. start, calls)",
+            f"{overhead['median'] * 1000:.1f} ms",
+            f"p90 {overhead['p90'] * 1000:.1f} ms; goal <= 50 ms (peer ~88 ms)",
+        )
         row("whole episode p50", f"{total['median'] * 1000:.1f} ms", f"{EPISODES} episodes, one after another")
 
         chat = EpisodeSpec.from_task(parse_task(conversation_task(), "bench"), ["writer"], turn_timeout=120)
@@ -132,18 +168,28 @@ async def measure_async() -> dict:
             ordered = sorted(latencies)
             p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
             ladder[n] = p99
-            row(f"turn latency p99 with {n} concurrent episodes", f"{p99 * 1000:.1f} ms",
-                f"p50 {summarize(latencies)['median'] * 1000:.1f} ms; {p99 / ladder[LADDER[0]]:.2f}x N=1")
+            row(
+                f"turn latency p99 with {n} concurrent episodes",
+                f"{p99 * 1000:.1f} ms",
+                f"p50 {summarize(latencies)['median'] * 1000:.1f} ms; {p99 / ladder[LADDER[0]]:.2f}x N=1",
+            )
             if p99 > 2 * ladder[LADDER[0]]:
                 break
         within = [n for n, p in ladder.items() if p <= 2 * ladder[LADDER[0]]]
-        row("concurrent episodes per worker before p99 doubles", f">= {max(within)}",
-            "(the next step of the ladder doubled it)" if len(within) < len(ladder) else "(never doubled up to here)")
-        return {"start_p50_ms": start["median"] * 1000, "overhead_p50_ms": overhead["median"] * 1000,
-                "calls_p50_ms": calls["median"] * 1000, "direct_calls_ms": baseline * 1000,
-                "episode_p50_ms": total["median"] * 1000,
-                "turn_p99_ms_by_concurrency": {n: p * 1000 for n, p in ladder.items()},
-                "concurrent_before_p99_doubles": max(within)}
+        row(
+            "concurrent episodes per worker before p99 doubles",
+            f">= {max(within)}",
+            "(the next step of the ladder doubled it)" if len(within) < len(ladder) else "(never doubled up to here)",
+        )
+        return {
+            "start_p50_ms": start["median"] * 1000,
+            "overhead_p50_ms": overhead["median"] * 1000,
+            "calls_p50_ms": calls["median"] * 1000,
+            "direct_calls_ms": baseline * 1000,
+            "episode_p50_ms": total["median"] * 1000,
+            "turn_p99_ms_by_concurrency": {n: p * 1000 for n, p in ladder.items()},
+            "concurrent_before_p99_doubles": max(within),
+        }
     finally:
         await episodes.close()
 

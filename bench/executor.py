@@ -76,8 +76,13 @@ async def measure_async() -> dict:
 
     async def bare_once(n: int, local: bool) -> float:
         t = time.perf_counter()
-        await client.execute_workflow(BareChain.run, args=[n, local], id=f"bare-{uuid.uuid4().hex}",
-                                      task_queue=bare_queue, request_eager_start=True)
+        await client.execute_workflow(
+            BareChain.run,
+            args=[n, local],
+            id=f"bare-{uuid.uuid4().hex}",
+            task_queue=bare_queue,
+            request_eager_start=True,
+        )
         return time.perf_counter() - t
 
     async def median(fn, *args) -> float:
@@ -111,12 +116,21 @@ async def measure_async() -> dict:
     print("executor")
     for kind in ("activity", "local"):
         ours, bare = result[f"{kind}_step_ms"], result[f"{kind}_bare_ms"]
-        row(f"per {kind} step in a chain", f"{ours:.1f} ms",
-            f"bare temporalio {bare:.1f} ms per {kind}; ratio {ours / bare:.2f}x")
-        row(f"one-step run, start to result ({kind})", f"{result[f'{kind}_run_1_step_ms']:.0f} ms",
-            f"bare temporalio {result[f'{kind}_bare_1_ms']:.0f} ms")
-    row(f"trivial runs/s, one worker ({THROUGHPUT_RUNS} at once)", f"{result['runs_per_s']:.1f} /s",
-        f"bare temporalio {result['bare_runs_per_s']:.1f} /s; ratio {result['runs_per_s'] / result['bare_runs_per_s']:.2f}x")
+        row(
+            f"per {kind} step in a chain",
+            f"{ours:.1f} ms",
+            f"bare temporalio {bare:.1f} ms per {kind}; ratio {ours / bare:.2f}x",
+        )
+        row(
+            f"one-step run, start to result ({kind})",
+            f"{result[f'{kind}_run_1_step_ms']:.0f} ms",
+            f"bare temporalio {result[f'{kind}_bare_1_ms']:.0f} ms",
+        )
+    row(
+        f"trivial runs/s, one worker ({THROUGHPUT_RUNS} at once)",
+        f"{result['runs_per_s']:.1f} /s",
+        f"bare temporalio {result['bare_runs_per_s']:.1f} /s; ratio {result['runs_per_s'] / result['bare_runs_per_s']:.2f}x",
+    )
     return result
 
 

@@ -46,7 +46,7 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-CLIENT = r'''
+CLIENT = r"""
 import asyncio, json, statistics, sys, time
 import httpx2
 from mcp import Client
@@ -96,12 +96,16 @@ async def main():
             print(json.dumps({"per_s": clients * n / (time.perf_counter() - t)}))
 
 asyncio.run(main())
-'''
+"""
 
 
 def run_client(url: str, token: str, mode: str, n: int, clients: int = 1):
-    done = subprocess.run([sys.executable, "-c", CLIENT, url, token, mode, str(n), str(clients)],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT, url, token, mode, str(n), str(clients)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -115,10 +119,16 @@ def measure() -> dict:
 
     root = Path(tempfile.mkdtemp(prefix="agentenv-bench-gw-"))
     direct_port, gw_port = free_port(), free_port()
-    direct = subprocess.Popen([AGENT_ENV, "env", "serve", "notes", "--port", str(direct_port), "--state",
-                               str(root / "direct")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    gateway = subprocess.Popen([sys.executable, "-m", "agentenv.gateway", "--root", str(root / "gw"), "--port",
-                                str(gw_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    direct = subprocess.Popen(
+        [AGENT_ENV, "env", "serve", "notes", "--port", str(direct_port), "--state", str(root / "direct")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "agentenv.gateway", "--root", str(root / "gw"), "--port", str(gw_port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     result: dict = {}
     try:
         wait_ready(f"http://127.0.0.1:{direct_port}/ready", direct)
@@ -126,36 +136,55 @@ def measure() -> dict:
         base = f"http://127.0.0.1:{gw_port}"
         admin = {"authorization": f"Bearer {tokens.admin_token((root / 'gw' / 'key').read_bytes())}"}
         note = {"notes": [{"key": "k", "text": "hello", "updated_at": "2026-01-01T00:00:00Z"}]}
-        httpx2.post(f"http://127.0.0.1:{direct_port}/agentenv",
-                    json={"jsonrpc": "2.0", "id": 1, "method": "data/add", "params": {"parts": [
-                        {"kind": "data", "data": note}]}}).raise_for_status()
-        httpx2.put(f"{base}/admin/instances/bench", headers=admin,
-                   json={"id": "bench", "apps": [{"app": "notes"}],
-                         "agents": {f"agent{i}": "agent" for i in range(CLIENTS)}}).raise_for_status()
-        httpx2.post(f"{base}/admin/instances/bench/load", headers=admin,
-                    json={"parts": [{"kind": "data", "data": {"notes": note}}]}).raise_for_status()
-        agent_tokens = [httpx2.get(f"{base}/admin/instances/bench/tokens/agent{i}", headers=admin).json()["token"]
-                        for i in range(CLIENTS)]
+        httpx2.post(
+            f"http://127.0.0.1:{direct_port}/agentenv",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "data/add",
+                "params": {"parts": [{"kind": "data", "data": note}]},
+            },
+        ).raise_for_status()
+        httpx2.put(
+            f"{base}/admin/instances/bench",
+            headers=admin,
+            json={"id": "bench", "apps": [{"app": "notes"}], "agents": {f"agent{i}": "agent" for i in range(CLIENTS)}},
+        ).raise_for_status()
+        httpx2.post(
+            f"{base}/admin/instances/bench/load",
+            headers=admin,
+            json={"parts": [{"kind": "data", "data": {"notes": note}}]},
+        ).raise_for_status()
+        agent_tokens = [
+            httpx2.get(f"{base}/admin/instances/bench/tokens/agent{i}", headers=admin).json()["token"]
+            for i in range(CLIENTS)
+        ]
         token = agent_tokens[0]
         direct_url, gw_url = f"http://127.0.0.1:{direct_port}/mcp", f"{base}/envs/bench/mcp"
 
         d, g = run_client(f"{direct_url}|{gw_url}", f"-|{token}", "latency", LATENCY_CALLS)
         result.update(direct_p50_ms=d["p50"], direct_p99_ms=d["p99"], gateway_p50_ms=g["p50"], gateway_p99_ms=g["p99"])
-        result["gateway_per_s"] = run_client(gw_url, ",".join(agent_tokens), "throughput", CALLS_PER_CLIENT,
-                                             CLIENTS)["per_s"]
+        result["gateway_per_s"] = run_client(gw_url, ",".join(agent_tokens), "throughput", CALLS_PER_CLIENT, CLIENTS)[
+            "per_s"
+        ]
         result["direct_per_s"] = run_client(direct_url, "-", "throughput", CALLS_PER_CLIENT, CLIENTS)["per_s"]
 
         before = rss_mib(gateway.pid)
         for i in range(IDLE_INSTANCES):
-            httpx2.put(f"{base}/admin/instances/idle-{i}", headers=admin,
-                       json={"id": f"idle-{i}", "apps": [{"app": "notes"}]}).raise_for_status()
+            httpx2.put(
+                f"{base}/admin/instances/idle-{i}", headers=admin, json={"id": f"idle-{i}", "apps": [{"app": "notes"}]}
+            ).raise_for_status()
         time.sleep(0.5)
         result["mib_per_idle_instance"] = (rss_mib(gateway.pid) - before) / IDLE_INSTANCES
 
-        rows = {"notes": [{"key": f"k{i}", "text": "x" * 60, "updated_at": "2026-01-01T00:00:00Z"}
-                          for i in range(ROWS)]}
-        httpx2.post(f"{base}/admin/instances/bench/load", headers=admin,
-                    json={"parts": [{"kind": "data", "data": {"notes": rows}}]}).raise_for_status()
+        rows = {
+            "notes": [{"key": f"k{i}", "text": "x" * 60, "updated_at": "2026-01-01T00:00:00Z"} for i in range(ROWS)]
+        }
+        httpx2.post(
+            f"{base}/admin/instances/bench/load",
+            headers=admin,
+            json={"parts": [{"kind": "data", "data": {"notes": rows}}]},
+        ).raise_for_status()
         t = time.perf_counter()
         blob = httpx2.get(f"{base}/admin/instances/bench/snapshot", headers=admin).content
         result["gateway_snapshot_ms"] = (time.perf_counter() - t) * 1000
@@ -183,20 +212,37 @@ def measure() -> dict:
     inst.close()
 
     print("gateway")
-    row("tool call p50, direct (app served alone)", f"{result['direct_p50_ms']:.2f} ms",
-        f"p99 {result['direct_p99_ms']:.2f} ms")
-    row("tool call p50, through the gateway", f"{result['gateway_p50_ms']:.2f} ms",
+    row(
+        "tool call p50, direct (app served alone)",
+        f"{result['direct_p50_ms']:.2f} ms",
+        f"p99 {result['direct_p99_ms']:.2f} ms",
+    )
+    row(
+        "tool call p50, through the gateway",
+        f"{result['gateway_p50_ms']:.2f} ms",
         f"p99 {result['gateway_p99_ms']:.2f} ms; ratio {result['gateway_p50_ms'] / result['direct_p50_ms']:.2f}x "
-        f"(goal <= 1.1)")
-    row(f"calls/s, {CLIENTS} concurrent clients, gateway", f"{result['gateway_per_s']:.0f} /s",
-        f"goal >= 500; same clients on the app alone: {result['direct_per_s']:.0f} /s")
-    row(f"snapshot / restore, {ROWS} rows (app file)", f"{result['app_snapshot_ms']:.1f} / {result['app_restore_ms']:.1f} ms",
-        "goal <= 50 ms each")
-    row(f"snapshot / restore, {ROWS} rows (gateway API)",
+        f"(goal <= 1.1)",
+    )
+    row(
+        f"calls/s, {CLIENTS} concurrent clients, gateway",
+        f"{result['gateway_per_s']:.0f} /s",
+        f"goal >= 500; same clients on the app alone: {result['direct_per_s']:.0f} /s",
+    )
+    row(
+        f"snapshot / restore, {ROWS} rows (app file)",
+        f"{result['app_snapshot_ms']:.1f} / {result['app_restore_ms']:.1f} ms",
+        "goal <= 50 ms each",
+    )
+    row(
+        f"snapshot / restore, {ROWS} rows (gateway API)",
         f"{result['gateway_snapshot_ms']:.1f} / {result['gateway_restore_ms']:.1f} ms",
-        f"{result['snapshot_bytes'] // 1024} KiB over HTTP")
-    row("memory per idle instance", f"{result['mib_per_idle_instance']:.2f} MiB",
-        f"goal <= 2 MiB ({IDLE_INSTANCES} instances)")
+        f"{result['snapshot_bytes'] // 1024} KiB over HTTP",
+    )
+    row(
+        "memory per idle instance",
+        f"{result['mib_per_idle_instance']:.2f} MiB",
+        f"goal <= 2 MiB ({IDLE_INSTANCES} instances)",
+    )
     return result
 
 

@@ -56,10 +56,16 @@ def measure() -> dict:
     print("agent-env run hello")
     row(f"cold, fresh state dir (median of {COLD_RUNS})", f"{result['cold_fresh_s']:.2f} s", "goal <= 2.0 s")
     row(f"cold, server stopped (median of {COLD_RUNS})", f"{result['cold_restart_s']:.2f} s", "goal <= 2.0 s")
-    row(f"warm (median of {WARM_RUNS})", f"{result['warm_s']:.2f} s",
-        f"goal <= 1.0 s; p90 {result['warm_p90_s']:.2f} s; peak {warm_mib:.0f} MiB")
-    row("baseline: bare temporalio script, same DAG shape", f"{result['bare_temporal_s']:.2f} s",
-        f"ratio {result['warm_s'] / result['bare_temporal_s']:.2f}x")
+    row(
+        f"warm (median of {WARM_RUNS})",
+        f"{result['warm_s']:.2f} s",
+        f"goal <= 1.0 s; p90 {result['warm_p90_s']:.2f} s; peak {warm_mib:.0f} MiB",
+    )
+    row(
+        "baseline: bare temporalio script, same DAG shape",
+        f"{result['bare_temporal_s']:.2f} s",
+        f"ratio {result['warm_s'] / result['bare_temporal_s']:.2f}x",
+    )
     return result
 
 

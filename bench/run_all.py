@@ -1,6 +1,6 @@
 """Run every benchmark and print its figures next to baselines measured in the same run.
 
-    .venv/bin/python bench/run_all.py
+.venv/bin/python bench/run_all.py
 """
 
 from __future__ import annotations
@@ -25,9 +25,16 @@ import world  # noqa: E402
 
 def main() -> None:
     print(f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}")
-    results = {"cli_help": cli_help.measure(), "hello": hello.measure(), "executor": executor.measure(),
-               "gateway": gateway.measure(), "world": world.measure(), "agents": agents.measure(),
-               "episodes": episodes.measure(), "sandboxes": sandboxes.measure()}
+    results = {
+        "cli_help": cli_help.measure(),
+        "hello": hello.measure(),
+        "executor": executor.measure(),
+        "gateway": gateway.measure(),
+        "world": world.measure(),
+        "agents": agents.measure(),
+        "episodes": episodes.measure(),
+        "sandboxes": sandboxes.measure(),
+    }
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=2))

@@ -64,8 +64,14 @@ async def _raw_docker(provider, build: Path, n: int) -> tuple[float, float]:
     image = build_tag(build, context_tar(build))
     started = time.perf_counter()
     container = await asyncio.to_thread(
-        provider.client.containers.run, image, detach=True, name=f"bench-raw-{n}", environment={"PORT": "8000"},
-        ports={"8000/tcp": ("127.0.0.1", None)}, labels={"agentenv.bench": "1"})
+        provider.client.containers.run,
+        image,
+        detach=True,
+        name=f"bench-raw-{n}",
+        environment={"PORT": "8000"},
+        ports={"8000/tcp": ("127.0.0.1", None)},
+        labels={"agentenv.bench": "1"},
+    )
     await asyncio.to_thread(container.reload)
     url = f"http://127.0.0.1:{container.attrs['NetworkSettings']['Ports']['8000/tcp'][0]['HostPort']}/mcp"
     async with httpx2.AsyncClient() as http:
@@ -93,8 +99,14 @@ async def _one(admin, provider, settings, n: int, *, cold: bool, build: Path | N
     else:
         if cold:
             _forget_image(provider, build)
-        spec = SandboxSpec(name=instance, run_id="bench-run", command=["python3", "server.py"], port=8000,
-                           build=str(build), network={"mode": "none"} if provider.name == "docker" else {})
+        spec = SandboxSpec(
+            name=instance,
+            run_id="bench-run",
+            command=["python3", "server.py"],
+            port=8000,
+            build=str(build),
+            network={"mode": "none"} if provider.name == "docker" else {},
+        )
         box = await provider.create(spec)
         await admin.put_instance({"id": instance, "apps": [{"name": "echo", "url": box.url}]})
         answer = await admin.call_as(instance, "echo", {"text": "hello"})
@@ -125,8 +137,10 @@ async def _measure() -> dict:
         except ProviderUnavailable as e:
             print(f"  (docker: {e.problem} — container figures skipped)")
             docker = None
-        cases = [("in-process app (baseline)", None, False, WARM_RUNS),
-                 ("local process (baseline)", LocalProvider(settings), False, WARM_RUNS)]
+        cases = [
+            ("in-process app (baseline)", None, False, WARM_RUNS),
+            ("local process (baseline)", LocalProvider(settings), False, WARM_RUNS),
+        ]
         if docker is not None:
             cases += [("docker, warm image", docker, False, WARM_RUNS), ("docker, cold image", docker, True, COLD_RUNS)]
         await _one(admin, LocalProvider(settings), settings, -1, cold=False, build=build)  # imports, first connect
@@ -136,7 +150,9 @@ async def _measure() -> dict:
                 raw = [await _raw_docker(docker, build, i) for i in range(runs)]
                 results["docker alone (baseline)"] = {
                     "first_call_ms": statistics.median(r[0] for r in raw) * 1000,
-                    "teardown_ms": statistics.median(r[1] for r in raw) * 1000, "runs": runs}
+                    "teardown_ms": statistics.median(r[1] for r in raw) * 1000,
+                    "runs": runs,
+                }
             first = statistics.median(s[0] for s in samples)
             down = statistics.median(s[1] for s in samples)
             results[label] = {"first_call_ms": first * 1000, "teardown_ms": down * 1000, "runs": runs}
@@ -158,8 +174,11 @@ def measure() -> dict:
         if raw and label.startswith("docker,"):
             note += f", {r['first_call_ms'] / raw['first_call_ms']:.2f}x Docker alone"
         row(f"{label}: start → first call", f"{r['first_call_ms']:.0f} ms", note)
-        note = f"n={r['runs']}" + (f", {r['teardown_ms'] / raw['teardown_ms']:.2f}x Docker alone"
-                                   if raw and label.startswith("docker,") else "")
+        note = f"n={r['runs']}" + (
+            f", {r['teardown_ms'] / raw['teardown_ms']:.2f}x Docker alone"
+            if raw and label.startswith("docker,")
+            else ""
+        )
         row(f"{label}: teardown", f"{r['teardown_ms']:.0f} ms", note)
     return results
 

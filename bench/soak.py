@@ -80,8 +80,13 @@ def fd_kinds(pid: int | None) -> dict[str, int]:
         for fd in os.listdir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                kind = target.split(":")[0] if target.startswith(("socket:", "pipe:")) else \
-                    target if target.startswith("anon_inode:") else "file *" + (Path(target).suffix or Path(target).name)
+                kind = (
+                    target.split(":")[0]
+                    if target.startswith(("socket:", "pipe:"))
+                    else target
+                    if target.startswith("anon_inode:")
+                    else "file *" + (Path(target).suffix or Path(target).name)
+                )
                 kinds[kind] = kinds.get(kind, 0) + 1
     return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
 
@@ -134,16 +139,23 @@ class Cluster:
         self.log = self.home / "bench-workers.log"
 
     def cli(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([AGENT_ENV, *args], env=self.env, cwd=self.home, capture_output=True, text=True,
-                              timeout=timeout)
+        done = subprocess.run(
+            [AGENT_ENV, *args], env=self.env, cwd=self.home, capture_output=True, text=True, timeout=timeout
+        )
         if check and done.returncode != 0:
             raise RuntimeError(f"agent-env {' '.join(args)} exited {done.returncode}: {done.stderr[-1500:]}")
         return done
 
     def start_worker(self) -> subprocess.Popen:
         with open(self.log, "a") as log:
-            proc = subprocess.Popen([AGENT_ENV, "worker"], env=self.env, cwd=self.home, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [AGENT_ENV, "worker"],
+                env=self.env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.workers.append(proc)
         return proc
 
@@ -226,8 +238,15 @@ def part_runs(n: int) -> dict:
         started = time.monotonic()
         for i in range(1, n + 1):
             t = time.perf_counter()
-            done = subprocess.run([AGENT_ENV, "run", "hello"], env=c.env, cwd=c.home, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True, timeout=300)
+            done = subprocess.run(
+                [AGENT_ENV, "run", "hello"],
+                env=c.env,
+                cwd=c.home,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=300,
+            )
             walls.append(time.perf_counter() - t)
             if done.returncode != 0:
                 failures.append(f"run {i}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
@@ -236,22 +255,33 @@ def part_runs(n: int) -> dict:
                 gateway_pids.add(gw)
             if i in (sample_at, n) or i % 50 == 0:
                 server = c.server_pid()
-                samples[i] = {"gateway_fds": fd_count(gw), "gateway_rss_mib": rss_mib(gw),
-                              "server_rss_mib": rss_mib(server), "gateway_fd_kinds": fd_kinds(gw)}
+                samples[i] = {
+                    "gateway_fds": fd_count(gw),
+                    "gateway_rss_mib": rss_mib(gw),
+                    "server_rss_mib": rss_mib(server),
+                    "gateway_fd_kinds": fd_kinds(gw),
+                }
             if i % 50 == 0 or i == n:
                 s = samples[i]
                 recent = walls[-50:]
-                print(f"    run {i}/{n}: {time.monotonic() - started:.0f} s elapsed, median wall of the last "
-                      f"{len(recent)} {statistics.median(recent):.2f} s, gateway {s['gateway_fds']} fds "
-                      f"{s['gateway_rss_mib'] or 0:.0f} MiB, server {s['server_rss_mib'] or 0:.0f} MiB, "
-                      f"{len(failures)} failed", flush=True)
+                print(
+                    f"    run {i}/{n}: {time.monotonic() - started:.0f} s elapsed, median wall of the last "
+                    f"{len(recent)} {statistics.median(recent):.2f} s, gateway {s['gateway_fds']} fds "
+                    f"{s['gateway_rss_mib'] or 0:.0f} MiB, server {s['server_rss_mib'] or 0:.0f} MiB, "
+                    f"{len(failures)} failed",
+                    flush=True,
+                )
     finally:
         c.close()
-    first, last = walls[1:1 + window], walls[-window:]
+    first, last = walls[1 : 1 + window], walls[-window:]
     a, b = samples.get(sample_at, {}), samples.get(n, {})
     result = {
-        "runs": n, "failed": len(failures), "failures": failures[:20], "cold_first_run_s": walls[0] if walls else None,
-        "sample_at": sample_at, "gateway_restarts": max(0, len(gateway_pids) - 1),
+        "runs": n,
+        "failed": len(failures),
+        "failures": failures[:20],
+        "cold_first_run_s": walls[0] if walls else None,
+        "sample_at": sample_at,
+        "gateway_restarts": max(0, len(gateway_pids) - 1),
         "gateway_fds": [a.get("gateway_fds"), b.get("gateway_fds")],
         "gateway_rss_mib": [a.get("gateway_rss_mib"), b.get("gateway_rss_mib")],
         "server_rss_mib": [a.get("server_rss_mib"), b.get("server_rss_mib")],
@@ -260,26 +290,43 @@ def part_runs(n: int) -> dict:
         "wall_last_median_s": statistics.median(last) if last else None,
         "samples": samples,
     }
-    row(f"gateway fds after run {sample_at} -> {n}", f"{a.get('gateway_fds')} -> {b.get('gateway_fds')}",
-        f"{change(a.get('gateway_fds'), b.get('gateway_fds'))}; goal within 5%")
-    row(f"gateway RSS after run {sample_at} -> {n}",
+    row(
+        f"gateway fds after run {sample_at} -> {n}",
+        f"{a.get('gateway_fds')} -> {b.get('gateway_fds')}",
+        f"{change(a.get('gateway_fds'), b.get('gateway_fds'))}; goal within 5%",
+    )
+    row(
+        f"gateway RSS after run {sample_at} -> {n}",
         f"{a.get('gateway_rss_mib') or 0:.0f} -> {b.get('gateway_rss_mib') or 0:.0f} MiB",
-        f"{change(a.get('gateway_rss_mib'), b.get('gateway_rss_mib'))}; goal within 5%")
-    row(f"Temporal server RSS after run {sample_at} -> {n}",
+        f"{change(a.get('gateway_rss_mib'), b.get('gateway_rss_mib'))}; goal within 5%",
+    )
+    row(
+        f"Temporal server RSS after run {sample_at} -> {n}",
         f"{a.get('server_rss_mib') or 0:.0f} -> {b.get('server_rss_mib') or 0:.0f} MiB",
-        change(a.get("server_rss_mib"), b.get("server_rss_mib")))
+        change(a.get("server_rss_mib"), b.get("server_rss_mib")),
+    )
     if first and last:
-        row(f"median wall, runs 2-{window + 1} vs last {window}",
+        row(
+            f"median wall, runs 2-{window + 1} vs last {window}",
             f"{result['wall_first_median_s']:.2f} -> {result['wall_last_median_s']:.2f} s",
             f"{change(result['wall_first_median_s'], result['wall_last_median_s'])}; goal within 10%; "
-            f"cold first run {walls[0]:.2f} s")
-    row("runs failed", f"{len(failures)}/{n}",
-        f"gateway restarted {result['gateway_restarts']} times" if result["gateway_restarts"] else "one gateway throughout")
+            f"cold first run {walls[0]:.2f} s",
+        )
+    row(
+        "runs failed",
+        f"{len(failures)}/{n}",
+        f"gateway restarted {result['gateway_restarts']} times"
+        if result["gateway_restarts"]
+        else "one gateway throughout",
+    )
     for f in failures[:5]:
         print(f"    {f}")
     if a.get("gateway_fd_kinds") and b.get("gateway_fd_kinds"):
-        grown = {k: f"{a['gateway_fd_kinds'].get(k, 0)} -> {v}" for k, v in b["gateway_fd_kinds"].items()
-                 if v != a["gateway_fd_kinds"].get(k, 0)}
+        grown = {
+            k: f"{a['gateway_fd_kinds'].get(k, 0)} -> {v}"
+            for k, v in b["gateway_fd_kinds"].items()
+            if v != a["gateway_fd_kinds"].get(k, 0)
+        }
         print(f"    gateway fds by kind that changed, after run {sample_at} -> {n}: {grown or 'none'}")
     return result
 
@@ -295,8 +342,13 @@ def transient(e: BaseException) -> bool:
     if isinstance(e, BaseExceptionGroup):  # e.g. the MCP client's task group around a broken connection
         return all(transient(x) for x in e.exceptions)
     if isinstance(e, RPCError):
-        return e.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED,
-                            RPCStatusCode.UNKNOWN, RPCStatusCode.INTERNAL)
+        return e.status in (
+            RPCStatusCode.UNAVAILABLE,
+            RPCStatusCode.DEADLINE_EXCEEDED,
+            RPCStatusCode.CANCELLED,
+            RPCStatusCode.UNKNOWN,
+            RPCStatusCode.INTERNAL,
+        )
     if isinstance(e, (httpx.TransportError, ConnectionError, OSError)):
         return True
     if any(k.__name__ == "TransportError" for k in type(e).__mro__):  # httpx2 (the MCP client's), same shape
@@ -309,6 +361,7 @@ async def episode_loop(episodes, spec, deadline: float, stats: dict, cap: float)
     while time.monotonic() < deadline:
         episode = None
         try:
+
             async def play():
                 nonlocal episode
                 episode = await spec.start(episodes)
@@ -326,7 +379,11 @@ async def episode_loop(episodes, spec, deadline: float, stats: dict, cap: float)
             await asyncio.wait_for(play(), cap)
             stats["completed"] += 1
         except Exception as e:  # noqa: BLE001 - everything counts as an error; keep going
-            what = "stalled (no end within " + f"{cap:.0f} s)" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+            what = (
+                "stalled (no end within " + f"{cap:.0f} s)"
+                if isinstance(e, TimeoutError)
+                else f"{type(e).__name__}: {e}"
+            )
             stats["errors"].append(f"{episode.run_id if episode else '(not started)'}: {what}"[:400])
             if episode is not None:
                 with contextlib.suppress(Exception):
@@ -360,9 +417,12 @@ async def episodes_async(c: Cluster, n: int, minutes: float) -> dict:
             while True:
                 await asyncio.sleep(30)
                 lat = stats["latencies"]
-                print(f"    {time.monotonic() - started:.0f} s: {stats['completed']} episodes, "
-                      f"{len(stats['errors'])} errors, turn p50 {percentile(lat, 0.5) * 1000:.0f} ms "
-                      f"p99 {percentile(lat, 0.99) * 1000:.0f} ms", flush=True)
+                print(
+                    f"    {time.monotonic() - started:.0f} s: {stats['completed']} episodes, "
+                    f"{len(stats['errors'])} errors, turn p50 {percentile(lat, 0.5) * 1000:.0f} ms "
+                    f"p99 {percentile(lat, 0.99) * 1000:.0f} ms",
+                    flush=True,
+                )
 
         reporter = asyncio.create_task(progress())
         _, pending = await asyncio.wait(loops, timeout=minutes * 60 + cap + 60)
@@ -390,15 +450,29 @@ def part_episodes(n: int, minutes: float) -> dict:
     finally:
         c.close()
     lat = out["latencies"]
-    result = {"concurrent": n, "minutes": minutes, "elapsed_s": out["elapsed"], "completed": out["completed"],
-              "errors": len(out["errors"]), "error_samples": out["errors"][:20], "turns": len(lat),
-              "turn_p50_ms": percentile(lat, 0.5) * 1000, "turn_p99_ms": percentile(lat, 0.99) * 1000,
-              "rss_mib": {name: [out["before"][name], out["after"][name]] for name in out["before"]}}
-    row("episodes completed", f"{out['completed']}",
-        f"{out['completed'] / out['elapsed'] * 60:.0f}/min over {out['elapsed']:.0f} s, {n} at once")
+    result = {
+        "concurrent": n,
+        "minutes": minutes,
+        "elapsed_s": out["elapsed"],
+        "completed": out["completed"],
+        "errors": len(out["errors"]),
+        "error_samples": out["errors"][:20],
+        "turns": len(lat),
+        "turn_p50_ms": percentile(lat, 0.5) * 1000,
+        "turn_p99_ms": percentile(lat, 0.99) * 1000,
+        "rss_mib": {name: [out["before"][name], out["after"][name]] for name in out["before"]},
+    }
+    row(
+        "episodes completed",
+        f"{out['completed']}",
+        f"{out['completed'] / out['elapsed'] * 60:.0f}/min over {out['elapsed']:.0f} s, {n} at once",
+    )
     row("errors (exceptions, stalls, wrong scores)", f"{len(out['errors'])}", "goal 0")
-    row("turn latency p50 (end_turn -> next turn)", f"{result['turn_p50_ms']:.0f} ms",
-        f"p99 {result['turn_p99_ms']:.0f} ms; {len(lat)} turns")
+    row(
+        "turn latency p50 (end_turn -> next turn)",
+        f"{result['turn_p50_ms']:.0f} ms",
+        f"p99 {result['turn_p99_ms']:.0f} ms; {len(lat)} turns",
+    )
     for name, (a, b) in result["rss_mib"].items():
         row(f"RSS {name}", f"{a or 0:.0f} -> {b or 0:.0f} MiB", change(a, b))
     for e in out["errors"][:5]:
@@ -424,11 +498,19 @@ def fault_episode_task() -> dict:
 
 def comparable(state, final_data) -> dict:
     """What must not depend on crashes: statuses, scores, the world's events and the apps' final data."""
-    events = [(e.kind, e.trigger, e.virtual_time.isoformat(), e.detail) for e in state.world.events] \
-        if state.world is not None else []
-    return {"status": str(state.status), "score": state.score, "error": state.error,
-            "steps": {sid: (str(s.status), s.score.value if s.score else None) for sid, s in state.steps.items()},
-            "events": events, "data": final_data}
+    events = (
+        [(e.kind, e.trigger, e.virtual_time.isoformat(), e.detail) for e in state.world.events]
+        if state.world is not None
+        else []
+    )
+    return {
+        "status": str(state.status),
+        "score": state.score,
+        "error": state.error,
+        "steps": {sid: (str(s.status), s.score.value if s.score else None) for sid, s in state.steps.items()},
+        "events": events,
+        "data": final_data,
+    }
 
 
 async def final_data(settings, state, env_step: str, notes_only: bool):
@@ -476,8 +558,11 @@ class Faults:
         return self.client
 
     def targets(self, seen_env_servers: bool, seen_sandboxes: bool) -> list[str]:
-        return ["worker", "gateway", "temporal server"] + (["env server"] if seen_env_servers else []) + \
-            (["sandboxed agent"] if seen_sandboxes else [])
+        return (
+            ["worker", "gateway", "temporal server"]
+            + (["env server"] if seen_env_servers else [])
+            + (["sandboxed agent"] if seen_sandboxes else [])
+        )
 
     def pid_of(self, target: str) -> int | None:
         c = self.c
@@ -646,8 +731,11 @@ async def faults_async(c: Cluster, n: int, seed: int, downtime: float, timeout: 
         raise RuntimeError(f"the clean workplace run did not pass: {clean['status']}")
     targets = f.targets(seen["env"], seen["sandbox"])
     survived, failures = 0, []
-    print(f"    workplace clean run {clean_wall:.2f} s, {len(clean['events'])} world events; kill targets: "
-          f"{', '.join(targets)}", flush=True)
+    print(
+        f"    workplace clean run {clean_wall:.2f} s, {len(clean['events'])} world events; kill targets: "
+        f"{', '.join(targets)}",
+        flush=True,
+    )
     for i in range(1, n + 1):
         target, moment = rng.choice(targets), rng.uniform(0.0, clean_wall)
         f.last_kill = ""
@@ -663,8 +751,13 @@ async def faults_async(c: Cluster, n: int, seed: int, downtime: float, timeout: 
         else:
             survived += 1
         print(f"    {line}: {'FAILED ' + problem if problem else 'same events, state and scores'}", flush=True)
-    out["workplace"] = {"survived": survived, "runs": n, "failures": failures, "clean_wall_s": clean_wall,
-                        "targets": targets}
+    out["workplace"] = {
+        "survived": survived,
+        "runs": n,
+        "failures": failures,
+        "clean_wall_s": clean_wall,
+        "targets": targets,
+    }
 
     # episodes
     episodes = await Episodes.connect(c.settings, worker=False)
@@ -685,15 +778,22 @@ async def faults_async(c: Cluster, n: int, seed: int, downtime: float, timeout: 
             except Exception as e:  # noqa: BLE001
                 wall, what, retries, problem = float("nan"), f.last_kill, [], describe(e)
             await f.heal()
-            line = (f"episode {i}: SIGKILL {target} at {moment:.2f} s ({what}); {wall:.1f} s; "
-                    f"trainer retries {len(retries)}{' ' + str(sorted(set(retries))) if retries else ''}")
+            line = (
+                f"episode {i}: SIGKILL {target} at {moment:.2f} s ({what}); {wall:.1f} s; "
+                f"trainer retries {len(retries)}{' ' + str(sorted(set(retries))) if retries else ''}"
+            )
             if problem:
                 efailures.append(f"{line}: {problem}")
             else:
                 esurvived += 1
             print(f"    {line}: {'FAILED ' + problem if problem else 'same state and scores'}", flush=True)
-        out["episodes"] = {"survived": esurvived, "runs": n, "failures": efailures, "clean_wall_s": eclean_wall,
-                           "targets": etargets}
+        out["episodes"] = {
+            "survived": esurvived,
+            "runs": n,
+            "failures": efailures,
+            "clean_wall_s": eclean_wall,
+            "targets": etargets,
+        }
     finally:
         await episodes.close()
     out["notes"] = f.notes

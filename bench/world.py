@@ -129,21 +129,39 @@ async def hit_latency(env: dict) -> dict:
     await handle.cancel()
     worker.cancel()
     ms = lambda xs: statistics.median(xs[3:]) * 1000  # noqa: E731 - the first calls warm connections
-    return {"plain_call_ms": ms(plain), "barrier_call_ms": ms(barrier), "hit_to_effect_ms": ms(effect),
-            "hit_to_effect_p90_ms": sorted(effect[3:])[int(len(effect[3:]) * 0.9)] * 1000}
+    return {
+        "plain_call_ms": ms(plain),
+        "barrier_call_ms": ms(barrier),
+        "hit_to_effect_ms": ms(effect),
+        "hit_to_effect_p90_ms": sorted(effect[3:])[int(len(effect[3:]) * 0.9)] * 1000,
+    }
 
 
 def matching_cost() -> dict:
     from agentenv.gateway.watch import Watcher
     from agentenv.spec.world_state import Watch
 
-    watches = [Watch(trigger=f"t{i}", kind="tool_call", spec={
-        "env": "desk", "tool": "send_email", "where": [{"path": "arguments.to", "contains": f"person{i}@example.com"}]})
-        for i in range(100)]
+    watches = [
+        Watch(
+            trigger=f"t{i}",
+            kind="tool_call",
+            spec={
+                "env": "desk",
+                "tool": "send_email",
+                "where": [{"path": "arguments.to", "contains": f"person{i}@example.com"}],
+            },
+        )
+        for i in range(100)
+    ]
     watcher = Watcher(watches)
     unwatched = {"agent": "sam", "role": "support", "tool": "list_tickets", "arguments": {}, "result": {}}
-    watched = {"agent": "sam", "role": "support", "tool": "send_email",
-               "arguments": {"to": ["nobody@example.com"], "body": "hi"}, "result": {"id": "MSG-1"}}
+    watched = {
+        "agent": "sam",
+        "role": "support",
+        "tool": "send_email",
+        "arguments": {"to": ["nobody@example.com"], "body": "hi"},
+        "result": {"id": "MSG-1"},
+    }
     out = {}
     for name, call in (("unwatched_tool_us", unwatched), ("watched_tool_no_match_us", watched)):
         n = 20_000 if name.startswith("unwatched") else 2_000
@@ -179,17 +197,33 @@ def measure() -> dict:
     }
     print("world")
     row("baseline: agent-env run hello (warm)", f"{hello:.2f} s")
-    row(f"workplace, event-driven ({result['events']} firings)", f"{result['workplace_event_driven_s']:.2f} s",
-        "goal <= 3 s including the run's start")
-    row("workplace, paced at 86,400 (3 virtual days)", f"{result['workplace_paced_s']:.2f} s",
+    row(
+        f"workplace, event-driven ({result['events']} firings)",
+        f"{result['workplace_event_driven_s']:.2f} s",
+        "goal <= 3 s including the run's start",
+    )
+    row(
+        "workplace, paced at 86,400 (3 virtual days)",
+        f"{result['workplace_paced_s']:.2f} s",
         f"goal <= 3.5 s; the world's own span {result['workplace_paced_world_span_s']:.2f} s (floor 3.0); "
-        f"every event at its exact virtual time: {'yes' if exact else 'NO'}")
-    row("tool-call trigger: hit -> effect visible, p50", f"{result['hit_to_effect_ms']:.0f} ms",
-        f"goal <= 150 ms; p90 {result['hit_to_effect_p90_ms']:.0f} ms")
-    row("barrier: call that provokes a trigger, p50", f"{result['barrier_call_ms']:.0f} ms",
-        f"plain call {result['plain_call_ms']:.1f} ms; overhead {result['barrier_call_ms'] - result['plain_call_ms']:.0f} ms")
+        f"every event at its exact virtual time: {'yes' if exact else 'NO'}",
+    )
+    row(
+        "tool-call trigger: hit -> effect visible, p50",
+        f"{result['hit_to_effect_ms']:.0f} ms",
+        f"goal <= 150 ms; p90 {result['hit_to_effect_p90_ms']:.0f} ms",
+    )
+    row(
+        "barrier: call that provokes a trigger, p50",
+        f"{result['barrier_call_ms']:.0f} ms",
+        f"plain call {result['plain_call_ms']:.1f} ms; overhead {result['barrier_call_ms'] - result['plain_call_ms']:.0f} ms",
+    )
     row("matching, 100 triggers, tool nobody watches", f"{result['unwatched_tool_us']:.2f} us", "goal <= 50 us")
-    row("matching, 100 triggers on the tool, none match", f"{result['watched_tool_no_match_us']:.1f} us", "goal <= 50 us")
+    row(
+        "matching, 100 triggers on the tool, none match",
+        f"{result['watched_tool_no_match_us']:.1f} us",
+        "goal <= 50 us",
+    )
     return result
 
 

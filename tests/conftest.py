@@ -59,8 +59,11 @@ def fake_model():
     from agentenv.agents.fake_model import builtin_scripts, create_app, load_scripts
 
     scripts = {**builtin_scripts(), **load_scripts([TEST_SCRIPTS])}
-    server = uvicorn.Server(uvicorn.Config(create_app(scripts, api_key=FAKE_MODEL_KEY), host="127.0.0.1",
-                                           port=FAKE_MODEL_PORT, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(scripts, api_key=FAKE_MODEL_KEY), host="127.0.0.1", port=FAKE_MODEL_PORT, log_level="warning"
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -126,8 +129,17 @@ def run_task(client, settings, worker):
 # processes throughout, so no test is labelled by hand.
 _SERVICE_FIXTURES = {"server", "client", "worker", "run_task", "docker_client", "provider"}
 _PROCESS_MODULES = {
-    "test_cli", "test_cli_agents", "test_durability", "test_server", "test_docker", "test_gateway_lifecycle",
-    "test_security_state", "test_security_envservers", "test_sandboxes", "test_providers_cloud", "test_fuzz",
+    "test_cli",
+    "test_cli_agents",
+    "test_durability",
+    "test_server",
+    "test_docker",
+    "test_gateway_lifecycle",
+    "test_security_state",
+    "test_security_envservers",
+    "test_sandboxes",
+    "test_providers_cloud",
+    "test_fuzz",
     "test_env_serve",
 }
 
@@ -135,8 +147,12 @@ _PROCESS_MODULES = {
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.module.__name__ if item.module else ""
-        if not (_SERVICE_FIXTURES & set(item.fixturenames)) and module not in _PROCESS_MODULES \
-                and not item.get_closest_marker("durability") and not item.get_closest_marker("slow"):
+        if (
+            not (_SERVICE_FIXTURES & set(item.fixturenames))
+            and module not in _PROCESS_MODULES
+            and not item.get_closest_marker("durability")
+            and not item.get_closest_marker("slow")
+        ):
             item.add_marker(pytest.mark.unit)
 
 

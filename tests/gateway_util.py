@@ -17,7 +17,9 @@ from agentenv.gateway.client import GatewayClient
 from agentenv.gateway.http import create_app
 from agentenv.gateway.service import Gateway
 
-SUPPORT_DATA = Path(__file__).parent.parent / "agentenv" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
+SUPPORT_DATA = (
+    Path(__file__).parent.parent / "agentenv" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
+)
 
 
 @contextlib.asynccontextmanager
@@ -41,12 +43,14 @@ async def running_gateway(root: Path, **kwargs):
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(base: str, instance: str, token: str | None, mode: str = "auto", headers: dict | None = None,
-                     **kwargs):
+async def mcp_client(
+    base: str, instance: str, token: str | None, mode: str = "auto", headers: dict | None = None, **kwargs
+):
     all_headers = {**({"authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
     async with httpx2.AsyncClient(headers=all_headers, timeout=30) as http:
-        async with Client(streamable_http_client(f"{base}/envs/{instance}/mcp", http_client=http),
-                          mode=mode, **kwargs) as client:
+        async with Client(
+            streamable_http_client(f"{base}/envs/{instance}/mcp", http_client=http), mode=mode, **kwargs
+        ) as client:
             yield client
 
 

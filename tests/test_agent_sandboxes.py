@@ -28,7 +28,7 @@ from agentenv.spec.run import RunStatus
 ROOT = Path(__file__).parent.parent
 ECHO_AGENT = BUILTIN_ROOT / "echo-agent"
 
-SHOUT = '''
+SHOUT = """
 import os
 
 from agentenv.agents.sdk import Agent, serve
@@ -47,7 +47,7 @@ class Shout(Agent):
 
 {start}
 serve(Shout(), os.environ["HOST"], int(os.environ["PORT"]))
-'''
+"""
 
 
 def write_agent_bundle(root: Path, steps: str, *, start: str = "") -> Path:
@@ -56,13 +56,15 @@ def write_agent_bundle(root: Path, steps: str, *, start: str = "") -> Path:
     app.mkdir(parents=True)
     (app / "Dockerfile").write_text("FROM agentenv/base:bookworm\n")  # a build context has one; local ignores it
     (app / "agent.py").write_text(SHOUT.replace("{start}", start))
-    (root / "agents" / "shout" / "agent.toml").write_text(textwrap.dedent(f"""
+    (root / "agents" / "shout" / "agent.toml").write_text(
+        textwrap.dedent(f"""
         type = "a2a"
         [config.sandbox]
         build = "app"
         command = ["{sys.executable}", "agent.py"]
         provider = "local"
-        """))
+        """)
+    )
     (root / "tasks").mkdir()
     (root / "tasks" / "t.toml").write_text(textwrap.dedent(steps))
     return root
@@ -95,20 +97,24 @@ PROMPTED = """
 
 
 async def run(client, settings, bundle: Path, timeout: float = 60):
-    return await asyncio.wait_for(runner.wait_result(
-        await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), timeout)
+    return await asyncio.wait_for(
+        runner.wait_result(await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), timeout
+    )
 
 
 # -- records --
+
 
 def test_an_a2a_agent_has_a_url_or_a_sandbox():
     record = AgentRecord.model_validate({"name": "a", "type": "a2a", "config": {"sandbox": {"image": "x:1"}}})
     box = record.typed_config().sandbox
     assert (box.path, box.port, box.provider) == ("/", 8000, None)
-    for config, message in [({}, "exactly one of `url`"),
-                            ({"url": "http://127.0.0.1:1", "sandbox": {"image": "x"}}, "exactly one of `url`"),
-                            ({"sandbox": {}}, "a sandbox needs `build`"),
-                            ({"sandbox": {"image": "x", "path": "mcp"}}, "should match pattern")]:
+    for config, message in [
+        ({}, "exactly one of `url`"),
+        ({"url": "http://127.0.0.1:1", "sandbox": {"image": "x"}}, "exactly one of `url`"),
+        ({"sandbox": {}}, "a sandbox needs `build`"),
+        ({"sandbox": {"image": "x", "path": "mcp"}}, "should match pattern"),
+    ]:
         with pytest.raises(ValueError, match=message):
             AgentRecord.model_validate({"name": "a", "type": "a2a", "config": config})
 
@@ -121,8 +127,18 @@ def test_only_sandboxed_agents_deploy_in_a_normal_activity(settings, tmp_path):
     hosted = load_task(ROOT / "agentenv" / "bundles" / "refund" / "tasks" / "refund.toml")
     assert next(s for s in runner.plan(hosted, "plan-2", settings).steps if s.type == "deploy_agent").local
 
-    inline = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": {
-        "name": "a", "type": "a2a", "config": {"sandbox": {"build": "app", "command": ["x"]}}}}}]}
+    inline = {
+        "id": "t",
+        "steps": [
+            {
+                "id": "a",
+                "type": "deploy_agent",
+                "config": {
+                    "record": {"name": "a", "type": "a2a", "config": {"sandbox": {"build": "app", "command": ["x"]}}}
+                },
+            }
+        ],
+    }
     from agentenv.planning.tasks import parse_task
 
     with pytest.raises(BadInput, match="an inline record has none"):
@@ -131,8 +147,8 @@ def test_only_sandboxed_agents_deploy_in_a_normal_activity(settings, tmp_path):
 
 # -- the local provider --
 
-async def test_a_sandboxed_agent_is_prompted_with_its_tools_and_removed_at_the_end(client, settings, worker,
-                                                                                  tmp_path):
+
+async def test_a_sandboxed_agent_is_prompted_with_its_tools_and_removed_at_the_end(client, settings, worker, tmp_path):
     state = await run(client, settings, write_agent_bundle(tmp_path / "b", PROMPTED))
     assert state.status is RunStatus.PASSED, state.error or state.steps["answer"]
     deployed = state.steps["agent"].outputs
@@ -145,13 +161,17 @@ async def test_a_sandboxed_agent_is_prompted_with_its_tools_and_removed_at_the_e
 
 
 async def test_an_agent_that_dies_at_start_fails_the_deploy_with_its_output(client, settings, worker, tmp_path):
-    bundle = write_agent_bundle(tmp_path / "b", """
+    bundle = write_agent_bundle(
+        tmp_path / "b",
+        """
         id = "dies"
         [[steps]]
         id = "agent"
         type = "deploy_agent"
         config = { agent = "shout" }
-        """, start='raise SystemExit("no model key for shout")')
+        """,
+        start='raise SystemExit("no model key for shout")',
+    )
     started = time.monotonic()
     state = await run(client, settings, bundle)
     assert state.status is RunStatus.ERROR
@@ -163,17 +183,21 @@ async def test_an_agent_that_dies_at_start_fails_the_deploy_with_its_output(clie
 
 
 async def test_an_agent_whose_card_names_another_url_fails_the_deploy(client, settings, worker, tmp_path):
-    bundle = write_agent_bundle(tmp_path / "b", """
+    bundle = write_agent_bundle(
+        tmp_path / "b",
+        """
         id = "elsewhere"
         [[steps]]
         id = "agent"
         type = "deploy_agent"
         config = { agent = "shout" }
-        """, start=textwrap.dedent("""
+        """,
+        start=textwrap.dedent("""
             import agentenv.agents.sdk as sdk
 
             sdk.advertised_url = lambda host, port, public_url: "http://0.0.0.0:1/"  # nobody reaches it there
-            """))
+            """),
+    )
     state = await run(client, settings, bundle)
     assert state.status is RunStatus.ERROR
     error = state.steps["agent"].error
@@ -181,8 +205,7 @@ async def test_an_agent_whose_card_names_another_url_fails_the_deploy(client, se
     assert await registry.load("local", settings).list(state.run_id) == [], "a failed run removes it too"
 
 
-async def test_an_sdk_agent_bound_to_all_interfaces_names_the_url_it_is_reached_at(client, settings, worker,
-                                                                                    tmp_path):
+async def test_an_sdk_agent_bound_to_all_interfaces_names_the_url_it_is_reached_at(client, settings, worker, tmp_path):
     bundle = write_agent_bundle(tmp_path / "b", PROMPTED, start='os.environ["HOST"] = "0.0.0.0"  # as in a container')
     state = await run(client, settings, bundle)
     assert state.status is RunStatus.PASSED, state.error
@@ -190,13 +213,16 @@ async def test_an_sdk_agent_bound_to_all_interfaces_names_the_url_it_is_reached_
 
 
 async def test_a_step_overrides_the_agents_provider(client, settings, worker, tmp_path):
-    bundle = write_agent_bundle(tmp_path / "b", """
+    bundle = write_agent_bundle(
+        tmp_path / "b",
+        """
         id = "override"
         [[steps]]
         id = "agent"
         type = "deploy_agent"
         config = { agent = "shout", provider = "offline" }
-        """)
+        """,
+    )
     state = await run(client, settings, bundle)
     assert state.status is RunStatus.ERROR
     assert "agent 'shout': offline: the offline provider never answers" in state.steps["agent"].error
@@ -204,19 +230,30 @@ async def test_a_step_overrides_the_agents_provider(client, settings, worker, tm
 
 # -- Docker --
 
+
 @pytest.fixture(scope="module")
 def echo_bundle(docker_client, tmp_path_factory) -> Path:  # noqa: F811
     """A copy of the echo-agent bundle with the wheels its image installs (made by scripts/agent-wheels)."""
     copy = tmp_path_factory.mktemp("echo") / "echo-agent"
     shutil.copytree(ECHO_AGENT, copy, ignore=shutil.ignore_patterns("wheels"))
-    made = subprocess.run([str(ROOT / "scripts" / "agent-wheels"), str(copy / "agents/echo/image/wheels")],
-                          env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [str(ROOT / "scripts" / "agent-wheels"), str(copy / "agents/echo/image/wheels")],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     return copy
 
 
-async def test_the_echo_agent_runs_in_a_container_and_leaves_nothing(client, settings, worker, echo_bundle,
-                                                                   docker_client):  # noqa: F811
+async def test_the_echo_agent_runs_in_a_container_and_leaves_nothing(
+    client,
+    settings,
+    worker,
+    echo_bundle,
+    docker_client,  # noqa: F811 (the fixture)
+):
     spec = load_task(echo_bundle / "tasks" / "echo-agent.toml")
     state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 120)
     assert state.status is RunStatus.PASSED, state.error
@@ -226,12 +263,19 @@ async def test_the_echo_agent_runs_in_a_container_and_leaves_nothing(client, set
     assert containers_of(docker_client, state.run_id) == [], "the run's end removes the agent's container"
 
 
-async def test_the_echo_agent_without_wheels_names_the_script(client, settings, worker, docker_client,  # noqa: F811
-                                                              tmp_path):
+async def test_the_echo_agent_without_wheels_names_the_script(
+    client,
+    settings,
+    worker,
+    docker_client,  # noqa: F811
+    tmp_path,
+):
     bundle = tmp_path / "echo-agent"
     shutil.copytree(ECHO_AGENT, bundle, ignore=shutil.ignore_patterns("wheels"))
-    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(
-        client, settings, load_task(bundle / "tasks" / "echo-agent.toml"))), 90)
+    state = await asyncio.wait_for(
+        runner.wait_result(await runner.start_run(client, settings, load_task(bundle / "tasks" / "echo-agent.toml"))),
+        90,
+    )
     assert state.status is RunStatus.ERROR
     error = state.steps["echo"].error
     assert "agent 'echo': building the image from image/Dockerfile failed" in error, error

@@ -25,36 +25,65 @@ def task(*steps: dict, **extra) -> dict:
 
 
 async def test_agent_in_a_role_is_refused_outside_it_and_the_run_records_it(run_task, settings):
-    sam = scripted("sam", [{"tool": "get_ticket", "arguments": {"ticket_id": "TCK-1004"}},
-                           {"tool": "issue_refund", "arguments": {"order_id": "ORD-1001", "charge_id": "CH-5002",
-                                                                  "amount_cents": 4900, "reason": "twice"}},
-                           {"say": '{"ticket": "TCK-1004", "refunded": false, "note": "not my role"}'}], role="support")
-    state = await run_task(task(
-        DESK,
-        {"id": "sam", "type": "deploy_agent", "depends_on": ["desk"], "config": {"record": sam, "env": "desk"}},
-        {"id": "ask", "type": "prompt_agent", "depends_on": ["sam"],
-         "config": {"agent": "sam", "prompt": "Handle ticket TCK-1004", "system_prompt": "You are support."}},
-        {"id": "answer", "type": "check_response", "depends_on": ["ask"], "config": {
-            "response": "${steps.ask.outputs.answer}", "checks": [
-                {"name": "names the ticket", "contains": "TCK-1004"},
-                {"name": "says it did not refund", "path": "refunded", "equals": False},
-                {"name": "no apology", "not_contains": "sorry"},
-                {"name": "json field missing", "path": "amount", "equals": 1, "weight": 2}],
-            "pass_threshold": 0.5}},
-        {"id": "keep", "type": "collect_artifacts", "depends_on": ["ask"], "config": {"envs": ["desk"]}},
-    ))
+    sam = scripted(
+        "sam",
+        [
+            {"tool": "get_ticket", "arguments": {"ticket_id": "TCK-1004"}},
+            {
+                "tool": "issue_refund",
+                "arguments": {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900, "reason": "twice"},
+            },
+            {"say": '{"ticket": "TCK-1004", "refunded": false, "note": "not my role"}'},
+        ],
+        role="support",
+    )
+    state = await run_task(
+        task(
+            DESK,
+            {"id": "sam", "type": "deploy_agent", "depends_on": ["desk"], "config": {"record": sam, "env": "desk"}},
+            {
+                "id": "ask",
+                "type": "prompt_agent",
+                "depends_on": ["sam"],
+                "config": {"agent": "sam", "prompt": "Handle ticket TCK-1004", "system_prompt": "You are support."},
+            },
+            {
+                "id": "answer",
+                "type": "check_response",
+                "depends_on": ["ask"],
+                "config": {
+                    "response": "${steps.ask.outputs.answer}",
+                    "checks": [
+                        {"name": "names the ticket", "contains": "TCK-1004"},
+                        {"name": "says it did not refund", "path": "refunded", "equals": False},
+                        {"name": "no apology", "not_contains": "sorry"},
+                        {"name": "json field missing", "path": "amount", "equals": 1, "weight": 2},
+                    ],
+                    "pass_threshold": 0.5,
+                },
+            },
+            {"id": "keep", "type": "collect_artifacts", "depends_on": ["ask"], "config": {"envs": ["desk"]}},
+        )
+    )
     assert state.status is RunStatus.PASSED, state
     kept = state.steps["keep"].outputs
     prefix = f"runs/{state.run_id}/"
-    assert kept["artifacts"] == [prefix + "artifacts/desk/trajectory.jsonl", prefix + "artifacts/desk/data.json",
-                                 prefix + "transcripts/ask.json"]
+    assert kept["artifacts"] == [
+        prefix + "artifacts/desk/trajectory.jsonl",
+        prefix + "artifacts/desk/data.json",
+        prefix + "transcripts/ask.json",
+    ]
     objects = open_stores(settings).objects
     assert json.loads(objects.get(kept["manifest"]))["artifacts"] == kept["artifacts"]
     lines = objects.get(kept["artifacts"][0]).decode().splitlines()
     assert [json.loads(line)["tool"] for line in lines] == ["get_ticket", "issue_refund"]
     assert "billing" in json.dumps(json.loads(objects.get(kept["artifacts"][1])))
     deployed = state.steps["sam"].outputs
-    assert deployed["hosted"] and deployed["role"] == "support" and deployed["url"].endswith(f"/agents/{state.run_id}.sam/")
+    assert (
+        deployed["hosted"]
+        and deployed["role"] == "support"
+        and deployed["url"].endswith(f"/agents/{state.run_id}.sam/")
+    )
     ask = state.steps["ask"].outputs
     assert (ask["turns"], ask["tool_calls"], ask["refused"]) == (1, 2, 1)
     assert ask["answer"].startswith('{"ticket": "TCK-1004"')
@@ -71,22 +100,55 @@ async def test_agent_in_a_role_is_refused_outside_it_and_the_run_records_it(run_
 
 async def test_llm_agent_uses_tools_through_the_fake_model_and_the_judge_grades(run_task):
     tester = {"name": "tester", "type": "llm", "role": "support", "config": {"system_prompt": "You are support."}}
-    state = await run_task(task(
-        DESK,
-        {"id": "tester", "type": "deploy_agent", "depends_on": ["desk"], "config": {"record": tester, "env": "desk"}},
-        {"id": "work", "type": "prompt_agent", "depends_on": ["tester"],
-         "config": {"agent": "tester", "prompt": "Dana says she was charged twice. Ticket TCK-1004."}},
-        {"id": "grade", "type": "rubric_judge", "depends_on": ["work"], "config": {
-            "transcripts": ["work"],
-            "state": [{"env": "desk", "tool": "get_order", "arguments": {"order_id": "ORD-1001"}, "role": "billing_lead"}],
-            "criteria": [
-                {"id": "read-ticket", "text": "The agent read the ticket ('Charged twice for order ORD-1001').", "weight": 2},
-                {"id": "refused", "text": "The refund attempt was refused ('not available to role')."},
-                {"id": "refunded", "text": "A refund was issued ('RF-0002')."}],
-            "pass_threshold": 0.7}},
-        {"id": "total", "type": "aggregate_scores", "depends_on": ["grade", "work"],
-         "config": {"inputs": [{"step": "grade", "weight": 1}], "mode": "weighted", "pass_threshold": 0.7}},
-    ))
+    state = await run_task(
+        task(
+            DESK,
+            {
+                "id": "tester",
+                "type": "deploy_agent",
+                "depends_on": ["desk"],
+                "config": {"record": tester, "env": "desk"},
+            },
+            {
+                "id": "work",
+                "type": "prompt_agent",
+                "depends_on": ["tester"],
+                "config": {"agent": "tester", "prompt": "Dana says she was charged twice. Ticket TCK-1004."},
+            },
+            {
+                "id": "grade",
+                "type": "rubric_judge",
+                "depends_on": ["work"],
+                "config": {
+                    "transcripts": ["work"],
+                    "state": [
+                        {
+                            "env": "desk",
+                            "tool": "get_order",
+                            "arguments": {"order_id": "ORD-1001"},
+                            "role": "billing_lead",
+                        }
+                    ],
+                    "criteria": [
+                        {
+                            "id": "read-ticket",
+                            "text": "The agent read the ticket ('Charged twice for order ORD-1001').",
+                            "weight": 2,
+                        },
+                        {"id": "refused", "text": "The refund attempt was refused ('not available to role')."},
+                        {"id": "refunded", "text": "A refund was issued ('RF-0002')."},
+                    ],
+                    "pass_threshold": 0.7,
+                },
+            },
+            {
+                "id": "total",
+                "type": "aggregate_scores",
+                "depends_on": ["grade", "work"],
+                "config": {"inputs": [{"step": "grade", "weight": 1}], "mode": "weighted", "pass_threshold": 0.7},
+            },
+        )
+    )
     assert state.status is RunStatus.PASSED, state
     work = state.steps["work"].outputs
     assert (work["tool_calls"], work["refused"]) == (2, 1)
@@ -101,51 +163,99 @@ async def test_llm_agent_uses_tools_through_the_fake_model_and_the_judge_grades(
 
 async def test_judge_answers_that_cannot_be_used_are_retried_then_fail_clearly(run_task):
     grade = {"criteria": [{"id": "c1", "text": "The material mentions 'hello'."}], "reference": "hello there"}
-    flaky = await run_task(task({"id": "grade", "type": "rubric_judge",
-                                 "config": {**grade, "judge_model": {"model": "fake-judge-flaky"}}}))
+    flaky = await run_task(
+        task({"id": "grade", "type": "rubric_judge", "config": {**grade, "judge_model": {"model": "fake-judge-flaky"}}})
+    )
     assert flaky.status is RunStatus.PASSED, flaky
     assert flaky.steps["grade"].outputs["asked"] == 2
-    garbage = await run_task(task({"id": "grade", "type": "rubric_judge", "retries": 0,
-                                   "config": {**grade, "attempts": 2, "judge_model": {"model": "fake-garbage"}}}))
+    garbage = await run_task(
+        task(
+            {
+                "id": "grade",
+                "type": "rubric_judge",
+                "retries": 0,
+                "config": {**grade, "attempts": 2, "judge_model": {"model": "fake-garbage"}},
+            }
+        )
+    )
     assert garbage.status is RunStatus.ERROR
-    assert garbage.steps["grade"].error == ("the judge's answer could not be used after 2 attempt(s): it is not JSON; "
-                                            "its last answer began: 'I think it went well overall!'")
+    assert garbage.steps["grade"].error == (
+        "the judge's answer could not be used after 2 attempt(s): it is not JSON; "
+        "its last answer began: 'I think it went well overall!'"
+    )
 
 
 async def test_conversation_with_a_persona_until_it_is_satisfied(run_task, settings):
-    support = scripted("support", [{"say": "Sorry to hear that. Which order?"}],
-                       [{"say": "I have refunded the duplicate charge on ORD-1001."}], role="support")
-    dana = {"name": "dana", "type": "persona", "role": "customer", "config": {
-        "brief": "Dana, charged twice for ORD-1001.",
-        "replies": [{"contains": "which order", "say": "ORD-1001, the skillet."},
-                    {"matches": "refund(ed)?", "say": "Thank you! That settles it. [resolved]"}],
-        "default_reply": "Hello?"}}
-    state = await run_task(task(
-        DESK,
-        {"id": "support", "type": "deploy_agent", "depends_on": ["desk"], "config": {"record": support, "env": "desk"}},
-        {"id": "dana", "type": "deploy_agent", "depends_on": ["desk"], "config": {"record": dana, "env": "desk"}},
-        {"id": "talk", "type": "prompt_agent", "depends_on": ["support", "dana"], "config": {
-            "agent": "support", "prompt": "I was charged twice!",
-            "conversation": {"partner": "dana", "max_turns": 5, "stop_when": {"contains": "[resolved]"}}}},
-    ))
+    support = scripted(
+        "support",
+        [{"say": "Sorry to hear that. Which order?"}],
+        [{"say": "I have refunded the duplicate charge on ORD-1001."}],
+        role="support",
+    )
+    dana = {
+        "name": "dana",
+        "type": "persona",
+        "role": "customer",
+        "config": {
+            "brief": "Dana, charged twice for ORD-1001.",
+            "replies": [
+                {"contains": "which order", "say": "ORD-1001, the skillet."},
+                {"matches": "refund(ed)?", "say": "Thank you! That settles it. [resolved]"},
+            ],
+            "default_reply": "Hello?",
+        },
+    }
+    state = await run_task(
+        task(
+            DESK,
+            {
+                "id": "support",
+                "type": "deploy_agent",
+                "depends_on": ["desk"],
+                "config": {"record": support, "env": "desk"},
+            },
+            {"id": "dana", "type": "deploy_agent", "depends_on": ["desk"], "config": {"record": dana, "env": "desk"}},
+            {
+                "id": "talk",
+                "type": "prompt_agent",
+                "depends_on": ["support", "dana"],
+                "config": {
+                    "agent": "support",
+                    "prompt": "I was charged twice!",
+                    "conversation": {"partner": "dana", "max_turns": 5, "stop_when": {"contains": "[resolved]"}},
+                },
+            },
+        )
+    )
     assert state.status is RunStatus.PASSED, state
     talk = state.steps["talk"].outputs
     assert talk["turns"] == 2 and talk["messages"] == 5
     transcript = json.loads(open_stores(settings).objects.get(talk["transcript"]))
     assert [(m["speaker"], m["text"]) for m in transcript["messages"]] == [
-        ("dana", "I was charged twice!"), ("support", "Sorry to hear that. Which order?"),
-        ("dana", "ORD-1001, the skillet."), ("support", "I have refunded the duplicate charge on ORD-1001."),
-        ("dana", "Thank you! That settles it. [resolved]")]
+        ("dana", "I was charged twice!"),
+        ("support", "Sorry to hear that. Which order?"),
+        ("dana", "ORD-1001, the skillet."),
+        ("support", "I have refunded the duplicate charge on ORD-1001."),
+        ("dana", "Thank you! That settles it. [resolved]"),
+    ]
 
 
 @pytest.mark.parametrize("on_timeout", ["fail", "score_zero"])
 async def test_an_agent_that_never_answers_meets_the_deadline(run_task, on_timeout):
     slow = {"name": "slow", "type": "llm", "config": {"model": {"model": "fake-slow-30"}}}
-    state = await run_task(task(
-        {"id": "slow", "type": "deploy_agent", "config": {"record": slow}},
-        {"id": "ask", "type": "prompt_agent", "depends_on": ["slow"], "retries": 0,
-         "config": {"agent": "slow", "prompt": "anything", "turn_deadline": "1s", "on_timeout": on_timeout}},
-    ), timeout=30)
+    state = await run_task(
+        task(
+            {"id": "slow", "type": "deploy_agent", "config": {"record": slow}},
+            {
+                "id": "ask",
+                "type": "prompt_agent",
+                "depends_on": ["slow"],
+                "retries": 0,
+                "config": {"agent": "slow", "prompt": "anything", "turn_deadline": "1s", "on_timeout": on_timeout},
+            },
+        ),
+        timeout=30,
+    )
     ask = state.steps["ask"]
     if on_timeout == "fail":
         assert state.status is RunStatus.ERROR and ask.status is StepStatus.FAILED
@@ -159,23 +269,38 @@ async def test_aggregates_all_pass_and_any_pass(run_task):
     def checks(name: str, ok: bool) -> dict:
         return {"id": name, "type": "check", "config": {"checks": [{"name": name, "value": ok, "truthy": True}]}}
 
-    state = await run_task(task(
-        checks("good", True), checks("bad", False),
-        {"id": "all", "type": "aggregate_scores", "depends_on": ["good", "bad"],
-         "config": {"inputs": ["good", "bad"], "mode": "all_pass"}},
-        {"id": "any", "type": "aggregate_scores", "depends_on": ["all"],
-         "config": {"inputs": ["good", "bad"], "mode": "any_pass"}},
-    ))
+    state = await run_task(
+        task(
+            checks("good", True),
+            checks("bad", False),
+            {
+                "id": "all",
+                "type": "aggregate_scores",
+                "depends_on": ["good", "bad"],
+                "config": {"inputs": ["good", "bad"], "mode": "all_pass"},
+            },
+            {
+                "id": "any",
+                "type": "aggregate_scores",
+                "depends_on": ["all"],
+                "config": {"inputs": ["good", "bad"], "mode": "any_pass"},
+            },
+        )
+    )
     assert state.steps["all"].score.value == 0 and state.steps["any"].score.value == 1
     assert state.status is RunStatus.PASSED and state.score == 1, "the last aggregate is the run's score"
 
 
 def test_aggregate_inputs_must_be_upstream_steps():
     with pytest.raises(BadInput, match="refers to step 'b'.*add 'b' to depends_on"):
-        parse_task(task({"id": "a", "type": "check", "config": {"checks": [{"name": "x", "value": 1, "truthy": True}]}},
-                        {"id": "b", "type": "check", "config": {"checks": [{"name": "x", "value": 1, "truthy": True}]}},
-                        {"id": "agg", "type": "aggregate_scores", "depends_on": ["a"],
-                         "config": {"inputs": ["a", "b"]}}), "t")
+        parse_task(
+            task(
+                {"id": "a", "type": "check", "config": {"checks": [{"name": "x", "value": 1, "truthy": True}]}},
+                {"id": "b", "type": "check", "config": {"checks": [{"name": "x", "value": 1, "truthy": True}]}},
+                {"id": "agg", "type": "aggregate_scores", "depends_on": ["a"], "config": {"inputs": ["a", "b"]}},
+            ),
+            "t",
+        )
 
 
 def test_a_missing_api_key_fails_before_the_run_starts(settings, monkeypatch):
@@ -183,13 +308,16 @@ def test_a_missing_api_key_fails_before_the_run_starts(settings, monkeypatch):
     from agentenv.config import load_settings
 
     mine = load_settings()
-    spec = parse_task(task({"id": "grade", "type": "rubric_judge",
-                            "config": {"criteria": [{"id": "a", "text": "anything"}]}}), "t")
-    with pytest.raises(BadInput, match=r"(?s)'judge' model's API key secret:nowhere is not set.*agent-env secrets set "
-                                       r"nowhere.*AGENTENV_SECRET_NOWHERE"):
+    spec = parse_task(
+        task({"id": "grade", "type": "rubric_judge", "config": {"criteria": [{"id": "a", "text": "anything"}]}}), "t"
+    )
+    with pytest.raises(
+        BadInput,
+        match=r"(?s)'judge' model's API key secret:nowhere is not set.*agent-env secrets set "
+        r"nowhere.*AGENTENV_SECRET_NOWHERE",
+    ):
         runner.plan(spec, "r-1", mine)
-    llm = parse_task(task({"id": "a", "type": "deploy_agent", "config": {"record": {
-        "name": "x", "type": "llm"}}}), "t")
+    llm = parse_task(task({"id": "a", "type": "deploy_agent", "config": {"record": {"name": "x", "type": "llm"}}}), "t")
     with pytest.raises(BadInput, match="'agent' model's API key secret:nowhere"):
         runner.plan(llm, "r-2", mine)
 
@@ -273,9 +401,12 @@ async def test_a_world_trigger_instructs_a_persona_agent_which_acts_or_falls_bac
 
 
 async def test_the_runs_seed_reaches_model_driven_agents(run_task):
-    state = await run_task(task(
-        {"id": "a", "type": "deploy_agent", "config": {"record": {"name": "seeded", "type": "llm"}}},
-        {"id": "ask", "type": "prompt_agent", "depends_on": ["a"], "config": {"agent": "a", "prompt": "hi"}},
-        seed=42))
+    state = await run_task(
+        task(
+            {"id": "a", "type": "deploy_agent", "config": {"record": {"name": "seeded", "type": "llm"}}},
+            {"id": "ask", "type": "prompt_agent", "depends_on": ["a"], "config": {"agent": "a", "prompt": "hi"}},
+            seed=42,
+        )
+    )
     assert state.steps["ask"].outputs["answer"] == "my seed is 42"
     assert state.pins["seed"] == 42

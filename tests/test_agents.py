@@ -17,8 +17,10 @@ from starlette.routing import Route
 from agentenv.agents.client import AgentClient, AgentReplyInvalid, AgentTimedOut, AgentUnreachable
 from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
 
-REFUSED_REFUND = {"tool": "issue_refund", "arguments": {"order_id": "ORD-1001", "charge_id": "CH-5002",
-                                                        "amount_cents": 4999, "reason": "duplicate"}}
+REFUSED_REFUND = {
+    "tool": "issue_refund",
+    "arguments": {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4999, "reason": "duplicate"},
+}
 
 
 @contextlib.asynccontextmanager
@@ -64,7 +66,9 @@ async def test_sdk_agent_gets_the_turn_and_acts_with_its_role_token(tmp_path):
         token = await admin.token("desk-1", "sam")
         port = free_port()
         routes, handler = a2a_routes(agent, f"http://127.0.0.1:{port}/")
-        server = uvicorn.Server(uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning"))
+        server = uvicorn.Server(
+            uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning")
+        )
         task = asyncio.create_task(server.serve())
         while not server.started:
             await asyncio.sleep(0.01)
@@ -72,15 +76,28 @@ async def test_sdk_agent_gets_the_turn_and_acts_with_its_role_token(tmp_path):
             async with httpx.AsyncClient() as http:
                 client = AgentClient(f"http://127.0.0.1:{port}/", http)
                 assert (await client.card()).name == "recorder"
-                context = {"system_prompt": "be brief", "mcp_url": f"{base}/envs/desk-1/mcp", "token": token,
-                           "role": "support", "agent": "sam", "run_id": "r1", "config": {"k": "v"},
-                           "conversation": [{"from": "user", "text": "hi"}, {"from": "agent", "text": "hello"}]}
+                context = {
+                    "system_prompt": "be brief",
+                    "mcp_url": f"{base}/envs/desk-1/mcp",
+                    "token": token,
+                    "role": "support",
+                    "agent": "sam",
+                    "run_id": "r1",
+                    "config": {"k": "v"},
+                    "conversation": [{"from": "user", "text": "hi"}, {"from": "agent", "text": "hello"}],
+                }
                 reply = await client.ask("what now?", context, context_id="c1", deadline_s=10)
                 assert reply.text == "turn 1: what now?" and not reply.failed
                 assert "issue_refund" not in reply.data["tools"] and "list_tickets" in reply.data["tools"]
                 seen = agent.turns[-1]
-                assert (seen.system_prompt, seen.role, seen.agent, seen.run_id, seen.config, seen.context_id) == \
-                    ("be brief", "support", "sam", "r1", {"k": "v"}, "c1")
+                assert (seen.system_prompt, seen.role, seen.agent, seen.run_id, seen.config, seen.context_id) == (
+                    "be brief",
+                    "support",
+                    "sam",
+                    "r1",
+                    {"k": "v"},
+                    "c1",
+                )
                 failed = await client.ask("fail please", {}, context_id="c1", deadline_s=10)
                 assert failed.failed and failed.state == "TASK_STATE_FAILED" and failed.text == "I cannot do that"
                 crashed = await client.ask("crash", {}, context_id="c1", deadline_s=10)
@@ -95,9 +112,20 @@ async def test_hosted_scripted_agent_is_refused_outside_its_role_and_answers_a_r
     async with running_gateway(tmp_path / "gw") as (gw, base, admin):
         await admin.put_instance(support_spec())
         await admin.load("desk-1", [{"kind": "data", "data": support_data()}])
-        record = {"name": "sam", "type": "scripted", "config": {"turns": [
-            [{"tool": "get_ticket", "arguments": {"ticket_id": "TCK-1004"}}, REFUSED_REFUND, {"say": "tried: ${prompt}"}],
-            [{"say": "second turn"}]]}}
+        record = {
+            "name": "sam",
+            "type": "scripted",
+            "config": {
+                "turns": [
+                    [
+                        {"tool": "get_ticket", "arguments": {"ticket_id": "TCK-1004"}},
+                        REFUSED_REFUND,
+                        {"say": "tried: ${prompt}"},
+                    ],
+                    [{"say": "second turn"}],
+                ]
+            },
+        }
         deployed = await admin.put_agent({"id": "run-1.sam", "record": record})
         assert deployed["path"] == "/agents/run-1.sam/"
         token = await admin.token("desk-1", "sam")
@@ -121,7 +149,9 @@ async def test_hosted_scripted_agent_is_refused_outside_its_role_and_answers_a_r
             assert second.text == "second turn"
         entries = await admin.trajectory("desk-1")
         assert [(e["agent"], e["tool"], e["refused"]) for e in entries] == [
-            ("sam", "get_ticket", False), ("sam", "issue_refund", True)]  # the resent turn did nothing again
+            ("sam", "get_ticket", False),
+            ("sam", "issue_refund", True),
+        ]  # the resent turn did nothing again
         assert await admin.last_seq("desk-1") == entries[-1]["seq"]
         assert await admin.delete_agent("run-1.sam") is True
         assert await admin.delete_agent("run-1.sam") is False
@@ -132,8 +162,9 @@ async def test_hosted_human_agent_waits_for_a_person(tmp_path):
         await admin.put_agent({"id": "r.h", "record": {"name": "pat", "type": "human"}})
         async with httpx.AsyncClient(headers={"authorization": f"Bearer {gw.admin_token}"}) as http:
             client = AgentClient(f"{base}/agents/r.h/", http)
-            asking = asyncio.create_task(client.ask("Approve the refund?", {}, context_id="c", message_id="m",
-                                                    deadline_s=20))
+            asking = asyncio.create_task(
+                client.ask("Approve the refund?", {}, context_id="c", message_id="m", deadline_s=20)
+            )
             for _ in range(200):
                 if turns := await admin.human_turns():
                     break
@@ -153,9 +184,20 @@ async def test_client_names_each_way_an_agent_can_fail():
         return JSONResponse({})
 
     async def card(request):
-        return JSONResponse({"name": "broken", "description": "", "version": "1", "supportedInterfaces": [
-            {"url": str(request.base_url), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-            "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"], "skills": []})
+        return JSONResponse(
+            {
+                "name": "broken",
+                "description": "",
+                "version": "1",
+                "supportedInterfaces": [
+                    {"url": str(request.base_url), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+                ],
+                "capabilities": {},
+                "defaultInputModes": ["text/plain"],
+                "defaultOutputModes": ["text/plain"],
+                "skills": [],
+            }
+        )
 
     async def garbage(request):
         return Response("<html>not json-rpc</html>", media_type="text/html")

@@ -68,17 +68,36 @@ def test_registry_and_sample_data_cover_the_four_apps(tmp_path):
 def test_literal_arguments_list_their_values_and_read_only_flags():
     assert Mail.tools["list_messages"].input_schema["properties"]["folder"]["enum"] == ["inbox", "sent"]
     assert Helpdesk.tools["create_ticket"].input_schema["properties"]["priority"]["enum"] == [
-        "low", "normal", "high", "urgent"]
+        "low",
+        "normal",
+        "high",
+        "urgent",
+    ]
     assert Helpdesk.tools["set_status"].input_schema["properties"]["status"]["enum"] == [
-        "open", "pending", "solved", "closed"]
+        "open",
+        "pending",
+        "solved",
+        "closed",
+    ]
     status_filter = Helpdesk.tools["list_tickets"].input_schema["properties"]["status"]["anyOf"]
     assert status_filter[0]["enum"] == ["open", "pending", "solved", "closed"]
-    read_only = {f"{cls.name}.{n}" for cls in (Mail, Chat, Helpdesk, Billing) for n, s in cls.tools.items()
-                 if s.read_only}
-    assert read_only == {"mail.list_mailboxes", "mail.list_messages", "mail.search_messages", "mail.get_thread",
-                         "chat.list_channels", "chat.read_channel", "chat.read_direct_messages",
-                         "helpdesk.list_tickets", "helpdesk.get_ticket",
-                         "billing.get_account", "billing.list_orders", "billing.get_order"}
+    read_only = {
+        f"{cls.name}.{n}" for cls in (Mail, Chat, Helpdesk, Billing) for n, s in cls.tools.items() if s.read_only
+    }
+    assert read_only == {
+        "mail.list_mailboxes",
+        "mail.list_messages",
+        "mail.search_messages",
+        "mail.get_thread",
+        "chat.list_channels",
+        "chat.read_channel",
+        "chat.read_direct_messages",
+        "helpdesk.list_tickets",
+        "helpdesk.get_ticket",
+        "billing.get_account",
+        "billing.list_orders",
+        "billing.get_order",
+    }
     hidden = {f"{cls.name}.{n}" for cls in (Mail, Chat, Helpdesk, Billing) for n, s in cls.tools.items() if s.hidden}
     assert hidden == {"billing.issue_refund"}
 
@@ -93,7 +112,9 @@ def test_dana_was_charged_twice_for_one_order(world):
     order = billing.call("get_order", {"order_id": "ORD-1001"}, CTX)
     assert order["total_cents"] == 4900 and len(order["items"]) == 1 and not order["verified"]
     assert [(c["id"], c["amount_cents"], c["status"], c["refundable_cents"]) for c in order["charges"]] == [
-        ("CH-5001", 4900, "succeeded", 4900), ("CH-5002", 4900, "succeeded", 4900)]
+        ("CH-5001", 4900, "succeeded", 4900),
+        ("CH-5002", 4900, "succeeded", 4900),
+    ]
     assert {c["created_at"][:10] for c in order["charges"]} == {"2026-02-09"}
     assert order["refunds"] == [] and order["charged_cents"] == 2 * order["total_cents"]
     assert Billing.tools["issue_refund"].hidden
@@ -102,7 +123,8 @@ def test_dana_was_charged_twice_for_one_order(world):
     assert [(t["id"], t["status"], t["assignee"]) for t in ticket] == [("TCK-1004", "open", None)]
     emails = mail.call("search_messages", {"query": "charged twice", "mailbox": "support@acme.example"}, CTX)
     assert [(m["id"], m["from"], m["to"], m["read"]) for m in emails["messages"]] == [
-        ("MSG-0007", "dana@example.com", ["support@acme.example"], False)]
+        ("MSG-0007", "dana@example.com", ["support@acme.example"], False)
+    ]
     support = chat.call("read_channel", {"channel": "#support"}, CTX)
     assert "backlog" in support["messages"][-1]["text"].lower()
 
@@ -129,7 +151,9 @@ def test_mail_lists_reads_and_searches(world):
     assert next(m for m in mail.export()["messages"] if m["id"] == "MSG-0007")["is_read"] == 1
 
     assert [m["id"] for m in mail.call("search_messages", {"query": "ORD-1002"}, CTX)["messages"]] == [
-        "MSG-0005", "MSG-0004"]
+        "MSG-0005",
+        "MSG-0004",
+    ]
     assert mail.call("search_messages", {"query": "OMAR@EXAMPLE"}, CTX)["count"] == 1  # sender, any case
     assert mail.call("search_messages", {"query": "ORD-1002", "mailbox": "carlos@example.com"}, CTX)["count"] == 0
     thread = mail.call("get_thread", {"thread_id": "THR-0003"}, CTX)
@@ -139,34 +163,62 @@ def test_mail_lists_reads_and_searches(world):
 
 def test_mail_send_and_reply(world):
     mail = world(Mail)
-    new = mail.call("send_email", {"sender": "sam@acme.example", "to": ["ops@partner.example"],
-                                   "subject": "Carrier delays", "body": "Any news on the hub?"}, CTX)
+    new = mail.call(
+        "send_email",
+        {
+            "sender": "sam@acme.example",
+            "to": ["ops@partner.example"],
+            "subject": "Carrier delays",
+            "body": "Any news on the hub?",
+        },
+        CTX,
+    )
     assert (new["id"], new["thread_id"], new["sent_at"], new["read"]) == ("MSG-0008", "THR-0006", NOW_ISO, False)
-    reply = mail.call("send_email", {"sender": "support@acme.example", "to": ["dana@example.com"],
-                                     "cc": ["lee@acme.example", "dana@example.com"], "in_reply_to": "MSG-0007",
-                                     "body": "Sorry, Dana: we are looking into the double charge."}, CTX)
+    reply = mail.call(
+        "send_email",
+        {
+            "sender": "support@acme.example",
+            "to": ["dana@example.com"],
+            "cc": ["lee@acme.example", "dana@example.com"],
+            "in_reply_to": "MSG-0007",
+            "body": "Sorry, Dana: we are looking into the double charge.",
+        },
+        CTX,
+    )
     assert reply["id"] == "MSG-0009" and reply["thread_id"] == "THR-0005"
     assert reply["subject"] == "Re: Charged twice for order ORD-1001" and reply["in_reply_to"] == "MSG-0007"
     assert reply["to"] == ["dana@example.com"] and reply["cc"] == ["lee@acme.example"]  # no duplicate copy
-    again = mail.call("send_email", {"sender": "dana@example.com", "to": ["support@acme.example"],
-                                     "in_reply_to": "MSG-0009", "body": "Thanks!"}, CTX)
+    again = mail.call(
+        "send_email",
+        {"sender": "dana@example.com", "to": ["support@acme.example"], "in_reply_to": "MSG-0009", "body": "Thanks!"},
+        CTX,
+    )
     assert again["subject"] == "Re: Charged twice for order ORD-1001", "no Re: Re:"
     assert [m["id"] for m in mail.call("get_thread", {"thread_id": "THR-0005"}, CTX)["messages"]] == [
-        "MSG-0007", "MSG-0009", "MSG-0010"]
+        "MSG-0007",
+        "MSG-0009",
+        "MSG-0010",
+    ]
     assert mail.call("list_messages", {"mailbox": "lee@acme.example"}, CTX)["messages"][0]["id"] == "MSG-0009"
 
     exported = mail.export()
     assert {m["id"]: m["sent_at"] for m in exported["messages"]}["MSG-0009"] == NOW_ISO
     assert [r for r in exported["recipients"] if r["message_id"] == "MSG-0009"] == [
         {"message_id": "MSG-0009", "address": "dana@example.com", "kind": "to"},
-        {"message_id": "MSG-0009", "address": "lee@acme.example", "kind": "cc"}]
+        {"message_id": "MSG-0009", "address": "lee@acme.example", "kind": "cc"},
+    ]
 
 
 def test_mail_errors(world):
     mail = world(Mail)
     send = {"sender": "support@acme.example", "to": ["dana@example.com"], "subject": "Hi", "body": "Hello"}
-    rejected(mail, "send_email", {**send, "sender": "nobody@acme.example"}, "no mailbox 'nobody@acme.example'",
-             "list_mailboxes")
+    rejected(
+        mail,
+        "send_email",
+        {**send, "sender": "nobody@acme.example"},
+        "no mailbox 'nobody@acme.example'",
+        "list_mailboxes",
+    )
     rejected(mail, "send_email", {**send, "to": ["dana(at)example.com"]}, "not a valid email address")
     rejected(mail, "send_email", {**send, "to": []}, "at least one recipient")
     rejected(mail, "send_email", {**send, "subject": None}, "subject is required")
@@ -188,8 +240,13 @@ def test_chat_channels_and_messages(world):
     channels = {c["name"]: c for c in chat.call("list_channels", {}, CTX)["channels"]}
     assert channels["support"]["members"] == ["lee", "priya", "sam"] and channels["support"]["messages"] == 3
     posted = chat.call("post_message", {"channel": "support", "author": "sam", "text": "I'll take TCK-1004."}, CTX)
-    assert posted == {"id": "CM-0005", "channel": "support", "author": "sam", "text": "I'll take TCK-1004.",
-                      "posted_at": NOW_ISO}
+    assert posted == {
+        "id": "CM-0005",
+        "channel": "support",
+        "author": "sam",
+        "text": "I'll take TCK-1004.",
+        "posted_at": NOW_ISO,
+    }
     latest = chat.call("read_channel", {"channel": "support", "limit": 2}, CTX)["messages"]
     assert [m["id"] for m in latest] == ["CM-0004", "CM-0005"]
 
@@ -202,7 +259,9 @@ def test_chat_channels_and_messages(world):
     assert dm == {"id": "DM-0003", "sender": "sam", "recipient": "priya", "text": "On it.", "sent_at": NOW_ISO}
     convo = chat.call("read_direct_messages", {"user": "sam", "other": "lee"}, CTX)
     assert [(m["sender"], m["text"]) for m in convo["messages"]] == [
-        ("lee", "Can you cover the queue Monday morning? I'm in late."), ("sam", "Sure, I've got it.")]
+        ("lee", "Can you cover the queue Monday morning? I'm in late."),
+        ("sam", "Sure, I've got it."),
+    ]
     assert chat.call("read_direct_messages", {"user": "priya", "other": "sam"}, CTX)["count"] == 1
 
     exported = chat.export()
@@ -213,12 +272,23 @@ def test_chat_channels_and_messages(world):
 
 def test_chat_errors(world):
     chat = world(Chat)
-    rejected(chat, "post_message", {"channel": "billing-ops", "author": "sam", "text": "hi"},
-             "'sam' is not a member of #billing-ops", "lee, priya")
-    rejected(chat, "post_message", {"channel": "general", "author": "sam", "text": "hi"}, "no channel #general",
-             "list_channels")
-    rejected(chat, "post_message", {"channel": "support", "author": "bob", "text": "hi"}, "no user 'bob'",
-             "lee, priya, sam")
+    rejected(
+        chat,
+        "post_message",
+        {"channel": "billing-ops", "author": "sam", "text": "hi"},
+        "'sam' is not a member of #billing-ops",
+        "lee, priya",
+    )
+    rejected(
+        chat,
+        "post_message",
+        {"channel": "general", "author": "sam", "text": "hi"},
+        "no channel #general",
+        "list_channels",
+    )
+    rejected(
+        chat, "post_message", {"channel": "support", "author": "bob", "text": "hi"}, "no user 'bob'", "lee, priya, sam"
+    )
     rejected(chat, "post_message", {"channel": "support", "author": "sam", "text": ""}, "text is empty")
     rejected(chat, "create_channel", {"name": "support", "members": ["sam"]}, "#support already exists")
     rejected(chat, "create_channel", {"name": "Big Channel", "members": ["sam"]}, "invalid channel name")
@@ -238,11 +308,14 @@ def test_helpdesk_lists_and_reads_tickets(world):
     everything = helpdesk.call("list_tickets", {}, CTX)
     assert [t["id"] for t in everything["tickets"]] == ["TCK-1001", "TCK-1002", "TCK-1003", "TCK-1005", "TCK-1004"]
     assert [t["id"] for t in helpdesk.call("list_tickets", {"status": "open"}, CTX)["tickets"]] == [
-        "TCK-1005", "TCK-1004"]
-    assert [t["id"] for t in helpdesk.call("list_tickets", {"assignee": "unassigned"}, CTX)["tickets"]] == [
-        "TCK-1004"]
-    assert [t["id"] for t in helpdesk.call(
-        "list_tickets", {"assignee": "sam@acme.example", "status": "pending"}, CTX)["tickets"]] == ["TCK-1003"]
+        "TCK-1005",
+        "TCK-1004",
+    ]
+    assert [t["id"] for t in helpdesk.call("list_tickets", {"assignee": "unassigned"}, CTX)["tickets"]] == ["TCK-1004"]
+    assert [
+        t["id"]
+        for t in helpdesk.call("list_tickets", {"assignee": "sam@acme.example", "status": "pending"}, CTX)["tickets"]
+    ] == ["TCK-1003"]
     ticket = helpdesk.call("get_ticket", {"ticket_id": "TCK-1002"}, CTX)
     assert ticket["customer_name"] == "Mei Tanaka" and ticket["description"].startswith("One lid")
     assert [(c["id"], c["internal"]) for c in ticket["comments"]] == [("CMT-0002", True), ("CMT-0003", False)]
@@ -250,21 +323,43 @@ def test_helpdesk_lists_and_reads_tickets(world):
 
 def test_helpdesk_ticket_lifecycle(world):
     helpdesk = world(Helpdesk)
-    ticket = helpdesk.call("create_ticket", {"customer_email": "new@example.org", "subject": "Gift wrap?",
-                                             "description": "Do you gift wrap?"}, CTX)
+    ticket = helpdesk.call(
+        "create_ticket",
+        {"customer_email": "new@example.org", "subject": "Gift wrap?", "description": "Do you gift wrap?"},
+        CTX,
+    )
     assert (ticket["id"], ticket["status"], ticket["priority"], ticket["assignee"]) == (
-        "TCK-1006", "open", "normal", None)
+        "TCK-1006",
+        "open",
+        "normal",
+        None,
+    )
     assert ticket["created_at"] == ticket["updated_at"] == NOW_ISO
     assert {"email": "new@example.org", "name": None} in helpdesk.export()["customers"]
 
     assigned = helpdesk.call("assign_ticket", {"ticket_id": "TCK-1004", "assignee": "sam@acme.example"}, CTX)
     assert assigned["assignee"] == "sam@acme.example" and assigned["updated_at"] == NOW_ISO
-    note = helpdesk.call("add_comment", {"ticket_id": "TCK-1004", "author": "sam@acme.example",
-                                         "body": "Duplicate charge CH-5002 confirmed.", "internal": True}, CTX)
-    assert note == {"id": "CMT-0007", "ticket_id": "TCK-1004", "author": "sam@acme.example",
-                    "body": "Duplicate charge CH-5002 confirmed.", "internal": True, "created_at": NOW_ISO}
-    reply = helpdesk.call("add_comment", {"ticket_id": "TCK-1004", "author": "dana@example.com",
-                                          "body": "Thanks for looking."}, CTX)
+    note = helpdesk.call(
+        "add_comment",
+        {
+            "ticket_id": "TCK-1004",
+            "author": "sam@acme.example",
+            "body": "Duplicate charge CH-5002 confirmed.",
+            "internal": True,
+        },
+        CTX,
+    )
+    assert note == {
+        "id": "CMT-0007",
+        "ticket_id": "TCK-1004",
+        "author": "sam@acme.example",
+        "body": "Duplicate charge CH-5002 confirmed.",
+        "internal": True,
+        "created_at": NOW_ISO,
+    }
+    reply = helpdesk.call(
+        "add_comment", {"ticket_id": "TCK-1004", "author": "dana@example.com", "body": "Thanks for looking."}, CTX
+    )
     assert reply["internal"] is False
     for status in ("pending", "solved", "open", "solved", "closed"):  # anything goes until closed
         changed = helpdesk.call("set_status", {"ticket_id": "TCK-1004", "status": status}, CTX)
@@ -272,40 +367,67 @@ def test_helpdesk_ticket_lifecycle(world):
     assert changed["previous_status"] == "solved"
 
     exported = {t["id"]: t for t in helpdesk.export()["tickets"]}["TCK-1004"]
-    assert (exported["status"], exported["assignee"], exported["updated_at"]) == (
-        "closed", "sam@acme.example", NOW_ISO)
+    assert (exported["status"], exported["assignee"], exported["updated_at"]) == ("closed", "sam@acme.example", NOW_ISO)
     assert [c["internal"] for c in helpdesk.export()["comments"] if c["ticket_id"] == "TCK-1004"] == [1, 0]
 
 
 def test_helpdesk_errors(world):
     helpdesk = world(Helpdesk)
     rejected(helpdesk, "get_ticket", {"ticket_id": "TCK-9999"}, "no ticket 'TCK-9999'", "list_tickets")
-    rejected(helpdesk, "list_tickets", {"assignee": "bob@acme.example"}, "no agent 'bob@acme.example'",
-             "sam@acme.example")
+    rejected(
+        helpdesk, "list_tickets", {"assignee": "bob@acme.example"}, "no agent 'bob@acme.example'", "sam@acme.example"
+    )
     rejected(helpdesk, "list_tickets", {"customer_email": "who@example.com"}, "no customer with email")
     rejected(helpdesk, "list_tickets", {"status": "new"}, "status")
-    rejected(helpdesk, "create_ticket", {"customer_email": "dana", "subject": "s", "description": "d"},
-             "not a valid email address")
-    rejected(helpdesk, "create_ticket", {"customer_email": "dana@example.com", "subject": "s", "description": "d",
-                                         "priority": "critical"}, "priority")
-    rejected(helpdesk, "create_ticket", {"customer_email": "dana@example.com", "subject": " ", "description": "d"},
-             "must not be empty")
+    rejected(
+        helpdesk,
+        "create_ticket",
+        {"customer_email": "dana", "subject": "s", "description": "d"},
+        "not a valid email address",
+    )
+    rejected(
+        helpdesk,
+        "create_ticket",
+        {"customer_email": "dana@example.com", "subject": "s", "description": "d", "priority": "critical"},
+        "priority",
+    )
+    rejected(
+        helpdesk,
+        "create_ticket",
+        {"customer_email": "dana@example.com", "subject": " ", "description": "d"},
+        "must not be empty",
+    )
     rejected(helpdesk, "assign_ticket", {"ticket_id": "TCK-1004", "assignee": "dana@example.com"}, "no agent")
-    rejected(helpdesk, "assign_ticket", {"ticket_id": "TCK-1003", "assignee": "sam@acme.example"},
-             "already assigned to sam@acme.example")
+    rejected(
+        helpdesk,
+        "assign_ticket",
+        {"ticket_id": "TCK-1003", "assignee": "sam@acme.example"},
+        "already assigned to sam@acme.example",
+    )
     rejected(helpdesk, "set_status", {"ticket_id": "TCK-1004", "status": "open"}, "TCK-1004 is already open")
-    rejected(helpdesk, "set_status", {"ticket_id": "TCK-1001", "status": "open"}, "TCK-1001 is closed",
-             "create a new ticket")
+    rejected(
+        helpdesk, "set_status", {"ticket_id": "TCK-1001", "status": "open"}, "TCK-1001 is closed", "create a new ticket"
+    )
     rejected(helpdesk, "set_status", {"ticket_id": "TCK-1001", "status": "closed"}, "already closed")
     rejected(helpdesk, "assign_ticket", {"ticket_id": "TCK-1001", "assignee": "sam@acme.example"}, "closed")
-    rejected(helpdesk, "add_comment", {"ticket_id": "TCK-1001", "author": "lee@acme.example", "body": "x"},
-             "create_ticket")
-    rejected(helpdesk, "add_comment", {"ticket_id": "TCK-1004", "author": "omar@example.net", "body": "x"},
-             "dana@example.com")
-    rejected(helpdesk, "add_comment", {"ticket_id": "TCK-1004", "author": "dana@example.com", "body": "x",
-                                       "internal": True}, "only agents")
-    rejected(helpdesk, "add_comment", {"ticket_id": "TCK-1004", "author": "sam@acme.example", "body": ""},
-             "body is empty")
+    rejected(
+        helpdesk, "add_comment", {"ticket_id": "TCK-1001", "author": "lee@acme.example", "body": "x"}, "create_ticket"
+    )
+    rejected(
+        helpdesk,
+        "add_comment",
+        {"ticket_id": "TCK-1004", "author": "omar@example.net", "body": "x"},
+        "dana@example.com",
+    )
+    rejected(
+        helpdesk,
+        "add_comment",
+        {"ticket_id": "TCK-1004", "author": "dana@example.com", "body": "x", "internal": True},
+        "only agents",
+    )
+    rejected(
+        helpdesk, "add_comment", {"ticket_id": "TCK-1004", "author": "sam@acme.example", "body": ""}, "body is empty"
+    )
 
 
 # -- billing ------------------------------------------------------------------------------------------------
@@ -314,11 +436,18 @@ def test_helpdesk_errors(world):
 def test_billing_accounts_and_orders(world):
     billing = world(Billing)
     account = billing.call("get_account", {"email": "Dana@Example.com"}, CTX)
-    assert account == {"id": "ACC-001", "email": "dana@example.com", "name": "Dana Whitfield",
-                       "created_at": "2026-01-08T12:00:00Z", "order_ids": ["ORD-1001", "ORD-1005"]}
+    assert account == {
+        "id": "ACC-001",
+        "email": "dana@example.com",
+        "name": "Dana Whitfield",
+        "created_at": "2026-01-08T12:00:00Z",
+        "order_ids": ["ORD-1001", "ORD-1005"],
+    }
     orders = billing.call("list_orders", {"account_id": "ACC-001"}, CTX)
     assert [(o["id"], o["total_cents"], o["verified"]) for o in orders["orders"]] == [
-        ("ORD-1001", 4900, False), ("ORD-1005", 2200, False)]
+        ("ORD-1001", 4900, False),
+        ("ORD-1005", 2200, False),
+    ]
     mei = billing.call("get_order", {"order_id": "ORD-1003"}, CTX)
     assert [(c["id"], c["refundable_cents"]) for c in mei["charges"]] == [("CH-5004", 0), ("CH-5005", 2000)]
     assert mei["refunded_cents"] == 500 and mei["verified"] is True
@@ -328,22 +457,41 @@ def test_billing_verify_and_refund(world):
     billing = world(Billing)
     verified = billing.call("verify_order", {"order_id": "ORD-1001", "verified_by": "sam@acme.example"}, CTX)
     assert (verified["verified"], verified["verified_by"], verified["verified_at"]) == (
-        True, "sam@acme.example", NOW_ISO)
-    refund = billing.call("issue_refund", {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900,
-                                           "reason": "duplicate charge"}, CTX)
-    assert refund == {"id": "RF-0002", "order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900,
-                      "reason": "duplicate charge", "issued_by": "sam@acme.example", "created_at": NOW_ISO,
-                      "charge_refundable_cents": 0}
+        True,
+        "sam@acme.example",
+        NOW_ISO,
+    )
+    refund = billing.call(
+        "issue_refund",
+        {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900, "reason": "duplicate charge"},
+        CTX,
+    )
+    assert refund == {
+        "id": "RF-0002",
+        "order_id": "ORD-1001",
+        "charge_id": "CH-5002",
+        "amount_cents": 4900,
+        "reason": "duplicate charge",
+        "issued_by": "sam@acme.example",
+        "created_at": NOW_ISO,
+        "charge_refundable_cents": 0,
+    }
     order = billing.call("get_order", {"order_id": "ORD-1001"}, CTX)
     assert [c["refundable_cents"] for c in order["charges"]] == [4900, 0] and order["refunded_cents"] == 4900
-    partial = billing.call("issue_refund", {"order_id": "ORD-1003", "charge_id": "CH-5005", "amount_cents": 1500,
-                                            "reason": "price match"}, CTX)
+    partial = billing.call(
+        "issue_refund",
+        {"order_id": "ORD-1003", "charge_id": "CH-5005", "amount_cents": 1500, "reason": "price match"},
+        CTX,
+    )
     assert partial["id"] == "RF-0003" and partial["charge_refundable_cents"] == 500
 
     exported = billing.export()
     assert {o["id"]: o["verified"] for o in exported["orders"]}["ORD-1001"] == 1
     assert [(r["id"], r["created_at"]) for r in exported["refunds"]] == [
-        ("RF-0001", "2026-02-13T10:20:00Z"), ("RF-0002", NOW_ISO), ("RF-0003", NOW_ISO)]
+        ("RF-0001", "2026-02-13T10:20:00Z"),
+        ("RF-0002", NOW_ISO),
+        ("RF-0003", NOW_ISO),
+    ]
 
 
 def test_billing_errors(world):
@@ -351,22 +499,37 @@ def test_billing_errors(world):
     rejected(billing, "get_account", {"email": "nobody@example.com"}, "no account with email")
     rejected(billing, "list_orders", {"account_id": "ACC-999"}, "no account 'ACC-999'", "get_account")
     rejected(billing, "get_order", {"order_id": "ORD-9"}, "no order 'ORD-9'", "list_orders")
-    rejected(billing, "verify_order", {"order_id": "ORD-1003", "verified_by": "sam@acme.example"},
-             "already verified", "lee@acme.example")
+    rejected(
+        billing,
+        "verify_order",
+        {"order_id": "ORD-1003", "verified_by": "sam@acme.example"},
+        "already verified",
+        "lee@acme.example",
+    )
     billing.call("verify_order", {"order_id": "ORD-1001", "verified_by": "sam@acme.example"}, CTX)
-    rejected(billing, "verify_order", {"order_id": "ORD-1001", "verified_by": "lee@acme.example"},
-             "ORD-1001 is already verified (by sam@acme.example")
+    rejected(
+        billing,
+        "verify_order",
+        {"order_id": "ORD-1001", "verified_by": "lee@acme.example"},
+        "ORD-1001 is already verified (by sam@acme.example",
+    )
     refund = {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900, "reason": "duplicate"}
-    rejected(billing, "issue_refund", {**refund, "charge_id": "CH-5003"}, "belongs to order ORD-1002",
-             "CH-5001, CH-5002")
+    rejected(
+        billing, "issue_refund", {**refund, "charge_id": "CH-5003"}, "belongs to order ORD-1002", "CH-5001, CH-5002"
+    )
     rejected(billing, "issue_refund", {**refund, "charge_id": "CH-0000"}, "no such charge")
     rejected(billing, "issue_refund", {**refund, "order_id": "ORD-0000"}, "no order 'ORD-0000'")
     rejected(billing, "issue_refund", {**refund, "amount_cents": 0}, "must be positive")
     rejected(billing, "issue_refund", {**refund, "amount_cents": 4901}, "4900 cents still refundable on CH-5002")
     rejected(billing, "issue_refund", {**refund, "reason": ""}, "reason is empty")
     rejected(billing, "issue_refund", {**refund, "order_id": "ORD-1003", "charge_id": "CH-5004"}, "status failed")
-    rejected(billing, "issue_refund", {**refund, "order_id": "ORD-1003", "charge_id": "CH-5005",
-                                       "amount_cents": 2001}, "2000 cents still refundable", "already refunded 500")
+    rejected(
+        billing,
+        "issue_refund",
+        {**refund, "order_id": "ORD-1003", "charge_id": "CH-5005", "amount_cents": 2001},
+        "2000 cents still refundable",
+        "already refunded 500",
+    )
     billing.call("issue_refund", refund, CTX)
     rejected(billing, "issue_refund", {**refund, "amount_cents": 1}, "already fully refunded")
 
@@ -382,7 +545,8 @@ def test_ids_follow_the_loaded_data_not_a_counter(tmp_path):
     empty.close()
     mail = AppInstance(Mail, tmp_path / "m")
     mail.load({"mailboxes": [{"address": "a@acme.example", "display_name": "A"}]})
-    sent = mail.call("send_email", {"sender": "a@acme.example", "to": ["b@example.com"], "subject": "s",
-                                    "body": "b"}, CTX)
+    sent = mail.call(
+        "send_email", {"sender": "a@acme.example", "to": ["b@example.com"], "subject": "s", "body": "b"}, CTX
+    )
     assert (sent["id"], sent["thread_id"]) == ("MSG-0001", "THR-0001")
     mail.close()

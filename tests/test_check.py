@@ -8,15 +8,26 @@ from pydantic import ValidationError
 from agentenv.steps.builtin.check import Check, CheckConfig
 
 
-@pytest.mark.parametrize("op,value,expected,passed", [
-    ("equals", 2, 2, True), ("equals", "2", 2, False),
-    ("not_equals", 1, 2, True),
-    ("contains", "Hello, Ada", "Ada", True), ("contains", ["a", "b"], "c", False), ("contains", {"k": 1}, "k", True),
-    ("matches", "order #123", r"#\d+", True), ("matches", "none", r"\d", False),
-    ("one_of", "b", ["a", "b"], True),
-    ("gt", 3, 2, True), ("gte", 2, 2, True), ("lt", 3, 2, False), ("lte", 2, 2, True),
-    ("truthy", [], False, True), ("truthy", "x", True, True),
-])
+@pytest.mark.parametrize(
+    "op,value,expected,passed",
+    [
+        ("equals", 2, 2, True),
+        ("equals", "2", 2, False),
+        ("not_equals", 1, 2, True),
+        ("contains", "Hello, Ada", "Ada", True),
+        ("contains", ["a", "b"], "c", False),
+        ("contains", {"k": 1}, "k", True),
+        ("matches", "order #123", r"#\d+", True),
+        ("matches", "none", r"\d", False),
+        ("one_of", "b", ["a", "b"], True),
+        ("gt", 3, 2, True),
+        ("gte", 2, 2, True),
+        ("lt", 3, 2, False),
+        ("lte", 2, 2, True),
+        ("truthy", [], False, True),
+        ("truthy", "x", True, True),
+    ],
+)
 def test_operators(op, value, expected, passed):
     assert Check.model_validate({"name": "c", "value": value, op: expected}).evaluate().passed is passed
 
@@ -41,10 +52,15 @@ def test_exactly_one_operator():
 def test_weighted_score_and_threshold():
     from agentenv.spec.run import Score
 
-    config = CheckConfig.model_validate({"pass_threshold": 0.7, "checks": [
-        {"name": "a", "value": 1, "equals": 1, "weight": 3},
-        {"name": "b", "value": 1, "equals": 2, "weight": 1},
-    ]})
+    config = CheckConfig.model_validate(
+        {
+            "pass_threshold": 0.7,
+            "checks": [
+                {"name": "a", "value": 1, "equals": 1, "weight": 3},
+                {"name": "b", "value": 1, "equals": 2, "weight": 1},
+            ],
+        }
+    )
     score = Score.from_criteria([c.evaluate() for c in config.checks], config.pass_threshold)
     assert score.value == 0.75 and score.passed
     assert [c.passed for c in score.criteria] == [True, False]

@@ -23,15 +23,26 @@ CLI_QUEUE = {"AGENTENV_TASK_QUEUE": "agentenv-cli-tests"}
 
 
 def cli(*args, env=None, cwd=None, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([AGENT_ENV, *args], capture_output=True, text=True, env={**(env or os.environ), **CLI_QUEUE},
-                          cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [AGENT_ENV, *args],
+        capture_output=True,
+        text=True,
+        env={**(env or os.environ), **CLI_QUEUE},
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
 def fresh_env(tmp_path):
     """A state directory and ports of its own: nothing running yet."""
-    env = {**os.environ, "AGENTENV_HOME": str(tmp_path / "home"), "AGENTENV_SERVER_PORT": str(free_port()),
-           "AGENTENV_UI_PORT": str(free_port()), "AGENTENV_GATEWAY_PORT": str(free_port())}
+    env = {
+        **os.environ,
+        "AGENTENV_HOME": str(tmp_path / "home"),
+        "AGENTENV_SERVER_PORT": str(free_port()),
+        "AGENTENV_UI_PORT": str(free_port()),
+        "AGENTENV_GATEWAY_PORT": str(free_port()),
+    }
     yield env
     cli("server", "stop", env=env)
     cli("gateway", "stop", env=env)
@@ -89,20 +100,28 @@ def test_run_hello(server):
 
 def test_run_json_and_failing_exit_code(server, tmp_path):
     path = tmp_path / "fails.toml"
-    path.write_text('id = "fails"\n[[steps]]\nid = "v"\ntype = "check"\n'
-                    '[[steps.config.checks]]\nname = "one is two"\nvalue = 1\nequals = 2\n')
+    path.write_text(
+        'id = "fails"\n[[steps]]\nid = "v"\ntype = "check"\n'
+        '[[steps.config.checks]]\nname = "one is two"\nvalue = 1\nequals = 2\n'
+    )
     done = cli("run", str(path), "--json")
     assert done.returncode == 1
     state = json.loads(done.stdout)
     assert state["status"] == "failed" and state["score"] == 0.0
 
 
-@pytest.mark.parametrize("content,expected", [
-    ('id = "x"\n[[steps]\n', "is not valid TOML"),
-    ('id = "x"\n[[steps]]\nid = "a"\ntype = "nope"\n', "unknown step type 'nope'"),
-    ('id = "x"\n[[steps]]\nid = "a"\ntype = "echo"\ndepends_on = ["b"]\n'
-     '[[steps]]\nid = "b"\ntype = "echo"\ndepends_on = ["a"]\n', "dependency cycle a → b → a"),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        ('id = "x"\n[[steps]\n', "is not valid TOML"),
+        ('id = "x"\n[[steps]]\nid = "a"\ntype = "nope"\n', "unknown step type 'nope'"),
+        (
+            'id = "x"\n[[steps]]\nid = "a"\ntype = "echo"\ndepends_on = ["b"]\n'
+            '[[steps]]\nid = "b"\ntype = "echo"\ndepends_on = ["a"]\n',
+            "dependency cycle a → b → a",
+        ),
+    ],
+)
 def test_bad_task_files_exit_2_with_the_problem(tmp_path, content, expected):
     path = tmp_path / "task.toml"
     path.write_text(content)
@@ -122,7 +141,8 @@ def test_unknown_run_and_bundle(server):
 def test_unreachable_temporal_address(tmp_path):
     (tmp_path / ".agentenv").mkdir()
     (tmp_path / ".agentenv" / "config.toml").write_text(
-        f'[temporal]\naddress = "127.0.0.1:{free_port()}"\nconnect_timeout = 2\n')
+        f'[temporal]\naddress = "127.0.0.1:{free_port()}"\nconnect_timeout = 2\n'
+    )
     started = time.monotonic()
     done = cli("run", "hello", cwd=tmp_path)
     assert done.returncode == 3
@@ -159,10 +179,17 @@ def test_interrupted_run_is_paused_not_lost(server, client, tmp_path):
 
     gate = tmp_path / "gate"
     path = tmp_path / "paused.toml"
-    path.write_text(f'id = "paused"\n[[steps]]\nid = "wait"\ntype = "wait_file"\nconfig = {{ path = "{gate}" }}\n'
-                    '[[steps]]\nid = "after"\ntype = "echo"\ndepends_on = ["wait"]\n')
-    proc = subprocess.Popen([AGENT_ENV, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **CLI_QUEUE})
+    path.write_text(
+        f'id = "paused"\n[[steps]]\nid = "wait"\ntype = "wait_file"\nconfig = {{ path = "{gate}" }}\n'
+        '[[steps]]\nid = "after"\ntype = "echo"\ndepends_on = ["wait"]\n'
+    )
+    proc = subprocess.Popen(
+        [AGENT_ENV, "run", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **CLI_QUEUE},
+    )
     header = proc.stdout.readline()
     while " · run " not in header:
         header = proc.stdout.readline()
@@ -176,8 +203,9 @@ def test_interrupted_run_is_paused_not_lost(server, client, tmp_path):
     desc = asyncio.get_event_loop().run_until_complete(client.get_workflow_handle(run_id).describe())
     assert desc.status.name == "RUNNING"
     gate.touch()
-    worker = subprocess.Popen([AGENT_ENV, "worker"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, **CLI_QUEUE})
+    worker = subprocess.Popen(
+        [AGENT_ENV, "worker"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **CLI_QUEUE}
+    )
     try:
         deadline = time.monotonic() + 60
         while json.loads(cli("runs", "show", run_id, "--json").stdout)["status"] == "running":
@@ -191,8 +219,9 @@ def test_interrupted_run_is_paused_not_lost(server, client, tmp_path):
 
 def test_detach_then_cancel(server, tmp_path):
     path = tmp_path / "long.toml"
-    path.write_text(f'id = "long"\n[[steps]]\nid = "wait"\ntype = "wait_file"\n'
-                    f'config = {{ path = "{tmp_path / "never"}" }}\n')
+    path.write_text(
+        f'id = "long"\n[[steps]]\nid = "wait"\ntype = "wait_file"\nconfig = {{ path = "{tmp_path / "never"}" }}\n'
+    )
     done = cli("run", str(path), "--detach")
     assert done.returncode == 0 and "started run long-" in done.stdout
     run_id = done.stdout.split("started run ")[1].split()[0]

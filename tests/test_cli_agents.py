@@ -36,8 +36,18 @@ def home_env(tmp_path):
     return env
 
 
-@pytest.mark.parametrize("args", [["--help"], ["secrets", "--help"], ["models", "--help"], ["agents", "--help"],
-                                  ["run", "--help"], ["secrets", "list"], ["models", "show"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["secrets", "--help"],
+        ["models", "--help"],
+        ["agents", "--help"],
+        ["run", "--help"],
+        ["secrets", "list"],
+        ["models", "show"],
+    ],
+)
 def test_help_and_light_commands_import_nothing_heavy(args, home_env):
     probe = (
         "import atexit, sys\n"
@@ -75,7 +85,9 @@ def test_secrets_round_trip(home_env):
         assert value not in listed.stdout + listed.stderr
     as_json = json.loads(cli("secrets", "list", "--json", env=env).stdout)
     assert as_json["names"] == ["openai", "piped.key"] and as_json["environment"] == [
-        "AGENTENV_SECRET_FROM_ENV", "AGENTENV_SECRET_OPENAI"]
+        "AGENTENV_SECRET_FROM_ENV",
+        "AGENTENV_SECRET_OPENAI",
+    ]
 
     bad = cli("secrets", "set", "no spaces", "--value", "x", env=home_env)
     assert bad.returncode == 2 and "secret name 'no spaces' is not valid" in bad.stderr
@@ -127,8 +139,12 @@ def test_secrets_set_prompts_with_hidden_input(home_env):
 
 
 def test_models_show_reference_and_whether_it_is_set(home_env):
-    env = {**home_env, "AGENTENV_MODEL_BASE_URL": "http://127.0.0.1:9/v1", "AGENTENV_MODEL": "some-model",
-           "AGENTENV_MODEL_API_KEY": "secret:mine"}
+    env = {
+        **home_env,
+        "AGENTENV_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
+        "AGENTENV_MODEL": "some-model",
+        "AGENTENV_MODEL_API_KEY": "secret:mine",
+    }
     missing = cli("models", "show", env=env)
     assert missing.returncode == 0, missing.stderr
     rows = {line.split()[0]: line for line in missing.stdout.splitlines() if line.split()}
@@ -166,9 +182,13 @@ def test_models_fake_serves_scripts_until_interrupted(home_env, tmp_path):
     scripts = tmp_path / "scripts.json"
     scripts.write_text(json.dumps({"cli-probe": [{"say": "hello from the probe script"}]}))
     port = free_port()
-    proc = subprocess.Popen([AGENT_ENV, "models", "fake", "--port", str(port), "--scripts", str(scripts),
-                             "--api-key", "k-123"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=home_env)
+    proc = subprocess.Popen(
+        [AGENT_ENV, "models", "fake", "--port", str(port), "--scripts", str(scripts), "--api-key", "k-123"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=home_env,
+    )
     try:
         header, export = proc.stdout.readline(), proc.stdout.readline()
         url = f"http://127.0.0.1:{port}/v1"
@@ -194,8 +214,13 @@ def test_models_fake_serves_scripts_until_interrupted(home_env, tmp_path):
 
 def test_models_fake_says_no_key_is_needed_and_refuses_bad_input(home_env, tmp_path):
     port = free_port()
-    proc = subprocess.Popen([AGENT_ENV, "models", "fake", "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=home_env)
+    proc = subprocess.Popen(
+        [AGENT_ENV, "models", "fake", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=home_env,
+    )
     try:
         proc.stdout.readline()
         assert "no API key needed" in proc.stdout.readline()
@@ -218,12 +243,15 @@ def test_models_fake_says_no_key_is_needed_and_refuses_bad_input(home_env, tmp_p
     assert done.returncode == 2 and "no such file" in done.stderr
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--model", "bad=gpt-x"], "unknown model purpose 'bad' in --model bad=gpt-x"),
-    (["--model-url", "jduge=http://127.0.0.1:1/v1"], "unknown model purpose 'jduge'"),
-    (["--model-url", "judge=127.0.0.1:1"], "is not an http(s) URL"),
-    (["--model", "agent="], "no value after '='"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--model", "bad=gpt-x"], "unknown model purpose 'bad' in --model bad=gpt-x"),
+        (["--model-url", "jduge=http://127.0.0.1:1/v1"], "unknown model purpose 'jduge'"),
+        (["--model-url", "judge=127.0.0.1:1"], "is not an http(s) URL"),
+        (["--model", "agent="], "no value after '='"),
+    ],
+)
 def test_run_model_overrides_refuse_bad_input(args, expected):
     done = cli("run", "hello", *args)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -239,8 +267,11 @@ def test_model_overrides_change_only_what_they_name():
     settings = load_settings()
     settings.models["persona"] = ModelSettings(base_url="http://persona.example/v1", model="p-1")
     overrides = parse_overrides(["plain", "agent=a-1"], ["judge=http://judge.example/v1?x=1", "http://d.example/v1"])
-    assert overrides == {"default": {"model": "plain", "base_url": "http://d.example/v1"},
-                         "agent": {"model": "a-1"}, "judge": {"base_url": "http://judge.example/v1?x=1"}}
+    assert overrides == {
+        "default": {"model": "plain", "base_url": "http://d.example/v1"},
+        "agent": {"model": "a-1"},
+        "judge": {"base_url": "http://judge.example/v1?x=1"},
+    }
     apply_overrides(settings, overrides)
     assert (settings.model("default").base_url, settings.model("default").model) == ("http://d.example/v1", "plain")
     assert (settings.model("agent").base_url, settings.model("agent").model) == ("http://d.example/v1", "a-1")
@@ -307,21 +338,32 @@ async def test_agents_pending_answer_and_list(home_env):
     started = await run_cli("gateway", "start")
     assert started.returncode == 0, started.stderr
     try:
-        settings = Settings(state_dir=Path(home_env["AGENTENV_HOME"]),
-                            gateway=GatewaySettings(port=int(home_env["AGENTENV_GATEWAY_PORT"])))
+        settings = Settings(
+            state_dir=Path(home_env["AGENTENV_HOME"]),
+            gateway=GatewaySettings(port=int(home_env["AGENTENV_GATEWAY_PORT"])),
+        )
         assert "no turns are waiting" in (await run_cli("agents", "pending")).stdout
         import httpx
 
-        async with connect(settings, start_daemon=False) as admin, httpx.AsyncClient(headers={
-                "authorization": f"Bearer {tokens.admin_token(tokens.load_or_create_key(settings.state_dir / 'gateway' / 'key'))}"
-        }, timeout=30) as http:
+        async with (
+            connect(settings, start_daemon=False) as admin,
+            httpx.AsyncClient(
+                headers={
+                    "authorization": f"Bearer {tokens.admin_token(tokens.load_or_create_key(settings.state_dir / 'gateway' / 'key'))}"
+                },
+                timeout=30,
+            ) as http,
+        ):
             await admin.put_agent({"id": "r-1.pat", "run_id": "r-1", "record": {"name": "pat", "type": "human"}})
             listed = await run_cli("agents", "list")
             assert listed.returncode == 0 and "r-1.pat" in listed.stdout and "human" in listed.stdout
 
             base = f"http://127.0.0.1:{settings.gateway.port}"
-            asking = asyncio.create_task(AgentClient(f"{base}/agents/r-1.pat/", http).ask(
-                "Approve the refund for ORD-1001?", {}, context_id="c", message_id="m-1", deadline_s=30))
+            asking = asyncio.create_task(
+                AgentClient(f"{base}/agents/r-1.pat/", http).ask(
+                    "Approve the refund for ORD-1001?", {}, context_id="c", message_id="m-1", deadline_s=30
+                )
+            )
             for _ in range(300):
                 if await admin.human_turns():
                     break

@@ -28,9 +28,19 @@ def test_every_model_that_tests_a_value_accepts_every_operator(model):
 
 
 def _watcher(where):
-    spec = WorldSpec.model_validate({"seed": 0, "clock": {"start": "2026-03-02T09:00:00-05:00"}, "triggers": [
-        {"id": "t", "when": {"type": "tool_call", "env": "desk", "tool": "send_email", "where": where},
-         "actions": [{"type": "end_run"}]}]})
+    spec = WorldSpec.model_validate(
+        {
+            "seed": 0,
+            "clock": {"start": "2026-03-02T09:00:00-05:00"},
+            "triggers": [
+                {
+                    "id": "t",
+                    "when": {"type": "tool_call", "env": "desk", "tool": "send_email", "where": where},
+                    "actions": [{"type": "end_run"}],
+                }
+            ],
+        }
+    )
     world = World(spec, WorldState())
     world.start_clock(REAL)
     world.register(["*"], REAL)
@@ -60,11 +70,14 @@ def test_a_state_condition_may_use_truthy_and_not_contains():
     assert StateWhen(type="state", env="e", tool="t", not_contains="x").operator == ("not_contains", "x")
 
 
-@pytest.mark.parametrize("build, what", [
-    (lambda: Check(name="c", value=1), "check 'c'"),
-    (lambda: Predicate(path="arguments.x", equals=1, contains=2), "predicate on 'arguments.x'"),
-    (lambda: StateWhen(type="state", env="e", tool="t"), "state condition on t"),
-])
+@pytest.mark.parametrize(
+    "build, what",
+    [
+        (lambda: Check(name="c", value=1), "check 'c'"),
+        (lambda: Predicate(path="arguments.x", equals=1, contains=2), "predicate on 'arguments.x'"),
+        (lambda: StateWhen(type="state", env="e", tool="t"), "state condition on t"),
+    ],
+)
 def test_exactly_one_operator_is_required_and_the_choices_are_named(build, what):
     with pytest.raises(ValidationError) as caught:
         build()
@@ -104,7 +117,9 @@ class _Tool:
 def test_an_environment_exposes_get_time_and_each_apps_tools_under_its_prefix():
     from agentenv.gateway.roles import tool_entries
 
-    entries = tool_entries([("mail", "", [_Tool("send"), _Tool("purge", hidden=True)]), ("bank", "b_", [_Tool("send")])])
+    entries = tool_entries(
+        [("mail", "", [_Tool("send"), _Tool("purge", hidden=True)]), ("bank", "b_", [_Tool("send")])]
+    )
     assert list(entries) == ["get_time", "send", "purge", "b_send"]
     assert entries["b_send"].qualified == "bank.send" and entries["purge"].hidden
     assert entries["get_time"].qualified == "gateway.get_time"

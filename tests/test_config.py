@@ -31,12 +31,15 @@ def test_defaults_are_embedded_and_xdg(clean_env, tmp_path):
 
 
 def test_config_file_is_found_upward(clean_env, tmp_path):
-    path = write_config(tmp_path, '''
+    path = write_config(
+        tmp_path,
+        """
 state_dir = "state"
 [temporal]
 address = "temporal.example:7233"
 namespace = "prod"
-''')
+""",
+    )
     deep = tmp_path / "a" / "b"
     deep.mkdir(parents=True)
     s = load_settings(deep)
@@ -47,7 +50,7 @@ namespace = "prod"
 
 
 def test_environment_overrides_the_file(clean_env, tmp_path):
-    write_config(tmp_path, '[server]\nport = 7300\n')
+    write_config(tmp_path, "[server]\nport = 7300\n")
     clean_env.setenv("AGENTENV_SERVER_PORT", "7400")
     clean_env.setenv("TEMPORAL_NAMESPACE", "ns2")
     s = load_settings(tmp_path)

@@ -57,14 +57,26 @@ async def test_invoice_queue(client, settings, worker):
 async def test_invoice_queue_catches_a_wrong_and_a_missing_decision(client, settings, worker):
     def sloppy(steps):
         clerk = steps["clerk"].config
-        clerk.update({"agent": None, "as": "ap-clerk", "record": {
-            "name": "ap-clerk-sloppy", "type": "llm", "role": "ap_clerk", "config": {"max_tool_calls": 60}}})
+        clerk.update(
+            {
+                "agent": None,
+                "as": "ap-clerk",
+                "record": {
+                    "name": "ap-clerk-sloppy",
+                    "type": "llm",
+                    "role": "ap_clerk",
+                    "config": {"max_tool_calls": 60},
+                },
+            }
+        )
 
     state = await run_bundle(client, settings, "invoice-queue", sloppy)
     assert state.status is RunStatus.FAILED, state
     verdicts = state.steps["decisions"].outputs["verdicts"]
     failed = [v["text"] for v in verdicts if v["verdict"] == "fail"]
-    assert failed == ["The clerk's decision 'INV-3003: approved' is what the AP policy requires, as the answer key says."]
+    assert failed == [
+        "The clerk's decision 'INV-3003: approved' is what the AP policy requires, as the answer key says."
+    ]
     rows = {c.name: c for c in state.steps["decisions"].score.criteria}
     assert rows["enough-calls"].passed is False
     assert state.steps["decisions"].score.value == pytest.approx(6 / 8)

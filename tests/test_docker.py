@@ -32,8 +32,12 @@ from agentenv.spec.run import RunStatus
 from agentenv.temporal.client import connect
 
 ECHO_ENV = Path(__file__).parent.parent / "agentenv" / "bundles" / "echo-mcp" / "envs" / "echo"
-SERVE = ["python3", "-c", "import http.server, os; http.server.ThreadingHTTPServer(('0.0.0.0', "
-         "int(os.environ['PORT'])), http.server.SimpleHTTPRequestHandler).serve_forever()"]
+SERVE = [
+    "python3",
+    "-c",
+    "import http.server, os; http.server.ThreadingHTTPServer(('0.0.0.0', "
+    "int(os.environ['PORT'])), http.server.SimpleHTTPRequestHandler).serve_forever()",
+]
 
 
 DEPLOY_AND_HOLD = """
@@ -94,9 +98,13 @@ def write_context(folder: Path, dockerfile: str, **files: str) -> Path:
 def write_bundle(root: Path, steps: str, env: str = "echo", app_extra: str = "") -> Path:
     """A bundle with the echo server's build folder and one env whose app runs in Docker."""
     folder = root / "envs" / env
-    write_context(folder / "server", (ECHO_ENV / "server" / "Dockerfile").read_text(),
-                  **{"server.py": (ECHO_ENV / "server" / "server.py").read_text()})
-    (folder / "env.toml").write_text(textwrap.dedent(f"""
+    write_context(
+        folder / "server",
+        (ECHO_ENV / "server" / "Dockerfile").read_text(),
+        **{"server.py": (ECHO_ENV / "server" / "server.py").read_text()},
+    )
+    (folder / "env.toml").write_text(
+        textwrap.dedent(f"""
         name = "{env}"
         [[apps]]
         name = "echo"
@@ -104,7 +112,8 @@ def write_bundle(root: Path, steps: str, env: str = "echo", app_extra: str = "")
         build = "server"
         provider = "docker"
         {app_extra}
-        """))
+        """)
+    )
     (root / "tasks").mkdir(parents=True, exist_ok=True)
     (root / "tasks" / "t.toml").write_text(textwrap.dedent(steps))
     return root
@@ -112,11 +121,16 @@ def write_bundle(root: Path, steps: str, env: str = "echo", app_extra: str = "")
 
 # -- images --
 
+
 async def test_an_unchanged_build_context_is_not_rebuilt(provider, docker_client, tmp_path):
-    context = write_context(tmp_path / "app", """
+    context = write_context(
+        tmp_path / "app",
+        """
         FROM agentenv/base:bookworm
         COPY hello.txt /hello.txt
-        """, **{"hello.txt": "one"})
+        """,
+        **{"hello.txt": "one"},
+    )
     first = await provider.image_for(SandboxSpec(name="b", run_id="r", build=str(context)))
     built = docker_client.images.get(first).id
     os.utime(context / "hello.txt", (1, 1))  # times are not content
@@ -128,10 +142,13 @@ async def test_an_unchanged_build_context_is_not_rebuilt(provider, docker_client
 
 
 async def test_a_broken_dockerfile_says_what_failed_with_the_build_log(provider, tmp_path):
-    context = write_context(tmp_path / "broken", """
+    context = write_context(
+        tmp_path / "broken",
+        """
         FROM agentenv/base:bookworm
         RUN echo preparing-the-thing && exit 7
-        """)
+        """,
+    )
     with pytest.raises(SandboxFailed) as e:
         await provider.image_for(SandboxSpec(name="b", run_id="r", build=str(context)))
     message = str(e.value)
@@ -147,9 +164,18 @@ async def test_a_broken_dockerfile_says_what_failed_with_the_build_log(provider,
 
 # -- containers --
 
+
 async def test_a_container_sandbox_serves_runs_commands_and_holds_limits(provider, docker_client):
-    spec = SandboxSpec(name="web-1", run_id="run-docker-1", owner="inst", image=BASE_IMAGE, command=SERVE,
-                       port=8000, cpus=0.5, memory_mb=96)
+    spec = SandboxSpec(
+        name="web-1",
+        run_id="run-docker-1",
+        owner="inst",
+        image=BASE_IMAGE,
+        command=SERVE,
+        port=8000,
+        cpus=0.5,
+        memory_mb=96,
+    )
     box = await provider.create(spec)
     try:
         assert box.url.startswith("http://127.0.0.1:")
@@ -173,14 +199,16 @@ async def test_a_container_sandbox_serves_runs_commands_and_holds_limits(provide
 
 
 async def test_a_snapshot_is_an_image_a_new_sandbox_starts_from(provider, docker_client):
-    first = await provider.create(SandboxSpec(name="snap-1", run_id="run-snap", image=BASE_IMAGE,
-                                              command=["sleep", "60"]))
+    first = await provider.create(
+        SandboxSpec(name="snap-1", run_id="run-snap", image=BASE_IMAGE, command=["sleep", "60"])
+    )
     try:
         await first.put_file("/data/state.txt", b"kept")
         image = await first.snapshot()
         assert image.startswith("agentenv-snapshot/snap-1:")
-        second = await provider.create(SandboxSpec(name="snap-2", run_id="run-snap", image=image,
-                                                   command=["sleep", "60"]))
+        second = await provider.create(
+            SandboxSpec(name="snap-2", run_id="run-snap", image=image, command=["sleep", "60"])
+        )
         assert await second.get_file("/data/state.txt") == b"kept"
         await second.stop()
     finally:
@@ -195,8 +223,11 @@ async def test_a_taken_host_port_is_a_clear_error(provider, docker_client):
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(SandboxFailed, match=f"port 127.0.0.1:{port} is already in use") as e:
-            await provider.create(SandboxSpec(name="clash", run_id="run-clash", image=BASE_IMAGE, command=SERVE,
-                                              port=8000, host_port=port))
+            await provider.create(
+                SandboxSpec(
+                    name="clash", run_id="run-clash", image=BASE_IMAGE, command=SERVE, port=8000, host_port=port
+                )
+            )
     assert "leave `host_port` unset" in e.value.fix
     assert containers_of(docker_client, "run-clash") == [], "nothing is left behind"
 
@@ -206,9 +237,16 @@ async def test_network_none_and_allowlists(provider, docker_client):
     made = []
 
     async def make(name: str, network) -> object:
-        box = await provider.create(SandboxSpec(name=name, run_id="run-net", image=BASE_IMAGE, command=SERVE,
-                                                port=8000, network={"mode": "open"} if network == "open" else
-                                                network))
+        box = await provider.create(
+            SandboxSpec(
+                name=name,
+                run_id="run-net",
+                image=BASE_IMAGE,
+                command=SERVE,
+                port=8000,
+                network={"mode": "open"} if network == "open" else network,
+            )
+        )
         made.append(box)
         await wait_http(box.url + "/")
         return box
@@ -243,13 +281,15 @@ async def test_no_daemon_names_what_to_start(tmp_path, monkeypatch):
     assert "dockerd" in e.value.fix and "scripts/docker-setup" in e.value.fix
     with pytest.raises(ProviderUnavailable, match="no Docker daemon answers"):
         await registry.create("docker", SandboxSpec(name="x", run_id="r", image=BASE_IMAGE), settings)
-    provider, box = await registry.create("docker,local", SandboxSpec(name="x", run_id="r", command=["sleep", "9"]),
-                                          settings)
+    provider, box = await registry.create(
+        "docker,local", SandboxSpec(name="x", run_id="r", command=["sleep", "9"]), settings
+    )
     assert provider.name == "local", "a chain falls back when Docker is not there"
     await box.stop()
 
 
 # -- runs --
+
 
 async def test_echo_mcp_runs_in_docker_and_leaves_nothing(client, settings, worker, docker_client):
     spec = resolve_target("echo-mcp")
@@ -263,7 +303,8 @@ async def test_echo_mcp_runs_in_docker_and_leaves_nothing(client, settings, work
 
 
 async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_container(
-        client, settings, worker, docker_client, tmp_path):
+    client, settings, worker, docker_client, tmp_path
+):
     bundle = write_bundle(tmp_path / "b", 'id = "hold"\n' + DEPLOY_AND_HOLD)
     handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
 
@@ -286,7 +327,9 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
     async with embedded_gateway.connect(settings) as admin:
         assert instance not in {i["id"] for i in (await admin._json("GET", "/admin/instances"))["instances"]}
 
-    failing = write_bundle(tmp_path / "f", """
+    failing = write_bundle(
+        tmp_path / "f",
+        """
         id = "fails"
         [[steps]]
         id = "echo"
@@ -297,26 +340,32 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
         type = "fail"
         depends_on = ["echo"]
         config = { message = "on purpose" }
-        """)
-    state = await asyncio.wait_for(runner.wait_result(
-        await runner.start_run(client, settings, load_task(failing / "tasks" / "t.toml"))), 90)
+        """,
+    )
+    state = await asyncio.wait_for(
+        runner.wait_result(await runner.start_run(client, settings, load_task(failing / "tasks" / "t.toml"))), 90
+    )
     assert state.status is RunStatus.ERROR and "on purpose" in state.error
     assert state.steps["echo"].outputs["sandboxes"], "the container was started"
     assert containers_of(docker_client, state.run_id) == [], "a failed run removes its containers"
 
 
 async def test_a_broken_dockerfile_fails_the_deploy_step_clearly(docker_client, client, settings, worker, tmp_path):
-    bundle = write_bundle(tmp_path / "b", """
+    bundle = write_bundle(
+        tmp_path / "b",
+        """
         id = "broken"
         [[steps]]
         id = "echo"
         type = "deploy_env"
         config = { env = "echo" }
-        """)
+        """,
+    )
     dockerfile = bundle / "envs" / "echo" / "server" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace("COPY server.py", "COPY no-such-file.py"))
-    state = await asyncio.wait_for(runner.wait_result(
-        await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 90)
+    state = await asyncio.wait_for(
+        runner.wait_result(await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 90
+    )
     assert state.status is RunStatus.ERROR
     error = state.steps["echo"].error
     assert "app 'echo' of env echo: building the image from server/Dockerfile failed" in error, error
@@ -338,8 +387,13 @@ async def test_the_reaper_removes_containers_of_a_run_that_died_with_its_worker(
         await handle.terminate("the run dies without a worker to clean up")  # nothing runs its teardown
         assert containers_of(docker_client, handle.id), "the container outlived its run"
 
-        listed = subprocess.run([AGENT_ENV, "sandboxes", "list", "--run", handle.id], env=cluster.env,
-                                capture_output=True, text=True, timeout=60)
+        listed = subprocess.run(
+            [AGENT_ENV, "sandboxes", "list", "--run", handle.id],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert "would remove: its run is terminated" in listed.stdout, listed.stdout + listed.stderr
         # A new worker's reaper (every [sandboxes] reap_every seconds) removes what the dead one left.
         config = tmp_path / "config.toml"
@@ -354,8 +408,9 @@ async def test_the_reaper_removes_containers_of_a_run_that_died_with_its_worker(
             return f"{handle.id}.echo" not in {i["id"] for i in listed}
 
         await wait_until(instance_retired, timeout=30, what="the reaper to retire the gateway's instance")
-        reaped = subprocess.run([AGENT_ENV, "sandboxes", "reap"], env=cluster.env, capture_output=True, text=True,
-                                timeout=60)
+        reaped = subprocess.run(
+            [AGENT_ENV, "sandboxes", "reap"], env=cluster.env, capture_output=True, text=True, timeout=60
+        )
         assert reaped.returncode == 0 and "removed 0 sandbox(es)" in reaped.stdout, reaped.stdout + reaped.stderr
         assert "reaped sandbox docker:ae-" in cluster.log.read_text(), "the worker says what it reaped"
     finally:
@@ -370,11 +425,11 @@ async def _no_containers(docker_client, run_id: str) -> bool:
     return not containers_of(docker_client, run_id)
 
 
-
 async def test_a_run_that_times_out_removes_its_containers(client, settings, worker, docker_client, tmp_path):
     bundle = write_bundle(tmp_path / "b", 'id = "slow"\ntimeout = "8s"\n' + DEPLOY_AND_HOLD)
-    state = await asyncio.wait_for(runner.wait_result(
-        await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 60)
+    state = await asyncio.wait_for(
+        runner.wait_result(await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 60
+    )
     assert state.status is RunStatus.ERROR and "the run timed out (its limit is 8s)" in state.error, state.error
     assert state.steps["echo"].status == "succeeded" and state.steps["hold"].status == "cancelled"
     assert containers_of(docker_client, state.run_id) == [], "a timed-out run removes its containers"

@@ -30,15 +30,26 @@ TASK = {
     "steps": [
         {"id": "a", "type": "scratchpad_write", "config": {"key": "a", "text": "A"}},
         # In flight when the worker dies: it has written its note and is still running.
-        {"id": "b", "type": "slow_write", "depends_on": ["a"],
-         "config": {"key": "b", "text": "B", "seconds": 2.5, "write_first": True}},
+        {
+            "id": "b",
+            "type": "slow_write",
+            "depends_on": ["a"],
+            "config": {"key": "b", "text": "B", "seconds": 2.5, "write_first": True},
+        },
         {"id": "c", "type": "scratchpad_write", "depends_on": ["a"], "config": {"key": "c", "text": "C"}},
         {"id": "d", "type": "scratchpad_write", "depends_on": ["b", "c"], "config": {"key": "d", "text": "D"}},
         {"id": "e", "type": "scratchpad_read", "depends_on": ["d"]},
-        {"id": "v", "type": "check", "depends_on": ["e"], "config": {"checks": [
-            {"name": "four notes", "value": "${steps.e.outputs.count}", "equals": 4},
-            {"name": "b written", "value": "${steps.e.outputs.notes.b}", "equals": "B"},
-        ]}},
+        {
+            "id": "v",
+            "type": "check",
+            "depends_on": ["e"],
+            "config": {
+                "checks": [
+                    {"name": "four notes", "value": "${steps.e.outputs.count}", "equals": 4},
+                    {"name": "b written", "value": "${steps.e.outputs.notes.b}", "equals": "B"},
+                ]
+            },
+        },
     ],
 }
 WRITERS = ["a", "b", "c", "d"]
@@ -48,13 +59,18 @@ class Cluster:
     """An embedded server and worker processes on a state directory of their own."""
 
     def __init__(self, root: Path) -> None:
-        self.settings = Settings(state_dir=root / "home",
-                                 server=ServerSettings(port=free_port(), ui_port=free_port(), ui=False),
-                                 gateway=GatewaySettings(port=free_port()))
-        self.env = {**os.environ, "AGENTENV_HOME": str(self.settings.state_dir),
-                    "AGENTENV_SERVER_PORT": str(self.settings.server.port),
-                    "AGENTENV_UI_PORT": str(self.settings.server.ui_port),
-                    "AGENTENV_GATEWAY_PORT": str(self.settings.gateway.port)}
+        self.settings = Settings(
+            state_dir=root / "home",
+            server=ServerSettings(port=free_port(), ui_port=free_port(), ui=False),
+            gateway=GatewaySettings(port=free_port()),
+        )
+        self.env = {
+            **os.environ,
+            "AGENTENV_HOME": str(self.settings.state_dir),
+            "AGENTENV_SERVER_PORT": str(self.settings.server.port),
+            "AGENTENV_UI_PORT": str(self.settings.server.ui_port),
+            "AGENTENV_GATEWAY_PORT": str(self.settings.gateway.port),
+        }
         self.log = root / "workers.log"
         self.workers: list[subprocess.Popen] = []
 
@@ -116,8 +132,11 @@ async def run_interrupted(cluster: Cluster, kill_server: bool) -> RunState:
         if not (cluster.settings.state_dir / "runs" / run_id / "scratchpad.sqlite").exists():
             return False
         state = await runner.query_state(handle)
-        return (state.steps["b"].status == "running" and state.steps["c"].status == "succeeded"
-                and f"{run_id}/b" in cluster.pad(run_id).effects())
+        return (
+            state.steps["b"].status == "running"
+            and state.steps["c"].status == "succeeded"
+            and f"{run_id}/b" in cluster.pad(run_id).effects()
+        )
 
     await wait_until(b_wrote_and_still_runs, what="step b to write and keep running (and c to finish)")
     cluster.workers[-1].send_signal(signal.SIGKILL)
@@ -218,10 +237,13 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
     from agentenv.gateway.embedded import connect as gateway_connect
 
     async with gateway_connect(cluster.settings) as gateway:
-        notes = [(await gateway.data(s.steps["pad"].outputs["instance"], "data/get"))["parts"][0]["data"]["notes"]
-                 for s in (baseline, final)]
-    assert [(n["key"], n["text"], n["updated_at"]) for n in notes[0]] == \
-        [(n["key"], n["text"], n["updated_at"]) for n in notes[1]], "the same final state, stamped identically"
+        notes = [
+            (await gateway.data(s.steps["pad"].outputs["instance"], "data/get"))["parts"][0]["data"]["notes"]
+            for s in (baseline, final)
+        ]
+    assert [(n["key"], n["text"], n["updated_at"]) for n in notes[0]] == [
+        (n["key"], n["text"], n["updated_at"]) for n in notes[1]
+    ], "the same final state, stamped identically"
     # About 7 virtual hours were left at the kill (3.5 s at 7200x). Had the downtime counted, the run
     # would have finished almost at once after the restart; the lease lets at most 1.5 s slip.
     assert after_kill >= 5 + 3.5 - 1.5 - 0.5, f"virtual time jumped by the downtime ({after_kill:.1f} s after the kill)"

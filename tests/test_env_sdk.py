@@ -28,17 +28,27 @@ def test_schema_and_descriptions_come_from_the_method():
     spec = Notes.tools["write_note"]
     assert spec.description == "Write a note, replacing any note with the same key."
     assert spec.input_schema["required"] == ["key", "text"]
-    assert spec.input_schema["properties"]["key"] == {"type": "string", "maxLength": 100,
-                                                      "description": 'the note\'s name, e.g. "ada"'}
+    assert spec.input_schema["properties"]["key"] == {
+        "type": "string",
+        "maxLength": 100,
+        "description": 'the note\'s name, e.g. "ada"',
+    }
     assert spec.input_schema["additionalProperties"] is False
     assert spec.wants_ctx and not spec.read_only
     assert Notes.tools["list_notes"].read_only and Notes.tools["list_notes"].input_schema["properties"] == {}
 
 
 def test_calls_use_the_virtual_clock_and_caller(notes):
-    assert notes.call("write_note", {"key": "ada", "text": "hi"}, CTX) == {"key": "ada", "updated_at": "2026-03-02T09:30:00Z"}
+    assert notes.call("write_note", {"key": "ada", "text": "hi"}, CTX) == {
+        "key": "ada",
+        "updated_at": "2026-03-02T09:30:00Z",
+    }
     assert notes.call("read_note", {"key": "ada"}, CTX) == {
-        "key": "ada", "text": "hi", "author": "ada", "updated_at": "2026-03-02T09:30:00Z"}
+        "key": "ada",
+        "text": "hi",
+        "author": "ada",
+        "updated_at": "2026-03-02T09:30:00Z",
+    }
 
 
 def test_argument_errors_name_the_argument(notes):
@@ -121,19 +131,23 @@ def test_snapshot_and_restore_of_10k_rows_are_cheap(notes, tmp_path):
 
 def test_app_declaration_errors():
     with pytest.raises(TypeError, match="needs a docstring"):
+
         class NoDoc(App):
             name = "nodoc"
 
             @tool
             def f(self) -> None:
                 pass
+
     with pytest.raises(TypeError, match="needs a type annotation"):
+
         class NoType(App):
             name = "notype"
 
             @tool
             def f(self, x) -> None:
                 """F."""
+
     with pytest.raises(BadInput, match="MODULE:Class"):
         load_app_class("agentenv.envs.builtin.notes")
     with pytest.raises(BadInput, match="not an agentenv App"):

@@ -27,12 +27,27 @@ AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 def notes_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     (root / "data").mkdir()
-    (root / "data" / "seed.json").write_text(json.dumps({"notes": [
-        {"key": "from_file", "text": "seeded", "updated_at": "2026-01-01T00:00:00Z"}]}))
+    (root / "data" / "seed.json").write_text(
+        json.dumps({"notes": [{"key": "from_file", "text": "seeded", "updated_at": "2026-01-01T00:00:00Z"}]})
+    )
     (root / "secret.json").write_text(json.dumps({"notes": []}))
     port = free_port()
-    proc = subprocess.Popen([AGENT_ENV, "env", "serve", "notes", "--port", str(port), "--state", str(root / "state"),
-                             "--data-root", str(root / "data")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            AGENT_ENV,
+            "env",
+            "serve",
+            "notes",
+            "--port",
+            str(port),
+            "--state",
+            str(root / "state"),
+            "--data-root",
+            str(root / "data"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while True:
@@ -58,11 +73,22 @@ def rpc(base: str, body) -> dict:
 async def test_card_has_the_exact_protocol_shape(notes_server):
     base, _ = notes_server
     card = await reference.get_card(base)
-    assert set(card) == {"name", "protocolVersion", "url", "preferredTransport", "additionalInterfaces",
-                         "capabilities", "children_environments"}
+    assert set(card) == {
+        "name",
+        "protocolVersion",
+        "url",
+        "preferredTransport",
+        "additionalInterfaces",
+        "capabilities",
+        "children_environments",
+    }
     assert card["children_environments"] is None and "children_environments" in card  # nulls are kept
     assert (card["name"], card["protocolVersion"], card["url"], card["preferredTransport"]) == (
-        "notes", "1.0", "/agentenv", "JSONRPC")
+        "notes",
+        "1.0",
+        "/agentenv",
+        "JSONRPC",
+    )
     assert card["capabilities"]["operations"] == ["data/reset", "data/add", "data/get"]
     assert reference.mcp_path(card) == "/mcp"
     assert await reference.supports_v1(base)
@@ -86,29 +112,57 @@ async def test_reference_client_data_plane_round_trip(notes_server):
 
 def test_json_rpc_errors(notes_server):
     base, root = notes_server
-    assert rpc(base, b"{not json") == {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}}
+    assert rpc(base, b"{not json") == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "parse error"},
+    }
     unknown = rpc(base, {"jsonrpc": "2.0", "id": 7, "method": "data/explode"})
     assert unknown["id"] == 7 and unknown["error"]["code"] == -32601
     probe = rpc(base, {"jsonrpc": "2.0", "id": "verify-data/add", "method": "data/add", "params": {"parts": []}})
     assert probe["id"] == "verify-data/add" and probe["error"]["code"] == -32602
     assert rpc(base, [1, 2])["error"]["code"] == -32600
     assert rpc(base, {"jsonrpc": "2.0", "id": 1, "method": "data/reset"})["result"] == {}
-    escape = rpc(base, {"jsonrpc": "2.0", "id": 2, "method": "data/add",
-                        "params": {"parts": [{"kind": "file", "file": {"uri": f"file://{root}/secret.json"}}]}})
+    escape = rpc(
+        base,
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "data/add",
+            "params": {"parts": [{"kind": "file", "file": {"uri": f"file://{root}/secret.json"}}]},
+        },
+    )
     assert escape["error"]["code"] == -32602 and "outside the data folder" in escape["error"]["data"]["detail"]
-    dotdot = rpc(base, {"jsonrpc": "2.0", "id": 3, "method": "data/add",
-                        "params": {"parts": [{"kind": "file", "file": {"uri": "file:///../secret.json"}}]}})
+    dotdot = rpc(
+        base,
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "data/add",
+            "params": {"parts": [{"kind": "file", "file": {"uri": "file:///../secret.json"}}]},
+        },
+    )
     assert dotdot["error"]["code"] == -32602
-    bad_table = rpc(base, {"jsonrpc": "2.0", "id": 4, "method": "data/add",
-                           "params": {"parts": [{"kind": "data", "data": {"nope": []}}]}})
+    bad_table = rpc(
+        base,
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "data/add",
+            "params": {"parts": [{"kind": "data", "data": {"nope": []}}]},
+        },
+    )
     assert bad_table["error"]["code"] == -32000 and bad_table["error"]["data"] == {"code": "add_failed"}
     assert "has no table 'nope'" in bad_table["error"]["message"]
 
 
 def test_oversized_bodies_are_refused(notes_server):
     base, _ = notes_server
-    huge = b'{"jsonrpc": "2.0", "id": 1, "method": "data/add", "params": {"parts": [{"kind": "text", "text": "' + \
-        b"x" * (17 * 1024 * 1024) + b'"}]}}'
+    huge = (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "data/add", "params": {"parts": [{"kind": "text", "text": "'
+        + b"x" * (17 * 1024 * 1024)
+        + b'"}]}}'
+    )
     assert httpx.post(f"{base}/agentenv", content=huge).status_code == 413
 
 
@@ -119,10 +173,12 @@ async def test_mcp_tools_match_the_card_and_work(notes_server, mode):
     async with Client(f"{base}/mcp", mode=mode) as mcp:
         tools = (await mcp.list_tools()).tools
         assert [(t.name, t.description, t.input_schema) for t in tools] == [
-            (t["name"], t["description"], t["inputSchema"]) for t in card["capabilities"]["tools"]]
+            (t["name"], t["description"], t["inputSchema"]) for t in card["capabilities"]["tools"]
+        ]
         now = "2026-05-04T10:00:00+00:00"
-        written = await mcp.call_tool("write_note", {"key": f"k-{mode}", "text": "x"},
-                                      meta={"agentenv.io/now": now, "agentenv.io/role": "writer"})
+        written = await mcp.call_tool(
+            "write_note", {"key": f"k-{mode}", "text": "x"}, meta={"agentenv.io/now": now, "agentenv.io/role": "writer"}
+        )
         assert not written.is_error and written.structured_content["updated_at"] == "2026-05-04T10:00:00Z"
         read = await mcp.call_tool("read_note", {"key": f"k-{mode}"})
         assert read.structured_content["author"] == "writer"
@@ -147,6 +203,7 @@ async def test_reference_tool_session(notes_server):
 
 
 def test_env_serve_refuses_unknown_apps():
-    done = subprocess.run([AGENT_ENV, "env", "serve", "nope:Nothing"], capture_output=True, text=True,
-                          env={**os.environ}, timeout=30)
+    done = subprocess.run(
+        [AGENT_ENV, "env", "serve", "nope:Nothing"], capture_output=True, text=True, env={**os.environ}, timeout=30
+    )
     assert done.returncode == 2 and "cannot import 'nope'" in done.stderr

@@ -25,8 +25,10 @@ async def test_support_desk_bundle(client, settings, worker):
     assert state.steps["refund"].outputs["result"]["amount_cents"] == 4900
     desk = state.steps["desk"].outputs
     assert desk["apps"] == ["mail", "chat", "helpdesk", "billing"]
-    assert desk["agents"] == {"sam": {"role": "support", "token_ref": f"gateway-token:{desk['instance']}/sam"},
-                              "lee": {"role": "billing_lead", "token_ref": f"gateway-token:{desk['instance']}/lee"}}
+    assert desk["agents"] == {
+        "sam": {"role": "support", "token_ref": f"gateway-token:{desk['instance']}/sam"},
+        "lee": {"role": "billing_lead", "token_ref": f"gateway-token:{desk['instance']}/lee"},
+    }
     assert desk["urls"]["mcp"].endswith(f"/envs/{desk['instance']}/mcp")
     snapshot = state.steps["end_state"].outputs
     assert snapshot["snapshot"] == f"runs/{state.run_id}/snapshots/end_state.tar" and snapshot["bytes"] > 10_000
@@ -45,7 +47,7 @@ def write_bundle(root, task: str, env: str | None = None, data: dict | None = No
     return root / "tasks" / "t.toml"
 
 
-NOTES_ENV = '''
+NOTES_ENV = """
 name = "shop"
 data = []
 [[apps]]
@@ -54,9 +56,9 @@ app = "notes"
 tools = ["*"]
 [roles.reader]
 tools = ["read_note", "list_notes"]
-'''
+"""
 
-TASK = '''
+TASK = """
 id = "life"
 [[steps]]
 id = "env"
@@ -116,20 +118,29 @@ id = "done"
 type = "teardown_env"
 depends_on = ["wipe"]
 config = { env = "env" }
-'''
+"""
 
 
 async def test_environment_lifecycle(client, settings, worker, tmp_path):
-    path = write_bundle(tmp_path / "bundle", TASK, NOTES_ENV,
-                        {"notes": {"notes": [{"key": "seeded", "text": "from a file", "updated_at": "t"}]}})
+    path = write_bundle(
+        tmp_path / "bundle",
+        TASK,
+        NOTES_ENV,
+        {"notes": {"notes": [{"key": "seeded", "text": "from a file", "updated_at": "t"}]}},
+    )
     state = await run_spec(client, settings, load_task(path))
     assert all(s.status is StepStatus.SUCCEEDED for s in state.steps.values()), state
     score = state.steps["check"].score
     assert score.value == pytest.approx(1 / 1.5, rel=1e-4) and not score.passed
     assert "no note named 'ann'" in score.criteria[1].detail
     assert state.status is RunStatus.FAILED, "a score below threshold fails the run"
-    assert state.steps["promote"].outputs["tools"] == ["delete_note", "get_time", "list_notes", "read_note",
-                                                       "write_note"]
+    assert state.steps["promote"].outputs["tools"] == [
+        "delete_note",
+        "get_time",
+        "list_notes",
+        "read_note",
+        "write_note",
+    ]
     instance = state.steps["env"].outputs["instance"]
     trajectory = state.steps["done"].outputs["trajectory"]
     stores = __import__("agentenv.stores", fromlist=["open_stores"]).open_stores(settings)
@@ -142,7 +153,7 @@ async def test_environment_lifecycle(client, settings, worker, tmp_path):
 
 
 def test_env_references_are_checked_before_the_run(tmp_path):
-    bad_ref = '''
+    bad_ref = """
 id = "t"
 [[steps]]
 id = "env"
@@ -152,10 +163,12 @@ config = { env = "notes" }
 id = "call"
 type = "call_tool"
 config = { env = "env", tool = "list_notes" }
-'''
+"""
     with pytest.raises(BadInput, match="refers to step 'env', but 'call' does not depend on it"):
         load_task(write_bundle(tmp_path / "a", bad_ref))
-    with pytest.raises(BadInput, match="no environment .nowhere.*use one of: echo, payables, shop, support-desk, billing, chat"):
+    with pytest.raises(
+        BadInput, match="no environment .nowhere.*use one of: echo, payables, shop, support-desk, billing, chat"
+    ):
         load_task(write_bundle(tmp_path / "b", TASK.replace('env = "shop"', 'env = "nowhere"'), NOTES_ENV))
     with pytest.raises(BadInput, match="agent 'ann' has role 'owner'"):
         load_task(write_bundle(tmp_path / "c", TASK.replace('ann = "reader"', 'ann = "owner"'), NOTES_ENV))

@@ -17,8 +17,14 @@ REFUND_SCRIPT = [
     ("get_order", {"order_id": "ORD-1001"}),
     ("verify_order", {"order_id": "ORD-1001", "verified_by": "refunds@acme.example"}),
     ("issue_refund", {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900, "reason": "duplicate"}),
-    ("add_comment", {"ticket_id": "TCK-1004", "author": "refunds@acme.example",
-                     "body": "Refunded the duplicate charge; expect it in 5-10 business days."}),
+    (
+        "add_comment",
+        {
+            "ticket_id": "TCK-1004",
+            "author": "refunds@acme.example",
+            "body": "Refunded the duplicate charge; expect it in 5-10 business days.",
+        },
+    ),
     ("set_status", {"ticket_id": "TCK-1004", "status": "solved"}),
 ]
 
@@ -69,8 +75,11 @@ async def test_trainer_plays_the_customer_against_a_hosted_support_agent(episode
     while (turn := await episode.next_turn()) is not None:
         said.append(turn.prompt)
         assert turn.agent == "morgan" and turn.role == "customer"
-        reply = ("Yes, the second one, CH-9002. How long will it take?" if len(said) == 1 else
-                 "Thank you, that's what I needed. [resolved]")
+        reply = (
+            "Yes, the second one, CH-9002. How long will it take?"
+            if len(said) == 1
+            else "Thank you, that's what I needed. [resolved]"
+        )
         await turn.end(reply)
     scores = await episode.result()
     assert episode.state.status is RunStatus.PASSED, episode.state
@@ -111,14 +120,43 @@ NOTES_TASK = {
     "id": "notes-episode",
     "steps": [
         {"id": "pad", "type": "deploy_env", "config": {"env": "notes"}},
-        {"id": "writer", "type": "deploy_agent", "depends_on": ["pad"],
-         "config": {"env": "pad", "record": {"name": "writer", "type": "scripted", "role": "agent",
-                                             "config": {"turns": [[{"say": "unused"}]]}}}},
-        {"id": "write", "type": "prompt_agent", "depends_on": ["writer"],
-         "config": {"agent": "writer", "prompt": "Write the note `greeting` saying hello."}},
-        {"id": "check", "type": "check_state", "depends_on": ["write"], "config": {"env": "pad", "checks": [
-            {"name": "the note says hello", "tool": "read_note", "arguments": {"key": "greeting"}, "path": "text",
-             "equals": "hello"}]}},
+        {
+            "id": "writer",
+            "type": "deploy_agent",
+            "depends_on": ["pad"],
+            "config": {
+                "env": "pad",
+                "record": {
+                    "name": "writer",
+                    "type": "scripted",
+                    "role": "agent",
+                    "config": {"turns": [[{"say": "unused"}]]},
+                },
+            },
+        },
+        {
+            "id": "write",
+            "type": "prompt_agent",
+            "depends_on": ["writer"],
+            "config": {"agent": "writer", "prompt": "Write the note `greeting` saying hello."},
+        },
+        {
+            "id": "check",
+            "type": "check_state",
+            "depends_on": ["write"],
+            "config": {
+                "env": "pad",
+                "checks": [
+                    {
+                        "name": "the note says hello",
+                        "tool": "read_note",
+                        "arguments": {"key": "greeting"},
+                        "path": "text",
+                        "equals": "hello",
+                    }
+                ],
+            },
+        },
     ],
 }
 
@@ -146,8 +184,16 @@ async def test_long_episodes_continue_as_new_transparently(episodes, client, set
     from agentenv.planning.tasks import parse_task
 
     task = json.loads(json.dumps(NOTES_TASK))
-    task["steps"].insert(2, {"id": "boss", "type": "deploy_agent", "config": {"record": {
-        "name": "boss", "type": "scripted", "config": {"turns": [[{"say": "Again, please."}]]}}}})
+    task["steps"].insert(
+        2,
+        {
+            "id": "boss",
+            "type": "deploy_agent",
+            "config": {
+                "record": {"name": "boss", "type": "scripted", "config": {"turns": [[{"say": "Again, please."}]]}}
+            },
+        },
+    )
     task["steps"][3]["depends_on"] = ["writer", "boss"]
     task["steps"][3]["config"]["conversation"] = {"partner": "boss", "max_turns": 25}
     spec = EpisodeSpec.from_task(parse_task(task, "t"), ["writer"], turn_timeout=60)
@@ -181,8 +227,9 @@ async def test_the_turn_loop_over_http(settings, worker):
     from agentenv.gateway.embedded import connect
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, worker=False), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings, worker=False), host="127.0.0.1", port=port, log_level="warning")
+    )
     serving = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
@@ -194,8 +241,9 @@ async def test_the_turn_loop_over_http(settings, worker):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=60) as http:
             bad = await http.post("/episodes", json={"task": "refund"})
             assert bad.status_code == 400 and "trainer_agents" in bad.json()["error"]
-            started = await http.post("/episodes", json={"task": "refund", "trainer_agents": ["refunds"],
-                                                          "turn_timeout": 60, "seed": 3})
+            started = await http.post(
+                "/episodes", json={"task": "refund", "trainer_agents": ["refunds"], "turn_timeout": 60, "seed": 3}
+            )
             assert started.status_code == 201, started.text
             episode = started.json()["episode"]
             turn = (await http.post(f"/episodes/{episode}/next-turn", json={})).json()["turn"]
@@ -225,10 +273,12 @@ async def test_gymnasium_style_adapter(settings, worker):
         assert "issue_refund" in {t["name"] for t in observation["tools"]}
         for name, arguments in REFUND_SCRIPT:
             observation, reward, terminated, truncated, _ = await asyncio.to_thread(
-                env.step, {"tool": name, "arguments": arguments})
+                env.step, {"tool": name, "arguments": arguments}
+            )
             assert "tool_result" in observation and reward == 0 and not terminated
         observation, reward, terminated, truncated, _ = await asyncio.to_thread(
-            env.step, {"tool": "issue_refund", "arguments": REFUND_SCRIPT[3][1]})
+            env.step, {"tool": "issue_refund", "arguments": REFUND_SCRIPT[3][1]}
+        )
         assert "already fully refunded" in observation["tool_error"]
         observation, reward, terminated, truncated, info = await asyncio.to_thread(env.step, {"response": "Done."})
         assert terminated and not truncated and reward == 1.0 and info["scores"] == {"grade": 1.0}
@@ -241,7 +291,9 @@ def test_the_readme_names_import_lazily():
     import subprocess
     import sys
 
-    code = ("import sys, agentenv; assert 'agentenv.episodes' not in sys.modules; "
-            "from agentenv import EpisodeSpec, Task; print(Task.get('refund').id, EpisodeSpec.__name__)")
+    code = (
+        "import sys, agentenv; assert 'agentenv.episodes' not in sys.modules; "
+        "from agentenv import EpisodeSpec, Task; print(Task.get('refund').id, EpisodeSpec.__name__)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["refund", "EpisodeSpec"], done.stderr

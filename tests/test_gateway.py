@@ -61,8 +61,12 @@ async def test_tokens_are_required_and_bound_to_their_instance(desk):
         assert (await http.post(url, json=body)).status_code == 401
         assert (await http.post(url, json=body, headers={"authorization": "Bearer aet_wrong"})).status_code == 403
         assert (await http.post(url, json=body, headers={"authorization": f"Bearer {other}"})).status_code == 403
-        assert (await http.post(url, json=body, headers={"authorization": f"Bearer {gateway.admin_token}"})).status_code == 403
-        assert (await http.get(f"{base}/envs/nope/tools", headers={"authorization": f"Bearer {other}"})).status_code == 404
+        assert (
+            await http.post(url, json=body, headers={"authorization": f"Bearer {gateway.admin_token}"})
+        ).status_code == 403
+        assert (
+            await http.get(f"{base}/envs/nope/tools", headers={"authorization": f"Bearer {other}"})
+        ).status_code == 404
     with pytest.raises(Exception):  # noqa: B017 - the mcp client surfaces the 401 as an error
         await tool_names(base, "desk-1", None)
 
@@ -72,9 +76,11 @@ async def test_a_client_sent_role_is_never_trusted(desk):
     sam = await admin.token("desk-1", "sam")
     async with mcp_client(base, "desk-1", sam, headers={"AgentEnv-Role": "billing_lead"}) as mcp:
         names = {t.name for t in (await mcp.list_tools()).tools}
-        result = await mcp.call_tool("issue_refund", {"order_id": "ORD-1001", "charge_id": "CH-5002",
-                                                      "amount_cents": 100, "reason": "x"},
-                                     meta={"agentenv.io/role": "billing_lead"})
+        result = await mcp.call_tool(
+            "issue_refund",
+            {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 100, "reason": "x"},
+            meta={"agentenv.io/role": "billing_lead"},
+        )
     assert "issue_refund" not in names and result.is_error
 
 
@@ -86,8 +92,10 @@ async def test_role_changes_apply_from_the_next_call_and_notify(desk):
     async def on_message(message):
         heard.append(getattr(getattr(message, "root", message), "method", type(message).__name__))
 
-    async with mcp_client(base, "desk-1", sam, "legacy", message_handler=on_message) as legacy, \
-            mcp_client(base, "desk-1", sam, "auto") as modern:
+    async with (
+        mcp_client(base, "desk-1", sam, "legacy", message_handler=on_message) as legacy,
+        mcp_client(base, "desk-1", sam, "auto") as modern,
+    ):
         assert "issue_refund" not in {t.name for t in (await legacy.list_tools()).tools}
         async with modern.listen(tools_list_changed=True) as subscription:
             await admin.set_role("desk-1", "support", ["*", "issue_refund"])
@@ -99,8 +107,10 @@ async def test_role_changes_apply_from_the_next_call_and_notify(desk):
             await asyncio.sleep(0.05)
         assert "notifications/tools/list_changed" in heard
         assert "issue_refund" in {t.name for t in (await legacy.list_tools()).tools}
-        done = await legacy.call_tool("issue_refund", {"order_id": "ORD-1001", "charge_id": "CH-5002",
-                                                       "amount_cents": 4900, "reason": "charged twice"})
+        done = await legacy.call_tool(
+            "issue_refund",
+            {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900, "reason": "charged twice"},
+        )
         assert not done.is_error, done.content[0].text
     # an agent can also move to another role
     await admin.set_agent_role("desk-1", "sam", "billing_lead")
@@ -110,20 +120,30 @@ async def test_role_changes_apply_from_the_next_call_and_notify(desk):
 async def test_calls_are_stamped_and_recorded(desk):
     gateway, base, admin = desk
     async with mcp_client(base, "desk-1", await admin.token("desk-1", "sam")) as mcp:
-        created = await mcp.call_tool("create_ticket", {"customer_email": "dana@example.com", "subject": "Refund?",
-                                                        "description": "Still waiting."})
+        created = await mcp.call_tool(
+            "create_ticket",
+            {"customer_email": "dana@example.com", "subject": "Refund?", "description": "Still waiting."},
+        )
         time = await mcp.call_tool("get_time", {"zone": "America/New_York"})
         bad_zone = await mcp.call_tool("get_time", {"zone": "Mars/Olympus"})
         bad_args = await mcp.call_tool("assign_ticket", {"ticket_id": 42})
     assert created.structured_content["created_at"] == "2026-02-16T09:30:00Z", "the app used the virtual now"
-    assert time.structured_content == {"utc": "2026-02-16T09:30:00Z", "zone": "America/New_York",
-                                       "local": "2026-02-16T04:30:00-05:00"}
+    assert time.structured_content == {
+        "utc": "2026-02-16T09:30:00Z",
+        "zone": "America/New_York",
+        "local": "2026-02-16T04:30:00-05:00",
+    }
     assert bad_zone.is_error and "IANA" in bad_zone.content[0].text
     assert bad_args.is_error and "ticket_id: Input should be a valid string" in bad_args.content[0].text
     assert "assignee: is required" in bad_args.content[0].text
     entries = [e for e in await admin.trajectory("desk-1") if e["via"] == "mcp"]
     first = entries[0]
-    assert (first["agent"], first["role"], first["tool"], first["run_id"]) == ("sam", "support", "create_ticket", "run-1")
+    assert (first["agent"], first["role"], first["tool"], first["run_id"]) == (
+        "sam",
+        "support",
+        "create_ticket",
+        "run-1",
+    )
     assert first["arguments"]["subject"] == "Refund?" and first["result"]["id"].startswith("TCK-")
     assert first["virtual_time"] == "2026-02-16T09:30:00Z" and first["duration_ms"] >= 0
     assert entries[-1]["error"].startswith("invalid arguments for assign_ticket")
@@ -137,16 +157,25 @@ async def test_rest_and_card(desk):
     assert listed == await tool_names(base, "desk-1", sam)
     order = await admin.call_tool("desk-1", sam, "get_order", {"order_id": "ORD-1001"})
     assert len(order["charges"]) == 2
-    for tool, args, status in [("issue_refund", {}, 403), ("nope", {}, 404), ("get_order", {"order_id": "X"}, 422),
-                               ("get_order", {"order": "ORD-1001"}, 422)]:
+    for tool, args, status in [
+        ("issue_refund", {}, 403),
+        ("nope", {}, 404),
+        ("get_order", {"order_id": "X"}, 422),
+        ("get_order", {"order": "ORD-1001"}, 422),
+    ]:
         with pytest.raises(GatewayRefused) as e:
             await admin.call_tool("desk-1", sam, tool, args)
         assert e.value.status == status, (tool, e.value)
     async with httpx2.AsyncClient() as http:
-        card = (await http.get(f"{base}/envs/desk-1/.well-known/agent-env.json",
-                               headers={"authorization": f"Bearer {sam}"})).json()
+        card = (
+            await http.get(f"{base}/envs/desk-1/.well-known/agent-env.json", headers={"authorization": f"Bearer {sam}"})
+        ).json()
     ReferenceCard.model_validate(card)
-    assert card["name"] == "support-desk" and card["capabilities"]["operations"] == ["data/reset", "data/add", "data/get"]
+    assert card["name"] == "support-desk" and card["capabilities"]["operations"] == [
+        "data/reset",
+        "data/add",
+        "data/get",
+    ]
     assert {t["name"] for t in card["capabilities"]["tools"]} == listed
     assert [c["name"] for c in card["children_environments"]] == ["mail", "helpdesk", "billing"]
 
@@ -159,32 +188,47 @@ async def test_data_plane_fans_out_to_every_app(desk):
     assert {c["id"] for c in billing["charges"]} >= {"CH-5001", "CH-5002"}
     await admin.data("desk-1", "data/reset")
     assert all(not any(rows for rows in p["data"].values()) for p in (await admin.data("desk-1", "data/get"))["parts"])
-    await admin.data("desk-1", "data/add", {"parts": [
-        {"kind": "data", "data": support_data()["billing"], "metadata": {"agentenv.io/app": "billing"}}]})
+    await admin.data(
+        "desk-1",
+        "data/add",
+        {"parts": [{"kind": "data", "data": support_data()["billing"], "metadata": {"agentenv.io/app": "billing"}}]},
+    )
     assert (await admin.call_as("desk-1", "get_account", {"email": "dana@example.com"}, role="billing_lead"))["result"]
     with pytest.raises(GatewayRefused, match="not an app of this environment"):
         await admin.data("desk-1", "data/add", {"parts": [{"kind": "data", "data": {"crm": {}}}]})
     async with httpx2.AsyncClient() as http:
-        answer = (await http.post(f"{base}/envs/desk-1/agentenv", content=b"{oops",
-                                  headers={"authorization": f"Bearer {gateway.admin_token}"})).json()
+        answer = (
+            await http.post(
+                f"{base}/envs/desk-1/agentenv",
+                content=b"{oops",
+                headers={"authorization": f"Bearer {gateway.admin_token}"},
+            )
+        ).json()
         assert answer["error"]["code"] == -32700
-        no_admin = await http.post(f"{base}/envs/desk-1/agentenv", json={"jsonrpc": "2.0", "id": 1, "method": "data/get"})
+        no_admin = await http.post(
+            f"{base}/envs/desk-1/agentenv", json={"jsonrpc": "2.0", "id": 1, "method": "data/get"}
+        )
         assert no_admin.status_code == 401
 
 
 async def test_snapshot_mutate_restore(desk):
     gateway, base, admin = desk
     before = await admin.snapshot("desk-1")
-    await admin.call_as("desk-1", "issue_refund", {"order_id": "ORD-1001", "charge_id": "CH-5002",
-                                                   "amount_cents": 4900, "reason": "dup"}, role="billing_lead")
+    await admin.call_as(
+        "desk-1",
+        "issue_refund",
+        {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900, "reason": "dup"},
+        role="billing_lead",
+    )
     refunded = (await admin.call_as("desk-1", "get_order", {"order_id": "ORD-1001"}, role="billing_lead"))["result"]
     assert refunded["refunds"]
     await admin.restore("desk-1", before)
     restored = (await admin.call_as("desk-1", "get_order", {"order_id": "ORD-1001"}, role="billing_lead"))["result"]
     assert restored["refunds"] == []
     with pytest.raises(GatewayRefused, match="snapshot holds"):
-        await admin.put_instance({**support_spec("notes-1"), "apps": [{"app": "notes"}],
-                                  "roles": {"agent": {}}, "agents": {}})
+        await admin.put_instance(
+            {**support_spec("notes-1"), "apps": [{"app": "notes"}], "roles": {"agent": {}}, "agents": {}}
+        )
         await admin.restore("notes-1", before)
 
 
@@ -194,7 +238,7 @@ async def test_setup_calls_with_an_idempotency_key_take_effect_once(desk):
     first = await admin.call_as("desk-1", "create_ticket", args, role="support", idempotency_key="run-1/step-a")
     again = await admin.call_as("desk-1", "create_ticket", args, role="support", idempotency_key="run-1/step-a")
     assert first == again
-    tickets = (await admin.call_as("desk-1", "list_tickets", {"customer_email": "dana@example.com"}, role="support"))
+    tickets = await admin.call_as("desk-1", "list_tickets", {"customer_email": "dana@example.com"}, role="support")
     assert sum(t["subject"] == "S" for t in tickets["result"]["tickets"]) == 1
 
 
@@ -202,12 +246,14 @@ async def test_bad_specs_are_refused_with_the_reason(desk):
     gateway, base, admin = desk
     with pytest.raises(GatewayRefused, match="are both exposed as 'write_note'"):
         await admin.put_instance({"id": "clash", "apps": [{"app": "notes"}, {"app": "notes", "name": "notes2"}]})
-    ok = await admin.put_instance({"id": "prefixed", "apps": [{"app": "notes"},
-                                                               {"app": "notes", "name": "notes2", "prefix": "two_"}]})
+    ok = await admin.put_instance(
+        {"id": "prefixed", "apps": [{"app": "notes"}, {"app": "notes", "name": "notes2", "prefix": "two_"}]}
+    )
     assert "two_list_notes" in ok["roles"]["agent"]
     with pytest.raises(GatewayRefused, match="'refund_money' matches no tool"):
-        await admin.put_instance({**support_spec("typo"), "roles": {"support": {"tools": ["refund_money"]}},
-                                  "agents": {}})
+        await admin.put_instance(
+            {**support_spec("typo"), "roles": {"support": {"tools": ["refund_money"]}}, "agents": {}}
+        )
     with pytest.raises(GatewayRefused, match="has role 'boss'"):
         await admin.put_instance({**support_spec("agents"), "agents": {"sam": "boss"}})
     with pytest.raises(GatewayRefused, match="app"):
@@ -233,8 +279,9 @@ async def test_a_restarted_gateway_serves_the_same_instances_data_and_tokens(tmp
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         await admin.put_instance(support_spec())
         token = await admin.token("desk-1", "sam")
-        await admin.call_tool("desk-1", token, "create_ticket", {"customer_email": "x@example.com",
-                                                                 "subject": "kept", "description": "d"})
+        await admin.call_tool(
+            "desk-1", token, "create_ticket", {"customer_email": "x@example.com", "subject": "kept", "description": "d"}
+        )
         await admin.set_role("desk-1", "support", ["helpdesk.*"])
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         tickets = await admin.call_tool("desk-1", token, "list_tickets", {})
@@ -246,9 +293,14 @@ async def test_a_restarted_gateway_serves_the_same_instances_data_and_tokens(tmp
 async def test_apps_in_processes_of_their_own(tmp_path):
     """`run = "subprocess"`: the app is served by its own `agent-env env serve` and reached over MCP and the
     data plane, composed with an in-process app behind the same endpoint."""
-    spec = {"id": "mixed", "run_id": "run-9", "apps": [{"app": "notes", "run": "subprocess"}, {"app": "billing"}],
-            "roles": {"clerk": {"tools": ["*", "issue_refund"]}}, "agents": {"ann": "clerk"},
-            "now": "2026-04-01T08:00:00Z"}
+    spec = {
+        "id": "mixed",
+        "run_id": "run-9",
+        "apps": [{"app": "notes", "run": "subprocess"}, {"app": "billing"}],
+        "roles": {"clerk": {"tools": ["*", "issue_refund"]}},
+        "agents": {"ann": "clerk"},
+        "now": "2026-04-01T08:00:00Z",
+    }
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         await admin.put_instance(spec)
         token = await admin.token("mixed", "ann")

@@ -22,11 +22,18 @@ from agentenv.gateway import tokens
 from agentenv.gateway.client import GatewayUnavailable
 from agentenv.spec.run import RunStatus
 
-SMALL_TASK = {"id": "small", "steps": [
-    {"id": "notes", "type": "deploy_env", "config": {"env": "notes"}},
-    {"id": "write", "type": "call_tool", "depends_on": ["notes"],
-     "config": {"env": "notes", "tool": "write_note", "arguments": {"key": "k", "text": "hi"}}},
-]}
+SMALL_TASK = {
+    "id": "small",
+    "steps": [
+        {"id": "notes", "type": "deploy_env", "config": {"env": "notes"}},
+        {
+            "id": "write",
+            "type": "call_tool",
+            "depends_on": ["notes"],
+            "config": {"env": "notes", "tool": "write_note", "arguments": {"key": "k", "text": "hi"}},
+        },
+    ],
+}
 NOTES = {"roles": {"clerk": {"tools": ["*"]}}, "agents": {"ann": "clerk"}, "now": "2026-04-01T08:00:00Z"}
 
 
@@ -60,6 +67,7 @@ async def wait_until(check, timeout: float = 15.0) -> bool:
 
 # -- runs release what they open --
 
+
 async def test_many_runs_leave_the_gateway_flat(run_task, settings):
     from agentenv.gateway.embedded import status
 
@@ -81,13 +89,27 @@ async def test_many_runs_leave_the_gateway_flat(run_task, settings):
 async def test_a_hosted_agent_run_leaves_no_agent_behind(run_task, settings):
     from agentenv.gateway.embedded import connect
 
-    pat = {"name": "pat", "type": "scripted", "role": "agent",
-           "config": {"turns": [[{"tool": "write_note", "arguments": {"key": "k", "text": "x"}}, {"say": "done"}]]}}
-    state = await run_task({"id": "hosted", "steps": [
-        {"id": "env", "type": "deploy_env", "config": {"env": "notes"}},
-        {"id": "pat", "type": "deploy_agent", "depends_on": ["env"], "config": {"record": pat, "env": "env"}},
-        {"id": "ask", "type": "prompt_agent", "depends_on": ["pat"], "config": {"agent": "pat", "prompt": "Go"}},
-    ]})
+    pat = {
+        "name": "pat",
+        "type": "scripted",
+        "role": "agent",
+        "config": {"turns": [[{"tool": "write_note", "arguments": {"key": "k", "text": "x"}}, {"say": "done"}]]},
+    }
+    state = await run_task(
+        {
+            "id": "hosted",
+            "steps": [
+                {"id": "env", "type": "deploy_env", "config": {"env": "notes"}},
+                {"id": "pat", "type": "deploy_agent", "depends_on": ["env"], "config": {"record": pat, "env": "env"}},
+                {
+                    "id": "ask",
+                    "type": "prompt_agent",
+                    "depends_on": ["pat"],
+                    "config": {"agent": "pat", "prompt": "Go"},
+                },
+            ],
+        }
+    )
     assert state.status is RunStatus.PASSED, state.error
     async with connect(settings) as admin:
         agents = (await admin._json("GET", "/admin/agents"))["agents"]
@@ -99,8 +121,9 @@ async def test_a_hosted_agent_run_leaves_no_agent_behind(run_task, settings):
 
 async def test_ending_a_run_closes_its_instances_and_ends_its_sessions(tmp_path):
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
-        await admin.put_instance({"id": "i-1", "run_id": "r-1", "apps": [{"app": "notes", "run": "subprocess"}],
-                                  **NOTES})
+        await admin.put_instance(
+            {"id": "i-1", "run_id": "r-1", "apps": [{"app": "notes", "run": "subprocess"}], **NOTES}
+        )
         await admin.put_instance({"id": "i-2", "run_id": "r-2", "apps": [{"app": "notes"}], **NOTES})
         await admin.call_as("i-2", "write_note", {"key": "k", "text": "other run"}, agent="ann")
         proc = (await gateway.get("i-1")).apps["notes"].proc
@@ -121,8 +144,9 @@ async def test_ending_a_run_closes_its_instances_and_ends_its_sessions(tmp_path)
 
 async def test_idle_instances_close_and_reopen_on_demand(tmp_path):
     async with running_gateway(tmp_path / "gw", idle_close_s=0.5) as (gateway, base, admin):
-        await admin.put_instance({"id": "i-1", "run_id": "r-1", "apps": [{"app": "notes", "run": "subprocess"}],
-                                  **NOTES})
+        await admin.put_instance(
+            {"id": "i-1", "run_id": "r-1", "apps": [{"app": "notes", "run": "subprocess"}], **NOTES}
+        )
         await admin.call_as("i-1", "write_note", {"key": "k", "text": "before"}, agent="ann")
         proc = gateway._instances["i-1"].apps["notes"].proc
         assert await wait_until(lambda: "i-1" not in gateway._instances, 10), "closed once idle"
@@ -136,6 +160,7 @@ async def test_idle_instances_close_and_reopen_on_demand(tmp_path):
 
 
 # -- trajectories: complete, and a failing writer is reported --
+
 
 async def test_a_long_trajectory_is_kept_whole(tmp_path, settings):
     from agentenv.gateway.release import retire_instance
@@ -174,15 +199,23 @@ async def test_a_failing_trajectory_writer_makes_the_gateway_unready(tmp_path):
 
 # -- processes: subprocess apps die with the gateway; remote apps reconnect --
 
+
 async def test_a_killed_gateway_takes_its_subprocess_apps_along(tmp_path):
     port, root = free_port(), tmp_path / "gw"
-    gateway = subprocess.Popen([sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         from agentenv.gateway.client import GatewayClient
 
-        admin = GatewayClient(f"http://127.0.0.1:{port}", tokens.admin_token(tokens.load_or_create_key(root / "key"))
-                              if await wait_until(lambda: (root / "key").exists()) else None)
+        admin = GatewayClient(
+            f"http://127.0.0.1:{port}",
+            tokens.admin_token(tokens.load_or_create_key(root / "key"))
+            if await wait_until(lambda: (root / "key").exists())
+            else None,
+        )
         async with admin:
             for _ in range(300):  # until it listens
                 try:
@@ -202,9 +235,12 @@ async def test_a_killed_gateway_takes_its_subprocess_apps_along(tmp_path):
 
 
 def serve_notes(port: int, state: Path, token: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "agentenv", "env", "serve", "notes", "--port", str(port),
-                             "--state", str(state)], env={**os.environ, "AGENTENV_SERVER_TOKEN": token},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentenv", "env", "serve", "notes", "--port", str(port), "--state", str(state)],
+        env={**os.environ, "AGENTENV_SERVER_TOKEN": token},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def test_a_remote_app_reconnects_after_its_server_restarts(tmp_path):
@@ -213,8 +249,9 @@ async def test_a_remote_app_reconnects_after_its_server_restarts(tmp_path):
         token = tokens.server_token(gateway.key, "remote-1", "notes")
         server = serve_notes(port, tmp_path / "state", token)
         try:
-            await admin.put_instance({"id": "remote-1", "apps": [{"name": "notes", "url": f"http://127.0.0.1:{port}"}],
-                                      **NOTES})
+            await admin.put_instance(
+                {"id": "remote-1", "apps": [{"name": "notes", "url": f"http://127.0.0.1:{port}"}], **NOTES}
+            )
             await admin.call_as("remote-1", "write_note", {"key": "k", "text": "one"}, agent="ann")
             server.kill()
             server.wait()
@@ -222,11 +259,13 @@ async def test_a_remote_app_reconnects_after_its_server_restarts(tmp_path):
             assert "error" in down, "a call while the server is down fails (and does not hang)"
             server = serve_notes(port, tmp_path / "state", token)
             async with httpx2.AsyncClient() as http:
+
                 async def up() -> bool:
                     try:
                         return (await http.get(f"http://127.0.0.1:{port}/ready")).status_code == 200
                     except httpx2.TransportError:
                         return False
+
                 for _ in range(300):
                     if await up():
                         break

@@ -100,7 +100,9 @@ async def test_the_tools_document_lists_the_callers_tools_only(desk):
     assert "/envs/desk-1/tools/verify_order" in lee["paths"] and "/envs/desk-1/tools/verify_order" not in sam["paths"]
 
     # what the document says is what the gateway takes
-    called = await http.post("/envs/desk-1/tools/get_order", json={"order_id": "ORD-1001"}, headers=bearer(tokens["lee"]))
+    called = await http.post(
+        "/envs/desk-1/tools/get_order", json={"order_id": "ORD-1001"}, headers=bearer(tokens["lee"])
+    )
     assert called.status_code == 200 and called.json()["result"]["id"] == "ORD-1001"
 
 
@@ -135,8 +137,11 @@ async def test_the_tools_document_follows_role_changes_and_ends_with_the_run(des
 
 
 def test_schema_definitions_move_into_the_components():
-    schema = {"type": "object", "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Item"}}},
-              "$defs": {"Item": {"type": "object", "properties": {"sku": {"type": "string"}}}}}
+    schema = {
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Item"}}},
+        "$defs": {"Item": {"type": "object", "properties": {"sku": {"type": "string"}}}},
+    }
     components: dict = {}
     moved = routes_agents._hoisted(schema, "order", components)
     assert "$defs" not in moved and "$defs" in schema, "the tool's own schema is left as it is"

@@ -103,6 +103,7 @@ class ReadyProbe(threading.Thread):
 
 # -- hostile arguments --
 
+
 def test_the_email_check_is_linear():
     for value in HOSTILE_EMAILS:
         started = time.perf_counter()
@@ -124,7 +125,8 @@ async def test_a_hostile_email_is_refused_fast_while_ready_stays_prompt(tmp_path
                 async with ReadyProbe(base) as probe:
                     answer, result = await asyncio.gather(
                         http.post("/envs/desk-1/tools/create_ticket", json=arguments, headers=bearer(sam)),
-                        mcp.call_tool("create_ticket", arguments))
+                        mcp.call_tool("create_ticket", arguments),
+                    )
                     assert time.perf_counter() - started < 1.0, "the hostile call ended quickly"
                 assert probe.worst() < READY_WITHIN, f"/ready took {probe.worst() * 1000:.1f} ms"
                 assert answer.status_code == 422
@@ -151,13 +153,21 @@ def test_builtin_string_arguments_are_bounded_and_say_so():
 
 # -- sync tools off the event loop, serialised per instance --
 
+
 @pytest.fixture
 async def slow_gateway(tmp_path):
     Journal.reset()
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         for instance in ("s1", "s2"):
-            await admin.put_instance({"id": instance, "run_id": "run-s", "apps": [{"app": f"{__name__}:Slow"}],
-                                      "roles": {"agent": {"tools": ["*"]}}, "agents": {"a": "agent"}})
+            await admin.put_instance(
+                {
+                    "id": instance,
+                    "run_id": "run-s",
+                    "apps": [{"app": f"{__name__}:Slow"}],
+                    "roles": {"agent": {"tools": ["*"]}},
+                    "agents": {"a": "agent"},
+                }
+            )
         yield gateway, base, admin
 
 
@@ -195,17 +205,25 @@ async def test_calls_of_one_instance_stay_serialised_and_in_order(slow_gateway):
     gateway, base, admin = slow_gateway
     a1 = await admin.token("s1", "a")
     async with httpx2.AsyncClient(base_url=base, timeout=30) as http, mcp_client(base, "s1", a1) as mcp:
-        first = asyncio.create_task(http.post("/envs/s1/tools/nap", json={"label": "one", "seconds": 0.3},
-                                              headers=bearer(a1)))
+        first = asyncio.create_task(
+            http.post("/envs/s1/tools/nap", json={"label": "one", "seconds": 0.3}, headers=bearer(a1))
+        )
         while not Journal.entered.is_set():
             await asyncio.sleep(0.005)
         second = asyncio.create_task(mcp.call_tool("nap", {"label": "two", "seconds": 0.1}))
         await asyncio.sleep(0.02)
-        third = asyncio.create_task(http.post("/envs/s1/tools/nap", json={"label": "three", "seconds": 0.1},
-                                              headers=bearer(a1)))
+        third = asyncio.create_task(
+            http.post("/envs/s1/tools/nap", json={"label": "three", "seconds": 0.1}, headers=bearer(a1))
+        )
         await asyncio.gather(first, second, third)
-    assert Journal.events == [("enter", "one"), ("exit", "one"), ("enter", "two"), ("exit", "two"),
-                              ("enter", "three"), ("exit", "three")]
+    assert Journal.events == [
+        ("enter", "one"),
+        ("exit", "one"),
+        ("enter", "two"),
+        ("exit", "two"),
+        ("enter", "three"),
+        ("exit", "three"),
+    ]
 
 
 async def test_the_data_plane_waits_for_a_running_call(tmp_path):
@@ -227,6 +245,7 @@ async def test_the_data_plane_waits_for_a_running_call(tmp_path):
 
 # -- patterns from specs --
 
+
 def test_a_catastrophic_spec_pattern_runs_in_linear_time():
     assert patterns.LINEAR, "google-re2 is installed (a dependency)"
     started = time.perf_counter()
@@ -239,13 +258,16 @@ def test_a_catastrophic_spec_pattern_runs_in_linear_time():
     assert StopWhen(matches="goodbye").hit("OK, GOODBYE then"), "stop_when stays case-insensitive"
 
 
-@pytest.mark.parametrize("build, field", [
-    (lambda p: Predicate(path="arguments.body", matches=p), "predicate on 'arguments.body': matches"),
-    (lambda p: Says(matches=p), "says.matches"),
-    (lambda p: StateWhen(type="state", env="e", tool="t", matches=p), "state condition on t: matches"),
-    (lambda p: Check(name="c", value="x", matches=p), "check 'c': 'matches'"),
-    (lambda p: StopWhen(matches=p), "stop_when.matches"),
-])
+@pytest.mark.parametrize(
+    "build, field",
+    [
+        (lambda p: Predicate(path="arguments.body", matches=p), "predicate on 'arguments.body': matches"),
+        (lambda p: Says(matches=p), "says.matches"),
+        (lambda p: StateWhen(type="state", env="e", tool="t", matches=p), "state condition on t: matches"),
+        (lambda p: Check(name="c", value="x", matches=p), "check 'c': 'matches'"),
+        (lambda p: StopWhen(matches=p), "stop_when.matches"),
+    ],
+)
 @pytest.mark.parametrize("pattern", [r"(a)\1", r"x(?=y)", r"(?<!\$)x"])
 def test_a_spec_pattern_re2_cannot_run_is_refused_at_load(build, field, pattern):
     with pytest.raises(ValidationError) as e:

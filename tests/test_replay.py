@@ -54,10 +54,12 @@ async def test_recorded_history_replays(worker, path):
     assert result.replay_failure is None, (
         f"{path.name} no longer replays: the workflow code issues other commands for a run started by the "
         f"recorded code. Put the change behind workflow.patched(...) (see CONTRIBUTING.md).\n"
-        f"{result.replay_failure!r}")
+        f"{result.replay_failure!r}"
+    )
 
 
 # The guard itself: an incompatible change is caught, the same change behind a patch is not.
+
 
 @workflow.defn(name="agentenv.TaskRun", sandboxed=False)
 class TimerFirst(TaskRun):
@@ -81,8 +83,9 @@ class PatchedTimerFirst(TaskRun):
 
 
 async def test_an_incompatible_change_fails_replay(worker):
-    result = await replayer(worker, [TimerFirst]).replay_workflow(history(HISTORIES / "hello.json"),
-                                                                  raise_on_replay_failure=False)
+    result = await replayer(worker, [TimerFirst]).replay_workflow(
+        history(HISTORIES / "hello.json"), raise_on_replay_failure=False
+    )
     assert result.replay_failure is not None and "nondetermin" in str(result.replay_failure).lower()
 
 

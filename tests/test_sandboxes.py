@@ -22,8 +22,12 @@ from agentenv.providers.reaper import judge
 from agentenv.spec.env import EnvRecord
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
-SERVE = [sys.executable, "-c", "import http.server, os; http.server.ThreadingHTTPServer(('127.0.0.1', "
-         "int(os.environ['PORT'])), http.server.SimpleHTTPRequestHandler).serve_forever()"]
+SERVE = [
+    sys.executable,
+    "-c",
+    "import http.server, os; http.server.ThreadingHTTPServer(('127.0.0.1', "
+    "int(os.environ['PORT'])), http.server.SimpleHTTPRequestHandler).serve_forever()",
+]
 
 
 @pytest.fixture
@@ -56,6 +60,7 @@ def alive(pid: int) -> bool:
 
 # -- registry --
 
+
 def test_providers_by_name_plugins_and_typos(home):
     assert {"local", "docker", "modal", "e2b", "offline"} <= set(registry.names())
     assert registry.load("local", home).name == "local"
@@ -87,6 +92,7 @@ async def test_a_provider_refuses_what_it_cannot_enforce(home):
 
 
 # -- local --
+
 
 async def test_local_sandbox_runs_serves_and_stops(home, tmp_path):
     context = tmp_path / "ctx"
@@ -146,24 +152,41 @@ async def test_a_reused_pid_is_not_mistaken_for_a_sandbox(home):
 
 # -- the reaper's judgement --
 
+
 def test_the_reaper_removes_what_belongs_to_no_running_run():
     now = time.time()
-    boxes = [SandboxInfo(provider="local", id=f"b{i}", name=f"b{i}", run_id=run, expires_at=expires)
-             for i, (run, expires) in enumerate([("live", now + 60), ("done", now + 60), ("gone", now + 60),
-                                                 ("live", now - 1), ("unasked", now + 60)])]
+    boxes = [
+        SandboxInfo(provider="local", id=f"b{i}", name=f"b{i}", run_id=run, expires_at=expires)
+        for i, (run, expires) in enumerate(
+            [("live", now + 60), ("done", now + 60), ("gone", now + 60), ("live", now - 1), ("unasked", now + 60)]
+        )
+    ]
     statuses = {"live": "running", "done": "completed", "gone": "unknown"}
     reasons = {v.sandbox.id: v.reason for v in judge(boxes, statuses, now=now)}
-    assert reasons == {"b0": None, "b1": "its run is completed", "b2": "its run is unknown to Temporal",
-                       "b3": "past its TTL", "b4": None}
+    assert reasons == {
+        "b0": None,
+        "b1": "its run is completed",
+        "b2": "its run is unknown to Temporal",
+        "b3": "past its TTL",
+        "b4": None,
+    }
     assert all(v.doomed for v in judge(boxes, statuses, now=now, everything=True))
 
 
 # -- specs --
 
+
 def test_sandboxed_apps_in_env_records():
-    record = EnvRecord.model_validate({"name": "e", "apps": [
-        {"name": "echo", "sandbox": {"build": "server", "network": ["10.0.0.0/8"], "cpus": 1}},
-        {"app": "notes"}], "roles": {"agent": {"tools": ["echo", "write_note"]}}})
+    record = EnvRecord.model_validate(
+        {
+            "name": "e",
+            "apps": [
+                {"name": "echo", "sandbox": {"build": "server", "network": ["10.0.0.0/8"], "cpus": 1}},
+                {"app": "notes"},
+            ],
+            "roles": {"agent": {"tools": ["echo", "write_note"]}},
+        }
+    )
     assert record.apps[0].remote and not record.apps[1].remote
     bad = [
         ({"name": "x", "sandbox": {}}, "needs `build`"),
@@ -179,10 +202,15 @@ def test_sandboxed_apps_in_env_records():
 
 # -- the CLI, on a state dir of its own with no Temporal server --
 
+
 def test_cli_lists_and_reaps_expired_sandboxes(tmp_path):
     settings = Settings(state_dir=tmp_path / "home", sandboxes=SandboxSettings())
-    env = {**os.environ, "AGENTENV_HOME": str(settings.state_dir), "AGENTENV_SERVER_PORT": "1",
-           "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    env = {
+        **os.environ,
+        "AGENTENV_HOME": str(settings.state_dir),
+        "AGENTENV_SERVER_PORT": "1",
+        "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+    }
 
     async def make():
         await registry.create("local", spec("old", command=["sleep", "60"], ttl=0.01), settings)
@@ -198,8 +226,9 @@ def test_cli_lists_and_reaps_expired_sandboxes(tmp_path):
     reaped = subprocess.run([AGENT_ENV, "sandboxes", "reap"], env=env, capture_output=True, text=True)
     assert reaped.returncode == 0, reaped.stderr
     assert "removed 1 sandbox(es); 1 kept" in reaped.stdout
-    left = json.loads(subprocess.run([AGENT_ENV, "sandboxes", "list", "--json"], env=env, capture_output=True,
-                                     text=True).stdout)
+    left = json.loads(
+        subprocess.run([AGENT_ENV, "sandboxes", "list", "--json"], env=env, capture_output=True, text=True).stdout
+    )
     assert [r["id"] for r in left] == ["young"]
     everything = subprocess.run([AGENT_ENV, "sandboxes", "reap", "--all"], env=env, capture_output=True, text=True)
     assert "removed 1 sandbox(es)" in everything.stdout

@@ -63,13 +63,20 @@ class Recorder:
 
     async def record(self, request) -> Response:
         body = await request.body()
-        self.requests.append({"method": request.method, "path": request.url.path,
-                              "authorization": request.headers.get("authorization"), "body": body.decode()})
+        self.requests.append(
+            {
+                "method": request.method,
+                "path": request.url.path,
+                "authorization": request.headers.get("authorization"),
+                "body": body.decode(),
+            }
+        )
         if self.status != 200:
             return JSONResponse({"error": {"message": "who are you?"}}, status_code=self.status)
         if request.url.path.endswith("/chat/completions"):
-            return JSONResponse({"choices": [{"index": 0, "message": {"role": "assistant",
-                                                                      "content": "hello from elsewhere"}}]})
+            return JSONResponse(
+                {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hello from elsewhere"}}]}
+            )
         return JSONResponse({})
 
     def app(self) -> Starlette:
@@ -80,9 +87,16 @@ class Recorder:
 
 
 def card_json(url: str) -> dict:
-    return {"name": "lookalike", "description": "", "version": "1", "supportedInterfaces": [
-        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-        "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"], "skills": []}
+    return {
+        "name": "lookalike",
+        "description": "",
+        "version": "1",
+        "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "capabilities": {},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [],
+    }
 
 
 def worker_settings(settings, gateway_url: str, admin_token: str | None = None):
@@ -109,6 +123,7 @@ async def configured_gateway(root, settings):
 
 # -- (a) URLs the framework advertises; the admin token stays with the gateway --
 
+
 @pytest.mark.parametrize("configured", [True, False], ids=["public-url-configured", "in-process-gateway"])
 async def test_a_forged_host_on_a_hosted_agents_card_does_not_redirect_the_next_turn(tmp_path, settings, configured):
     """Attack: one unauthenticated card request with a forged `Host` naming the attacker's listener made the
@@ -123,14 +138,16 @@ async def test_a_forged_host_on_a_hosted_agents_card_does_not_redirect_the_next_
             s = worker_settings(settings, base, gw.admin_token)
         await admin.put_agent({"id": "r.sam", "record": SCRIPTED})
         async with httpx.AsyncClient() as anonymous:
-            forged = await anonymous.get(f"{base}/agents/r.sam/.well-known/agent-card.json",
-                                         headers={"host": elsewhere.removeprefix("http://")})
+            forged = await anonymous.get(
+                f"{base}/agents/r.sam/.well-known/agent-card.json", headers={"host": elsewhere.removeprefix("http://")}
+            )
             assert forged.status_code == 200, forged.text  # an IP literal: no door refuses it
             card = (await anonymous.get(f"{base}/agents/r.sam/.well-known/agent-card.json")).json()
         assert [i["url"] for i in forged.json()["supportedInterfaces"]] == [f"{base}/agents/r.sam/"]
         assert [i["url"] for i in card["supportedInterfaces"]] == [f"{base}/agents/r.sam/"]
         reply = await agent_client(s, f"{base}/agents/r.sam/", hosted=True).ask(
-            "hello", {"token": "aet_partner_role_token"}, context_id="c", message_id="m", deadline_s=10)
+            "hello", {"token": "aet_partner_role_token"}, context_id="c", message_id="m", deadline_s=10
+        )
         assert reply.text == "said: hello"
     assert recorder.requests == [], "nothing of the worker's reached the attacker's listener"
 
@@ -173,8 +190,9 @@ async def test_redirects_carry_no_credentials_to_another_origin(settings):
         async def away(request):
             return RedirectResponse(f"{elsewhere}/stolen", status_code=307)
 
-        app = Starlette(routes=[Route("/.well-known/agent-card.json", card), Route("/", away, methods=["POST"]),
-                                Route("/go", away)])
+        app = Starlette(
+            routes=[Route("/.well-known/agent-card.json", card), Route("/", away, methods=["POST"]), Route("/go", away)]
+        )
         async with serving(app) as base:
             s = worker_settings(settings, base, "aea_admin_token_of_this_gateway")
             with pytest.raises((AgentReplyInvalid, AgentUnreachable)):
@@ -189,22 +207,39 @@ async def test_redirects_carry_no_credentials_to_another_origin(settings):
 
 # -- (b) API keys stay with their endpoint's origin --
 
+
 async def test_a_bundle_model_on_another_origin_gets_no_key_and_the_run_says_why(run_task):
     """Attack: a bundle's agent record overrides only `model.base_url` to its own server; the merge kept
     the user's configured API key and sent it there. Only a same-origin override keeps the key."""
     recorder = Recorder()
     async with serving(recorder.app()) as elsewhere:
         moved = {"name": "moved", "type": "llm", "config": {"model": {"base_url": f"{elsewhere}/v1"}}}
-        same_origin = {"name": "chatty", "type": "llm",  # another path on the fake's origin: it needs the key
-                       "config": {"model": {"base_url": f"http://127.0.0.1:{FAKE_MODEL_PORT}/"}}}
-        state = await run_task({"id": "key-origin", "steps": [
-            {"id": "moved", "type": "deploy_agent", "config": {"record": moved}},
-            {"id": "ask-moved", "type": "prompt_agent", "depends_on": ["moved"],
-             "config": {"agent": "moved", "prompt": "hi", "turn_deadline": "20s"}},
-            {"id": "same", "type": "deploy_agent", "config": {"record": same_origin}},
-            {"id": "ask-same", "type": "prompt_agent", "depends_on": ["same"],
-             "config": {"agent": "same", "prompt": "hi", "turn_deadline": "20s"}},
-        ]})
+        same_origin = {
+            "name": "chatty",
+            "type": "llm",  # another path on the fake's origin: it needs the key
+            "config": {"model": {"base_url": f"http://127.0.0.1:{FAKE_MODEL_PORT}/"}},
+        }
+        state = await run_task(
+            {
+                "id": "key-origin",
+                "steps": [
+                    {"id": "moved", "type": "deploy_agent", "config": {"record": moved}},
+                    {
+                        "id": "ask-moved",
+                        "type": "prompt_agent",
+                        "depends_on": ["moved"],
+                        "config": {"agent": "moved", "prompt": "hi", "turn_deadline": "20s"},
+                    },
+                    {"id": "same", "type": "deploy_agent", "config": {"record": same_origin}},
+                    {
+                        "id": "ask-same",
+                        "type": "prompt_agent",
+                        "depends_on": ["same"],
+                        "config": {"agent": "same", "prompt": "hi", "turn_deadline": "20s"},
+                    },
+                ],
+            }
+        )
     assert state.status is RunStatus.PASSED, state.error
     assert state.steps["ask-moved"].outputs["answer"] == "hello from elsewhere"
     assert state.steps["ask-same"].outputs["answer"] == "First answer.", "the same origin's endpoint got its key"
@@ -227,8 +262,11 @@ async def test_a_model_url_override_leaves_the_key_behind_and_says_so(settings, 
         moved = apply_overrides(settings.model_copy(deep=True), parse_overrides([], [f"{elsewhere}/v1"]))
         assert "no API key is sent to" in capsys.readouterr().err
         endpoint = moved.model("judge")
-        assert (endpoint.base_url, endpoint.api_key, endpoint.withheld_key) == (f"{elsewhere}/v1", None,
-                                                                               "secret:test-model")
+        assert (endpoint.base_url, endpoint.api_key, endpoint.withheld_key) == (
+            f"{elsewhere}/v1",
+            None,
+            "secret:test-model",
+        )
         model = ChatModel(endpoint, resolve_key(endpoint, SecretStore(settings.state_dir)))
         try:
             with pytest.raises(ModelError, match="no API key is sent to .* belongs to the configured endpoint"):
@@ -239,14 +277,16 @@ async def test_a_model_url_override_leaves_the_key_behind_and_says_so(settings, 
     renamed = apply_overrides(settings.model_copy(deep=True), parse_overrides(["judge=other"], []))
     assert renamed.model("judge").api_key == "secret:test-model", "another model on the same endpoint keeps it"
     https = settings.model_copy(deep=True)
-    https.models["default"] = https.model("default").overridden({"base_url": "https://api.example.com/v1",
-                                                                 "api_key": "secret:example"})
+    https.models["default"] = https.model("default").overridden(
+        {"base_url": "https://api.example.com/v1", "api_key": "secret:example"}
+    )
     assert https.model("judge", {"base_url": "http://api.example.com/v1"}).api_key is None, "no downgrade to http"
     assert https.model("judge", {"base_url": "https://API.example.com:443/v2"}).api_key == "secret:example"
     assert https.model("judge", {"base_url": "https://api.example.com@evil.example/v1"}).api_key is None
 
 
 # -- (c) relative interface URLs; SDK agents on all interfaces --
+
 
 class Echo(Agent):
     name = "echo"
@@ -274,7 +314,8 @@ async def test_an_sdk_agent_on_all_interfaces_names_no_url_from_the_request(tmp_
     container) its card now names a URL relative to itself, and its door refuses foreign host names."""
     port = free_port()
     script = tmp_path / "agent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         from agentenv.agents.sdk import Agent, serve
 
         class Echo(Agent):
@@ -284,7 +325,8 @@ async def test_an_sdk_agent_on_all_interfaces_names_no_url_from_the_request(tmp_
                 return "echo: " + turn.prompt
 
         serve(Echo(), "0.0.0.0", {port})
-        """))
+        """)
+    )
     env = {k: v for k, v in os.environ.items() if k != "AGENTENV_PUBLIC_URL"}
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -309,9 +351,15 @@ async def test_an_sdk_agent_on_all_interfaces_names_no_url_from_the_request(tmp_
 async def test_the_fake_model_refuses_foreign_host_names(fake_model):
     """Attack: a web page rebinds its domain to 127.0.0.1 and drives the local fake model server."""
     async with httpx.AsyncClient() as http:
-        rebound = await http.post(f"{fake_model}/chat/completions", json={"model": "fake", "messages": []},
-                                  headers={"host": "evil.example", "authorization": f"Bearer {FAKE_MODEL_KEY}"})
+        rebound = await http.post(
+            f"{fake_model}/chat/completions",
+            json={"model": "fake", "messages": []},
+            headers={"host": "evil.example", "authorization": f"Bearer {FAKE_MODEL_KEY}"},
+        )
         assert rebound.status_code == 421
-        wrong = await http.post(f"{fake_model}/chat/completions", json={"model": "fake", "messages": []},
-                                headers={"authorization": "Bearer not-the-key"})
+        wrong = await http.post(
+            f"{fake_model}/chat/completions",
+            json={"model": "fake", "messages": []},
+            headers={"authorization": "Bearer not-the-key"},
+        )
         assert wrong.status_code == 401

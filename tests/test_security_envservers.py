@@ -23,9 +23,12 @@ from gateway_util import mcp_client, running_gateway
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 ECHO_SERVER = Path(__file__).parent.parent / "agentenv" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
 MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                         "clientInfo": {"name": "intruder", "version": "1"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "intruder", "version": "1"}},
+}
 NOTE = {"key": "kept", "text": "before", "updated_at": "2026-01-01T00:00:00Z"}
 
 
@@ -44,11 +47,20 @@ async def intrusions(base: str, **headers) -> list[int]:
     async with httpx2.AsyncClient(timeout=10) as http:
         answers = [
             await http.post(f"{base}/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **headers}),
-            await http.post(f"{base}/mcp", headers={**MCP_HEADERS, **headers}, json=tool_call(
-                "issue_refund", {"order_id": "ORD-1", "charge_id": "CH-1", "amount_cents": 1, "reason": "x"},
-                {"agentenv.io/role": "billing_lead", "agentenv.io/agent": "lee"})),
-            await http.post(f"{base}/mcp", headers={**MCP_HEADERS, **headers},
-                            json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+            await http.post(
+                f"{base}/mcp",
+                headers={**MCP_HEADERS, **headers},
+                json=tool_call(
+                    "issue_refund",
+                    {"order_id": "ORD-1", "charge_id": "CH-1", "amount_cents": 1, "reason": "x"},
+                    {"agentenv.io/role": "billing_lead", "agentenv.io/agent": "lee"},
+                ),
+            ),
+            await http.post(
+                f"{base}/mcp",
+                headers={**MCP_HEADERS, **headers},
+                json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+            ),
             await http.get(f"{base}/.well-known/agent-env.json", headers=headers),
             await http.post(f"{base}/agentenv", json=rpc_body("data/reset"), headers=headers),
         ]
@@ -57,9 +69,14 @@ async def intrusions(base: str, **headers) -> list[int]:
 
 # -- apps the gateway runs in processes of their own --
 
-SPEC = {"id": "sub-1", "run_id": "run-sec", "now": "2026-04-01T08:00:00Z",
-        "apps": [{"app": "notes", "run": "subprocess"}, {"app": "billing", "run": "subprocess"}],
-        "roles": {"clerk": {"tools": ["*"]}}, "agents": {"ann": "clerk"}}
+SPEC = {
+    "id": "sub-1",
+    "run_id": "run-sec",
+    "now": "2026-04-01T08:00:00Z",
+    "apps": [{"app": "notes", "run": "subprocess"}, {"app": "billing", "run": "subprocess"}],
+    "roles": {"clerk": {"tools": ["*"]}},
+    "agents": {"ann": "clerk"},
+}
 
 
 async def test_a_subprocess_app_answers_only_the_gateway(tmp_path):
@@ -100,14 +117,18 @@ async def test_the_gateway_still_works_through_token_guarded_servers(tmp_path):
             names = {t.name for t in (await mcp.list_tools()).tools}
             assert "write_note" in names and "get_order" in names
             assert "issue_refund" not in names, "a hidden tool stays hidden"
-            forged = {"agentenv.io/role": "billing_lead", "agentenv.io/agent": "lee",
-                      "agentenv.io/now": "1999-01-01T00:00:00Z"}
+            forged = {
+                "agentenv.io/role": "billing_lead",
+                "agentenv.io/agent": "lee",
+                "agentenv.io/now": "1999-01-01T00:00:00Z",
+            }
             written = await mcp.call_tool("write_note", {"key": "k", "text": "mine"}, meta=forged)
             assert written.structured_content == {"key": "k", "updated_at": "2026-04-01T08:00:00Z"}, "gateway time"
             read = await mcp.call_tool("read_note", {"key": "k"})
             assert read.structured_content["author"] == "ann", "the gateway's stamp, not the forged one"
-            refund = await mcp.call_tool("issue_refund", {"order_id": "O", "charge_id": "C", "amount_cents": 1,
-                                                          "reason": "x"}, meta=forged)
+            refund = await mcp.call_tool(
+                "issue_refund", {"order_id": "O", "charge_id": "C", "amount_cents": 1, "reason": "x"}, meta=forged
+            )
             assert refund.is_error and "not available to role 'clerk'" in refund.content[0].text
         await admin.load("sub-1", [{"kind": "data", "data": {"notes": {"notes": [NOTE]}}}], idempotency_key="l-1")
         snapshot = await admin.snapshot("sub-1")
@@ -120,10 +141,15 @@ async def test_the_gateway_still_works_through_token_guarded_servers(tmp_path):
 
 # -- `agent-env env serve` --
 
+
 def serve(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([AGENT_ENV, "env", "serve", "notes", "--port", str(port), "--state", str(tmp_path / "s"),
-                             *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [AGENT_ENV, "env", "serve", "notes", "--port", str(port), "--state", str(tmp_path / "s"), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while True:
@@ -156,8 +182,12 @@ async def test_env_serve_refuses_what_a_web_page_can_send(standalone):
     port = base.rsplit(":", 1)[1]
     reset = json.dumps(rpc_body("data/reset"))
     async with httpx2.AsyncClient() as http:
-        for headers, status in [({"host": "evil.example"}, 421), ({"host": f"evil.example:{port}"}, 421),
-                                ({"origin": "http://evil.example"}, 403), ({"origin": "null"}, 403)]:
+        for headers, status in [
+            ({"host": "evil.example"}, 421),
+            ({"host": f"evil.example:{port}"}, 421),
+            ({"origin": "http://evil.example"}, 403),
+            ({"origin": "null"}, 403),
+        ]:
             for path, body in [("/mcp", json.dumps(INITIALIZE)), ("/agentenv", reset)]:
                 answer = await http.post(base + path, content=body, headers={**MCP_HEADERS, **headers})
                 assert answer.status_code == status, (path, headers)
@@ -165,8 +195,11 @@ async def test_env_serve_refuses_what_a_web_page_can_send(standalone):
             for path, body in [("/mcp", json.dumps(INITIALIZE)), ("/agentenv", reset)]:
                 answer = await http.post(base + path, content=body, headers={**MCP_HEADERS, "content-type": ctype})
                 assert answer.status_code == 415, (path, ctype)
-        same_site = await http.post(f"{base}/agentenv", content=json.dumps(rpc_body("data/get")),
-                                    headers={"origin": base, "content-type": "application/json"})
+        same_site = await http.post(
+            f"{base}/agentenv",
+            content=json.dumps(rpc_body("data/get")),
+            headers={"origin": base, "content-type": "application/json"},
+        )
         assert same_site.status_code == 200, "the server's own origin is fine"
     assert (await reference.get_data(base)).parts == before, "nothing was reset"
     assert await reference.supports_v1(base), "the protocol's reference client still works"
@@ -179,8 +212,16 @@ async def test_env_serve_with_a_token_refuses_every_other_caller(tmp_path):
     proc, base = serve(tmp_path, "--token", token)
     try:
         assert await intrusions(base) == [401] * 5, "no token"
-        for bad in ["Bearer wrong", f"Bearer {token[:-1]}", f"Bearer {token}x", "Bearer", f"Basic {token}",
-                    "Bearer é".encode(), b"Bearer \xff\xfe", f"Bearer {token}é".encode()]:
+        for bad in [
+            "Bearer wrong",
+            f"Bearer {token[:-1]}",
+            f"Bearer {token}x",
+            "Bearer",
+            f"Basic {token}",
+            "Bearer é".encode(),
+            b"Bearer \xff\xfe",
+            f"Bearer {token}é".encode(),
+        ]:
             assert await intrusions(base, authorization=bad) == [401] * 5, bad
         assert 401 not in await intrusions(base, authorization=f"Bearer {token}")
         async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as http:
@@ -196,6 +237,7 @@ async def test_env_serve_with_a_token_refuses_every_other_caller(tmp_path):
 
 # -- sandboxed apps started by deploy_env --
 
+
 def _docker_problem() -> str | None:
     from test_docker import _docker_problem as problem
 
@@ -209,7 +251,8 @@ def echo_bundle(root: Path, provider: str) -> Path:
     for name in ("Dockerfile", "server.py"):
         (folder / "server" / name).write_text((ECHO_SERVER / name).read_text())
     command = f'command = ["{sys.executable}", "server.py"]' if provider == "local" else ""
-    (folder / "env.toml").write_text(textwrap.dedent(f"""
+    (folder / "env.toml").write_text(
+        textwrap.dedent(f"""
         name = "echo"
         [[apps]]
         name = "echo"
@@ -219,9 +262,11 @@ def echo_bundle(root: Path, provider: str) -> Path:
         {command}
         [roles.agent]
         tools = ["*"]
-        """))
+        """)
+    )
     (root / "tasks").mkdir()
-    (root / "tasks" / "t.toml").write_text(textwrap.dedent("""
+    (root / "tasks" / "t.toml").write_text(
+        textwrap.dedent("""
         id = "hold"
         [[steps]]
         id = "echo"
@@ -232,7 +277,8 @@ def echo_bundle(root: Path, provider: str) -> Path:
         type = "sleep"
         depends_on = ["echo"]
         config = { seconds = 120 }
-        """))
+        """)
+    )
     return root
 
 
@@ -254,6 +300,7 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
     bundle = echo_bundle(tmp_path / "b", provider)
     handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
     try:
+
         async def deployed():
             state = await runner.query_state(handle)
             assert state.steps["echo"].status != "failed", state.steps["echo"]
@@ -265,11 +312,13 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
         url = outputs["sandboxes"][0]["url"]
         async with httpx2.AsyncClient(timeout=10) as http:
             for headers in [{}, {"authorization": "Bearer aes_guessed"}, {"authorization": b"Bearer \xff"}]:
-                answer = await http.post(f"{url}/mcp", json=tool_call("echo", {"text": "hi"}),
-                                         headers={**MCP_HEADERS, **headers})
+                answer = await http.post(
+                    f"{url}/mcp", json=tool_call("echo", {"text": "hi"}), headers={**MCP_HEADERS, **headers}
+                )
                 assert answer.status_code == 401, headers
-                assert (await http.post(f"{url}/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **headers})
-                        ).status_code == 401
+                assert (
+                    await http.post(f"{url}/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **headers})
+                ).status_code == 401
         instance = f"{handle.id}.echo"
         async with embedded_gateway.connect(settings) as admin:
             token = await admin.token(instance, "agent")

@@ -22,8 +22,12 @@ from agentenv.gateway.client import GatewayRefused
 
 EVIL_HOST = "evil.example:4444"
 MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-              "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 
 
 class Gate:
@@ -86,8 +90,13 @@ async def desk(tmp_path):
 @pytest.fixture
 async def gated(tmp_path):
     Gate.reset()
-    spec = {"id": "g", "run_id": "run-g", "apps": [{"app": f"{__name__}:Gated"}],
-            "roles": {"agent": {"tools": ["*"]}}, "agents": {"a": "agent", "b": "agent"}}
+    spec = {
+        "id": "g",
+        "run_id": "run-g",
+        "apps": [{"app": f"{__name__}:Gated"}],
+        "roles": {"agent": {"tools": ["*"]}},
+        "agents": {"a": "agent", "b": "agent"},
+    }
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         await admin.put_instance(spec)
         try:
@@ -96,13 +105,19 @@ async def gated(tmp_path):
             Gate.opened.set()
 
 
-async def raw_request(base: str, method: str, path: str, headers: list[tuple[bytes, bytes]],
-                      body: object = None) -> tuple[int, str]:
+async def raw_request(
+    base: str, method: str, path: str, headers: list[tuple[bytes, bytes]], body: object = None
+) -> tuple[int, str]:
     """One request over a bare socket, header bytes exactly as given (clients refuse to send some)."""
     host, port = base.removeprefix("http://").split(":")
     data = json.dumps(body).encode() if body is not None else b""
-    head = [f"{method} {path} HTTP/1.1".encode(), f"host: {host}:{port}".encode(), b"connection: close",
-            b"content-type: application/json", f"content-length: {len(data)}".encode()]
+    head = [
+        f"{method} {path} HTTP/1.1".encode(),
+        f"host: {host}:{port}".encode(),
+        b"connection: close",
+        b"content-type: application/json",
+        f"content-length: {len(data)}".encode(),
+    ]
     head += [name + b": " + value for name, value in headers]
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
@@ -120,9 +135,11 @@ def bearer(token: str) -> dict[str, str]:
 
 async def state_of(admin) -> dict:
     """What a refused request must not have changed: instances, desk-1's data, its trajectory."""
-    return {"instances": sorted(i["id"] for i in (await admin._json("GET", "/admin/instances"))["instances"]),
-            "data": await admin.data("desk-1", "data/get"),
-            "trajectory": len(await admin.trajectory("desk-1"))}
+    return {
+        "instances": sorted(i["id"] for i in (await admin._json("GET", "/admin/instances"))["instances"]),
+        "data": await admin.data("desk-1", "data/get"),
+        "trajectory": len(await admin.trajectory("desk-1")),
+    }
 
 
 def every_endpoint_family(gateway, sam: str) -> list[tuple[str, str, dict | None, dict]]:
@@ -140,7 +157,12 @@ def every_endpoint_family(gateway, sam: str) -> list[tuple[str, str, dict | None
         ("DELETE", "/admin/instances/desk-1", None, admin),
         ("PUT", "/admin/instances/forged", {"id": "forged", "apps": [{"app": "notes"}]}, admin),
         ("GET", "/admin/instances/desk-1/tokens/sam", None, admin),
-        ("POST", "/admin/instances/desk-1/call", {"tool": "create_ticket", "arguments": args, "role": "support"}, admin),
+        (
+            "POST",
+            "/admin/instances/desk-1/call",
+            {"tool": "create_ticket", "arguments": args, "role": "support"},
+            admin,
+        ),
         ("GET", "/admin/agents", None, admin),
         ("GET", "/agents/someone/.well-known/agent-card.json", None, {}),
         ("POST", "/agents/someone/", {"jsonrpc": "2.0", "id": 1, "method": "message/send"}, admin),
@@ -181,10 +203,14 @@ async def test_the_configured_public_url_is_this_servers_name(tmp_path):
             admin = bearer(gateway.admin_token)
             named = {**admin, "host": "gw.example.org", "origin": "https://gw.example.org"}
             assert (await http.get("/admin/instances", headers=named)).status_code == 200
-            assert (await http.get("/admin/instances", headers={**admin, "host": "gw.example.org.evil.example"})
-                    ).status_code == 421
-            assert (await http.get("/admin/instances", headers={**admin, "host": "gw.example.org",
-                                                                "origin": "https://evil.example"})).status_code == 403
+            assert (
+                await http.get("/admin/instances", headers={**admin, "host": "gw.example.org.evil.example"})
+            ).status_code == 421
+            assert (
+                await http.get(
+                    "/admin/instances", headers={**admin, "host": "gw.example.org", "origin": "https://evil.example"}
+                )
+            ).status_code == 403
     finally:
         server.should_exit = True
         await task
@@ -215,24 +241,34 @@ async def test_a_cross_site_simple_body_is_refused(desk):
     before = await state_of(admin)
     reset = b'{"jsonrpc": "2.0", "id": 1, "method": "data/reset"}'
     async with httpx2.AsyncClient(base_url=base) as http:
-        for ctype in ("text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
-                      "multipart/form-data; boundary=x"):
-            answer = await http.post("/envs/desk-1/agentenv", content=reset,
-                                     headers={**bearer(gateway.admin_token), "content-type": ctype})
+        for ctype in (
+            "text/plain",
+            "text/plain;charset=UTF-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+        ):
+            answer = await http.post(
+                "/envs/desk-1/agentenv", content=reset, headers={**bearer(gateway.admin_token), "content-type": ctype}
+            )
             assert answer.status_code == 415 and "application/json" in answer.json()["error"], answer.text
         ticket = b'{"customer_email": "x@example.com", "subject": "s", "description": "d"}'
-        answer = await http.post("/envs/desk-1/tools/create_ticket", content=ticket,
-                                 headers={**bearer(sam), "content-type": "text/plain"})
+        answer = await http.post(
+            "/envs/desk-1/tools/create_ticket", content=ticket, headers={**bearer(sam), "content-type": "text/plain"}
+        )
         assert answer.status_code == 415
-        answer = await http.delete("/admin/instances/desk-1",
-                                   headers={**bearer(gateway.admin_token), "content-type": "text/plain"})
+        answer = await http.delete(
+            "/admin/instances/desk-1", headers={**bearer(gateway.admin_token), "content-type": "text/plain"}
+        )
         assert answer.status_code == 415
     assert await state_of(admin) == before
     # what the clients send is still accepted: JSON, and a snapshot's tar
     await admin.restore("desk-1", await admin.snapshot("desk-1"))
     async with httpx2.AsyncClient(base_url=base) as http:
-        tar = await http.put("/admin/instances/desk-1/snapshot", content=await admin.snapshot("desk-1"),
-                             headers={**bearer(gateway.admin_token), "content-type": "application/x-tar"})
+        tar = await http.put(
+            "/admin/instances/desk-1/snapshot",
+            content=await admin.snapshot("desk-1"),
+            headers={**bearer(gateway.admin_token), "content-type": "application/x-tar"},
+        )
         assert tar.status_code == 200, tar.text
 
 
@@ -255,13 +291,17 @@ async def test_malformed_credentials_get_401_or_403_never_a_traceback(desk, serv
     never a 500, nothing in the server's log; the gateway keeps serving."""
     gateway, base, admin = desk
     before = await state_of(admin)
-    paths = [("POST", "/envs/desk-1/mcp", INITIALIZE), ("GET", "/envs/desk-1/tools", None),
-             ("POST", "/envs/desk-1/tools/get_order", {"order_id": "ORD-1001"}),
-             ("GET", "/envs/desk-1/.well-known/agent-env.json", None),
-             ("POST", "/envs/desk-1/agentenv", {"jsonrpc": "2.0", "id": 1, "method": "data/reset"}),
-             ("GET", "/admin/instances", None), ("DELETE", "/admin/instances/desk-1", None),
-             ("GET", "/admin/instances/desk-1/tokens/sam", None),
-             ("POST", "/agents/someone/", {"jsonrpc": "2.0", "id": 1, "method": "message/send"})]
+    paths = [
+        ("POST", "/envs/desk-1/mcp", INITIALIZE),
+        ("GET", "/envs/desk-1/tools", None),
+        ("POST", "/envs/desk-1/tools/get_order", {"order_id": "ORD-1001"}),
+        ("GET", "/envs/desk-1/.well-known/agent-env.json", None),
+        ("POST", "/envs/desk-1/agentenv", {"jsonrpc": "2.0", "id": 1, "method": "data/reset"}),
+        ("GET", "/admin/instances", None),
+        ("DELETE", "/admin/instances/desk-1", None),
+        ("GET", "/admin/instances/desk-1/tokens/sam", None),
+        ("POST", "/agents/someone/", {"jsonrpc": "2.0", "id": 1, "method": "message/send"}),
+    ]
     for value in MALFORMED:
         for method, path, body in paths:
             headers = [(b"authorization", value), (b"accept", MCP_ACCEPT["accept"].encode())]
@@ -302,9 +342,12 @@ async def test_role_tokens_of_other_instances_and_runs_are_refused(desk):
     assert current != old_run, "a new run of the same instance id has new tokens"
     async with httpx2.AsyncClient(base_url=base) as http:
         for token in (other_instance, old_run):
-            for method, path, body in [("POST", "/envs/desk-1/mcp", INITIALIZE), ("GET", "/envs/desk-1/tools", None),
-                                       ("POST", "/envs/desk-1/tools/list_tickets", {}),
-                                       ("GET", "/envs/desk-1/.well-known/agent-env.json", None)]:
+            for method, path, body in [
+                ("POST", "/envs/desk-1/mcp", INITIALIZE),
+                ("GET", "/envs/desk-1/tools", None),
+                ("POST", "/envs/desk-1/tools/list_tickets", {}),
+                ("GET", "/envs/desk-1/.well-known/agent-env.json", None),
+            ]:
                 answer = await http.request(method, path, json=body, headers={**bearer(token), **MCP_ACCEPT})
                 assert answer.status_code == 403, (path, answer.text)
         assert (await http.get("/envs/desk-1/tools", headers=bearer(current))).status_code == 200
@@ -319,19 +362,24 @@ async def test_credentials_only_open_their_own_doors(desk):
     before = await state_of(admin)
     async with httpx2.AsyncClient(base_url=base) as http:
         for method, path, body in [
-                ("POST", "/envs/desk-1/agentenv", {"jsonrpc": "2.0", "id": 1, "method": "data/reset"}),
-                ("GET", "/admin/instances", None), ("DELETE", "/admin/instances/desk-1", None),
-                ("GET", "/admin/instances/desk-1/tokens/lee", None),
-                ("PUT", "/admin/instances/desk-1/roles/support", {"tools": ["*", "issue_refund"]}),
-                ("PUT", "/admin/instances/desk-1/agents/sam", {"role": "billing_lead"}),
-                ("POST", "/admin/instances/desk-1/call", {"tool": "issue_refund", "role": "billing_lead",
-                                                          "arguments": {}}),
-                ("GET", "/admin/instances/desk-1/snapshot", None), ("GET", "/admin/agents", None),
-                ("POST", "/agents/someone/", {"jsonrpc": "2.0", "id": 1, "method": "message/send"})]:
+            ("POST", "/envs/desk-1/agentenv", {"jsonrpc": "2.0", "id": 1, "method": "data/reset"}),
+            ("GET", "/admin/instances", None),
+            ("DELETE", "/admin/instances/desk-1", None),
+            ("GET", "/admin/instances/desk-1/tokens/lee", None),
+            ("PUT", "/admin/instances/desk-1/roles/support", {"tools": ["*", "issue_refund"]}),
+            ("PUT", "/admin/instances/desk-1/agents/sam", {"role": "billing_lead"}),
+            ("POST", "/admin/instances/desk-1/call", {"tool": "issue_refund", "role": "billing_lead", "arguments": {}}),
+            ("GET", "/admin/instances/desk-1/snapshot", None),
+            ("GET", "/admin/agents", None),
+            ("POST", "/agents/someone/", {"jsonrpc": "2.0", "id": 1, "method": "message/send"}),
+        ]:
             answer = await http.request(method, path, json=body, headers=bearer(sam))
             assert answer.status_code in (401, 403), (method, path, answer.text)
-        for method, path, body in [("POST", "/envs/desk-1/mcp", INITIALIZE), ("GET", "/envs/desk-1/tools", None),
-                                   ("POST", "/envs/desk-1/tools/list_tickets", {})]:
+        for method, path, body in [
+            ("POST", "/envs/desk-1/mcp", INITIALIZE),
+            ("GET", "/envs/desk-1/tools", None),
+            ("POST", "/envs/desk-1/tools/list_tickets", {}),
+        ]:
             answer = await http.request(method, path, json=body, headers={**bearer(gateway.admin_token), **MCP_ACCEPT})
             assert answer.status_code == 403, (path, answer.text)
     assert await state_of(admin) == before
@@ -352,8 +400,9 @@ async def test_one_agent_holding_its_calls_does_not_slow_another(gated, server_e
     assert cap == 32, "the default"
     a, b = await admin.token("g", "a"), await admin.token("g", "b")
     async with httpx2.AsyncClient(base_url=base, timeout=30) as http, mcp_client(base, "g", a, "legacy") as a_mcp:
-        held = [asyncio.create_task(http.post("/envs/g/tools/wait", json={}, headers=bearer(a)))
-                for _ in range(cap - 1)]
+        held = [
+            asyncio.create_task(http.post("/envs/g/tools/wait", json={}, headers=bearer(a))) for _ in range(cap - 1)
+        ]
         held.append(asyncio.create_task(a_mcp.call_tool("wait", {})))
         await wait_until(lambda: Gate.waiting == cap)
         over = await http.post("/envs/g/tools/ping", json={}, headers=bearer(a))
@@ -368,8 +417,9 @@ async def test_one_agent_holding_its_calls_does_not_slow_another(gated, server_e
         Gate.opened.set()
         answers = await asyncio.gather(*held)
         assert [r.status_code for r in answers[:-1]] == [200] * (cap - 1) and not answers[-1].is_error
-        assert (await http.post("/envs/g/tools/ping", json={}, headers=bearer(a))).status_code == 200, \
+        assert (await http.post("/envs/g/tools/ping", json={}, headers=bearer(a))).status_code == 200, (
             "the slots are given back"
+        )
     assert not server_errors, [r.getMessage() for r in server_errors]
 
 
@@ -392,15 +442,18 @@ async def test_one_agent_cannot_hoard_mcp_sessions(gated):
         assert (await open_session(http, b)).status_code == 200, "B is not affected"
         async with mcp_client(base, "g", b, "legacy") as b_mcp:
             assert not (await b_mcp.call_tool("ping", {})).is_error
-        ended = await http.delete("/envs/g/mcp", headers={**bearer(a), **MCP_ACCEPT,
-                                                          "mcp-session-id": opened[0].headers["mcp-session-id"]})
+        ended = await http.delete(
+            "/envs/g/mcp", headers={**bearer(a), **MCP_ACCEPT, "mcp-session-id": opened[0].headers["mcp-session-id"]}
+        )
         assert ended.status_code == 200, ended.text
         assert (await open_session(http, a)).status_code == 200, "an ended session frees its place"
         # requests within an open session are never counted as new sessions
         sid = opened[1].headers["mcp-session-id"]
-        listed = await http.post("/envs/g/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-                                 headers={**bearer(a), **MCP_ACCEPT, "mcp-session-id": sid,
-                                          "mcp-protocol-version": "2025-06-18"})
+        listed = await http.post(
+            "/envs/g/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={**bearer(a), **MCP_ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"},
+        )
         assert listed.status_code == 200 and "wait" in listed.text
 
 
@@ -408,17 +461,30 @@ async def test_one_agent_cannot_hold_every_stream(tmp_path):
     """Agent A opens long-lived MCP streams (GET event streams) up to its cap of open MCP requests: its
     next MCP request is refused (429), B's is served."""
     Gate.reset()
-    spec = {"id": "g", "apps": [{"app": f"{__name__}:Gated"}], "roles": {"agent": {"tools": ["*"]}},
-            "agents": {"a": "agent", "b": "agent"}}
+    spec = {
+        "id": "g",
+        "apps": [{"app": f"{__name__}:Gated"}],
+        "roles": {"agent": {"tools": ["*"]}},
+        "agents": {"a": "agent", "b": "agent"},
+    }
     async with running_gateway(tmp_path / "gw", max_mcp_requests_per_agent=2) as (gateway, base, admin):
         await admin.put_instance(spec)
         a, b = await admin.token("g", "a"), await admin.token("g", "b")
         async with httpx2.AsyncClient(base_url=base, timeout=30) as http, contextlib.AsyncExitStack() as streams:
             for _ in range(2):
                 sid = (await open_session(http, a)).headers["mcp-session-id"]
-                stream = await streams.enter_async_context(http.stream(
-                    "GET", "/envs/g/mcp", headers={**bearer(a), "accept": "text/event-stream", "mcp-session-id": sid,
-                                                   "mcp-protocol-version": "2025-06-18"}))
+                stream = await streams.enter_async_context(
+                    http.stream(
+                        "GET",
+                        "/envs/g/mcp",
+                        headers={
+                            **bearer(a),
+                            "accept": "text/event-stream",
+                            "mcp-session-id": sid,
+                            "mcp-protocol-version": "2025-06-18",
+                        },
+                    )
+                )
                 assert stream.status_code == 200
             over = await open_session(http, a)
             assert over.status_code == 429 and "2 MCP requests open" in over.json()["error"], over.text
@@ -434,8 +500,11 @@ async def test_the_episodes_server_checks_its_door(settings, server_errors):
     admin = tokens.admin_token(tokens.load_or_create_key(settings.state_dir / "gateway" / "key"))
     port = free_port()
     # No lifespan: nothing here may reach an episode (a request that did would fail on the missing state).
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, worker=False), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings, worker=False), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+        )
+    )
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -443,19 +512,26 @@ async def test_the_episodes_server_checks_its_door(settings, server_errors):
         start = {"task": "refund", "trainer_agents": ["refunds"]}
         async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             auth = bearer(admin)
-            for method, path in [("POST", "/episodes"), ("POST", "/episodes/e1/next-turn"),
-                                 ("POST", "/episodes/e1/turns/t1/end"), ("POST", "/episodes/e1/abandon"),
-                                 ("GET", "/episodes/e1/result")]:
+            for method, path in [
+                ("POST", "/episodes"),
+                ("POST", "/episodes/e1/next-turn"),
+                ("POST", "/episodes/e1/turns/t1/end"),
+                ("POST", "/episodes/e1/abandon"),
+                ("GET", "/episodes/e1/result"),
+            ]:
                 body = start if path == "/episodes" else {"response": "x"}
                 forged = await http.request(method, path, json=body, headers={**auth, "host": EVIL_HOST})
                 assert forged.status_code == 421, (path, forged.text)
                 cross = await http.request(method, path, json=body, headers={**auth, "origin": "http://evil.example"})
                 assert cross.status_code == 403, (path, cross.text)
                 for value in MALFORMED + [b"Bearer aet_x"]:
-                    status, text = await raw_request(f"http://127.0.0.1:{port}", method, path,
-                                                     [(b"authorization", value)], body)
+                    status, text = await raw_request(
+                        f"http://127.0.0.1:{port}", method, path, [(b"authorization", value)], body
+                    )
                     assert status == 401, (value[:40], path, text)
-            plain = await http.post("/episodes", content=b'{"task": "refund"}', headers={**auth, "content-type": "text/plain"})
+            plain = await http.post(
+                "/episodes", content=b'{"task": "refund"}', headers={**auth, "content-type": "text/plain"}
+            )
             assert plain.status_code == 415
             # the door itself lets the admin in: a bad body is the handler's 400 (no episode is started)
             bad = await http.post("/episodes", json={"task": "refund"}, headers=auth)
@@ -498,8 +574,9 @@ async def test_a_hidden_tool_stays_out_of_reach_on_every_path(desk):
         assert plane.status_code in (401, 403)
     async with mcp_client(base, "desk-1", sam, headers=spoof) as mcp:
         assert "issue_refund" not in {t.name for t in (await mcp.list_tools()).tools}
-        result = await mcp.call_tool("issue_refund", refund, meta={"agentenv.io/role": "billing_lead",
-                                                                   "agentenv.io/agent": "lee"})
+        result = await mcp.call_tool(
+            "issue_refund", refund, meta={"agentenv.io/role": "billing_lead", "agentenv.io/agent": "lee"}
+        )
         assert result.is_error
     order = await admin.call_as("desk-1", "get_order", {"order_id": "ORD-1001"}, role="billing_lead")
     assert order["result"]["refunds"] == [], "no refund was made"

@@ -32,7 +32,7 @@ from agentenv.stores.secrets import MissingSecret
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
 # An SDK agent that writes its whole environment to $DUMP (outside the state dir) before it serves.
-PROBE = '''
+PROBE = """
 import json
 import os
 
@@ -51,14 +51,15 @@ class Probe(Agent):
 
 
 serve(Probe(), os.environ["HOST"], int(os.environ["PORT"]))
-'''
+"""
 
 
 def canaries(monkeypatch) -> dict[str, str]:
     """Credentials the worker holds (the session's worker runs in this process, so it sees these)."""
-    values = {var: f"canary-{var.lower()}-{os.urandom(6).hex()}"
-              for var in ("AGENTENV_SECRET_CANARY", "TEMPORAL_API_KEY", "AWS_SECRET_ACCESS_KEY",
-                          "OPENAI_API_KEY")}
+    values = {
+        var: f"canary-{var.lower()}-{os.urandom(6).hex()}"
+        for var in ("AGENTENV_SECRET_CANARY", "TEMPORAL_API_KEY", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY")
+    }
     for var, value in values.items():
         monkeypatch.setenv(var, value)
     return values
@@ -70,12 +71,16 @@ def write_probe(root: Path, dump: Path, env: dict[str, str], *, start: str = "")
     folder.mkdir(parents=True)
     (folder / "agent.py").write_text(PROBE.replace("{start}", start))
     declared = {"DUMP": str(dump), **env}
-    (folder / "agent.toml").write_text(textwrap.dedent(f"""
+    (folder / "agent.toml").write_text(
+        textwrap.dedent(f"""
         type = "a2a"
         [config.sandbox]
-        command = ["{sys.executable}", "{folder / 'agent.py'}"]
+        command = ["{sys.executable}", "{folder / "agent.py"}"]
         provider = "local"
-        """) + "[config.sandbox.env]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in declared.items()))
+        """)
+        + "[config.sandbox.env]\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in declared.items())
+    )
     return root
 
 
@@ -101,8 +106,8 @@ async def run(client, settings, task: Path, timeout: float = 120):
 
 # -- what a sandbox's environment holds --
 
-async def test_a_local_sandbox_gets_none_of_the_workers_credentials(client, settings, worker, tmp_path,
-                                                                    monkeypatch):
+
+async def test_a_local_sandbox_gets_none_of_the_workers_credentials(client, settings, worker, tmp_path, monkeypatch):
     """Attack: an agent in a `local` sandbox dumps its environment to harvest the worker's credentials
     (AGENTENV_SECRET_*, TEMPORAL_API_KEY, cloud keys) and the model key it was never given."""
     planted = canaries(monkeypatch)
@@ -129,8 +134,9 @@ async def test_a_command_run_in_a_local_sandbox_sees_its_env_not_the_workers(set
     environment instead of the sandbox's."""
     planted = canaries(monkeypatch)
     declared = f"declared-{os.urandom(4).hex()}"
-    spec = SandboxSpec(name="exec-env", run_id="secrets-exec", command=["sleep", "30"], port=8000,
-                       env={"DECLARED": declared})
+    spec = SandboxSpec(
+        name="exec-env", run_id="secrets-exec", command=["sleep", "30"], port=8000, env={"DECLARED": declared}
+    )
     provider, box = await registry.create("local", spec, settings)
     try:
         done = await box.exec(["env"])
@@ -144,17 +150,26 @@ async def test_a_command_run_in_a_local_sandbox_sees_its_env_not_the_workers(set
 
 # -- secret references in a sandbox's env --
 
+
 def test_sandbox_env_values_may_be_secret_references():
     """Attack on the spec: a malformed reference (`secret:` with a path, a bad variable name) slips
     through and resolves to something unexpected, or overrides where the sandbox serves."""
+
     def box(env):
-        return AgentRecord.model_validate({"name": "a", "type": "a2a", "config": {"sandbox": {
-            "command": ["x"], "env": env}}}).typed_config().sandbox
+        return (
+            AgentRecord.model_validate(
+                {"name": "a", "type": "a2a", "config": {"sandbox": {"command": ["x"], "env": env}}}
+            )
+            .typed_config()
+            .sandbox
+        )
 
     assert box({"API_KEY": "secret:openai"}).env == {"API_KEY": "secret:openai"}, "kept as a reference"
-    for env, message in [({"API_KEY": "secret:../secrets.json"}, "not a valid secret reference"),
-                         ({"BAD-NAME": "x"}, "not a variable name"),
-                         ({"PORT": "1"}, "set by the provider")]:
+    for env, message in [
+        ({"API_KEY": "secret:../secrets.json"}, "not a valid secret reference"),
+        ({"BAD-NAME": "x"}, "not a variable name"),
+        ({"PORT": "1"}, "set by the provider"),
+    ]:
         with pytest.raises(ValueError, match=message):
             box(env)
 
@@ -170,14 +185,19 @@ def test_a_missing_sandbox_secret_fails_when_the_run_is_planned(settings, tmp_pa
     assert "agent-env secrets set never-set" in e.value.fix and "AGENTENV_SECRET_NEVER_SET" in e.value.fix
 
 
-async def test_a_sandbox_that_prints_its_key_does_not_put_it_in_the_error(client, settings, worker, tmp_path,
-                                                                        monkeypatch):
+async def test_a_sandbox_that_prints_its_key_does_not_put_it_in_the_error(
+    client, settings, worker, tmp_path, monkeypatch
+):
     """Attack: a hostile agent prints the key it was given and dies at start, so that the deploy's error
     (which quotes its last output) carries the key into the run's history."""
     value = f"sk-printed-{os.urandom(6).hex()}"
     monkeypatch.setenv("AGENTENV_SECRET_PRINTED", value)
-    root = write_probe(tmp_path / "b", tmp_path / "env.json", {"API_KEY": "secret:printed"},
-                       start='print("my key is", os.environ["API_KEY"], flush=True); raise SystemExit(1)')
+    root = write_probe(
+        tmp_path / "b",
+        tmp_path / "env.json",
+        {"API_KEY": "secret:printed"},
+        start='print("my key is", os.environ["API_KEY"], flush=True); raise SystemExit(1)',
+    )
     state = await run(client, settings, write_task(root, DEPLOY_PROBE))
     assert state.status is RunStatus.ERROR
     error = state.steps["probe"].error
@@ -188,13 +208,16 @@ async def test_a_sandbox_that_prints_its_key_does_not_put_it_in_the_error(client
 
 # -- the history scan --
 
+
 def refund_with_probe(root: Path, dump: Path) -> Path:
     """The refund cookbook (a model-driven agent and a judge: `secret:test-model`) plus agent `probe`,
     whose sandbox's API_KEY is `secret:sandbox-canary`."""
     shutil.copytree(BUILTIN_ROOT / "refund", root)
     write_probe(root, dump, {"API_KEY": "secret:sandbox-canary"})
     task = root / "tasks" / "refund.toml"
-    task.write_text(task.read_text() + textwrap.dedent("""
+    task.write_text(
+        task.read_text()
+        + textwrap.dedent("""
 
         [[steps]]
         id = "probe"
@@ -207,7 +230,8 @@ def refund_with_probe(root: Path, dump: Path) -> Path:
         type = "prompt_agent"
         depends_on = ["probe"]
         config = { agent = "probe", prompt = "are you there?", turn_deadline = "30s" }
-        """))
+        """)
+    )
     return task
 
 
@@ -221,9 +245,24 @@ def cli(*args: str) -> str:
 def temporal_history(settings, run_id: str) -> str:
     from agentenv.temporal.server import binary_path
 
-    done = subprocess.run([str(binary_path()), "workflow", "show", "--workflow-id", run_id, "--output", "json",
-                           "--address", settings.address, "--namespace", settings.temporal.namespace],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            str(binary_path()),
+            "workflow",
+            "show",
+            "--workflow-id",
+            run_id,
+            "--output",
+            "json",
+            "--address",
+            settings.address,
+            "--namespace",
+            settings.temporal.namespace,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.dumps(decoded(json.loads(done.stdout)))
 
@@ -243,14 +282,19 @@ def files_holding(root: Path, values: list[str]) -> list[str]:
     """Every file under `root` (text or binary: stores, databases, logs) that contains one of `values`. In
     another process: closing a descriptor of a SQLite file drops this process's locks on it (the
     in-process worker's stores are open here), which would corrupt the database."""
-    done = subprocess.run(["grep", "-r", "-l", "-a", "-F", *[a for v in values for a in ("-e", v)], str(root)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["grep", "-r", "-l", "-a", "-F", *[a for v in values for a in ("-e", v)], str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode in (0, 1), done.stderr  # 1: nothing found
     return done.stdout.splitlines()
 
 
-async def test_no_secret_value_reaches_history_records_trajectories_or_logs(client, settings, worker, tmp_path,
-                                                                             monkeypatch, caplog):
+async def test_no_secret_value_reaches_history_records_trajectories_or_logs(
+    client, settings, worker, tmp_path, monkeypatch, caplog
+):
     """Attack (the history scan): anyone who can read the Temporal UI, the run store, a trajectory export
     or a log file harvests the model's API key and the keys given to sandboxes."""
     sandbox_key = f"sk-sandbox-{os.urandom(8).hex()}"
@@ -269,8 +313,12 @@ async def test_no_secret_value_reaches_history_records_trajectories_or_logs(clie
     record, trajectory = cli("runs", "show", state.run_id, "--json"), cli("runs", "trajectory", state.run_id, "--jsonl")
     assert json.loads(record)["run_id"] == state.run_id and '"tool"' in trajectory
     logs = "\n".join(r.getMessage() for r in caplog.records)
-    for where, text in [("Temporal history", history), ("the run record", record),
-                        ("the trajectory", trajectory), ("the worker's log", logs)]:
+    for where, text in [
+        ("Temporal history", history),
+        ("the run record", record),
+        ("the trajectory", trajectory),
+        ("the worker's log", logs),
+    ]:
         for value in secrets:
             assert value not in text, f"a secret value is in {where}"
     home = Path(os.environ["AGENTENV_HOME"])

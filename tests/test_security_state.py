@@ -45,15 +45,21 @@ def open_to_others(root: Path) -> list[str]:
 
 # -- 1. the state dir is this user's alone --
 
+
 def test_state_dir_and_everything_a_run_writes_are_private(tmp_path):
     """Attack: another local user reads the secret file, the gateway key (and so forges admin and agent
     tokens), run records or daemon logs from a group/world-readable state dir."""
     home = tmp_path / "home"
     home.mkdir(mode=0o755)  # an existing state dir, made too open (by hand, or by an older version)
     os.chmod(home, 0o755)
-    env = {**os.environ, "AGENTENV_HOME": str(home), "AGENTENV_SERVER_PORT": str(free_port()),
-           "AGENTENV_UI_PORT": str(free_port()), "AGENTENV_GATEWAY_PORT": str(free_port()),
-           "AGENTENV_TASK_QUEUE": "agentenv-security-tests"}
+    env = {
+        **os.environ,
+        "AGENTENV_HOME": str(home),
+        "AGENTENV_SERVER_PORT": str(free_port()),
+        "AGENTENV_UI_PORT": str(free_port()),
+        "AGENTENV_GATEWAY_PORT": str(free_port()),
+        "AGENTENV_TASK_QUEUE": "agentenv-security-tests",
+    }
     old_umask = os.umask(0o022)  # the usual shell umask: our processes must not depend on it
     try:
         assert cli("secrets", "set", "api", "--value", "s3cret", env=env).returncode == 0
@@ -113,14 +119,22 @@ def test_concurrent_cli_secret_writers_lose_nothing(tmp_path):
     """The same race through the real `agent-env secrets set` command, a dozen at once."""
     env = {**os.environ, "AGENTENV_HOME": str(tmp_path / "home")}
     names = [f"cli-{i}" for i in range(12)]
-    procs = [subprocess.Popen([AGENT_ENV, "secrets", "set", n, "--value", f"v-{n}"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in names]
+    procs = [
+        subprocess.Popen(
+            [AGENT_ENV, "secrets", "set", n, "--value", f"v-{n}"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for n in names
+    ]
     assert [p.wait(60) for p in procs] == [0] * len(names)
     store = SecretStore(tmp_path / "home")
     assert store.names() == sorted(names) and all(store.get(n) == f"v-{n}" for n in names)
 
 
 # -- 3. the gateway key --
+
 
 def test_a_broken_gateway_key_is_an_error_naming_the_fix(tmp_path):
     """Attack: the key file is emptied or truncated (a full disk, a careless edit, a hostile process), and
@@ -161,6 +175,7 @@ def test_the_cli_refuses_an_empty_gateway_key(tmp_path):
 
 # -- 4. the reaper and other installs --
 
+
 def other_install(settings: Settings) -> Settings:
     """An install sharing this one's machine (state dir, Docker daemon) but not its Temporal."""
     return settings.model_copy(update={"temporal": TemporalSettings(address="127.0.0.1:1", namespace="theirs")})
@@ -181,7 +196,9 @@ async def test_the_reaper_leaves_other_installs_sandboxes_alone(tmp_path, client
     try:
         verdicts = await reap(ours, client)  # our Temporal has never heard of their run
         assert {v.sandbox.id: v.reason for v in verdicts} == {
-            "ours-expired": "past its TTL", "ours-orphan": "its run is unknown to Temporal"}
+            "ours-expired": "past its TTL",
+            "ours-orphan": "its run is unknown to Temporal",
+        }
         assert await reap(ours, None, everything=True) == [], "--all is ours only"
         left = {b.id: b.status for b in await registry.load("local", theirs).list()}
         assert left == {"theirs-expired": "running", "theirs-live": "running"}
@@ -197,14 +214,19 @@ async def test_the_reaper_leaves_other_installs_containers_alone(docker_client, 
     ours, theirs = Settings(state_dir=tmp_path / "ours"), Settings(state_dir=tmp_path / "theirs")
     tag = os.urandom(3).hex()
     sleep = ["sleep", "60"]
-    await registry.create("docker", SandboxSpec(name=f"sec-{tag}-ours", run_id="gone", image=BASE_IMAGE,
-                                                command=sleep), ours)
-    await registry.create("docker", SandboxSpec(name=f"sec-{tag}-theirs", run_id="gone", image=BASE_IMAGE,
-                                                command=sleep, ttl=0.01), theirs)
+    await registry.create(
+        "docker", SandboxSpec(name=f"sec-{tag}-ours", run_id="gone", image=BASE_IMAGE, command=sleep), ours
+    )
+    await registry.create(
+        "docker",
+        SandboxSpec(name=f"sec-{tag}-theirs", run_id="gone", image=BASE_IMAGE, command=sleep, ttl=0.01),
+        theirs,
+    )
     try:
         with pytest.raises(AgentEnvError, match="this agentenv install did not start"):
-            await registry.create("docker", SandboxSpec(name=f"sec-{tag}-theirs", run_id="gone", image=BASE_IMAGE,
-                                                        command=sleep), ours)
+            await registry.create(
+                "docker", SandboxSpec(name=f"sec-{tag}-theirs", run_id="gone", image=BASE_IMAGE, command=sleep), ours
+            )
         verdicts = await reap(ours, client)
         assert [v.sandbox.name for v in verdicts if v.doomed] == [f"sec-{tag}-ours"]  # its run is unknown
         assert [b.name for b in await registry.load("docker", theirs).list()] == [f"sec-{tag}-theirs"]

@@ -65,14 +65,25 @@ def test_stale_pidfile_is_replaced(own_settings, pidfile):
         paths.pidfile.write_text("{not json")
     else:
         pid = _dead_pid() if pidfile == "dead" else 1  # pid 1 is alive but is not our server
-        paths.pidfile.write_text(json.dumps({"pid": pid, "ip": "127.0.0.1", "port": own_settings.server.port,
-                                             "log": str(paths.log), "started_at": 0,
-                                             "extra": {"ui_port": None, "db": str(paths.db)}}))
+        paths.pidfile.write_text(
+            json.dumps(
+                {
+                    "pid": pid,
+                    "ip": "127.0.0.1",
+                    "port": own_settings.server.port,
+                    "log": str(paths.log),
+                    "started_at": 0,
+                    "extra": {"ui_port": None, "db": str(paths.db)},
+                }
+            )
+        )
     assert server.status(own_settings).stale_pidfile
     notices = []
     info = server.start(own_settings, on_notice=notices.append)
-    assert notices and ("stale embedded Temporal server pidfile" in notices[0]
-                        or "unreadable embedded Temporal server pidfile" in notices[0])
+    assert notices and (
+        "stale embedded Temporal server pidfile" in notices[0]
+        or "unreadable embedded Temporal server pidfile" in notices[0]
+    )
     assert server.status(own_settings).running and info.pid != 1
 
 

@@ -98,17 +98,22 @@ def test_step_config_is_checked_against_its_type():
     msg = problems(task(step("v", type="check", config={"checks": [{"name": "x", "value": 1}]})))
     assert "step 'v'.config.checks[0]" in msg
     assert "exactly one operator" in msg
-    msg = problems(task(step("e", type="deploy_env"), step("w", type="call_tool", depends_on=["e"], config={"env": "e"})))
+    msg = problems(
+        task(step("e", type="deploy_env"), step("w", type="call_tool", depends_on=["e"], config={"env": "e"}))
+    )
     assert "step 'w'.config.tool: required field is missing" in msg
     msg = problems(task(step("s", type="sleep", config={"seconds": 1, "sconds": 2})))
     assert "step 's'.config.sconds: unknown field" in msg
 
 
 def test_templated_values_are_checked_when_they_resolve():
-    spec = parse_task(task(
-        step("a"),
-        step("s", type="sleep", depends_on=["a"], config={"seconds": "${steps.a.outputs.value}"}),
-    ), "x")
+    spec = parse_task(
+        task(
+            step("a"),
+            step("s", type="sleep", depends_on=["a"], config={"seconds": "${steps.a.outputs.value}"}),
+        ),
+        "x",
+    )
     assert spec.step("s").config["seconds"] == "${steps.a.outputs.value}"
 
 
@@ -118,8 +123,14 @@ def test_references_must_point_upstream():
     msg = problems(task(step("a"), step("b", depends_on=["a"], config={"value": "${steps.z.outputs.v}"})))
     assert "steps.z, which is not a step" in msg
     # transitive dependencies are fine
-    parse_task(task(step("a"), step("b", depends_on=["a"]),
-                    step("c", depends_on=["b"], config={"value": "${steps.a.outputs.value}"})), "x")
+    parse_task(
+        task(
+            step("a"),
+            step("b", depends_on=["a"]),
+            step("c", depends_on=["b"], config={"value": "${steps.a.outputs.value}"}),
+        ),
+        "x",
+    )
 
 
 def test_all_problems_are_reported_at_once():

@@ -32,7 +32,9 @@ def test_referenced_steps():
     assert referenced_steps({"x": ["${steps.a.outputs.n} ${steps.b.score}"], "y": "${run.id}"}) == {"a", "b"}
 
 
-@pytest.mark.parametrize("text,seconds", [("500ms", 0.5), ("30s", 30), ("5m", 300), ("1h30m", 5400), ("2d", 172800), (7, 7)])
+@pytest.mark.parametrize(
+    "text,seconds", [("500ms", 0.5), ("30s", 30), ("5m", 300), ("1h30m", 5400), ("2d", 172800), (7, 7)]
+)
 def test_durations(text, seconds):
     assert parse_duration(text).total_seconds() == seconds
 

@@ -48,14 +48,19 @@ async def test_hello_passes_with_score_one(run_task):
 
 async def test_independent_steps_run_concurrently(client, settings, worker, tmp_path):
     gate_a, gate_b = tmp_path / "a", tmp_path / "b"
-    spec = parse_task(task(
-        step("a", "wait_file", config={"path": str(gate_a)}),
-        step("b", "wait_file", config={"path": str(gate_b)}),
-        step("c", depends_on=["a", "b"], config={"value": "after both"}),
-    ), "x")
+    spec = parse_task(
+        task(
+            step("a", "wait_file", config={"path": str(gate_a)}),
+            step("b", "wait_file", config={"path": str(gate_b)}),
+            step("c", depends_on=["a", "b"], config={"value": "after both"}),
+        ),
+        "x",
+    )
     handle = await runner.start_run(client, settings, spec)
     # Both independent steps are running at the same time, and the dependent one waits for both.
-    state = await wait_for_state(handle, lambda s: s.steps["a"].status == "running" and s.steps["b"].status == "running")
+    state = await wait_for_state(
+        handle, lambda s: s.steps["a"].status == "running" and s.steps["b"].status == "running"
+    )
     assert state.steps["c"].status is StepStatus.PENDING
     gate_a.touch()
     state = await wait_for_state(handle, lambda s: s.steps["a"].status == "succeeded")
@@ -67,24 +72,35 @@ async def test_independent_steps_run_concurrently(client, settings, worker, tmp_
 
 
 async def test_outputs_flow_to_later_steps(run_task):
-    state = await run_task(task(
-        step("a", config={"value": {"n": 2, "names": ["Ada", "Alan"]}}),
-        step("b", depends_on=["a"], config={"value": "first: ${steps.a.outputs.value.names.0}"}),
-        check("v", ["a", "b"],
-              {"name": "typed", "value": "${steps.a.outputs.value.n}", "equals": 2},
-              {"name": "text", "value": "${steps.b.outputs.value}", "equals": "first: Ada"},
-              {"name": "run id", "value": "${run.id}", "matches": "^t-"}),
-    ))
+    state = await run_task(
+        task(
+            step("a", config={"value": {"n": 2, "names": ["Ada", "Alan"]}}),
+            step("b", depends_on=["a"], config={"value": "first: ${steps.a.outputs.value.names.0}"}),
+            check(
+                "v",
+                ["a", "b"],
+                {"name": "typed", "value": "${steps.a.outputs.value.n}", "equals": 2},
+                {"name": "text", "value": "${steps.b.outputs.value}", "equals": "first: Ada"},
+                {"name": "run id", "value": "${run.id}", "matches": "^t-"},
+            ),
+        )
+    )
     assert state.status is RunStatus.PASSED, state
     assert state.steps["b"].outputs == {"value": "first: Ada"}
 
 
 async def test_low_score_fails_the_run_but_not_the_workflow(run_task):
-    state = await run_task(task(
-        step("a", config={"value": 3}),
-        check("v", ["a"], {"name": "is two", "value": "${steps.a.outputs.value}", "equals": 2},
-              {"name": "is odd", "value": "${steps.a.outputs.value}", "one_of": [1, 3]}),
-    ))
+    state = await run_task(
+        task(
+            step("a", config={"value": 3}),
+            check(
+                "v",
+                ["a"],
+                {"name": "is two", "value": "${steps.a.outputs.value}", "equals": 2},
+                {"name": "is odd", "value": "${steps.a.outputs.value}", "one_of": [1, 3]},
+            ),
+        )
+    )
     assert state.status is RunStatus.FAILED
     assert state.score == 0.5
     rows = {c.name: c for c in state.steps["v"].score.criteria}
@@ -92,11 +108,13 @@ async def test_low_score_fails_the_run_but_not_the_workflow(run_task):
 
 
 async def test_fail_policy_stops_the_run(run_task, tmp_path):
-    state = await run_task(task(
-        step("bad", "fail", config={"message": "the world is on fire"}),
-        step("slow", "wait_file", config={"path": str(tmp_path / "never")}),
-        step("after", depends_on=["bad"]),
-    ))
+    state = await run_task(
+        task(
+            step("bad", "fail", config={"message": "the world is on fire"}),
+            step("slow", "wait_file", config={"path": str(tmp_path / "never")}),
+            step("after", depends_on=["bad"]),
+        )
+    )
     assert state.status is RunStatus.ERROR
     assert state.error == "step 'bad' failed: the world is on fire"
     assert state.steps["bad"].status is StepStatus.FAILED
@@ -105,14 +123,16 @@ async def test_fail_policy_stops_the_run(run_task, tmp_path):
 
 
 async def test_continue_and_skip_dependents_policies(run_task):
-    state = await run_task(task(
-        step("tolerated", "fail", on_failure="continue"),
-        step("runs_anyway", depends_on=["tolerated"], config={"value": "${steps.tolerated.status}"}),
-        step("optional", "fail", on_failure="skip_dependents"),
-        step("skipped", depends_on=["optional"]),
-        step("skipped_too", depends_on=["skipped"]),
-        step("other_branch"),
-    ))
+    state = await run_task(
+        task(
+            step("tolerated", "fail", on_failure="continue"),
+            step("runs_anyway", depends_on=["tolerated"], config={"value": "${steps.tolerated.status}"}),
+            step("optional", "fail", on_failure="skip_dependents"),
+            step("skipped", depends_on=["optional"]),
+            step("skipped_too", depends_on=["skipped"]),
+            step("other_branch"),
+        )
+    )
     assert state.status is RunStatus.PASSED, "tolerated failures do not error the run"
     assert state.steps["runs_anyway"].outputs == {"value": "failed"}
     assert state.steps["skipped"].status is StepStatus.SKIPPED and "optional" in state.steps["skipped"].error
@@ -145,25 +165,39 @@ async def test_step_timeout_is_enforced(run_task, tmp_path):
 
 
 async def test_the_whole_run_has_a_time_limit(run_task):
-    state = await run_task({"id": "limited", "timeout": "1s", "steps": [
-        {"id": "quick", "type": "echo", "config": {"value": 1}},
-        {"id": "long", "type": "sleep", "depends_on": ["quick"], "config": {"seconds": 60}},
-        {"id": "after", "type": "echo", "depends_on": ["long"], "config": {"value": 2}},
-    ]}, timeout=30)
+    state = await run_task(
+        {
+            "id": "limited",
+            "timeout": "1s",
+            "steps": [
+                {"id": "quick", "type": "echo", "config": {"value": 1}},
+                {"id": "long", "type": "sleep", "depends_on": ["quick"], "config": {"seconds": 60}},
+                {"id": "after", "type": "echo", "depends_on": ["long"], "config": {"value": 2}},
+            ],
+        },
+        timeout=30,
+    )
     assert state.status is RunStatus.ERROR and state.error == "the run timed out (its limit is 1s)"
     assert [state.steps[s].status for s in ("quick", "long", "after")] == ["succeeded", "cancelled", "skipped"]
 
 
 async def test_bad_reference_at_run_time_fails_clearly(run_task):
-    state = await run_task(task(step("a", config={"value": 1}),
-                                step("b", depends_on=["a"], config={"value": "${steps.a.outputs.missing}"})))
+    state = await run_task(
+        task(
+            step("a", config={"value": 1}), step("b", depends_on=["a"], config={"value": "${steps.a.outputs.missing}"})
+        )
+    )
     assert state.status is RunStatus.ERROR
     assert "has no 'missing'" in state.steps["b"].error and "value" in state.steps["b"].error
 
 
 async def test_resolved_config_is_validated_by_the_step_type(run_task):
-    state = await run_task(task(step("a", config={"value": "soon"}),
-                                step("s", "sleep", depends_on=["a"], config={"seconds": "${steps.a.outputs.value}"})))
+    state = await run_task(
+        task(
+            step("a", config={"value": "soon"}),
+            step("s", "sleep", depends_on=["a"], config={"seconds": "${steps.a.outputs.value}"}),
+        )
+    )
     assert state.status is RunStatus.ERROR
     assert "config.seconds" in state.steps["s"].error
 
@@ -177,8 +211,14 @@ async def test_outputs_too_large_for_history_are_refused(run_task):
 async def test_query_cancel_and_records(client, settings, worker, tmp_path):
     from agentenv.stores import open_stores
 
-    spec = parse_task(task(step("w", "wait_file", config={"path": str(tmp_path / "never")}),
-                           step("after", depends_on=["w"]), id="cancel_me"), "x")
+    spec = parse_task(
+        task(
+            step("w", "wait_file", config={"path": str(tmp_path / "never")}),
+            step("after", depends_on=["w"]),
+            id="cancel_me",
+        ),
+        "x",
+    )
     handle = await runner.start_run(client, settings, spec)
     live = await wait_for_state(handle, lambda s: s.steps["w"].status == "running")
     assert live.status is RunStatus.RUNNING
@@ -223,23 +263,35 @@ async def test_unknown_step_type_on_the_worker_fails_without_retrying(client, se
     spec = parse_task(task(step("a")), "x")
     inp = runner.plan(spec, runner.new_run_id("t"), settings)
     inp.steps = [StepPlan(**{**inp.steps[0].model_dump(), "type": "not_installed", "retries": 5})]
-    handle = await client.start_workflow(runner.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue,
-                                         result_type=RunState)
+    handle = await client.start_workflow(
+        runner.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue, result_type=RunState
+    )
     state = await runner.wait_result(handle)
     assert state.steps["a"].error == "unknown step type 'not_installed' on this worker"
 
 
 async def test_long_runs_continue_as_new_and_keep_their_state(client, settings, worker):
     """Past the history limit the run drains its running steps and continues in a fresh history."""
-    steps = [step(f"s{i}", "scratchpad_write", config={"key": f"k{i}", "text": str(i)},
-                  depends_on=[f"s{i - 1}"] if i else []) for i in range(12)]
+    steps = [
+        step(
+            f"s{i}", "scratchpad_write", config={"key": f"k{i}", "text": str(i)}, depends_on=[f"s{i - 1}"] if i else []
+        )
+        for i in range(12)
+    ]
     steps.append(step("read", "scratchpad_read", depends_on=["s11"]))
-    steps.append(check("v", ["read", "s0"], {"name": "all written", "value": "${steps.read.outputs.count}", "equals": 12},
-                       {"name": "first", "value": "${steps.s0.outputs.key}", "equals": "k0"}))
+    steps.append(
+        check(
+            "v",
+            ["read", "s0"],
+            {"name": "all written", "value": "${steps.read.outputs.count}", "equals": 12},
+            {"name": "first", "value": "${steps.s0.outputs.key}", "equals": "k0"},
+        )
+    )
     inp = runner.plan(parse_task(task(*steps, id="long"), "x"), runner.new_run_id("long"), settings)
     inp.continue_as_new_at = 20
-    handle = await client.start_workflow(runner.WORKFLOW, inp, id=inp.run_id,
-                                         task_queue=settings.temporal.task_queue, result_type=RunState)
+    handle = await client.start_workflow(
+        runner.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue, result_type=RunState
+    )
     state = await runner.wait_result(client.get_workflow_handle(inp.run_id, result_type=RunState))
     assert state.status is RunStatus.PASSED, state
     assert [state.steps[f"s{i}"].outputs["key"] for i in range(12)] == [f"k{i}" for i in range(12)]

@@ -37,6 +37,7 @@ HISTORIES = Path(__file__).parent / "histories"
 
 # -- the contract --
 
+
 def _activities() -> dict[str, Any]:
     found = {}
     for _, method in inspect.getmembers(RunActivities, inspect.isfunction):
@@ -61,19 +62,45 @@ def test_an_activity_takes_and_returns_what_the_contract_says(declared):
 
 def test_payloads_keep_the_shape_of_the_dicts_they_replace():
     """agent_ask and prompt_finish took dicts: what older workers scheduled still validates."""
-    old_ask = {"who": {"name": "a"}, "side": "agent", "transcript": [{"side": "user", "text": "hi"}], "run_id": "r",
-               "step_id": "s", "system_prompt": None, "deadline": 30.0, "seed": 1}  # before the tail patch: no turn
+    old_ask = {
+        "who": {"name": "a"},
+        "side": "agent",
+        "transcript": [{"side": "user", "text": "hi"}],
+        "run_id": "r",
+        "step_id": "s",
+        "system_prompt": None,
+        "deadline": 30.0,
+        "seed": 1,
+    }  # before the tail patch: no turn
     assert contract.AgentAsk.model_validate(old_ask).turn is None
     assert contract.AgentAnswer.model_validate({"timed_out": "late"}).entry is None
     assert contract.Paced.model_validate({"real": "2026-01-01T00:00:00+00:00", "hits": []}).hits == []
-    finish = contract.PromptFinish.model_validate({"run_id": "r", "step_id": "s", "transcript": [], "marks": {"e": 3},
-                                                   "agent": {"name": "a"}, "partner": {}, "timed_out": None,
-                                                   "seconds": 1.5})
-    assert set(finish.model_dump()) == {"run_id", "step_id", "transcript", "marks", "agent", "partner", "timed_out",
-                                        "seconds"}
+    finish = contract.PromptFinish.model_validate(
+        {
+            "run_id": "r",
+            "step_id": "s",
+            "transcript": [],
+            "marks": {"e": 3},
+            "agent": {"name": "a"},
+            "partner": {},
+            "timed_out": None,
+            "seconds": 1.5,
+        }
+    )
+    assert set(finish.model_dump()) == {
+        "run_id",
+        "step_id",
+        "transcript",
+        "marks",
+        "agent",
+        "partner",
+        "timed_out",
+        "seconds",
+    }
 
 
 # -- step traits --
+
 
 def _plan(**fields: Any) -> dict[str, Any]:
     return {"id": "s", "timeout": timedelta(minutes=1), "retries": 0, **fields}
@@ -84,11 +111,13 @@ def test_plans_recorded_before_step_traits_get_the_builtin_types_traits():
     env = StepPlan.model_validate(_plan(type="deploy_env", config=sandboxed_env))
     assert env.deploys_env and env.sandboxes and not env.deploys_agent
     assert not StepPlan.model_validate(_plan(type="deploy_env", config={"record": {"apps": [{"app": "x"}]}})).sandboxes
-    agent = StepPlan.model_validate(_plan(type="deploy_agent", config={"record": {"type": "a2a",
-                                                                                  "config": {"sandbox": {}}}}))
+    agent = StepPlan.model_validate(
+        _plan(type="deploy_agent", config={"record": {"type": "a2a", "config": {"sandbox": {}}}})
+    )
     assert agent.deploys_agent and not agent.sandboxes  # an empty sandbox section starts none
-    assert StepPlan.model_validate(_plan(type="deploy_agent", config={"record": {"type": "a2a", "config": {
-        "sandbox": {"image": "x"}}}})).sandboxes
+    assert StepPlan.model_validate(
+        _plan(type="deploy_agent", config={"record": {"type": "a2a", "config": {"sandbox": {"image": "x"}}}})
+    ).sandboxes
     assert StepPlan.model_validate(_plan(type="prompt_agent")).conversation
     clock = StepPlan.model_validate(_plan(type="set_clock", in_workflow=True))
     assert clock.verb == "set_clock" and clock.in_workflow
@@ -104,8 +133,14 @@ def test_plans_with_traits_keep_them():
     assert again == plan
 
 
-@pytest.mark.parametrize("config", [{}, {"record": {"apps": [{"app": "a", "sandbox": {"image": "i"}}]}},
-                                    {"record": {"type": "a2a", "config": {"sandbox": {"image": "i"}}}}])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"record": {"apps": [{"app": "a", "sandbox": {"image": "i"}}]}},
+        {"record": {"type": "a2a", "config": {"sandbox": {"image": "i"}}}},
+    ],
+)
 def test_the_builtin_step_types_declare_the_traits_old_plans_are_given(config):
     for name in BUILTINS:
         declared = registry.get(name).traits(config).model_dump(exclude={"in_workflow"})
@@ -118,10 +153,12 @@ def test_recorded_plans_get_the_traits_their_types_declare_now(path):
     inp = RunInput.model_validate_json(base64.b64decode(started["input"]["payloads"][0]["data"]))
     for plan in inp.steps:
         assert plan.model_dump(include=NEW_TRAITS) == registry.get(plan.type).traits(plan.config).model_dump(
-            include=NEW_TRAITS), plan.id
+            include=NEW_TRAITS
+        ), plan.id
 
 
 # -- the world's verbs --
+
 
 def test_trigger_actions_and_world_steps_are_verbs():
     action_types = {t for model in _union_members(Action) for t in model.model_fields["type"].annotation.__args__}
@@ -140,8 +177,10 @@ def _union_members(annotated: Any) -> list[Any]:
 def test_register_and_cancel_actions_say_triggers_and_still_take_ids():
     new = TriggersAction.model_validate({"type": "cancel_triggers", "triggers": ["a"]})
     old = TriggersAction.model_validate({"type": "cancel_triggers", "ids": ["a"]})
-    assert new == old and old.model_dump(mode="json", exclude={"delay"}) == {"type": "cancel_triggers",
-                                                                              "triggers": ["a"]}
+    assert new == old and old.model_dump(mode="json", exclude={"delay"}) == {
+        "type": "cancel_triggers",
+        "triggers": ["a"],
+    }
     with pytest.raises(ValidationError):
         TriggersAction.model_validate({"type": "cancel_triggers", "triggers": ["a"], "ids": ["b"]})
     with pytest.raises(ValidationError):
@@ -149,6 +188,7 @@ def test_register_and_cancel_actions_say_triggers_and_still_take_ids():
 
 
 # -- what the workflow imports --
+
 
 def _module_imports(path: Path) -> list[str]:
     """agentenv modules a module imports when it is imported (not under `if TYPE_CHECKING`, not in functions)."""
@@ -199,8 +239,14 @@ def test_the_workflow_imports_no_steps_gateway_or_providers():
 
 def test_conversation_helpers_decide_turns():
     config = conversation.PromptAgentConfig.model_validate(
-        {"agent": "a", "prompt": "hi", "conversation": {"partner": "p", "max_turns": 1}, "deployed": {"name": "a"},
-         "partner_deployed": {"name": "p", "trainer": True}})
+        {
+            "agent": "a",
+            "prompt": "hi",
+            "conversation": {"partner": "p", "max_turns": 1},
+            "deployed": {"name": "a"},
+            "partner_deployed": {"name": "p", "trainer": True},
+        }
+    )
     transcript = [conversation.opening(config)]
     assert transcript[0]["side"] == "partner" and conversation.next_side(config, transcript) == "agent"
     transcript.append({"side": "agent", "speaker": "a", "text": "ok", "seconds": 1.0})
@@ -211,6 +257,7 @@ def test_conversation_helpers_decide_turns():
 
 
 # -- what travels: activities scheduled on replay take exactly what the recorded runs' activities took --
+
 
 class _Scheduled(WorkflowOutboundInterceptor):
     log: list[tuple[str, str, list[Any]]] = []
@@ -238,13 +285,24 @@ async def test_replayed_activities_take_what_the_recorded_ones_took(path):
     from agentenv.workflows.task_run import TaskRun
 
     history = json.loads(path.read_text())
-    recorded = [(a["activityType"]["name"], a["activityId"],
-                 [json.loads(base64.b64decode(p["data"])) for p in a.get("input", {}).get("payloads", [])])
-                for e in history["events"] if (a := e.get("activityTaskScheduledEventAttributes"))]
+    recorded = [
+        (
+            a["activityType"]["name"],
+            a["activityId"],
+            [json.loads(base64.b64decode(p["data"])) for p in a.get("input", {}).get("payloads", [])],
+        )
+        for e in history["events"]
+        if (a := e.get("activityTaskScheduledEventAttributes"))
+    ]
     _Scheduled.log = []
-    replayer = Replayer(workflows=[TaskRun], workflow_runner=UnsandboxedWorkflowRunner(), interceptors=[_Capture()],
-                        data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(WorkflowHistory.from_json(path.stem, path.read_text()),
-                                            raise_on_replay_failure=False)
+    replayer = Replayer(
+        workflows=[TaskRun],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+        interceptors=[_Capture()],
+        data_converter=pydantic_data_converter,
+    )
+    result = await replayer.replay_workflow(
+        WorkflowHistory.from_json(path.stem, path.read_text()), raise_on_replay_failure=False
+    )
     assert result.replay_failure is None
     assert _Scheduled.log == recorded

@@ -91,8 +91,9 @@ config = {{ path = "{gate}" }}
 
 async def test_agents_calls_fire_triggers_through_the_run(client, settings, worker, tmp_path):
     gate = tmp_path / "gate"
-    handle = await runner.start_run(client, settings, parse_task(
-        __import__("tomllib").loads(AGENT_TASK.format(gate=gate)), "t"))
+    handle = await runner.start_run(
+        client, settings, parse_task(__import__("tomllib").loads(AGENT_TASK.format(gate=gate)), "t")
+    )
     for _ in range(200):
         state = await runner.query_state(handle)
         if state.steps["hold"].status is StepStatus.RUNNING:
@@ -208,25 +209,36 @@ def trigger(when: str, actions: str = '[{ type = "end_run" }]', tid: str = "t1")
 
 def test_trigger_spec_errors_name_the_field():
     assert "triggers[0].when.tool: environment 'pad' has no tool 'write_nte'" in bad(
-        BASE + trigger('{ type = "tool_call", env = "pad", tool = "write_nte" }'))
+        BASE + trigger('{ type = "tool_call", env = "pad", tool = "write_nte" }')
+    )
     assert "must start with arguments, result, agent, role or tool" in bad(
-        BASE + trigger('{ type = "tool_call", env = "pad", tool = "write_note", where = [{ path = "args.key", equals = 1 }] }'))
+        BASE
+        + trigger(
+            '{ type = "tool_call", env = "pad", tool = "write_note", where = [{ path = "args.key", equals = 1 }] }'
+        )
+    )
     assert "triggers[0].when.at: 'tomorrow' is not a time" in bad(BASE + trigger('{ type = "time", at = "tomorrow" }'))
     assert "triggers[0].when.at: '+P1D': write the offset" in bad(BASE + trigger('{ type = "time", at = "+P1D" }'))
-    cycle = bad(BASE + trigger('{ type = "time", after = "b" }', tid="a") + trigger('{ type = "time", after = "a" }', tid="b"))
+    cycle = bad(
+        BASE + trigger('{ type = "time", after = "b" }', tid="a") + trigger('{ type = "time", after = "a" }', tid="b")
+    )
     assert "cycle of `after` references a → b → a" in cycle
     assert "'nowhere' is not a deploy_env step" in bad(
-        BASE + trigger('{ type = "time", at = "+1h" }', '[{ type = "call_tool", env = "nowhere", tool = "x" }]'))
+        BASE + trigger('{ type = "time", at = "+1h" }', '[{ type = "call_tool", env = "nowhere", tool = "x" }]')
+    )
     assert "no persona 'dana'" in bad(BASE + trigger('{ type = "persona", env = "pad", persona = "dana" }'))
     assert "needs `count` or `until`" in bad(BASE + trigger('{ type = "time", at = "+1h", every = "1h" }'))
     assert "needs an offset" in bad(BASE.replace('"2026-01-01T00:00:00Z"', '"2026-01-01T00:00:00"'))
-    assert "'ghost' is not a trigger" in bad(BASE + '[[steps]]\nid = "r"\ntype = "register_triggers"\n'
-                                                    'config = { triggers = ["ghost"] }\n')
+    assert "'ghost' is not a trigger" in bad(
+        BASE + '[[steps]]\nid = "r"\ntype = "register_triggers"\nconfig = { triggers = ["ghost"] }\n'
+    )
     no_clock = BASE.replace('[clock]\nstart = "2026-01-01T00:00:00Z"\n', "")
-    assert "wait_clock needs the task's clock" in bad(no_clock + '[[steps]]\nid = "w"\ntype = "wait_clock"\n'
-                                                                'config = { seconds = 5 }\n')
+    assert "wait_clock needs the task's clock" in bad(
+        no_clock + '[[steps]]\nid = "w"\ntype = "wait_clock"\nconfig = { seconds = 5 }\n'
+    )
     assert "relative to the clock's start, but the task has no [clock]" in bad(
-        no_clock + trigger('{ type = "time", at = "+1h" }'))
+        no_clock + trigger('{ type = "time", at = "+1h" }')
+    )
 
 
 CLOCK_MOVES = """

@@ -14,9 +14,14 @@ REAL = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def world(triggers, mode="event_driven", rate=1.0, seed=0, personas=None):
-    spec = WorldSpec.model_validate({"seed": seed, "clock": {"start": "2026-03-02T09:00:00-05:00", "mode": mode,
-                                                             "rate": rate},
-                                     "triggers": triggers, "personas": personas or {}})
+    spec = WorldSpec.model_validate(
+        {
+            "seed": seed,
+            "clock": {"start": "2026-03-02T09:00:00-05:00", "mode": mode, "rate": rate},
+            "triggers": triggers,
+            "personas": personas or {},
+        }
+    )
     w = World(spec, WorldState())
     w.start_clock(REAL)
     return w
@@ -40,8 +45,14 @@ ACTION = [{"type": "end_run"}]
 
 
 def test_paced_clock_stops_at_the_horizon_and_the_lease():
-    clock = ClockState(mode="paced", virtual_anchor=T0, real_anchor=REAL, rate=3600,
-                       horizon=T0 + timedelta(hours=2), lease_until=REAL + timedelta(seconds=10))
+    clock = ClockState(
+        mode="paced",
+        virtual_anchor=T0,
+        real_anchor=REAL,
+        rate=3600,
+        horizon=T0 + timedelta(hours=2),
+        lease_until=REAL + timedelta(seconds=10),
+    )
     assert clock.now(REAL + timedelta(seconds=1)) == T0 + timedelta(hours=1)
     assert clock.now(REAL + timedelta(seconds=5)) == T0 + timedelta(hours=2), "never past the horizon"
     clock.horizon = None
@@ -49,16 +60,23 @@ def test_paced_clock_stops_at_the_horizon_and_the_lease():
 
 
 def test_repeating_and_chained_triggers_fire_at_exact_times_in_order():
-    w = world([
-        {"id": "rush", "when": {"type": "time", "at": "+30m", "every": "1d", "count": 3}, "actions": ACTION},
-        {"id": "follow_up", "when": {"type": "time", "after": "rush", "delay": "2h"}, "actions": ACTION},
-        {"id": "deadline", "when": {"type": "time", "at": "2026-03-04T17:00:00-05:00"}, "actions": ACTION},
-    ])
+    w = world(
+        [
+            {"id": "rush", "when": {"type": "time", "at": "+30m", "every": "1d", "count": 3}, "actions": ACTION},
+            {"id": "follow_up", "when": {"type": "time", "after": "rush", "delay": "2h"}, "actions": ACTION},
+            {"id": "deadline", "when": {"type": "time", "at": "2026-03-04T17:00:00-05:00"}, "actions": ACTION},
+        ]
+    )
     w.register(["*"], REAL)
     fired = drain(w)
     local = [(t, v.astimezone(UTC).strftime("%d %H:%M")) for t, v in fired]
-    assert local == [("rush", "02 14:30"), ("follow_up", "02 16:30"), ("rush", "03 14:30"),
-                     ("rush", "04 14:30"), ("deadline", "04 22:00")]
+    assert local == [
+        ("rush", "02 14:30"),
+        ("follow_up", "02 16:30"),
+        ("rush", "03 14:30"),
+        ("rush", "04 14:30"),
+        ("deadline", "04 22:00"),
+    ]
     assert w.state.triggers["rush"].done and w.state.triggers["rush"].fires == 3
     assert w.state.triggers["follow_up"].fires == 1, "a one-shot `after` trigger fires once"
 
@@ -70,8 +88,13 @@ def test_simultaneous_events_fire_in_scheduling_order():
 
 
 def test_seeded_random_intervals_are_reproducible():
-    spec = [{"id": "r", "when": {"type": "time", "at": "+0s", "every": {"min": "1h", "max": "5h"}, "count": 6},
-             "actions": ACTION}]
+    spec = [
+        {
+            "id": "r",
+            "when": {"type": "time", "at": "+0s", "every": {"min": "1h", "max": "5h"}, "count": 6},
+            "actions": ACTION,
+        }
+    ]
     first = [v for _, v in drain(_registered(world(spec, seed=7)))]
     again = [v for _, v in drain(_registered(world(spec, seed=7)))]
     other = [v for _, v in drain(_registered(world(spec, seed=8)))]
@@ -86,11 +109,16 @@ def _registered(w: World) -> World:
 
 
 def test_until_count_cancel_and_delayed_actions():
-    w = world([
-        {"id": "ping", "when": {"type": "time", "at": "+0s", "every": "1h", "until": "+150m"}, "actions": [
-            {"type": "end_run", "delay": "10m"}]},
-        {"id": "never", "when": {"type": "time", "at": "+5h"}, "actions": ACTION},
-    ])
+    w = world(
+        [
+            {
+                "id": "ping",
+                "when": {"type": "time", "at": "+0s", "every": "1h", "until": "+150m"},
+                "actions": [{"type": "end_run", "delay": "10m"}],
+            },
+            {"id": "never", "when": {"type": "time", "at": "+5h"}, "actions": ACTION},
+        ]
+    )
     w.register(["*"], REAL)
     w.cancel(["never"], REAL, cause="test")
     firings, delayed = [], []
@@ -106,8 +134,11 @@ def test_until_count_cancel_and_delayed_actions():
         else:
             delayed.append(item.at)
     assert [f - T0 for f in firings] == [timedelta(0), timedelta(hours=1), timedelta(hours=2)]
-    assert [d - T0 for d in delayed] == [timedelta(minutes=10), timedelta(hours=1, minutes=10),
-                                         timedelta(hours=2, minutes=10)]
+    assert [d - T0 for d in delayed] == [
+        timedelta(minutes=10),
+        timedelta(hours=1, minutes=10),
+        timedelta(hours=2, minutes=10),
+    ]
     assert not w.state.triggers["never"].fires
 
 
@@ -128,14 +159,23 @@ def test_set_clock_and_lease():
 
 
 def test_registering_unknown_triggers_and_persona_watches():
-    w = world([{"id": "dana_hears", "when": {"type": "persona", "env": "desk", "persona": "dana",
-                                             "says": {"contains": "refund"}},
-                "actions": ACTION}], personas={"dana": {"agent": "dana", "email": "dana@example.com", "chat": "dana"}})
+    w = world(
+        [
+            {
+                "id": "dana_hears",
+                "when": {"type": "persona", "env": "desk", "persona": "dana", "says": {"contains": "refund"}},
+                "actions": ACTION,
+            }
+        ],
+        personas={"dana": {"agent": "dana", "email": "dana@example.com", "chat": "dana"}},
+    )
     with pytest.raises(WorldError, match="no trigger 'nope'"):
         w.register(["nope"], REAL)
     assert w.watches("desk") == [], "unregistered triggers are not watched"
     w.register(["dana_hears"], REAL)
     watches = w.watches("desk")
     assert [x.spec["tool"] for x in watches] == ["send_email", "send_direct_message"]
-    assert watches[0].spec["where"] == [{"path": "arguments.to", "contains": "dana@example.com"},
-                                        {"path": "arguments.body", "contains": "refund"}]
+    assert watches[0].spec["where"] == [
+        {"path": "arguments.to", "contains": "dana@example.com"},
+        {"path": "arguments.body", "contains": "refund"},
+    ]

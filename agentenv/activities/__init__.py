@@ -37,9 +37,12 @@ def clipped_hits(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _step_failed(e: StepFailed) -> ApplicationError:
     """A step's own verdict. One that will not be retried is benign to Temporal: the run reports it, so
     workers do not log it as a warning with a traceback (it would land on the CLI user's terminal)."""
-    return ApplicationError(str(e), type="StepFailed", non_retryable=not e.retryable,
-                            category=ApplicationErrorCategory.UNSPECIFIED if e.retryable
-                            else ApplicationErrorCategory.BENIGN)
+    return ApplicationError(
+        str(e),
+        type="StepFailed",
+        non_retryable=not e.retryable,
+        category=ApplicationErrorCategory.UNSPECIFIED if e.retryable else ApplicationErrorCategory.BENIGN,
+    )
 
 
 def _fatal(message: str, kind: str) -> ApplicationError:
@@ -73,12 +76,18 @@ class RunActivities:
         try:
             config = step_type.config.model_validate(call.config)
         except ValidationError as e:
-            problems = "; ".join(f"config.{format_loc(tuple(x['loc']))}: {x['msg']}" for x in e.errors(include_url=False))
+            problems = "; ".join(
+                f"config.{format_loc(tuple(x['loc']))}: {x['msg']}" for x in e.errors(include_url=False)
+            )
             raise _fatal(f"invalid config after resolving references: {problems}", "InvalidConfig") from None
         local = info.is_local
         ctx = StepContext(
-            run_id=call.run_id, task_id=call.task_id, step_id=call.step_id, attempt=info.attempt,
-            settings=self.settings, heartbeat=(lambda *d: None) if local else activity.heartbeat,
+            run_id=call.run_id,
+            task_id=call.task_id,
+            step_id=call.step_id,
+            attempt=info.attempt,
+            settings=self.settings,
+            heartbeat=(lambda *d: None) if local else activity.heartbeat,
             _stores=self._stores,
         )
         beat = None
@@ -100,8 +109,13 @@ class RunActivities:
                 "through workflow history — put large data in the object store (ctx.stores.objects) and output its key",
                 "OutputTooLarge",
             )
-        return StepOutcome(outputs=result.outputs, score=result.score, attempt=info.attempt, duration_ms=duration_ms,
-                           hits=clipped_hits(result.hits))
+        return StepOutcome(
+            outputs=result.outputs,
+            score=result.score,
+            attempt=info.attempt,
+            duration_ms=duration_ms,
+            hits=clipped_hits(result.hits),
+        )
 
     @activity.defn(name=contract.RECORD_RUN.name)
     async def record_run(self, state: RunState) -> None:
@@ -132,8 +146,9 @@ class RunActivities:
         return await StepContext(run_id="", task_id="", step_id="", attempt=1, settings=self.settings).gateway()
 
     @activity.defn(name=contract.WORLD_ACTION.name)
-    async def world_action(self, instance: str, action: dict[str, Any], key: str, cause: str,
-                           at: str | None = None) -> dict[str, Any]:
+    async def world_action(
+        self, instance: str, action: dict[str, Any], key: str, cause: str, at: str | None = None
+    ) -> dict[str, Any]:
         """A trigger's action on an environment, once per key. Returns its outcome and the hits it caused.
         A refusal by the gateway is the action's outcome, not a reason to retry."""
         from agentenv.gateway.client import GatewayRefused
@@ -147,8 +162,9 @@ class RunActivities:
         hits = clipped_hits(outcome.pop("hits", []))
         return {**clip_fields(outcome), "hits": hits}  # it is logged in the world's events, carried in history
 
-    async def _world_action(self, instance: str, action: dict[str, Any], key: str, cause: str,
-                            at: str | None) -> dict[str, Any]:
+    async def _world_action(
+        self, instance: str, action: dict[str, Any], key: str, cause: str, at: str | None
+    ) -> dict[str, Any]:
         gateway = await self._gateway()
         kind = action["type"]
         if kind == "set_tools":
@@ -163,9 +179,21 @@ class RunActivities:
         if call is None:
             return {"instruction": action["instruction"], "agent": action["agent"], "hits": [], **(said or {})}
         agent = action["agent"] if kind == "instruct" else call.get("agent")
-        outcome = await gateway.call_as(instance, call["tool"], call.get("arguments") or {}, role=call.get("role"),
-                                        agent=agent, idempotency_key=key, cause=cause, at=at)
-        out: dict[str, Any] = {"tool": call["tool"], "agent": agent or call.get("role"), "hits": outcome.get("hits", [])}
+        outcome = await gateway.call_as(
+            instance,
+            call["tool"],
+            call.get("arguments") or {},
+            role=call.get("role"),
+            agent=agent,
+            idempotency_key=key,
+            cause=cause,
+            at=at,
+        )
+        out: dict[str, Any] = {
+            "tool": call["tool"],
+            "agent": agent or call.get("role"),
+            "hits": outcome.get("hits", []),
+        }
         out.update({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]})
         if kind == "instruct":
             out["instruction"] = action["instruction"]
@@ -178,9 +206,17 @@ class RunActivities:
         from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable, ask_deployed
 
         try:
-            reply = await ask_deployed(self.settings, gateway, action["deployed"], action["instruction"],
-                                       run_id=key.split("/world/")[0], turn=0, deadline_s=240, context_id=key,
-                                       message_id=key)
+            reply = await ask_deployed(
+                self.settings,
+                gateway,
+                action["deployed"],
+                action["instruction"],
+                run_id=key.split("/world/")[0],
+                turn=0,
+                deadline_s=240,
+                context_id=key,
+                message_id=key,
+            )
         except (AgentUnreachable, AgentReplyInvalid, AgentTimedOut) as e:
             return {"fallback": str(e)}
         if reply.failed or reply.data.get("fallback"):
@@ -206,9 +242,18 @@ class RunActivities:
         beat = asyncio.create_task(_keep_heartbeating(HEARTBEAT_EVERY))
         try:
             entry, reply = await agents.ask(
-                self.settings, await self._gateway(), ask.who, side=ask.side, transcript=ask.transcript,
-                run_id=ask.run_id, step_id=ask.step_id, system_prompt=ask.system_prompt,
-                deadline=ask.deadline, seed=ask.seed, turn=ask.turn)
+                self.settings,
+                await self._gateway(),
+                ask.who,
+                side=ask.side,
+                transcript=ask.transcript,
+                run_id=ask.run_id,
+                step_id=ask.step_id,
+                system_prompt=ask.system_prompt,
+                deadline=ask.deadline,
+                seed=ask.seed,
+                turn=ask.turn,
+            )
         except AgentTimedOut as e:
             return AgentAnswer(timed_out=str(e))
         except StepFailed as e:
@@ -225,8 +270,18 @@ class RunActivities:
     async def prompt_finish(self, done: PromptFinish) -> dict[str, Any]:
         from agentenv.steps.builtin.agents import finish_prompt
 
-        return await finish_prompt(self.stores, await self._gateway(), done.run_id, done.step_id, done.transcript,
-                                   done.marks, done.agent, done.partner, done.timed_out, done.seconds)
+        return await finish_prompt(
+            self.stores,
+            await self._gateway(),
+            done.run_id,
+            done.step_id,
+            done.transcript,
+            done.marks,
+            done.agent,
+            done.partner,
+            done.timed_out,
+            done.seconds,
+        )
 
     @activity.defn(name=contract.PUSH_WORLD.name)
     async def push_world(self, pushes: list[tuple[str, WorldPush]]) -> list[Hit]:

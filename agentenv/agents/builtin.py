@@ -47,7 +47,9 @@ class LlmAgent(Agent):
 
     async def answer(self, turn: Turn) -> Answer:
         model = self.endpoints.open("agent")
-        messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt or self.config.system_prompt}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": turn.system_prompt or self.config.system_prompt}
+        ]
         for m in turn.conversation:
             messages.append({"role": "assistant" if m.get("from") == "agent" else "user", "content": m.get("text", "")})
         messages.append({"role": "user", "content": turn.prompt})
@@ -55,16 +57,17 @@ class LlmAgent(Agent):
             async with asyncio.timeout(self.config.time_budget.total_seconds()):
                 if turn.mcp_url:
                     async with turn.tools() as tools:
-                        return await tool_loop(model, messages, tools, self.config.max_tool_calls, self.name,
-                                               turn.seed)
+                        return await tool_loop(model, messages, tools, self.config.max_tool_calls, self.name, turn.seed)
                 return await tool_loop(model, messages, None, self.config.max_tool_calls, self.name, turn.seed)
         except TimeoutError:
             return Answer(text=f"out of time ({self.config.time_budget.total_seconds():g}s budget)", failed=True)
         finally:
             await model.aclose()
 
-async def tool_loop(model, messages: list[dict[str, Any]], tools, max_calls: int, user: str,
-                    seed: int | None = None) -> Answer:
+
+async def tool_loop(
+    model, messages: list[dict[str, Any]], tools, max_calls: int, user: str, seed: int | None = None
+) -> Answer:
     """Ask the model; run the tool calls it makes; repeat until it answers (or its calls run out)."""
     functions = mcp_tools_as_functions(await tools.list()) if tools else None
     calls = 0
@@ -72,9 +75,16 @@ async def tool_loop(model, messages: list[dict[str, Any]], tools, max_calls: int
         reply = await model.complete(messages, functions if calls < max_calls else None, user=user, seed=seed)
         if not reply.tool_calls:
             return Answer(text=reply.content or "", data={"tool_calls": tools.calls if tools else []})
-        messages.append({"role": "assistant", "content": reply.content, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.arguments)}}
-            for c in reply.tool_calls]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": reply.content,
+                "tool_calls": [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.arguments)}}
+                    for c in reply.tool_calls
+                ],
+            }
+        )
         for call in reply.tool_calls:
             calls += 1
             try:
@@ -114,8 +124,13 @@ class PersonaAgent(Agent):
     async def _model_answer(self, turn: Turn) -> Answer:
         model = self.endpoints.open("persona")
         try:
-            messages = [{"role": "system", "content": f"You are playing this person. Stay in character.\n\n"
-                                                      f"{self.config.brief}\n\n{turn.system_prompt}".strip()}]
+            messages = [
+                {
+                    "role": "system",
+                    "content": f"You are playing this person. Stay in character.\n\n"
+                    f"{self.config.brief}\n\n{turn.system_prompt}".strip(),
+                }
+            ]
             for m in turn.conversation:
                 messages.append({"role": "assistant" if m.get("from") == "agent" else "user", "content": m["text"]})
             messages.append({"role": "user", "content": turn.prompt})
@@ -161,4 +176,3 @@ def _json(value: Any) -> str:
     import json
 
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-

@@ -110,7 +110,8 @@ class AgentClient:
                 f"the agent at {self.url} answers, but its card advertises {', '.join(advertised) or 'no URL'}: "
                 f"another origin than {origin}, refused (turns and credentials go only where the card was fetched) "
                 "— serve the card with the URL it is reached at (agentenv.agents.sdk.serve(public_url=...) or "
-                "$AGENTENV_PUBLIC_URL), or give the agent's URL as its card names it")
+                "$AGENTENV_PUBLIC_URL), or give the agent's URL as its card names it"
+            )
         del card.supported_interfaces[:]
         card.supported_interfaces.extend(kept)
         return card
@@ -120,18 +121,24 @@ class AgentClient:
         await self._connect()
         return self._card
 
-    async def ask(self, prompt: str, context: dict[str, Any], *, context_id: str, deadline_s: float,
-                  message_id: str | None = None) -> Reply:
+    async def ask(
+        self, prompt: str, context: dict[str, Any], *, context_id: str, deadline_s: float, message_id: str | None = None
+    ) -> Reply:
         """Send one turn; wait at most `deadline_s` for the answer. Resend a turn with its first message id."""
         client = await self._connect()
-        message = Message(role=Role.ROLE_USER, message_id=message_id or new_message_id(), context_id=context_id,
-                          parts=[new_text_part(prompt), new_data_part({KEY: context})])
+        message = Message(
+            role=Role.ROLE_USER,
+            message_id=message_id or new_message_id(),
+            context_id=context_id,
+            parts=[new_text_part(prompt), new_data_part({KEY: context})],
+        )
         started = time.perf_counter()
         try:
             async with asyncio.timeout(deadline_s):
                 task = None
-                async for response in client.send_message(SendMessageRequest(message=message),
-                                                          context=ClientCallContext(timeout=deadline_s + 5)):
+                async for response in client.send_message(
+                    SendMessageRequest(message=message), context=ClientCallContext(timeout=deadline_s + 5)
+                ):
                     task = response.task if response.HasField("task") else task
         except TimeoutError:
             raise AgentTimedOut(f"the agent at {self.url} did not answer within {deadline_s:g}s") from None
@@ -144,14 +151,21 @@ class AgentClient:
         except httpx.HTTPError as e:
             raise AgentUnreachable(f"the agent at {self.url} could not be reached ({e})") from None
         except (ValueError, TypeError, KeyError) as e:  # the SDK's reading of a reply that is not A2A
-            raise AgentReplyInvalid(f"the agent at {self.url} answered something that is not an A2A reply: {e}") from None
+            raise AgentReplyInvalid(
+                f"the agent at {self.url} answered something that is not an A2A reply: {e}"
+            ) from None
         if task is None or not task.status.HasField("message"):
             raise AgentReplyInvalid(f"the agent at {self.url} answered without a message")
         state = TaskState.Name(task.status.state)
         reply = task.status.message
         data: Any = next((d[KEY] for d in get_data_parts(reply.parts) if isinstance(d, dict) and KEY in d), {})
-        return Reply(text=get_message_text(reply), data=data or {}, failed=state != "TASK_STATE_COMPLETED",
-                     state=state, seconds=time.perf_counter() - started)
+        return Reply(
+            text=get_message_text(reply),
+            data=data or {},
+            failed=state != "TASK_STATE_COMPLETED",
+            state=state,
+            seconds=time.perf_counter() - started,
+        )
 
 
 def _transient(cause: BaseException | None) -> bool:
@@ -192,8 +206,9 @@ def _http(settings: Settings, hosted: bool) -> httpx.AsyncClient:
     http = _HTTP.get((hosted, gateway))
     if http is None:
         auth = OriginBearer(_admin_token(settings), cast(str, gateway)) if hosted else None
-        http = _HTTP[(hosted, gateway)] = httpx.AsyncClient(auth=auth, follow_redirects=False, verify=tls.context(),
-                                                            timeout=httpx.Timeout(30.0, read=None))
+        http = _HTTP[(hosted, gateway)] = httpx.AsyncClient(
+            auth=auth, follow_redirects=False, verify=tls.context(), timeout=httpx.Timeout(30.0, read=None)
+        )
     return http
 
 
@@ -206,16 +221,33 @@ def _admin_token(settings: Settings) -> str:
     return tokens.admin_token(key)
 
 
-async def ask_deployed(settings: Settings, gateway: GatewayClient, who: dict[str, Any], prompt: str, *,
-                       run_id: str, turn: int, deadline_s: float, context_id: str, message_id: str,
-                       **context: Any) -> Reply:
+async def ask_deployed(
+    settings: Settings,
+    gateway: GatewayClient,
+    who: dict[str, Any],
+    prompt: str,
+    *,
+    run_id: str,
+    turn: int,
+    deadline_s: float,
+    context_id: str,
+    message_id: str,
+    **context: Any,
+) -> Reply:
     """One turn of an agent a run deployed (`who`: its deploy_agent step's outputs), answered once per
     `message_id`. The turn tells it who it is and its deadline (and `context`: a system prompt, the
     conversation, ...); in an environment, also where the tools are and its role token, minted now (tokens
     never enter run history). Raises AgentUnreachable, AgentReplyInvalid or AgentTimedOut."""
-    context = {"run_id": run_id, "agent": who["name"], "role": who.get("role"), "deadline_s": deadline_s,
-               "turn": turn, **context}
+    context = {
+        "run_id": run_id,
+        "agent": who["name"],
+        "role": who.get("role"),
+        "deadline_s": deadline_s,
+        "turn": turn,
+        **context,
+    }
     if who.get("env"):
         context.update(mcp_url=who["mcp_url"], token=await gateway.token(who["env"], who["name"]))
     return await agent_client(settings, who["url"], hosted=who["hosted"]).ask(
-        prompt, context, context_id=context_id, message_id=message_id, deadline_s=deadline_s)
+        prompt, context, context_id=context_id, message_id=message_id, deadline_s=deadline_s
+    )

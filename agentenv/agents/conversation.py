@@ -45,8 +45,9 @@ class PromptAgentConfig(_Config):
     system_prompt: str | None = Field(None, description="default: the agent's own")
     conversation: Conversation | None = None
     turn_deadline: Duration = Field(timedelta(minutes=5), description="how long one answer may take")
-    on_timeout: Literal["fail", "score_zero"] = Field("fail", description="when an answer misses its deadline: "
-                                                                          "fail the step, or record a score of 0")
+    on_timeout: Literal["fail", "score_zero"] = Field(
+        "fail", description="when an answer misses its deadline: fail the step, or record a score of 0"
+    )
     deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
     partner_deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
     seed: int | None = Field(None, description="filled in when the run is planned (the run's seed, for agents)")

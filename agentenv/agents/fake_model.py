@@ -35,11 +35,18 @@ QUOTED = re.compile(r"(?<![A-Za-z])'([^']+)'(?![A-Za-z])")  # 'terms', not the a
 
 
 def _reply(model: str, message: dict[str, Any]) -> JSONResponse:
-    return JSONResponse({
-        "id": f"fake-{time.monotonic_ns()}", "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-    })
+    return JSONResponse(
+        {
+            "id": f"fake-{time.monotonic_ns()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
+            ],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+    )
 
 
 def grading_request(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -60,11 +67,19 @@ def judge(request: dict[str, Any]) -> dict[str, Any]:
     for criterion in request["criteria"]:
         terms = QUOTED.findall(criterion["text"])
         missing = [t for t in terms if t.lower() not in material]
-        verdicts.append({
-            "id": criterion["id"], "verdict": "fail" if missing or not terms else "pass",
-            "reason": (f"missing: {', '.join(missing)}" if missing else
-                       "no quoted terms to look for" if not terms else f"found: {', '.join(terms)}"),
-        })
+        verdicts.append(
+            {
+                "id": criterion["id"],
+                "verdict": "fail" if missing or not terms else "pass",
+                "reason": (
+                    f"missing: {', '.join(missing)}"
+                    if missing
+                    else "no quoted terms to look for"
+                    if not terms
+                    else f"found: {', '.join(terms)}"
+                ),
+            }
+        )
     return {"criteria": verdicts}
 
 
@@ -74,7 +89,7 @@ def _position(script: Any, messages: list[dict[str, Any]]) -> tuple[int, int]:
     if isinstance(script, list):
         return sum(1 for m in messages if m.get("role") == "assistant"), 0
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    since = sum(1 for m in messages[users[-1]:] if m.get("role") == "assistant") if users else 0
+    since = sum(1 for m in messages[users[-1] :] if m.get("role") == "assistant") if users else 0
     turn = max(len(users) - 1, 0)
     steps = script["turns"][min(turn, len(script["turns"]) - 1)]
     return turn, min(since, len(steps) - 1)
@@ -102,14 +117,21 @@ def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = N
             return _reply(model, {"role": "assistant", "content": json.dumps(judge(graded))})
         script = scripts.get(body.get("user", "")) if model == "fake" else scripts.get(model)
         if script is None:
-            return JSONResponse({"error": {"message": f"model {model!r} not found (scripts: {', '.join(scripts)})"}},
-                                status_code=404)
+            return JSONResponse(
+                {"error": {"message": f"model {model!r} not found (scripts: {', '.join(scripts)})"}}, status_code=404
+            )
         turn, at = _position(script, messages)
-        step = script[min(turn, len(script) - 1)] if isinstance(script, list) else \
-            script["turns"][min(turn, len(script["turns"]) - 1)][at]
+        step = (
+            script[min(turn, len(script) - 1)]
+            if isinstance(script, list)
+            else script["turns"][min(turn, len(script["turns"]) - 1)][at]
+        )
         if "tool" in step:
-            call = {"id": f"call_{turn}", "type": "function",
-                    "function": {"name": step["tool"], "arguments": json.dumps(step.get("arguments", {}))}}
+            call = {
+                "id": f"call_{turn}",
+                "type": "function",
+                "function": {"name": step["tool"], "arguments": json.dumps(step.get("arguments", {}))},
+            }
             return _reply(model, {"role": "assistant", "content": None, "tool_calls": [call]})
         return _reply(model, {"role": "assistant", "content": step["say"].replace("${seed}", str(body.get("seed")))})
 
@@ -117,11 +139,16 @@ def create_app(scripts: dict[str, list[dict[str, Any]]], api_key: str | None = N
         names = [*scripts, "fake", "fake-judge", "fake-judge-flaky", "fake-garbage"]
         return JSONResponse({"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
 
-    return HostGuard(names=host_names, app=Starlette(routes=[
-        Route("/v1/chat/completions", completions, methods=["POST"]),
-        Route("/chat/completions", completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-    ]))
+    return HostGuard(
+        names=host_names,
+        app=Starlette(
+            routes=[
+                Route("/v1/chat/completions", completions, methods=["POST"]),
+                Route("/chat/completions", completions, methods=["POST"]),
+                Route("/v1/models", models, methods=["GET"]),
+            ]
+        ),
+    )
 
 
 def load_scripts(paths: list[Path]) -> dict[str, list[dict[str, Any]]]:

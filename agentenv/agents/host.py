@@ -43,8 +43,9 @@ class HostedAgentSpec(BaseModel):
 
 
 class DeployRequest(HostedAgentSpec):
-    keys: dict[str, str] = Field(default_factory=dict, description="resolved API keys; kept in memory only",
-                                 exclude=True)
+    keys: dict[str, str] = Field(
+        default_factory=dict, description="resolved API keys; kept in memory only", exclude=True
+    )
 
 
 class HumanInbox:
@@ -56,11 +57,23 @@ class HumanInbox:
     def ask(self, name: str, turn: Turn) -> str:
         key = f"{self.agent_id}/{turn.message_id}"
         if self.store.get(HUMAN, key) is None:
-            self.store.put(HUMAN, key, {
-                "id": key, "agent_id": self.agent_id, "agent": name, "prompt": turn.prompt,
-                "conversation": turn.conversation, "mcp_url": turn.mcp_url, "role": turn.role,
-                "asked_at": utc_now_iso(), "answer": None, "answered_at": None, "state": "waiting",
-            })
+            self.store.put(
+                HUMAN,
+                key,
+                {
+                    "id": key,
+                    "agent_id": self.agent_id,
+                    "agent": name,
+                    "prompt": turn.prompt,
+                    "conversation": turn.conversation,
+                    "mcp_url": turn.mcp_url,
+                    "role": turn.role,
+                    "asked_at": utc_now_iso(),
+                    "answer": None,
+                    "answered_at": None,
+                    "state": "waiting",
+                },
+            )
         return key
 
     def answer(self, key: str) -> str | None:
@@ -102,9 +115,18 @@ class _OnceAgent(Agent):
             reply = Answer(text=f"{type(e).__name__}: {e}", failed=True)
         if isinstance(reply, str):
             reply = Answer(text=reply)
-        self.host.store.put(TURNS, key, {"agent_id": self.agent_id, "text": reply.text, "data": reply.data,
-                                         "failed": reply.failed, "at": utc_now_iso(),
-                                         "seconds": round(time.perf_counter() - started, 6)})
+        self.host.store.put(
+            TURNS,
+            key,
+            {
+                "agent_id": self.agent_id,
+                "text": reply.text,
+                "data": reply.data,
+                "failed": reply.failed,
+                "at": utc_now_iso(),
+                "seconds": round(time.perf_counter() - started, 6),
+            },
+        )
         return reply
 
 
@@ -126,8 +148,10 @@ class AgentHost:
         """Deploy (or redeploy) an agent; idempotent. A changed record takes effect on its next turn."""
         spec = HostedAgentSpec.model_validate(request.model_dump())
         if request.record.type in ("a2a", "trainer"):
-            raise ValueError(f"agents of type {request.record.type!r} are not hosted; the host runs scripted, llm, "
-                             "persona and human agents")
+            raise ValueError(
+                f"agents of type {request.record.type!r} are not hosted; the host runs scripted, llm, "
+                "persona and human agents"
+            )
         self.store.put(AGENTS, spec.id, spec.model_dump(mode="json"))
         if request.keys:
             self._keys[spec.id] = dict(request.keys)
@@ -200,7 +224,8 @@ class AgentHost:
                 from starlette.responses import JSONResponse
 
                 await JSONResponse({"error": f"no agent {agent_id!r} is hosted here"}, status_code=404)(
-                    scope, receive, send)
+                    scope, receive, send
+                )
                 return
             entry = self._apps[agent_id] = self._build(spec, self.card_url(agent_id, scope))
         await entry[0](scope, receive, send)

@@ -80,8 +80,10 @@ class Turn:
 
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            async with httpx2.AsyncClient(headers=headers, timeout=120, verify=tls.context()) as http, \
-                    Client(streamable_http_client(self.mcp_url, http_client=http)) as client:
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=120, verify=tls.context()) as http,
+                Client(streamable_http_client(self.mcp_url, http_client=http)) as client,
+            ):
                 yield Tools(client)
         except BaseExceptionGroup as group:  # the MCP client's task groups wrap what the agent raised
             inner: BaseException = group
@@ -137,10 +139,28 @@ class Agent:
 
 def turn_from_message(message, context_id: str) -> Turn:
     env: dict[str, Any] = next((d[KEY] for d in get_data_parts(message.parts) if isinstance(d, dict) and KEY in d), {})
-    return Turn(prompt=get_message_text(message), context_id=context_id, message_id=message.message_id,
-                **{k: env[k] for k in ("system_prompt", "mcp_url", "token", "role", "agent", "run_id", "config",
-                                       "conversation", "deadline_s", "turn", "seed")
-                   if env.get(k) is not None})
+    return Turn(
+        prompt=get_message_text(message),
+        context_id=context_id,
+        message_id=message.message_id,
+        **{
+            k: env[k]
+            for k in (
+                "system_prompt",
+                "mcp_url",
+                "token",
+                "role",
+                "agent",
+                "run_id",
+                "config",
+                "conversation",
+                "deadline_s",
+                "turn",
+                "seed",
+            )
+            if env.get(k) is not None
+        },
+    )
 
 
 class _Executor(AgentExecutor):
@@ -170,12 +190,20 @@ class _Executor(AgentExecutor):
 
 def agent_card(agent: Agent, url: str) -> AgentCard:
     return AgentCard(
-        name=agent.name, description=agent.description, version="1",
-        supported_interfaces=[AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version="1.0")],
+        name=agent.name,
+        description=agent.description,
+        version="1",
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version="1.0")
+        ],
         capabilities=AgentCapabilities(streaming=False, push_notifications=False),
-        default_input_modes=["text/plain", "application/json"], default_output_modes=["text/plain", "application/json"],
-        skills=[AgentSkill(id="work", name="Work in an agentenv environment", description=agent.description,
-                           tags=["agentenv"])],
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=[
+            AgentSkill(
+                id="work", name="Work in an agentenv environment", description=agent.description, tags=["agentenv"]
+            )
+        ],
     )
 
 

@@ -34,7 +34,8 @@ def runnables(cwd: Path | None = None) -> list[Runnable]:
     """Built-in bundles, then bundles in the working directory."""
     found = [
         Runnable(p.name, p, list(task_files(p)), True)
-        for p in sorted(BUILTIN_ROOT.iterdir()) if p.is_dir() and is_bundle(p)
+        for p in sorted(BUILTIN_ROOT.iterdir())
+        if p.is_dir() and is_bundle(p)
     ]
     here = cwd or Path.cwd()
     if is_bundle(here):
@@ -68,8 +69,9 @@ def resolve_target(target: str, task: str | None = None) -> TaskSpec:
     files = task_files(bundle)
     if task is None:
         if len(files) > 1:
-            raise NotFound(f"bundle {bundle.name} has {len(files)} tasks: {', '.join(files)}",
-                           "choose one with --task NAME")
+            raise NotFound(
+                f"bundle {bundle.name} has {len(files)} tasks: {', '.join(files)}", "choose one with --task NAME"
+            )
         task = next(iter(files))
     if task not in files:
         raise NotFound(f"bundle {bundle.name} has no task '{task}'", f"choose one of: {', '.join(files)}")
@@ -92,8 +94,14 @@ def find_env(bundle: Path | None, name: str):
 
     path = bundle / "envs" / name / "env.toml" if bundle else None
     if path is None or not path.is_file():
-        path = next((p / "envs" / name / "env.toml" for p in sorted(BUILTIN_ROOT.iterdir())
-                     if (p / "envs" / name / "env.toml").is_file()), None)
+        path = next(
+            (
+                p / "envs" / name / "env.toml"
+                for p in sorted(BUILTIN_ROOT.iterdir())
+                if (p / "envs" / name / "env.toml").is_file()
+            ),
+            None,
+        )
     if path is not None and path.is_file():
         try:
             record = env_record(tomllib.loads(path.read_text()))
@@ -105,18 +113,23 @@ def find_env(bundle: Path | None, name: str):
         for file in record.data:
             target = (folder / file).resolve()
             if not target.is_relative_to(folder.resolve()):
-                raise BadInput(f"{path}: data file {file!r} is outside the environment's folder",
-                               "keep data files inside envs/<name>/")
+                raise BadInput(
+                    f"{path}: data file {file!r} is outside the environment's folder",
+                    "keep data files inside envs/<name>/",
+                )
             if not target.is_file():
                 raise BadInput(f"{path}: data file {file!r} does not exist", f"add {target} or remove it from data")
         return record, folder
     if name in APPS:
         return env_for_app(name), None
     folders = ([bundle] if bundle else []) + sorted(BUILTIN_ROOT.iterdir())
-    known = sorted({p.name for f in folders if (f / "envs").is_dir() for p in (f / "envs").iterdir()
-                    if (p / "env.toml").is_file()})
-    raise NotFound(f"no environment {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
-                   "use one of: " + ", ".join(known + sorted(set(APPS) - set(known))))
+    known = sorted(
+        {p.name for f in folders if (f / "envs").is_dir() for p in (f / "envs").iterdir() if (p / "env.toml").is_file()}
+    )
+    raise NotFound(
+        f"no environment {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
+        "use one of: " + ", ".join(known + sorted(set(APPS) - set(known))),
+    )
 
 
 def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False):
@@ -132,14 +145,24 @@ def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False):
     from agentenv.spec.agent import AgentRecord
 
     folders = ([bundle] if bundle else []) + sorted(p for p in BUILTIN_ROOT.iterdir() if p.is_dir())
-    path = next((f / "agents" / name / "agent.toml" for f in folders if (f / "agents" / name / "agent.toml").is_file()),
-                None)
+    path = next(
+        (f / "agents" / name / "agent.toml" for f in folders if (f / "agents" / name / "agent.toml").is_file()), None
+    )
     if path is None:
-        known = sorted({p.name for f in folders if (f / "agents").is_dir() for p in (f / "agents").iterdir()
-                        if (p / "agent.toml").is_file()})
-        raise NotFound(f"no agent {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
-                       "add agents/<name>/agent.toml to the bundle, give the record inline (`record`), or use one "
-                       "of: " + (", ".join(known) or "none"))
+        known = sorted(
+            {
+                p.name
+                for f in folders
+                if (f / "agents").is_dir()
+                for p in (f / "agents").iterdir()
+                if (p / "agent.toml").is_file()
+            }
+        )
+        raise NotFound(
+            f"no agent {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
+            "add agents/<name>/agent.toml to the bundle, give the record inline (`record`), or use one "
+            "of: " + (", ".join(known) or "none"),
+        )
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:

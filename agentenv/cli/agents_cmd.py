@@ -20,8 +20,10 @@ def _connect():
 
     settings = load_settings()
     if not settings.gateway.url and not embedded.status(settings).running:
-        raise GatewayUnavailable("the embedded gateway is not running, so no agents are hosted and no turns wait",
-                                 "start it with `agent-env gateway start` (runs that deploy agents start it too)")
+        raise GatewayUnavailable(
+            "the embedded gateway is not running, so no agents are hosted and no turns wait",
+            "start it with `agent-env gateway start` (runs that deploy agents start it too)",
+        )
     return embedded.connect(settings, start_daemon=False)
 
 
@@ -49,8 +51,14 @@ def list_command(json_out: bool) -> int:
         for a in agents:
             record = a.get("record", {})
             models = ", ".join(f"{p}: {m.get('model')}" for p, m in (a.get("models") or {}).items())
-            table.add_row(escape(a["id"]), escape(record.get("name", "")), record.get("type", ""),
-                          escape(record.get("role") or ""), escape(a.get("run_id") or ""), escape(models))
+            table.add_row(
+                escape(a["id"]),
+                escape(record.get("name", "")),
+                record.get("type", ""),
+                escape(record.get("role") or ""),
+                escape(a.get("run_id") or ""),
+                escape(models),
+            )
         console().print(table)
         return 0
 
@@ -74,11 +82,17 @@ def pending_command(json_out: bool) -> int:
         for col in ("id", "agent", "asked_at", "prompt"):
             table.add_column(col, no_wrap=col != "prompt", overflow="fold")
         for t in sorted(turns, key=lambda t: t.get("asked_at", "")):
-            table.add_row(escape(t["id"]), escape(t.get("agent", "")), t.get("asked_at", ""),
-                          escape(_one_line(t.get("prompt", ""), 200)))
+            table.add_row(
+                escape(t["id"]),
+                escape(t.get("agent", "")),
+                t.get("asked_at", ""),
+                escape(_one_line(t.get("prompt", ""), 200)),
+            )
         console().print(table)
-        console().print(f"{len(turns)} waiting — answer one with `agent-env agents answer ID TEXT` "
-                        "(ID may be a unique prefix, or the agent's name when it has one turn waiting)")
+        console().print(
+            f"{len(turns)} waiting — answer one with `agent-env agents answer ID TEXT` "
+            "(ID may be a unique prefix, or the agent's name when it has one turn waiting)"
+        )
         return 0
 
     return aio.run(go())
@@ -87,14 +101,18 @@ def pending_command(json_out: bool) -> int:
 def _match(turns: list[dict], given: str) -> str:
     """The id of the waiting turn meant by `given`: its id, a unique prefix, or an agent with one turn
     (else `given` itself, for the gateway to say what became of it)."""
-    for how in (lambda t: t["id"] == given, lambda t: t["id"].startswith(given),
-                lambda t: given in (t.get("agent"), t.get("agent_id"))):
+    for how in (
+        lambda t: t["id"] == given,
+        lambda t: t["id"].startswith(given),
+        lambda t: given in (t.get("agent"), t.get("agent_id")),
+    ):
         found = [t["id"] for t in turns if how(t)]
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
-            raise BadInput(f"{given!r} matches {len(found)} waiting turns: {', '.join(found)}",
-                           "give the whole turn id")
+            raise BadInput(
+                f"{given!r} matches {len(found)} waiting turns: {', '.join(found)}", "give the whole turn id"
+            )
     return given
 
 
@@ -102,7 +120,7 @@ def answer_command(turn_id: str, text: str) -> int:
     from agentenv.gateway.client import GatewayRefused
 
     if not text.strip():
-        raise BadInput("the answer is empty", "give the text to answer with: agent-env agents answer ID \"...\"")
+        raise BadInput("the answer is empty", 'give the text to answer with: agent-env agents answer ID "..."')
 
     async def go() -> int:
         async with _connect() as client:

@@ -19,18 +19,21 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 runs_app = typer.Typer(help="List, inspect and cancel runs.", no_args_is_help=True)
-server_app = typer.Typer(help="The embedded Temporal dev server (used when no address is configured).",
-                         no_args_is_help=True)
+server_app = typer.Typer(
+    help="The embedded Temporal dev server (used when no address is configured).", no_args_is_help=True
+)
 env_app = typer.Typer(help="Environments: serve an app on its own.", no_args_is_help=True)
-gateway_app = typer.Typer(help="The embedded gateway (used when no [gateway] url is configured).",
-                          no_args_is_help=True)
+gateway_app = typer.Typer(help="The embedded gateway (used when no [gateway] url is configured).", no_args_is_help=True)
 tools_app = typer.Typer(help="An environment instance's tools, called as one of its agents.", no_args_is_help=True)
-secrets_app = typer.Typer(help="Secrets behind `secret:NAME` references (API keys). Values are never printed.",
-                          no_args_is_help=True)
-models_app = typer.Typer(help="Model endpoints: what each purpose uses, and a local fake to test without a network.",
-                         no_args_is_help=True)
-agents_app = typer.Typer(help="The gateway's hosted agents, and the turns waiting for a person to answer.",
-                         no_args_is_help=True)
+secrets_app = typer.Typer(
+    help="Secrets behind `secret:NAME` references (API keys). Values are never printed.", no_args_is_help=True
+)
+models_app = typer.Typer(
+    help="Model endpoints: what each purpose uses, and a local fake to test without a network.", no_args_is_help=True
+)
+agents_app = typer.Typer(
+    help="The gateway's hosted agents, and the turns waiting for a person to answer.", no_args_is_help=True
+)
 app.add_typer(runs_app, name="runs")
 app.add_typer(server_app, name="server")
 app.add_typer(env_app, name="env")
@@ -39,8 +42,10 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(models_app, name="models")
 app.add_typer(agents_app, name="agents")
-sandboxes_app = typer.Typer(help="Sandboxes (containers, processes, cloud VMs) that runs started for their envs and "
-                            "agents.", no_args_is_help=True)
+sandboxes_app = typer.Typer(
+    help="Sandboxes (containers, processes, cloud VMs) that runs started for their envs and agents.",
+    no_args_is_help=True,
+)
 app.add_typer(sandboxes_app, name="sandboxes")
 episodes_app = typer.Typer(help="Trainer episodes: play a task's agents from your own loop.", no_args_is_help=True)
 app.add_typer(episodes_app, name="episodes")
@@ -56,26 +61,44 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     pass
 
 
 @app.command()
 def run(
-    target: Annotated[str | None, typer.Argument(
-        help="A built-in bundle (e.g. hello), a bundle folder, or a task .toml file. Omit to list what can run.")] = None,
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="A built-in bundle (e.g. hello), a bundle folder, or a task .toml file. Omit to list what can run."
+        ),
+    ] = None,
     task: Annotated[str | None, typer.Option("--task", "-t", help="Which task of a bundle with several.")] = None,
-    detach: Annotated[bool, typer.Option(
-        "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`).")] = False,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`)."
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")] = False,
-    model: Annotated[list[str] | None, typer.Option(
-        "--model", metavar="PURPOSE=NAME", help="Use this model name for this run only; PURPOSE is default, agent, "
-        "persona or judge (a bare NAME is for default, which serves purposes without their own [models.PURPOSE]). "
-        "Repeatable.")] = None,
-    model_url: Annotated[list[str] | None, typer.Option(
-        "--model-url", metavar="PURPOSE=URL", help="Use this endpoint base URL for this run only (like --model).")
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            metavar="PURPOSE=NAME",
+            help="Use this model name for this run only; PURPOSE is default, agent, "
+            "persona or judge (a bare NAME is for default, which serves purposes without their own [models.PURPOSE]). "
+            "Repeatable.",
+        ),
+    ] = None,
+    model_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-url", metavar="PURPOSE=URL", help="Use this endpoint base URL for this run only (like --model)."
+        ),
     ] = None,
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
@@ -85,8 +108,9 @@ def run(
     """
     from agentenv.cli.run_cmd import run_command
 
-    raise typer.Exit(run_command(target, task, detach=detach, json_out=json_out, models=model or [],
-                                 urls=model_url or []))
+    raise typer.Exit(
+        run_command(target, task, detach=detach, json_out=json_out, models=model or [], urls=model_url or [])
+    )
 
 
 @app.command()
@@ -170,17 +194,33 @@ def server_status() -> None:
 
 @env_app.command("serve")
 def env_serve(
-    target: Annotated[str, typer.Argument(help="A built-in app (notes, mail, chat, helpdesk, billing) or MODULE:Class.")],
-    host: Annotated[str, typer.Option(envvar="MCP_HOST", help="Address to bind. Anything but 127.0.0.1 "
-                                      "without --token exposes an unauthenticated data plane to the network.")] = "127.0.0.1",
+    target: Annotated[
+        str, typer.Argument(help="A built-in app (notes, mail, chat, helpdesk, billing) or MODULE:Class.")
+    ],
+    host: Annotated[
+        str,
+        typer.Option(
+            envvar="MCP_HOST",
+            help="Address to bind. Anything but 127.0.0.1 "
+            "without --token exposes an unauthenticated data plane to the network.",
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="MCP_PORT", help="Port to bind.")] = 18765,
-    state: Annotated[str | None, typer.Option(help="Folder of the instance's state (default: under the state "
-                                                 "directory, per app).")] = None,
-    data_root: Annotated[str | None, typer.Option(help="Folder that data/add may read file:// URIs from "
-                                                     "(default: none; send data inline).")] = None,
-    token: Annotated[str | None, typer.Option(help="Require 'Authorization: Bearer TOKEN' on every request but "
-                                              "/ready (default: $AGENTENV_SERVER_TOKEN, else none). Prefer the "
-                                              "variable: `ps` shows a command line to every local user.")] = None,
+    state: Annotated[
+        str | None, typer.Option(help="Folder of the instance's state (default: under the state directory, per app).")
+    ] = None,
+    data_root: Annotated[
+        str | None,
+        typer.Option(help="Folder that data/add may read file:// URIs from (default: none; send data inline)."),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Require 'Authorization: Bearer TOKEN' on every request but "
+            "/ready (default: $AGENTENV_SERVER_TOKEN, else none). Prefer the "
+            "variable: `ps` shows a command line to every local user."
+        ),
+    ] = None,
 ) -> None:
     """Serve one app alone: MCP at /mcp, its card at /.well-known/agent-env.json, its data plane at /agentenv.
 
@@ -231,8 +271,9 @@ def tools_list(
     raise typer.Exit(list_command(instance, agent, json_out))
 
 
-@tools_app.command("call", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
-                                             "help_option_names": []})
+@tools_app.command(
+    "call", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+)
 def tools_call(
     ctx: typer.Context,
     instance: Annotated[str, typer.Argument(help="Instance id (RUN_ID.STEP_ID, or a unique part of it).")],
@@ -271,8 +312,10 @@ def runs_trajectory(
 @secrets_app.command("set")
 def secrets_set(
     name: Annotated[str, typer.Argument(help="The secret's name, as in `secret:NAME` (letters, digits, . _ -).")],
-    value: Annotated[str | None, typer.Option(help="The value (visible in your shell history: prefer the prompt, "
-                                                   "or pipe it on stdin).")] = None,
+    value: Annotated[
+        str | None,
+        typer.Option(help="The value (visible in your shell history: prefer the prompt, or pipe it on stdin)."),
+    ] = None,
 ) -> None:
     """Store a secret in this install's secret file (mode 0600). Prompts for the value, hidden, unless given."""
     from agentenv.cli.secrets_cmd import set_command
@@ -314,9 +357,14 @@ def models_show(
 def models_fake(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8791,
-    scripts: Annotated[list[Path] | None, typer.Option(
-        "--scripts", metavar="FILE", help="JSON scripts {NAME: [steps]} added to the built-in bundles' scripts. "
-        "Repeatable.")] = None,
+    scripts: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--scripts",
+            metavar="FILE",
+            help="JSON scripts {NAME: [steps]} added to the built-in bundles' scripts. Repeatable.",
+        ),
+    ] = None,
     api_key: Annotated[str | None, typer.Option(help="Require this API key (as a real endpoint would).")] = None,
 ) -> None:
     """Serve a local, deterministic fake of an OpenAI-compatible endpoint (scripted replies), until Ctrl-C."""
@@ -347,8 +395,10 @@ def agents_pending(
 
 @agents_app.command("answer")
 def agents_answer(
-    turn_id: Annotated[str, typer.Argument(help="The turn's id (or a unique prefix, or the agent's name when it "
-                                                "has one turn waiting).")],
+    turn_id: Annotated[
+        str,
+        typer.Argument(help="The turn's id (or a unique prefix, or the agent's name when it has one turn waiting)."),
+    ],
     text: Annotated[str, typer.Argument(help="What the person answers.")],
 ) -> None:
     """Answer a turn waiting for a person; the run that asked continues."""
@@ -361,8 +411,10 @@ def agents_answer(
 def episodes_serve(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8792,
-    worker: Annotated[bool, typer.Option(help="Run a worker in this process (--no-worker: workers run "
-                                              "elsewhere, `agent-env worker`).")] = True,
+    worker: Annotated[
+        bool,
+        typer.Option(help="Run a worker in this process (--no-worker: workers run elsewhere, `agent-env worker`)."),
+    ] = True,
 ) -> None:
     """Serve the episode turn loop over HTTP (start, next-turn, end, abandon, result), until Ctrl-C."""
     from agentenv.cli.episodes_cmd import serve_command
@@ -385,8 +437,14 @@ def sandboxes_list(
 @sandboxes_app.command("reap")
 def sandboxes_reap(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
-    everything: Annotated[bool, typer.Option("--all", help="Remove every sandbox of this install, even of running "
-                                             "runs (other installs' sandboxes are never touched).")] = False,
+    everything: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Remove every sandbox of this install, even of running "
+            "runs (other installs' sandboxes are never touched).",
+        ),
+    ] = False,
 ) -> None:
     """Remove sandboxes whose run is over (ended, failed, cancelled, terminated, timed out or unknown) or
     that are past their TTL. Workers do this every [sandboxes] reap_every seconds."""

@@ -27,13 +27,16 @@ def server_token(given: str | None) -> str | None:
     if token is None:
         return None
     if not token or not token.isascii() or not token.isprintable() or " " in token:
-        raise BadInput("the server token is empty or not printable ASCII without spaces",
-                       "give a token such as the output of `python -c 'import secrets; print(secrets.token_urlsafe())'`")
+        raise BadInput(
+            "the server token is empty or not printable ASCII without spaces",
+            "give a token such as the output of `python -c 'import secrets; print(secrets.token_urlsafe())'`",
+        )
     return token
 
 
-def serve_command(target: str, host: str, port: int, state: str | None, data_root: str | None,
-                  token: str | None = None) -> int:
+def serve_command(
+    target: str, host: str, port: int, state: str | None, data_root: str | None, token: str | None = None
+) -> int:
     import uvicorn
 
     from agentenv.envs.serve import create_app
@@ -44,7 +47,9 @@ def serve_command(target: str, host: str, port: int, state: str | None, data_roo
     app = create_app(app_cls, folder, data_root=Path(data_root) if data_root else None, token=token, names=(host,))
     base = f"http://{host}:{port}"
     access = "every request but /ready needs the token" if token else "no token: open to local processes"
-    console().print(f"serving [bold]{app_cls.name}[/] at {base}  (MCP {base}/mcp · card {base}/.well-known/agent-env.json"
-                    f" · data plane {base}/agentenv)\n  {access}\n  state: {folder}")
+    console().print(
+        f"serving [bold]{app_cls.name}[/] at {base}  (MCP {base}/mcp · card {base}/.well-known/agent-env.json"
+        f" · data plane {base}/agentenv)\n  {access}\n  state: {folder}"
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0

@@ -14,9 +14,11 @@ def serve_command(host: str, port: int, worker: bool) -> int:
 
     settings = load_settings()
     base = f"http://{host}:{port}"
-    console().print(f"serving episodes at {base}/episodes (POST to start one; see `agentenv/episodes/http.py` or "
-                    "the README)\n  auth: the gateway's admin token as a bearer token"
-                    + ("" if worker else "\n  runs are executed by workers elsewhere (`agent-env worker`)"))
+    console().print(
+        f"serving episodes at {base}/episodes (POST to start one; see `agentenv/episodes/http.py` or "
+        "the README)\n  auth: the gateway's admin token as a bearer token"
+        + ("" if worker else "\n  runs are executed by workers elsewhere (`agent-env worker`)")
+    )
     # A bind name (not an IP) is how trainers reach it: requests naming it are ours; other Hosts get 421.
     urls = [] if is_ip_literal(host) else [base]
     uvicorn.run(create_app(settings, worker=worker, urls=urls), host=host, port=port, log_level="warning")

@@ -70,8 +70,10 @@ def server_status_command() -> int:
 
     settings = load_settings()
     if not settings.embedded:
-        console().print(f"using the Temporal server at {settings.temporal.address} "
-                        f"(from {settings.describe_address_source()}); the embedded server is not used")
+        console().print(
+            f"using the Temporal server at {settings.temporal.address} "
+            f"(from {settings.describe_address_source()}); the embedded server is not used"
+        )
         return 0
     st = server.status(settings)
     if st.running and st.info:
@@ -79,8 +81,11 @@ def server_status_command() -> int:
         if st.info.ui_url:
             console().print(f"  web UI: {st.info.ui_url}")
     else:
-        console().print("not running" + (" (stale pidfile; the next start removes it)" if st.stale_pidfile else "")
-                        + " — start it with `agent-env server start`, or just `agent-env run`")
+        console().print(
+            "not running"
+            + (" (stale pidfile; the next start removes it)" if st.stale_pidfile else "")
+            + " — start it with `agent-env server start`, or just `agent-env run`"
+        )
     console().print(f"  data: {st.paths.db}\n  log:  {st.paths.log}")
     return 0 if st.running else 1
 
@@ -94,18 +99,24 @@ def gateway_command(action: str) -> int:
         return 0 if action == "status" else 2
     if action == "start":
         info, started = embedded.start(settings, on_notice=notice)
-        console().print(f"gateway {'started' if started else 'already running'} at http://{info.address} "
-                        f"(pid {info.pid})\n  log: {info.log}")
+        console().print(
+            f"gateway {'started' if started else 'already running'} at http://{info.address} "
+            f"(pid {info.pid})\n  log: {info.log}"
+        )
         return 0
     if action == "stop":
         stopped = embedded.stop(settings)
-        console().print(f"stopped the gateway (pid {stopped.pid}); instances are kept" if stopped
-                        else "the gateway was not running")
+        console().print(
+            f"stopped the gateway (pid {stopped.pid}); instances are kept" if stopped else "the gateway was not running"
+        )
         return 0
     st = embedded.status(settings)
     if st.running and st.info:
         console().print(f"running at http://{st.info.address} (pid {st.info.pid})\n  log: {st.info.log}")
         return 0
-    console().print("not running" + (" (stale pidfile; the next start removes it)" if st.stale_pidfile else "")
-                    + " — `agent-env gateway start`, or just `agent-env run`")
+    console().print(
+        "not running"
+        + (" (stale pidfile; the next start removes it)" if st.stale_pidfile else "")
+        + " — `agent-env gateway start`, or just `agent-env run`"
+    )
     return 1

@@ -34,8 +34,10 @@ def parse_overrides(models: list[str], urls: list[str]) -> dict[str, dict[str, s
             if not value:
                 raise BadInput(f"{flag} {given}: no value after '='", f"write {flag} {purpose}=VALUE")
             if field == "base_url" and not value.startswith(("http://", "https://")):
-                raise BadInput(f"{flag} {given}: {value!r} is not an http(s) URL",
-                               f"e.g. {flag} {purpose}=http://127.0.0.1:8791/v1")
+                raise BadInput(
+                    f"{flag} {given}: {value!r} is not an http(s) URL",
+                    f"e.g. {flag} {purpose}=http://127.0.0.1:8791/v1",
+                )
             overrides.setdefault(purpose, {})[field] = value
     return overrides
 
@@ -62,7 +64,7 @@ def _key_status(api_key: str | None, secrets) -> tuple[str, str, bool | None]:
         return "none", "[dim]no key sent[/]", None
     if not is_reference(api_key):
         return "[red]plain text (hidden)[/]", "[red]move it to a secret[/]", False
-    name = api_key[len(PREFIX):]
+    name = api_key[len(PREFIX) :]
     if not secrets.has(name):
         return escape(api_key), "[red]not set[/]", False
     where = f" (from {env_var(name)})" if os.environ.get(env_var(name)) else ""
@@ -86,20 +88,32 @@ def show_command(purpose: str | None) -> int:
         endpoint = settings.model(p)
         source = p if p in settings.models else "default" if "default" in settings.models else "built-in defaults"
         shown_key, status, usable = _key_status(endpoint.api_key, secrets)
-        table.add_row(p, source, escape(endpoint.base_url or "") or "[red]not set[/]",
-                      escape(endpoint.model or "") or "[red]not set[/]", shown_key, status)
+        table.add_row(
+            p,
+            source,
+            escape(endpoint.base_url or "") or "[red]not set[/]",
+            escape(endpoint.model or "") or "[red]not set[/]",
+            shown_key,
+            status,
+        )
         if usable is False and is_reference(endpoint.api_key):
-            fixes.append(f"set {endpoint.api_key}: `agent-env secrets set {endpoint.api_key[len(PREFIX):]}`")
+            fixes.append(f"set {endpoint.api_key}: `agent-env secrets set {endpoint.api_key[len(PREFIX) :]}`")
         elif usable is False:
-            fixes.append(f"the {p!r} api_key is written out in plain text: store it with `agent-env secrets set "
-                         "NAME` and write api_key = \"secret:NAME\"")
+            fixes.append(
+                f"the {p!r} api_key is written out in plain text: store it with `agent-env secrets set "
+                'NAME` and write api_key = "secret:NAME"'
+            )
         if not endpoint.base_url or not endpoint.model:
-            fixes.append("set [models.default] (or [models.PURPOSE]) base_url and model in .agentenv/config.toml, or "
-                         "AGENTENV_MODEL_BASE_URL and AGENTENV_MODEL (no network? `agent-env models fake`)")
+            fixes.append(
+                "set [models.default] (or [models.PURPOSE]) base_url and model in .agentenv/config.toml, or "
+                "AGENTENV_MODEL_BASE_URL and AGENTENV_MODEL (no network? `agent-env models fake`)"
+            )
     out = console()
     out.print(table)
-    out.print(f"[dim]config: {settings.config_file or 'no config file'}; environment: AGENTENV_MODEL_* applies to "
-              "default; override one run with `agent-env run ... --model PURPOSE=NAME`[/]")
+    out.print(
+        f"[dim]config: {settings.config_file or 'no config file'}; environment: AGENTENV_MODEL_* applies to "
+        "default; override one run with `agent-env run ... --model PURPOSE=NAME`[/]"
+    )
     for fix in dict.fromkeys(fixes):
         out.print(f"  [bold]fix:[/] {escape(fix)}")
     return 0
@@ -117,9 +131,13 @@ def _load_script_files(paths: list[Path]) -> dict:
             data = json.loads(path.read_text())
         except (ValueError, UnicodeDecodeError) as e:
             raise BadInput(f"--scripts {path} is not valid JSON: {e}") from None
-        if not isinstance(data, dict) or not all(isinstance(script, list | dict) and script for script in data.values()):
-            raise BadInput(f"--scripts {path}: expected an object of script name -> steps",
-                           'e.g. {"tester": [{"tool": "get_time", "arguments": {}}, {"say": "done"}]}')
+        if not isinstance(data, dict) or not all(
+            isinstance(script, list | dict) and script for script in data.values()
+        ):
+            raise BadInput(
+                f"--scripts {path}: expected an object of script name -> steps",
+                'e.g. {"tester": [{"tool": "get_time", "arguments": {}}, {"say": "done"}]}',
+            )
     return load_scripts(paths)
 
 
@@ -131,7 +149,9 @@ def _check_port(host: str, port: int) -> None:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, port))
     except OSError as e:
-        raise BadInput(f"cannot listen on {host}:{port} ({e.strerror or e})", "choose another port with --port") from None
+        raise BadInput(
+            f"cannot listen on {host}:{port} ({e.strerror or e})", "choose another port with --port"
+        ) from None
 
 
 def fake_command(host: str, port: int, script_files: list[Path], api_key: str | None) -> int:
@@ -145,19 +165,24 @@ def fake_command(host: str, port: int, script_files: list[Path], api_key: str | 
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     url = f"http://{'[' + shown_host + ']' if ':' in shown_host else shown_host}:{port}/v1"
     out = console()
-    out.print(f"fake model at [bold]{url}[/] · scripts: {', '.join(scripts) or 'none'} · also fake-judge, "
-              "fake-garbage, fake-slow-N · Ctrl-C to stop")
+    out.print(
+        f"fake model at [bold]{url}[/] · scripts: {', '.join(scripts) or 'none'} · also fake-judge, "
+        "fake-garbage, fake-slow-N · Ctrl-C to stop"
+    )
     if api_key:
-        out.print(f"export AGENTENV_MODEL_BASE_URL={url} AGENTENV_MODEL=fake AGENTENV_MODEL_API_KEY={PREFIX}fake-model"
-                  "   # requests need the --api-key value: store it with `agent-env secrets set fake-model`")
+        out.print(
+            f"export AGENTENV_MODEL_BASE_URL={url} AGENTENV_MODEL=fake AGENTENV_MODEL_API_KEY={PREFIX}fake-model"
+            "   # requests need the --api-key value: store it with `agent-env secrets set fake-model`"
+        )
     else:
         out.print(f"export AGENTENV_MODEL_BASE_URL={url} AGENTENV_MODEL=fake   # no API key needed")
         settings = load_settings()
         configured = settings.model("default").api_key
-        if is_reference(configured) and not SecretStore(settings.state_dir).has(configured[len(PREFIX):]):
-            notice(f"runs check that the configured key {configured} is set, though this fake ignores it: "
-                   f"`agent-env secrets set {configured[len(PREFIX):]} --value unused`, "
-                   'or write api_key = "" under [models.default] in .agentenv/config.toml')
+        if is_reference(configured) and not SecretStore(settings.state_dir).has(configured[len(PREFIX) :]):
+            notice(
+                f"runs check that the configured key {configured} is set, though this fake ignores it: "
+                f"`agent-env secrets set {configured[len(PREFIX) :]} --value unused`, "
+                'or write api_key = "" under [models.default] in .agentenv/config.toml'
+            )
     uvicorn.run(create_app(scripts, api_key, host_names=(host,)), host=host, port=port, log_level="warning")
     return 0
-

@@ -18,8 +18,11 @@ ICONS = {
     StepStatus.PENDING: (" ", "white"),
 }
 RUN_STYLE = {
-    RunStatus.PASSED: "bold green", RunStatus.FAILED: "bold red", RunStatus.ERROR: "bold red",
-    RunStatus.CANCELLED: "bold yellow", RunStatus.RUNNING: "bold cyan",
+    RunStatus.PASSED: "bold green",
+    RunStatus.FAILED: "bold red",
+    RunStatus.ERROR: "bold red",
+    RunStatus.CANCELLED: "bold yellow",
+    RunStatus.RUNNING: "bold cyan",
 }
 
 
@@ -83,8 +86,9 @@ def step_line(step: StepState, width: int, type_width: int = 0, *, criteria: str
             if not c.passed:
                 line += f"\n      [red]✗ {escape(c.name)}[/]{weight}: {escape(c.detail)}"
             elif criteria == "all":
-                line += f"\n      [green]✓[/] {escape(c.name)}{weight}" + (f": [dim]{escape(c.detail)}[/]" if c.detail
-                                                                          else "")
+                line += f"\n      [green]✓[/] {escape(c.name)}{weight}" + (
+                    f": [dim]{escape(c.detail)}[/]" if c.detail else ""
+                )
     return line
 
 
@@ -99,8 +103,10 @@ def summary_line(state: RunState, wall: float | None = None) -> str:
         parts.append(f"{(state.finished_at - state.started_at).total_seconds():.2f} s")
     if state.world is not None and state.world.clock is not None and state.world.events:
         fired = sum(e.kind == "fired" for e in state.world.events)
-        parts.append(f"world at {iso(max(state.world.clock.virtual_anchor, state.world.events[-1].virtual_time))}, "
-                     f"{fired} firings")
+        parts.append(
+            f"world at {iso(max(state.world.clock.virtual_anchor, state.world.events[-1].virtual_time))}, "
+            f"{fired} firings"
+        )
     parts.append(f"run {state.run_id}")
     return " · ".join(parts)
 
@@ -126,8 +132,9 @@ def event_lines(state: RunState, limit: int | None = None) -> list[str]:
         elif e.kind == "clock":
             what = f"clock {d.get('mode')}" + (f" ×{d['rate']:g}" if d.get("mode") == "paced" else "")
         elif e.kind in ("registered", "cancelled"):
-            what = f"{e.kind} {', '.join(d.get('triggers', []))}" + (f" [dim]({escape(str(d['by']))[:80]})[/]"
-                                                                    if d.get("by") else "")
+            what = f"{e.kind} {', '.join(d.get('triggers', []))}" + (
+                f" [dim]({escape(str(d['by']))[:80]})[/]" if d.get("by") else ""
+            )
         else:
             what = f"{e.kind} {escape(str(d.get('reason', '')))}"
         lines.append(f"  [dim]{iso(e.virtual_time)}[/] {what}")
@@ -149,7 +156,9 @@ class Progress:
                 console().print(step_line(step, self.width, self.type_width, criteria="failed"))
                 self.shown[step.id] = step.status
             elif (
-                step.status is StepStatus.RUNNING and step.id not in self.shown and step.started_at
+                step.status is StepStatus.RUNNING
+                and step.id not in self.shown
+                and step.started_at
                 and (now - step.started_at).total_seconds() > self.SLOW
             ):
                 console().print(f"  [cyan]…[/] {step.id:<{self.width}}  [dim]{step.type} running[/]")

@@ -15,8 +15,15 @@ from agentenv.spec.run import RunStatus
 from agentenv.spec.task import TaskSpec
 
 
-def run_command(target: str | None, task: str | None, *, detach: bool, json_out: bool,
-                models: Sequence[str] = (), urls: Sequence[str] = ()) -> int:
+def run_command(
+    target: str | None,
+    task: str | None,
+    *,
+    detach: bool,
+    json_out: bool,
+    models: Sequence[str] = (),
+    urls: Sequence[str] = (),
+) -> int:
     """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only."""
     settings = load_settings()
     if models or urls:
@@ -34,8 +41,10 @@ def run_command(target: str | None, task: str | None, *, detach: bool, json_out:
 def _start_gateway(embedded, settings: Settings) -> None:
     info, started = embedded.start(settings, on_notice=notice)
     if started:
-        notice(f"started the embedded gateway at http://{info.address}; it keeps running in the background "
-               "(stop it with `agent-env gateway stop`)")
+        notice(
+            f"started the embedded gateway at http://{info.address}; it keeps running in the background "
+            "(stop it with `agent-env gateway stop`)"
+        )
 
 
 def _list_runnables() -> int:
@@ -71,8 +80,9 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
         console().print(f"started run [bold]{handle.id}[/]")
         if url := settings.run_url(handle.id):
             console().print(f"  Temporal UI: {url}")
-        console().print(f"  a worker executes it: `agent-env worker` if none runs; follow it with "
-                        f"`agent-env runs show {handle.id}`")
+        console().print(
+            f"  a worker executes it: `agent-env worker` if none runs; follow it with `agent-env runs show {handle.id}`"
+        )
         return 0
 
     from agentenv.temporal.worker import create_worker
@@ -89,8 +99,10 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
         state = await _follow(handle, spec, quiet=json_out)
     except asyncio.CancelledError:
         if handle is not None:
-            console().print(f"\n[yellow]interrupted:[/] run {handle.id} is paused, not lost. It resumes when a worker "
-                            "runs: `agent-env worker` (or the next `agent-env run`).")
+            console().print(
+                f"\n[yellow]interrupted:[/] run {handle.id} is paused, not lost. It resumes when a worker "
+                "runs: `agent-env worker` (or the next `agent-env run`)."
+            )
         return 130
     finally:
         # Finished: no need for a graceful shutdown; the process exits right after printing.

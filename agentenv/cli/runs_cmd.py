@@ -38,10 +38,12 @@ def list_command(limit: int, status: str | None, task: str | None, json_out: boo
         state = RunState.model_validate(r)
         took = f"{(state.finished_at - state.started_at).total_seconds():.2f} s" if state.finished_at else ""
         table.add_row(
-            state.run_id, f"{state.task_id} v{state.task_version}",
+            state.run_id,
+            f"{state.task_id} v{state.task_version}",
             f"[{RUN_STYLE[state.status]}]{state.status.value}[/]",
             "" if state.score is None else f"{state.score:.2f}",
-            state.started_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), took,
+            state.started_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            took,
         )
     console().print(table)
     return 0
@@ -57,14 +59,18 @@ def show_command(run_id: str, json_out: bool) -> int:
         try:
             state, live = aio.run(_live_state(settings, state.run_id)), True
         except Exception as e:  # noqa: BLE001 - the stored record is still worth showing
-            notice(f"showing the last recorded state; live state unavailable ({e}). "
-                   "Is a worker running? Start one with `agent-env worker`.")
+            notice(
+                f"showing the last recorded state; live state unavailable ({e}). "
+                "Is a worker running? Start one with `agent-env worker`."
+            )
     if json_out:
         print(json.dumps(state.model_dump(mode="json"), indent=2))
         return 0
     out = console()
-    out.print(f"[bold]{state.task_id}[/] v{state.task_version} · run [bold]{state.run_id}[/]"
-              + (" [cyan](live)[/]" if live else ""))
+    out.print(
+        f"[bold]{state.task_id}[/] v{state.task_version} · run [bold]{state.run_id}[/]"
+        + (" [cyan](live)[/]" if live else "")
+    )
     if state.description:
         out.print(f"  [dim]{state.description}[/]")
     out.print(f"  started {state.started_at.astimezone():%Y-%m-%d %H:%M:%S}")
@@ -120,8 +126,10 @@ def cancel_command(run_id: str, wait: bool) -> int:
     settings = load_settings()
     record = find_run(settings, run_id)
     if record["status"] != RunStatus.RUNNING.value:
-        raise BadInput(f"run {record['run_id']} already ended ({record['status']}); there is nothing to cancel",
-                       "list running runs with `agent-env runs list --status running`")
+        raise BadInput(
+            f"run {record['run_id']} already ended ({record['status']}); there is nothing to cancel",
+            "list running runs with `agent-env runs list --status running`",
+        )
     return aio.run(_cancel(settings, record["run_id"], wait))
 
 
@@ -153,8 +161,9 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
 
     settings = load_settings()
     state = RunState.model_validate(find_run(settings, run_id))
-    instances = [s.outputs["instance"] for s in state.steps.values()
-                 if s.type == "deploy_env" and "instance" in s.outputs]
+    instances = [
+        s.outputs["instance"] for s in state.steps.values() if s.type == "deploy_env" and "instance" in s.outputs
+    ]
     if not instances:
         raise BadInput(f"run {state.run_id} deployed no environment, so it has no trajectory")
     stores = open_stores(settings)
@@ -189,10 +198,22 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
     for col in ("virtual time", "agent", "role", "tool", "arguments", "outcome", "ms"):
         table.add_column(col, no_wrap=col not in ("arguments", "outcome"), overflow="fold")
     for e in entries:
-        outcome = (f"[red]refused: {e['error']}[/]" if e.get("refused") else f"[red]{e['error']}[/]" if "error" in e
-                   else json.dumps(e.get("result"), ensure_ascii=False))
-        table.add_row(e["virtual_time"], e["agent"], e["role"], e["tool"],
-                      json.dumps(e["arguments"], ensure_ascii=False)[:120], outcome[:160], f"{e['duration_ms']:.1f}")
+        outcome = (
+            f"[red]refused: {e['error']}[/]"
+            if e.get("refused")
+            else f"[red]{e['error']}[/]"
+            if "error" in e
+            else json.dumps(e.get("result"), ensure_ascii=False)
+        )
+        table.add_row(
+            e["virtual_time"],
+            e["agent"],
+            e["role"],
+            e["tool"],
+            json.dumps(e["arguments"], ensure_ascii=False)[:120],
+            outcome[:160],
+            f"{e['duration_ms']:.1f}",
+        )
     console().print(table)
     console().print(f"{len(entries)} calls")
     return 0

@@ -48,8 +48,15 @@ def _print(verdicts, json_out: bool, *, done: bool) -> None:
     for v in verdicts:
         box = v.sandbox
         verdict = ("removed: " if done else "would remove: ") + v.reason if v.reason else "keeps (run in progress)"
-        table.add_row(box.provider, escape(box.id), escape(box.run_id), escape(box.owner), box.status,
-                      _expires(box.expires_at), escape(verdict))
+        table.add_row(
+            box.provider,
+            escape(box.id),
+            escape(box.run_id),
+            escape(box.owner),
+            box.status,
+            _expires(box.expires_at),
+            escape(verdict),
+        )
     console().print(table)
 
 
@@ -70,13 +77,16 @@ def reap_command(dry_run: bool, everything: bool) -> int:
         from agentenv.providers.reaper import reap
 
         settings = load_settings()
-        verdicts = await reap(settings, None if everything else await _client(settings), dry_run=dry_run,
-                              everything=everything)
+        verdicts = await reap(
+            settings, None if everything else await _client(settings), dry_run=dry_run, everything=everything
+        )
         doomed = [v for v in verdicts if v.doomed]
         _print(doomed, False, done=not dry_run)
         kept = len(verdicts) - len(doomed)
-        console().print(f"{'would remove' if dry_run else 'removed'} {len(doomed)} sandbox(es); "
-                        f"{kept} kept (their runs are in progress)")
+        console().print(
+            f"{'would remove' if dry_run else 'removed'} {len(doomed)} sandbox(es); "
+            f"{kept} kept (their runs are in progress)"
+        )
         return 0
 
     return aio.run(go())

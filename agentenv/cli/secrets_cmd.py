@@ -39,8 +39,9 @@ def set_command(name: str, value: str | None) -> int:
     if value is None:
         value = _read_value(name)
     if not value:
-        raise BadInput(f"no value given for secret {name!r}",
-                       "type it at the prompt, pipe it on stdin, or pass --value")
+        raise BadInput(
+            f"no value given for secret {name!r}", "type it at the prompt, pipe it on stdin, or pass --value"
+        )
     store.set(name, value)
     console().print(f"stored secret [bold]{name}[/] in {store.path}; reference it as secret:{name}")
     if os.environ.get(env_var(name)):
@@ -63,7 +64,9 @@ def list_command(json_out: bool) -> int:
     if names:
         out.print(f"in {store.path}:")
         for name in names:
-            shadow = f"  [dim](overridden by the environment variable {env_var(name)})[/]" if env_var(name) in env else ""
+            shadow = (
+                f"  [dim](overridden by the environment variable {env_var(name)})[/]" if env_var(name) in env else ""
+            )
             out.print(f"  [bold]{name}[/]{shadow}")
     if env:
         out.print("from environment variables:")
@@ -80,10 +83,11 @@ def delete_command(name: str) -> int:
     store = _store()
     in_env = bool(os.environ.get(env_var(name)))
     if not store.delete(name):
-        raise NotFound(f"no secret {name!r} in {store.path}" + (
-            f"; it comes from the environment variable {env_var(name)}" if in_env else ""),
-                       f"unset {env_var(name)} in your environment" if in_env
-                       else "list them with `agent-env secrets list`")
+        raise NotFound(
+            f"no secret {name!r} in {store.path}"
+            + (f"; it comes from the environment variable {env_var(name)}" if in_env else ""),
+            f"unset {env_var(name)} in your environment" if in_env else "list them with `agent-env secrets list`",
+        )
     console().print(f"deleted secret [bold]{name}[/]")
     if in_env:
         notice(f"secret:{name} still resolves: the environment variable {env_var(name)} is set")

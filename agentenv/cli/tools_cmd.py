@@ -29,9 +29,10 @@ async def _client_and_instance(instance: str):
             matches = [i for i in ids if i.startswith(instance) or i.endswith("." + instance)]
             if len(matches) == 1:
                 return client, await client.get_instance(matches[0])
-            raise BadInput(f"no environment instance {instance!r}" + (f" (matches: {', '.join(matches)})" if matches
-                                                                       else ""),
-                           "give an instance id (RUN_ID.STEP_ID); `agent-env runs show RUN` lists a run's") from None
+            raise BadInput(
+                f"no environment instance {instance!r}" + (f" (matches: {', '.join(matches)})" if matches else ""),
+                "give an instance id (RUN_ID.STEP_ID); `agent-env runs show RUN` lists a run's",
+            ) from None
         raise
 
 
@@ -84,8 +85,10 @@ def parse_arguments(schema: dict[str, Any], argv: list[str], raw_json: str | Non
             raise BadInput(f"unexpected {flag!r}", "give arguments as --name value")
         name = flag[2:].replace("-", "_")
         if name not in props:
-            raise BadInput(f"this tool has no argument {flag!r}", "arguments: " + ", ".join(
-                "--" + n.replace("_", "-") for n in props))
+            raise BadInput(
+                f"this tool has no argument {flag!r}",
+                "arguments: " + ", ".join("--" + n.replace("_", "-") for n in props),
+            )
         kind = _kind(props[name])
         takes_value = kind != "boolean" or (i + 1 < len(argv) and argv[i + 1] in ("true", "false"))
         value = argv[i + 1] if takes_value and i + 1 < len(argv) else None
@@ -133,8 +136,9 @@ def call_command(instance: str, tool: str, agent: str | None, raw_json: str | No
         token = await client.token(described["id"], who)
         tools = {t["name"]: t for t in await client.list_tools(described["id"], token)}
         if tool not in tools:
-            raise BadInput(f"{who} (role {described['agents'][who]}) has no tool {tool!r}",
-                           f"tools: {', '.join(tools)}")
+            raise BadInput(
+                f"{who} (role {described['agents'][who]}) has no tool {tool!r}", f"tools: {', '.join(tools)}"
+            )
         if "--help" in argv or "-h" in argv:
             console().print(f"[bold]{tool}[/]: {tools[tool]['description']}")
             for name, prop in tools[tool]["inputSchema"].get("properties", {}).items():

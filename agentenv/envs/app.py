@@ -111,8 +111,7 @@ def _problem(err: Any) -> str:
         unit = "characters" if err["type"] == "string_too_long" else "items"
         size = len(err["input"]) if hasattr(err["input"], "__len__") else "too many"
         return f"is {size} {unit} long; at most {err['ctx']['max_length']} are allowed — shorten it"
-    return {"missing": "is required", "extra_forbidden": "is not an argument of this tool"}.get(
-        err["type"], err["msg"])
+    return {"missing": "is required", "extra_forbidden": "is not an argument of this tool"}.get(err["type"], err["msg"])
 
 
 def _split_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
@@ -159,8 +158,15 @@ def build_tool_spec(app_name: str, method: Callable, options: ToolOptions) -> To
     for prop in schema.get("properties", {}).values():
         prop.pop("title", None)
     return ToolSpec(
-        name=name, app=app_name, description=description, input_schema=schema, read_only=options.read_only,
-        hidden=options.hidden, method=method.__name__, args_model=model, wants_ctx=wants_ctx,
+        name=name,
+        app=app_name,
+        description=description,
+        input_schema=schema,
+        read_only=options.read_only,
+        hidden=options.hidden,
+        method=method.__name__,
+        args_model=model,
+        wants_ctx=wants_ctx,
         is_async=inspect.iscoroutinefunction(method),
     )
 
@@ -234,13 +240,15 @@ class App:
             for i, row in enumerate(rows):
                 unknown = set(row) - columns
                 if unknown:
-                    raise ToolError(f"{self.name}.{table} has no column {sorted(unknown)[0]!r} "
-                                    f"(columns: {', '.join(sorted(columns))})")
+                    raise ToolError(
+                        f"{self.name}.{table} has no column {sorted(unknown)[0]!r} "
+                        f"(columns: {', '.join(sorted(columns))})"
+                    )
                 names = list(row)
                 try:
                     self.db.execute(
                         f'INSERT INTO "{table}" ({", ".join(chr(34) + n + chr(34) for n in names)}) '
-                        f'VALUES ({", ".join("?" for _ in names)})',
+                        f"VALUES ({', '.join('?' for _ in names)})",
                         [_sql_value(row[n]) for n in names],
                     )
                 except sqlite3.Error as e:

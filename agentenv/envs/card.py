@@ -52,7 +52,8 @@ class EnvironmentCard(_Wire):
     url: str = RPC_PATH
     preferredTransport: str = "JSONRPC"  # noqa: N815
     additionalInterfaces: list[Interface] = Field(  # noqa: N815
-        default_factory=lambda: [Interface(url="/mcp", transport="mcp")])
+        default_factory=lambda: [Interface(url="/mcp", transport="mcp")]
+    )
     capabilities: CardCapabilities = Field(default_factory=CardCapabilities)
     children_environments: list[EnvironmentCard] | None = None
 

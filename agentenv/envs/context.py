@@ -42,9 +42,14 @@ class Ctx:
         return iso(self.now())
 
     def to_meta(self) -> dict[str, Any]:
-        meta = {META_ROLE: self.role, META_RUN: self.run_id, META_AGENT: self.agent, META_INSTANCE: self.instance,
-                META_NOW: self.virtual_now.isoformat() if self.virtual_now else None,
-                META_IDEMPOTENCY_KEY: self.idempotency_key}
+        meta = {
+            META_ROLE: self.role,
+            META_RUN: self.run_id,
+            META_AGENT: self.agent,
+            META_INSTANCE: self.instance,
+            META_NOW: self.virtual_now.isoformat() if self.virtual_now else None,
+            META_IDEMPOTENCY_KEY: self.idempotency_key,
+        }
         return {k: v for k, v in meta.items() if v is not None}
 
     @classmethod
@@ -59,5 +64,11 @@ class Ctx:
             value = meta.get(key)
             return value if isinstance(value, str) else None
 
-        return cls(role=text(META_ROLE), run_id=text(META_RUN), agent=text(META_AGENT), instance=text(META_INSTANCE),
-                   virtual_now=parsed, idempotency_key=text(META_IDEMPOTENCY_KEY))
+        return cls(
+            role=text(META_ROLE),
+            run_id=text(META_RUN),
+            agent=text(META_AGENT),
+            instance=text(META_INSTANCE),
+            virtual_now=parsed,
+            idempotency_key=text(META_IDEMPOTENCY_KEY),
+        )

@@ -69,7 +69,7 @@ async def handle(body: bytes, plane: DataPlane) -> dict[str, Any]:
     id_ = request.get("id")
     method = request.get("method")
     if request.get("jsonrpc") != "2.0" or not isinstance(method, str):
-        return _error(id_, -32600, "invalid request: needs jsonrpc \"2.0\" and a method")
+        return _error(id_, -32600, 'invalid request: needs jsonrpc "2.0" and a method')
     if method not in plane.operations:
         return _error(id_, -32601, f"method not found: {method}")
     params = request.get("params") or {}

@@ -116,7 +116,8 @@ class McpEndpoint:
     def __init__(self, host: ToolHost, name: str, version: str = "1", *, max_body_bytes: int = 4 * 1024 * 1024) -> None:
         self.server = build_server(host, name, version)
         self.manager = StreamableHTTPSessionManager(
-            app=self.server, json_response=True, max_request_body_size=max_body_bytes)
+            app=self.server, json_response=True, max_request_body_size=max_body_bytes
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(self):

@@ -79,8 +79,9 @@ class ServerToken:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] in ("http", "websocket") and scope.get("path") not in OPEN_PATHS:
-            header = next((v.decode("latin-1") for k, v in scope.get("headers") or [] if k.lower() == b"authorization"),
-                          None)
+            header = next(
+                (v.decode("latin-1") for k, v in scope.get("headers") or [] if k.lower() == b"authorization"), None
+            )
             if not guard.tokens_equal(guard.bearer(header), self.token):
                 await _refuse(scope, receive, send)
                 return
@@ -93,9 +94,13 @@ async def _refuse(scope, receive, send) -> None:
         await send({"type": "websocket.close", "code": 1008})
         return
     response = JSONResponse(
-        {"error": "this env server was started by the agentenv gateway and answers only it: reach the app "
-                  "through the gateway (its role tokens), or send 'Authorization: Bearer <the server token>'"},
-        status_code=401, headers={"www-authenticate": "Bearer"})
+        {
+            "error": "this env server was started by the agentenv gateway and answers only it: reach the app "
+            "through the gateway (its role tokens), or send 'Authorization: Bearer <the server token>'"
+        },
+        status_code=401,
+        headers={"www-authenticate": "Bearer"},
+    )
     await response(scope, receive, send)
 
 
@@ -163,16 +168,25 @@ class SingleApp:
         return cards.EnvironmentCard(
             name=app_cls.name,
             capabilities=cards.CardCapabilities(
-                tools=[cards.CardTool(name=t.name, description=t.description, inputSchema=t.input_schema)
-                       for t in app_cls.tools.values()],
+                tools=[
+                    cards.CardTool(name=t.name, description=t.description, inputSchema=t.input_schema)
+                    for t in app_cls.tools.values()
+                ],
                 extensions=[],
                 operations=list(self.operations),
             ),
         )
 
 
-def create_app(app_cls: type[App], folder: Path, *, data_root: Path | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY, token: str | None = None, names: tuple[str, ...] = ()):
+def create_app(
+    app_cls: type[App],
+    folder: Path,
+    *,
+    data_root: Path | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    token: str | None = None,
+    names: tuple[str, ...] = (),
+):
     """The server as an ASGI app. `token`: a managed server's (see above); `names`: host names it answers
     for besides loopback names and IP literals."""
     instance = AppInstance(app_cls, folder)

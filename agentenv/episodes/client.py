@@ -125,7 +125,7 @@ class Episode:
                 # Temporal asks for the update again, which the run's next task takes.
                 if e.status is not RPCStatusCode.FAILED_PRECONDITION or attempt == 49:
                     raise
-                await asyncio.sleep(min(0.01 * 2 ** attempt, 0.5))
+                await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
         return None
 
     async def next_turn(self, agent: str | None = None) -> EpisodeTurn | None:
@@ -143,8 +143,10 @@ class Episode:
     async def end_turn(self, turn_id: str, response: str) -> None:
         # The update's id makes a retried call (after a lost answer) count once.
         if await self._update("end_turn", turn_id, response, update_id=f"end:{turn_id}") is None:
-            raise EpisodeError(f"run {self.run_id} is over: turn {turn_id!r} was not taken",
-                               "see why with `agent-env runs show " + self.run_id + "`")
+            raise EpisodeError(
+                f"run {self.run_id} is over: turn {turn_id!r} was not taken",
+                "see why with `agent-env runs show " + self.run_id + "`",
+            )
 
     async def abandon(self, reason: str) -> None:
         """Give the episode up: the run stops, recorded as cancelled with the reason."""

@@ -79,11 +79,21 @@ class EpisodeEnv:
         offer = self._turn.offer
         listed = []
         if offer.env:
-            listed = [{"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
-                      for t in await self._gateway().list_tools(offer.env, await self._turn.token())]
-        return {"turn": {"id": offer.id, "agent": offer.agent, "role": offer.role, "prompt": offer.prompt,
-                         "system_prompt": offer.system_prompt, "conversation": offer.conversation},
-                "tools": listed}
+            listed = [
+                {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
+                for t in await self._gateway().list_tools(offer.env, await self._turn.token())
+            ]
+        return {
+            "turn": {
+                "id": offer.id,
+                "agent": offer.agent,
+                "role": offer.role,
+                "prompt": offer.prompt,
+                "system_prompt": offer.system_prompt,
+                "conversation": offer.conversation,
+            },
+            "tools": listed,
+        }
 
     def _gateway(self):
         if self._rest is None:
@@ -102,8 +112,9 @@ class EpisodeEnv:
             if not self._turn.offer.env:
                 return {"tool_error": "this turn has no environment"}, 0.0, False, False, {}
             try:
-                result = await self._gateway().call_tool(self._turn.offer.env, await self._turn.token(),
-                                                         action["tool"], action.get("arguments") or {})
+                result = await self._gateway().call_tool(
+                    self._turn.offer.env, await self._turn.token(), action["tool"], action.get("arguments") or {}
+                )
                 return {"tool_result": result}, 0.0, False, False, {}
             except GatewayRefused as e:
                 return {"tool_error": str(e)}, 0.0, False, False, {}
@@ -115,8 +126,13 @@ class EpisodeEnv:
             return observation, 0.0, False, False, {}
         scores = await self._episode.result()
         state = self._episode.state
-        return observation, float(state.score or 0.0), True, False, {"scores": scores, "status": state.status.value,
-                                                                     "run_id": state.run_id}
+        return (
+            observation,
+            float(state.score or 0.0),
+            True,
+            False,
+            {"scores": scores, "status": state.status.value, "run_id": state.run_id},
+        )
 
     async def _close(self) -> None:
         if self._rest is not None:

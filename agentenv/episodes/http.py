@@ -37,8 +37,9 @@ from agentenv.guard import HostGuard, tokens_equal
 
 
 class StartRequest(BaseModel):
-    task: str | dict[str, Any] = Field(description="a built-in bundle's name, a bundle folder or task file on "
-                                                   "this server, or a task as JSON")
+    task: str | dict[str, Any] = Field(
+        description="a built-in bundle's name, a bundle folder or task file on this server, or a task as JSON"
+    )
     task_name: str | None = Field(None, description="which task of a bundle with several")
     trainer_agents: list[str] = Field(min_length=1)
     turn_timeout: float = Field(900, gt=0)
@@ -91,6 +92,7 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
                 return await handler(request)
             except AgentEnvError as e:
                 return error(400, str(e))
+
         return run
 
     def episode(request: Request):
@@ -134,8 +136,14 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
     async def result(request: Request) -> Response:
         played = episode(request)
         scores = await played.result()
-        return JSONResponse({"status": played.state.status.value, "score": played.state.score, "scores": scores,
-                             "error": played.state.error})
+        return JSONResponse(
+            {
+                "status": played.state.status.value,
+                "score": played.state.score,
+                "scores": scores,
+                "error": played.state.error,
+            }
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -143,10 +151,16 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
         yield
         await state["episodes"].close()
 
-    return HostGuard.serving(Starlette(routes=[
-        Route("/episodes", endpoint(start), methods=["POST"]),
-        Route("/episodes/{episode}/next-turn", endpoint(next_turn), methods=["POST"]),
-        Route("/episodes/{episode}/turns/{turn:path}/end", endpoint(end_turn), methods=["POST"]),
-        Route("/episodes/{episode}/abandon", endpoint(abandon), methods=["POST"]),
-        Route("/episodes/{episode}/result", endpoint(result), methods=["GET"]),
-    ], lifespan=lifespan), [settings.gateway.url, *urls])
+    return HostGuard.serving(
+        Starlette(
+            routes=[
+                Route("/episodes", endpoint(start), methods=["POST"]),
+                Route("/episodes/{episode}/next-turn", endpoint(next_turn), methods=["POST"]),
+                Route("/episodes/{episode}/turns/{turn:path}/end", endpoint(end_turn), methods=["POST"]),
+                Route("/episodes/{episode}/abandon", endpoint(abandon), methods=["POST"]),
+                Route("/episodes/{episode}/result", endpoint(result), methods=["GET"]),
+            ],
+            lifespan=lifespan,
+        ),
+        [settings.gateway.url, *urls],
+    )

@@ -24,8 +24,9 @@ class EpisodeSpec(BaseModel):
     seed: int = Field(0, description="seeds everything seeded in the run; recorded on it")
 
     @classmethod
-    def from_task(cls, task: TaskSpec | str, trainer_agents: list[str], *, turn_timeout: float = 900,
-                  seed: int | None = None) -> EpisodeSpec:
+    def from_task(
+        cls, task: TaskSpec | str, trainer_agents: list[str], *, turn_timeout: float = 900, seed: int | None = None
+    ) -> EpisodeSpec:
         """The task with `trainer_agents` (a deploy_agent step's id, its agent's name or its `as` name)
         played by the trainer."""
         from agentenv.planning.tasks import find_task, parse_task
@@ -40,8 +41,13 @@ class EpisodeSpec(BaseModel):
         for step_id, record in played.items():
             config = steps[step_id]["config"]
             config.pop("agent", None)
-            config["record"] = {"name": record.name, "version": record.version, "description": record.description,
-                                "type": "trainer", "role": record.role}
+            config["record"] = {
+                "name": record.name,
+                "version": record.version,
+                "description": record.description,
+                "type": "trainer",
+                "role": record.role,
+            }
         _refuse_what_a_trainer_cannot_play(task, played)
         for step in data["steps"]:
             if step["type"] == "prompt_agent" and _sides(step["config"]) & set(played):
@@ -85,17 +91,22 @@ def _trainer_steps(task: TaskSpec, names: list[str]) -> dict[str, Any]:
         if step.type != "deploy_agent":
             continue
         config = step.config
-        record = AgentRecord.model_validate(config["record"]) if config.get("record") else \
-            find_agent(task.bundle, config["agent"])
+        record = (
+            AgentRecord.model_validate(config["record"])
+            if config.get("record")
+            else find_agent(task.bundle, config["agent"])
+        )
         for name in cast(set[str], {step.id, record.name, config.get("as")} - {None}):
             known.setdefault(name, (step.id, record))
     played: dict[str, Any] = {}
     for name in names:
         if name not in known:
             listed = sorted({f"{sid} ({r.name})" for sid, r in known.values()})
-            raise BadInput(f"task {task.id!r} deploys no agent {name!r}",
-                           "name a deploy_agent step, its agent or its `as` name; the task's agents: "
-                           + (", ".join(listed) or "none"))
+            raise BadInput(
+                f"task {task.id!r} deploys no agent {name!r}",
+                "name a deploy_agent step, its agent or its `as` name; the task's agents: "
+                + (", ".join(listed) or "none"),
+            )
         step_id, record = known[name]
         played[step_id] = record
     return played
@@ -104,11 +115,16 @@ def _trainer_steps(task: TaskSpec, names: list[str]) -> dict[str, Any]:
 def _refuse_what_a_trainer_cannot_play(task: TaskSpec, played: dict[str, Any]) -> None:
     for step in task.steps:
         if step.type == "rubric_judge" and step.config.get("judge") in played:
-            raise BadInput(f"step {step.id!r} has {step.config['judge']!r} judge the others: a trainer's model "
-                           "cannot grade the episode it plays in",
-                           "train a different agent, or grade with the judge model (leave out `judge`)")
+            raise BadInput(
+                f"step {step.id!r} has {step.config['judge']!r} judge the others: a trainer's model "
+                "cannot grade the episode it plays in",
+                "train a different agent, or grade with the judge model (leave out `judge`)",
+            )
     for trigger in task.triggers:
         for action in trigger.actions:
             if getattr(action, "by", None) in played:
-                raise BadInput(f"trigger {trigger.id!r} instructs {action.by!r}: world events cannot wait for an "  # type: ignore[union-attr]  # (has `by`: above)
-                               "outside player", "let the templated `reply` act for it, or train another agent")
+                raise BadInput(
+                    f"trigger {trigger.id!r} instructs {action.by!r}: world events cannot wait for an "  # type: ignore[union-attr]  # (has `by`: above)
+                    "outside player",
+                    "let the templated `reply` act for it, or train another agent",
+                )

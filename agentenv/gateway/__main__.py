@@ -25,9 +25,13 @@ def main() -> None:
 
     try:
         settings = load_settings()
-        gateway = Gateway(args.root, max_body_bytes=args.max_body_kib * 1024, settings=settings,
-                          max_calls_per_agent=settings.gateway.max_calls_per_agent,
-                          max_sessions_per_agent=settings.gateway.max_sessions_per_agent)
+        gateway = Gateway(
+            args.root,
+            max_body_bytes=args.max_body_kib * 1024,
+            settings=settings,
+            max_calls_per_agent=settings.gateway.max_calls_per_agent,
+            max_sessions_per_agent=settings.gateway.max_sessions_per_agent,
+        )
     except AgentEnvError as e:  # e.g. a damaged key file: the log (shown by whoever started us) says what to do
         sys.exit(f"error: {e}")
     # Requests naming the configured public URL's host (or a bind name) are ours too; any other Host is refused.

@@ -24,8 +24,7 @@ class GatewayClient:
     def __init__(self, base_url: str, admin_token: str | None = None, *, timeout: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
-                                       verify=tls.context())
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout, verify=tls.context())
 
     async def __aenter__(self) -> GatewayClient:
         return self
@@ -40,8 +39,10 @@ class GatewayClient:
         try:
             response = await self._http.request(method, path, **kwargs)
         except httpx.TransportError as e:
-            raise GatewayUnavailable(f"the gateway at {self.base_url} did not answer ({e})",
-                                     "start it with `agent-env gateway start`, or check [gateway] url") from None
+            raise GatewayUnavailable(
+                f"the gateway at {self.base_url} did not answer ({e})",
+                "start it with `agent-env gateway start`, or check [gateway] url",
+            ) from None
         if response.status_code >= 400:
             try:
                 message = response.json().get("error", response.text)
@@ -85,17 +86,37 @@ class GatewayClient:
     async def set_agent_role(self, instance: str, agent: str, role: str) -> None:
         await self._json("PUT", f"/admin/instances/{instance}/agents/{agent}", json={"role": role})
 
-    async def call_as(self, instance: str, tool: str, arguments: dict[str, Any], *, role: str | None = None,
-                      agent: str | None = None, idempotency_key: str | None = None,
-                      cause: str | None = None, at: str | None = None) -> dict[str, Any]:
-        body = {"tool": tool, "arguments": arguments, "role": role, "agent": agent,
-                "idempotency_key": idempotency_key, "cause": cause, "at": at}
+    async def call_as(
+        self,
+        instance: str,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        role: str | None = None,
+        agent: str | None = None,
+        idempotency_key: str | None = None,
+        cause: str | None = None,
+        at: str | None = None,
+    ) -> dict[str, Any]:
+        body = {
+            "tool": tool,
+            "arguments": arguments,
+            "role": role,
+            "agent": agent,
+            "idempotency_key": idempotency_key,
+            "cause": cause,
+            "at": at,
+        }
         return await self._json("POST", f"/admin/instances/{instance}/call", json=body)
 
-    async def load(self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None,
-                   reset: bool = False) -> None:
-        await self._json("POST", f"/admin/instances/{instance}/load",
-                         json={"parts": parts, "idempotency_key": idempotency_key, "reset": reset})
+    async def load(
+        self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None, reset: bool = False
+    ) -> None:
+        await self._json(
+            "POST",
+            f"/admin/instances/{instance}/load",
+            json={"parts": parts, "idempotency_key": idempotency_key, "reset": reset},
+        )
 
     async def snapshot(self, instance: str) -> bytes:
         return (await self._request("GET", f"/admin/instances/{instance}/snapshot")).content
@@ -106,8 +127,9 @@ class GatewayClient:
     async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
         """Every entry after `after`, however many: the gateway answers a page at a time."""
         entries: list[dict[str, Any]] = []
-        while page := (await self._json("GET", f"/admin/instances/{instance}/trajectory",
-                                        params={"after": after}))["entries"]:
+        while page := (await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"after": after}))[
+            "entries"
+        ]:
             entries += page
             after = page[-1]["seq"]
         return entries

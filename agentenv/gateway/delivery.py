@@ -89,9 +89,16 @@ class Delivery:
     def _park(self, update_id: str, run_id: str, hit: TriggerHit, error: str) -> None:
         """Keep a poison hit where people look (the outbox, with its error), and stop sending it."""
         log.error("trigger hit %s of run %s parked: %s", hit.trigger, run_id, error)
-        self.store.put(OUTBOX, update_id, {"id": update_id, "run_id": run_id, "hit": hit.model_dump(mode="json"),
-                                           "parked": {"error": error[:2000],
-                                                      "at": utc_now_iso()}})
+        self.store.put(
+            OUTBOX,
+            update_id,
+            {
+                "id": update_id,
+                "run_id": run_id,
+                "hit": hit.model_dump(mode="json"),
+                "parked": {"error": error[:2000], "at": utc_now_iso()},
+            },
+        )
 
     def parked(self, run_id: str | None = None) -> list[dict]:
         """Hits parked with an error (for a run, or all): what a listing of the outbox shows."""

@@ -35,10 +35,28 @@ def status(settings: Settings) -> GatewayStatus:
 def start(settings: Settings, *, on_notice=lambda msg: None) -> tuple[DaemonInfo, bool]:
     daemon, markers = _daemon(settings)
     g = settings.gateway
-    command = [sys.executable, "-m", "agentenv.gateway", "--root", str(daemon.folder), "--host", g.ip,
-               "--port", str(g.port), "--max-body-kib", str(g.max_body_kib)]
-    return daemon.start(command, ip=g.ip, port=g.port, markers=markers, section="gateway",
-                        ports=[PortCheck(g.port, "its", "port", "AGENTENV_GATEWAY_PORT")], on_notice=on_notice)
+    command = [
+        sys.executable,
+        "-m",
+        "agentenv.gateway",
+        "--root",
+        str(daemon.folder),
+        "--host",
+        g.ip,
+        "--port",
+        str(g.port),
+        "--max-body-kib",
+        str(g.max_body_kib),
+    ]
+    return daemon.start(
+        command,
+        ip=g.ip,
+        port=g.port,
+        markers=markers,
+        section="gateway",
+        ports=[PortCheck(g.port, "its", "port", "AGENTENV_GATEWAY_PORT")],
+        on_notice=on_notice,
+    )
 
 
 def stop(settings: Settings) -> DaemonInfo | None:
@@ -47,7 +65,11 @@ def stop(settings: Settings) -> DaemonInfo | None:
 
 
 def base_url(settings: Settings) -> str:
-    return settings.gateway.url.rstrip("/") if settings.gateway.url else f"http://{settings.gateway.ip}:{settings.gateway.port}"
+    return (
+        settings.gateway.url.rstrip("/")
+        if settings.gateway.url
+        else f"http://{settings.gateway.ip}:{settings.gateway.port}"
+    )
 
 
 def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda msg: None) -> GatewayClient:
@@ -57,13 +79,17 @@ def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda m
 
     if settings.gateway.url:
         if not settings.gateway.admin_token:
-            raise BadInput(f"a gateway url is configured ({settings.gateway.url}) but no admin token",
-                           "set AGENTENV_GATEWAY_TOKEN (or [gateway] admin_token) to that gateway's admin token")
+            raise BadInput(
+                f"a gateway url is configured ({settings.gateway.url}) but no admin token",
+                "set AGENTENV_GATEWAY_TOKEN (or [gateway] admin_token) to that gateway's admin token",
+            )
         return GatewayClient(settings.gateway.url, settings.gateway.admin_token)
     if start_daemon:
         info, started = start(settings, on_notice=on_notice)
         if started:
-            on_notice(f"started the embedded gateway at http://{info.address}; it keeps running in the background "
-                      "(stop it with `agent-env gateway stop`)")
+            on_notice(
+                f"started the embedded gateway at http://{info.address}; it keeps running in the background "
+                "(stop it with `agent-env gateway stop`)"
+            )
     key = tokens.load_or_create_key(settings.state_dir / "gateway" / "key")
     return GatewayClient(base_url(settings), tokens.admin_token(key))

@@ -85,8 +85,10 @@ class EnvInstance:
         try:
             for ref in spec.apps:
                 if ref.sandbox is not None:
-                    raise CompositionError(f"app {ref.name!r} runs in a sandbox, which the deploy_env step starts; "
-                                           "the gateway takes its `url`")
+                    raise CompositionError(
+                        f"app {ref.name!r} runs in a sandbox, which the deploy_env step starts; "
+                        "the gateway takes its `url`"
+                    )
                 if ref.url is not None:
                     name = cast(str, ref.name)  # (AppRef: an app at a URL has a name)
                     if name in inst.apps:
@@ -98,11 +100,13 @@ class EnvInstance:
                     app_cls = load_app_class(target)
                     name = ref.name or app_cls.name
                     if name in inst.apps:
-                        raise CompositionError(f"two apps are named {name!r} in instance {spec.id}; give one a "
-                                               "`name`")
+                        raise CompositionError(f"two apps are named {name!r} in instance {spec.id}; give one a `name`")
                     app_folder = folder / "apps" / name
-                    app = (await RemoteApp.spawn(target, name, app_folder) if ref.run == "subprocess"
-                           else AppInstance(app_cls, app_folder))
+                    app = (
+                        await RemoteApp.spawn(target, name, app_folder)
+                        if ref.run == "subprocess"
+                        else AppInstance(app_cls, app_folder)
+                    )
                     inst.apps[name] = app
                 mounted.append((name, ref.prefix, app))
             try:
@@ -184,13 +188,16 @@ class EnvInstance:
             if unknown:
                 raise dataplane.InvalidParams(
                     f"data for {unknown[0]!r}, which is not an app of this environment (apps: {', '.join(self.apps)}); "
-                    "send {app: {table: [rows]}} or name the app in the part's metadata 'agentenv.io/app'")
+                    "send {app: {table: [rows]}} or name the app in the part's metadata 'agentenv.io/app'"
+                )
             for name, data in targets.items():
                 await _data(self.apps[name], "load", data, key=f"{key}/{i}/{name}" if key else None)
 
     async def get(self) -> list[dict[str, Any]]:
-        return [{"kind": "data", "data": await _data(app, "export"), "metadata": {dataplane.META_APP: name}}
-                for name, app in self.apps.items()]
+        return [
+            {"kind": "data", "data": await _data(app, "export"), "metadata": {dataplane.META_APP: name}}
+            for name, app in self.apps.items()
+        ]
 
     # -- snapshots: one tar of every app's state (its SQLite file; an export for remote apps) --
     async def snapshot(self) -> bytes:

@@ -49,8 +49,13 @@ from agentenv.guard import HostGuard
 
 # FastAPI's own OpenTelemetry instrumentation stays off: tool calls are the hot path, and runs are traced
 # through Temporal.
-NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False,
-                "auto_configure": False}
+NO_TELEMETRY: TelemetryConfig = {
+    "tracing": False,
+    "metrics": False,
+    "logs": False,
+    "operation_spans": False,
+    "auto_configure": False,
+}
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -112,16 +117,27 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
         await gateway.shutdown()
 
     app = FastAPI(
-        title="agentenv gateway", lifespan=lifespan, telemetry=NO_TELEMETRY,
-        openapi_url=None, docs_url=None, redoc_url=None,  # documents are served behind tokens only
+        title="agentenv gateway",
+        lifespan=lifespan,
+        telemetry=NO_TELEMETRY,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,  # documents are served behind tokens only
         exception_handlers={
-            GatewayError: _refused, RoleError: _bad_input, CompositionError: _bad_input, BadInput: _bad_input,
-            ToolError: _tool_error, HTTPException: _http_error, RequestValidationError: _invalid_params},
+            GatewayError: _refused,
+            RoleError: _bad_input,
+            CompositionError: _bad_input,
+            BadInput: _bad_input,
+            ToolError: _tool_error,
+            HTTPException: _http_error,
+            RequestValidationError: _invalid_params,
+        },
         routes=[  # plain Starlette routes: open, streaming, or hot (no FastAPI request machinery)
             Route("/ready", ready, methods=["GET"]),
             Route("/envs/{instance}/mcp", RawAsgi(routes_agents.mcp_endpoint), methods=["GET", "POST", "DELETE"]),
             Route("/envs/{instance}/tools/{name}", routes_agents.call_tool, methods=["POST"]),
-        ])
+        ],
+    )
     app.state.gateway = gateway
     app.include_router(routes_agents.router)
     app.include_router(routes_admin.router)

@@ -23,8 +23,9 @@ def _jsonl(entries: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(e) + "\n" for e in entries).encode()
 
 
-async def retire_instance(gateway: GatewayClient, stores: Stores, run_id: str, instance: str, *,
-                          keep_data: bool = False) -> dict[str, Any]:
+async def retire_instance(
+    gateway: GatewayClient, stores: Stores, run_id: str, instance: str, *, keep_data: bool = False
+) -> dict[str, Any]:
     """Keep the instance's trajectory in the object store, then stop serving it."""
     from agentenv.gateway.client import GatewayRefused
 

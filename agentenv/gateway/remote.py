@@ -93,14 +93,19 @@ class ServerBearer(httpx.Auth):
 
 
 class RemoteApp:
-    def __init__(self, name: str, base_url: str, proc: subprocess.Popen | None, mcp_path: str = "/mcp",
-                 token: str | None = None) -> None:
+    def __init__(
+        self, name: str, base_url: str, proc: subprocess.Popen | None, mcp_path: str = "/mcp", token: str | None = None
+    ) -> None:
         self.name, self.base_url, self.proc, self.mcp_path = name, base_url.rstrip("/"), proc, mcp_path
         self.data_plane = True
         self.tools: dict[str, ToolInfo] = {}
         self._auth = ServerBearer(token, self.base_url) if token else None
-        self._http = httpx.AsyncClient(base_url=self.base_url, verify=tls.context(), auth=self._auth,
-                                       timeout=httpx.Timeout(DATA_TIMEOUT, connect=CONNECT_TIMEOUT))
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            verify=tls.context(),
+            auth=self._auth,
+            timeout=httpx.Timeout(DATA_TIMEOUT, connect=CONNECT_TIMEOUT),
+        )
         self._calls: asyncio.Queue = asyncio.Queue()
         self._session_task: asyncio.Task | None = None
         self._pending: set[asyncio.Future] = set()  # answers the current session owes
@@ -115,11 +120,27 @@ class RemoteApp:
         token = secrets.token_urlsafe(32)
         with open(folder / "server.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "agentenv", "env", "serve", target, "--host", "127.0.0.1", "--port", str(port),
-                 "--state", str(folder / "state")],
+                [
+                    sys.executable,
+                    "-m",
+                    "agentenv",
+                    "env",
+                    "serve",
+                    target,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--state",
+                    str(folder / "state"),
+                ],
                 env={**os.environ, SERVER_TOKEN_ENV: token},
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                preexec_fn=_dies_with_parent())
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=_dies_with_parent(),
+            )
         app = cls(name, f"http://127.0.0.1:{port}", proc, token=token)
         try:
             await app._wait_ready(folder / "server.log")
@@ -130,22 +151,30 @@ class RemoteApp:
         return app
 
     @classmethod
-    async def connect(cls, name: str, base_url: str, mcp_path: str = "/mcp",
-                      timeout: float = START_TIMEOUT, token: str | None = None) -> RemoteApp:
+    async def connect(
+        cls, name: str, base_url: str, mcp_path: str = "/mcp", timeout: float = START_TIMEOUT, token: str | None = None
+    ) -> RemoteApp:
         """Reach a running MCP server (e.g. in a sandbox), waiting up to `timeout` for it to listen;
         `token`: the one it was started with."""
         app = cls(name, base_url, None, mcp_path, token)
         try:
             try:
                 card = await waiting.until(
-                    lambda: app._http.get("/.well-known/agent-env.json", timeout=PROBE_TIMEOUT), what=f"app {name!r}",
-                    timeout=timeout, interval=0.02, retry_on=(httpx.TransportError,))
+                    lambda: app._http.get("/.well-known/agent-env.json", timeout=PROBE_TIMEOUT),
+                    what=f"app {name!r}",
+                    timeout=timeout,
+                    interval=0.02,
+                    retry_on=(httpx.TransportError,),
+                )
             except waiting.TimedOut as e:
-                raise RuntimeError(f"app {name!r} did not answer at {app.base_url} within {timeout:.0f}s "
-                                   f"({type(e.last).__name__})") from None
+                raise RuntimeError(
+                    f"app {name!r} did not answer at {app.base_url} within {timeout:.0f}s ({type(e.last).__name__})"
+                ) from None
             if card.status_code == 401:
-                raise RuntimeError(f"app {name!r} at {app.base_url} refused the gateway's server token: was its "
-                                   "sandbox started by this gateway's deploy_env? Redeploy the environment")
+                raise RuntimeError(
+                    f"app {name!r} at {app.base_url} refused the gateway's server token: was its "
+                    "sandbox started by this gateway's deploy_env? Redeploy the environment"
+                )
             app.data_plane = card.status_code == 200
             await app._connect()
         except BaseException:
@@ -164,11 +193,18 @@ class RemoteApp:
                 raise RuntimeError(f"app {self.name!r} exited while starting:\n{tail(log)}")
 
         try:
-            await waiting.until(ready, what=f"app {self.name!r}", timeout=START_TIMEOUT, interval=0.05,
-                                retry_on=(httpx.TransportError,), check=still_running)
+            await waiting.until(
+                ready,
+                what=f"app {self.name!r}",
+                timeout=START_TIMEOUT,
+                interval=0.05,
+                retry_on=(httpx.TransportError,),
+                check=still_running,
+            )
         except waiting.TimedOut:
-            raise RuntimeError(f"app {self.name!r} did not answer at {self.base_url} within {START_TIMEOUT:.0f}s"
-                               ) from None
+            raise RuntimeError(
+                f"app {self.name!r} did not answer at {self.base_url} within {START_TIMEOUT:.0f}s"
+            ) from None
 
     async def _connect(self) -> None:
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -179,8 +215,9 @@ class RemoteApp:
                 await ready
         except TimeoutError:
             await self._drop_session()
-            raise RuntimeError(f"app {self.name!r} at {self.base_url} did not open an MCP session within "
-                               f"{START_TIMEOUT:.0f}s") from None
+            raise RuntimeError(
+                f"app {self.name!r} at {self.base_url} did not open an MCP session within {START_TIMEOUT:.0f}s"
+            ) from None
 
     async def _drop_session(self) -> None:
         task, self._session_task = self._session_task, None
@@ -200,8 +237,10 @@ class RemoteApp:
                     await self._connect()
                 except Exception as e:
                     leaf = _leaf(e)
-                    raise RuntimeError(f"app {self.name!r} at {self.base_url} is not reachable "
-                                       f"({type(leaf).__name__}: {leaf}); is its server running?") from None
+                    raise RuntimeError(
+                        f"app {self.name!r} at {self.base_url} is not reachable "
+                        f"({type(leaf).__name__}: {leaf}); is its server running?"
+                    ) from None
 
     async def _hold_session(self, ready: asyncio.Future) -> None:
         from mcp import Client
@@ -210,13 +249,22 @@ class RemoteApp:
 
         timeout = httpx.Timeout(CALL_TIMEOUT, connect=CONNECT_TIMEOUT)
         try:
-            async with create_mcp_http_client(auth=self._auth, timeout=timeout) as http, \
-                    Client(streamable_http_client(f"{self.base_url}{self.mcp_path}", http_client=http)) as client:
+            async with (
+                create_mcp_http_client(auth=self._auth, timeout=timeout) as http,
+                Client(streamable_http_client(f"{self.base_url}{self.mcp_path}", http_client=http)) as client,
+            ):
                 listed = (await client.list_tools()).tools
-                self.tools = {t.name: ToolInfo(
-                    name=t.name, app=self.name, description=t.description or "", input_schema=t.input_schema,
-                    read_only=bool(t.annotations and t.annotations.read_only_hint),
-                    hidden=bool((t.meta or {}).get(META_HIDDEN_BY_DEFAULT))) for t in listed}
+                self.tools = {
+                    t.name: ToolInfo(
+                        name=t.name,
+                        app=self.name,
+                        description=t.description or "",
+                        input_schema=t.input_schema,
+                        read_only=bool(t.annotations and t.annotations.read_only_hint),
+                        hidden=bool((t.meta or {}).get(META_HIDDEN_BY_DEFAULT)),
+                    )
+                    for t in listed
+                }
                 ready.set_result(None)
                 async with asyncio.TaskGroup() as group:
                     while True:
@@ -229,8 +277,12 @@ class RemoteApp:
         finally:  # the session is over: nothing it owes will come (not resent: it may have reached the app)
             for answer in list(self._pending):
                 if not answer.done():
-                    answer.set_exception(RuntimeError(f"the connection to app {self.name!r} at {self.base_url} "
-                                                      "broke before it answered; the next call reconnects"))
+                    answer.set_exception(
+                        RuntimeError(
+                            f"the connection to app {self.name!r} at {self.base_url} "
+                            "broke before it answered; the next call reconnects"
+                        )
+                    )
 
     async def _call_once(self, name: str, arguments: dict[str, Any], ctx: Ctx):
         """Call on the live session; if the call never reached the server, reconnect and send it once more."""
@@ -247,8 +299,10 @@ class RemoteApp:
                 await self._drop_session()  # the next call (or this one's retry) opens a new session
                 if attempt == 2:
                     leaf = _leaf(e)
-                    raise RuntimeError(f"app {self.name!r} at {self.base_url} is not reachable "
-                                       f"({type(leaf).__name__}: {leaf}); is its server running?") from None
+                    raise RuntimeError(
+                        f"app {self.name!r} at {self.base_url} is not reachable "
+                        f"({type(leaf).__name__}: {leaf}); is its server running?"
+                    ) from None
             finally:
                 self._pending.discard(answer)
 
@@ -282,8 +336,13 @@ class RemoteApp:
     async def _rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         if not self.data_plane:
             raise ToolError(f"app {self.name!r} is a plain MCP server: it has no data plane ({method})")
-        answer = (await self._http.post("/agentenv", timeout=DATA_TIMEOUT, json={"jsonrpc": "2.0", "id": 1, "method": method,
-                                                          "params": params or {}})).json()
+        answer = (
+            await self._http.post(
+                "/agentenv",
+                timeout=DATA_TIMEOUT,
+                json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}},
+            )
+        ).json()
         if "error" in answer:
             error = answer["error"]
             raise ToolError(f"{self.name}: {method} failed: {error['message']} {error.get('data') or ''}".strip())

@@ -44,8 +44,10 @@ def tool_entries(apps: Iterable[tuple[str, str, Iterable[Any]]]) -> dict[str, To
         for tool in tools:
             exposed = prefix + tool.name
             if exposed in entries:
-                raise ToolClash(f"{app}.{tool.name} and {entries[exposed].qualified} are both exposed as "
-                                f"{exposed!r}; give one app a `prefix` (e.g. prefix = \"{app}_\")")
+                raise ToolClash(
+                    f"{app}.{tool.name} and {entries[exposed].qualified} are both exposed as "
+                    f'{exposed!r}; give one app a `prefix` (e.g. prefix = "{app}_")'
+                )
             entries[exposed] = ToolEntry(exposed, f"{app}.{tool.name}", bool(tool.hidden))
     return entries
 
@@ -72,8 +74,9 @@ def allowed_tools(role: str, spec: RoleSpec, tools: list[ToolEntry]) -> frozense
         for pattern in patterns:
             if not any(names(pattern, t) for t in tools):
                 known = ", ".join(t.exposed for t in tools)
-                raise RoleError(f"role {role!r}: {field} entry {pattern!r} matches no tool of this environment "
-                                f"(tools: {known})")
+                raise RoleError(
+                    f"role {role!r}: {field} entry {pattern!r} matches no tool of this environment (tools: {known})"
+                )
     allowed = {t.exposed for t in tools if any(matches(p, t) for p in spec.tools)}
     denied = {t.exposed for t in tools if any(matches(p, t) for p in spec.deny)}
     return frozenset(allowed - denied)

@@ -68,8 +68,17 @@ class LoadRequest(BaseModel):
     reset: bool = False
 
 
-BODIES: tuple[type[BaseModel], ...] = (InstanceSpec, RoleSpec, RoleChange, WorldPush, AgentRole, CallRequest,
-                                       LoadRequest, DeployRequest, HumanAnswer)
+BODIES: tuple[type[BaseModel], ...] = (
+    InstanceSpec,
+    RoleSpec,
+    RoleChange,
+    WorldPush,
+    AgentRole,
+    CallRequest,
+    LoadRequest,
+    DeployRequest,
+    HumanAnswer,
+)
 
 
 async def admin_only(request: Request) -> None:
@@ -89,9 +98,13 @@ async def openapi_document() -> Response:
 @functools.cache
 def _openapi() -> bytes:
     """This router's document, built once: it depends on the code only."""
-    doc = get_openapi(title="agentenv gateway: admin API", version="1", routes=router.routes,
-                      description="The run's side of the gateway. Every path needs the admin token "
-                                  "(`Authorization: Bearer aea_...`, kept in the gateway's folder).")
+    doc = get_openapi(
+        title="agentenv gateway: admin API",
+        version="1",
+        routes=router.routes,
+        description="The run's side of the gateway. Every path needs the admin token "
+        "(`Authorization: Bearer aea_...`, kept in the gateway's folder).",
+    )
     _, defs = models_json_schema([(m, "validation") for m in BODIES], ref_template="#/components/schemas/{model}")
     components = doc.setdefault("components", {})
     components.setdefault("schemas", {}).update(defs.get("$defs", {}))
@@ -102,9 +115,21 @@ def _openapi() -> bytes:
 
 # -- the data plane --
 
-@router.post("/envs/{instance}" + cards.RPC_PATH, tags=["data plane"],
-             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": {"description": "a JSON-RPC request (data/add, data/export, reset, ...)"}}}}})
+
+@router.post(
+    "/envs/{instance}" + cards.RPC_PATH,
+    tags=["data plane"],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"description": "a JSON-RPC request (data/add, data/export, reset, ...)"}
+                }
+            },
+        }
+    },
+)
 async def data_plane(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """The JSON-RPC data plane, fanned out to every app of the instance."""
     inst = await gateway.get(instance)
@@ -114,11 +139,20 @@ async def data_plane(request: Request, instance: str, gateway: GatewayDep) -> Re
 
 # -- instances --
 
+
 def describe(inst: EnvInstance) -> dict[str, Any]:
-    return {"id": inst.spec.id, "env": inst.spec.env, "apps": list(inst.apps), "agents": inst.agents,
-            "roles": {role: sorted(tools) for role, tools in inst.allowed.items()},
-            "paths": {"mcp": f"/envs/{inst.spec.id}/mcp", "tools": f"/envs/{inst.spec.id}/tools",
-                      "card": f"/envs/{inst.spec.id}{cards.CARD_PATH}"}}
+    return {
+        "id": inst.spec.id,
+        "env": inst.spec.env,
+        "apps": list(inst.apps),
+        "agents": inst.agents,
+        "roles": {role: sorted(tools) for role, tools in inst.allowed.items()},
+        "paths": {
+            "mcp": f"/envs/{inst.spec.id}/mcp",
+            "tools": f"/envs/{inst.spec.id}/tools",
+            "card": f"/envs/{inst.spec.id}{cards.CARD_PATH}",
+        },
+    }
 
 
 @router.get("/admin/instances", tags=["instances"])
@@ -203,8 +237,17 @@ async def run_call(request: Request, instance: str, gateway: GatewayDep) -> Resp
         raise GatewayError(400, f"no agent {body.agent!r} (agents: {', '.join(inst.agents)})")
     role = body.role or (None if body.agent else next(iter(inst.spec.roles)))
     caller = Caller(inst, body.agent or f"@{role}", as_role=None if body.agent else role)
-    return JSONResponse(await gateway.call(caller, body.tool, body.arguments, via="run",
-                                           idempotency_key=body.idempotency_key, cause=body.cause, at=body.at))
+    return JSONResponse(
+        await gateway.call(
+            caller,
+            body.tool,
+            body.arguments,
+            via="run",
+            idempotency_key=body.idempotency_key,
+            cause=body.cause,
+            at=body.at,
+        )
+    )
 
 
 @router.post("/admin/instances/{instance}/load", tags=["instances"], openapi_extra=json_body(LoadRequest))
@@ -228,8 +271,9 @@ async def snapshot(instance: str, gateway: GatewayDep) -> Response:
     return Response(await inst.snapshot(), media_type="application/x-tar")
 
 
-@router.put("/admin/instances/{instance}/snapshot", tags=["instances"],
-            openapi_extra={"requestBody": {"required": True, **TAR}})
+@router.put(
+    "/admin/instances/{instance}/snapshot", tags=["instances"], openapi_extra={"requestBody": {"required": True, **TAR}}
+)
 async def restore(request: Request, instance: str, gateway: GatewayDep) -> Response:
     inst = await gateway.get(instance)
     try:
@@ -252,6 +296,7 @@ async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last:
 
 # -- runs --
 
+
 @router.post("/admin/runs/{run_id}/end", tags=["runs"])
 async def end_run(run_id: str, gateway: GatewayDep) -> Response:
     """The run is over: close its instances, delete its hosted agents."""
@@ -265,6 +310,7 @@ async def parked_hits(run_id: str, gateway: GatewayDep) -> Response:
 
 
 # -- hosted agents and people's turns --
+
 
 @router.get("/admin/agents", tags=["agents"])
 async def list_agents(gateway: GatewayDep) -> Response:
@@ -322,7 +368,8 @@ async def hosted_agents(scope: Scope, receive: Receive, send: Send) -> None:
     request = Request(scope)
     gateway = gateway_of(request)
     if not request.url.path.endswith(AGENT_CARD_PATH) and not gateway.is_admin(request.headers.get("authorization")):
-        await JSONResponse({"error": "talking to a hosted agent needs the gateway's admin token"},
-                           status_code=401)(scope, receive, send)
+        await JSONResponse({"error": "talking to a hosted agent needs the gateway's admin token"}, status_code=401)(
+            scope, receive, send
+        )
         return
     await gateway.agents(scope, receive, send)

@@ -77,18 +77,24 @@ async def card(request: Request, instance: str) -> Response:
     gateway = gateway_of(request)
     if gateway.is_admin(request.headers.get("authorization")):
         inst = await gateway.get(instance)
-        listed: list[dict[str, Any]] = [{"name": name, "description": r.spec.description, "inputSchema": r.spec.input_schema}
-                  for name, r in inst.tools.items()]
+        listed: list[dict[str, Any]] = [
+            {"name": name, "description": r.spec.description, "inputSchema": r.spec.input_schema}
+            for name, r in inst.tools.items()
+        ]
     else:
         caller = await role_caller(request, instance)
         inst, listed = caller.instance, _listed(gateway.listing(caller))
     body = cards.EnvironmentCard(
         name=inst.spec.env,
-        capabilities=cards.CardCapabilities(tools=[cards.CardTool(**t) for t in listed], extensions=[],
-                                        operations=list(inst.operations)),
+        capabilities=cards.CardCapabilities(
+            tools=[cards.CardTool(**t) for t in listed], extensions=[], operations=list(inst.operations)
+        ),
         children_environments=[
-            cards.EnvironmentCard(name=name, additionalInterfaces=[], capabilities=cards.CardCapabilities(operations=[]))
-            for name in inst.apps],
+            cards.EnvironmentCard(
+                name=name, additionalInterfaces=[], capabilities=cards.CardCapabilities(operations=[])
+            )
+            for name in inst.apps
+        ],
     )
     return JSONResponse(body.wire())
 
@@ -97,7 +103,8 @@ async def card(request: Request, instance: str) -> Response:
 # from is the gateway's current one (a role change makes a new listing). Keyed weakly by the instance: a
 # closed instance (a finished run's) takes its documents with it.
 _documents: weakref.WeakKeyDictionary[EnvInstance, dict[str, tuple[list[types.Tool], bytes]]] = (
-    weakref.WeakKeyDictionary())
+    weakref.WeakKeyDictionary()
+)
 
 
 @router.get("/envs/{instance}/openapi.json")
@@ -111,36 +118,61 @@ async def tools_openapi(request: Request, caller: RoleCaller) -> Response:
     return Response(cached[1], media_type="application/json")
 
 
-ERROR = {"description": "refused or failed; `error` says why",
-         "content": {"application/json": {"schema": {"type": "object", "required": ["error"],
-                                                     "properties": {"error": {"type": "string"}}}}}}
+ERROR = {
+    "description": "refused or failed; `error` says why",
+    "content": {
+        "application/json": {
+            "schema": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+        }
+    },
+}
 
 
 def tools_document(inst: EnvInstance, role: str, tools: list[types.Tool]) -> dict[str, Any]:
     schemas: dict[str, Any] = {}
     paths = {
-        f"/envs/{inst.spec.id}/tools/{quote(t.name, safe='')}": {"post": {
-            "operationId": t.name,
-            "summary": (t.description or t.name).split("\n", 1)[0],
-            "description": t.description or "",
-            "requestBody": {"required": True, "content": {"application/json": {
-                "schema": _hoisted(t.input_schema, t.name, schemas)}}},
-            "responses": {
-                "200": {"description": "the tool's result", "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["result"], "properties": {"result": {}}}}}},
-                "401": {"$ref": "#/components/responses/Error"}, "403": {"$ref": "#/components/responses/Error"},
-                "404": {"$ref": "#/components/responses/Error"}, "422": {"$ref": "#/components/responses/Error"},
-                "429": {"$ref": "#/components/responses/Error"}},
-        }}
-        for t in tools}
+        f"/envs/{inst.spec.id}/tools/{quote(t.name, safe='')}": {
+            "post": {
+                "operationId": t.name,
+                "summary": (t.description or t.name).split("\n", 1)[0],
+                "description": t.description or "",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _hoisted(t.input_schema, t.name, schemas)}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "the tool's result",
+                        "content": {
+                            "application/json": {
+                                "schema": {"type": "object", "required": ["result"], "properties": {"result": {}}}
+                            }
+                        },
+                    },
+                    "401": {"$ref": "#/components/responses/Error"},
+                    "403": {"$ref": "#/components/responses/Error"},
+                    "404": {"$ref": "#/components/responses/Error"},
+                    "422": {"$ref": "#/components/responses/Error"},
+                    "429": {"$ref": "#/components/responses/Error"},
+                },
+            }
+        }
+        for t in tools
+    }
     return {
         "openapi": "3.1.0",
-        "info": {"title": f"{inst.spec.env or inst.spec.id}: the tools of role {role}", "version": "1",
-                 "description": f"Tools of instance {inst.spec.id!r} over REST; the same tools over MCP at "
-                                f"/envs/{inst.spec.id}/mcp."},
+        "info": {
+            "title": f"{inst.spec.env or inst.spec.id}: the tools of role {role}",
+            "version": "1",
+            "description": f"Tools of instance {inst.spec.id!r} over REST; the same tools over MCP at "
+            f"/envs/{inst.spec.id}/mcp.",
+        },
         "paths": paths,
-        "components": {"schemas": schemas, "responses": {"Error": ERROR},
-                       "securitySchemes": {"role": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": schemas,
+            "responses": {"Error": ERROR},
+            "securitySchemes": {"role": {"type": "http", "scheme": "bearer"}},
+        },
         "security": [{"role": []}],
     }
 

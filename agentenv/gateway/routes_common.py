@@ -60,6 +60,9 @@ def parse(model: type[M], data: Any, what: str) -> M:
 
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
     """A route's `openapi_extra` documenting the body its handler reads itself as `model`."""
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
-
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+        }
+    }

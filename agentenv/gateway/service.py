@@ -96,14 +96,22 @@ class CallerLimits:
                 del counts[key]
 
     def calling(self, key: CallerKey):
-        return self._hold(self._calls, key, self.calls,
-                          f"{self._who(key)} already has {self.calls} tool calls in flight (the most one agent "
-                          "may have); wait for one to finish, then call again")
+        return self._hold(
+            self._calls,
+            key,
+            self.calls,
+            f"{self._who(key)} already has {self.calls} tool calls in flight (the most one agent "
+            "may have); wait for one to finish, then call again",
+        )
 
     def requesting(self, key: CallerKey):
-        return self._hold(self._requests, key, self.requests,
-                          f"{self._who(key)} already has {self.requests} MCP requests open (the most one agent "
-                          "may have); close streams you no longer read, then retry")
+        return self._hold(
+            self._requests,
+            key,
+            self.requests,
+            f"{self._who(key)} already has {self.requests} MCP requests open (the most one agent "
+            "may have); close streams you no longer read, then retry",
+        )
 
     def open_sessions(self, key: CallerKey, alive: Callable[[str], bool]) -> int:
         ids = {sid for sid in self._sessions.get(key, ()) if alive(sid)}  # ended sessions drop out here
@@ -124,17 +132,28 @@ class CallerLimits:
     def opening(self, key: CallerKey, alive: Callable[[str], bool]) -> Iterator[Callable[[str], None]]:
         """Admit a request that opens an MCP session; it calls the yielded function with the new session's id."""
         if self.open_sessions(key, alive) >= self.sessions:
-            raise GatewayError(429, f"{self._who(key)} already has {self.sessions} MCP sessions open (the most one "
-                                    "agent may have); end sessions you no longer use (HTTP DELETE with their "
-                                    "mcp-session-id) or reuse one")
+            raise GatewayError(
+                429,
+                f"{self._who(key)} already has {self.sessions} MCP sessions open (the most one "
+                "agent may have); end sessions you no longer use (HTTP DELETE with their "
+                "mcp-session-id) or reuse one",
+            )
         with self._hold(self._opening, key, self.sessions, "too many MCP sessions opening at once"):
             yield lambda sid: self._sessions.setdefault(key, set()).add(sid)
 
 
 class Gateway:
-    def __init__(self, root: Path, *, max_body_bytes: int = 16 * 1024 * 1024, settings=None,
-                 max_calls_per_agent: int = 32, max_sessions_per_agent: int = 16,
-                 max_mcp_requests_per_agent: int | None = None, idle_close_s: float | None = 600.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        settings=None,
+        max_calls_per_agent: int = 32,
+        max_sessions_per_agent: int = 16,
+        max_mcp_requests_per_agent: int | None = None,
+        idle_close_s: float | None = 600.0,
+    ) -> None:
         """`idle_close_s`: an open instance no one called for this long is closed (its apps, processes and
         trajectory file); its next request reopens it from the store. None: never."""
         self.root = root
@@ -153,8 +172,11 @@ class Gateway:
         self.delivery = Delivery(self.store, settings)
         self.mcp = McpEndpoint(self, "agentenv-gateway", max_body_bytes=max_body_bytes)
         # Per agent: its calls in flight, its sessions, and requests enough for both (one stream per session).
-        self.limits = CallerLimits(max_calls_per_agent, max_sessions_per_agent,
-                                   max_mcp_requests_per_agent or max_calls_per_agent + max_sessions_per_agent)
+        self.limits = CallerLimits(
+            max_calls_per_agent,
+            max_sessions_per_agent,
+            max_mcp_requests_per_agent or max_calls_per_agent + max_sessions_per_agent,
+        )
         from agentenv.agents.host import AgentHost, public_base
 
         self.agents = AgentHost(self.store, public_base(settings))  # cards name the configured URL, not Host
@@ -222,8 +244,7 @@ class Gateway:
         if self.idle_close_s is None:
             return []
         now = time.monotonic() if now is None else now
-        idle = [i for i, inst in self._instances.items()
-                if not inst.busy and now - inst.last_used >= self.idle_close_s]
+        idle = [i for i, inst in self._instances.items() if not inst.busy and now - inst.last_used >= self.idle_close_s]
         for instance_id in idle:
             with contextlib.suppress(Exception):
                 await self._unload(instance_id)
@@ -322,7 +343,9 @@ class Gateway:
         """Enable or disable tools for a role (names or patterns), keeping the rest of its rules."""
         inst = await self.get(instance_id)
         if role not in inst.spec.roles:
-            raise GatewayError(400, f"no role {role!r} in instance {instance_id!r} (roles: {', '.join(inst.spec.roles)})")
+            raise GatewayError(
+                400, f"no role {role!r} in instance {instance_id!r} (roles: {', '.join(inst.spec.roles)})"
+            )
         current = inst.spec.roles[role]
         tools = current.tools + [t for t in enable if t not in current.tools]
         deny = [d for d in current.deny if d not in enable] + [d for d in disable if d not in current.deny]
@@ -337,9 +360,12 @@ class Gateway:
             return []
         vnow = inst.now()
         values = await self._state_values(inst)
-        return [TriggerHit(trigger=w.trigger, instance=instance_id, virtual_time=vnow,
-                           match={"value": values[w.trigger]}).model_dump(mode="json")
-                for w in inst.watcher.state_edges(values)]
+        return [
+            TriggerHit(
+                trigger=w.trigger, instance=instance_id, virtual_time=vnow, match={"value": values[w.trigger]}
+            ).model_dump(mode="json")
+            for w in inst.watcher.state_edges(values)
+        ]
 
     async def _state_values(self, inst: EnvInstance) -> dict[str, Any]:
         """Each state condition's current value, read through its (read-only) tool."""
@@ -350,8 +376,13 @@ class Gateway:
             route = inst.tools.get(when.tool)
             if route is None or route.app is None:
                 continue
-            ctx = Ctx(role=when.role or first_role, run_id=inst.spec.run_id, agent="@watch",
-                      instance=inst.spec.id, virtual_now=inst.now())
+            ctx = Ctx(
+                role=when.role or first_role,
+                run_id=inst.spec.run_id,
+                agent="@watch",
+                instance=inst.spec.id,
+                virtual_now=inst.now(),
+            )
             try:
                 result = await route.app.call_async(route.spec.name, when.arguments, ctx)
                 values[watch.trigger] = walk(result, when.path)
@@ -362,7 +393,9 @@ class Gateway:
     async def set_agent_role(self, instance_id: str, agent: str, role: str) -> None:
         inst = await self.get(instance_id)
         if role not in inst.spec.roles:
-            raise GatewayError(400, f"no role {role!r} in instance {instance_id!r} (roles: {', '.join(inst.spec.roles)})")
+            raise GatewayError(
+                400, f"no role {role!r} in instance {instance_id!r} (roles: {', '.join(inst.spec.roles)})"
+            )
         inst.agents[agent] = role
         inst.spec.agents = dict(inst.agents)
         self._tokens[instance_id][self._digest(self._role_token(inst.spec, agent))] = agent
@@ -378,7 +411,9 @@ class Gateway:
     async def token(self, instance_id: str, agent: str) -> str:
         inst = await self.get(instance_id)
         if agent not in inst.agents:
-            raise GatewayError(404, f"no agent {agent!r} in instance {instance_id!r} (agents: {', '.join(inst.agents)})")
+            raise GatewayError(
+                404, f"no agent {agent!r} in instance {instance_id!r} (agents: {', '.join(inst.agents)})"
+            )
         return self._role_token(inst.spec, agent)
 
     def _role_token(self, spec: InstanceSpec, agent: str) -> str:
@@ -392,8 +427,11 @@ class Gateway:
     async def authenticate(self, instance_id: str, authorization: str | None) -> Caller:
         token = tokens.bearer(authorization)
         if token is None:
-            raise GatewayError(401, "missing role token: send 'Authorization: Bearer <token>' "
-                                    "(get one with `agent-env tools token INSTANCE AGENT`)")
+            raise GatewayError(
+                401,
+                "missing role token: send 'Authorization: Bearer <token>' "
+                "(get one with `agent-env tools token INSTANCE AGENT`)",
+            )
         digest = self._digest(token)
         if instance_id not in self._instances:
             # Not open: check the token against the stored spec first, so a stranger's request opens nothing
@@ -425,6 +463,7 @@ class Gateway:
                 await self.mcp(scope, receive, send)
                 return
             with self.limits.opening(caller.key, self._session_alive) as opened:
+
                 async def watch(message) -> None:
                     if message["type"] == "http.response.start":
                         sid = _header(message.get("headers") or [], b"mcp-session-id")
@@ -453,7 +492,8 @@ class Gateway:
         if tools is None:
             allowed = inst.allowed[role]
             tools = self._listings[key] = [
-                mcp_tool(_exposed(route)) for name, route in inst.tools.items() if name in allowed]
+                mcp_tool(_exposed(route)) for name, route in inst.tools.items() if name in allowed
+            ]
         return tools
 
     async def list_tools(self, request) -> list[types.Tool]:
@@ -468,9 +508,17 @@ class Gateway:
             raise refuse(str(e)) from None
         return tool_error(outcome["error"]) if "error" in outcome else tool_result(outcome["result"])
 
-    async def call(self, caller: Caller, name: str, arguments: dict[str, Any], *, via: str,
-                   idempotency_key: str | None = None, cause: str | None = None,
-                   at: datetime | None = None) -> dict[str, Any]:
+    async def call(
+        self,
+        caller: Caller,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        via: str,
+        idempotency_key: str | None = None,
+        cause: str | None = None,
+        at: datetime | None = None,
+    ) -> dict[str, Any]:
         """Call a tool as `caller`, enforcing its role, and record it. Returns {"result"} or {"error", "refused"?}."""
         inst, role = caller.instance, caller.role
         started = time.perf_counter()
@@ -482,8 +530,14 @@ class Gateway:
         elif name not in inst.allowed[role]:
             outcome = {"error": f"tool {name!r} is not available to role {role!r}", "refused": True}
         else:
-            ctx = Ctx(role=role, run_id=inst.spec.run_id, agent=caller.agent, instance=inst.spec.id,
-                      virtual_now=vnow, idempotency_key=idempotency_key)
+            ctx = Ctx(
+                role=role,
+                run_id=inst.spec.run_id,
+                agent=caller.agent,
+                instance=inst.spec.id,
+                virtual_now=vnow,
+                idempotency_key=idempotency_key,
+            )
             inst.busy += 1  # not closed as idle while a call is in flight
             try:
                 if route.app is None:  # a gateway tool
@@ -499,8 +553,13 @@ class Gateway:
                 inst.busy -= 1
                 inst.last_used = time.monotonic()
         entry = {
-            "instance": inst.spec.id, "run_id": inst.spec.run_id, "agent": caller.agent, "role": role,
-            "tool": name, "arguments": arguments, "via": via,
+            "instance": inst.spec.id,
+            "run_id": inst.spec.run_id,
+            "agent": caller.agent,
+            "role": role,
+            "tool": name,
+            "arguments": arguments,
+            "via": via,
             **({"result": outcome["result"]} if "result" in outcome else {"error": outcome["error"]}),
             "refused": bool(outcome.get("refused")),
             "virtual_time": iso(vnow),
@@ -514,8 +573,9 @@ class Gateway:
             await self._watch(inst, route, entry, outcome, vnow, via)
         return outcome
 
-    async def _watch(self, inst: EnvInstance, route, entry: dict[str, Any], outcome: dict[str, Any],
-                     vnow: datetime, via: str) -> None:
+    async def _watch(
+        self, inst: EnvInstance, route, entry: dict[str, Any], outcome: dict[str, Any], vnow: datetime, via: str
+    ) -> None:
         """Match the call against the run's conditions. The run's own calls get their hits back in the
         answer (it applies them in order); agents' calls have them delivered as updates."""
         assert inst.watcher is not None  # (the caller checks)

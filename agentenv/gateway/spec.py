@@ -24,7 +24,8 @@ class InstanceSpec(_Spec):
     apps: list[AppRef] = Field(min_length=1)
     roles: dict[str, RoleSpec] = Field(default_factory=lambda: {"agent": RoleSpec()})
     agents: dict[str, str] = Field(
-        default_factory=dict, description="agent name -> role; default: one agent per role, named like it")
+        default_factory=dict, description="agent name -> role; default: one agent per role, named like it"
+    )
     now: datetime | None = Field(None, description="a fixed virtual time (until the clock arrives); default: UTC now")
 
     @field_validator("id")

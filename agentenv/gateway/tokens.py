@@ -47,16 +47,23 @@ def _checked_key(path: Path) -> bytes:
     except FileNotFoundError:
         raise
     except OSError as e:  # not ours, a folder, a symlink (which could point anywhere)
-        raise BrokenKey(f"the gateway key file {path} cannot be read ({e.strerror})",
-                        f"make it a file of this user with mode 0600 (chmod 600 {path}), or {remake}") from None
+        raise BrokenKey(
+            f"the gateway key file {path} cannot be read ({e.strerror})",
+            f"make it a file of this user with mode 0600 (chmod 600 {path}), or {remake}",
+        ) from None
     if mode & 0o077:
-        raise BrokenKey(f"the gateway key file {path} is readable by other users (mode {mode & 0o777:o}), so its "
-                        "tokens may be known to them",
-                        f"delete it to make a new one (every agent and admin token changes); if no one else could "
-                        f"have read it, `chmod 600 {path}` keeps it")
+        raise BrokenKey(
+            f"the gateway key file {path} is readable by other users (mode {mode & 0o777:o}), so its "
+            "tokens may be known to them",
+            f"delete it to make a new one (every agent and admin token changes); if no one else could "
+            f"have read it, `chmod 600 {path}` keeps it",
+        )
     if len(key) < KEY_BYTES:
-        raise BrokenKey(f"the gateway key file {path} is empty or damaged ({len(key)} bytes, not {KEY_BYTES}): "
-                        "tokens made from it would be guessable", remake)
+        raise BrokenKey(
+            f"the gateway key file {path} is empty or damaged ({len(key)} bytes, not {KEY_BYTES}): "
+            "tokens made from it would be guessable",
+            remake,
+        )
     return key
 
 

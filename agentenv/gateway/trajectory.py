@@ -171,8 +171,9 @@ def read(path: Path, after: int = 0, limit: int = 10_000, *, last: bool = False)
         if last:
             rows = db.execute("SELECT seq, entry FROM calls ORDER BY seq DESC LIMIT 1").fetchall()
         else:
-            rows = db.execute("SELECT seq, entry FROM calls WHERE seq > ? ORDER BY seq LIMIT ?",
-                              (after, limit)).fetchall()
+            rows = db.execute(
+                "SELECT seq, entry FROM calls WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+            ).fetchall()
     finally:
         db.close()
     return [{"seq": seq, **json.loads(entry)} for seq, entry in rows]

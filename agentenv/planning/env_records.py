@@ -21,7 +21,8 @@ def env_record(data: Any) -> EnvRecord:
         check_composition(record.apps, record.roles)
     except ValueError as e:
         raise ValidationError.from_exception_data(
-            "EnvRecord", [{"type": "value_error", "loc": (), "input": data, "ctx": {"error": e}}]) from None
+            "EnvRecord", [{"type": "value_error", "loc": (), "input": data, "ctx": {"error": e}}]
+        ) from None
     return record
 
 

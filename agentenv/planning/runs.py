@@ -22,20 +22,39 @@ def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: 
     for s in task.steps:
         st = registry.get(s.type)
         config = st.prepare(dict(s.config), context) if st.prepare else s.config
-        steps.append(StepPlan(
-            id=s.id, type=s.type, depends_on=s.depends_on, config=config, on_failure=s.on_failure,
-            timeout=s.timeout or st.timeout, retries=st.retries if s.retries is None else s.retries,
-            local=st.runs_local(config), heartbeat_timeout=None if st.runs_local(config) else st.heartbeat_timeout,
-            **st.traits(config).model_dump(),
-        ))
+        steps.append(
+            StepPlan(
+                id=s.id,
+                type=s.type,
+                depends_on=s.depends_on,
+                config=config,
+                on_failure=s.on_failure,
+                timeout=s.timeout or st.timeout,
+                retries=st.retries if s.retries is None else s.retries,
+                local=st.runs_local(config),
+                heartbeat_timeout=None if st.runs_local(config) else st.heartbeat_timeout,
+                **st.traits(config).model_dump(),
+            )
+        )
     pins = pin(task, steps)
     world = None
     if task.clock or task.triggers:
-        world = WorldSpec(seed=task.seed, clock=task.clock.model_dump(mode="json") if task.clock else None,
-                          triggers=task.triggers, personas=task.personas)
+        world = WorldSpec(
+            seed=task.seed,
+            clock=task.clock.model_dump(mode="json") if task.clock else None,
+            triggers=task.triggers,
+            personas=task.personas,
+        )
     return RunInput(
-        run_id=run_id, task_id=task.id, task_version=task.version, description=task.description,
-        steps=steps, search_attributes=search_attributes, world=world, pins=pins, timeout=task.timeout,
+        run_id=run_id,
+        task_id=task.id,
+        task_version=task.version,
+        description=task.description,
+        steps=steps,
+        search_attributes=search_attributes,
+        world=world,
+        pins=pins,
+        timeout=task.timeout,
     )
 
 

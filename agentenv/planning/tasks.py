@@ -60,7 +60,9 @@ def task_problems(task: TaskSpec, bundle: Path | None) -> list[InitErrorDetails]
     if problems := reference_problems(task.steps, _step_refs):
         return problems
     if task.has_world:
-        return [problem(loc, "world", message, None) for loc, message in world_problems(task, deployed_envs(task, bundle))]
+        return [
+            problem(loc, "world", message, None) for loc, message in world_problems(task, deployed_envs(task, bundle))
+        ]
     return []
 
 
@@ -72,12 +74,20 @@ def step_type_problems(step: StepSpec, context: dict[str, Any] | None = None) ->
     try:
         step_type = registry.get(step.type)
     except ImportError as e:
-        return [problem(("type",), "broken_step_type", f"{e} — reinstall or fix the plugin that provides it", step.type)]
+        return [
+            problem(("type",), "broken_step_type", f"{e} — reinstall or fix the plugin that provides it", step.type)
+        ]
     except KeyError:
         names = registry.names()
-        return [problem(("type",), "unknown_step_type",
-                        f"unknown step type '{step.type}' — {suggest(step.type, names)}known types: {', '.join(names)} "
-                        "(plugins add more through the 'agentenv.steps' entry-point group)", step.type)]
+        return [
+            problem(
+                ("type",),
+                "unknown_step_type",
+                f"unknown step type '{step.type}' — {suggest(step.type, names)}known types: {', '.join(names)} "
+                "(plugins add more through the 'agentenv.steps' entry-point group)",
+                step.type,
+            )
+        ]
     try:
         step_type.config.model_validate(step.config, context=context)
     except ValidationError as e:

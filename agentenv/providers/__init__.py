@@ -17,5 +17,14 @@ from agentenv.providers.base import (
     SandboxSpec,
 )
 
-__all__ = ["Capabilities", "ExecResult", "Network", "Provider", "ProviderUnavailable", "Sandbox", "SandboxFailed",
-           "SandboxInfo", "SandboxSpec"]
+__all__ = [
+    "Capabilities",
+    "ExecResult",
+    "Network",
+    "Provider",
+    "ProviderUnavailable",
+    "Sandbox",
+    "SandboxFailed",
+    "SandboxInfo",
+    "SandboxSpec",
+]

@@ -29,8 +29,10 @@ def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
     root = record_folder.resolve()
     folder = (root / build).resolve()
     if not folder.is_relative_to(root):
-        raise BadInput(f"build folder {build!r} is outside the record's folder {root}",
-                       "keep the Dockerfile's folder inside the record's folder (envs/NAME/ or agents/NAME/)")
+        raise BadInput(
+            f"build folder {build!r} is outside the record's folder {root}",
+            "keep the Dockerfile's folder inside the record's folder (envs/NAME/ or agents/NAME/)",
+        )
     if not (folder / "Dockerfile").is_file():
         raise BadInput(f"{folder} has no Dockerfile", "point `build` at a folder with a Dockerfile")
     data = context_tar(folder)
@@ -65,7 +67,7 @@ def env_secrets(box: SandboxRun) -> dict[str, str]:
     """env variable -> the secret its value references."""
     from agentenv.stores.secrets import PREFIX, is_reference
 
-    return {var: value[len(PREFIX):] for var, value in box.env.items() if is_reference(value)}
+    return {var: value[len(PREFIX) :] for var, value in box.env.items() if is_reference(value)}
 
 
 def check_secrets(settings: Settings, box: SandboxRun, label: str) -> None:
@@ -75,9 +77,10 @@ def check_secrets(settings: Settings, box: SandboxRun, label: str) -> None:
     store = SecretStore(settings.state_dir)
     for var, name in env_secrets(box).items():
         if not store.has(name):
-            raise MissingSecret(f"{label}: env {var} references secret:{name}, which is not set",
-                                f"set it with `agent-env secrets set {name}` or the environment variable "
-                                f"{env_var(name)}")
+            raise MissingSecret(
+                f"{label}: env {var} references secret:{name}, which is not set",
+                f"set it with `agent-env secrets set {name}` or the environment variable {env_var(name)}",
+            )
 
 
 def resolve_env(settings: Settings, box: SandboxRun, label: str) -> dict[str, str]:
@@ -91,25 +94,49 @@ def resolve_env(settings: Settings, box: SandboxRun, label: str) -> dict[str, st
         try:
             env[var] = store.get(name)
         except MissingSecret:  # deleted since the run was planned, or not set on this worker
-            raise StepFailed(f"{label}: env {var} references secret:{name}, which is not set on this worker "
-                             f"(set it with `agent-env secrets set {name}` or the environment variable "
-                             f"{env_var(name)}, where the worker runs)") from None
+            raise StepFailed(
+                f"{label}: env {var} references secret:{name}, which is not set on this worker "
+                f"(set it with `agent-env secrets set {name}` or the environment variable "
+                f"{env_var(name)}, where the worker runs)"
+            ) from None
     return env
 
 
-def run_spec(settings: Settings, run_id: str, owner: str, name: str, box: SandboxRun,
-             build: Path | None) -> SandboxSpec:
+def run_spec(
+    settings: Settings, run_id: str, owner: str, name: str, box: SandboxRun, build: Path | None
+) -> SandboxSpec:
     """What a provider runs for a sandboxed app or agent; `owner` is what removes it early (an env instance).
     Its env is as declared, `secret:` references unresolved (see `resolve_env`)."""
     return SandboxSpec(
-        name=name, run_id=run_id, owner=owner, image=box.image,
-        build=str(build) if build else None, command=box.command, env=box.env, port=box.port,
-        host_port=box.host_port, cpus=box.cpus, memory_mb=box.memory_mb, network=Network.parse(box.network),
-        ttl=(box.ttl_hours or settings.sandboxes.ttl_hours) * 3600)
+        name=name,
+        run_id=run_id,
+        owner=owner,
+        image=box.image,
+        build=str(build) if build else None,
+        command=box.command,
+        env=box.env,
+        port=box.port,
+        host_port=box.host_port,
+        cpus=box.cpus,
+        memory_mb=box.memory_mb,
+        network=Network.parse(box.network),
+        ttl=(box.ttl_hours or settings.sandboxes.ttl_hours) * 3600,
+    )
 
 
-async def start(settings: Settings, stores: Stores, *, run_id: str, owner: str, name: str, box: SandboxRun,
-                build_key: str | None, chain: str, label: str, server_token: str | None = None):
+async def start(
+    settings: Settings,
+    stores: Stores,
+    *,
+    run_id: str,
+    owner: str,
+    name: str,
+    box: SandboxRun,
+    build_key: str | None,
+    chain: str,
+    label: str,
+    server_token: str | None = None,
+):
     """Start (or, on a retry, find) the sandbox of an app or agent (`label`, e.g. "app 'echo' of env desk"),
     building its image from the pinned context if it has one. Returns (provider, sandbox); problems
     become one StepFailed naming `label` and the bundle's folder (not this worker's copy of it).
@@ -141,8 +168,11 @@ async def start(settings: Settings, stores: Stores, *, run_id: str, owner: str, 
         raise StepFailed(f"{label}: {message}") from None
     except Exception as e:  # an SDK's own error may echo what it was sent
         if secrets and any(value in str(e) for value in secrets):
-            raise StepFailed(f"{label}: the sandbox could not be started ({type(e).__name__}, its message "
-                             "withheld: it holds a secret value)", retryable=True) from None
+            raise StepFailed(
+                f"{label}: the sandbox could not be started ({type(e).__name__}, its message "
+                "withheld: it holds a secret value)",
+                retryable=True,
+            ) from None
         raise
     sandbox.secrets = secrets  # its output, when an error quotes it, is redacted
     return provider, sandbox

@@ -57,9 +57,12 @@ class SandboxSpec(BaseModel):
     image: str | None = Field(None, description="an image to run (docker, modal)")
     build: str | None = Field(None, description="a folder with a Dockerfile, built into the image")
     command: list[str] | None = Field(None, description="what to run; default: the image's own command")
-    env: dict[str, str] = Field(default_factory=dict, repr=False,
-                                description="exactly what the sandbox's process gets (with HOST and PORT), "
-                                            "secrets resolved: it never leaves the activity that starts it")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description="exactly what the sandbox's process gets (with HOST and PORT), "
+        "secrets resolved: it never leaves the activity that starts it",
+    )
     port: int | None = Field(None, ge=1, le=65535, description="the port the sandbox serves on; exposed to the host")
     host_port: int | None = Field(None, ge=1, le=65535, description="publish on this host port (default: a free one)")
     cpus: float | None = Field(None, gt=0)
@@ -75,8 +78,13 @@ class SandboxSpec(BaseModel):
         return value
 
     def labels(self, install: str) -> dict[str, str]:
-        return {LABEL_RUN: self.run_id, LABEL_NAME: self.name, LABEL_OWNER: self.owner,
-                LABEL_EXPIRES: f"{time.time() + self.ttl:.3f}", LABEL_INSTALL: install}
+        return {
+            LABEL_RUN: self.run_id,
+            LABEL_NAME: self.name,
+            LABEL_OWNER: self.owner,
+            LABEL_EXPIRES: f"{time.time() + self.ttl:.3f}",
+            LABEL_INSTALL: install,
+        }
 
 
 class SandboxInfo(BaseModel):
@@ -95,9 +103,16 @@ class SandboxInfo(BaseModel):
     @classmethod
     def from_labels(cls, provider: str, id: str, labels: dict[str, str], **extra: Any) -> SandboxInfo:
         expires = labels.get(LABEL_EXPIRES)
-        return cls(provider=provider, id=id, name=labels.get(LABEL_NAME, id), run_id=labels.get(LABEL_RUN, ""),
-                   owner=labels.get(LABEL_OWNER, ""), install=labels.get(LABEL_INSTALL, ""),
-                   expires_at=float(expires) if expires else None, **extra)
+        return cls(
+            provider=provider,
+            id=id,
+            name=labels.get(LABEL_NAME, id),
+            run_id=labels.get(LABEL_RUN, ""),
+            owner=labels.get(LABEL_OWNER, ""),
+            install=labels.get(LABEL_INSTALL, ""),
+            expires_at=float(expires) if expires else None,
+            **extra,
+        )
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or time.time())
@@ -152,8 +167,10 @@ class Sandbox(ABC):
     async def snapshot(self) -> str:
         """Save the sandbox's filesystem; returns an image reference that a new sandbox's `image` can start
         from. Only providers whose capabilities include `snapshot`."""
-        raise BadInput(f"the {self.info.provider} provider cannot snapshot a sandbox's filesystem",
-                       "use the docker or modal provider, or snapshot the environment's data (snapshot_env)")
+        raise BadInput(
+            f"the {self.info.provider} provider cannot snapshot a sandbox's filesystem",
+            "use the docker or modal provider, or snapshot the environment's data (snapshot_env)",
+        )
 
 
 class Provider(ABC):
@@ -179,12 +196,16 @@ class Provider(ABC):
     def refuse_unsupported(self, spec: SandboxSpec) -> None:
         caps = self.capabilities
         if spec.network.mode not in caps.network:
-            raise BadInput(f"the {self.name} provider cannot enforce network {spec.network.mode!r} "
-                           f"(it supports: {', '.join(caps.network)})",
-                           "choose another provider for this sandbox, or relax its `network`")
+            raise BadInput(
+                f"the {self.name} provider cannot enforce network {spec.network.mode!r} "
+                f"(it supports: {', '.join(caps.network)})",
+                "choose another provider for this sandbox, or relax its `network`",
+            )
         if (spec.cpus or spec.memory_mb) and not caps.resources:
-            raise BadInput(f"the {self.name} provider cannot limit cpus or memory",
-                           "remove cpus/memory_mb, or use the docker, modal or e2b provider")
+            raise BadInput(
+                f"the {self.name} provider cannot limit cpus or memory",
+                "remove cpus/memory_mb, or use the docker, modal or e2b provider",
+            )
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
@@ -216,9 +237,11 @@ def install_id(settings: Settings) -> str:
 def _read_install_id(path: Path) -> str:
     value = path.read_text().strip()
     if not INSTALL_ID.match(value):
-        raise BadInput(f"{path} does not hold an install id",
-                       "delete it (a new id is made; sandboxes labelled with the old one are then left to you: "
-                       "remove them with `docker rm`, or on the cloud provider's console)")
+        raise BadInput(
+            f"{path} does not hold an install id",
+            "delete it (a new id is made; sandboxes labelled with the old one are then left to you: "
+            "remove them with `docker rm`, or on the cloud provider's console)",
+        )
     return value
 
 

@@ -85,8 +85,11 @@ class DockerSandbox(Sandbox):
     async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult:
         def run() -> ExecResult:
             code, (out, err) = self.container.exec_run(command, demux=True)
-            return ExecResult(exit_code=code, stdout=(out or b"").decode(errors="replace"),
-                              stderr=(err or b"").decode(errors="replace"))
+            return ExecResult(
+                exit_code=code,
+                stdout=(out or b"").decode(errors="replace"),
+                stderr=(err or b"").decode(errors="replace"),
+            )
 
         return await asyncio.wait_for(asyncio.to_thread(run), timeout)
 
@@ -122,8 +125,9 @@ class DockerSandbox(Sandbox):
         """Commit the container's filesystem as an image (`agentenv-snapshot/NAME:TIME`), labelled with the run."""
         tag = f"{int(time.time() * 1000)}"
         repository = f"agentenv-snapshot/{self.info.name}"[:128]
-        await asyncio.to_thread(self.container.commit, repository=repository, tag=tag,
-                                conf={"Labels": {LABEL_RUN: self.info.run_id}})
+        await asyncio.to_thread(
+            self.container.commit, repository=repository, tag=tag, conf={"Labels": {LABEL_RUN: self.info.run_id}}
+        )
         return f"{repository}:{tag}"
 
 
@@ -139,8 +143,9 @@ def _remove_container(container: Any) -> None:
 
 class DockerProvider(Provider):
     name = "docker"
-    capabilities = Capabilities(isolated=True, build=True, network=["open", "none", "allowlist", "host"],
-                                resources=True, snapshot=True)
+    capabilities = Capabilities(
+        isolated=True, build=True, network=["open", "none", "allowlist", "host"], resources=True, snapshot=True
+    )
 
     def __init__(self, settings) -> None:
         self.settings = settings
@@ -153,8 +158,9 @@ class DockerProvider(Provider):
             try:
                 import docker
             except ImportError:
-                raise ProviderUnavailable("the docker provider needs the Docker SDK for Python",
-                                          "pip install 'agentenv[docker]'") from None
+                raise ProviderUnavailable(
+                    "the docker provider needs the Docker SDK for Python", "pip install 'agentenv[docker]'"
+                ) from None
             try:
                 self._client = docker.from_env(timeout=120)
             except docker.errors.DockerException as e:
@@ -175,8 +181,10 @@ class DockerProvider(Provider):
         if spec.build:
             return await asyncio.to_thread(self._build, Path(spec.build))
         if not spec.image:
-            raise BadInput(f"sandbox {spec.name!r} names neither an `image` nor a `build` folder",
-                           "set `image` (e.g. agentenv/base:bookworm) or `build` (a folder with a Dockerfile)")
+            raise BadInput(
+                f"sandbox {spec.name!r} names neither an `image` nor a `build` folder",
+                "set `image` (e.g. agentenv/base:bookworm) or `build` (a folder with a Dockerfile)",
+            )
         return spec.image
 
     def _build(self, folder: Path) -> str:
@@ -193,19 +201,31 @@ class DockerProvider(Provider):
             pass
         log: list[str] = []
         try:
-            for chunk in self.client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True,
-                                               forcerm=True, pull=False, decode=True,
-                                               labels={"agentenv.context": tag.rsplit(":", 1)[1]}):
+            for chunk in self.client.api.build(
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                labels={"agentenv.context": tag.rsplit(":", 1)[1]},
+            ):
                 if "stream" in chunk:
                     log.extend(chunk["stream"].rstrip("\n").splitlines())
                 if "error" in chunk:
                     log.append(chunk["error"].rstrip("\n"))
-                    raise SandboxFailed(f"building the image from {folder}/Dockerfile failed: "
-                                        f"{chunk['error'].strip()}\n  build log (last lines):\n{_tail(log)}",
-                                        self._build_fix(chunk["error"]))
+                    raise SandboxFailed(
+                        f"building the image from {folder}/Dockerfile failed: "
+                        f"{chunk['error'].strip()}\n  build log (last lines):\n{_tail(log)}",
+                        self._build_fix(chunk["error"]),
+                    )
         except docker.errors.APIError as e:
-            raise SandboxFailed(f"building the image from {folder}/Dockerfile failed: {e.explanation or e}\n"
-                                f"  build log (last lines):\n{_tail(log)}", self._build_fix(str(e))) from None
+            raise SandboxFailed(
+                f"building the image from {folder}/Dockerfile failed: {e.explanation or e}\n"
+                f"  build log (last lines):\n{_tail(log)}",
+                self._build_fix(str(e)),
+            ) from None
         return tag
 
     @staticmethod
@@ -226,8 +246,10 @@ class DockerProvider(Provider):
         try:
             existing = self.client.containers.get(name)
             if existing.labels.get(LABEL_INSTALL) != self.install:  # container names are the daemon's, not ours
-                raise SandboxFailed(f"a container named {name!r} that this agentenv install did not start exists on "
-                                    "the Docker daemon", f"remove it (`docker rm -f {name}`) if it is a leftover")
+                raise SandboxFailed(
+                    f"a container named {name!r} that this agentenv install did not start exists on the Docker daemon",
+                    f"remove it (`docker rm -f {name}`) if it is a leftover",
+                )
             if existing.status == "running":
                 return self._sandbox(existing, spec.port)
             _remove_container(existing)  # a retry after a crash: start it afresh
@@ -236,18 +258,25 @@ class DockerProvider(Provider):
         try:
             self.client.images.get(image)
         except docker.errors.ImageNotFound:
-            raise SandboxFailed(f"image {image!r} is not on the Docker daemon",
-                                BASE_IMAGE_FIX if image == BASE_IMAGE else
-                                f"build or load it first (`docker build -t {image} ...`); images are not pulled") from None
+            raise SandboxFailed(
+                f"image {image!r} is not on the Docker daemon",
+                BASE_IMAGE_FIX
+                if image == BASE_IMAGE
+                else f"build or load it first (`docker build -t {image} ...`); images are not pulled",
+            ) from None
         mode = spec.network.mode
         host, port = "0.0.0.0", spec.port
         if mode == "host" and spec.port:  # it listens on the host itself: on loopback, on a free host port
             host, port = "127.0.0.1", spec.host_port or free_port()
             if spec.host_port and port_taken(port):
-                raise SandboxFailed(f"port 127.0.0.1:{port} is already in use",
-                                    "free that port, or leave `host_port` unset to get a free one")
+                raise SandboxFailed(
+                    f"port 127.0.0.1:{port} is already in use",
+                    "free that port, or leave `host_port` unset to get a free one",
+                )
         kwargs: dict[str, Any] = {
-            "name": name, "detach": True, "labels": {**spec.labels(self.install), "agentenv": "1"},
+            "name": name,
+            "detach": True,
+            "labels": {**spec.labels(self.install), "agentenv": "1"},
             "environment": {**spec.env, "HOST": host, **({"PORT": str(port)} if port else {})},
             "init": True,  # PID 1 forwards signals and reaps zombies, so stop is quick
         }
@@ -266,18 +295,24 @@ class DockerProvider(Provider):
         elif mode == "host":
             kwargs["network_mode"] = "host"
         if mode in ("none", "allowlist") and spec.host_port:
-            raise BadInput("`host_port` needs network \"open\" (closed networks are reached by the container's "
-                           "address)", "remove host_port or open the network")
+            raise BadInput(
+                '`host_port` needs network "open" (closed networks are reached by the container\'s address)',
+                "remove host_port or open the network",
+            )
         try:
             container = self.client.containers.run(image, **kwargs)
         except docker.errors.APIError as e:
             message = str(e.explanation or e)
             self._cleanup_failed(name)
             if "port is already allocated" in message or "address already in use" in message:
-                raise SandboxFailed(f"port 127.0.0.1:{spec.host_port} is already in use: {message}",
-                                    "free that port, or leave `host_port` unset to get a free one") from None
-            raise SandboxFailed(f"Docker could not start sandbox {spec.name!r}: {message}",
-                                "check the image and command (`docker logs` shows what it printed)") from None
+                raise SandboxFailed(
+                    f"port 127.0.0.1:{spec.host_port} is already in use: {message}",
+                    "free that port, or leave `host_port` unset to get a free one",
+                ) from None
+            raise SandboxFailed(
+                f"Docker could not start sandbox {spec.name!r}: {message}",
+                "check the image and command (`docker logs` shows what it printed)",
+            ) from None
         if mode == "allowlist":
             container.reload()
             _allow(container.name, _address(container), spec.network.allow)
@@ -298,14 +333,17 @@ class DockerProvider(Provider):
         if not self.client.networks.list(names=[name]):
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=subnet)]) if subnet else None
             try:
-                self.client.networks.create(name, driver="bridge", internal=internal, ipam=ipam,
-                                            labels={"agentenv": "1"}, check_duplicate=True)
+                self.client.networks.create(
+                    name, driver="bridge", internal=internal, ipam=ipam, labels={"agentenv": "1"}, check_duplicate=True
+                )
             except docker.errors.APIError as e:
                 if "already exists" not in str(e):
                     raise
             if subnet:  # nothing leaves this network unless a sandbox's own rules allow it
-                _iptables(["-I", "DOCKER-USER", "-s", subnet, "-j", "DROP", "-m", "comment",
-                           "--comment", f"agentenv:{name}"], check_exists=True)
+                _iptables(
+                    ["-I", "DOCKER-USER", "-s", subnet, "-j", "DROP", "-m", "comment", "--comment", f"agentenv:{name}"],
+                    check_exists=True,
+                )
         return name
 
     def _sandbox(self, container: Any, port: int | None) -> DockerSandbox:
@@ -316,16 +354,21 @@ class DockerProvider(Provider):
             url = f"http://127.0.0.1:{env['PORT']}"
         elif port:
             published = (container.attrs["NetworkSettings"].get("Ports") or {}).get(f"{port}/tcp")
-            url = (f"http://127.0.0.1:{published[0]['HostPort']}" if published
-                   else f"http://{_address(container)}:{port}")
-        return DockerSandbox(SandboxInfo.from_labels(self.name, container.name, container.labels, url=url,
-                                                     status=container.status), container)
+            url = (
+                f"http://127.0.0.1:{published[0]['HostPort']}" if published else f"http://{_address(container)}:{port}"
+            )
+        return DockerSandbox(
+            SandboxInfo.from_labels(self.name, container.name, container.labels, url=url, status=container.status),
+            container,
+        )
 
     async def list(self, run_id: str | None = None) -> list[SandboxInfo]:
         def run() -> list[SandboxInfo]:
             labels = [f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN, f"{LABEL_INSTALL}={self.install}"]
-            return [SandboxInfo.from_labels(self.name, c.name, c.labels, status=c.status)
-                    for c in self.client.containers.list(all=True, filters={"label": labels})]
+            return [
+                SandboxInfo.from_labels(self.name, c.name, c.labels, status=c.status)
+                for c in self.client.containers.list(all=True, filters={"label": labels})
+            ]
 
         return await asyncio.to_thread(run)
 
@@ -362,12 +405,15 @@ def _no_daemon(error: Exception) -> ProviderUnavailable:
     import os
 
     where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    return ProviderUnavailable(f"no Docker daemon answers at {where} ({str(error).splitlines()[0][:200]})",
-                               "start it (`sudo dockerd &`, `sudo systemctl start docker`, or agentenv's "
-                               "`scripts/docker-setup`), or point DOCKER_HOST at one")
+    return ProviderUnavailable(
+        f"no Docker daemon answers at {where} ({str(error).splitlines()[0][:200]})",
+        "start it (`sudo dockerd &`, `sudo systemctl start docker`, or agentenv's "
+        "`scripts/docker-setup`), or point DOCKER_HOST at one",
+    )
 
 
 # -- allowlists, as iptables rules tagged with the container's name --
+
 
 def _iptables(args: list[str], *, check_exists: bool = False) -> None:
     if check_exists:
@@ -377,18 +423,34 @@ def _iptables(args: list[str], *, check_exists: bool = False) -> None:
     try:
         done = subprocess.run(["iptables", *args], capture_output=True, text=True)
     except FileNotFoundError:
-        raise SandboxFailed("network allowlists need iptables on this host", "install iptables, or use "
-                            "network \"none\" / \"open\"") from None
+        raise SandboxFailed(
+            "network allowlists need iptables on this host", 'install iptables, or use network "none" / "open"'
+        ) from None
     if done.returncode != 0:
-        raise SandboxFailed(f"iptables {' '.join(args)} failed: {done.stderr.strip()}",
-                            "allowlists need root on the Docker daemon's host; or use network \"none\" / \"open\"")
+        raise SandboxFailed(
+            f"iptables {' '.join(args)} failed: {done.stderr.strip()}",
+            'allowlists need root on the Docker daemon\'s host; or use network "none" / "open"',
+        )
 
 
 def _allow(name: str, address: str, allow: list[str]) -> None:
     tag = ["-m", "comment", "--comment", f"agentenv:{name}"]
     # Inserted above the network-wide DROP: replies to the sandbox, then each allowed destination.
-    _iptables(["-I", "DOCKER-USER", "-d", address, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED",
-               "-j", "ACCEPT", *tag])
+    _iptables(
+        [
+            "-I",
+            "DOCKER-USER",
+            "-d",
+            address,
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+            "-j",
+            "ACCEPT",
+            *tag,
+        ]
+    )
     for cidr in allow:
         _iptables(["-I", "DOCKER-USER", "-s", address, "-d", cidr, "-j", "ACCEPT", *tag])
 

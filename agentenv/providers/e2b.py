@@ -50,8 +50,7 @@ class E2BSandbox(Sandbox):
         except TimeoutException as e:
             if type(e) is not TimeoutException:  # its subclasses mean the sandbox itself is gone
                 raise
-            raise TimeoutError(f"{command[0]} did not finish within {timeout:g}s in sandbox {self.info.name}"
-                               ) from None
+            raise TimeoutError(f"{command[0]} did not finish within {timeout:g}s in sandbox {self.info.name}") from None
         return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
     async def put_file(self, path: str, data: bytes) -> None:
@@ -71,8 +70,7 @@ class E2BSandbox(Sandbox):
 
 class E2BProvider(Provider):
     name = "e2b"
-    capabilities = Capabilities(isolated=True, build=False, network=["open", "none"], resources=False,
-                                snapshot=False)
+    capabilities = Capabilities(isolated=True, build=False, network=["open", "none"], resources=False, snapshot=False)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -82,19 +80,23 @@ class E2BProvider(Provider):
         try:
             import e2b  # noqa: F401
         except ImportError:
-            raise ProviderUnavailable("the e2b provider needs the E2B SDK, which is not installed",
-                                      "pip install 'agentenv[e2b]'") from None
+            raise ProviderUnavailable(
+                "the e2b provider needs the E2B SDK, which is not installed", "pip install 'agentenv[e2b]'"
+            ) from None
         if not os.environ.get("E2B_API_KEY"):
-            raise ProviderUnavailable("no E2B credentials (E2B_API_KEY is unset)",
-                                      "set E2B_API_KEY to a key from https://e2b.dev/dashboard")
+            raise ProviderUnavailable(
+                "no E2B credentials (E2B_API_KEY is unset)", "set E2B_API_KEY to a key from https://e2b.dev/dashboard"
+            )
 
     def refuse_unsupported(self, spec: SandboxSpec) -> None:
         super().refuse_unsupported(spec)
         if spec.build:
-            raise BadInput(f"the e2b provider cannot build sandbox {spec.name!r} from {spec.build}: E2B "
-                           "builds templates ahead of time, with `e2b template build`",
-                           "build the template with `e2b template build`, then set `image` to its name "
-                           "(or use the docker or modal provider)")
+            raise BadInput(
+                f"the e2b provider cannot build sandbox {spec.name!r} from {spec.build}: E2B "
+                "builds templates ahead of time, with `e2b template build`",
+                "build the template with `e2b template build`, then set `image` to its name "
+                "(or use the docker or modal provider)",
+            )
 
     async def create(self, spec: SandboxSpec) -> Sandbox:
         from e2b import AsyncSandbox
@@ -105,8 +107,12 @@ class E2BProvider(Provider):
             return self._sandbox(sb, found.metadata, spec.port)
         labels = spec.labels(self.install)
         sb = await AsyncSandbox.create(
-            template=spec.image or self.settings.sandboxes.e2b_template, timeout=min(int(spec.ttl), MAX_LIFETIME),
-            metadata=labels, envs=spec.env or None, allow_internet_access=spec.network.mode != "none")
+            template=spec.image or self.settings.sandboxes.e2b_template,
+            timeout=min(int(spec.ttl), MAX_LIFETIME),
+            metadata=labels,
+            envs=spec.env or None,
+            allow_internet_access=spec.network.mode != "none",
+        )
         if spec.command:
             # timeout=0: a background command's stream otherwise ends after 60 s, and E2B kills it then
             await sb.commands.run(shlex.join(spec.command), background=True, timeout=0)
@@ -129,8 +135,10 @@ class E2BProvider(Provider):
         return [f for f in found if LABEL_RUN in f.metadata]  # the account may hold others' sandboxes
 
     async def list(self, run_id: str | None = None) -> list[SandboxInfo]:
-        return [SandboxInfo.from_labels(self.name, f.sandbox_id, f.metadata, status=str(f.state.value))
-                for f in await self._find({LABEL_RUN: run_id} if run_id else None)]
+        return [
+            SandboxInfo.from_labels(self.name, f.sandbox_id, f.metadata, status=str(f.state.value))
+            for f in await self._find({LABEL_RUN: run_id} if run_id else None)
+        ]
 
     async def remove(self, sandbox_id: str) -> bool:
         from e2b import AsyncSandbox

@@ -44,7 +44,8 @@ from agentenv.providers.base import (
 INHERITED = (
     "PATH",  # its `command` is found as in your shell
     "HOME",  # many programs fail without it (this provider does not hide your files anyway: use docker)
-    "LANG", "LANGUAGE",  # with LC_*: the text encoding and messages its programs use
+    "LANG",
+    "LANGUAGE",  # with LC_*: the text encoding and messages its programs use
     "TZ",  # the host's local time, as in a container's default
     "TMPDIR",  # temporary files go where this machine keeps them (not a small /tmp)
     "PYTHONPATH",  # a Python command finds the modules the worker's Python finds by path (plugins)
@@ -105,16 +106,22 @@ class LocalSandbox(Sandbox):
 
     async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult:
         proc = await asyncio.create_subprocess_exec(
-            *command, cwd=self.work, env=self._env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE)
+            *command,
+            cwd=self.work,
+            env=self._env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
             proc.kill()
             await proc.wait()
             raise
-        return ExecResult(exit_code=proc.returncode or 0, stdout=out.decode(errors="replace"),
-                          stderr=err.decode(errors="replace"))
+        return ExecResult(
+            exit_code=proc.returncode or 0, stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace")
+        )
 
     async def put_file(self, path: str, data: bytes) -> None:
         target = self._path(path)
@@ -174,25 +181,32 @@ class LocalProvider(Provider):
         return None
 
     def _info(self, folder: Path, meta: dict) -> SandboxInfo:
-        return SandboxInfo.from_labels(self.name, folder.name, meta["labels"], url=meta.get("url"),
-                                       status="running" if _alive(meta) else "exited")
+        return SandboxInfo.from_labels(
+            self.name, folder.name, meta["labels"], url=meta.get("url"), status="running" if _alive(meta) else "exited"
+        )
 
     async def create(self, spec: SandboxSpec) -> Sandbox:
         folder = self.root / spec.name
         meta = _read(folder)
         if meta and self._info(folder, meta).install != self.install and _alive(meta):
-            raise SandboxFailed(f"a sandbox named {spec.name!r} of another agentenv install runs in {folder}",
-                                "leave it to that install, or give this install a state dir of its own")
+            raise SandboxFailed(
+                f"a sandbox named {spec.name!r} of another agentenv install runs in {folder}",
+                "leave it to that install, or give this install a state dir of its own",
+            )
         if meta and _alive(meta):  # a retried step finds the sandbox it started
             return LocalSandbox(self._info(folder, meta), folder)
         if folder.exists():
             await asyncio.to_thread(_stop_folder, folder)
         if not spec.command:
-            raise BadInput(f"sandbox {spec.name!r} has no `command`: the local provider runs processes, not images",
-                           "give the app a `command` (run with $PORT set), or use the docker provider")
+            raise BadInput(
+                f"sandbox {spec.name!r} has no `command`: the local provider runs processes, not images",
+                "give the app a `command` (run with $PORT set), or use the docker provider",
+            )
         if spec.host_port is not None and port_taken(spec.host_port):
-            raise SandboxFailed(f"port 127.0.0.1:{spec.host_port} is already in use",
-                                "free that port, or leave `host_port` unset to get a free one")
+            raise SandboxFailed(
+                f"port 127.0.0.1:{spec.host_port} is already in use",
+                "free that port, or leave `host_port` unset to get a free one",
+            )
         work = folder / "work"
         work.mkdir(parents=True)
         if spec.build:
@@ -201,14 +215,27 @@ class LocalProvider(Provider):
         env = sandbox_env(spec.env, port)
         with open(folder / "sandbox.log", "ab") as log:
             try:
-                proc = subprocess.Popen(spec.command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=log, start_new_session=True)
+                proc = subprocess.Popen(
+                    spec.command,
+                    cwd=work,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
             except OSError as e:
                 shutil.rmtree(folder, ignore_errors=True)
-                raise SandboxFailed(f"sandbox {spec.name!r} could not start {spec.command[0]!r}: {e}",
-                                    "check the app's `command`") from None
-        meta = {"pid": proc.pid, "started": _start_time(proc.pid), "labels": spec.labels(self.install),
-                "url": f"http://127.0.0.1:{port}" if port else None, "command": spec.command}
+                raise SandboxFailed(
+                    f"sandbox {spec.name!r} could not start {spec.command[0]!r}: {e}", "check the app's `command`"
+                ) from None
+        meta = {
+            "pid": proc.pid,
+            "started": _start_time(proc.pid),
+            "labels": spec.labels(self.install),
+            "url": f"http://127.0.0.1:{port}" if port else None,
+            "command": spec.command,
+        }
         tmp = folder / "sandbox.json.tmp"
         tmp.write_text(json.dumps(meta))
         tmp.replace(folder / "sandbox.json")
@@ -233,4 +260,3 @@ class LocalProvider(Provider):
 
     def sandbox(self, info: SandboxInfo) -> LocalSandbox:
         return LocalSandbox(info, self.root / info.id)
-

@@ -83,8 +83,9 @@ class ModalSandbox(Sandbox):
 
 class ModalProvider(Provider):
     name = "modal"
-    capabilities = Capabilities(isolated=True, build=True, network=["open", "none", "allowlist"],
-                                resources=True, snapshot=True)
+    capabilities = Capabilities(
+        isolated=True, build=True, network=["open", "none", "allowlist"], resources=True, snapshot=True
+    )
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -95,12 +96,14 @@ class ModalProvider(Provider):
         try:
             import modal  # noqa: F401
         except ImportError:
-            raise ProviderUnavailable("the modal provider needs the Modal SDK, which is not installed",
-                                      "pip install 'agentenv[modal]'") from None
+            raise ProviderUnavailable(
+                "the modal provider needs the Modal SDK, which is not installed", "pip install 'agentenv[modal]'"
+            ) from None
         if not _has_credentials():
-            raise ProviderUnavailable("no Modal credentials (MODAL_TOKEN_ID/MODAL_TOKEN_SECRET unset and no "
-                                      "~/.modal.toml)",
-                                      "run `modal token new`, or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET")
+            raise ProviderUnavailable(
+                "no Modal credentials (MODAL_TOKEN_ID/MODAL_TOKEN_SECRET unset and no ~/.modal.toml)",
+                "run `modal token new`, or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET",
+            )
 
     async def create(self, spec: SandboxSpec) -> Sandbox:
         self.refuse_unsupported(spec)
@@ -119,22 +122,34 @@ class ModalProvider(Provider):
         else:
             tags = sb.get_tags()
             if tags.get(LABEL_INSTALL) != self.install:  # the app's sandbox names are shared by installs
-                raise SandboxFailed(f"a sandbox named {name!r} of another agentenv install runs in Modal app "
-                                    f"{self.app_name!r}", "give this install its own app ([sandboxes] modal_app)")
+                raise SandboxFailed(
+                    f"a sandbox named {name!r} of another agentenv install runs in Modal app {self.app_name!r}",
+                    "give this install its own app ([sandboxes] modal_app)",
+                )
             return ModalSandbox(self._info(sb, tags, spec.port), sb)
         labels = {k: v for k, v in spec.labels(self.install).items() if v}  # Modal tag values must not be empty
         try:
             sb = modal.Sandbox.create(
-                *(spec.command or []), app=app, name=name, tags=labels, image=self._image(spec),
-                env=spec.env or None, timeout=min(int(spec.ttl), MAX_LIFETIME), cpu=spec.cpus,
-                memory=spec.memory_mb, encrypted_ports=[spec.port] if spec.port else [], **_network(spec.network))
+                *(spec.command or []),
+                app=app,
+                name=name,
+                tags=labels,
+                image=self._image(spec),
+                env=spec.env or None,
+                timeout=min(int(spec.ttl), MAX_LIFETIME),
+                cpu=spec.cpus,
+                memory=spec.memory_mb,
+                encrypted_ports=[spec.port] if spec.port else [],
+                **_network(spec.network),
+            )
         except AlreadyExistsError:  # a concurrent retry created it first
             sb = modal.Sandbox.from_name(self.app_name, name)
             labels = sb.get_tags()
         except RemoteError as e:  # includes ImageBuildError
-            raise SandboxFailed(f"Modal could not build or start sandbox {spec.name!r}: {e}",
-                                f"fix the image or Dockerfile; the build log is on modal.com (app {self.app_name!r})"
-                                ) from None
+            raise SandboxFailed(
+                f"Modal could not build or start sandbox {spec.name!r}: {e}",
+                f"fix the image or Dockerfile; the build log is on modal.com (app {self.app_name!r})",
+            ) from None
         return ModalSandbox(self._info(sb, labels, spec.port), sb)
 
     def _image(self, spec: SandboxSpec) -> Any:
@@ -143,8 +158,10 @@ class ModalProvider(Provider):
         if spec.build:
             dockerfile = Path(spec.build) / "Dockerfile"
             if not dockerfile.is_file():
-                raise SandboxFailed(f"sandbox {spec.name!r}: no Dockerfile in {spec.build}",
-                                    "point `build` at a folder that holds a Dockerfile")
+                raise SandboxFailed(
+                    f"sandbox {spec.name!r}: no Dockerfile in {spec.build}",
+                    "point `build` at a folder that holds a Dockerfile",
+                )
             return modal.Image.from_dockerfile(dockerfile, context_dir=spec.build)
         if spec.image and spec.image.startswith("im-"):  # a snapshot (Sandbox.snapshot) or another Modal image
             return modal.Image.from_id(spec.image)
@@ -208,4 +225,4 @@ def _modal_name(name: str) -> str:
     """agentenv allows 128 characters, Modal 64: shorten long names, keeping them unique with a hash."""
     if len(name) <= MAX_NAME:
         return name
-    return f"{name[:MAX_NAME - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return f"{name[: MAX_NAME - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"

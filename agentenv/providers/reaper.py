@@ -53,8 +53,9 @@ async def run_statuses(client: Client | None, run_ids: set[str]) -> dict[str, st
     return dict(await asyncio.gather(*(one(r) for r in run_ids)))
 
 
-def judge(sandboxes: list[SandboxInfo], statuses: dict[str, str], *, now: float | None = None,
-          everything: bool = False) -> list[Verdict]:
+def judge(
+    sandboxes: list[SandboxInfo], statuses: dict[str, str], *, now: float | None = None, everything: bool = False
+) -> list[Verdict]:
     now = now or time.time()
     verdicts = []
     for box in sandboxes:
@@ -71,8 +72,9 @@ def judge(sandboxes: list[SandboxInfo], statuses: dict[str, str], *, now: float 
     return verdicts
 
 
-async def reap(settings: Settings, client: Client | None, *, dry_run: bool = False,
-               everything: bool = False) -> list[Verdict]:
+async def reap(
+    settings: Settings, client: Client | None, *, dry_run: bool = False, everything: bool = False
+) -> list[Verdict]:
     """Judge this install's sandboxes on every usable provider (`everything`: all of them are doomed); remove
     the doomed ones (unless dry_run), and retire the gateway's instances that were served by sandboxes of
     runs that are over."""
@@ -104,8 +106,11 @@ async def retire_orphaned_instances(settings: Settings, client: Client) -> list[
         return []
     retired = []
     async with embedded.connect(settings, start_daemon=False) as gateway:
-        instances = [i for i in (await gateway._json("GET", "/admin/instances"))["instances"]
-                     if i.get("run_id") and any(app.get("url") for app in i.get("apps", []))]
+        instances = [
+            i
+            for i in (await gateway._json("GET", "/admin/instances"))["instances"]
+            if i.get("run_id") and any(app.get("url") for app in i.get("apps", []))
+        ]
         if not instances:
             return []
         statuses = await run_statuses(client, {i["run_id"] for i in instances})

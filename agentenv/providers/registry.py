@@ -50,25 +50,29 @@ def load(name: str, settings: Settings) -> Provider:
         try:
             cls = _plugins()[name].load()
         except Exception as e:  # noqa: BLE001 - a broken plugin is the user's to fix
-            raise BadInput(f"sandbox provider plugin {name!r} failed to load: {e}",
-                           "fix or uninstall the package that provides it") from None
+            raise BadInput(
+                f"sandbox provider plugin {name!r} failed to load: {e}", "fix or uninstall the package that provides it"
+            ) from None
     else:
         import difflib
 
         close = difflib.get_close_matches(name, names(), n=1)
-        raise BadInput(f"no sandbox provider named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
-                       f"use one of: {', '.join(names())}, or install a plugin in the {ENTRY_POINT_GROUP!r} "
-                       "entry-point group")
+        raise BadInput(
+            f"no sandbox provider named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+            f"use one of: {', '.join(names())}, or install a plugin in the {ENTRY_POINT_GROUP!r} entry-point group",
+        )
     if not (isinstance(cls, type) and issubclass(cls, Provider)):
-        raise BadInput(f"sandbox provider {name!r} is not a Provider subclass",
-                       "its entry point must name a class deriving from agentenv.providers.Provider")
+        raise BadInput(
+            f"sandbox provider {name!r} is not a Provider subclass",
+            "its entry point must name a class deriving from agentenv.providers.Provider",
+        )
     return cls(settings)  # type: ignore[call-arg]  # Provider declares no __init__; providers take their settings
 
 
 def parse_chain(value: str) -> list[str]:
     chain = [n.strip() for n in value.split(",") if n.strip()]
     if not chain:
-        raise BadInput("an empty sandbox provider", "name one, e.g. \"docker\" or \"docker,local\"")
+        raise BadInput("an empty sandbox provider", 'name one, e.g. "docker" or "docker,local"')
     return chain
 
 
@@ -87,11 +91,16 @@ async def create(chain: str, spec: SandboxSpec, settings: Settings) -> tuple[Pro
         return provider, await provider.create(spec)
     if len(refusals) == 1:
         name, refusal = refusals[0]
-        raise ProviderUnavailable(f"{name}: {refusal.problem}", refusal.fix) if isinstance(refusal, ProviderUnavailable) \
+        raise (
+            ProviderUnavailable(f"{name}: {refusal.problem}", refusal.fix)
+            if isinstance(refusal, ProviderUnavailable)
             else refusal
-    raise ProviderUnavailable(f"no sandbox provider of the chain {chain!r} can run {spec.name!r} here:\n  "
-                              + "\n  ".join(f"{name}: {e}" for name, e in refusals),
-                              "start or configure one of them, or relax what the sandbox asks for")
+        )
+    raise ProviderUnavailable(
+        f"no sandbox provider of the chain {chain!r} can run {spec.name!r} here:\n  "
+        + "\n  ".join(f"{name}: {e}" for name, e in refusals),
+        "start or configure one of them, or relax what the sandbox asks for",
+    )
 
 
 async def usable(settings: Settings, names_: list[str] | None = None) -> list[Provider]:

@@ -1,11 +1,11 @@
 """Agents as declared: `agents/NAME/agent.toml` in a bundle, or inline in a deploy_agent step.
 
-    name = "support"
-    type = "llm"                 # scripted | llm | persona | human | a2a (| trainer: set by episodes)
-    role = "support"             # its role in the environment it works in (deploy_agent may override)
-    [config]
-    system_prompt = "You are Acme's support agent..."
-    max_tool_calls = 30
+name = "support"
+type = "llm"                 # scripted | llm | persona | human | a2a (| trainer: set by episodes)
+role = "support"             # its role in the environment it works in (deploy_agent may override)
+[config]
+system_prompt = "You are Acme's support agent..."
+max_tool_calls = 30
 """
 
 from __future__ import annotations
@@ -29,9 +29,13 @@ class _Spec(BaseModel):
 class ModelOverride(_Spec):
     """Which endpoint to use instead of the configured one for this purpose (any field may be left out)."""
 
-    base_url: str | None = Field(None, pattern=r"^https?://", description="an http(s) URL; on another origin than "
-                                                                         "the configured endpoint's, the configured "
-                                                                         "key is not sent there")
+    base_url: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="an http(s) URL; on another origin than "
+        "the configured endpoint's, the configured "
+        "key is not sent there",
+    )
     model: str | None = None
     api_key: str | None = Field(None, description="a `secret:NAME` reference, sent only to this endpoint")
     temperature: float | None = Field(None, ge=0, le=2)
@@ -101,19 +105,25 @@ class A2aConfig(_Spec):
     """Your own agent: any A2A server, running at `url` or started in a sandbox for the run."""
 
     url: str | None = Field(None, description="the agent's base URL (its card is at /.well-known/agent-card.json)")
-    sandbox: AgentSandbox | None = Field(None, description="instead of `url`: run the agent in a sandbox "
-                                                           "(serving A2A on $HOST:$PORT)")
+    sandbox: AgentSandbox | None = Field(
+        None, description="instead of `url`: run the agent in a sandbox (serving A2A on $HOST:$PORT)"
+    )
 
     @model_validator(mode="after")
     def _one(self) -> A2aConfig:
         if (self.url is None) == (self.sandbox is None):
-            raise ValueError("an a2a agent has exactly one of `url` (a running agent) or `sandbox` (started for "
-                             "the run)")
+            raise ValueError(
+                "an a2a agent has exactly one of `url` (a running agent) or `sandbox` (started for the run)"
+            )
         return self
 
 
 CONFIGS: dict[str, type[_Spec]] = {
-    "scripted": ScriptedConfig, "llm": LlmConfig, "persona": PersonaConfig, "human": HumanConfig, "a2a": A2aConfig,
+    "scripted": ScriptedConfig,
+    "llm": LlmConfig,
+    "persona": PersonaConfig,
+    "human": HumanConfig,
+    "a2a": A2aConfig,
     "trainer": TrainerConfig,
 }
 

@@ -45,10 +45,11 @@ class Network(BaseModel):
                 try:
                     ipaddress.ip_network(item, strict=False)
                 except ValueError:
-                    raise ValueError(f"network allowlist entry {item!r} is not an IP address or CIDR "
-                                     "(e.g. \"10.0.0.0/8\")") from None
+                    raise ValueError(
+                        f'network allowlist entry {item!r} is not an IP address or CIDR (e.g. "10.0.0.0/8")'
+                    ) from None
             return cls(mode="allowlist", allow=list(value))
-        raise ValueError(f"network must be \"open\", \"none\", \"host\" or a list of allowed CIDRs, not {value!r}")
+        raise ValueError(f'network must be "open", "none", "host" or a list of allowed CIDRs, not {value!r}')
 
 
 class SandboxRun(_Spec):
@@ -57,21 +58,30 @@ class SandboxRun(_Spec):
 
     build: str | None = Field(None, description="a folder with a Dockerfile, relative to the record's folder")
     image: str | None = Field(None, description="an image to run instead of building one")
-    command: list[str] | None = Field(None, description="what to run (default: the image's CMD); the local "
-                                                        "provider needs it")
+    command: list[str] | None = Field(
+        None, description="what to run (default: the image's CMD); the local provider needs it"
+    )
     port: int = Field(8000, ge=1, le=65535, description="the port the server listens on ($PORT is set to it)")
     host_port: int | None = Field(None, ge=1, le=65535, description="publish on this host port (default: a free one)")
-    env: dict[str, str] = Field(default_factory=dict, description="environment variables; give keys and tokens "
-                                                                  "as `secret:NAME` references (resolved when the "
-                                                                  "sandbox starts: values written here are recorded "
-                                                                  "with the run)")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="environment variables; give keys and tokens "
+        "as `secret:NAME` references (resolved when the "
+        "sandbox starts: values written here are recorded "
+        "with the run)",
+    )
     cpus: float | None = Field(None, gt=0, le=64)
     memory_mb: int | None = Field(None, ge=16)
     network: Literal["open", "none", "host"] | list[str] = Field(
-        "open", description="\"open\", \"none\" (no route out), a list of CIDRs it may reach, or \"host\" (the "
-                            "host's network: it reaches the gateway on 127.0.0.1; isolation of files only)")
-    provider: str | None = Field(None, description="sandbox provider or fallback chain (default: [sandboxes] envs "
-                                                   "for apps, [sandboxes] agents for agents)")
+        "open",
+        description='"open", "none" (no route out), a list of CIDRs it may reach, or "host" (the '
+        "host's network: it reaches the gateway on 127.0.0.1; isolation of files only)",
+    )
+    provider: str | None = Field(
+        None,
+        description="sandbox provider or fallback chain (default: [sandboxes] envs "
+        "for apps, [sandboxes] agents for agents)",
+    )
     ttl_hours: float | None = Field(None, gt=0, description="reaped after this long whatever its run")
 
     @model_validator(mode="after")
@@ -96,9 +106,11 @@ def _check_env(env: dict[str, str]) -> None:
             raise ValueError(f"env name {name!r} is not a variable name (letters, digits and '_', not first a digit)")
         if name in ("HOST", "PORT"):
             raise ValueError(f"env {name} is set by the provider (where the sandbox must serve); remove it")
-        if is_reference(value) and not SECRET_NAME.match(value[len(PREFIX):]):
-            raise ValueError(f"env {name}: {value!r} is not a valid secret reference (secret:NAME, NAME of "
-                             "letters, digits, '.', '_' and '-')")
+        if is_reference(value) and not SECRET_NAME.match(value[len(PREFIX) :]):
+            raise ValueError(
+                f"env {name}: {value!r} is not a valid secret reference (secret:NAME, NAME of "
+                "letters, digits, '.', '_' and '-')"
+            )
 
 
 class SandboxApp(SandboxRun):
@@ -114,24 +126,33 @@ class AgentSandbox(SandboxRun):
 
 
 class AppRef(_Spec):
-    app: str | None = Field(None, description="a built-in app (notes, mail, chat, helpdesk, billing) or "
-                                              "MODULE:Class")
+    app: str | None = Field(None, description="a built-in app (notes, mail, chat, helpdesk, billing) or MODULE:Class")
     sandbox: SandboxApp | None = Field(None, description="instead of `app`: an MCP server run in a sandbox")
-    url: str | None = Field(None, pattern=r"^https?://", description="instead of `app`: a running MCP server's base "
-                                                                    "URL (its endpoint is `path` under it)")
+    url: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="instead of `app`: a running MCP server's base URL (its endpoint is `path` under it)",
+    )
     path: str = Field("/mcp", pattern=r"^/", description="with `url`: the MCP endpoint's path")
     name: str | None = Field(None, pattern=NAME, description="name within the environment (default: the app's)")
-    prefix: str = Field("", pattern=r"^([a-z][a-z0-9_]{0,19}_)?$",
-                        description="prepended to its tool names, to tell two apps' tools apart")
+    prefix: str = Field(
+        "",
+        pattern=r"^([a-z][a-z0-9_]{0,19}_)?$",
+        description="prepended to its tool names, to tell two apps' tools apart",
+    )
     run: Literal["in_process", "subprocess"] = Field(
-        "in_process", description="in the gateway's process (fastest), or in a process of its own, reached "
-                                  "over MCP and the data plane like any remote env server")
+        "in_process",
+        description="in the gateway's process (fastest), or in a process of its own, reached "
+        "over MCP and the data plane like any remote env server",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> AppRef:
         if sum(x is not None for x in (self.app, self.sandbox, self.url)) != 1:
-            raise ValueError("an app is exactly one of `app` (a Python app), `sandbox` (an MCP server in a "
-                             "sandbox) or `url` (a running MCP server)")
+            raise ValueError(
+                "an app is exactly one of `app` (a Python app), `sandbox` (an MCP server in a "
+                "sandbox) or `url` (a running MCP server)"
+            )
         if self.app is None and self.name is None:
             raise ValueError("a sandboxed or remote app needs a `name`")
         return self
@@ -156,5 +177,7 @@ class EnvRecord(_Spec):
     description: str = ""
     apps: list[AppRef] = Field(min_length=1)
     roles: dict[str, RoleSpec] = Field(default_factory=lambda: {"agent": RoleSpec()})
-    data: list[str] = Field(default_factory=list, description="JSON data files loaded at deploy, relative to the "
-                                                              "record's folder: {app: {table: [rows]}}")
+    data: list[str] = Field(
+        default_factory=list,
+        description="JSON data files loaded at deploy, relative to the record's folder: {app: {table: [rows]}}",
+    )

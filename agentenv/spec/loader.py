@@ -18,8 +18,10 @@ MAX_TASK_BYTES = 1024 * 1024
 def task_shape(data: dict[str, Any], where: str) -> TaskSpec:
     """`data` as a TaskSpec: fields, types and the step graph (BadInput naming each problem)."""
     if not isinstance(data, dict):
-        raise BadInput(f"{where}: a task is an object (a TOML table), not {type(data).__name__}",
-                       "write the task as `id = ...` and `[[steps]]` tables (see `agent-env schema task`)")
+        raise BadInput(
+            f"{where}: a task is an object (a TOML table), not {type(data).__name__}",
+            "write the task as `id = ...` and `[[steps]]` tables (see `agent-env schema task`)",
+        )
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as e:
@@ -54,8 +56,10 @@ def read_task_file(path: Path) -> dict[str, Any]:
     except IsADirectoryError:
         raise BadInput(f"{path} is a folder, not a task file", "pass a .toml file or a bundle folder") from None
     if len(raw) > MAX_TASK_BYTES:
-        raise BadInput(f"{path} is {len(raw) // 1024} KiB; task files are limited to 1 MiB",
-                       "move data into artifacts and refer to them")
+        raise BadInput(
+            f"{path} is {len(raw) // 1024} KiB; task files are limited to 1 MiB",
+            "move data into artifacts and refer to them",
+        )
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

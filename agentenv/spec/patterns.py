@@ -21,8 +21,10 @@ MAX_PATTERN = 2_000  # characters: a spec's pattern is a short rule, not data
 MAX_FALLBACK_TEXT = 10_000  # Python's re backtracks: only this much text is searched without RE2
 LINEAR = re2 is not None
 
-_RE2_HINT = ("patterns run on RE2 (linear time), which has no backreferences (\\1, (?P=name)), lookahead or "
-             "lookbehind ((?=...), (?!...), (?<=...), (?<!...)) and no \\Z (write \\z) — rewrite it without them")
+_RE2_HINT = (
+    "patterns run on RE2 (linear time), which has no backreferences (\\1, (?P=name)), lookahead or "
+    "lookbehind ((?=...), (?!...), (?<=...), (?<!...)) and no \\Z (write \\z) — rewrite it without them"
+)
 
 
 class PatternError(ValueError):

@@ -16,8 +16,9 @@ from pydantic import BaseModel, Field, model_validator
 from agentenv.spec import patterns
 from agentenv.spec.patterns import check_pattern
 
-Operator = Literal["equals", "not_equals", "contains", "not_contains", "matches", "one_of", "gt", "gte", "lt", "lte",
-                   "truthy"]
+Operator = Literal[
+    "equals", "not_equals", "contains", "not_contains", "matches", "one_of", "gt", "gte", "lt", "lte", "truthy"
+]
 OPERATORS: tuple[Operator, ...] = get_args(Operator)
 
 
@@ -99,8 +100,10 @@ class Operators(BaseModel):
         `what` names the model in the message ("check 'refund'"), `pattern_field` names its `matches`."""
         given = operators_given(self)
         if len(given) != 1:
-            raise ValueError(f"{what} needs exactly one operator, got {len(given)}"
-                             f"{' (' + ', '.join(given) + ')' if given else ''} — choose one of: {', '.join(OPERATORS)}")
+            raise ValueError(
+                f"{what} needs exactly one operator, got {len(given)}"
+                f"{' (' + ', '.join(given) + ')' if given else ''} — choose one of: {', '.join(OPERATORS)}"
+            )
         check_pattern(self.matches, pattern_field)
 
 
@@ -126,4 +129,3 @@ class TextTest(BaseModel):
         if self.contains is not None and self.contains.lower() in text.lower():
             return True
         return self.matches is not None and patterns.search(self.matches, text, ignore_case=True)
-

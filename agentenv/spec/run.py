@@ -225,8 +225,10 @@ class RunState(BaseModel):
     world: WorldState | None = None
     trainer: dict[str, TrainerProgress] = Field(default_factory=dict)  # prompt steps played by a trainer
     pins: dict[str, Any] = Field(default_factory=dict)  # the seed and the versions this run used
-    clipped: list[str] = Field(default_factory=list, description="parts of the state clipped to keep it within "
-                                                                 "history's bounds (large outputs, logs)")
+    clipped: list[str] = Field(
+        default_factory=list,
+        description="parts of the state clipped to keep it within history's bounds (large outputs, logs)",
+    )
 
     @classmethod
     def start(cls, inp: RunInput, now: datetime) -> RunState:

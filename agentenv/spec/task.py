@@ -55,8 +55,11 @@ class TaskSpec(BaseModel):
     version: str = Field("1", min_length=1, max_length=64)
     description: str = ""
     seed: int = Field(0, description="seeds everything random in the run (e.g. random trigger intervals)")
-    timeout: Duration | None = Field(None, description="the whole run's limit (real time): past it, running steps "
-                                                       "are cancelled, the run errors and its sandboxes go")
+    timeout: Duration | None = Field(
+        None,
+        description="the whole run's limit (real time): past it, running steps "
+        "are cancelled, the run errors and its sandboxes go",
+    )
     clock: ClockSpec | None = Field(None, description="the world's clock; without one, time is the host's")
     personas: dict[str, PersonaSpec] = Field(default_factory=dict, description="simulated people, by name")
     triggers: list[TriggerSpec] = Field(default_factory=list, description="rules: when X happens, do Y")
@@ -99,8 +102,12 @@ def graph_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
     for i, s in enumerate(steps):
         if s.id in first_index:
             problems.append(
-                problem(("steps", i, "id"), "duplicate_step",
-                        f"duplicate step id '{s.id}' (also steps[{first_index[s.id]}]) — give each step its own id", s.id)
+                problem(
+                    ("steps", i, "id"),
+                    "duplicate_step",
+                    f"duplicate step id '{s.id}' (also steps[{first_index[s.id]}]) — give each step its own id",
+                    s.id,
+                )
             )
         else:
             first_index[s.id] = i
@@ -108,21 +115,36 @@ def graph_problems(steps: list[StepSpec]) -> list[InitErrorDetails]:
     for i, s in enumerate(steps):
         for dep in s.depends_on:
             if dep == s.id:
-                problems.append(problem(("steps", i, "depends_on"), "self_dependency",
-                                        f"step '{s.id}' depends on itself — remove '{dep}'", s.depends_on))
+                problems.append(
+                    problem(
+                        ("steps", i, "depends_on"),
+                        "self_dependency",
+                        f"step '{s.id}' depends on itself — remove '{dep}'",
+                        s.depends_on,
+                    )
+                )
             elif dep not in first_index:
                 problems.append(
-                    problem(("steps", i, "depends_on"), "unknown_dependency",
-                            f"'{dep}' is not a step of this task — {suggest(dep, known)}known steps: {', '.join(known)}",
-                            s.depends_on)
+                    problem(
+                        ("steps", i, "depends_on"),
+                        "unknown_dependency",
+                        f"'{dep}' is not a step of this task — {suggest(dep, known)}known steps: {', '.join(known)}",
+                        s.depends_on,
+                    )
                 )
     if problems:
         return problems
     cycle = find_cycle({s.id: s.depends_on for s in steps})
     if cycle:
         path = " → ".join(cycle)
-        return [problem(("steps", first_index[cycle[0]], "depends_on"), "dependency_cycle",
-                        f"dependency cycle {path} — remove one of these depends_on entries", cycle)]
+        return [
+            problem(
+                ("steps", first_index[cycle[0]], "depends_on"),
+                "dependency_cycle",
+                f"dependency cycle {path} — remove one of these depends_on entries",
+                cycle,
+            )
+        ]
     return []
 
 
@@ -137,18 +159,29 @@ def reference_problems(steps: list[StepSpec], step_refs: Callable[[str], Sequenc
             problems += _step_ref_problems(i, s, field, ancestors, known)
         for ref in sorted(referenced_steps(s.config)):
             if ref not in known:
-                problems.append(problem(("steps", i, "config"), "unknown_reference",
-                                        f"refers to steps.{ref}, which is not a step — {suggest(ref, known)}known steps: {', '.join(known)}",
-                                        ref))
+                problems.append(
+                    problem(
+                        ("steps", i, "config"),
+                        "unknown_reference",
+                        f"refers to steps.{ref}, which is not a step — {suggest(ref, known)}known steps: {', '.join(known)}",
+                        ref,
+                    )
+                )
             elif ref not in ancestors:
-                problems.append(problem(("steps", i, "config"), "reference_not_upstream",
-                                        f"refers to steps.{ref}, but '{s.id}' does not depend on it, so its results may not exist yet — add '{ref}' to depends_on",
-                                        ref))
+                problems.append(
+                    problem(
+                        ("steps", i, "config"),
+                        "reference_not_upstream",
+                        f"refers to steps.{ref}, but '{s.id}' does not depend on it, so its results may not exist yet — add '{ref}' to depends_on",
+                        ref,
+                    )
+                )
     return problems
 
 
-def _step_ref_problems(i: int, step: StepSpec, field: str, ancestors: set[str], known: list[str]
-                       ) -> list[InitErrorDetails]:
+def _step_ref_problems(
+    i: int, step: StepSpec, field: str, ancestors: set[str], known: list[str]
+) -> list[InitErrorDetails]:
     """A config field that names another step (e.g. the `env` a step acts on) must name an upstream one."""
     problems = []
     value = step.config.get(field)
@@ -158,17 +191,30 @@ def _step_ref_problems(i: int, step: StepSpec, field: str, ancestors: set[str], 
     return problems
 
 
-def _one_step_ref(i: int, step: StepSpec, field: str, ref: Any, ancestors: set[str], known: list[str]) -> list[InitErrorDetails]:
+def _one_step_ref(
+    i: int, step: StepSpec, field: str, ref: Any, ancestors: set[str], known: list[str]
+) -> list[InitErrorDetails]:
     problems = []
     if isinstance(ref, str) and not ref.startswith("${"):
         if ref not in known:
-            problems.append(problem(("steps", i, "config", field), "unknown_step_ref",
-                                    f"{ref!r} is not a step of this task — {suggest(ref, known)}name one of "
-                                    f"its steps (known steps: {', '.join(known)})", ref))
+            problems.append(
+                problem(
+                    ("steps", i, "config", field),
+                    "unknown_step_ref",
+                    f"{ref!r} is not a step of this task — {suggest(ref, known)}name one of "
+                    f"its steps (known steps: {', '.join(known)})",
+                    ref,
+                )
+            )
         elif ref not in ancestors:
-            problems.append(problem(("steps", i, "config", field), "step_ref_not_upstream",
-                                    f"refers to step {ref!r}, but '{step.id}' does not depend on it — "
-                                    f"add '{ref}' to depends_on", ref))
+            problems.append(
+                problem(
+                    ("steps", i, "config", field),
+                    "step_ref_not_upstream",
+                    f"refers to step {ref!r}, but '{step.id}' does not depend on it — add '{ref}' to depends_on",
+                    ref,
+                )
+            )
     return problems
 
 
@@ -182,7 +228,7 @@ def find_cycle(deps: dict[str, list[str]]) -> list[str] | None:
         path.append(node)
         for dep in deps.get(node, []):
             if state.get(dep) == 1:
-                return path[path.index(dep):] + [dep]
+                return path[path.index(dep) :] + [dep]
             if dep not in state and (found := visit(dep)):
                 return found
         state[node] = 2

@@ -29,17 +29,35 @@ class Verb:
     action: bool  # a trigger action of this type does it
 
 
-VERBS: dict[str, Verb] = {v.name: v for v in (
-    Verb("set_clock", "Set the world's clock: its time, pace or mode.", in_workflow=True, step=True, action=True),
-    Verb("register_triggers", "Start watching the task's triggers.", in_workflow=True, step=True, action=True),
-    Verb("cancel_triggers", "Stop triggers before they fire (again).", in_workflow=True, step=True, action=True),
-    Verb("wait_clock", "Wait until the world's clock reaches a time.", in_workflow=True, step=True, action=False),
-    Verb("end_run", "End the run: steps still running are cancelled.", in_workflow=True, step=False, action=True),
-    Verb("call_tool", "Call a tool as a role or agent.", in_workflow=False, step=True, action=True),
-    Verb("set_role_tools", "Replace a role's rules: the tools it may call and the patterns it is denied.",
-         in_workflow=False, step=True, action=False),
-    Verb("set_tools", "Change a role's rules: enable tools, disable others, keep the rest.",
-         in_workflow=False, step=False, action=True),
-    Verb("instruct", "Tell a world agent what to do (it acts with its tools, or a templated reply is made).",
-         in_workflow=False, step=False, action=True),
-)}
+VERBS: dict[str, Verb] = {
+    v.name: v
+    for v in (
+        Verb("set_clock", "Set the world's clock: its time, pace or mode.", in_workflow=True, step=True, action=True),
+        Verb("register_triggers", "Start watching the task's triggers.", in_workflow=True, step=True, action=True),
+        Verb("cancel_triggers", "Stop triggers before they fire (again).", in_workflow=True, step=True, action=True),
+        Verb("wait_clock", "Wait until the world's clock reaches a time.", in_workflow=True, step=True, action=False),
+        Verb("end_run", "End the run: steps still running are cancelled.", in_workflow=True, step=False, action=True),
+        Verb("call_tool", "Call a tool as a role or agent.", in_workflow=False, step=True, action=True),
+        Verb(
+            "set_role_tools",
+            "Replace a role's rules: the tools it may call and the patterns it is denied.",
+            in_workflow=False,
+            step=True,
+            action=False,
+        ),
+        Verb(
+            "set_tools",
+            "Change a role's rules: enable tools, disable others, keep the rest.",
+            in_workflow=False,
+            step=False,
+            action=True,
+        ),
+        Verb(
+            "instruct",
+            "Tell a world agent what to do (it acts with its tools, or a templated reply is made).",
+            in_workflow=False,
+            step=False,
+            action=True,
+        ),
+    )
+}

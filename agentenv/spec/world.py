@@ -44,7 +44,8 @@ class ClockSpec(_Spec):
     mode: Literal["frozen", "paced", "event_driven"] = "event_driven"
     rate: float = Field(1.0, gt=0, le=MAX_RATE, description="paced mode: virtual seconds per real second")
     while_agent_thinks: Literal["run", "pause"] = Field(
-        "run", description="while an agent takes its turn: the clock keeps its pace, or stops")
+        "run", description="while an agent takes its turn: the clock keeps its pace, or stops"
+    )
     zone: str | None = Field(None, description="IANA zone get_time reports local time in, e.g. America/New_York")
 
     @field_validator("start")
@@ -72,8 +73,10 @@ def parse_time(value: str | datetime, start: datetime | None) -> datetime:
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{value!r} is not a time: use RFC 3339 (2026-03-02T09:30:00-05:00) or +DURATION "
-                         "(+1d9h30m) from the clock's start") from None
+        raise ValueError(
+            f"{value!r} is not a time: use RFC 3339 (2026-03-02T09:30:00-05:00) or +DURATION "
+            "(+1d9h30m) from the clock's start"
+        ) from None
     if parsed.tzinfo is None:
         raise ValueError(f"time {value!r} needs an offset (e.g. Z or -05:00)")
     return parsed
@@ -84,6 +87,7 @@ TimeValue = str | datetime
 
 # -- predicates over a call --
 
+
 class Predicate(_Spec, Operators):
     """A test on part of a matched call: `path` is arguments.X, result.X (dots walk in), agent, role or tool."""
 
@@ -93,8 +97,10 @@ class Predicate(_Spec, Operators):
     @classmethod
     def _path(cls, value: str) -> str:
         if not PATH.match(value):
-            raise ValueError(f"path {value!r} must start with arguments, result, agent, role or tool "
-                             "(e.g. arguments.to or result.charges.0.id)")
+            raise ValueError(
+                f"path {value!r} must start with arguments, result, agent, role or tool "
+                "(e.g. arguments.to or result.charges.0.id)"
+            )
         return value
 
     @model_validator(mode="after")
@@ -119,6 +125,7 @@ class CallMatch(_Spec):
 
 
 # -- conditions --
+
 
 class RandomInterval(_Spec):
     min: Duration
@@ -155,7 +162,8 @@ class TimeWhen(_Spec):
 class ToolCallWhen(CallMatch):
     type: Literal["tool_call"]
     barrier: Duration | None = Field(
-        None, description="hold the provoking call's answer (at most this long) until the actions are done")
+        None, description="hold the provoking call's answer (at most this long) until the actions are done"
+    )
 
 
 class StateWhen(_Spec, Operators):
@@ -194,6 +202,7 @@ Condition = Annotated[TimeWhen | ToolCallWhen | StateWhen | PersonaWhen, Field(d
 
 
 # -- actions --
+
 
 class _Action(_Spec):
     delay: Duration = Field(timedelta(0), description="run this long (virtual time) after the firing")
@@ -269,8 +278,9 @@ class TriggerSpec(_Spec):
     description: str = ""
     when: Condition
     actions: list[Action] = Field(min_length=1)
-    repeat: bool = Field(False, description="tool-call, state and persona triggers: fire on every match "
-                                            "(default: once)")
+    repeat: bool = Field(
+        False, description="tool-call, state and persona triggers: fire on every match (default: once)"
+    )
     max_fires: int | None = Field(None, ge=1, description="a cap on firings, whatever the condition")
 
 
@@ -314,8 +324,12 @@ def world_problems(task: Any, envs: dict[str, DeployedEnv]) -> list[tuple[tuple[
                     except ValueError as e:
                         problems.append((where + ("when", field), str(e)))
             if when.after is not None and when.after not in ids:
-                problems.append((where + ("when", "after"), f"{when.after!r} is not a trigger of this task "
-                                                            f"(triggers: {', '.join(ids)})"))
+                problems.append(
+                    (
+                        where + ("when", "after"),
+                        f"{when.after!r} is not a trigger of this task (triggers: {', '.join(ids)})",
+                    )
+                )
             if when.unless is not None:
                 problems += _match_problems(when.unless, envs, where + ("when", "unless"))
         elif isinstance(when, ToolCallWhen):
@@ -327,8 +341,12 @@ def world_problems(task: Any, envs: dict[str, DeployedEnv]) -> list[tuple[tuple[
         elif isinstance(when, PersonaWhen):
             if when.persona not in task.personas:
                 known = ", ".join(task.personas) or "none declared"
-                problems.append((where + ("when", "persona"), f"no persona {when.persona!r} (personas: {known}); "
-                                                              "declare it under [personas]"))
+                problems.append(
+                    (
+                        where + ("when", "persona"),
+                        f"no persona {when.persona!r} (personas: {known}); declare it under [personas]",
+                    )
+                )
             problems += _env_tool_problems(when.env, [], envs, where + ("when",))
         for j, action in enumerate(t.actions):
             problems += _action_problems(action, envs, ids, start, where + ("actions", j))
@@ -338,31 +356,49 @@ def world_problems(task: Any, envs: dict[str, DeployedEnv]) -> list[tuple[tuple[
         if s.type in ("register_triggers", "cancel_triggers"):
             for tid in s.config.get("triggers") or []:
                 if tid != "*" and tid not in ids:
-                    problems.append((("steps", i, "config", "triggers"), f"{tid!r} is not a trigger of this task "
-                                                                         f"(triggers: {', '.join(ids) or 'none'})"))
+                    problems.append(
+                        (
+                            ("steps", i, "config", "triggers"),
+                            f"{tid!r} is not a trigger of this task (triggers: {', '.join(ids) or 'none'})",
+                        )
+                    )
     cycle = trigger_cycle(task.triggers)
     if cycle:
-        problems.append((("triggers",), f"cycle of `after` references {' → '.join(cycle)} — one of them must "
-                                        "anchor at a time (`at`)"))
+        problems.append(
+            (
+                ("triggers",),
+                f"cycle of `after` references {' → '.join(cycle)} — one of them must anchor at a time (`at`)",
+            )
+        )
     for name, persona in task.personas.items():
         if not (persona.email or persona.chat):
             problems.append((("personas", name), "a persona needs an `email` or a `chat` handle to be reached at"))
     return problems
 
 
-def _env_tool_problems(env: str, tools: list[str], envs: dict[str, Any], where: tuple[Any, ...]
-                       ) -> list[tuple[tuple[Any, ...], str]]:
+def _env_tool_problems(
+    env: str, tools: list[str], envs: dict[str, Any], where: tuple[Any, ...]
+) -> list[tuple[tuple[Any, ...], str]]:
     if env not in envs:
-        return [(where + ("env",), f"{env!r} is not a deploy_env step of this task "
-                                   f"(environments: {', '.join(envs) or 'none'})")]
+        return [
+            (
+                where + ("env",),
+                f"{env!r} is not a deploy_env step of this task (environments: {', '.join(envs) or 'none'})",
+            )
+        ]
     known = envs[env][0]
     if known is None:
         return []  # a sandboxed app's tools: checked when it is deployed
-    return [(where + ("tool",), f"environment {env!r} has no tool {tool!r} (tools: {', '.join(sorted(known))})")
-            for tool in tools if tool not in known]
+    return [
+        (where + ("tool",), f"environment {env!r} has no tool {tool!r} (tools: {', '.join(sorted(known))})")
+        for tool in tools
+        if tool not in known
+    ]
 
 
-def _match_problems(match: CallMatch, envs: dict[str, Any], where: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+def _match_problems(
+    match: CallMatch, envs: dict[str, Any], where: tuple[Any, ...]
+) -> list[tuple[tuple[Any, ...], str]]:
     problems = _env_tool_problems(match.env, match.tools, envs, where)
     if match.env in envs:
         for role in match.roles or []:
@@ -371,8 +407,9 @@ def _match_problems(match: CallMatch, envs: dict[str, Any], where: tuple[Any, ..
     return problems
 
 
-def _action_problems(action: Any, envs: dict[str, Any], ids: list[str], start: datetime | None,
-                     where: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+def _action_problems(
+    action: Any, envs: dict[str, Any], ids: list[str], start: datetime | None, where: tuple[Any, ...]
+) -> list[tuple[tuple[Any, ...], str]]:
     problems: list[tuple[tuple[Any, ...], str]] = []
     if isinstance(action, CallToolAction):
         problems += _env_tool_problems(action.env, [action.tool], envs, where)
@@ -380,8 +417,13 @@ def _action_problems(action: Any, envs: dict[str, Any], ids: list[str], start: d
             if action.role is not None and action.role not in envs[action.env][1]:
                 problems.append((where + ("role",), f"no role {action.role!r} in environment {action.env!r}"))
             if action.agent is not None and action.agent not in envs[action.env][2]:
-                problems.append((where + ("agent",), f"no agent {action.agent!r} in environment {action.env!r} "
-                                                     f"(agents: {', '.join(sorted(envs[action.env][2]))})"))
+                problems.append(
+                    (
+                        where + ("agent",),
+                        f"no agent {action.agent!r} in environment {action.env!r} "
+                        f"(agents: {', '.join(sorted(envs[action.env][2]))})",
+                    )
+                )
     elif isinstance(action, SetToolsAction):
         problems += _env_tool_problems(action.env, action.enable + action.disable, envs, where)
         if action.env in envs and action.role not in envs[action.env][1]:
@@ -398,6 +440,7 @@ def _action_problems(action: Any, envs: dict[str, Any], ids: list[str], start: d
         except ValueError as e:
             problems.append((where + ("time",), str(e)))
     elif isinstance(action, TriggersAction):
-        problems += [(where + ("triggers",), f"{i!r} is not a trigger of this task")
-                     for i in action.triggers if i not in ids]
+        problems += [
+            (where + ("triggers",), f"{i!r} is not a trigger of this task") for i in action.triggers if i not in ids
+        ]
     return problems

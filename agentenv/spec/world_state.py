@@ -86,8 +86,10 @@ class WorldState(BaseModel):
     instances: dict[str, str] = Field(default_factory=dict, description="deploy step id -> instance id")
     next_seq: int = 1
     ended: str | None = None
-    dropped: dict[str, int] = Field(default_factory=dict, description="events dropped from the log, by kind "
-                                                                       "(the log keeps the latest; it is bounded)")
+    dropped: dict[str, int] = Field(
+        default_factory=dict,
+        description="events dropped from the log, by kind (the log keeps the latest; it is bounded)",
+    )
 
     def count(self, kind: str) -> int:
         """Events of `kind` in the run so far, dropped ones included."""
@@ -152,7 +154,7 @@ def _shrink(value: Any, budget: int) -> Any:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text.encode()[:max(limit, 0)].decode(errors="ignore")
+    return text.encode()[: max(limit, 0)].decode(errors="ignore")
 
 
 class TriggerHit(BaseModel):

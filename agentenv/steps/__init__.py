@@ -184,9 +184,14 @@ class StepType:
 
     def traits(self, config: dict[str, Any]) -> StepTraits:
         """The traits of a step of this type with this planned config."""
-        return StepTraits(in_workflow=self.in_workflow, verb=self.verb, deploys_env=self.deploys_env,
-                          deploys_agent=self.deploys_agent, conversation=self.conversation,
-                          sandboxes=self.sandboxes is not None and self.sandboxes(config))
+        return StepTraits(
+            in_workflow=self.in_workflow,
+            verb=self.verb,
+            deploys_env=self.deploys_env,
+            deploys_agent=self.deploys_agent,
+            conversation=self.conversation,
+            sandboxes=self.sandboxes is not None and self.sandboxes(config),
+        )
 
     async def __call__(self, ctx: StepContext, config: BaseModel) -> StepResult:
         result = self.run(ctx, config)
@@ -235,8 +240,10 @@ def step_type(
     def wrap(fn: Callable[..., Any]) -> StepType:
         run = fn
         if not inspect.iscoroutinefunction(fn):
+
             async def run(ctx: StepContext, cfg: Any) -> Any:  # noqa: F811
                 return await asyncio.to_thread(fn, ctx, cfg)
+
         return StepType(
             name=name,
             run=run,

@@ -39,8 +39,10 @@ class SecretStore:
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            raise BadInput(f"the secret file {self.path} is damaged (not a JSON object)",
-                           "restore it from a backup, or delete it and set the secrets again")
+            raise BadInput(
+                f"the secret file {self.path} is damaged (not a JSON object)",
+                "restore it from a backup, or delete it and set the secrets again",
+            )
         return data
 
     @contextlib.contextmanager
@@ -59,8 +61,10 @@ class SecretStore:
             return value
         value = self._read().get(name)
         if value is None:
-            raise MissingSecret(f"secret {name!r} is not set",
-                                f"set it with `agent-env secrets set {name}` or the environment variable {env_var(name)}")
+            raise MissingSecret(
+                f"secret {name!r} is not set",
+                f"set it with `agent-env secrets set {name}` or the environment variable {env_var(name)}",
+            )
         return value
 
     def has(self, name: str) -> bool:
@@ -116,4 +120,4 @@ class SecretStore:
 
     def resolve(self, value: str) -> str:
         """The value of a `secret:NAME` reference; any other string is returned as it is."""
-        return self.get(value[len(PREFIX):]) if is_reference(value) else value
+        return self.get(value[len(PREFIX) :]) if is_reference(value) else value

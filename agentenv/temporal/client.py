@@ -25,11 +25,15 @@ def _tls(settings: Settings):
         try:
             return path.read_bytes()
         except OSError as e:
-            raise ServerError(f"cannot read TLS file {path}: {e.strerror}", "fix the tls_* paths in the config") from None
+            raise ServerError(
+                f"cannot read TLS file {path}: {e.strerror}", "fix the tls_* paths in the config"
+            ) from None
 
     return TLSConfig(
-        client_cert=read(t.tls_cert), client_private_key=read(t.tls_key),
-        server_root_ca_cert=read(t.tls_ca), domain=t.tls_server_name,
+        client_cert=read(t.tls_cert),
+        client_private_key=read(t.tls_key),
+        server_root_ca_cert=read(t.tls_ca),
+        domain=t.tls_server_name,
     )
 
 
@@ -43,8 +47,10 @@ async def connect(settings: Settings, *, start_server: bool = True, on_notice=la
 
         if start_server and not server.status(settings).running:
             info = await asyncio.to_thread(server.start, settings, on_notice=on_notice)
-            on_notice(f"started the embedded Temporal server at {info.address}; it keeps running in the "
-                      "background for the next commands (stop it with `agent-env server stop`)")
+            on_notice(
+                f"started the embedded Temporal server at {info.address}; it keeps running in the "
+                "background for the next commands (stop it with `agent-env server stop`)"
+            )
         elif start_server:
             await asyncio.to_thread(server.start, settings, on_notice=on_notice)  # waits until it answers
         elif not server.status(settings).running:
@@ -69,9 +75,13 @@ async def connect(settings: Settings, *, start_server: bool = True, on_notice=la
     # A freshly started dev server opens its port a moment before its frontend is healthy: keep
     # trying it for a while. A configured cluster gets the configured timeout, once.
     try:
-        return await waiting.until(connected, what=f"the Temporal server at {target}",
-                                   timeout=20.0 if settings.embedded else 0.0, interval=0.05,
-                                   give_up_on=(ServerError,))  # any other failure gets the same clear message
+        return await waiting.until(
+            connected,
+            what=f"the Temporal server at {target}",
+            timeout=20.0 if settings.embedded else 0.0,
+            interval=0.05,
+            give_up_on=(ServerError,),
+        )  # any other failure gets the same clear message
     except waiting.TimedOut as timed_out:
         e = timed_out.last
         reason = f"no answer within {settings.temporal.connect_timeout:g}s" if isinstance(e, TimeoutError) else e

@@ -93,21 +93,45 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
     paths.dir.mkdir(parents=True, exist_ok=True)
 
     def command() -> list[str]:
-        cmd = [str(binary_path()), "server", "start-dev", "--db-filename", str(paths.db), "--ip", s.ip,
-               "--port", str(s.port), "--namespace", settings.temporal.namespace, "--log-level", "warn",
-               # The default (20/s) spaces every task dispatch ~50 ms apart: each activity step and each
-               # world wake-up would wait for it. Measured here: 50 ms -> ~6 ms per hop.
-               "--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
-               # Activities start in the answer to the workflow task that scheduled them (no extra hop).
-               "--dynamic-config-value", "system.enableActivityEagerExecution=true",
-               # A commit is safe from a killed process once in the write-ahead log; only an OS crash
-               # could lose the last ones. Saves an fsync on every history write.
-               "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
+        cmd = [
+            str(binary_path()),
+            "server",
+            "start-dev",
+            "--db-filename",
+            str(paths.db),
+            "--ip",
+            s.ip,
+            "--port",
+            str(s.port),
+            "--namespace",
+            settings.temporal.namespace,
+            "--log-level",
+            "warn",
+            # The default (20/s) spaces every task dispatch ~50 ms apart: each activity step and each
+            # world wake-up would wait for it. Measured here: 50 ms -> ~6 ms per hop.
+            "--dynamic-config-value",
+            "history.transferProcessorMaxPollRPS=10000",
+            # Activities start in the answer to the workflow task that scheduled them (no extra hop).
+            "--dynamic-config-value",
+            "system.enableActivityEagerExecution=true",
+            # A commit is safe from a killed process once in the write-ahead log; only an OS crash
+            # could lose the last ones. Saves an fsync on every history write.
+            "--sqlite-pragma",
+            "journal_mode=wal",
+            "--sqlite-pragma",
+            "synchronous=normal",
+        ]
         return cmd + (["--ui-port", str(s.ui_port), "--ui-disable-news-fetch"] if s.ui else ["--headless"])
 
     info, _ = paths.daemon.start(
-        command(), ip=s.ip, port=s.port, markers=paths.markers, ports=ports, section="server",
-        extra={"ui_port": s.ui_port if s.ui else None, "db": str(paths.db)}, timeout=START_TIMEOUT,
+        command(),
+        ip=s.ip,
+        port=s.port,
+        markers=paths.markers,
+        ports=ports,
+        section="server",
+        extra={"ui_port": s.ui_port if s.ui else None, "db": str(paths.db)},
+        timeout=START_TIMEOUT,
         on_notice=on_notice,
     )
     return ServerInfo.of(info)

@@ -34,8 +34,11 @@ PATCH_RELEASE_ALL = "release-all-at-end"  # a run's end releases its instances a
 
 def history_is_long(inp: RunInput, updates: int) -> bool:
     info = workflow.info()
-    return (info.is_continue_as_new_suggested() or info.get_current_history_length() >= inp.continue_as_new_at
-            or updates >= UPDATES_PER_RUN)
+    return (
+        info.is_continue_as_new_suggested()
+        or info.get_current_history_length() >= inp.continue_as_new_at
+        or updates >= UPDATES_PER_RUN
+    )
 
 
 async def drain_and_continue_as_new(run: TaskRun) -> None:
@@ -103,9 +106,13 @@ async def _release(run: TaskRun) -> None:
     instances = [f"{run.inp.run_id}.{sid}" for sid in started if plans[sid].deploys_env]
     try:
         await workflow.execute_activity(
-            RELEASE_SANDBOXES.name, args=[run.inp.run_id, instances, bool(started)],
-            result_type=RELEASE_SANDBOXES.returns, start_to_close_timeout=timedelta(minutes=5),
-            heartbeat_timeout=timedelta(seconds=20), retry_policy=RetryPolicy(maximum_attempts=5))
+            RELEASE_SANDBOXES.name,
+            args=[run.inp.run_id, instances, bool(started)],
+            result_type=RELEASE_SANDBOXES.returns,
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=20),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+        )
     except ActivityError as e:
         workflow.logger.warning("releasing sandboxes failed (the reaper will remove them): %s", e.cause or e)
 
@@ -126,8 +133,9 @@ def bound_state(state: RunState, keep_events: int | None = None) -> None:
         clipped = clip(get(), MAX_FIELD_BYTES)
         put(clipped)
         size -= part_size - json_size(clipped)
-        state.clipped.append(f"{what}: {part_size} bytes clipped to a preview (the run's state is "
-                             f"bounded at {MAX_STATE_BYTES} bytes)")
+        state.clipped.append(
+            f"{what}: {part_size} bytes clipped to a preview (the run's state is bounded at {MAX_STATE_BYTES} bytes)"
+        )
     if size > MAX_STATE_BYTES and world is not None:
         dropped = world.trim_events(min(len(world.events), 100))
         state.clipped.append(f"{dropped} more world events dropped from the log (counted in `dropped`)")
@@ -138,15 +146,32 @@ def _clippable(state: RunState) -> list[tuple[int, str, Any, Any]]:
     parts: list[tuple[int, str, Any, Any]] = []
     for sid, step in state.steps.items():
         for key in list(step.outputs):
-            parts.append((json_size(step.outputs[key]), f"steps.{sid}.outputs.{key}",
-                          lambda o=step.outputs, k=key: o[k], lambda v, o=step.outputs, k=key: o.__setitem__(k, v)))
+            parts.append(
+                (
+                    json_size(step.outputs[key]),
+                    f"steps.{sid}.outputs.{key}",
+                    lambda o=step.outputs, k=key: o[k],
+                    lambda v, o=step.outputs, k=key: o.__setitem__(k, v),
+                )
+            )
     if state.world is not None:
         for event in state.world.events:
-            parts.append((json_size(event.detail), f"world event {event.seq}",
-                          lambda e=event: e.detail, lambda v, e=event: setattr(e, "detail", v)))
+            parts.append(
+                (
+                    json_size(event.detail),
+                    f"world event {event.seq}",
+                    lambda e=event: e.detail,
+                    lambda v, e=event: setattr(e, "detail", v),
+                )
+            )
     for sid, progress in state.trainer.items():
         for i, entry in enumerate(progress.transcript[:-1]):  # the last one is being answered
-            parts.append((json_size(entry), f"steps.{sid} transcript entry {i}",
-                          lambda t=progress.transcript, i=i: t[i]["text"],
-                          lambda v, t=progress.transcript, i=i: t[i].__setitem__("text", str(v))))
+            parts.append(
+                (
+                    json_size(entry),
+                    f"steps.{sid} transcript entry {i}",
+                    lambda t=progress.transcript, i=i: t[i]["text"],
+                    lambda v, t=progress.transcript, i=i: t[i].__setitem__("text", str(v)),
+                )
+            )
     return parts

@@ -90,5 +90,14 @@ PROMPT_FINISH = Activity("agentenv.prompt_finish", (PromptFinish,), dict[str, An
 # (run id, instances to retire, whether it started sandboxes) -> counts of what was released
 RELEASE_SANDBOXES = Activity("agentenv.release_sandboxes", (str, list[str], bool), dict[str, Any])
 
-ACTIVITIES: tuple[Activity[Any], ...] = (RUN_STEP, RECORD_RUN, WORLD_ACTION, PUSH_WORLD, PACE, PROMPT_MARKS,
-                                         AGENT_ASK, PROMPT_FINISH, RELEASE_SANDBOXES)
+ACTIVITIES: tuple[Activity[Any], ...] = (
+    RUN_STEP,
+    RECORD_RUN,
+    WORLD_ACTION,
+    PUSH_WORLD,
+    PACE,
+    PROMPT_MARKS,
+    AGENT_ASK,
+    PROMPT_FINISH,
+    RELEASE_SANDBOXES,
+)

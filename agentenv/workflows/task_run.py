@@ -84,12 +84,15 @@ class TaskRun:
         if len(hit.trigger) > MAX_ID_CHARS or hit.trigger.removesuffix("#unless") not in world.triggers:
             raise ValueError(f"run {self.inp.run_id} has no trigger {hit.trigger[:MAX_ID_CHARS]!r}")
         if len(hit.instance) > MAX_ID_CHARS or hit.instance not in world.state.instances.values():
-            raise ValueError(f"environment instance {hit.instance[:MAX_ID_CHARS]!r} is not one of run "
-                             f"{self.inp.run_id}'s")
+            raise ValueError(
+                f"environment instance {hit.instance[:MAX_ID_CHARS]!r} is not one of run {self.inp.run_id}'s"
+            )
         size = len(hit.model_dump_json().encode())
         if size > MAX_HIT_BYTES:
-            raise ValueError(f"a trigger hit of {size} bytes is over the limit of {MAX_HIT_BYTES}: "
-                             "send less in `match` (e.g. a shortened result)")
+            raise ValueError(
+                f"a trigger hit of {size} bytes is over the limit of {MAX_HIT_BYTES}: "
+                "send less in `match` (e.g. a shortened result)"
+            )
 
     @workflow.update(name="next_turn")
     async def next_turn(self, agent: str | None = None) -> dict[str, Any]:
@@ -249,8 +252,12 @@ class TaskRun:
         """What ${...} references in configs and actions see."""
         scope: dict[str, Any] = {
             "steps": {
-                sid: {"outputs": s.outputs, "status": s.status.value, "score": s.score.value if s.score else None,
-                      "passed": s.score.passed if s.score else None}
+                sid: {
+                    "outputs": s.outputs,
+                    "status": s.status.value,
+                    "score": s.score.value if s.score else None,
+                    "passed": s.score.passed if s.score else None,
+                }
                 for sid, s in self.state.steps.items()
             },
             "run": {"id": self.inp.run_id, "seed": self.inp.pins.get("seed", 0)},
@@ -264,8 +271,12 @@ class TaskRun:
     async def _call(self, plan: StepPlan, config: dict[str, Any]) -> StepOutcome:
         await self.world_driver.watches_pushed()
         call = StepCall(
-            run_id=self.inp.run_id, task_id=self.inp.task_id, step_id=plan.id, type=plan.type,
-            config=config, heartbeat_timeout=plan.heartbeat_timeout,
+            run_id=self.inp.run_id,
+            task_id=self.inp.task_id,
+            step_id=plan.id,
+            type=plan.type,
+            config=config,
+            heartbeat_timeout=plan.heartbeat_timeout,
         )
         retry = RetryPolicy(
             maximum_attempts=plan.retries + 1,
@@ -274,13 +285,23 @@ class TaskRun:
         )
         if plan.local:
             return await workflow.execute_local_activity(
-                RUN_STEP.name, call, result_type=RUN_STEP.returns, start_to_close_timeout=plan.timeout,
-                retry_policy=retry, activity_id=plan.id, summary=f"{plan.id} ({plan.type})",
+                RUN_STEP.name,
+                call,
+                result_type=RUN_STEP.returns,
+                start_to_close_timeout=plan.timeout,
+                retry_policy=retry,
+                activity_id=plan.id,
+                summary=f"{plan.id} ({plan.type})",
             )
         return await workflow.execute_activity(
-            RUN_STEP.name, call, result_type=RUN_STEP.returns, start_to_close_timeout=plan.timeout,
-            heartbeat_timeout=plan.heartbeat_timeout, retry_policy=retry,
-            activity_id=plan.id, summary=f"{plan.id} ({plan.type})",
+            RUN_STEP.name,
+            call,
+            result_type=RUN_STEP.returns,
+            start_to_close_timeout=plan.timeout,
+            heartbeat_timeout=plan.heartbeat_timeout,
+            retry_policy=retry,
+            activity_id=plan.id,
+            summary=f"{plan.id} ({plan.type})",
         )
 
     def settle(self, step_id: str, task: asyncio.Task[StepOutcome]) -> None:
@@ -333,7 +354,9 @@ class TaskRun:
 def _describe(cause: BaseException | None, plan: StepPlan) -> str:
     if isinstance(cause, TimeoutError):
         kind = cause.type.name.lower().replace("_", "-") if cause.type else "timeout"
-        limit = format_duration(plan.heartbeat_timeout if "heartbeat" in kind and plan.heartbeat_timeout else plan.timeout)
+        limit = format_duration(
+            plan.heartbeat_timeout if "heartbeat" in kind and plan.heartbeat_timeout else plan.timeout
+        )
         return f"timed out ({kind}, limit {limit})"
     if isinstance(cause, ApplicationError):
         return cause.message

@@ -109,8 +109,9 @@ class TrainerTurns:
     def _progress_of(self, turn_id: str) -> TrainerProgress:
         step = turn_id.split("/", 1)[0]
         progress = self.run.state.trainer.get(step)
-        if progress is None or (turn_id not in progress.answers and (progress.offer is None
-                                                                    or progress.offer.id != turn_id)):
+        if progress is None or (
+            turn_id not in progress.answers and (progress.offer is None or progress.offer.id != turn_id)
+        ):
             raise ValueError(f"no turn {turn_id!r} is waiting for an answer")
         return progress
 
@@ -135,8 +136,12 @@ class TrainerTurns:
         progress = state.trainer.get(plan.id)
         if progress is None:
             marks = await workflow.execute_local_activity(
-                PROMPT_MARKS.name, args=[agent, partner], result_type=PROMPT_MARKS.returns,
-                start_to_close_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY)
+                PROMPT_MARKS.name,
+                args=[agent, partner],
+                result_type=PROMPT_MARKS.returns,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=QUICK_RETRY,
+            )
             progress = state.trainer[plan.id] = TrainerProgress(transcript=[conversation.opening(config)], marks=marks)
         started = workflow.now()
         timed_out = None
@@ -145,16 +150,27 @@ class TrainerTurns:
             if who.get("trainer"):
                 entry = await self._answer(plan.id, progress, who, side, config, deadline)
             else:
-                ask = AgentAsk(who=who, side=side, transcript=progress.transcript, run_id=self.run.inp.run_id,
-                               step_id=plan.id, system_prompt=conversation.system_prompt_for(config, side),
-                               deadline=deadline, seed=config.seed)
+                ask = AgentAsk(
+                    who=who,
+                    side=side,
+                    transcript=progress.transcript,
+                    run_id=self.run.inp.run_id,
+                    step_id=plan.id,
+                    system_prompt=conversation.system_prompt_for(config, side),
+                    deadline=deadline,
+                    seed=config.seed,
+                )
                 if workflow.patched(PATCH_ASK_TAIL):  # not the whole transcript on every turn
                     ask.transcript = conversation.tail(progress.transcript, MAX_ASK_TRANSCRIPT_BYTES)
                     ask.turn = conversation.turn_number(progress.transcript, side)
                 answer = await workflow.execute_activity(
-                    AGENT_ASK.name, ask, result_type=AGENT_ASK.returns,
+                    AGENT_ASK.name,
+                    ask,
+                    result_type=AGENT_ASK.returns,
                     start_to_close_timeout=timedelta(seconds=deadline + 30),
-                    heartbeat_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY)
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=QUICK_RETRY,
+                )
                 entry = answer.entry
                 timed_out = answer.timed_out
             if entry is None:
@@ -162,28 +178,53 @@ class TrainerTurns:
                 break
             progress.transcript.append(entry)
         outputs = await workflow.execute_local_activity(
-            PROMPT_FINISH.name, PromptFinish(
-                run_id=self.run.inp.run_id, step_id=plan.id, transcript=progress.transcript, marks=progress.marks,
-                agent=agent, partner=partner, timed_out=timed_out, seconds=(workflow.now() - started).total_seconds()),
-            result_type=PROMPT_FINISH.returns, start_to_close_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY)
+            PROMPT_FINISH.name,
+            PromptFinish(
+                run_id=self.run.inp.run_id,
+                step_id=plan.id,
+                transcript=progress.transcript,
+                marks=progress.marks,
+                agent=agent,
+                partner=partner,
+                timed_out=timed_out,
+                seconds=(workflow.now() - started).total_seconds(),
+            ),
+            result_type=PROMPT_FINISH.returns,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=QUICK_RETRY,
+        )
         del state.trainer[plan.id]
         if timed_out and config.on_timeout == "fail":
             raise ApplicationError(timed_out, type="StepFailed", non_retryable=True)
         return StepOutcome(outputs=outputs, score=conversation.timeout_score(timed_out))
 
-    async def _answer(self, step_id: str, progress: TrainerProgress, who: Who, side: str,
-                      config: conversation.PromptAgentConfig, deadline: float) -> dict[str, Any] | None:
+    async def _answer(
+        self,
+        step_id: str,
+        progress: TrainerProgress,
+        who: Who,
+        side: str,
+        config: conversation.PromptAgentConfig,
+        deadline: float,
+    ) -> dict[str, Any] | None:
         """Offer the turn to the trainer and wait for its answer (None past the deadline)."""
         turn = conversation.turn_number(progress.transcript, side)
         turn_id = f"{step_id}/{side}/{turn}"
         if progress.offer is None or progress.offer.id != turn_id:
             progress.offer = TurnOffer(
-                id=turn_id, step=step_id, agent=who["name"], role=who.get("role"), env=who.get("env"),
-                mcp_url=who.get("mcp_url"), prompt=progress.transcript[-1]["text"],
+                id=turn_id,
+                step=step_id,
+                agent=who["name"],
+                role=who.get("role"),
+                env=who.get("env"),
+                mcp_url=who.get("mcp_url"),
+                prompt=progress.transcript[-1]["text"],
                 system_prompt=conversation.system_prompt_for(config, side),
                 conversation=conversation.conversation_view(
-                    conversation.tail(progress.transcript, MAX_ASK_TRANSCRIPT_BYTES), side),
-                deadline_s=deadline)
+                    conversation.tail(progress.transcript, MAX_ASK_TRANSCRIPT_BYTES), side
+                ),
+                deadline_s=deadline,
+            )
         offered = workflow.now()
         try:
             await workflow.wait_condition(lambda: turn_id in progress.answers, timeout=deadline)
@@ -191,5 +232,9 @@ class TrainerTurns:
             progress.offer = None
             return None
         progress.offer = None
-        return {"side": side, "speaker": who["name"], "text": progress.answers[turn_id],
-                "seconds": round((workflow.now() - offered).total_seconds(), 3)}
+        return {
+            "side": side,
+            "speaker": who["name"],
+            "text": progress.answers[turn_id],
+            "seconds": round((workflow.now() - offered).total_seconds(), 3),
+        }

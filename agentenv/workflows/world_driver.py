@@ -82,7 +82,9 @@ class WorldDriver:
             horizon = self.world.horizon()
             seconds = PACE_CHUNK
             if horizon is not None:
-                seconds = min(seconds, max((horizon - self.world.now(real)).total_seconds() / clock.rate - EARLY / 2, 0.0))
+                seconds = min(
+                    seconds, max((horizon - self.world.now(real)).total_seconds() / clock.rate - EARLY / 2, 0.0)
+                )
             self.world.reanchor(real)  # renews the lease
             self.pace = asyncio.create_task(self._pace_for(seconds))
         return self.pace
@@ -101,8 +103,12 @@ class WorldDriver:
         # holds back every other event (step completions, agents' hits) until it heartbeats (~8 s).
         self.push_needed = self.watches_added = False
         return await workflow.execute_activity(
-            PACE.name, args=[seconds, self._pushes()], result_type=PACE.returns,
-            start_to_close_timeout=timedelta(seconds=seconds + 2), retry_policy=QUICK_RETRY)
+            PACE.name,
+            args=[seconds, self._pushes()],
+            result_type=PACE.returns,
+            start_to_close_timeout=timedelta(seconds=seconds + 2),
+            retry_policy=QUICK_RETRY,
+        )
 
     def stop_pacing(self) -> None:
         if self.pace is not None:
@@ -166,7 +172,9 @@ class WorldDriver:
             for index in immediate:
                 await self._run_action(item.trigger, firing, index, {"at": iso(item.at)})
         else:
-            assert item.trigger is not None and item.firing is not None and item.action is not None  # (a delayed action's)
+            assert (
+                item.trigger is not None and item.firing is not None and item.action is not None
+            )  # (a delayed action's)
             await self._run_action(item.trigger, item.firing, item.action, item.match or {})
 
     # -- hits and actions --
@@ -201,7 +209,11 @@ class WorldDriver:
         action = world.triggers[trigger].actions[index]
         real = self.now_real()
         at = world.now(real)
-        scope = {**self.run.scope(), "match": match, "trigger": {"id": trigger, "fires": world.state.triggers[trigger].fires}}
+        scope = {
+            **self.run.scope(),
+            "match": match,
+            "trigger": {"id": trigger, "fires": world.state.triggers[trigger].fires},
+        }
         detail: dict[str, Any] = {"type": action.type, "index": index}
         hits: list[Hit] = []
         try:
@@ -215,15 +227,28 @@ class WorldDriver:
                 if self.watches_added or (spec.get("deployed") and self.push_needed):
                     await self.push()  # conditions the gateway does not know yet; the clock an agent reads
                 answer = await workflow.execute_local_activity(
-                    WORLD_ACTION.name, args=[instance, spec, f"{self.run.inp.run_id}/world/{firing}/{index}",
-                                             f"trigger {trigger}", iso(at)],
-                    result_type=WORLD_ACTION.returns, retry_policy=QUICK_RETRY,
-                    start_to_close_timeout=timedelta(minutes=5) if spec.get("deployed") else timedelta(seconds=60))
+                    WORLD_ACTION.name,
+                    args=[
+                        instance,
+                        spec,
+                        f"{self.run.inp.run_id}/world/{firing}/{index}",
+                        f"trigger {trigger}",
+                        iso(at),
+                    ],
+                    result_type=WORLD_ACTION.returns,
+                    retry_policy=QUICK_RETRY,
+                    start_to_close_timeout=timedelta(minutes=5) if spec.get("deployed") else timedelta(seconds=60),
+                )
                 hits = answer.pop("hits", [])
                 detail.update(answer)
             elif action.type == "set_clock":
-                world.set_clock(real, time=spec.get("time"), rate=spec.get("rate"), mode=spec.get("mode"),
-                                cause=f"trigger {trigger}")
+                world.set_clock(
+                    real,
+                    time=spec.get("time"),
+                    rate=spec.get("rate"),
+                    mode=spec.get("mode"),
+                    cause=f"trigger {trigger}",
+                )
                 self.push_needed = True
             elif action.type == "register_triggers":
                 detail["registered"] = world.register(spec["triggers"], real)
@@ -255,9 +280,13 @@ class WorldDriver:
 
     def _pushes(self) -> list[tuple[str, WorldPush]]:
         assert self.world is not None  # pushed only in a run with a world
-        return [(instance, WorldPush(run_id=self.run.inp.run_id, clock=self.world.state.clock,
-                                     watches=self.world.watches(step)))
-                for step, instance in self.world.state.instances.items()]
+        return [
+            (
+                instance,
+                WorldPush(run_id=self.run.inp.run_id, clock=self.world.state.clock, watches=self.world.watches(step)),
+            )
+            for step, instance in self.world.state.instances.items()
+        ]
 
     async def watches_pushed(self) -> None:
         """A step that starts right after triggers were registered waits until the gateway watches for
@@ -276,8 +305,12 @@ class WorldDriver:
         pushes = self._pushes()
         if pushes:
             hits = await workflow.execute_local_activity(
-                PUSH_WORLD.name, pushes, result_type=PUSH_WORLD.returns, start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=QUICK_RETRY)
+                PUSH_WORLD.name,
+                pushes,
+                result_type=PUSH_WORLD.returns,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=QUICK_RETRY,
+            )
             for hit in hits:
                 await self.on_hit(TriggerHit.model_validate(hit))
 
@@ -299,8 +332,13 @@ class WorldDriver:
         self.world.begin(real)
         try:
             if plan.verb == "set_clock":
-                self.world.set_clock(real, time=config.get("time"), rate=config.get("rate"),
-                                     mode=config.get("mode"), cause=f"step {plan.id}")
+                self.world.set_clock(
+                    real,
+                    time=config.get("time"),
+                    rate=config.get("rate"),
+                    mode=config.get("mode"),
+                    cause=f"step {plan.id}",
+                )
                 outputs: dict[str, Any] = {"now": iso(self.world.now(real))}
             elif plan.verb == "register_triggers":
                 outputs = {"registered": self.world.register(config.get("triggers") or ["*"], real)}
@@ -310,8 +348,11 @@ class WorldDriver:
             elif plan.verb == "wait_clock":
                 now = self.world.now(real)
                 # `seconds` or `until` may come from outputs (a tool's result): checked before date arithmetic.
-                target = (checked_time(config["until"], self.world.start) if config.get("until") is not None
-                          else now + timedelta(seconds=checked_seconds(config.get("seconds"), "`seconds`")))
+                target = (
+                    checked_time(config["until"], self.world.start)
+                    if config.get("until") is not None
+                    else now + timedelta(seconds=checked_seconds(config.get("seconds"), "`seconds`"))
+                )
                 self.world.wake_at(plan.id, max(target, now), real)
                 self.waiting.add(plan.id)
                 return

@@ -80,9 +80,14 @@ class World:
             return
         spec = self.clock_spec
         self.state.clock = ClockState(
-            mode=spec.mode, virtual_anchor=spec.start.astimezone(UTC), real_anchor=real,
-            rate=spec.rate if spec.mode == "paced" else 0.0, zone=spec.zone, lease_until=real + LEASE,
-            running=spec.mode != "paced")
+            mode=spec.mode,
+            virtual_anchor=spec.start.astimezone(UTC),
+            real_anchor=real,
+            rate=spec.rate if spec.mode == "paced" else 0.0,
+            zone=spec.zone,
+            lease_until=real + LEASE,
+            running=spec.mode != "paced",
+        )
         self.log("clock", self.state.clock.virtual_anchor, detail={"mode": spec.mode, "rate": spec.rate})
 
     def begin(self, real: datetime) -> None:
@@ -105,8 +110,9 @@ class World:
         clock.horizon = self.horizon()
         clock.lease_until = real + LEASE
 
-    def set_clock(self, real: datetime, *, time: Any = None, rate: float | None = None,
-                  mode: str | None = None, cause: str) -> None:
+    def set_clock(
+        self, real: datetime, *, time: Any = None, rate: float | None = None, mode: str | None = None, cause: str
+    ) -> None:
         if self.state.clock is None:
             raise WorldError("this run has no clock to set: give the task a [clock]")
         self.begin(real)
@@ -168,8 +174,11 @@ class World:
 
     def due(self, real: datetime) -> Scheduled | None:
         """Pop the next event whose time has come, if any."""
-        if self.state.queue and self.state.queue[0].at <= self.now(real) and (
-                self.hold is None or self.state.queue[0].at <= self.hold):
+        if (
+            self.state.queue
+            and self.state.queue[0].at <= self.now(real)
+            and (self.hold is None or self.state.queue[0].at <= self.hold)
+        ):
             item = self.state.queue.pop(0)
             if self.state.clock is not None:
                 self.state.clock.horizon = self.horizon()
@@ -180,10 +189,18 @@ class World:
         self.begin(real)
         self.schedule(Scheduled(at=at, seq=self._seq(), kind="wake", step=step))
 
-    def log(self, kind: EventKind, at: datetime, *, trigger: str | None = None, firing: int | None = None,
-            detail: dict[str, Any] | None = None) -> WorldEvent:
-        event = WorldEvent(seq=self._seq(), virtual_time=at, kind=kind, trigger=trigger, firing=firing,
-                           detail=detail or {})
+    def log(
+        self,
+        kind: EventKind,
+        at: datetime,
+        *,
+        trigger: str | None = None,
+        firing: int | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> WorldEvent:
+        event = WorldEvent(
+            seq=self._seq(), virtual_time=at, kind=kind, trigger=trigger, firing=firing, detail=detail or {}
+        )
         self.state.events.append(event)
         return event
 
@@ -259,8 +276,17 @@ class World:
         immediate = []
         for i, action in enumerate(spec.actions):
             if action.delay > timedelta(0):
-                self.schedule(Scheduled(at=at + action.delay, seq=self._seq(), kind="action", trigger=tid,
-                                        firing=firing, action=i, match=match))
+                self.schedule(
+                    Scheduled(
+                        at=at + action.delay,
+                        seq=self._seq(),
+                        kind="action",
+                        trigger=tid,
+                        firing=firing,
+                        action=i,
+                        match=match,
+                    )
+                )
             else:
                 immediate.append(i)
         when = spec.when
@@ -276,8 +302,12 @@ class World:
             self.state.queue = [q for q in self.state.queue if not (q.kind == "trigger" and q.trigger == tid)]
         for other in self.triggers.values():
             w = other.when
-            if isinstance(w, TimeWhen) and w.after == tid and self.state.triggers[other.id].registered \
-                    and not self.state.triggers[other.id].done:
+            if (
+                isinstance(w, TimeWhen)
+                and w.after == tid
+                and self.state.triggers[other.id].registered
+                and not self.state.triggers[other.id].done
+            ):
                 self._schedule_trigger(other.id, at + w.delay)
         if self.state.clock is not None:
             self.state.clock.horizon = self.horizon()
@@ -300,8 +330,14 @@ class World:
                 continue
             when = spec.when
             if isinstance(when, ToolCallWhen) and when.env == env_step:
-                out.append(Watch(trigger=tid, kind="tool_call", spec=when.model_dump(mode="json"),
-                                 barrier_s=when.barrier.total_seconds() if when.barrier else None))
+                out.append(
+                    Watch(
+                        trigger=tid,
+                        kind="tool_call",
+                        spec=when.model_dump(mode="json"),
+                        barrier_s=when.barrier.total_seconds() if when.barrier else None,
+                    )
+                )
             elif isinstance(when, StateWhen) and when.env == env_step:
                 out.append(Watch(trigger=tid, kind="state", spec=when.model_dump(mode="json")))
             elif isinstance(when, PersonaWhen) and when.env == env_step:
@@ -317,9 +353,22 @@ class World:
         common = {"env": when.env, "agents": when.from_agents, "outcome": "success"}
         out = []
         if persona.email:
-            out.append({**common, "tool": "send_email", "where": [
-                {"path": "arguments.to", "contains": persona.email}, {"path": "arguments.body", **says}]})
+            out.append(
+                {
+                    **common,
+                    "tool": "send_email",
+                    "where": [{"path": "arguments.to", "contains": persona.email}, {"path": "arguments.body", **says}],
+                }
+            )
         if persona.chat:
-            out.append({**common, "tool": "send_direct_message", "where": [
-                {"path": "arguments.recipient", "equals": persona.chat}, {"path": "arguments.text", **says}]})
+            out.append(
+                {
+                    **common,
+                    "tool": "send_direct_message",
+                    "where": [
+                        {"path": "arguments.recipient", "equals": persona.chat},
+                        {"path": "arguments.text", **says},
+                    ],
+                }
+            )
         return out

@@ -72,7 +72,9 @@ class Billing(App):
         charges = self.rows(
             "SELECT c.id, c.amount_cents, c.status, c.created_at, "
             "COALESCE((SELECT SUM(r.amount_cents) FROM refunds r WHERE r.charge_id = c.id), 0) AS refunded_cents "
-            "FROM charges c WHERE c.order_id = ? ORDER BY c.created_at, c.id", (order_id,))
+            "FROM charges c WHERE c.order_id = ? ORDER BY c.created_at, c.id",
+            (order_id,),
+        )
         for c in charges:
             c["refundable_cents"] = c["amount_cents"] - c["refunded_cents"] if c["status"] == "succeeded" else 0
         return charges
@@ -86,13 +88,18 @@ class Billing(App):
         Args:
             email: the customer's email address, e.g. "dana@example.com"
         """
-        rows = self.rows("SELECT id, email, name, created_at FROM accounts WHERE email = ? COLLATE NOCASE",
-                          (email.strip(),))
+        rows = self.rows(
+            "SELECT id, email, name, created_at FROM accounts WHERE email = ? COLLATE NOCASE", (email.strip(),)
+        )
         if not rows:
             raise ToolError(f"no account with email {email!r} — check the address (the customer may use another)")
         account = rows[0]
-        account["order_ids"] = [r[0] for r in self.db.execute(
-            "SELECT id FROM orders WHERE account_id = ? ORDER BY created_at, id", (account["id"],))]
+        account["order_ids"] = [
+            r[0]
+            for r in self.db.execute(
+                "SELECT id FROM orders WHERE account_id = ? ORDER BY created_at, id", (account["id"],)
+            )
+        ]
         return account
 
     @tool(read_only=True)
@@ -104,8 +111,9 @@ class Billing(App):
         """
         if self.db.execute("SELECT 1 FROM accounts WHERE id = ?", (account_id,)).fetchone() is None:
             raise ToolError(f"no account {account_id!r} — find an account's id with get_account(email)")
-        orders = self.rows(f"SELECT {ORDER_COLUMNS} FROM orders WHERE account_id = ? ORDER BY created_at, id",
-                            (account_id,))
+        orders = self.rows(
+            f"SELECT {ORDER_COLUMNS} FROM orders WHERE account_id = ? ORDER BY created_at, id", (account_id,)
+        )
         for o in orders:
             o["verified"] = bool(o["verified"])
         return {"account_id": account_id, "count": len(orders), "orders": orders}
@@ -119,11 +127,16 @@ class Billing(App):
             order_id: the order's id, e.g. "ORD-1001"
         """
         order = self._order(order_id)
-        order["items"] = self.rows("SELECT sku, description, quantity, unit_price_cents FROM order_items "
-                                    "WHERE order_id = ? ORDER BY rowid", (order_id,))
+        order["items"] = self.rows(
+            "SELECT sku, description, quantity, unit_price_cents FROM order_items WHERE order_id = ? ORDER BY rowid",
+            (order_id,),
+        )
         order["charges"] = self._charges(order_id)
-        order["refunds"] = self.rows("SELECT id, charge_id, amount_cents, reason, issued_by, created_at "
-                                      "FROM refunds WHERE order_id = ? ORDER BY created_at, id", (order_id,))
+        order["refunds"] = self.rows(
+            "SELECT id, charge_id, amount_cents, reason, issued_by, created_at "
+            "FROM refunds WHERE order_id = ? ORDER BY created_at, id",
+            (order_id,),
+        )
         order["charged_cents"] = sum(c["amount_cents"] for c in order["charges"] if c["status"] == "succeeded")
         order["refunded_cents"] = sum(r["amount_cents"] for r in order["refunds"])
         return order
@@ -138,12 +151,16 @@ class Billing(App):
         """
         order = self._order(order_id)
         if order["verified"]:
-            raise ToolError(f"order {order_id} is already verified (by {order['verified_by']} at "
-                            f"{order['verified_at']}) — nothing to do")
+            raise ToolError(
+                f"order {order_id} is already verified (by {order['verified_by']} at "
+                f"{order['verified_at']}) — nothing to do"
+            )
         if not verified_by.strip():
             raise ToolError("verified_by is empty — say who verified the order")
-        self.db.execute("UPDATE orders SET verified = 1, verified_by = ?, verified_at = ? WHERE id = ?",
-                        (verified_by, ctx.now_iso(), order_id))
+        self.db.execute(
+            "UPDATE orders SET verified = 1, verified_by = ?, verified_at = ? WHERE id = ?",
+            (verified_by, ctx.now_iso(), order_id),
+        )
         return self._order(order_id)
 
     @tool(hidden=True)
@@ -161,26 +178,42 @@ class Billing(App):
         if charge_id not in charges:
             owner = self.db.execute("SELECT order_id FROM charges WHERE id = ?", (charge_id,)).fetchone()
             where = f"it belongs to order {owner[0]}" if owner else "there is no such charge"
-            raise ToolError(f"charge {charge_id!r} is not a charge of order {order_id} ({where}) — "
-                            f"get_order({order_id}) lists its charges: {', '.join(charges) or 'none'}")
+            raise ToolError(
+                f"charge {charge_id!r} is not a charge of order {order_id} ({where}) — "
+                f"get_order({order_id}) lists its charges: {', '.join(charges) or 'none'}"
+            )
         charge = charges[charge_id]
         if charge["status"] != "succeeded":
-            raise ToolError(f"charge {charge_id} has status {charge['status']}: nothing was collected, so there "
-                            "is nothing to refund — only succeeded charges can be refunded")
+            raise ToolError(
+                f"charge {charge_id} has status {charge['status']}: nothing was collected, so there "
+                "is nothing to refund — only succeeded charges can be refunded"
+            )
         if charge["refundable_cents"] == 0:
-            raise ToolError(f"charge {charge_id} is already fully refunded ({charge['refunded_cents']} cents) — "
-                            "nothing is left to refund on it")
+            raise ToolError(
+                f"charge {charge_id} is already fully refunded ({charge['refunded_cents']} cents) — "
+                "nothing is left to refund on it"
+            )
         if amount_cents <= 0:
             raise ToolError(f"amount_cents must be positive, got {amount_cents} — give the refund in cents")
         if amount_cents > charge["refundable_cents"]:
-            raise ToolError(f"amount_cents {amount_cents} is more than the {charge['refundable_cents']} cents still "
-                            f"refundable on {charge_id} (charged {charge['amount_cents']}, already refunded "
-                            f"{charge['refunded_cents']}) — refund at most {charge['refundable_cents']}")
+            raise ToolError(
+                f"amount_cents {amount_cents} is more than the {charge['refundable_cents']} cents still "
+                f"refundable on {charge_id} (charged {charge['amount_cents']}, already refunded "
+                f"{charge['refunded_cents']}) — refund at most {charge['refundable_cents']}"
+            )
         if not reason.strip():
             raise ToolError("reason is empty — say why the refund is issued")
-        refund = {"id": self.next_id("refunds", "RF-"), "order_id": order_id, "charge_id": charge_id,
-                  "amount_cents": amount_cents, "reason": reason, "issued_by": ctx.agent or ctx.role,
-                  "created_at": ctx.now_iso()}
-        self.db.execute("INSERT INTO refunds VALUES (:id, :order_id, :charge_id, :amount_cents, :reason, "
-                        ":issued_by, :created_at)", refund)
+        refund = {
+            "id": self.next_id("refunds", "RF-"),
+            "order_id": order_id,
+            "charge_id": charge_id,
+            "amount_cents": amount_cents,
+            "reason": reason,
+            "issued_by": ctx.agent or ctx.role,
+            "created_at": ctx.now_iso(),
+        }
+        self.db.execute(
+            "INSERT INTO refunds VALUES (:id, :order_id, :charge_id, :amount_cents, :reason, :issued_by, :created_at)",
+            refund,
+        )
         return {**refund, "charge_refundable_cents": charge["refundable_cents"] - amount_cents}

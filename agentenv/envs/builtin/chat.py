@@ -56,8 +56,10 @@ class Chat(App):
         return handle
 
     def _members(self, channel: str) -> list[str]:
-        return [r[0] for r in self.db.execute(
-            "SELECT handle FROM channel_members WHERE channel = ? ORDER BY handle", (channel,))]
+        return [
+            r[0]
+            for r in self.db.execute("SELECT handle FROM channel_members WHERE channel = ? ORDER BY handle", (channel,))
+        ]
 
     def _channel(self, channel: str) -> str:
         name = channel.removeprefix("#")
@@ -78,9 +80,13 @@ class Chat(App):
         """List every channel with its members and how many messages it holds."""
         rows = self.db.execute(
             "SELECT name, created_at, (SELECT COUNT(*) FROM channel_messages m WHERE m.channel = c.name) "
-            "FROM channels c ORDER BY name").fetchall()
-        return {"channels": [{"name": n, "members": self._members(n), "messages": count, "created_at": at}
-                             for n, at, count in rows]}
+            "FROM channels c ORDER BY name"
+        ).fetchall()
+        return {
+            "channels": [
+                {"name": n, "members": self._members(n), "messages": count, "created_at": at} for n, at, count in rows
+            ]
+        }
 
     @tool
     def create_channel(self, ctx: Ctx, name: Id, members: Ids) -> dict:
@@ -92,8 +98,10 @@ class Chat(App):
         """
         name = name.removeprefix("#")
         if not CHANNEL_NAME.match(name):
-            raise ToolError(f"invalid channel name {name!r} — use lowercase letters, digits, - and _ "
-                            "(at most 40), e.g. 'billing-escalations'")
+            raise ToolError(
+                f"invalid channel name {name!r} — use lowercase letters, digits, - and _ "
+                "(at most 40), e.g. 'billing-escalations'"
+            )
         if self.db.execute("SELECT 1 FROM channels WHERE name = ?", (name,)).fetchone():
             raise ToolError(f"channel #{name} already exists — post to it with post_message or pick another name")
         if not members:
@@ -116,10 +124,14 @@ class Chat(App):
         self._user(author)
         members = self._members(name)
         if author not in members:
-            raise ToolError(f"{author!r} is not a member of #{name} — post as one of its members: "
-                            f"{', '.join(members)}")
-        message = {"id": self.next_id("channel_messages", "CM-"), "channel": name, "author": author,
-                   "text": self._text(text), "posted_at": ctx.now_iso()}
+            raise ToolError(f"{author!r} is not a member of #{name} — post as one of its members: {', '.join(members)}")
+        message = {
+            "id": self.next_id("channel_messages", "CM-"),
+            "channel": name,
+            "author": author,
+            "text": self._text(text),
+            "posted_at": ctx.now_iso(),
+        }
         self.db.execute("INSERT INTO channel_messages VALUES (:id, :channel, :author, :text, :posted_at)", message)
         return message
 
@@ -134,7 +146,9 @@ class Chat(App):
         name = self._channel(channel)
         messages = self.rows(
             "SELECT * FROM (SELECT id, author, text, posted_at, rowid AS r FROM channel_messages WHERE channel = ? "
-            "ORDER BY posted_at DESC, rowid DESC LIMIT ?) ORDER BY posted_at, r", (name, limit))
+            "ORDER BY posted_at DESC, rowid DESC LIMIT ?) ORDER BY posted_at, r",
+            (name, limit),
+        )
         for m in messages:
             del m["r"]
         return {"channel": name, "members": self._members(name), "messages": messages}
@@ -152,8 +166,13 @@ class Chat(App):
         self._user(recipient)
         if sender == recipient:
             raise ToolError("sender and recipient are the same user — direct messages go to someone else")
-        message = {"id": self.next_id("direct_messages", "DM-"), "sender": sender, "recipient": recipient,
-                   "text": self._text(text), "sent_at": ctx.now_iso()}
+        message = {
+            "id": self.next_id("direct_messages", "DM-"),
+            "sender": sender,
+            "recipient": recipient,
+            "text": self._text(text),
+            "sent_at": ctx.now_iso(),
+        }
         self.db.execute("INSERT INTO direct_messages VALUES (:id, :sender, :recipient, :text, :sent_at)", message)
         return message
 
@@ -170,5 +189,6 @@ class Chat(App):
         messages = self.rows(
             "SELECT id, sender, recipient, text, sent_at FROM direct_messages "
             "WHERE (sender = ?1 AND recipient = ?2) OR (sender = ?2 AND recipient = ?1) ORDER BY sent_at, rowid",
-            (user, other))
+            (user, other),
+        )
         return {"between": [user, other], "count": len(messages), "messages": messages}

@@ -57,8 +57,10 @@ class Helpdesk(App):
         """The ticket, which must not be closed (closed tickets are final)."""
         ticket = self._ticket(ticket_id)
         if ticket["status"] == "closed":
-            raise ToolError(f"ticket {ticket_id} is closed, and closed tickets are final — create a new ticket "
-                            "with create_ticket for any follow-up")
+            raise ToolError(
+                f"ticket {ticket_id} is closed, and closed tickets are final — create a new ticket "
+                "with create_ticket for any follow-up"
+            )
         return ticket
 
     def _agent(self, email: str) -> str:
@@ -73,8 +75,9 @@ class Helpdesk(App):
     # -- tools --
 
     @tool(read_only=True)
-    def list_tickets(self, status: Status | None = None, assignee: Address | None = None,
-                     customer_email: Address | None = None) -> dict:
+    def list_tickets(
+        self, status: Status | None = None, assignee: Address | None = None, customer_email: Address | None = None
+    ) -> dict:
         """List tickets (without their comments), oldest first, optionally filtered.
 
         Args:
@@ -94,8 +97,10 @@ class Helpdesk(App):
             args.append(self._agent(assignee))
         if customer_email is not None:
             if self.db.execute("SELECT 1 FROM customers WHERE email = ?", (customer_email,)).fetchone() is None:
-                raise ToolError(f"no customer with email {customer_email!r} — check the address, or list all "
-                                "tickets without this filter")
+                raise ToolError(
+                    f"no customer with email {customer_email!r} — check the address, or list all "
+                    "tickets without this filter"
+                )
             where.append("customer_email = ?")
             args.append(customer_email)
         sql = f"SELECT {TICKET_COLUMNS} FROM tickets"
@@ -112,16 +117,20 @@ class Helpdesk(App):
             ticket_id: the ticket's id, e.g. "TCK-1004"
         """
         ticket = self._ticket(ticket_id)
-        comments = self.rows("SELECT id, author, body, internal, created_at FROM comments WHERE ticket_id = ? "
-                              "ORDER BY created_at, rowid", (ticket_id,))
+        comments = self.rows(
+            "SELECT id, author, body, internal, created_at FROM comments WHERE ticket_id = ? "
+            "ORDER BY created_at, rowid",
+            (ticket_id,),
+        )
         for c in comments:
             c["internal"] = bool(c["internal"])
         name = self.db.execute("SELECT name FROM customers WHERE email = ?", (ticket["customer_email"],)).fetchone()
         return {**ticket, "customer_name": name[0] if name else None, "comments": comments}
 
     @tool
-    def create_ticket(self, ctx: Ctx, customer_email: Address, subject: Line, description: Text,
-                      priority: Priority = "normal") -> dict:
+    def create_ticket(
+        self, ctx: Ctx, customer_email: Address, subject: Line, description: Text, priority: Priority = "normal"
+    ) -> dict:
         """Open a new ticket for a customer (a customer seen for the first time is added). It starts open and
         unassigned.
 
@@ -138,8 +147,10 @@ class Helpdesk(App):
         self.db.execute("INSERT OR IGNORE INTO customers (email) VALUES (?)", (customer_email,))
         ticket_id = self.next_id("tickets", "TCK-", first=1001)
         now = ctx.now_iso()
-        self.db.execute("INSERT INTO tickets VALUES (?, ?, ?, ?, ?, 'open', NULL, ?, ?)",
-                        (ticket_id, customer_email, subject, description, priority, now, now))
+        self.db.execute(
+            "INSERT INTO tickets VALUES (?, ?, ?, ?, ?, 'open', NULL, ?, ?)",
+            (ticket_id, customer_email, subject, description, priority, now, now),
+        )
         return self._ticket(ticket_id)
 
     @tool
@@ -171,16 +182,26 @@ class Helpdesk(App):
         ticket = self._open_ticket(ticket_id)
         is_agent = self.db.execute("SELECT 1 FROM agents WHERE email = ?", (author,)).fetchone() is not None
         if not is_agent and author != ticket["customer_email"]:
-            raise ToolError(f"{author!r} can not comment on {ticket_id}: authors are agents or the ticket's "
-                            f"customer ({ticket['customer_email']})")
+            raise ToolError(
+                f"{author!r} can not comment on {ticket_id}: authors are agents or the ticket's "
+                f"customer ({ticket['customer_email']})"
+            )
         if internal and not is_agent:
             raise ToolError("only agents can write internal notes — set internal to false for a customer reply")
         if not body.strip():
             raise ToolError("body is empty — write the comment")
-        comment = {"id": self.next_id("comments", "CMT-"), "ticket_id": ticket_id, "author": author,
-                   "body": body, "internal": internal, "created_at": ctx.now_iso()}
-        self.db.execute("INSERT INTO comments VALUES (:id, :ticket_id, :author, :body, :internal, :created_at)",
-                        {**comment, "internal": int(internal)})
+        comment = {
+            "id": self.next_id("comments", "CMT-"),
+            "ticket_id": ticket_id,
+            "author": author,
+            "body": body,
+            "internal": internal,
+            "created_at": ctx.now_iso(),
+        }
+        self.db.execute(
+            "INSERT INTO comments VALUES (:id, :ticket_id, :author, :body, :internal, :created_at)",
+            {**comment, "internal": int(internal)},
+        )
         self._touch(ctx, ticket_id)
         return comment
 

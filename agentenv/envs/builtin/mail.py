@@ -51,10 +51,19 @@ class Mail(App):
         if row is None:
             raise ToolError(f"no message {message_id!r} — find message ids with list_messages or search_messages")
         rcpt = self.db.execute(
-            "SELECT address, kind FROM recipients WHERE message_id = ? ORDER BY rowid", (message_id,)).fetchall()
-        msg = {"id": row[0], "thread_id": row[1], "from": row[2],
-               "to": [a for a, k in rcpt if k == "to"], "cc": [a for a, k in rcpt if k == "cc"],
-               "subject": row[3], "sent_at": row[5], "in_reply_to": row[6], "read": bool(row[7])}
+            "SELECT address, kind FROM recipients WHERE message_id = ? ORDER BY rowid", (message_id,)
+        ).fetchall()
+        msg = {
+            "id": row[0],
+            "thread_id": row[1],
+            "from": row[2],
+            "to": [a for a, k in rcpt if k == "to"],
+            "cc": [a for a, k in rcpt if k == "cc"],
+            "subject": row[3],
+            "sent_at": row[5],
+            "in_reply_to": row[6],
+            "read": bool(row[7]),
+        }
         if full:
             msg["body"] = row[4]
         else:
@@ -72,12 +81,21 @@ class Mail(App):
         rows = self.db.execute(
             "SELECT b.address, b.display_name, (SELECT COUNT(*) FROM recipients r JOIN messages m "
             "ON m.id = r.message_id WHERE r.address = b.address AND m.is_read = 0) "
-            "FROM mailboxes b ORDER BY b.address").fetchall()
+            "FROM mailboxes b ORDER BY b.address"
+        ).fetchall()
         return {"mailboxes": [{"address": a, "display_name": n, "unread": u} for a, n, u in rows]}
 
     @tool
-    def send_email(self, ctx: Ctx, sender: Address, to: Addresses, body: Text, subject: Line | None = None,
-                   cc: Addresses = [], in_reply_to: Id | None = None) -> dict:  # noqa: B006 (pydantic copies it)
+    def send_email(
+        self,
+        ctx: Ctx,
+        sender: Address,
+        to: Addresses,
+        body: Text,
+        subject: Line | None = None,
+        cc: Addresses = [],  # noqa: B006 (pydantic copies it)
+        in_reply_to: Id | None = None,
+    ) -> dict:
         """Send an email. A reply (in_reply_to) joins the original's thread; its subject defaults to "Re: ...".
 
         Args:
@@ -107,8 +125,10 @@ class Mail(App):
                 raise ToolError("subject is required for a new message — only replies (in_reply_to) default it")
             thread_id = self.next_id("messages", "THR-", column="thread_id")
         message_id = self.next_id("messages", "MSG-")
-        self.db.execute("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
-                        (message_id, thread_id, sender, subject, body, ctx.now_iso(), in_reply_to))
+        self.db.execute(
+            "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+            (message_id, thread_id, sender, subject, body, ctx.now_iso(), in_reply_to),
+        )
         seen: set[str] = set()
         for kind, addresses in (("to", to), ("cc", cc)):
             for address in addresses:
@@ -118,8 +138,13 @@ class Mail(App):
         return self._message(message_id)
 
     @tool(read_only=True)
-    def list_messages(self, mailbox: Address, folder: Literal["inbox", "sent"] = "inbox", unread_only: bool = False,
-                      limit: Annotated[int, Field(ge=1, le=200)] = 50) -> dict:
+    def list_messages(
+        self,
+        mailbox: Address,
+        folder: Literal["inbox", "sent"] = "inbox",
+        unread_only: bool = False,
+        limit: Annotated[int, Field(ge=1, le=200)] = 50,
+    ) -> dict:
         """List a mailbox's messages, newest first, with a short preview of each body.
 
         Args:
@@ -136,7 +161,8 @@ class Mail(App):
         if unread_only:
             where += " AND is_read = 0"
         messages = self._summaries(
-            f"SELECT id FROM messages WHERE {where} ORDER BY sent_at DESC, rowid DESC LIMIT ?", (mailbox, limit))
+            f"SELECT id FROM messages WHERE {where} ORDER BY sent_at DESC, rowid DESC LIMIT ?", (mailbox, limit)
+        )
         return {"mailbox": mailbox, "folder": folder, "count": len(messages), "messages": messages}
 
     @tool
@@ -160,8 +186,10 @@ class Mail(App):
         """
         if not query.strip():
             raise ToolError("query is empty — give some text to search for")
-        sql = ("SELECT id FROM messages WHERE (instr(lower(subject), lower(?1)) OR instr(lower(body), lower(?1)) "
-               "OR instr(lower(sender), lower(?1)))")
+        sql = (
+            "SELECT id FROM messages WHERE (instr(lower(subject), lower(?1)) OR instr(lower(body), lower(?1)) "
+            "OR instr(lower(sender), lower(?1)))"
+        )
         args: tuple = (query.strip(),)
         if mailbox is not None:
             self._mailbox(mailbox)
@@ -177,11 +205,12 @@ class Mail(App):
         Args:
             thread_id: the thread's id, e.g. "THR-0004" (every message shows its thread_id)
         """
-        ids = self.db.execute("SELECT id FROM messages WHERE thread_id = ? ORDER BY sent_at, rowid",
-                              (thread_id,)).fetchall()
+        ids = self.db.execute(
+            "SELECT id FROM messages WHERE thread_id = ? ORDER BY sent_at, rowid", (thread_id,)
+        ).fetchall()
         if not ids:
-            raise ToolError(f"no thread {thread_id!r} — a message's thread_id is shown by list_messages and "
-                            "read_message")
+            raise ToolError(
+                f"no thread {thread_id!r} — a message's thread_id is shown by list_messages and read_message"
+            )
         messages = [self._message(r[0]) for r in ids]
-        return {"thread_id": thread_id, "subject": messages[0]["subject"], "count": len(messages),
-                "messages": messages}
+        return {"thread_id": thread_id, "subject": messages[0]["subject"], "count": len(messages), "messages": messages}

@@ -9,16 +9,20 @@ from agentenv.envs.builtin.fields import Id, Line
 
 InvoiceStatus = Literal["received", "approved", "rejected", "held", "paid"]
 DECIDABLE = ("received", "held")
-INVOICE_COLUMNS = ("id, vendor_id, po_id, number, amount_cents, currency, bank_account, memo, issued_at, due_at, "
-                   "received_at, status, decided_by, decided_at, decision_reason, paid_by, paid_at")
+INVOICE_COLUMNS = (
+    "id, vendor_id, po_id, number, amount_cents, currency, bank_account, memo, issued_at, due_at, "
+    "received_at, status, decided_by, decided_at, decision_reason, paid_by, paid_at"
+)
 VENDOR_COLUMNS = "id, name, status, payment_terms_days, approved_bank_account"
 PO_COLUMNS = "id, vendor_id, description, amount_cents, currency, status"
 
 
 class Payables(App):
     name = "payables"
-    description = ("Accounts payable: vendors, their purchase orders, the invoices they send (to approve, reject "
-                   "or hold, then pay), and the AP policy those decisions follow.")
+    description = (
+        "Accounts payable: vendors, their purchase orders, the invoices they send (to approve, reject "
+        "or hold, then pay), and the AP policy those decisions follow."
+    )
     schema = """
     CREATE TABLE vendors (
         id TEXT PRIMARY KEY,                 -- VEN-001
@@ -84,15 +88,21 @@ class Payables(App):
         invoice = self._invoice(invoice_id)
         if invoice["status"] not in DECIDABLE:
             by = f" (by {invoice['decided_by']} at {invoice['decided_at']})" if invoice["decided_by"] else ""
-            raise ToolError(f"invoice {invoice_id} is {invoice['status']}{by}: only received or held invoices can "
-                            "be approved, rejected or held — a decision is final once made")
+            raise ToolError(
+                f"invoice {invoice_id} is {invoice['status']}{by}: only received or held invoices can "
+                "be approved, rejected or held — a decision is final once made"
+            )
         if invoice["status"] == status:
-            raise ToolError(f"invoice {invoice_id} is already held (by {invoice['decided_by']} at "
-                            f"{invoice['decided_at']}) — approve or reject it, or leave it held")
+            raise ToolError(
+                f"invoice {invoice_id} is already held (by {invoice['decided_by']} at "
+                f"{invoice['decided_at']}) — approve or reject it, or leave it held"
+            )
         if not reason.strip():
             raise ToolError("reason is empty — say why, naming the policy rule the decision follows")
-        self.db.execute("UPDATE invoices SET status = ?, decided_by = ?, decided_at = ?, decision_reason = ? "
-                        "WHERE id = ?", (status, ctx.agent or ctx.role, ctx.now_iso(), reason.strip(), invoice_id))
+        self.db.execute(
+            "UPDATE invoices SET status = ?, decided_by = ?, decided_at = ?, decision_reason = ? WHERE id = ?",
+            (status, ctx.agent or ctx.role, ctx.now_iso(), reason.strip(), invoice_id),
+        )
         return {**self._invoice(invoice_id), "previous_status": invoice["status"]}
 
     # -- tools --
@@ -137,8 +147,11 @@ class Payables(App):
         """
         invoice = self._invoice(invoice_id)
         vendor = self.rows(f"SELECT {VENDOR_COLUMNS} FROM vendors WHERE id = ?", (invoice["vendor_id"],))
-        po = self.rows(f"SELECT {PO_COLUMNS} FROM purchase_orders WHERE id = ?", (invoice["po_id"],)) \
-            if invoice["po_id"] else []
+        po = (
+            self.rows(f"SELECT {PO_COLUMNS} FROM purchase_orders WHERE id = ?", (invoice["po_id"],))
+            if invoice["po_id"]
+            else []
+        )
         return {**invoice, "vendor": vendor[0] if vendor else None, "purchase_order": po[0] if po else None}
 
     @tool(read_only=True)
@@ -155,10 +168,15 @@ class Payables(App):
             vendor_id: the vendor's id, e.g. "VEN-001"
         """
         vendor = self._vendor(vendor_id)
-        vendor["purchase_orders"] = self.rows(f"SELECT {PO_COLUMNS} FROM purchase_orders WHERE vendor_id = ? "
-                                              "ORDER BY id", (vendor_id,))
-        vendor["invoice_ids"] = [r[0] for r in self.db.execute(
-            "SELECT id FROM invoices WHERE vendor_id = ? ORDER BY received_at, id", (vendor_id,))]
+        vendor["purchase_orders"] = self.rows(
+            f"SELECT {PO_COLUMNS} FROM purchase_orders WHERE vendor_id = ? ORDER BY id", (vendor_id,)
+        )
+        vendor["invoice_ids"] = [
+            r[0]
+            for r in self.db.execute(
+                "SELECT id FROM invoices WHERE vendor_id = ? ORDER BY received_at, id", (vendor_id,)
+            )
+        ]
         return vendor
 
     @tool(read_only=True)
@@ -169,8 +187,10 @@ class Payables(App):
             po_id: the purchase order's id, e.g. "PO-2001"
         """
         po = self._purchase_order(po_id)
-        po["invoices"] = self.rows("SELECT id, number, amount_cents, currency, status FROM invoices "
-                                   "WHERE po_id = ? ORDER BY received_at, id", (po_id,))
+        po["invoices"] = self.rows(
+            "SELECT id, number, amount_cents, currency, status FROM invoices WHERE po_id = ? ORDER BY received_at, id",
+            (po_id,),
+        )
         return po
 
     @tool
@@ -214,14 +234,19 @@ class Payables(App):
         """
         invoice = self._invoice(invoice_id)
         if invoice["status"] == "paid":
-            raise ToolError(f"invoice {invoice_id} is already paid (by {invoice['paid_by']} at "
-                            f"{invoice['paid_at']}) — nothing to do")
+            raise ToolError(
+                f"invoice {invoice_id} is already paid (by {invoice['paid_by']} at "
+                f"{invoice['paid_at']}) — nothing to do"
+            )
         if invoice["status"] != "approved":
             raise ToolError(f"invoice {invoice_id} is {invoice['status']}: only approved invoices can be paid")
         vendor = self._vendor(invoice["vendor_id"])
         if vendor["status"] != "active":
-            raise ToolError(f"vendor {vendor['id']} ({vendor['name']}) is {vendor['status']}: payments to it are "
-                            "stopped")
-        self.db.execute("UPDATE invoices SET status = 'paid', paid_by = ?, paid_at = ? WHERE id = ?",
-                        (ctx.agent or ctx.role, ctx.now_iso(), invoice_id))
+            raise ToolError(
+                f"vendor {vendor['id']} ({vendor['name']}) is {vendor['status']}: payments to it are stopped"
+            )
+        self.db.execute(
+            "UPDATE invoices SET status = 'paid', paid_by = ?, paid_at = ? WHERE id = ?",
+            (ctx.agent or ctx.role, ctx.now_iso(), invoice_id),
+        )
         return {**self._invoice(invoice_id), "paid_to": invoice["bank_account"]}

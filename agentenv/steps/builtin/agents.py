@@ -81,21 +81,31 @@ def expanded(stores, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # -- deploy --
 
+
 class DeployAgentConfig(StepConfig):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     agent: str | None = Field(None, description="an agent of the bundle (agents/NAME/agent.toml)")
-    record: AgentRecord | None = Field(None, description="the agent's record inline (filled in from `agent` "
-                                                         "when the run is planned)")
+    record: AgentRecord | None = Field(
+        None, description="the agent's record inline (filled in from `agent` when the run is planned)"
+    )
     env: str | None = Field(None, description="the deploy_env step whose environment the agent works in")
-    as_: str | None = Field(None, alias="as", pattern=r"^[A-Za-z0-9_.@\-]{1,64}$",
-                            description="its name in the environment (default: the agent's name)")
+    as_: str | None = Field(
+        None,
+        alias="as",
+        pattern=r"^[A-Za-z0-9_.@\-]{1,64}$",
+        description="its name in the environment (default: the agent's name)",
+    )
     role: str | None = Field(None, description="its role there (default: the record's role)")
     models: dict[str, ModelSettings] = Field(default_factory=dict, description="filled in when the run is planned")
-    provider: str | None = Field(None, description="sandbox provider (or chain, \"docker,local\") for a sandboxed "
-                                                   "a2a agent; default: the agent's, then [sandboxes] agents")
-    build: str | None = Field(None, description="filled in when the run is planned: a sandboxed agent's build "
-                                                "context's object key")
+    provider: str | None = Field(
+        None,
+        description='sandbox provider (or chain, "docker,local") for a sandboxed '
+        "a2a agent; default: the agent's, then [sandboxes] agents",
+    )
+    build: str | None = Field(
+        None, description="filled in when the run is planned: a sandboxed agent's build context's object key"
+    )
 
     @model_validator(mode="after")
     def _known(self, info: ValidationInfo) -> DeployAgentConfig:
@@ -134,10 +144,11 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
         check_secrets(plan.settings, box, f"agent {record.name!r}")
     if box is not None and box.build and not config.get("build"):
         if folder is None:
-            raise BadInput(f"agent {record.name!r}: its sandbox's `build` folder is relative to the agent's folder, "
-                           "and an inline record has none",
-                           "put the agent in the bundle (agents/NAME/agent.toml), or give its sandbox an `image` "
-                           "or a `command`")
+            raise BadInput(
+                f"agent {record.name!r}: its sandbox's `build` folder is relative to the agent's folder, "
+                "and an inline record has none",
+                "put the agent in the bundle (agents/NAME/agent.toml), or give its sandbox an `image` or a `command`",
+            )
         config["build"] = pin_build(plan.stores, folder, box.build)  # every worker builds the very same context
     models = {}
     if record.needs_model():
@@ -162,8 +173,16 @@ def quick_deploy_agent(config: dict[str, Any]) -> bool:
     return not (record.get("type") == "a2a" and (record.get("config") or {}).get("sandbox"))
 
 
-@step_type("deploy_agent", config=DeployAgentConfig, timeout="5m", prepare=prepare_deploy_agent,
-           quick=quick_deploy_agent, step_refs=("env",), deploys_agent=True, sandboxes=agent_in_sandbox)
+@step_type(
+    "deploy_agent",
+    config=DeployAgentConfig,
+    timeout="5m",
+    prepare=prepare_deploy_agent,
+    quick=quick_deploy_agent,
+    step_refs=("env",),
+    deploys_agent=True,
+    sandboxes=agent_in_sandbox,
+)
 async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
     from agentenv.agents.client import AgentReplyInvalid, agent_client, forget_agent
@@ -181,15 +200,25 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
             if role is not None:
                 await gateway.set_agent_role(instance, name, role)
             elif name not in described["agents"]:
-                raise StepFailed(f"agent {name!r} has no role in environment {config.env!r} (its agents: "
-                                 f"{', '.join(described['agents']) or 'none'}) — give the step a `role`")
+                raise StepFailed(
+                    f"agent {name!r} has no role in environment {config.env!r} (its agents: "
+                    f"{', '.join(described['agents']) or 'none'}) — give the step a `role`"
+                )
         except GatewayRefused as e:
             raise StepFailed(f"agent {name!r}: {e}") from None
         role = role or described["agents"][name]
     if record.type == "trainer":  # played from a trainer's loop: its turns are offered by the run itself
-        return {"agent": record.name, "type": record.type, "name": name, "role": role, "env": instance,
-                "url": None, "hosted": False, "trainer": True,
-                "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None}
+        return {
+            "agent": record.name,
+            "type": record.type,
+            "name": name,
+            "role": role,
+            "env": instance,
+            "url": None,
+            "hosted": False,
+            "trainer": True,
+            "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None,
+        }
     sandbox = None
     if record.type == "a2a" and (box := agent_sandbox(record)) is not None:
         sandbox, url = await _start_agent_sandbox(ctx, config, record, box)
@@ -211,20 +240,33 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
 
         secrets = SecretStore(ctx.settings.state_dir)
         keys = {p: k for p, m in config.models.items() if (k := resolve_key(m, secrets))}
-        await gateway.put_agent({"id": agent_id(ctx, ctx.step_id), "run_id": ctx.run_id,
-                                 "record": record.model_dump(mode="json"),
-                                 "models": {p: m.model_dump(mode="json") for p, m in config.models.items()},
-                                 "keys": keys})
+        await gateway.put_agent(
+            {
+                "id": agent_id(ctx, ctx.step_id),
+                "run_id": ctx.run_id,
+                "record": record.model_dump(mode="json"),
+                "models": {p: m.model_dump(mode="json") for p, m in config.models.items()},
+                "keys": keys,
+            }
+        )
         url = f"{base_url(ctx.settings)}/agents/{agent_id(ctx, ctx.step_id)}/"
         hosted = True
-    return {"agent": record.name, "type": record.type, "name": name, "role": role, "env": instance,
-            "url": url, "hosted": hosted,
-            "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None,
-            **({"sandbox": sandbox} if sandbox else {})}
+    return {
+        "agent": record.name,
+        "type": record.type,
+        "name": name,
+        "role": role,
+        "env": instance,
+        "url": url,
+        "hosted": hosted,
+        "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None,
+        **({"sandbox": sandbox} if sandbox else {}),
+    }
 
 
-async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, record: AgentRecord,
-                               box: AgentSandbox) -> tuple[dict[str, Any], str]:
+async def _start_agent_sandbox(
+    ctx: StepContext, config: DeployAgentConfig, record: AgentRecord, box: AgentSandbox
+) -> tuple[dict[str, Any], str]:
     """Start (or, on a retry, find) the agent's sandbox and wait for its card; returns (sandbox, agent URL).
     The sandbox is the run's: its end (or the reaper) removes it."""
     from agentenv.agents.client import AgentReplyInvalid, agent_client, forget_agent
@@ -232,9 +274,16 @@ async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, reco
 
     owner = agent_id(ctx, ctx.step_id)
     provider, sandbox = await apps.start(
-        ctx.settings, ctx.stores, run_id=ctx.run_id, owner=owner, name=record.name, box=box,
-        build_key=config.build, chain=config.provider or box.provider or ctx.settings.sandboxes.agents,
-        label=f"agent {record.name!r}")
+        ctx.settings,
+        ctx.stores,
+        run_id=ctx.run_id,
+        owner=owner,
+        name=record.name,
+        box=box,
+        build_key=config.build,
+        chain=config.provider or box.provider or ctx.settings.sandboxes.agents,
+        label=f"agent {record.name!r}",
+    )
     url = sandbox.url.rstrip("/") + box.path
     where = f"agent {record.name!r} (a {provider.name} sandbox, {sandbox.info.id})"
     forget_agent(url)  # an earlier sandbox may have had this port: forget its card
@@ -246,20 +295,30 @@ async def _start_agent_sandbox(ctx: StepContext, config: DeployAgentConfig, reco
             raise StepFailed(f"{where} exited before serving A2A; its last output:\n{await _output_tail(sandbox)}")
 
     try:  # still starting: ask again until it exits or time is up
-        card = await waiting.until(client.card, what=where, timeout=AGENT_START_TIMEOUT, interval=0.25,
-                                   give_up_on=(AgentReplyInvalid,), check=still_running)
+        card = await waiting.until(
+            client.card,
+            what=where,
+            timeout=AGENT_START_TIMEOUT,
+            interval=0.25,
+            give_up_on=(AgentReplyInvalid,),
+            check=still_running,
+        )
     except AgentReplyInvalid as e:  # it answered, with a card pointing elsewhere: waiting will not help
         forget_agent(url)
         raise StepFailed(f"{where}: {e}") from None
     except waiting.TimedOut as e:
-        raise StepFailed(f"{where} did not answer with an A2A card at {url} within {AGENT_START_TIMEOUT:g}s "
-                         f"({e.last}); its last output:\n{await _output_tail(sandbox)}") from None
+        raise StepFailed(
+            f"{where} did not answer with an A2A card at {url} within {AGENT_START_TIMEOUT:g}s "
+            f"({e.last}); its last output:\n{await _output_tail(sandbox)}"
+        ) from None
     advertised = [i.url for i in card.supported_interfaces]  # resolved, and on the agent's origin (the client's rule)
     if not any(u.rstrip("/") == url.rstrip("/") for u in advertised):  # clients would send turns there
         forget_agent(url)
-        raise StepFailed(f"{where} answers at {url}, but its card advertises {', '.join(advertised) or 'no URL'} "
-                         "— serve the card with the URL it is reached at (agentenv.agents.sdk.serve on all interfaces "
-                         "names a URL relative to its card; behind a proxy give it public_url or $AGENTENV_PUBLIC_URL)")
+        raise StepFailed(
+            f"{where} answers at {url}, but its card advertises {', '.join(advertised) or 'no URL'} "
+            "— serve the card with the URL it is reached at (agentenv.agents.sdk.serve on all interfaces "
+            "names a URL relative to its card; behind a proxy give it public_url or $AGENTENV_PUBLIC_URL)"
+        )
     return {"provider": provider.name, "id": sandbox.info.id, "url": sandbox.url}, url
 
 
@@ -282,6 +341,7 @@ async def _output_tail(sandbox, lines: int = 20) -> str:
 # The prompt's config and the conversation's rules (who speaks next, what each side sees) live in
 # agentenv.agents.conversation: the workflow holds prompts a trainer plays with the same functions.
 
+
 def prepare_prompt(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     """The deploy steps' outputs, resolved by the workflow when this step starts."""
     config["deployed"] = ref(f"steps.{config['agent']}.outputs")
@@ -291,8 +351,14 @@ def prepare_prompt(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     return config
 
 
-@step_type("prompt_agent", config=PromptAgentConfig, timeout="2h", prepare=prepare_prompt, step_refs=("agent",),
-           conversation=True)
+@step_type(
+    "prompt_agent",
+    config=PromptAgentConfig,
+    timeout="2h",
+    prepare=prepare_prompt,
+    step_refs=("agent",),
+    conversation=True,
+)
 async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResult:
     """Give an agent a task, or hold a conversation with it; records the transcript and its tool calls."""
     from agentenv.agents.client import AgentTimedOut
@@ -311,16 +377,35 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
     started = time.perf_counter()
 
     async def finish(timed_out: str | None) -> dict[str, Any]:
-        return await finish_prompt(ctx.stores, gateway, ctx.run_id, ctx.step_id, transcript, marks, agent, partner,
-                                   timed_out, time.perf_counter() - started)
+        return await finish_prompt(
+            ctx.stores,
+            gateway,
+            ctx.run_id,
+            ctx.step_id,
+            transcript,
+            marks,
+            agent,
+            partner,
+            timed_out,
+            time.perf_counter() - started,
+        )
 
     timed_out = None
     try:
         while (side := next_side(config, transcript)) is not None:
             who = agent if side == "agent" else partner
-            entry, reply = await ask(ctx.settings, gateway, who, side=side, transcript=transcript, run_id=ctx.run_id,
-                                     step_id=ctx.step_id, system_prompt=system_prompt_for(config, side),
-                                     deadline=deadline, seed=config.seed)
+            entry, reply = await ask(
+                ctx.settings,
+                gateway,
+                who,
+                side=side,
+                transcript=transcript,
+                run_id=ctx.run_id,
+                step_id=ctx.step_id,
+                system_prompt=system_prompt_for(config, side),
+                deadline=deadline,
+                seed=config.seed,
+            )
             transcript.append(entry)
             if reply.failed:
                 await finish(None)
@@ -334,9 +419,20 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
     return StepResult(outputs=outputs, score=timeout_score(timed_out))
 
 
-async def ask(settings, gateway, who: dict[str, Any], *, side: str, transcript: list[dict[str, Any]], run_id: str,
-              step_id: str, system_prompt: str | None, deadline: float, seed: int | None = None,
-              turn: int | None = None):
+async def ask(
+    settings,
+    gateway,
+    who: dict[str, Any],
+    *,
+    side: str,
+    transcript: list[dict[str, Any]],
+    run_id: str,
+    step_id: str,
+    system_prompt: str | None,
+    deadline: float,
+    seed: int | None = None,
+    turn: int | None = None,
+):
     """One turn of a hosted or A2A agent: it answers the transcript's last message. Returns (entry, reply);
     raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline.
     `turn`: the side's turn number, when `transcript` is only the conversation's tail."""
@@ -346,15 +442,30 @@ async def ask(settings, gateway, who: dict[str, Any], *, side: str, transcript: 
     context_id = f"{run_id}/{step_id}"
     try:
         reply = await ask_deployed(
-            settings, gateway, who, transcript[-1]["text"], run_id=run_id, turn=turn, deadline_s=deadline,
-            context_id=f"{context_id}/{side}", message_id=f"{context_id}/{side}/{turn}",
-            system_prompt=system_prompt, conversation=conversation_view(transcript, side), seed=seed)
+            settings,
+            gateway,
+            who,
+            transcript[-1]["text"],
+            run_id=run_id,
+            turn=turn,
+            deadline_s=deadline,
+            context_id=f"{context_id}/{side}",
+            message_id=f"{context_id}/{side}/{turn}",
+            system_prompt=system_prompt,
+            conversation=conversation_view(transcript, side),
+            seed=seed,
+        )
     except AgentUnreachable as e:
         raise StepFailed(str(e), retryable=True) from None
     except AgentReplyInvalid as e:
         raise StepFailed(str(e)) from None
-    entry = {"side": side, "speaker": who["name"], "text": reply.text, "seconds": round(reply.seconds, 3),
-             **({"data": reply.data} if reply.data else {})}
+    entry = {
+        "side": side,
+        "speaker": who["name"],
+        "text": reply.text,
+        "seconds": round(reply.seconds, 3),
+        **({"data": reply.data} if reply.data else {}),
+    }
     return entry, reply
 
 
@@ -367,24 +478,35 @@ async def trajectory_marks(gateway, agent: dict[str, Any], partner: dict[str, An
     return marks
 
 
-async def finish_prompt(stores, gateway, run_id: str, step_id: str, transcript, marks, agent, partner,
-                        timed_out: str | None, seconds: float) -> dict[str, Any]:
+async def finish_prompt(
+    stores, gateway, run_id: str, step_id: str, transcript, marks, agent, partner, timed_out: str | None, seconds: float
+) -> dict[str, Any]:
     """Keep the conversation and the tool calls both sides made meanwhile; the step's outputs."""
     transcript = expanded(stores, transcript)
     names = {agent.get("name"), partner.get("name") if partner else None}
     calls = []
     for instance, after in marks.items():
         calls += [e for e in await gateway.trajectory(instance, after) if e.get("agent") in names]
-    doc = {"run_id": run_id, "step": step_id, "agent": agent.get("name"),
-           "partner": partner.get("name") if partner else None, "messages": transcript, "tool_calls": calls,
-           "timed_out": timed_out}
+    doc = {
+        "run_id": run_id,
+        "step": step_id,
+        "agent": agent.get("name"),
+        "partner": partner.get("name") if partner else None,
+        "messages": transcript,
+        "tool_calls": calls,
+        "timed_out": timed_out,
+    }
     stores.objects.put(transcript_key(run_id, step_id), json.dumps(doc, ensure_ascii=False).encode())
     answers = [m["text"] for m in transcript if m["side"] == "agent"]
     answer = answers[-1] if answers else ""
     return {
-        "answer": answer[:MAX_ANSWER_CHARS], "truncated": len(answer) > MAX_ANSWER_CHARS, "turns": len(answers),
-        "messages": len(transcript), "transcript": transcript_key(run_id, step_id),
+        "answer": answer[:MAX_ANSWER_CHARS],
+        "truncated": len(answer) > MAX_ANSWER_CHARS,
+        "turns": len(answers),
+        "messages": len(transcript),
+        "transcript": transcript_key(run_id, step_id),
         "tool_calls": sum(1 for c in calls if c["agent"] == agent["name"]),
         "refused": sum(1 for c in calls if c["agent"] == agent["name"] and c.get("refused")),
-        "seconds": round(seconds, 3), "timed_out": bool(timed_out),
+        "seconds": round(seconds, 3),
+        "timed_out": bool(timed_out),
     }

@@ -46,17 +46,22 @@ class ActorStep(EnvStep):
 
 # -- deploy --
 
+
 class DeployConfig(StepConfig):
     env: str = Field(description="an environment of the bundle (envs/NAME/env.toml) or a built-in app")
     agents: dict[str, str] = Field(default_factory=dict, description="agent -> role; default: one agent per role")
     load_data: bool = Field(True, description="load the environment's default data")
     now: datetime | None = Field(None, description="a fixed time for this world (RFC 3339)")
-    provider: str | None = Field(None, description="sandbox provider (or chain, \"docker,local\") for its "
-                                                   "sandboxed apps; default: the app's, then [sandboxes] envs")
+    provider: str | None = Field(
+        None,
+        description='sandbox provider (or chain, "docker,local") for its '
+        "sandboxed apps; default: the app's, then [sandboxes] envs",
+    )
     record: EnvRecord | None = Field(None, description="filled in when the run is planned")
     artifacts: list[str] = Field(default_factory=list, description="filled in when the run is planned")
-    builds: dict[str, str] = Field(default_factory=dict, description="filled in when the run is planned: app -> "
-                                                                     "its build context's object key")
+    builds: dict[str, str] = Field(
+        default_factory=dict, description="filled in when the run is planned: app -> its build context's object key"
+    )
 
     @field_validator("record")
     @classmethod
@@ -79,8 +84,9 @@ class DeployConfig(StepConfig):
             record = self.record
         for agent, role in self.agents.items():
             if role not in record.roles:
-                raise ValueError(f"agent {agent!r} has role {role!r}; the environment's roles are: "
-                                 f"{', '.join(record.roles)}")
+                raise ValueError(
+                    f"agent {agent!r} has role {role!r}; the environment's roles are: {', '.join(record.roles)}"
+                )
         return self
 
 
@@ -95,20 +101,32 @@ def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
             check_secrets(plan.settings, app.sandbox, f"app {app.name!r} of env {record.name}")
     config["record"] = record.model_dump(mode="json")
     config["artifacts"] = [store_artifact(plan, (folder / f).read_bytes()) for f in record.data] if folder else []
-    config["builds"] = {app.name: pin_build(plan.stores, folder, app.sandbox.build)
-                        for app in record.apps if app.sandbox and app.sandbox.build and folder}
+    config["builds"] = {
+        app.name: pin_build(plan.stores, folder, app.sandbox.build)
+        for app in record.apps
+        if app.sandbox and app.sandbox.build and folder
+    }
     return config
 
 
 def quick_deploy(config: dict[str, Any]) -> bool:
     """Apps in the gateway's own process and little data: done in milliseconds, so a local activity."""
     record = config.get("record") or {}
-    return all((app.get("run") or "in_process") == "in_process" and app.get("app") for app in record.get("apps", [])) \
+    return (
+        all((app.get("run") or "in_process") == "in_process" and app.get("app") for app in record.get("apps", []))
         and len(config.get("artifacts") or []) <= 1
+    )
 
 
-@step_type("deploy_env", config=DeployConfig, timeout="2m", prepare=prepare_deploy, quick=quick_deploy,
-           deploys_env=True, sandboxes=apps_in_sandboxes)
+@step_type(
+    "deploy_env",
+    config=DeployConfig,
+    timeout="2m",
+    prepare=prepare_deploy,
+    quick=quick_deploy,
+    deploys_env=True,
+    sandboxes=apps_in_sandboxes,
+)
 async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     """Start an instance of an environment on the gateway and load its data; outputs its URLs and agents."""
     from agentenv.gateway.embedded import base_url
@@ -124,12 +142,17 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         provider, sandbox = await _start_sandbox(ctx, config, gateway, instance, ref, record.name)
         sandboxes.append({"app": ref.name, "provider": provider, "id": sandbox.info.id, "url": sandbox.url})
         apps.append({"name": ref.name, "url": sandbox.url, "path": ref.sandbox.path, "prefix": ref.prefix})
-    await gateway.put_instance({
-        "id": instance, "run_id": ctx.run_id, "env": record.name,
-        "apps": apps,
-        "roles": {name: role.model_dump() for name, role in record.roles.items()},
-        "agents": config.agents, "now": config.now.isoformat() if config.now else None,
-    })
+    await gateway.put_instance(
+        {
+            "id": instance,
+            "run_id": ctx.run_id,
+            "env": record.name,
+            "apps": apps,
+            "roles": {name: role.model_dump() for name, role in record.roles.items()},
+            "agents": config.agents,
+            "now": config.now.isoformat() if config.now else None,
+        }
+    )
     if config.load_data and config.artifacts:
         parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in config.artifacts]
         await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
@@ -140,28 +163,39 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         "apps": described["apps"],
         "urls": {name: base + path for name, path in described["paths"].items()},
         # Tokens are secrets and stay out of run history: these references are resolved when needed.
-        "agents": {agent: {"role": role, "token_ref": f"gateway-token:{instance}/{agent}"}
-                   for agent, role in described["agents"].items()},
+        "agents": {
+            agent: {"role": role, "token_ref": f"gateway-token:{instance}/{agent}"}
+            for agent, role in described["agents"].items()
+        },
         **({"sandboxes": sandboxes} if sandboxes else {}),
     }
 
 
-async def _start_sandbox(ctx: StepContext, config: DeployConfig, gateway, instance: str, ref,
-                         record_name: str) -> tuple[str, Any]:
+async def _start_sandbox(
+    ctx: StepContext, config: DeployConfig, gateway, instance: str, ref, record_name: str
+) -> tuple[str, Any]:
     """Start the app's sandbox with the token its server must require: the gateway derives it from its
     key (this worker may not hold the key), hands it over the admin API, and sends it on every call; it
     lives in this activity's memory and the sandbox's environment, never in run history."""
     from agentenv.providers import apps
 
     provider, sandbox = await apps.start(
-        ctx.settings, ctx.stores, run_id=ctx.run_id, owner=instance, name=ref.name, box=ref.sandbox,
-        build_key=config.builds.get(ref.name), chain=config.provider or ref.sandbox.provider or
-        ctx.settings.sandboxes.envs, label=f"app {ref.name!r} of env {record_name}",
-        server_token=await gateway.server_token(instance, ref.name))
+        ctx.settings,
+        ctx.stores,
+        run_id=ctx.run_id,
+        owner=instance,
+        name=ref.name,
+        box=ref.sandbox,
+        build_key=config.builds.get(ref.name),
+        chain=config.provider or ref.sandbox.provider or ctx.settings.sandboxes.envs,
+        label=f"app {ref.name!r} of env {record_name}",
+        server_token=await gateway.server_token(instance, ref.name),
+    )
     return provider.name, sandbox
 
 
 # -- data --
+
 
 class LoadDataConfig(EnvStep):
     data: dict[str, Any] | None = Field(None, description="inline data: {app: {table: [rows]}}")
@@ -181,12 +215,16 @@ def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
 
     if config.get("file"):
         if plan.bundle is None:
-            raise BadInput(f"load_data file {config['file']!r}: a task outside a bundle has no files",
-                           "put the task in a bundle (tasks/ beside the data) or give the data inline")
+            raise BadInput(
+                f"load_data file {config['file']!r}: a task outside a bundle has no files",
+                "put the task in a bundle (tasks/ beside the data) or give the data inline",
+            )
         path = (plan.bundle / config["file"]).resolve()
         if not path.is_relative_to(plan.bundle.resolve()) or not path.is_file():
-            raise BadInput(f"load_data file {config['file']!r} is not a file inside the bundle {plan.bundle}",
-                           "name a JSON file inside the bundle's folder")
+            raise BadInput(
+                f"load_data file {config['file']!r} is not a file inside the bundle {plan.bundle}",
+                "name a JSON file inside the bundle's folder",
+            )
         config["artifact"] = store_artifact(plan, path.read_bytes())
     return config
 
@@ -194,10 +232,16 @@ def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
 @step_type("load_data", config=LoadDataConfig, timeout="10m", prepare=prepare_load, step_refs=("env",))
 async def load_data(ctx: StepContext, config: LoadDataConfig) -> dict:
     """Load data into an environment's apps (once, even if the step is retried)."""
-    data = config.data if config.data is not None else json.loads(ctx.stores.objects.get(cast(str, config.artifact)))  # (`file`: an artifact once planned)
+    data = (
+        config.data if config.data is not None else json.loads(ctx.stores.objects.get(cast(str, config.artifact)))
+    )  # (`file`: an artifact once planned)
     gateway = await ctx.gateway()
-    await gateway.load(instance_id(ctx, config.env), [{"kind": "data", "data": data}],
-                       idempotency_key=ctx.idempotency_key, reset=config.reset)
+    await gateway.load(
+        instance_id(ctx, config.env),
+        [{"kind": "data", "data": data}],
+        idempotency_key=ctx.idempotency_key,
+        reset=config.reset,
+    )
     return {"apps": sorted(data)}
 
 
@@ -209,6 +253,7 @@ async def reset_env(ctx: StepContext, config: EnvStep) -> dict:
 
 
 # -- snapshots --
+
 
 class SnapshotConfig(EnvStep):
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="default: the step's id")
@@ -242,6 +287,7 @@ async def restore_env(ctx: StepContext, config: RestoreConfig) -> dict:
 
 
 # -- roles and tools --
+
 
 class SetRoleConfig(EnvStep, RoleSpec):
     """Replaces the role's rules (`tools`, `deny`). Unlike the trigger action `set_tools`, which changes them
@@ -307,8 +353,14 @@ async def check_state(ctx: StepContext, config: CheckStateConfig) -> StepResult:
     for check in config.checks:
         outcome = await _call(ctx, config, check.tool, check.arguments, None)
         if "error" in outcome:
-            criteria.append(Criterion(name=check.name, passed=False, weight=check.weight,
-                                      detail=f"{check.tool} failed: {outcome['error']}"))
+            criteria.append(
+                Criterion(
+                    name=check.name,
+                    passed=False,
+                    weight=check.weight,
+                    detail=f"{check.tool} failed: {outcome['error']}",
+                )
+            )
             continue
         try:
             value = lookup({"result": outcome["result"]}, "result" + (f".{check.path}" if check.path else ""))
@@ -321,6 +373,7 @@ async def check_state(ctx: StepContext, config: CheckStateConfig) -> StepResult:
 
 
 # -- teardown --
+
 
 class TeardownConfig(EnvStep):
     keep_data: bool = Field(False, description="keep the apps' files (the instance still stops serving)")

@@ -31,8 +31,11 @@ CRITERION_ID = r"^[A-Za-z0-9_.\-]{1,80}$"
 class ResponseCheck(Check):
     """An assertion on an answer: on its text, or (with `path`) on a value in the JSON it contains."""
 
-    path: str | None = Field(None, description="read the answer as JSON and test the value here "
-                                               "(dots walk into objects and lists; '' for the whole JSON)")
+    path: str | None = Field(
+        None,
+        description="read the answer as JSON and test the value here "
+        "(dots walk into objects and lists; '' for the whole JSON)",
+    )
 
 
 class CheckResponseConfig(StepConfig):
@@ -57,7 +60,7 @@ def json_in(text: Any) -> Any:
     for opener, closer in ("{}", "[]"):
         start, end = text.find(opener), text.rfind(closer)
         if 0 <= start < end:
-            candidates.append(text[start:end + 1])
+            candidates.append(text[start : end + 1])
     for candidate in candidates:
         try:
             return json.loads(candidate)
@@ -79,12 +82,20 @@ async def check_response(ctx: StepContext, config: CheckResponseConfig) -> StepR
                 criteria.append(Criterion(name=check.name, passed=False, weight=check.weight, detail=str(e)))
                 continue
             except KeyError as e:
-                criteria.append(Criterion(name=check.name, passed=False, weight=check.weight,
-                                          detail=f"the answer's JSON has nothing at {check.path!r} ({e.args[0]!r})"))
+                criteria.append(
+                    Criterion(
+                        name=check.name,
+                        passed=False,
+                        weight=check.weight,
+                        detail=f"the answer's JSON has nothing at {check.path!r} ({e.args[0]!r})",
+                    )
+                )
                 continue
         criteria.append(check.evaluate_on(value))
-    return StepResult(outputs={"passed": sum(c.passed for c in criteria), "total": len(criteria)},
-                      score=Score.from_criteria(criteria, config.pass_threshold))
+    return StepResult(
+        outputs={"passed": sum(c.passed for c in criteria), "total": len(criteria)},
+        score=Score.from_criteria(criteria, config.pass_threshold),
+    )
 
 
 # -- rubric_judge --
@@ -121,14 +132,16 @@ class StateProbe(StepConfig):
 class RubricJudgeConfig(StepConfig):
     criteria: list[RubricCriterion] = Field(default_factory=list)
     each_call: EachCall | None = None
-    transcripts: list[str] = Field(default_factory=list, description="prompt_agent steps whose conversation and "
-                                                                     "tool calls the judge reads")
+    transcripts: list[str] = Field(
+        default_factory=list, description="prompt_agent steps whose conversation and tool calls the judge reads"
+    )
     state: list[StateProbe] = Field(default_factory=list)
     reference: Any = Field(None, description="a reference answer or answer key the judge may use (inline)")
     reference_file: str | None = Field(None, description="the same, from a JSON or text file of the bundle")
     instructions: str = Field("", description="what the judge should know beyond the criteria (a policy...)")
-    judge: str | None = Field(None, description="a deploy_agent step whose agent judges (default: the judge "
-                                                "model, [models.judge])")
+    judge: str | None = Field(
+        None, description="a deploy_agent step whose agent judges (default: the judge model, [models.judge])"
+    )
     judge_model: ModelOverride | None = Field(None, description="another endpoint or model for this judge")
     attempts: int = Field(3, ge=1, le=10, description="asks before an unusable answer fails the step")
     pass_threshold: float = Field(1.0, ge=0, le=1)
@@ -164,12 +177,17 @@ def prepare_judge(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
         config["model"] = endpoint.model_dump(mode="json")
     if config.get("reference_file"):
         if plan.bundle is None:
-            raise BadInput(f"rubric_judge reference_file {config['reference_file']!r}: a task outside a bundle has "
-                           "no files", "give the reference inline (`reference`)")
+            raise BadInput(
+                f"rubric_judge reference_file {config['reference_file']!r}: a task outside a bundle has no files",
+                "give the reference inline (`reference`)",
+            )
         path = (plan.bundle / config["reference_file"]).resolve()
         if not path.is_relative_to(plan.bundle.resolve()) or not path.is_file():
-            raise BadInput(f"rubric_judge reference_file {config['reference_file']!r} is not a file inside the "
-                           f"bundle {plan.bundle}", "name a file inside the bundle's folder")
+            raise BadInput(
+                f"rubric_judge reference_file {config['reference_file']!r} is not a file inside the "
+                f"bundle {plan.bundle}",
+                "name a file inside the bundle's folder",
+            )
         config["reference_artifact"] = store_artifact(plan, path.read_bytes())
     return config
 
@@ -183,8 +201,14 @@ Every criterion id must appear exactly once."""
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
 
 
-@step_type("rubric_judge", config=RubricJudgeConfig, timeout="20m", prepare=prepare_judge, retries=2,
-           step_refs=("judge", "transcripts"))
+@step_type(
+    "rubric_judge",
+    config=RubricJudgeConfig,
+    timeout="20m",
+    prepare=prepare_judge,
+    retries=2,
+    step_refs=("judge", "transcripts"),
+)
 async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResult:
     """A model or judge agent grades transcripts, tool calls and end state against weighted criteria."""
     criteria = list(config.criteria)
@@ -198,13 +222,16 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
             if not ctx.stores.objects.exists(key):
                 raise StepFailed(f"step {step!r} left no transcript (is it a prompt_agent step that ran?)")
             doc = json.loads(ctx.stores.objects.get(key))
-            material["transcripts"][step] = {"messages": [{"speaker": m["speaker"], "text": m["text"]}
-                                                          for m in doc["messages"]],
-                                             "tool_calls": [_call_summary(c) for c in doc["tool_calls"]]}
+            material["transcripts"][step] = {
+                "messages": [{"speaker": m["speaker"], "text": m["text"]} for m in doc["messages"]],
+                "tool_calls": [_call_summary(c) for c in doc["tool_calls"]],
+            }
     gateway = await ctx.gateway() if (config.state or config.each_call) else None
     for probe in config.state:
         outcome = await gateway.call_as(instance_id(ctx, probe.env), probe.tool, probe.arguments, role=probe.role)  # type: ignore[union-attr]  # (probes: a gateway)
-        material.setdefault("state", {})[probe.label or probe.tool] = outcome.get("result", {"error": outcome.get("error")})
+        material.setdefault("state", {})[probe.label or probe.tool] = outcome.get(
+            "result", {"error": outcome.get("error")}
+        )
     shortfall = None
     if config.each_call is not None:
         per_call, shortfall = await _each_call_criteria(ctx, gateway, config.each_call)
@@ -220,11 +247,17 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
     request = {"criteria": [{"id": c.id, "text": c.text} for c in criteria], "material": material}
     verdicts, asked = await _judge(ctx, config, request)
     by_id = {v["id"]: v for v in verdicts}
-    rows = [Criterion(name=c.id, passed=by_id[c.id]["verdict"] == "pass", weight=c.weight,
-                      detail=by_id[c.id].get("reason", "")) for c in criteria]
+    rows = [
+        Criterion(
+            name=c.id, passed=by_id[c.id]["verdict"] == "pass", weight=c.weight, detail=by_id[c.id].get("reason", "")
+        )
+        for c in criteria
+    ]
     rows += [shortfall] if shortfall else []
-    return StepResult(outputs={"verdicts": [{**by_id[c.id], "text": c.text} for c in criteria], "asked": asked},
-                      score=Score.from_criteria(rows, config.pass_threshold))
+    return StepResult(
+        outputs={"verdicts": [{**by_id[c.id], "text": c.text} for c in criteria], "asked": asked},
+        score=Score.from_criteria(rows, config.pass_threshold),
+    )
 
 
 def _call_summary(entry: dict[str, Any]) -> dict[str, Any]:
@@ -232,12 +265,18 @@ def _call_summary(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: entry[k] for k in keep if k in entry and (k != "refused" or entry[k])}
 
 
-async def _each_call_criteria(ctx: StepContext, gateway, each: EachCall) -> tuple[list[RubricCriterion], Criterion | None]:
+async def _each_call_criteria(
+    ctx: StepContext, gateway, each: EachCall
+) -> tuple[list[RubricCriterion], Criterion | None]:
     entries = await gateway.trajectory(instance_id(ctx, each.env))
-    calls = [e for e in entries if e["tool"] in each.tools and (each.agent is None or e["agent"] == each.agent)
-             and e.get("via") != "run"]
+    calls = [
+        e
+        for e in entries
+        if e["tool"] in each.tools and (each.agent is None or e["agent"] == each.agent) and e.get("via") != "run"
+    ]
     out = []
     for n, call in enumerate(calls, 1):
+
         def fill(m: re.Match, call=call) -> str:
             try:
                 value = walk(call, m.group(1))
@@ -248,8 +287,12 @@ async def _each_call_criteria(ctx: StepContext, gateway, each: EachCall) -> tupl
         out.append(RubricCriterion(id=f"call-{n}", text=PLACEHOLDER.sub(fill, each.text), weight=each.weight))
     shortfall = None
     if len(calls) < each.at_least:  # decided here: a judge cannot grade calls that were not made
-        shortfall = Criterion(name="enough-calls", passed=False, weight=each.weight,
-                              detail=f"{len(calls)} call(s) to {', '.join(each.tools)}; at least {each.at_least} expected")
+        shortfall = Criterion(
+            name="enough-calls",
+            passed=False,
+            weight=each.weight,
+            detail=f"{len(calls)} call(s) to {', '.join(each.tools)}; at least {each.at_least} expected",
+        )
     return out, shortfall
 
 
@@ -258,19 +301,28 @@ async def _judge(ctx: StepContext, config: RubricJudgeConfig, request: dict[str,
     ids = [c["id"] for c in request["criteria"]]
     if not ids:
         return [], 0
-    messages = [{"role": "system", "content": JUDGE_SYSTEM},
-                {"role": "user", "content": json.dumps(request, ensure_ascii=False)}]
+    messages = [
+        {"role": "system", "content": JUDGE_SYSTEM},
+        {"role": "user", "content": json.dumps(request, ensure_ascii=False)},
+    ]
     problem, text = "", ""
     for attempt in range(1, config.attempts + 1):
         text = await _ask_judge(ctx, config, messages)
         verdicts, problem = _parse_verdicts(text, ids)
         if verdicts is not None:
             return verdicts, attempt
-        messages += [{"role": "assistant", "content": text},
-                     {"role": "user", "content": f"That answer could not be used: {problem}. Answer again with "
-                                                 "only the JSON object, one entry per criterion id."}]
-    raise StepFailed(f"the judge's answer could not be used after {config.attempts} attempt(s): {problem}; "
-                     f"its last answer began: {text[:200]!r}")
+        messages += [
+            {"role": "assistant", "content": text},
+            {
+                "role": "user",
+                "content": f"That answer could not be used: {problem}. Answer again with "
+                "only the JSON object, one entry per criterion id.",
+            },
+        ]
+    raise StepFailed(
+        f"the judge's answer could not be used after {config.attempts} attempt(s): {problem}; "
+        f"its last answer began: {text[:200]!r}"
+    )
 
 
 async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list[dict[str, str]]) -> str:
@@ -280,14 +332,24 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
         judge = config.judge_deployed
         turn = sum(1 for m in messages if m["role"] == "assistant")
         prompt = messages[-1]["content"]
-        conversation = [{"from": "agent" if m["role"] == "assistant" else "user", "text": m["content"]}
-                        for m in messages[1:-1]]
+        conversation = [
+            {"from": "agent" if m["role"] == "assistant" else "user", "text": m["content"]} for m in messages[1:-1]
+        ]
         try:
             answer = await agent_client(ctx.settings, judge["url"], hosted=judge["hosted"]).ask(
-                prompt, {"system_prompt": JUDGE_SYSTEM, "run_id": ctx.run_id, "agent": judge["name"],
-                         "conversation": conversation, "turn": turn, "deadline_s": 600},
-                context_id=f"{ctx.run_id}/{ctx.step_id}/judge", message_id=f"{ctx.run_id}/{ctx.step_id}/judge/{turn}",
-                deadline_s=600)
+                prompt,
+                {
+                    "system_prompt": JUDGE_SYSTEM,
+                    "run_id": ctx.run_id,
+                    "agent": judge["name"],
+                    "conversation": conversation,
+                    "turn": turn,
+                    "deadline_s": 600,
+                },
+                context_id=f"{ctx.run_id}/{ctx.step_id}/judge",
+                message_id=f"{ctx.run_id}/{ctx.step_id}/judge/{turn}",
+                deadline_s=600,
+            )
         except AgentUnreachable as e:
             raise StepFailed(str(e), retryable=True) from None
         except (AgentReplyInvalid, AgentTimedOut) as e:
@@ -323,7 +385,7 @@ def _parse_verdicts(text: str, ids: list[str]) -> tuple[list[dict] | None, str]:
             continue
         verdict = str(row.get("verdict", "")).strip().lower()
         if verdict not in ("pass", "fail"):
-            return None, f"criterion {row.get('id')!r} has verdict {row.get('verdict')!r}, not \"pass\" or \"fail\""
+            return None, f'criterion {row.get("id")!r} has verdict {row.get("verdict")!r}, not "pass" or "fail"'
         found[row["id"]] = {"id": row["id"], "verdict": verdict, "reason": str(row.get("reason", ""))[:2000]}
     if missing := [i for i in ids if i not in found]:
         return None, f"no verdict for {', '.join(missing)}"
@@ -340,8 +402,9 @@ class AggregateInput(StepConfig):
 
 class AggregateConfig(StepConfig):
     inputs: list[str | AggregateInput] = Field(min_length=1, description="the steps whose scores are combined")
-    mode: Literal["weighted", "all_pass", "any_pass"] = Field("weighted", description="weighted mean of the "
-                                                              "scores; 1 if all (any) passed, else 0")
+    mode: Literal["weighted", "all_pass", "any_pass"] = Field(
+        "weighted", description="weighted mean of the scores; 1 if all (any) passed, else 0"
+    )
     pass_threshold: float = Field(1.0, ge=0, le=1)
     scores: list[dict[str, Any]] = Field(default_factory=list, description="filled in when the run is planned")
 
@@ -351,24 +414,42 @@ class AggregateConfig(StepConfig):
 
 def prepare_aggregate(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     inputs = AggregateConfig.model_validate(config).steps()
-    config["scores"] = [{"step": i.step, "weight": i.weight, "value": ref(f"steps.{i.step}.score"),
-                         "passed": ref(f"steps.{i.step}.passed"), "status": ref(f"steps.{i.step}.status")}
-                        for i in inputs]
+    config["scores"] = [
+        {
+            "step": i.step,
+            "weight": i.weight,
+            "value": ref(f"steps.{i.step}.score"),
+            "passed": ref(f"steps.{i.step}.passed"),
+            "status": ref(f"steps.{i.step}.status"),
+        }
+        for i in inputs
+    ]
     return config
 
 
-@step_type("aggregate_scores", config=AggregateConfig, local=True, timeout="30s", retries=0,
-           prepare=prepare_aggregate, step_refs=("inputs",))
+@step_type(
+    "aggregate_scores",
+    config=AggregateConfig,
+    local=True,
+    timeout="30s",
+    retries=0,
+    prepare=prepare_aggregate,
+    step_refs=("inputs",),
+)
 async def aggregate_scores(ctx: StepContext, config: AggregateConfig) -> StepResult:
     """Combine verifiers' scores (weighted, all-pass, any-pass) into one, clamped to 0..1: the run's score."""
     rows = []
     for s in config.scores:
         if s["value"] is None:
-            rows.append(Criterion(name=s["step"], passed=False, weight=s["weight"],
-                                  detail=f"no score (the step {s['status']})"))
+            rows.append(
+                Criterion(name=s["step"], passed=False, weight=s["weight"], detail=f"no score (the step {s['status']})")
+            )
             continue
-        rows.append(Criterion(name=s["step"], passed=bool(s["passed"]), weight=s["weight"],
-                              detail=f"score {float(s['value']):.3f}"))
+        rows.append(
+            Criterion(
+                name=s["step"], passed=bool(s["passed"]), weight=s["weight"], detail=f"score {float(s['value']):.3f}"
+            )
+        )
     values = {s["step"]: float(s["value"] or 0.0) for s in config.scores}
     if config.mode == "all_pass":
         value = 1.0 if all(r.passed for r in rows) else 0.0
@@ -378,8 +459,10 @@ async def aggregate_scores(ctx: StepContext, config: AggregateConfig) -> StepRes
         total = sum(r.weight for r in rows)
         value = sum(r.weight * values[r.name] for r in rows) / total
     value = min(1.0, max(0.0, round(value, 6)))
-    return StepResult(outputs={"score": value, "mode": config.mode},
-                      score=Score(value=value, threshold=config.pass_threshold, criteria=rows))
+    return StepResult(
+        outputs={"score": value, "mode": config.mode},
+        score=Score(value=value, threshold=config.pass_threshold, criteria=rows),
+    )
 
 
 # -- collect_artifacts --

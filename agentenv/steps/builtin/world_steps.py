@@ -39,8 +39,9 @@ class CancelConfig(StepConfig):
 
 class WaitClockConfig(StepConfig):
     until: TimeValue | None = Field(None, description="RFC 3339, or +DURATION from the clock's start")
-    seconds: float | None = Field(None, ge=0, le=MAX_SECONDS, description="virtual seconds from when the step "
-                                                                          "starts (at most 100 years)")
+    seconds: float | None = Field(
+        None, ge=0, le=MAX_SECONDS, description="virtual seconds from when the step starts (at most 100 years)"
+    )
 
     @model_validator(mode="after")
     def _one(self) -> WaitClockConfig:

@@ -140,9 +140,11 @@ _ids = itertools.count(1)
 
 def _require_api_key(opts: dict[str, Any]) -> None:
     if not (opts.get("api_key") or os.environ.get("E2B_API_KEY")):
-        raise AuthenticationException("API key is required, please visit the Team tab at https://e2b.dev/dashboard "
-                                      "to get your API key. You can either set the environment variable "
-                                      "`E2B_API_KEY` or you can pass it directly to the method like api_key=\"e2b_...\"")
+        raise AuthenticationException(
+            "API key is required, please visit the Team tab at https://e2b.dev/dashboard "
+            "to get your API key. You can either set the environment variable "
+            '`E2B_API_KEY` or you can pass it directly to the method like api_key="e2b_..."'
+        )
 
 
 class AsyncCommandHandle:
@@ -174,16 +176,32 @@ class Commands:
     def __init__(self, sb: AsyncSandbox) -> None:
         self._sb = sb
 
-    async def run(self, cmd: str, background: bool | None = None, envs: dict[str, str] | None = None,
-                  user: str | None = None, cwd: str | None = None, on_stdout: Any = None, on_stderr: Any = None,
-                  stdin: bool | None = None, timeout: float | None = 60, request_timeout: float | None = None,
-                  *, retain_output: bool = True) -> Any:
+    async def run(
+        self,
+        cmd: str,
+        background: bool | None = None,
+        envs: dict[str, str] | None = None,
+        user: str | None = None,
+        cwd: str | None = None,
+        on_stdout: Any = None,
+        on_stderr: Any = None,
+        stdin: bool | None = None,
+        timeout: float | None = 60,
+        request_timeout: float | None = None,
+        *,
+        retain_output: bool = True,
+    ) -> Any:
         sb = self._sb
         sb._check_running()
         kwargs = dict(cwd=sb._local(cwd or "/home/user"), env={**sb._environ(), **(envs or {})})
         if background:
-            proc = subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True, **kwargs)
+            proc = subprocess.Popen(
+                ["bash", "-c", cmd],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                **kwargs,
+            )
             handle = AsyncCommandHandle(proc)
             sb.background.append({"cmd": cmd, "timeout": timeout, "handle": handle})
             if timeout:  # E2B ends the command's stream at its timeout, and the command with it
@@ -192,15 +210,22 @@ class Commands:
                 timer.start()
             return handle
         try:
-            done = await asyncio.to_thread(subprocess.run, ["bash", "-c", cmd], capture_output=True, text=True,
-                                           timeout=timeout or None, **kwargs)
+            done = await asyncio.to_thread(
+                subprocess.run, ["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout or None, **kwargs
+            )
         except subprocess.TimeoutExpired:
-            raise TimeoutException("context deadline exceeded: This error is likely due to exceeding 'timeout' "
-                                   "— the total time a long running request (like command execution) can be "
-                                   "active.") from None
+            raise TimeoutException(
+                "context deadline exceeded: This error is likely due to exceeding 'timeout' "
+                "— the total time a long running request (like command execution) can be "
+                "active."
+            ) from None
         if done.returncode:
-            raise CommandExitException(stderr=done.stderr, stdout=done.stdout, exit_code=done.returncode,
-                                       error=f"exit status {done.returncode}")
+            raise CommandExitException(
+                stderr=done.stderr,
+                stdout=done.stdout,
+                exit_code=done.returncode,
+                error=f"exit status {done.returncode}",
+            )
         return CommandResult(stderr=done.stderr, stdout=done.stdout, exit_code=0, error=None)
 
 
@@ -208,8 +233,14 @@ class Filesystem:
     def __init__(self, sb: AsyncSandbox) -> None:
         self._sb = sb
 
-    async def write(self, path: str, data: str | bytes | IO, user: str | None = None,
-                    request_timeout: float | None = None, **kwargs: Any) -> WriteInfo:
+    async def write(
+        self,
+        path: str,
+        data: str | bytes | IO,
+        user: str | None = None,
+        request_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> WriteInfo:
         self._sb._check_running()
         if hasattr(data, "read"):
             data = data.read()
@@ -218,8 +249,14 @@ class Filesystem:
         local.write_bytes(data.encode() if isinstance(data, str) else bytes(data))
         return WriteInfo(name=local.name, path=path)
 
-    async def read(self, path: str, format: str = "text", user: str | None = None,
-                   request_timeout: float | None = None, **kwargs: Any) -> str | bytearray:
+    async def read(
+        self,
+        path: str,
+        format: str = "text",
+        user: str | None = None,
+        request_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> str | bytearray:
         self._sb._check_running()
         local = self._sb._local(path)
         if not local.is_file():
@@ -232,8 +269,13 @@ class Filesystem:
 
 
 class AsyncSandboxPaginator:
-    def __init__(self, query: SandboxQuery | None = None, limit: int | None = None, next_token: str | None = None,
-                 order: str | None = None) -> None:
+    def __init__(
+        self,
+        query: SandboxQuery | None = None,
+        limit: int | None = None,
+        next_token: str | None = None,
+        order: str | None = None,
+    ) -> None:
         self.query, self.limit = query, limit
         self._next_token, self._has_next = next_token, True
 
@@ -249,8 +291,11 @@ class AsyncSandboxPaginator:
         if not self._has_next:
             raise Exception("No more items to fetch")
         query = self.query or SandboxQuery()
-        found = [sb._info() for sb in _sandboxes.values() if sb._alive()
-                 and all(sb.metadata.get(k) == v for k, v in (query.metadata or {}).items())]
+        found = [
+            sb._info()
+            for sb in _sandboxes.values()
+            if sb._alive() and all(sb.metadata.get(k) == v for k, v in (query.metadata or {}).items())
+        ]
         start = int(self._next_token or 0)
         end = start + self.limit if self.limit else len(found)
         self._next_token = str(end) if end < len(found) else None
@@ -261,8 +306,9 @@ class AsyncSandboxPaginator:
 class AsyncSandbox:
     default_template = "base"
 
-    def __init__(self, template: str, metadata: dict[str, str], envs: dict[str, str], timeout: int,
-                 create_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, template: str, metadata: dict[str, str], envs: dict[str, str], timeout: int, create_kwargs: dict[str, Any]
+    ) -> None:
         self._id = f"i{next(_ids):019d}"
         self.template, self.metadata, self.envs = template, dict(metadata), dict(envs)
         self.create_kwargs = create_kwargs
@@ -292,16 +338,31 @@ class AsyncSandbox:
         return f"localhost:{port}"  # the SDK's answer in debug mode
 
     @classmethod
-    async def create(cls, template: str | None = None, timeout: int | None = None,
-                     metadata: dict[str, str] | None = None, envs: dict[str, str] | None = None,
-                     secure: bool | None = None, allow_internet_access: bool | None = None, mcp: Any = None,
-                     network: Any = None, lifecycle: Any = None, **opts: Any) -> AsyncSandbox:
+    async def create(
+        cls,
+        template: str | None = None,
+        timeout: int | None = None,
+        metadata: dict[str, str] | None = None,
+        envs: dict[str, str] | None = None,
+        secure: bool | None = None,
+        allow_internet_access: bool | None = None,
+        mcp: Any = None,
+        network: Any = None,
+        lifecycle: Any = None,
+        **opts: Any,
+    ) -> AsyncSandbox:
         _require_api_key(opts)
         for key, value in (metadata or {}).items():
             if not (isinstance(key, str) and isinstance(value, str)):
                 raise SandboxException(f"metadata must map strings to strings, not {key!r}: {value!r}")
-        kwargs = dict(template=template, timeout=timeout, metadata=metadata, envs=envs,
-                      allow_internet_access=allow_internet_access, network=network)
+        kwargs = dict(
+            template=template,
+            timeout=timeout,
+            metadata=metadata,
+            envs=envs,
+            allow_internet_access=allow_internet_access,
+            network=network,
+        )
         sb = cls(template or cls.default_template, metadata or {}, envs or {}, timeout or 300, kwargs)
         _sandboxes[sb.sandbox_id] = sb
         return sb
@@ -332,8 +393,14 @@ class AsyncSandbox:
         return True
 
     @classmethod
-    def list(cls, query: SandboxQuery | None = None, limit: int | None = None, next_token: str | None = None,
-             order: str | None = None, **opts: Any) -> AsyncSandboxPaginator:
+    def list(
+        cls,
+        query: SandboxQuery | None = None,
+        limit: int | None = None,
+        next_token: str | None = None,
+        order: str | None = None,
+        **opts: Any,
+    ) -> AsyncSandboxPaginator:
         _require_api_key(opts)
         return AsyncSandboxPaginator(query=query, limit=limit, next_token=next_token, order=order)
 
@@ -341,10 +408,20 @@ class AsyncSandbox:
         return self._alive()
 
     def _info(self) -> SandboxInfo:
-        return SandboxInfo(sandbox_id=self.sandbox_id, sandbox_domain=None, template_id=self.template, name=None,
-                           metadata=dict(self.metadata), started_at=self._started, end_at=self._end_at,
-                           state=SandboxState.RUNNING, cpu_count=2, memory_mb=512, envd_version="0.2.0",
-                           allow_internet_access=self.create_kwargs["allow_internet_access"])
+        return SandboxInfo(
+            sandbox_id=self.sandbox_id,
+            sandbox_domain=None,
+            template_id=self.template,
+            name=None,
+            metadata=dict(self.metadata),
+            started_at=self._started,
+            end_at=self._end_at,
+            state=SandboxState.RUNNING,
+            cpu_count=2,
+            memory_mb=512,
+            envd_version="0.2.0",
+            allow_internet_access=self.create_kwargs["allow_internet_access"],
+        )
 
     def _alive(self) -> bool:
         if not self._killed and time.monotonic() > self._deadline:  # E2B kills a sandbox at its timeout
@@ -353,8 +430,9 @@ class AsyncSandbox:
 
     def _check_running(self) -> None:
         if not self._alive():
-            raise SandboxNotRunningException(f"sandbox {self.sandbox_id} was not found: The sandbox was killed "
-                                             "or reached its timeout.")
+            raise SandboxNotRunningException(
+                f"sandbox {self.sandbox_id} was not found: The sandbox was killed or reached its timeout."
+            )
 
     def _environ(self) -> dict[str, str]:
         return {**os.environ, "HOME": str(self.root / "home" / "user"), **self.envs}

@@ -48,8 +48,9 @@ class App:
         self.app_id = f"ap-{next(_ids):022d}"
 
     @staticmethod
-    def lookup(name: str, *, client: Any = None, environment_name: str | None = None,
-               create_if_missing: bool = False) -> App:
+    def lookup(
+        name: str, *, client: Any = None, environment_name: str | None = None, create_if_missing: bool = False
+    ) -> App:
         if name not in _apps:
             if not create_if_missing:
                 raise NotFoundError(f"Lookup failed for App '{name}'")
@@ -70,13 +71,26 @@ class Image:
         return _images[image_id]
 
     @staticmethod
-    def from_registry(tag: str, secret: Any = None, *, setup_dockerfile_commands: list[str] = [],  # noqa: B006
-                      force_build: bool = False, add_python: str | None = None, **kwargs: Any) -> Image:
+    def from_registry(
+        tag: str,
+        secret: Any = None,
+        *,
+        setup_dockerfile_commands: list[str] = [],  # noqa: B006
+        force_build: bool = False,
+        add_python: str | None = None,
+        **kwargs: Any,
+    ) -> Image:
         return Image("registry", tag=tag)
 
     @staticmethod
-    def from_dockerfile(path: str | Path, *, force_build: bool = False, context_dir: Path | str | None = None,
-                        build_args: dict[str, str] = {}, **kwargs: Any) -> Image:  # noqa: B006
+    def from_dockerfile(
+        path: str | Path,
+        *,
+        force_build: bool = False,
+        context_dir: Path | str | None = None,
+        build_args: dict[str, str] = {},  # noqa: B006
+        **kwargs: Any,
+    ) -> Image:
         return Image("dockerfile", path=Path(path), context_dir=context_dir)
 
 
@@ -146,8 +160,17 @@ class _SandboxFilesystem:
 
 
 class Sandbox:
-    def __init__(self, app: App, name: str | None, tags: dict[str, str], args: Sequence[str], env: dict[str, str],
-                 timeout: int | None, ports: Sequence[int], create_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        app: App,
+        name: str | None,
+        tags: dict[str, str],
+        args: Sequence[str],
+        env: dict[str, str],
+        timeout: int | None,
+        ports: Sequence[int],
+        create_kwargs: dict[str, Any],
+    ) -> None:
         self.object_id = f"sb-{next(_ids):022d}"
         self._app, self._name, self._tags, self._env, self._ports = app, name, dict(tags), env, list(ports)
         self.create_kwargs = create_kwargs
@@ -160,20 +183,37 @@ class Sandbox:
         self._proc: subprocess.Popen | None = None
         if args:
             try:
-                self._proc = subprocess.Popen(list(args), cwd=self.root, env=self._environ(),
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                              start_new_session=True)
+                self._proc = subprocess.Popen(
+                    list(args),
+                    cwd=self.root,
+                    env=self._environ(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
             except OSError:
                 self._returncode = 127
 
     @staticmethod
-    def create(*args: str, app: App | None = None, name: str | None = None, tags: dict[str, str] | None = None,
-               image: Image | None = None, env: dict[str, str | None] | None = None, secrets: Any = None,
-               timeout: int | None = 300, idle_timeout: int | None = None, workdir: str | None = None,
-               cpu: float | tuple[float, float] | None = None, memory: int | tuple[int, int] | None = None,
-               block_network: bool = False, outbound_cidr_allowlist: Sequence[str] | None = None,
-               encrypted_ports: Sequence[int] = [], unencrypted_ports: Sequence[int] = [],  # noqa: B006
-               client: Any = None) -> Sandbox:
+    def create(
+        *args: str,
+        app: App | None = None,
+        name: str | None = None,
+        tags: dict[str, str] | None = None,
+        image: Image | None = None,
+        env: dict[str, str | None] | None = None,
+        secrets: Any = None,
+        timeout: int | None = 300,
+        idle_timeout: int | None = None,
+        workdir: str | None = None,
+        cpu: float | tuple[float, float] | None = None,
+        memory: int | tuple[int, int] | None = None,
+        block_network: bool = False,
+        outbound_cidr_allowlist: Sequence[str] | None = None,
+        encrypted_ports: Sequence[int] = [],
+        unencrypted_ports: Sequence[int] = [],  # noqa: B006
+        client: Any = None,
+    ) -> Sandbox:
         if app is None:
             raise InvalidError("App is required when creating a Sandbox outside a Modal container")
         if name is not None and not (len(name) <= 64 and re.match(r"^[a-zA-Z0-9\-_.]+$", name)):
@@ -185,12 +225,32 @@ class Sandbox:
             raise InvalidError("`outbound_cidr_allowlist` cannot be used when `block_network` is enabled")
         if name is not None and any(sb._name == name for sb in _running(app.app_id)):
             raise AlreadyExistsError(f"Sandbox with name '{name}' already exists")
-        kwargs = dict(app=app, name=name, tags=tags, image=image, env=env, secrets=secrets, timeout=timeout,
-                      workdir=workdir, cpu=cpu, memory=memory, block_network=block_network,
-                      outbound_cidr_allowlist=outbound_cidr_allowlist, encrypted_ports=list(encrypted_ports),
-                      unencrypted_ports=list(unencrypted_ports))
-        sb = Sandbox(app, name, tags or {}, args, {k: v for k, v in (env or {}).items() if v is not None},
-                     timeout, [*encrypted_ports, *unencrypted_ports], kwargs)
+        kwargs = dict(
+            app=app,
+            name=name,
+            tags=tags,
+            image=image,
+            env=env,
+            secrets=secrets,
+            timeout=timeout,
+            workdir=workdir,
+            cpu=cpu,
+            memory=memory,
+            block_network=block_network,
+            outbound_cidr_allowlist=outbound_cidr_allowlist,
+            encrypted_ports=list(encrypted_ports),
+            unencrypted_ports=list(unencrypted_ports),
+        )
+        sb = Sandbox(
+            app,
+            name,
+            tags or {},
+            args,
+            {k: v for k, v in (env or {}).items() if v is not None},
+            timeout,
+            [*encrypted_ports, *unencrypted_ports],
+            kwargs,
+        )
         _sandboxes[sb.object_id] = sb
         return sb
 
@@ -201,8 +261,14 @@ class Sandbox:
         return Image("snapshot", folder=folder)
 
     @staticmethod
-    def from_name(app_name: str, name: str, *, environment_name: str | None = None,
-                  include_terminated: bool = False, client: Any = None) -> Sandbox:
+    def from_name(
+        app_name: str,
+        name: str,
+        *,
+        environment_name: str | None = None,
+        include_terminated: bool = False,
+        client: Any = None,
+    ) -> Sandbox:
         app = _apps.get(app_name)
         for sb in _running(app.app_id) if app else []:
             if sb._name == name:
@@ -216,8 +282,7 @@ class Sandbox:
         return _sandboxes[sandbox_id]
 
     @staticmethod
-    def list(*, app_id: str | None = None, tags: dict[str, str] | None = None,
-             client: Any = None) -> Iterator[Sandbox]:
+    def list(*, app_id: str | None = None, tags: dict[str, str] | None = None, client: Any = None) -> Iterator[Sandbox]:
         for sb in _running(app_id):
             if all(sb._tags.get(k) == v for k, v in (tags or {}).items()):
                 yield sb
@@ -231,8 +296,15 @@ class Sandbox:
     def tunnels(self, timeout: int = 50) -> dict[int, Tunnel]:
         return {port: Tunnel("127.0.0.1", port) for port in self._ports}
 
-    def exec(self, *args: str, timeout: int | None = None, workdir: str | None = None,
-             env: dict[str, str | None] | None = None, text: bool = True, **kwargs: Any) -> ContainerProcess:
+    def exec(
+        self,
+        *args: str,
+        timeout: int | None = None,
+        workdir: str | None = None,
+        env: dict[str, str | None] | None = None,
+        text: bool = True,
+        **kwargs: Any,
+    ) -> ContainerProcess:
         if not all(isinstance(a, str) for a in args):
             raise InvalidError("All entrypoint arguments must be strings")
         environ = {**self._environ(), **{k: v for k, v in (env or {}).items() if v is not None}}

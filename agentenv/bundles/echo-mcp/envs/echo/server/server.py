@@ -20,8 +20,12 @@ TOOLS = [
     {
         "name": "echo",
         "description": "Give back the text you send, unchanged.",
-        "inputSchema": {"type": "object", "properties": {"text": {"type": "string", "description": "what to echo"}},
-                        "required": ["text"], "additionalProperties": False},
+        "inputSchema": {
+            "type": "object",
+            "properties": {"text": {"type": "string", "description": "what to echo"}},
+            "required": ["text"],
+            "additionalProperties": False,
+        },
         "annotations": {"readOnlyHint": True},
     },
     {
@@ -40,8 +44,12 @@ def call_tool(name, arguments):
             return {"isError": True, "content": [{"type": "text", "text": "`text` must be a string"}]}
         result = {"text": text}
     elif name == "whoami":
-        result = {"hostname": socket.gethostname(), "system": platform.platform(),
-                  "python": platform.python_version(), "pid": os.getpid()}
+        result = {
+            "hostname": socket.gethostname(),
+            "system": platform.platform(),
+            "python": platform.python_version(),
+            "pid": os.getpid(),
+        }
     else:
         return {"isError": True, "content": [{"type": "text", "text": f"unknown tool {name!r}"}]}
     return {"content": [{"type": "text", "text": json.dumps(result)}], "structuredContent": result}
@@ -51,9 +59,11 @@ def answer(message):
     method, params = message.get("method"), message.get("params") or {}
     if method == "initialize":
         asked = params.get("protocolVersion")
-        return {"protocolVersion": asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
-                "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": {"name": "echo-mcp", "version": "1.0"}}
+        return {
+            "protocolVersion": asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": {"name": "echo-mcp", "version": "1.0"},
+        }
     if method == "ping":
         return {}
     if method == "tools/list":
@@ -96,8 +106,11 @@ class Handler(BaseHTTPRequestHandler):
         if given and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), TOKEN.encode()):
             return True
         # Its body is left unread, so the connection cannot carry another request: say so, and close it.
-        self._send(401, {"error": "this server answers only the agentenv gateway: call its tools through "
-                                  "the gateway"}, [("WWW-Authenticate", "Bearer"), ("Connection", "close")])
+        self._send(
+            401,
+            {"error": "this server answers only the agentenv gateway: call its tools through the gateway"},
+            [("WWW-Authenticate", "Bearer"), ("Connection", "close")],
+        )
         return False
 
     def do_POST(self):
@@ -114,8 +127,11 @@ class Handler(BaseHTTPRequestHandler):
         try:
             reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}
         except LookupError:
-            reply = {"jsonrpc": "2.0", "id": message["id"],
-                     "error": {"code": -32601, "message": f"method not found: {message.get('method')}"}}
+            reply = {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": -32601, "message": f"method not found: {message.get('method')}"},
+            }
         headers = [("Mcp-Session-Id", uuid.uuid4().hex)] if message.get("method") == "initialize" else []
         self._send(200, reply, headers)
 
