@@ -91,9 +91,10 @@ config = { seconds = 600 }
 
 async def hit_latency(env: dict) -> dict:
     """An agent's call provokes a trigger; how soon is the action's effect visible?"""
-    os.environ.update(env)
     sys.path.insert(0, str(ROOT / "tests"))
-    from gateway_util import mcp_client
+    from gateway_util import mcp_client  # (importing the tests' conftest points AGENTENV_HOME at a test home)
+
+    os.environ.update(env)  # after it: the daemons this starts are the isolated ones measure() stops
 
     from agentenv import runner
     from agentenv.config import load_settings
