@@ -141,6 +141,7 @@ _PROCESS_MODULES = {
     "test_providers_cloud",
     "test_fuzz",
     "test_env_serve",
+    "test_lint",  # ruff and mypy run as subprocesses
 }
 
 
@@ -152,6 +153,7 @@ def pytest_collection_modifyitems(config, items):
             and module not in _PROCESS_MODULES
             and not item.get_closest_marker("durability")
             and not item.get_closest_marker("slow")
+            and not item.get_closest_marker("processes")
         ):
             item.add_marker(pytest.mark.unit)
 

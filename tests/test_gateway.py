@@ -290,6 +290,7 @@ async def test_a_restarted_gateway_serves_the_same_instances_data_and_tokens(tmp
         assert [e["tool"] for e in await admin.trajectory("desk-1")] == ["create_ticket", "list_tickets"]
 
 
+@pytest.mark.processes
 async def test_apps_in_processes_of_their_own(tmp_path):
     """`run = "subprocess"`: the app is served by its own `agent-env env serve` and reached over MCP and the
     data plane, composed with an in-process app behind the same endpoint."""

@@ -67,7 +67,9 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
 
     wall_start = time.monotonic()
     gateway_ready = None
-    if not settings.gateway.url and any(s.type == "deploy_env" for s in spec.steps):
+    from agentenv.steps import registry
+
+    if not settings.gateway.url and any(registry.get(s.type).deploys_env for s in spec.steps):
         # Start the embedded gateway beside the Temporal server instead of inside the first step.
         from agentenv.gateway import embedded
 

@@ -161,9 +161,7 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
 
     settings = load_settings()
     state = RunState.model_validate(find_run(settings, run_id))
-    instances = [
-        s.outputs["instance"] for s in state.steps.values() if s.type == "deploy_env" and "instance" in s.outputs
-    ]
+    instances = [s.outputs["instance"] for s in state.steps.values() if "instance" in s.outputs]
     if not instances:
         raise BadInput(f"run {state.run_id} deployed no environment, so it has no trajectory")
     stores = open_stores(settings)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentenv.envs.app import ToolError
 from agentenv.errors import BadInput
@@ -95,10 +96,10 @@ async def ready(request: Request) -> JSONResponse:
 class RawAsgi:
     """Starlette treats a function endpoint as request -> response; an object is served as raw ASGI."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
 
 
@@ -106,7 +107,7 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
     """The gateway's ASGI app. `urls`: where it is reached besides 127.0.0.1 (the configured public URL)."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(app):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with gateway.mcp.lifespan():
             gateway.delivery.resend_pending()
             closer = asyncio.create_task(gateway.run_idle_closer())

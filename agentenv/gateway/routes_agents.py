@@ -182,7 +182,7 @@ def _hoisted(schema: dict[str, Any], prefix: str, components: dict[str, Any]) ->
     the whole document, not against the schema they sit in."""
     if "$defs" not in schema:
         return schema
-    moved = json.loads(json.dumps(schema).replace('"#/$defs/', f'"#/components/schemas/{prefix}.'))
+    moved: dict[str, Any] = json.loads(json.dumps(schema).replace('"#/$defs/', f'"#/components/schemas/{prefix}.'))
     for name, sub in moved.pop("$defs").items():
         components[f"{prefix}.{name}"] = sub
     return moved

@@ -24,7 +24,8 @@ M = TypeVar("M", bound=BaseModel)
 
 def gateway_of(connection: HTTPConnection) -> Gateway:
     """The gateway the app serves (set by `create_app`); raw ASGI endpoints reach it through their scope."""
-    return connection.scope["app"].state.gateway
+    gateway: Gateway = connection.scope["app"].state.gateway
+    return gateway
 
 
 async def _gateway(request: Request) -> Gateway:  # async: a sync dependency would cost a thread hop per request

@@ -5,6 +5,8 @@ stored as artifacts), and the versions of everything it uses recorded. The workf
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentenv.config import Settings
 from agentenv.spec.run import RunInput, StepPlan
 from agentenv.spec.task import TaskSpec
@@ -58,16 +60,16 @@ def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: 
     )
 
 
-def pin(task: TaskSpec, steps: list[StepPlan]) -> dict:
+def pin(task: TaskSpec, steps: list[StepPlan]) -> dict[str, Any]:
     """What this run used, recorded on it: the seed and the version of everything it was planned with."""
     from agentenv import __version__
 
-    pins: dict = {"agentenv": __version__, "task": f"{task.id}@{task.version}", "seed": task.seed}
+    pins: dict[str, Any] = {"agentenv": __version__, "task": f"{task.id}@{task.version}", "seed": task.seed}
     for s in steps:
         record = s.config.get("record") if isinstance(s.config, dict) else None
-        if s.type == "deploy_env" and record:
+        if s.deploys_env and record:
             pins.setdefault("envs", {})[s.id] = f"{record['name']}@{record.get('version', '1')}"
-        elif s.type == "deploy_agent" and record:
+        elif s.deploys_agent and record:
             pins.setdefault("agents", {})[s.id] = f"{record['name']}@{record.get('version', '1')} ({record['type']})"
         for purpose, endpoint in (s.config.get("models") or {}).items() if isinstance(s.config, dict) else ():
             pins.setdefault("models", {})[f"{s.id}.{purpose}"] = pinned_endpoint(endpoint)
@@ -76,7 +78,7 @@ def pin(task: TaskSpec, steps: list[StepPlan]) -> dict:
     return pins
 
 
-def pinned_endpoint(endpoint: dict) -> str:
+def pinned_endpoint(endpoint: dict[str, Any]) -> str:
     """`MODEL at URL`, and why no key goes there when an override left the configured one behind."""
     said = f"{endpoint['model']} at {endpoint['base_url']}"
     if endpoint.get("withheld_key"):

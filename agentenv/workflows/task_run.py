@@ -283,8 +283,9 @@ class TaskRun:
             initial_interval=timedelta(seconds=1),
             maximum_interval=timedelta(seconds=30),
         )
+        outcome: StepOutcome
         if plan.local:
-            return await workflow.execute_local_activity(
+            outcome = await workflow.execute_local_activity(
                 RUN_STEP.name,
                 call,
                 result_type=RUN_STEP.returns,
@@ -293,7 +294,8 @@ class TaskRun:
                 activity_id=plan.id,
                 summary=f"{plan.id} ({plan.type})",
             )
-        return await workflow.execute_activity(
+            return outcome
+        outcome = await workflow.execute_activity(
             RUN_STEP.name,
             call,
             result_type=RUN_STEP.returns,
@@ -303,6 +305,7 @@ class TaskRun:
             activity_id=plan.id,
             summary=f"{plan.id} ({plan.type})",
         )
+        return outcome
 
     def settle(self, step_id: str, task: asyncio.Task[StepOutcome]) -> None:
         """Record how a step's task ended."""

@@ -102,13 +102,14 @@ class WorldDriver:
         # A regular activity, not a local one: a workflow task running local activities back to back
         # holds back every other event (step completions, agents' hits) until it heartbeats (~8 s).
         self.push_needed = self.watches_added = False
-        return await workflow.execute_activity(
+        paced: Paced = await workflow.execute_activity(
             PACE.name,
             args=[seconds, self._pushes()],
             result_type=PACE.returns,
             start_to_close_timeout=timedelta(seconds=seconds + 2),
             retry_policy=QUICK_RETRY,
         )
+        return paced
 
     def stop_pacing(self) -> None:
         if self.pace is not None:
