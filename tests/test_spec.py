@@ -45,6 +45,14 @@ def test_defaults_and_durations():
     assert spec.steps[0].on_failure == "fail"
 
 
+def test_a_bad_shape_and_a_bad_step_type_are_reported_together():
+    """The shape is checked by the spec, step types by planning: one look still shows both."""
+    msg = problems({"id": "bad id", "steps": [step("a", type="chek")]})
+    assert "2 problems" in msg and "id:" in msg and "unknown step type 'chek'" in msg
+    msg = problems(task(step("a", type="chek"), step("b", depends_on=["zz"])))
+    assert "2 problems" in msg and "'zz' is not a step" in msg and "unknown step type 'chek'" in msg
+
+
 def test_unknown_step_type_suggests_the_close_one():
     msg = problems(task(step("a", type="chek")))
     assert "step 'a'.type" in msg

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agentenv import bundles
-from agentenv.errors import AgentEnvError
+from agentenv.errors import AgentEnvError, BadInput
 from agentenv.planning.env_records import exposed_tools
 from agentenv.spec.loader import bundle_of, read_task_file, task_problems_error, task_shape
 from agentenv.spec.task import StepSpec, TaskSpec, problem, reference_problems, suggest
@@ -25,7 +25,11 @@ from agentenv.steps import registry
 
 def parse_task(data: dict[str, Any], where: str, bundle: Path | None = None) -> TaskSpec:
     """A task from its data (`where` names it in errors; `bundle`: the folder its names resolve in)."""
-    task = task_shape(data, where)
+    try:
+        task = task_shape(data, where)
+    except BadInput:
+        _all_problems_at_once(data, where, bundle)
+        raise
     if problems := task_problems(task, bundle):
         raise task_problems_error(ValidationError.from_exception_data("TaskSpec", problems), data, where) from None
     task._bundle = bundle
@@ -35,6 +39,34 @@ def parse_task(data: dict[str, Any], where: str, bundle: Path | None = None) -> 
 def load_task(path: Path) -> TaskSpec:
     """A task file (`.toml`); in a bundle's `tasks/`, its names resolve in that bundle."""
     return parse_task(read_task_file(path), str(path), bundle_of(path))
+
+
+def _all_problems_at_once(data: dict[str, Any], where: str, bundle: Path | None) -> None:
+    """The task's shape is wrong: raise its problems together with its steps' type and config problems (of
+    the steps that are sound in themselves), so one look shows everything to fix. Returns when there are none."""
+    try:
+        TaskSpec.model_validate(data)
+    except ValidationError as e:
+        shape = e.errors(include_url=False)
+    else:
+        return
+    steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    flagged = {err["loc"][1] for err in shape if len(err["loc"]) > 1 and err["loc"][0] == "steps"}
+    extra: list[InitErrorDetails] = []
+    for i, raw in enumerate(steps):
+        if i in flagged:
+            continue
+        try:
+            step = StepSpec.model_validate(raw)
+        except ValidationError:
+            continue
+        extra += _at(("steps", i), step_type_problems(step, {"bundle": bundle}))
+    if extra:
+        problems: list[InitErrorDetails] = [
+            InitErrorDetails(type=PydanticCustomError(err["type"], err["msg"]), loc=err["loc"], input=err.get("input"))
+            for err in shape
+        ]
+        raise task_problems_error(ValidationError.from_exception_data("TaskSpec", problems + extra), data, where)
 
 
 def find_task(target: str, task: str | None = None) -> TaskSpec:
