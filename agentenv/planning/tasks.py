@@ -50,7 +50,8 @@ def _all_problems_at_once(data: dict[str, Any], where: str, bundle: Path | None)
         shape = e.errors(include_url=False)
     else:
         return
-    steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    raw_steps = data.get("steps")
+    steps: list[Any] = raw_steps if isinstance(raw_steps, list) else []
     flagged = {err["loc"][1] for err in shape if len(err["loc"]) > 1 and err["loc"][0] == "steps"}
     extra: list[InitErrorDetails] = []
     for i, raw in enumerate(steps):
