@@ -131,8 +131,31 @@ class SandboxSettings(_Section):
     e2b_template: str = Field("base", description="the E2B template for sandboxes without an image")
 
 
+class StoreSettings(BaseModel):
+    """One store's backend and its options. The options are the backend's own keys (e.g. `bucket`, `table`,
+    `region`, `endpoint_url`, `prefix`), checked by the backend when it opens."""
+
+    model_config = ConfigDict(extra="allow")
+
+    backend: str = Field("local", description="local (default), aws, gcp, or a plugin's name (agentenv.stores)")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class StoresSettings(_Section):
+    """Where runs, the registry and artifacts are kept. Installs pointing at the same stores share them."""
+
+    documents: StoreSettings = StoreSettings()
+    objects: StoreSettings = StoreSettings()
+    images: StoreSettings = StoreSettings()
+    secrets: StoreSettings = StoreSettings()
+
+
 class Settings(_Section):
     state_dir: Path
+    stores: StoresSettings = StoresSettings()
     temporal: TemporalSettings = TemporalSettings()
     server: ServerSettings = ServerSettings()
     gateway: GatewaySettings = GatewaySettings()
