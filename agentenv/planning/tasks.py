@@ -44,6 +44,8 @@ def load_task(path: Path) -> TaskSpec:
 def _all_problems_at_once(data: dict[str, Any], where: str, bundle: Path | None) -> None:
     """The task's shape is wrong: raise its problems together with its steps' type and config problems (of
     the steps that are sound in themselves), so one look shows everything to fix. Returns when there are none."""
+    if not isinstance(data, dict):
+        return
     try:
         TaskSpec.model_validate(data)
     except ValidationError as e:
