@@ -72,9 +72,10 @@ def env_secrets(box: SandboxRun) -> dict[str, str]:
 
 def check_secrets(settings: Settings, box: SandboxRun, label: str) -> None:
     """Fail when the run is planned, not when the sandbox starts, if a secret its env references is not set."""
-    from agentenv.stores.secrets import MissingSecret, SecretStore, env_var
+    from agentenv.stores import open_secrets
+    from agentenv.stores.secrets import MissingSecret, env_var
 
-    store = SecretStore(settings.state_dir)
+    store = open_secrets(settings)
     for var, name in env_secrets(box).items():
         if not store.has(name):
             raise MissingSecret(
@@ -87,9 +88,10 @@ def resolve_env(settings: Settings, box: SandboxRun, label: str) -> dict[str, st
     """The sandbox's env with its `secret:` references resolved: called in the activity, just before the
     provider starts it, and never logged or returned."""
     from agentenv.steps import StepFailed
-    from agentenv.stores.secrets import MissingSecret, SecretStore, env_var
+    from agentenv.stores import open_secrets
+    from agentenv.stores.secrets import MissingSecret, env_var
 
-    store, env = SecretStore(settings.state_dir), dict(box.env)
+    store, env = open_secrets(settings), dict(box.env)
     for var, name in env_secrets(box).items():
         try:
             env[var] = store.get(name)

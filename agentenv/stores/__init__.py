@@ -1,31 +1,50 @@
-"""Document, object (and later image and secret) stores. `open_stores` picks the configured backends."""
+"""The four stores (documents, objects, images, secrets). `open_stores` opens the backends the config names
+(`[stores.<kind>] backend`, see `backends.py`); the interfaces are in `base.py`."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentenv.stores.base import DocumentStore, ObjectStore
+from agentenv.stores.base import DocumentStore, ImageStore, ObjectStore, Page, SecretStore
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
 
-__all__ = ["DocumentStore", "ObjectStore", "Stores", "open_stores"]
+__all__ = ["DocumentStore", "ImageStore", "ObjectStore", "Page", "SecretStore", "Stores", "open_secrets", "open_stores"]
 
 
 @dataclass
 class Stores:
     documents: DocumentStore
     objects: ObjectStore
+    images: ImageStore
+    secrets: SecretStore
 
     def close(self) -> None:
-        self.documents.close()
+        for store in (self.documents, self.objects, self.images, self.secrets):
+            store.close()
 
 
 def open_stores(settings: Settings) -> Stores:
-    from agentenv.stores.local import FileObjectStore, SqliteDocumentStore
+    from agentenv.stores.backends import KINDS, open_store
 
-    return Stores(
-        documents=SqliteDocumentStore(settings.state_dir / "agentenv.sqlite"),
-        objects=FileObjectStore(settings.state_dir / "objects"),
-    )
+    opened: list = []
+    try:
+        for kind in KINDS:
+            opened.append(open_store(kind, settings))
+    except BaseException:
+        for store in opened:
+            with contextlib.suppress(Exception):
+                store.close()
+        raise
+    return Stores(**dict(zip(KINDS, opened, strict=True)))
+
+
+def open_secrets(settings: Settings) -> SecretStore:
+    """Only the secret store (for code that resolves a `secret:NAME` and needs nothing else)."""
+    from agentenv.stores.backends import open_store
+
+    store: SecretStore = open_store("secrets", settings)
+    return store

@@ -1,8 +1,9 @@
 """Secrets by reference. Specs and runs carry `secret:NAME`; the value is looked up at the last moment,
 where it is used (an activity, the CLI), and never enters workflow inputs or history.
 
-Lookup order: the environment variable AGENTENV_SECRET_<NAME> (upper case, non-alphanumerics as _),
-then this install's secret file (`<state_dir>/secrets.json`, mode 0600, managed by `agent-env secrets`).
+This is the local secret store. Lookup order: the environment variable AGENTENV_SECRET_<NAME> (upper case,
+non-alphanumerics as _), then this install's secret file (`<state_dir>/secrets.json`, mode 0600, managed by
+`agent-env secrets`). Other backends implement `agentenv.stores.base.SecretStore`; `open_stores` picks one.
 """
 
 from __future__ import annotations
@@ -17,17 +18,32 @@ from pathlib import Path
 
 from agentenv.errors import BadInput
 from agentenv.spec.secret_refs import NAME, PREFIX, is_reference  # how specs write a reference (re-exported)
+from agentenv.stores import base
+from agentenv.stores.base import MissingSecret, check_secret_name
 
-
-class MissingSecret(BadInput):
-    pass
+__all__ = [
+    "NAME",
+    "PREFIX",
+    "FileSecretStore",
+    "MissingSecret",
+    "SecretStore",
+    "env_override",
+    "env_var",
+    "is_reference",
+]
 
 
 def env_var(name: str) -> str:
     return "AGENTENV_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
-class SecretStore:
+def env_override(name: str) -> str | None:
+    """The value this process's environment gives the secret (AGENTENV_SECRET_<NAME>), if any; every backend
+    looks here first, so one process can override a shared secret without touching it."""
+    return os.environ.get(env_var(name)) or None
+
+
+class FileSecretStore(base.SecretStore):
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / "secrets.json"
 
@@ -57,7 +73,7 @@ class SecretStore:
             os.close(fd)  # releases the lock
 
     def get(self, name: str) -> str:
-        if value := os.environ.get(env_var(name)):
+        if value := env_override(name):
             return value
         value = self._read().get(name)
         if value is None:
@@ -67,16 +83,8 @@ class SecretStore:
             )
         return value
 
-    def has(self, name: str) -> bool:
-        try:
-            self.get(name)
-            return True
-        except MissingSecret:
-            return False
-
     def set(self, name: str, value: str) -> None:
-        if not NAME.match(name):
-            raise BadInput(f"secret name {name!r} is not valid", "use letters, digits, '.', '_' and '-'")
+        check_secret_name(name)
         with self._locked():
             data = self._read()
             data[name] = value
@@ -118,6 +126,5 @@ class SecretStore:
     def names(self) -> list[str]:
         return sorted(self._read())
 
-    def resolve(self, value: str) -> str:
-        """The value of a `secret:NAME` reference; any other string is returned as it is."""
-        return self.get(value[len(PREFIX) :]) if is_reference(value) else value
+
+SecretStore = FileSecretStore  # its name before there were other backends (`SecretStore(state_dir)` callers)

@@ -131,7 +131,7 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
     from agentenv.bundles import find_agent
     from agentenv.errors import BadInput
     from agentenv.providers.apps import check_secrets, pin_build
-    from agentenv.stores.secrets import SecretStore
+    from agentenv.stores import open_secrets
 
     if config.get("record"):
         record, folder = AgentRecord.model_validate(config["record"]), None
@@ -155,7 +155,7 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
         purpose = PURPOSES[record.type]
         override = record.model_override()
         endpoint = plan.settings.model(purpose, override.model_dump(exclude_none=True) if override else None)
-        check_endpoint(endpoint, purpose, SecretStore(plan.settings.state_dir))
+        check_endpoint(endpoint, purpose, open_secrets(plan.settings))
         models[purpose] = endpoint.model_dump(mode="json")
     config["models"] = models
     return config
@@ -236,9 +236,9 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         hosted = False
     else:
         from agentenv.agents.models import resolve_key
-        from agentenv.stores.secrets import SecretStore
+        from agentenv.stores import open_secrets
 
-        secrets = SecretStore(ctx.settings.state_dir)
+        secrets = open_secrets(ctx.settings)
         keys = {p: k for p, m in config.models.items() if (k := resolve_key(m, secrets))}
         await gateway.put_agent(
             {

@@ -166,14 +166,14 @@ class RubricJudgeConfig(StepConfig):
 def prepare_judge(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     from agentenv.agents.models import check_endpoint
     from agentenv.errors import BadInput
-    from agentenv.stores.secrets import SecretStore
+    from agentenv.stores import open_secrets
 
     if config.get("judge"):
         config["judge_deployed"] = ref(f"steps.{config['judge']}.outputs")
     else:
         override = config.get("judge_model") or {}
         endpoint = plan.settings.model("judge", {k: v for k, v in override.items() if v is not None})
-        check_endpoint(endpoint, "judge", SecretStore(plan.settings.state_dir))
+        check_endpoint(endpoint, "judge", open_secrets(plan.settings))
         config["model"] = endpoint.model_dump(mode="json")
     if config.get("reference_file"):
         if plan.bundle is None:
@@ -358,10 +358,10 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
             raise StepFailed(f"the judge agent could not answer: {answer.text[:300]}")
         return answer.text
     from agentenv.agents.models import ChatModel, ModelError, resolve_key
-    from agentenv.stores.secrets import SecretStore
+    from agentenv.stores import open_secrets
 
     endpoint = cast(ModelSettings, config.model)  # filled in when the run is planned
-    model = ChatModel(endpoint, resolve_key(endpoint, SecretStore(ctx.settings.state_dir)))
+    model = ChatModel(endpoint, resolve_key(endpoint, open_secrets(ctx.settings)))
     try:
         reply = await model.complete(messages, response_json=True, user=JUDGE_USER)
     except ModelError as e:

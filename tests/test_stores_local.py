@@ -1,0 +1,82 @@
+"""The local backends (SQLite documents, file objects, the Docker daemon's images, the secret file) against the
+store conformance suite, plus what only the local backends promise."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from store_conformance import *  # noqa: F403 - the suite's tests, collected here against the local backends
+from store_conformance import docker_daemon
+
+from agentenv.errors import BadInput
+from agentenv.stores.local import FileObjectStore, SqliteDocumentStore
+from agentenv.stores.local_images import DockerImageStore
+from agentenv.stores.secrets import FileSecretStore
+
+
+@pytest.fixture
+def documents(tmp_path):
+    store = SqliteDocumentStore(tmp_path / "docs.sqlite")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def objects(tmp_path):
+    return FileObjectStore(tmp_path / "objects")
+
+
+@pytest.fixture
+def secrets(tmp_path):
+    return FileSecretStore(tmp_path / "home")
+
+
+@pytest.fixture
+def images(image_name):
+    client = docker_daemon()
+    store = DockerImageStore()
+    yield store
+    store.close()
+    for image in client.images.list(name=f"agentenv/{image_name}"):
+        for tag in image.tags:
+            if tag.startswith(f"agentenv/{image_name}:"):
+                client.images.remove(tag)
+
+
+def test_local_images_pull_gives_a_tag_the_daemon_holds(images, local_image, image_name):
+    client = docker_daemon()
+    assert images.push(local_image, image_name, "2") == f"agentenv/{image_name}:2"
+    ref = images.pull(image_name, "2")
+    assert client.images.get(ref).id == client.images.get(local_image).id
+
+
+def test_local_images_without_a_daemon_name_the_fix(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(BadInput) as refused:
+        DockerImageStore().exists("app", "1")
+    assert "Docker daemon" in refused.value.problem and "DOCKER_HOST" in (refused.value.fix or "")
+
+
+def test_documents_are_shared_across_connections_and_threads(tmp_path):
+    path = tmp_path / "shared.sqlite"
+    a, b = SqliteDocumentStore(path), SqliteDocumentStore(path)
+    threads = [threading.Thread(target=lambda i=i: a.put("c", f"k{i}", {"i": i})) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(b.query("c")) == 20
+    assert not b.create("c", "k3", {}) and b.create("c", "k99", {}) and a.get("c", "k99") == {}
+    a.close()
+    b.close()
+
+
+def test_objects_never_leave_temp_files_or_write_outside(tmp_path):
+    store = FileObjectStore(tmp_path / "objects")
+    store.put("a/b", b"1")
+    assert not store.create("a/b", b"2")
+    with pytest.raises(BadInput):
+        store.put("../escape", b"x")
+    assert not (tmp_path / "escape").exists()
+    assert [p.name for p in (tmp_path / "objects" / "a").iterdir()] == ["b"]
