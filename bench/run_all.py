@@ -20,6 +20,7 @@ import executor  # noqa: E402
 import gateway  # noqa: E402
 import hello  # noqa: E402
 import sandboxes  # noqa: E402
+import stores  # noqa: E402
 import world  # noqa: E402
 
 
@@ -34,6 +35,7 @@ def main() -> None:
         "agents": agents.measure(),
         "episodes": episodes.measure(),
         "sandboxes": sandboxes.measure(),
+        "stores": stores.measure(),
     }
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
