@@ -2,7 +2,11 @@
 
 Sources, later ones win: defaults, `.agentenv/config.toml` (found upward from the working directory,
 or named by AGENTENV_CONFIG), then environment variables (AGENTENV_*, and the Temporal CLI's own
-TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*).
+TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*). Which source set each value is
+recorded while loading (`Settings.origin`), so `agent-env config show` reports it instead of guessing.
+
+A file written for the reference system's shape (`[sandbox] default`, `agent_default`,
+`[sandbox.providers.NAME.config]`) is read as our `[sandboxes]`; setting one value in both shapes is an error.
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ import contextlib
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from agentenv.errors import BadInput, from_validation_error
 
@@ -129,6 +133,11 @@ class SandboxSettings(_Section):
     reap_every: float = Field(300.0, ge=0, description="seconds between a worker's reaper passes (0 = never)")
     modal_app: str = Field("agentenv", description="the Modal app sandboxes are created in")
     e2b_template: str = Field("base", description="the E2B template for sandboxes without an image")
+    providers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="each provider's own settings by its name ([sandboxes.providers.NAME], e.g. an api_key as "
+        "`secret:NAME`), handed to that provider as `provider.config`; references are resolved where used",
+    )
 
 
 class StoreSettings(BaseModel):
@@ -153,6 +162,16 @@ class StoresSettings(_Section):
     secrets: StoreSettings = StoreSettings()
 
 
+class Origin(BaseModel):
+    """Where one setting's value came from."""
+
+    source: Literal["file", "env", "default"] = "default"
+    name: str | None = Field(None, description="the config file's path, or the environment variable's name")
+    written_as: str | None = Field(
+        None, description="the file's own spelling, when it used the reference system's shape ([sandbox] default)"
+    )
+
+
 class Settings(_Section):
     state_dir: Path
     stores: StoresSettings = StoresSettings()
@@ -164,6 +183,11 @@ class Settings(_Section):
         default_factory=dict, description="by purpose: default, agent, persona, judge"
     )
     config_file: Path | None = Field(None, exclude=True)
+    _origins: dict[tuple[str, ...], Origin] = PrivateAttr(default_factory=dict)
+
+    def origin(self, *path: str) -> Origin:
+        """Where the value at `path` (e.g. "temporal", "address") came from: the file, a variable, or the default."""
+        return self._origins.get(path, Origin())
 
     def model(self, purpose: str, override: dict | None = None) -> ModelSettings:
         """The endpoint for a purpose: its own section, else `default`, then the override's fields."""
@@ -191,10 +215,11 @@ class Settings(_Section):
         return f"{base}/namespaces/{self.temporal.namespace}/workflows/{run_id}" if base else None
 
     def describe_address_source(self) -> str:
-        if os.environ.get("TEMPORAL_ADDRESS"):
-            return "the TEMPORAL_ADDRESS environment variable"
-        if self.config_file:
-            return f"[temporal] address in {self.config_file}"
+        origin = self.origin("temporal", "address")
+        if origin.source == "env":
+            return f"the {origin.name} environment variable"
+        if origin.source == "file":
+            return f"[temporal] address in {origin.name}"
         return "the configuration"
 
 
@@ -247,6 +272,7 @@ def load_settings(cwd: Path | None = None) -> Settings:
     """Read the config file (if any) and the environment. Errors name the file, field and fix."""
     path = find_config_file(cwd)
     data: dict[str, Any] = {}
+    origins: dict[tuple[str, ...], Origin] = {}
     if path:
         import tomllib
 
@@ -254,26 +280,100 @@ def load_settings(cwd: Path | None = None) -> Settings:
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as e:
             raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
+        written_as = _read_seed_sandbox(data, path)
+        for leaf, _ in leaves(data):
+            origins[leaf] = Origin(source="file", name=str(path), written_as=written_as.get(leaf))
         if "state_dir" in data:  # relative to the project folder that holds .agentenv/
             data["state_dir"] = str((path.parent.parent / Path(data["state_dir"]).expanduser()).resolve())
     if os.environ.get("AGENTENV_HOME") or "state_dir" not in data:
         data["state_dir"] = str(default_state_dir())
+        var = next((v for v in ("AGENTENV_HOME", "XDG_STATE_HOME") if os.environ.get(v)), None)
+        origins[("state_dir",)] = Origin(source="env", name=var) if var else Origin()
     for var, (section, key) in _ENV_OVERRIDES.items():
         if value := os.environ.get(var):
             data.setdefault(section, {})
             if not isinstance(data[section], dict):
                 break  # the file's own shape error is reported below
             data[section][key] = value
+            origins[(section, key)] = Origin(source="env", name=var)
     for var, key in _MODEL_ENV.items():  # the default endpoint, e.g. for a local server
         if value := os.environ.get(var):
             data.setdefault("models", {}).setdefault("default", {})[key] = value
+            origins[("models", "default", key)] = Origin(source="env", name=var)
     try:
         settings = Settings.model_validate(data)
     except ValidationError as e:
         raise from_validation_error(e, str(path) if path else "environment settings") from None
     settings.config_file = path
+    settings._origins = origins
     secure_state_dir(settings.state_dir)
     return settings
+
+
+def leaves(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every value of a nested document (a TOML file, a settings dump) with its path; an empty table is one."""
+    out: list[tuple[tuple[str, ...], Any]] = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.extend(leaves(value, (*prefix, key)))
+        else:
+            out.append(((*prefix, key), value))
+    return out
+
+
+_SEED_SANDBOX_KEYS = {"default": "envs", "agent_default": "agents"}
+
+
+def _read_seed_sandbox(data: dict[str, Any], path: Path) -> dict[tuple[str, ...], str]:
+    """Move the reference system's `[sandbox]` table into our `[sandboxes]` (in place). Returns how the file
+    wrote each value it moved, by the value's path in our shape."""
+    seed = data.pop("sandbox", None)
+    if seed is None:
+        return {}
+    fix = "write it as [sandboxes] (see .agentenv/config.example.toml)"
+    ours = data.setdefault("sandboxes", {})
+    if not isinstance(seed, dict) or not isinstance(ours, dict):
+        raise BadInput(f"{path}: [sandbox] and [sandboxes] must be tables", fix)
+    written_as: dict[tuple[str, ...], str] = {}
+
+    def move(target: tuple[str, ...], value: Any, seed_key: str) -> None:
+        table = ours
+        for part in target[:-1]:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise BadInput(f"{path}: [sandboxes.{'.'.join(target[:-1])}] must be a table", fix)
+        if target[-1] in table:
+            raise BadInput(
+                f"{path} sets {seed_key} and [sandboxes{''.join('.' + p for p in target[:-1])}] {target[-1]}, "
+                "the same setting in two shapes",
+                "keep one of them",
+            )
+        table[target[-1]] = value
+        written_as[("sandboxes", *target)] = seed_key
+
+    for key, value in seed.items():
+        if key in _SEED_SANDBOX_KEYS:
+            move((_SEED_SANDBOX_KEYS[key],), value, f"[sandbox] {key}")
+            continue
+        if key != "providers" or not isinstance(value, dict):
+            raise BadInput(
+                f"{path}: [sandbox] {key} is not read by agentenv",
+                "[sandbox] takes default, agent_default and [sandbox.providers.NAME.config]; remove it, or " + fix,
+            )
+        for name, table in value.items():
+            config = table.get("config", {}) if isinstance(table, dict) else None
+            if not isinstance(config, dict) or set(table) - {"config"}:
+                raise BadInput(
+                    f"{path}: [sandbox.providers.{name}] takes only a config table",
+                    f"put the provider's own settings under [sandbox.providers.{name}.config] (a provider plugin "
+                    "is found by its name in the agentenv.providers entry-point group, not by a class path)",
+                )
+            if not config:  # an empty table still names the provider
+                ours.setdefault("providers", {}).setdefault(name, {})
+                written_as[("sandboxes", "providers", name)] = f"[sandbox.providers.{name}.config]"
+            for option, option_value in config.items():
+                move(("providers", name, option), option_value, f"[sandbox.providers.{name}.config] {option}")
+    return written_as
 
 
 def secure_state_dir(path: Path) -> Path:

@@ -49,6 +49,11 @@ sandboxes_app = typer.Typer(
 app.add_typer(sandboxes_app, name="sandboxes")
 episodes_app = typer.Typer(help="Trainer episodes: play a task's agents from your own loop.", no_args_is_help=True)
 app.add_typer(episodes_app, name="episodes")
+config_app = typer.Typer(
+    help="This install's settings: .agentenv/config.toml (found upward, or AGENTENV_CONFIG), then the environment.",
+    no_args_is_help=True,
+)
+app.add_typer(config_app, name="config")
 
 
 def _version(value: bool) -> None:
@@ -451,3 +456,18 @@ def sandboxes_reap(
     from agentenv.cli.sandboxes_cmd import reap_command
 
     raise typer.Exit(reap_command(dry_run, everything))
+
+
+@config_app.command("show")
+def config_show(
+    json_out: Annotated[
+        bool, typer.Option("--json", help='Print {"config_file", "settings": {KEY: {value, source, name}}} as JSON.')
+    ] = False,
+) -> None:
+    """Show the settings in effect, each with where it came from: `file` (with the file's path), `env` (the
+    variable's name) or `default`. A file in the reference system's shape ([sandbox] default) shows how it
+    wrote each value. Secrets are masked: `secret:NAME` references are shown, literal keys and tokens as ****.
+    See .agentenv/config.example.toml for every setting."""
+    from agentenv.cli.config_cmd import show_command
+
+    raise typer.Exit(show_command(json_out))

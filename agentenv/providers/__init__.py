@@ -2,7 +2,8 @@
 
 Built-ins: `local` (processes; not isolated), `docker`, `modal`, `e2b`; more by the `agentenv.providers`
 entry-point group. Pick one by name (or a fallback chain, "docker,local") in `[sandboxes]` of the
-config, per step (`provider = ...`) or per app (`sandbox.provider`). See `base.py` for the interface.
+config, per step (`provider = ...`) or per app (`sandbox.provider`). See `base.py` for the interface; a
+provider's own settings (`[sandboxes.providers.NAME]`) reach it as `provider.config`.
 """
 
 from agentenv.providers.base import (
@@ -10,6 +11,7 @@ from agentenv.providers.base import (
     ExecResult,
     Network,
     Provider,
+    ProviderConfig,
     ProviderUnavailable,
     Sandbox,
     SandboxFailed,
@@ -22,6 +24,7 @@ __all__ = [
     "ExecResult",
     "Network",
     "Provider",
+    "ProviderConfig",
     "ProviderUnavailable",
     "Sandbox",
     "SandboxFailed",

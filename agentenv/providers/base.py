@@ -173,9 +173,40 @@ class Sandbox(ABC):
         )
 
 
+class ProviderConfig(dict[str, Any]):
+    """A provider's own table (`[sandboxes.providers.NAME]`) as the config file wrote it: `secret:NAME`
+    references stay references until `resolved` reads one, where it is used, from the configured secret store."""
+
+    def __init__(self, values: dict[str, Any] | None = None, settings: Settings | None = None) -> None:
+        super().__init__(values or {})
+        self.settings = settings
+
+    def resolved(self, key: str, default: Any = None) -> Any:
+        """The value of `key`, a `secret:NAME` reference replaced by the secret (MissingSecret names the fix)."""
+        from agentenv.spec.secret_refs import is_reference
+
+        value = self.get(key, default)
+        if not is_reference(value):
+            return value
+        if self.settings is None:
+            raise BadInput(
+                f"{key} is a secret reference, and this provider config has no settings to resolve it with",
+                "construct it with the settings, as agentenv.providers.registry.load does",
+            )
+        from agentenv.stores import open_secrets
+
+        store = open_secrets(self.settings)
+        try:
+            return store.resolve(value)
+        finally:
+            store.close()
+
+
 class Provider(ABC):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
+    # Its own settings ([sandboxes.providers.NAME]), set by the registry once the provider is constructed.
+    config: ProviderConfig = ProviderConfig()
 
     @abstractmethod
     async def check(self) -> None:

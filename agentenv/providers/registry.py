@@ -11,7 +11,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from agentenv.errors import AgentEnvError, BadInput
-from agentenv.providers.base import Provider, ProviderUnavailable, Sandbox, SandboxInfo, SandboxSpec
+from agentenv.providers.base import Provider, ProviderConfig, ProviderUnavailable, Sandbox, SandboxInfo, SandboxSpec
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -66,7 +66,9 @@ def load(name: str, settings: Settings) -> Provider:
             f"sandbox provider {name!r} is not a Provider subclass",
             "its entry point must name a class deriving from agentenv.providers.Provider",
         )
-    return cls(settings)  # type: ignore[call-arg]  # Provider declares no __init__; providers take their settings
+    provider = cls(settings)  # type: ignore[call-arg]  # Provider declares no __init__; providers take their settings
+    provider.config = ProviderConfig(settings.sandboxes.providers.get(name), settings)
+    return provider
 
 
 def parse_chain(value: str) -> list[str]:
