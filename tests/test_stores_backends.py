@@ -80,6 +80,10 @@ def test_local_refuses_unknown_options(configured):
 
 
 def test_a_backend_without_its_extra_names_it(configured, monkeypatch):
+    # gcp, as if the Google SDKs were not installed
+    monkeypatch.setitem(sys.modules, "google.auth", None)
+    for name in [m for m in sys.modules if m.startswith("agentenv.stores.gcp")]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(BadInput) as refused:
         open_stores(configured('[stores.images]\nbackend = "gcp"\n'))
     assert "pip install 'agentenv[gcp]'" in (refused.value.fix or "")
