@@ -19,6 +19,7 @@ import episodes  # noqa: E402
 import executor  # noqa: E402
 import gateway  # noqa: E402
 import hello  # noqa: E402
+import registry  # noqa: E402
 import sandboxes  # noqa: E402
 import stores  # noqa: E402
 import world  # noqa: E402
@@ -36,6 +37,7 @@ def main() -> None:
         "episodes": episodes.measure(),
         "sandboxes": sandboxes.measure(),
         "stores": stores.measure(),
+        "registry": registry.measure(),
     }
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

@@ -58,11 +58,15 @@ def resolve_target(target: str, task: str | None = None) -> TaskSpec:
     elif (BUILTIN_ROOT / target).is_dir() and is_bundle(BUILTIN_ROOT / target):
         bundle = BUILTIN_ROOT / target
     else:
+        from agentenv.registry.resolve import registry_task  # the last place to look: the shared stores
+
+        if (found := registry_task(target)) is not None:
+            return found
         names = ", ".join(r.name for r in runnables())
         raise NotFound(
-            f"'{target}' is not a built-in bundle, a bundle folder or a task file",
+            f"'{target}' is not a built-in bundle, a bundle folder, a task file or a task in the registry",
             f"run one of: {names}; or give the path of a bundle folder or a .toml task file "
-            "(`agent-env run` with no argument lists what can run)",
+            "(`agent-env run` with no argument lists what can run; `agent-env registry list tasks` the registry's)",
         )
     if not is_bundle(bundle):
         raise NotFound(f"{bundle} is not a bundle: it has no tasks/*.toml", "add a task file under tasks/")

@@ -54,6 +54,14 @@ config_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(config_app, name="config")
+registry_app = typer.Typer(
+    help="The registry: immutable versions of envs, tasks, agents and artifacts in this install's stores "
+    "(shared by every install pointing at the same stores). A version's label is its record's `version`; "
+    "pushing other content under a pushed label is refused: bump `version`. `agent-env run NAME[@VERSION]` "
+    "runs a task from the registry when nothing here has that name.",
+    no_args_is_help=True,
+)
+app.add_typer(registry_app, name="registry")
 
 
 def _version(value: bool) -> None:
@@ -471,3 +479,56 @@ def config_show(
     from agentenv.cli.config_cmd import show_command
 
     raise typer.Exit(show_command(json_out))
+
+
+_KIND_HELP = "envs | tasks | agents | artifacts (or env, task, ...)."
+
+
+@registry_app.command("push")
+def registry_push(
+    folder: Annotated[Path, typer.Argument(help="A bundle folder: tasks/, envs/NAME/, agents/NAME/, artifacts/.")],
+) -> None:
+    """Push every env, agent, artifact and task of a bundle as a version. All records are checked first (every
+    problem listed, nothing pushed); each item is then `pushed` (a new version) or `unchanged` (its content is
+    already stored under its label). A task records the versions of the envs, agents and artifacts it uses."""
+    from agentenv.cli.registry_cmd import push_command
+
+    raise typer.Exit(push_command(folder))
+
+
+@registry_app.command("list")
+def registry_list(
+    kind: Annotated[str | None, typer.Argument(help=_KIND_HELP + " Omit for all.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """List the registry's items: kind, name, latest label and how many versions."""
+    from agentenv.cli.registry_cmd import list_command
+
+    raise typer.Exit(list_command(kind, json_out))
+
+
+@registry_app.command("show")
+def registry_show(
+    kind: Annotated[str, typer.Argument(help=_KIND_HELP)],
+    ref: Annotated[str, typer.Argument(help="NAME (every version) or NAME@VERSION.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print each version as a JSON line.")] = False,
+) -> None:
+    """Show an item's versions: digest, who pushed it and when, its files, what it uses, and the runs that
+    used it (their pins name it)."""
+    from agentenv.cli.registry_cmd import show_command
+
+    raise typer.Exit(show_command(kind, ref, json_out))
+
+
+@registry_app.command("pull")
+def registry_pull(
+    kind: Annotated[str, typer.Argument(help=_KIND_HELP)],
+    ref: Annotated[str, typer.Argument(help="NAME (the latest version) or NAME@VERSION.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The folder to write into (bundle layout).")],
+) -> None:
+    """Write a version's files into a folder, in the bundle layout (a task brings the envs, agents and artifacts
+    it uses, so the folder runs). Every file is checked against its digest first: an altered one is refused
+    and nothing is written."""
+    from agentenv.cli.registry_cmd import pull_command
+
+    raise typer.Exit(pull_command(kind, ref, out))

@@ -9,8 +9,10 @@ Objects:
     runs/RUN/transcripts/STEP/SIDE-TURN.txt      a message too long for the run's history, kept apart
     runs/RUN/artifacts/...                       collect_artifacts (ENV/trajectory.jsonl, ENV/data.json,
                                                  manifest.json)
+    registry/blobs/sha256-HEX                    a registry file's bytes, stored once per content
 
-Documents: run records in the `RUNS` collection, by run id.
+Documents: run records in the `RUNS` collection, by run id; registry versions in `REGISTRY`, by
+`registry_version(kind, name, label)`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 
 RUNS = "runs"  # the document collection of run records
+REGISTRY = "registry"  # the document collection of registry versions (envs, tasks, agents, artifacts)
 
 _CONTENT = "artifacts/sha256-"
 
@@ -61,3 +64,17 @@ def message(run_id: str, step: str, side: str, turn: int) -> str:
 def artifact(run_id: str, *parts: str) -> str:
     """A file collect_artifacts keeps: `artifact(run, env, "data.json")`, `artifact(run, "manifest.json")`."""
     return "/".join((f"{run(run_id)}artifacts", *parts))
+
+
+def registry_blob(sha256_hex: str) -> str:
+    """A registry file's bytes, by their sha256: the same bytes are stored once, whoever pushes them."""
+    return f"registry/blobs/sha256-{sha256_hex}"
+
+
+def registry_item(kind: str, name: str) -> str:
+    """The key prefix of an item's versions (`envs/support-desk@`): names cannot hold '@'."""
+    return f"{kind}/{name}@"
+
+
+def registry_version(kind: str, name: str, label: str) -> str:
+    return f"{registry_item(kind, name)}{label}"
