@@ -2,28 +2,30 @@
 repository (`repository`, default `agentenv`, created on the first push) of a project and location, so its
 reference is `LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/NAME:VERSION`.
 
-Two planes: the control plane (the repository, which tags exist) is Artifact Registry's API; the bytes move
-between the local Docker daemon and the registry (`docker push` / `docker pull`, logged in with an OAuth access
-token of the store's credentials). The `docker` package is imported on the first push or pull only.
+The control plane (the repository, which tags exist) is Artifact Registry's API; the bytes move through the local
+Docker daemon, logged in with an OAuth access token of the store's credentials (stores/daemon_images.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import urllib.parse
 from typing import Any
 
 from google.api_core import exceptions
 
-from agentenv.errors import BadInput, NotFound
-from agentenv.stores.base import ImageStore, check_image, version_order
+from agentenv.errors import BadInput
+from agentenv.stores.base import check_image, version_order
+from agentenv.stores.daemon_images import DaemonImageStore
 from agentenv.stores.gcp import explained
 
 _REPOSITORY = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
-class ArtifactRegistryImageStore(ImageStore):
+class ArtifactRegistryImageStore(DaemonImageStore):
+    registry = "Artifact Registry"
+    tag_rules = "the repository's immutable-tags and cleanup policies"
+
     def __init__(
         self,
         client: Any,
@@ -52,35 +54,13 @@ class ArtifactRegistryImageStore(ImageStore):
     def _package(self, name: str) -> str:
         return f"{self.repository}/packages/{urllib.parse.quote(name, safe='')}"
 
-    def push(self, local_ref: str, name: str, version: str) -> str:
-        check_image(name, version)
-        uri = self.uri_prefix + name
-        with self._docker() as docker:
-            from docker.errors import ImageNotFound
-
-            try:
-                image = docker.images.get(local_ref)
-            except ImageNotFound:
-                raise NotFound(
-                    f"no local image {local_ref!r} to push", "build it first (docker build -t ...)"
-                ) from None
+    def _uri(self, name: str, *, for_push: bool) -> str:
+        if for_push:
             self._ensure_repository()
-            image.tag(uri, version)
-            self._upload(docker, uri, version)
-        if not self.exists(name, version):
-            raise BadInput(
-                f"pushed {local_ref} to {uri}:{version}, but Artifact Registry does not list that tag",
-                "check the repository's immutable-tags and cleanup policies, then push again",
-            )
-        return f"{uri}:{version}"
+        return self.uri_prefix + name
 
-    def pull(self, name: str, version: str) -> str:
-        if not self.exists(name, version):
-            raise NotFound(f"no image {name}:{version} in Artifact Registry ({self.repository})", "push it first")
-        uri = self.uri_prefix + name
-        with self._docker() as docker:
-            self._download(docker, uri, version)
-        return f"{uri}:{version}"
+    def _where(self, name: str) -> str:
+        return self.repository
 
     def exists(self, name: str, version: str) -> bool:
         check_image(name, version)
@@ -124,16 +104,6 @@ class ArtifactRegistryImageStore(ImageStore):
             except exceptions.AlreadyExists:
                 pass
 
-    def _upload(self, docker: Any, uri: str, version: str) -> None:
-        """Push the layers of the image tagged `uri:version` to the registry (the data plane)."""
-        for line in docker.images.push(uri, tag=version, auth_config=self._login(), stream=True, decode=True):
-            if "error" in line:
-                raise BadInput(f"pushing {uri}:{version} failed: {line['error']}", "check the registry's login")
-
-    def _download(self, docker: Any, uri: str, version: str) -> None:
-        """Pull `uri:version` into the local daemon (the data plane)."""
-        docker.images.pull(uri, tag=version, auth_config=self._login())
-
     def _login(self) -> dict[str, str]:
         """Docker's auth_config for the registry: an OAuth access token of the store's credentials."""
         import google.auth.transport.requests
@@ -145,17 +115,3 @@ class ArtifactRegistryImageStore(ImageStore):
             )
         self.credentials.refresh(google.auth.transport.requests.Request())
         return {"username": "oauth2accesstoken", "password": str(self.credentials.token)}
-
-    def _docker(self) -> Any:
-        """A client of the local Docker daemon (a context manager: it closes its connections)."""
-        try:
-            import docker
-        except ImportError:
-            raise BadInput(
-                "pushing and pulling Artifact Registry images needs the docker package",
-                "pip install 'agentenv[docker]'",
-            ) from None
-        try:
-            return contextlib.closing(docker.from_env())
-        except docker.errors.DockerException as e:
-            raise BadInput(f"cannot reach the Docker daemon: {e}", "start Docker, or set DOCKER_HOST") from None
