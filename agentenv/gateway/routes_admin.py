@@ -26,7 +26,7 @@ from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.gateway import tokens
 from agentenv.gateway.env_instance import EnvInstance
-from agentenv.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, parse
+from agentenv.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, named_body, parse
 from agentenv.gateway.service import Caller, GatewayError
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
 from agentenv.spec.world_state import WorldPush
@@ -168,12 +168,7 @@ async def get_instance(instance: str, gateway: GatewayDep) -> Response:
 @router.put("/admin/instances/{instance}", tags=["instances"], openapi_extra=json_body(InstanceSpec))
 async def put_instance(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """Create or replace an instance (the body's `id` defaults to the path's)."""
-    data = await json_of(request)
-    if isinstance(data, dict):
-        data.setdefault("id", instance)
-    spec = parse(InstanceSpec, data, f"instance {instance}")
-    if spec.id != instance:
-        raise GatewayError(400, f"the body's id {spec.id!r} differs from the path's {instance!r}")
+    spec = await named_body(request, InstanceSpec, instance, "instance")
     try:
         spec.agent_roles()
     except ValueError as e:
@@ -328,12 +323,7 @@ async def get_agent(agent_id: str, gateway: GatewayDep) -> Response:
 @router.put("/admin/agents/{agent_id}", tags=["agents"], openapi_extra=json_body(DeployRequest))
 async def deploy_agent(request: Request, agent_id: str, gateway: GatewayDep) -> Response:
     """Deploy a hosted agent; it answers A2A at `/agents/{agent_id}/`."""
-    data = await json_of(request)
-    if isinstance(data, dict):
-        data.setdefault("id", agent_id)
-    deploy = parse(DeployRequest, data, f"agent {agent_id}")
-    if deploy.id != agent_id:
-        raise GatewayError(400, f"the body's id {deploy.id!r} differs from the path's {agent_id!r}")
+    deploy = await named_body(request, DeployRequest, agent_id, "agent")
     try:
         spec = gateway.agents.put(deploy)
     except ValueError as e:

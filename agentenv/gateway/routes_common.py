@@ -59,6 +59,17 @@ def parse(model: type[M], data: Any, what: str) -> M:
         raise from_validation_error(e, what) from None
 
 
+async def named_body(request: Request, model: type[M], key: str, what: str) -> M:
+    """A PUT's body as `model`, its `id` defaulting to the path's `key` (and refused if it names another)."""
+    data = await json_of(request)
+    if isinstance(data, dict):
+        data.setdefault("id", key)
+    parsed = parse(model, data, f"{what} {key}")
+    if getattr(parsed, "id", None) != key:
+        raise GatewayError(400, f"the body's id {getattr(parsed, 'id', None)!r} differs from the path's {key!r}")
+    return parsed
+
+
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
     """A route's `openapi_extra` documenting the body its handler reads itself as `model`."""
     return {
