@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from agentenv.config import Settings
 from agentenv.errors import BadInput, NotFound
 from agentenv.planning.runs import plan  # (also `runner.plan`, for callers that plan without starting)
-from agentenv.spec.run import RunState
+from agentenv.spec.run import RunInput, RunState
 from agentenv.spec.task import TaskSpec
 from agentenv.stores import keys
 
@@ -26,19 +26,37 @@ def new_run_id(task_id: str) -> str:
 
 
 async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_id: str | None = None) -> WorkflowHandle:
+    """Plan `task` and start it."""
+    return await start(client, settings, plan(task, run_id or new_run_id(task.id), settings))
+
+
+def replan(settings: Settings, run_id: str) -> RunInput:
+    """A new run of exactly the plan an earlier run (by id or unique prefix) pinned: `agent-env runs rerun`."""
+    from agentenv.planning.runs import replan as replan_record
+    from agentenv.stores import open_stores
+
+    record = find_run(settings, run_id)
+    stores = open_stores(settings)
+    try:
+        return replan_record(stores, record, new_run_id(record["task_id"]))
+    finally:
+        stores.close()
+
+
+async def start(client: Client, settings: Settings, inp: RunInput) -> WorkflowHandle:
+    """Record a planned run and start its workflow."""
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
     from agentenv.temporal.client import ensure_search_attributes
     from agentenv.workflows import attributes
 
-    run_id = run_id or new_run_id(task.id)
-    use_attributes = await ensure_search_attributes(client, settings.temporal.namespace)
-    inp = plan(task, run_id, settings, search_attributes=use_attributes)
+    run_id = inp.run_id
+    inp.search_attributes = use_attributes = await ensure_search_attributes(client, settings.temporal.namespace)
     search = (
         TypedSearchAttributes(
             [
-                SearchAttributePair(attributes.TASK_ID, task.id),
-                SearchAttributePair(attributes.TASK_VERSION, task.version),
+                SearchAttributePair(attributes.TASK_ID, inp.task_id),
+                SearchAttributePair(attributes.TASK_VERSION, inp.task_version),
                 SearchAttributePair(attributes.STATUS, "running"),
             ]
         )
@@ -60,8 +78,9 @@ async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_i
             id=run_id,
             task_queue=settings.temporal.task_queue,
             search_attributes=search,
-            memo={"task": {"id": task.id, "version": task.version, "description": task.description[:500]}},
-            static_summary=f"{task.id} v{task.version}",
+            memo={"task": {"id": inp.task_id, "version": inp.task_version, "description": inp.description[:500]}},
+            static_summary=f"{inp.task_id} v{inp.task_version}"
+            + (f" (rerun of {inp.pins['rerun_of']})" if inp.pins.get("rerun_of") else ""),
             request_eager_start=True,
             result_type=RunState,
         )

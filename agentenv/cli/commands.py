@@ -170,6 +170,25 @@ def runs_show(
     raise typer.Exit(show_command(run_id, json_out))
 
 
+@runs_app.command("rerun")
+def runs_rerun(
+    run_id: Annotated[str, typer.Argument(help="Run id, or a unique prefix of it.")],
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`)."
+        ),
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")] = False,
+) -> None:
+    """Run again exactly what a run used: the plan it pinned (task, env and agent records, data, images,
+    model endpoints, seed), read from the stores. Works after the bundle folder changed, and on any install
+    sharing the stores. Exit 0 when the new run passes."""
+    from agentenv.cli.run_cmd import rerun_command
+
+    raise typer.Exit(rerun_command(run_id, detach=detach, json_out=json_out))
+
+
 @runs_app.command("cancel")
 def runs_cancel(
     run_id: Annotated[str, typer.Argument(help="Run id, or a unique prefix of it.")],

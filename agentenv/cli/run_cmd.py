@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from agentenv.cli import aio
 from agentenv.cli.output import Progress, console, notice, summary_line
 from agentenv.config import Settings, load_settings
-from agentenv.spec.run import RunStatus
-from agentenv.spec.task import TaskSpec
+from agentenv.spec.run import RunInput, RunStatus
 
 
 def run_command(
@@ -33,9 +32,21 @@ def run_command(
     if target is None:
         return _list_runnables()
     from agentenv.bundles import resolve_target
+    from agentenv.runner import new_run_id, plan
 
     spec = resolve_target(target, task)
-    return aio.run(_run(settings, spec, detach=detach, json_out=json_out))
+    return aio.run(_run(settings, plan(spec, new_run_id(spec.id), settings), detach=detach, json_out=json_out))
+
+
+def rerun_command(run_id: str, *, detach: bool, json_out: bool) -> int:
+    """A new run of exactly the plan `run_id` pinned (its records, data, images and model endpoints)."""
+    from agentenv.runner import replan
+
+    settings = load_settings()
+    inp = replan(settings, run_id)
+    if not json_out:
+        notice(f"rerun of {inp.pins['rerun_of']}: plan {inp.pins['plan'][:19]}…, task {inp.pins.get('task')}")
+    return aio.run(_run(settings, inp, detach=detach, json_out=json_out))
 
 
 def _start_gateway(embedded, settings: Settings) -> None:
@@ -61,15 +72,13 @@ def _list_runnables() -> int:
     return 0
 
 
-async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bool) -> int:
+async def _run(settings: Settings, inp: RunInput, *, detach: bool, json_out: bool) -> int:
     from agentenv import runner
     from agentenv.temporal.client import connect
 
     wall_start = time.monotonic()
     gateway_ready = None
-    from agentenv.steps import registry
-
-    if not settings.gateway.url and any(registry.get(s.type).deploys_env for s in spec.steps):
+    if not settings.gateway.url and any(s.deploys_env for s in inp.steps):
         # Start the embedded gateway beside the Temporal server instead of inside the first step.
         from agentenv.gateway import embedded
 
@@ -78,7 +87,7 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
     if gateway_ready is not None:
         await gateway_ready
     if detach:
-        handle = await runner.start_run(client, settings, spec)
+        handle = await runner.start(client, settings, inp)
         console().print(f"started run [bold]{handle.id}[/]")
         if url := settings.run_url(handle.id):
             console().print(f"  Temporal UI: {url}")
@@ -93,12 +102,12 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
     worker_task = asyncio.create_task(worker.run())
     handle = None  # type: ignore[assignment]  # None until the run starts (checked below)
     try:
-        handle = await runner.start_run(client, settings, spec)
+        handle = await runner.start(client, settings, inp)
         if not json_out:
-            console().print(f"[bold]{spec.id}[/] v{spec.version} · run [bold]{handle.id}[/]")
+            console().print(f"[bold]{inp.task_id}[/] v{inp.task_version} · run [bold]{handle.id}[/]")
             if url := settings.run_url(handle.id):
                 console().print(f"  [dim]Temporal UI:[/] {url}")
-        state = await _follow(handle, spec, quiet=json_out)
+        state = await _follow(handle, inp, quiet=json_out)
     except asyncio.CancelledError:
         if handle is not None:
             console().print(
@@ -116,14 +125,14 @@ async def _run(settings: Settings, spec: TaskSpec, *, detach: bool, json_out: bo
     return 0 if state.status is RunStatus.PASSED else 1
 
 
-async def _follow(handle, spec: TaskSpec, *, quiet: bool):
+async def _follow(handle, inp: RunInput, *, quiet: bool):
     """Wait for the result, printing steps as they finish (from the run's query)."""
     from datetime import UTC, datetime
 
     from agentenv import runner
 
     result = asyncio.create_task(runner.wait_result(handle))
-    progress = Progress(max(len(s.id) for s in spec.steps), max(len(s.type) for s in spec.steps))
+    progress = Progress(max(len(s.id) for s in inp.steps), max(len(s.type) for s in inp.steps))
     interval = 0.1
     while not result.done():
         await asyncio.wait({result}, timeout=interval)

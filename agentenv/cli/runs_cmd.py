@@ -66,6 +66,8 @@ def show_command(run_id: str, json_out: bool) -> int:
     if json_out:
         print(json.dumps(state.model_dump(mode="json"), indent=2))
         return 0
+    from rich.markup import escape
+
     out = console()
     out.print(
         f"[bold]{state.task_id}[/] v{state.task_version} · run [bold]{state.run_id}[/]"
@@ -76,6 +78,8 @@ def show_command(run_id: str, json_out: bool) -> int:
     out.print(f"  started {state.started_at.astimezone():%Y-%m-%d %H:%M:%S}")
     if url := settings.run_url(state.run_id):
         out.print(f"  [dim]Temporal UI:[/] {url}")
+    for line in _pin_lines(state.pins):
+        out.print(f"  [dim]{escape(line)}[/]")
     width = max(len(s) for s in state.steps)
     type_width = max(len(s.type) for s in state.steps.values())
     for step in state.steps.values():
@@ -93,6 +97,21 @@ def show_command(run_id: str, json_out: bool) -> int:
         out.print(f"  [red]{state.error}[/]")
     out.print(summary_line(state))
     return 0
+
+
+def _pin_lines(pins: dict) -> list[str]:
+    """What the run used, a line per kind (the full digests are in `runs show --json`)."""
+    lines = []
+    if rerun_of := pins.get("rerun_of"):
+        lines.append(f"rerun of {rerun_of}")
+    if plan := pins.get("plan"):
+        lines.append(f"plan {plan[:19]}… (`agent-env runs rerun` runs it again)")
+    for kind in ("envs", "agents", "models", "images"):
+        if pins.get(kind):
+            lines.append(f"{kind}: " + ", ".join(f"{k} {v}" for k, v in pins[kind].items()))
+    if pins.get("artifacts"):
+        lines.append(f"artifacts: {len(pins['artifacts'])}")
+    return lines
 
 
 def _parked_hits(settings, state: RunState) -> list[dict]:

@@ -3,6 +3,7 @@
 Objects:
 
     artifacts/sha256-HEX.EXT                     content-addressed inputs (data files, build contexts)
+    plans/sha256-HEX.json                        a run's plan, by its digest (`runs rerun` starts it again)
     runs/RUN/snapshots/NAME.tar                  snapshot_env; restore_env reads it back
     runs/RUN/trajectories/INSTANCE.jsonl         an instance's trajectory, kept when it is retired
     runs/RUN/transcripts/STEP.json               a prompt's transcript
@@ -28,6 +29,15 @@ _CONTENT = "artifacts/sha256-"
 def content(data: bytes, extension: str) -> str:
     """The key of these bytes: the same bytes always get the same key (so they are stored once)."""
     return f"{_CONTENT}{hashlib.sha256(data).hexdigest()}.{extension}"
+
+
+def is_content(value: str) -> bool:
+    return value.startswith(_CONTENT)
+
+
+def plan(digest: str) -> str:
+    """A run's plan by its digest (`sha256:HEX`)."""
+    return f"plans/sha256-{digest.removeprefix('sha256:')}.json"
 
 
 def content_digest(key: str) -> str:
