@@ -62,6 +62,13 @@ registry_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(registry_app, name="registry")
+bundle_app = typer.Typer(
+    help="Bundle files: tasks and the envs, agents and artifacts they use, with their files, in one file that "
+    "carries them to another install's registry (other stores). Files are stored once however many tasks "
+    "use them; everything is checked against its digest on import, and a damaged file imports nothing.",
+    no_args_is_help=True,
+)
+app.add_typer(bundle_app, name="bundle")
 
 
 def _version(value: bool) -> None:
@@ -551,3 +558,34 @@ def registry_pull(
     from agentenv.cli.registry_cmd import pull_command
 
     raise typer.Exit(pull_command(kind, ref, out))
+
+
+@bundle_app.command("export")
+def bundle_export(
+    tasks: Annotated[
+        list[str], typer.Argument(metavar="TASK[@VERSION]", help="Tasks in the registry (no @: the latest).")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The bundle file to write (a .tar.gz).")],
+    force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
+) -> None:
+    """Write tasks from the registry, with every version they use and the files of each, to one file (written
+    whole or not at all). Each version is checked against its digest first. Images named by `image` stay
+    references: the importing install needs access to them; envs built from a `build` context carry it."""
+    from agentenv.cli.bundle_cmd import export_command
+
+    raise typer.Exit(export_command(tasks, out, force, json_out))
+
+
+@bundle_app.command("import")
+def bundle_import(
+    file: Annotated[Path, typer.Argument(help="A file written by `agent-env bundle export`.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print each version's outcome as a JSON line.")] = False,
+) -> None:
+    """Load a bundle file into this install's registry. Every version and file is checked against its digest,
+    and every label against this registry, before anything is written: a damaged file or a label holding other
+    content here imports nothing. Each version is `imported` or `unchanged` (already here). Then
+    `agent-env run NAME` runs an imported task."""
+    from agentenv.cli.bundle_cmd import import_command
+
+    raise typer.Exit(import_command(file, json_out))

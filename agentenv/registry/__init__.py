@@ -6,6 +6,7 @@ stores, so every install pointing at the same stores runs the same things by nam
 - `bundle_items`: a bundle folder read into items, every invalid record reported at once.
 - `store`: push, list, show and pull against the stores (atomic creates: a label never moves).
 - `resolve`: `agent-env run NAME` for a task found only in the registry.
+- `bundle_file`: one file carrying tasks and what they use to another install's registry (export, import).
 """
 
 from agentenv.registry.models import KINDS, FileEntry, Item, PushResult, Version
