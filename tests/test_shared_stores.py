@@ -119,3 +119,24 @@ def test_installs_sharing_temporal_and_aws_stores_run_and_rerun_each_others_runs
     finally:
         for env in (a, b):
             cli(env, "gateway", "stop", timeout=30)
+
+
+def test_secrets_commands_use_the_configured_secret_store(tmp_path, request):
+    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv[aws]')")
+    pytest.importorskip("moto.server", reason="sharing AWS stores is tested against moto's server (the dev extra)")
+    url = request.getfixturevalue("endpoint")
+    stores = {"secrets": {"backend": "aws", "endpoint_url": url, "prefix": f"{moto_util.unique('t')}/"}}
+    a = install(tmp_path, "a", stores, "127.0.0.1:1", "unused")
+    b = install(tmp_path, "b", stores, "127.0.0.1:1", "unused")
+    value = "sk-shared-" + uuid.uuid4().hex
+    done = cli(a, "secrets", "set", "team-key", "--value", value)
+    assert done.returncode == 0, done.stderr
+    assert "AWS Secrets Manager at " + url in done.stdout
+    listed = cli(b, "secrets", "list", "--json")
+    assert json.loads(listed.stdout)["names"] == ["team-key"], "B sees the secret A set"
+    shown = cli({**b, "AGENTENV_MODEL_API_KEY": "secret:team-key"}, "models", "show")
+    assert shown.returncode == 0, shown.stderr
+    assert "not set" not in shown.stdout and "secret:team-key" in shown.stdout and value not in shown.stdout
+    assert not (Path(a["AGENTENV_HOME"]) / "secrets.json").exists(), "nothing written to A's local secret file"
+    assert cli(b, "secrets", "delete", "team-key").returncode == 0
+    assert json.loads(cli(a, "secrets", "list", "--json").stdout)["names"] == []

@@ -15,14 +15,13 @@ import asyncio
 import builtins
 import contextlib
 import time
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
 from agentenv.agents.models import Endpoints
 from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
-from agentenv.config import ModelSettings
+from agentenv.config import ModelSettings, Settings
 from agentenv.spec.agent import AgentRecord
 from agentenv.spec.times import utc_now_iso
 
@@ -198,21 +197,27 @@ class AgentHost:
 
     def _build(self, spec: HostedAgentSpec, url: str):
         from agentenv.agents.builtin import build_agent
-        from agentenv.stores.secrets import SecretStore
 
         keys: dict[str, str | None] = dict(self._keys.get(spec.id, {}))
-        secrets = SecretStore(self.secret_root) if self.secret_root else None
-        for purpose, config in spec.models.items():  # a restarted gateway looks keys up again
-            if purpose not in keys and config.api_key and secrets is not None:
-                with contextlib.suppress(Exception):
-                    keys[purpose] = secrets.resolve(config.api_key)
+        missing = [p for p, config in spec.models.items() if p not in keys and config.api_key]
+        if missing and self.secrets_from is not None:  # a restarted gateway looks keys up again
+            from agentenv.stores import open_secrets
+
+            with contextlib.suppress(Exception):
+                secrets = open_secrets(self.secrets_from)
+                try:
+                    for purpose in missing:
+                        with contextlib.suppress(Exception):
+                            keys[purpose] = secrets.resolve(cast(str, spec.models[purpose].api_key))
+                finally:
+                    secrets.close()
         inner = build_agent(spec.record, Endpoints(spec.models, keys), HumanInbox(self.store, spec.id))
         routes, handler = a2a_routes(_OnceAgent(self, spec.id, inner), url)
         from starlette.applications import Starlette
 
         return Starlette(routes=routes), handler
 
-    secret_root: Path | None = None  # the state dir whose secrets file the host reads, if any
+    secrets_from: Settings | None = None  # the settings whose secret store the host reads keys from, if any
 
     async def __call__(self, scope, receive, send) -> None:
         """ASGI for everything under /agents/{id}/ (mounted by the gateway)."""

@@ -75,11 +75,12 @@ def show_command(purpose: str | None) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from agentenv.stores.secrets import PREFIX, SecretStore, is_reference
+    from agentenv.stores import open_secrets
+    from agentenv.stores.secrets import PREFIX, is_reference
 
     settings = load_settings()
     purposes = [_check_purpose(purpose, "")] if purpose else list(PURPOSES)
-    secrets = SecretStore(settings.state_dir)
+    secrets = open_secrets(settings)
     table = Table(box=None, pad_edge=False)
     for col in ("purpose", "from", "base_url", "model", "api key", "key"):
         table.add_column(col, no_wrap=True)
@@ -158,7 +159,8 @@ def fake_command(host: str, port: int, script_files: list[Path], api_key: str | 
     import uvicorn
 
     from agentenv.agents.fake_model import builtin_scripts, create_app
-    from agentenv.stores.secrets import PREFIX, SecretStore, is_reference
+    from agentenv.stores import open_secrets
+    from agentenv.stores.secrets import PREFIX, is_reference
 
     scripts = {**builtin_scripts(), **_load_script_files(script_files)}
     _check_port(host, port)
@@ -178,7 +180,7 @@ def fake_command(host: str, port: int, script_files: list[Path], api_key: str | 
         out.print(f"export AGENTENV_MODEL_BASE_URL={url} AGENTENV_MODEL=fake   # no API key needed")
         settings = load_settings()
         configured = settings.model("default").api_key
-        if is_reference(configured) and not SecretStore(settings.state_dir).has(configured[len(PREFIX) :]):
+        if is_reference(configured) and not open_secrets(settings).has(configured[len(PREFIX) :]):
             notice(
                 f"runs check that the configured key {configured} is set, though this fake ignores it: "
                 f"`agent-env secrets set {configured[len(PREFIX) :]} --value unused`, "

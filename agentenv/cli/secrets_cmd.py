@@ -12,9 +12,10 @@ from agentenv.errors import BadInput, NotFound
 
 
 def _store():
-    from agentenv.stores.secrets import SecretStore
+    """The secret store this install's settings configure ([stores.secrets]; a file in the state dir by default)."""
+    from agentenv.stores import open_secrets
 
-    return SecretStore(load_settings().state_dir)
+    return open_secrets(load_settings())
 
 
 def _env_secrets() -> list[str]:
@@ -43,7 +44,7 @@ def set_command(name: str, value: str | None) -> int:
             f"no value given for secret {name!r}", "type it at the prompt, pipe it on stdin, or pass --value"
         )
     store.set(name, value)
-    console().print(f"stored secret [bold]{name}[/] in {store.path}; reference it as secret:{name}")
+    console().print(f"stored secret [bold]{name}[/] in {store.where()}; reference it as secret:{name}")
     if os.environ.get(env_var(name)):
         notice(f"the environment variable {env_var(name)} is set too, and wins over the stored value")
     return 0
@@ -55,14 +56,14 @@ def list_command(json_out: bool) -> int:
     store = _store()
     names, env = store.names(), _env_secrets()
     if json_out:
-        print(json.dumps({"file": str(store.path), "names": names, "environment": env}))
+        print(json.dumps({"store": store.where(), "names": names, "environment": env}))
         return 0
     out = console()
     if not names and not env:
-        out.print(f"no secrets yet ({store.path}) — add one with `agent-env secrets set NAME`")
+        out.print(f"no secrets yet ({store.where()}) — add one with `agent-env secrets set NAME`")
         return 0
     if names:
-        out.print(f"in {store.path}:")
+        out.print(f"in {store.where()}:")
         for name in names:
             shadow = (
                 f"  [dim](overridden by the environment variable {env_var(name)})[/]" if env_var(name) in env else ""
@@ -84,7 +85,7 @@ def delete_command(name: str) -> int:
     in_env = bool(os.environ.get(env_var(name)))
     if not store.delete(name):
         raise NotFound(
-            f"no secret {name!r} in {store.path}"
+            f"no secret {name!r} in {store.where()}"
             + (f"; it comes from the environment variable {env_var(name)}" if in_env else ""),
             f"unset {env_var(name)} in your environment" if in_env else "list them with `agent-env secrets list`",
         )

@@ -180,7 +180,7 @@ class Gateway:
         from agentenv.agents.host import AgentHost, public_base
 
         self.agents = AgentHost(self.store, public_base(settings))  # cards name the configured URL, not Host
-        self.agents.secret_root = settings.state_dir if settings is not None else None
+        self.agents.secrets_from = settings
 
     async def shutdown(self) -> None:
         """Close every open instance (stopping apps that run in processes of their own)."""

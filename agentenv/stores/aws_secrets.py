@@ -22,6 +22,9 @@ class SecretsManagerStore(SecretStore):
         self.client = client
         self.prefix = prefix
 
+    def where(self) -> str:
+        return f"AWS Secrets Manager at {self.client.meta.endpoint_url} (names under {self.prefix})"
+
     def _id(self, name: str) -> str:
         return self.prefix + check_secret_name(name)
 

@@ -178,6 +178,10 @@ class SecretStore(ABC):
     @abstractmethod
     def names(self) -> list[str]: ...
 
+    def where(self) -> str:
+        """Where the values are kept, for messages (a file, a service and its address)."""
+        return type(self).__name__
+
     def has(self, name: str) -> bool:
         try:
             self.get(name)

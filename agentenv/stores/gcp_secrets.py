@@ -37,6 +37,9 @@ class SecretManagerStore(SecretStore):
         self.prefix = prefix
         self.address = address
 
+    def where(self) -> str:
+        return f"Secret Manager of project {self.project} at {self.address} (IDs under {self.prefix})"
+
     def _explained(self, what: str) -> Any:
         return explained("Secret Manager", self.address, what)
 

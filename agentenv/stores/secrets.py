@@ -47,6 +47,9 @@ class FileSecretStore(base.SecretStore):
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / "secrets.json"
 
+    def where(self) -> str:
+        return str(self.path)
+
     def _read(self) -> dict[str, str]:
         try:
             data = json.loads(self.path.read_text())
