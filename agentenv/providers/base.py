@@ -99,6 +99,7 @@ class SandboxInfo(BaseModel):
     status: str = "running"
     expires_at: float | None = None
     url: str | None = None
+    image_id: str | None = None  # the exact image it runs ("sha256:..."), where the provider knows it
 
     @classmethod
     def from_labels(cls, provider: str, id: str, labels: dict[str, str], **extra: Any) -> SandboxInfo:

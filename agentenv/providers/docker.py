@@ -1,7 +1,10 @@
 """`docker`: sandboxes are containers on a Docker daemon (`DOCKER_HOST`, default the local socket).
 
 - Images come from `image`, or are built from a `build` folder with a Dockerfile, tagged by the hash of
-  the build context so an unchanged context is never rebuilt.
+  the build context so an unchanged context is never rebuilt. Built images are shared through the configured
+  image store (`build-NAME` at the context's digest): a worker on another machine pulls what one built. The
+  store is a cache: when it cannot be reached, the worker builds locally and warns.
+- A sandbox's info carries the id of the image it runs (`sha256:...`), so a run records exactly what ran.
 - A container's `port` is published on 127.0.0.1 (a free host port unless `host_port` is given).
 - Network: `open` (the default bridge), `none` (an internal network: no route out; the host reaches the
   container by its address), an allowlist (a bridge network whose egress is dropped in iptables'
@@ -16,14 +19,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import logging
+import re
 import shlex
 import subprocess
 import tarfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentenv.errors import BadInput
+from agentenv.errors import BadInput, NotFound
 from agentenv.providers.base import (
     LABEL_INSTALL,
     LABEL_NAME,
@@ -40,6 +46,11 @@ from agentenv.providers.base import (
     install_id,
     port_taken,
 )
+
+if TYPE_CHECKING:
+    from agentenv.stores.base import ImageStore
+
+log = logging.getLogger("agentenv.providers.docker")
 
 NETWORK_NONE = "agentenv-none"
 NETWORK_ALLOWLIST = "agentenv-allowlist"
@@ -71,6 +82,14 @@ def context_tar(folder: Path) -> bytes:
 def build_tag(folder: Path, context: bytes) -> str:
     name = "".join(c if c.isalnum() or c in "-_." else "-" for c in folder.name.lower()).strip("-.") or "app"
     return f"agentenv-build/{name}:{hashlib.sha256(context).hexdigest()[:16]}"
+
+
+def shared_build_image(tag: str) -> tuple[str, str]:
+    """The (name, version) under which the image store keeps the image of build tag `tag`: `build-NAME` at the
+    context's digest, valid as a repository and a tag on every backend (see `check_image`)."""
+    repository, _, digest = tag.rpartition(":")
+    name = re.sub(r"[^a-z0-9]+", "-", repository.rsplit("/", 1)[-1].lower())
+    return f"build-{name}"[:128].strip("-"), digest
 
 
 def _tail(lines: list[str], count: int = 20) -> str:
@@ -151,6 +170,9 @@ class DockerProvider(Provider):
         self.settings = settings
         self.install = install_id(settings)
         self._client = None
+        self._image_store: ImageStore | None = None
+        self._image_store_tried = False
+        self._image_store_lock = threading.Lock()
 
     @property
     def client(self):
@@ -199,7 +221,9 @@ class DockerProvider(Provider):
             return tag  # built before from the very same context
         except docker.errors.ImageNotFound:
             pass
-        log: list[str] = []
+        if self._fetch_built(tag):
+            return tag  # built by another worker, shared through the image store
+        lines: list[str] = []
         try:
             for chunk in self.client.api.build(
                 fileobj=io.BytesIO(context),
@@ -212,21 +236,85 @@ class DockerProvider(Provider):
                 labels={"agentenv.context": tag.rsplit(":", 1)[1]},
             ):
                 if "stream" in chunk:
-                    log.extend(chunk["stream"].rstrip("\n").splitlines())
+                    lines.extend(chunk["stream"].rstrip("\n").splitlines())
                 if "error" in chunk:
-                    log.append(chunk["error"].rstrip("\n"))
+                    lines.append(chunk["error"].rstrip("\n"))
                     raise SandboxFailed(
                         f"building the image from {folder}/Dockerfile failed: "
-                        f"{chunk['error'].strip()}\n  build log (last lines):\n{_tail(log)}",
+                        f"{chunk['error'].strip()}\n  build log (last lines):\n{_tail(lines)}",
                         self._build_fix(chunk["error"]),
                     )
         except docker.errors.APIError as e:
             raise SandboxFailed(
                 f"building the image from {folder}/Dockerfile failed: {e.explanation or e}\n"
-                f"  build log (last lines):\n{_tail(log)}",
+                f"  build log (last lines):\n{_tail(lines)}",
                 self._build_fix(str(e)),
             ) from None
+        self._share_built(tag)
         return tag
+
+    # -- built images in the image store: a cache shared by every worker; without it, each one builds --
+
+    def _shared_images(self) -> ImageStore | None:
+        """The configured image store, opened on first use; None (after a warning) when it cannot be opened."""
+        with self._image_store_lock:
+            if not self._image_store_tried:
+                self._image_store_tried = True
+                from agentenv.stores.backends import open_store
+
+                try:
+                    self._image_store = open_store("images", self.settings)
+                except Exception as e:  # noqa: BLE001 - a missing extra or bad options: build locally, say why
+                    self._store_warning("could not be opened", e, "images are built here, and not shared")
+            return self._image_store
+
+    def _fetch_built(self, tag: str) -> bool:
+        """Pull the image of build tag `tag` from the image store and tag it here; False if it is not there."""
+        store = self._shared_images()
+        if store is None:
+            return False
+        name, version = shared_build_image(tag)
+        try:
+            ref = store.pull(name, version)
+            repository, _, digest = tag.rpartition(":")
+            self.client.images.get(ref).tag(repository, digest)
+        except NotFound:
+            return False  # nobody built this context yet
+        except Exception as e:  # noqa: BLE001 - the store is a cache: an unreachable one costs a build, not the run
+            self._store_warning(f"could not provide {name}:{version}", e, "it is built here")
+            return False
+        log.info("pulled %s from the image store as %s (not rebuilt)", ref, tag)
+        return True
+
+    def _share_built(self, tag: str) -> None:
+        """Push a freshly built image to the image store, so the next worker anywhere pulls it."""
+        store = self._shared_images()
+        if store is None:
+            return
+        name, version = shared_build_image(tag)
+        try:
+            store.push(tag, name, version)
+        except Exception as e:  # noqa: BLE001 - the image is built and runs here; other workers will build it too
+            self._store_warning(f"could not store {tag} as {name}:{version}", e, "other workers will build it too")
+
+    def _store_warning(self, what: str, error: Exception, consequence: str) -> None:
+        log.warning(
+            "the image store ([stores.images] backend = %r) %s (%s), so %s; check [stores.images] in the config",
+            self.settings.stores.images.backend,
+            what,
+            (str(error).splitlines() or [type(error).__name__])[0][:300],
+            consequence,
+        )
+
+    def close(self) -> None:
+        """Release the image store and the daemon's connections (the provider can be used again after)."""
+        with self._image_store_lock:
+            if self._image_store is not None:
+                self._image_store.close()
+            self._image_store, self._image_store_tried = None, False
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     @staticmethod
     def _build_fix(error: str) -> str:
@@ -358,7 +446,14 @@ class DockerProvider(Provider):
                 f"http://127.0.0.1:{published[0]['HostPort']}" if published else f"http://{_address(container)}:{port}"
             )
         return DockerSandbox(
-            SandboxInfo.from_labels(self.name, container.name, container.labels, url=url, status=container.status),
+            SandboxInfo.from_labels(
+                self.name,
+                container.name,
+                container.labels,
+                url=url,
+                status=container.status,
+                image_id=container.attrs.get("Image"),  # the id it was created from: exactly what runs
+            ),
             container,
         )
 

@@ -52,7 +52,8 @@ class DockerImageStore(ImageStore):
             raise NotFound(
                 f"no local image {local_ref!r} to push as {tag}", "build it first (docker build -t ...)"
             ) from None
-        image.tag(REPOSITORY + name, version)
+        if tag not in image.tags:  # already tagged (a worker sharing what it built): nothing to do
+            image.tag(REPOSITORY + name, version)
         return tag
 
     def pull(self, name: str, version: str) -> str:

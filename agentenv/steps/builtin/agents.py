@@ -219,9 +219,10 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
             "trainer": True,
             "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None,
         }
-    sandbox = None
+    sandbox, image_id = None, None
     if record.type == "a2a" and (box := agent_sandbox(record)) is not None:
         sandbox, url = await _start_agent_sandbox(ctx, config, record, box)
+        image_id = sandbox.pop("image_id", None)  # the exact image it ran, for the run's record
         hosted = False
     elif record.type == "a2a":
         url = record.typed_config().url
@@ -261,6 +262,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         "hosted": hosted,
         "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None,
         **({"sandbox": sandbox} if sandbox else {}),
+        **({"images": {record.name: image_id}} if image_id else {}),
     }
 
 
@@ -319,7 +321,8 @@ async def _start_agent_sandbox(
             "— serve the card with the URL it is reached at (agentenv.agents.sdk.serve on all interfaces "
             "names a URL relative to its card; behind a proxy give it public_url or $AGENTENV_PUBLIC_URL)"
         )
-    return {"provider": provider.name, "id": sandbox.info.id, "url": sandbox.url}, url
+    box_info = {"provider": provider.name, "id": sandbox.info.id, "url": sandbox.url, "image_id": sandbox.info.image_id}
+    return box_info, url
 
 
 async def _exited(provider, run_id: str, sandbox_id: str) -> bool:

@@ -134,13 +134,15 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     record = config.record or env_for_app(config.env)
     gateway = await ctx.gateway()
     instance = instance_id(ctx, ctx.step_id)
-    apps, sandboxes = [], []
+    apps, sandboxes, images = [], [], {}
     for ref in record.apps:
         if ref.sandbox is None:
             apps.append(ref.model_dump(exclude_defaults=True))
             continue
         provider, sandbox = await _start_sandbox(ctx, config, gateway, instance, ref, record.name)
         sandboxes.append({"app": ref.name, "provider": provider, "id": sandbox.info.id, "url": sandbox.url})
+        if sandbox.info.image_id:  # the exact image it ran, for the run's record
+            images[ref.name] = sandbox.info.image_id
         apps.append({"name": ref.name, "url": sandbox.url, "path": ref.sandbox.path, "prefix": ref.prefix})
     await gateway.put_instance(
         {
@@ -168,6 +170,7 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
             for agent, role in described["agents"].items()
         },
         **({"sandboxes": sandboxes} if sandboxes else {}),
+        **({"images": images} if images else {}),
     }
 
 
