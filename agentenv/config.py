@@ -63,6 +63,20 @@ class GatewaySettings(_Section):
     max_body_kib: int = Field(16 * 1024, ge=16, description="largest request body the gateway accepts")
     max_calls_per_agent: int = Field(32, ge=1, description="tool calls one agent may have in flight (429 beyond)")
     max_sessions_per_agent: int = Field(16, ge=1, description="MCP sessions one agent may hold open (429 beyond)")
+    pool: list[str] = Field(
+        default_factory=list,
+        description="base URLs of several gateways serving this install: each env instance is placed on one "
+        "(the least loaded; a run's instances together) and everything about it goes there",
+    )
+    key_secret: str | None = Field(
+        None,
+        description="the secret (in [stores.secrets]) holding the key a pool's gateways share (64 hex digits): "
+        "their tokens then verify on each, and workers derive the admin token from it",
+    )
+
+    def urls(self) -> list[str]:
+        """The gateways runs use: the pool, else the one `url` (empty: the embedded gateway)."""
+        return [u.rstrip("/") for u in self.pool] or ([self.url.rstrip("/")] if self.url else [])
 
 
 def url_origin(url: str | None) -> str | None:

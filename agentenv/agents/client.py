@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 import httpx
@@ -49,14 +49,16 @@ class Reply:
 
 
 class OriginBearer(httpx.Auth):
-    """`Authorization: Bearer TOKEN` on requests to one origin only. Unlike a default header, a card or a
-    redirect that names another origin gets nothing: a credential goes only where it belongs."""
+    """`Authorization: Bearer TOKEN` on requests to its origins only (a pool's gateways share a token). Unlike a
+    default header, a card or a redirect that names another origin gets nothing: a credential goes only where
+    it belongs."""
 
-    def __init__(self, token: str, origin_url: str) -> None:
-        self.token, self.origin = token, url_origin(origin_url)
+    def __init__(self, token: str, *origin_urls: str) -> None:
+        self.token = token
+        self.origins = {origin for url in origin_urls if (origin := url_origin(url)) is not None}
 
     def auth_flow(self, request: httpx.Request):
-        if self.token and self.origin is not None and url_origin(str(request.url)) == self.origin:
+        if self.token and url_origin(str(request.url)) in self.origins:
             request.headers["authorization"] = f"Bearer {self.token}"
         else:
             request.headers.pop("authorization", None)
@@ -179,7 +181,7 @@ def _transient(cause: BaseException | None) -> bool:
 # -- the worker's clients, and asking a deployed agent --
 
 _CLIENTS: dict[tuple[str, bool], AgentClient] = {}  # one A2A client per agent URL per worker process (cards cached)
-_HTTP: dict[tuple[bool, str | None], httpx.AsyncClient] = {}
+_HTTP: dict[tuple[bool, tuple[str, ...]], httpx.AsyncClient] = {}
 
 
 def agent_client(settings: Settings, url: str, *, hosted: bool) -> AgentClient:
@@ -200,25 +202,16 @@ def forget_agent(url: str, *, hosted: bool = False) -> None:
 
 def _http(settings: Settings, hosted: bool) -> httpx.AsyncClient:
     from agentenv import tls
-    from agentenv.gateway.embedded import base_url
+    from agentenv.gateway.embedded import admin_token, base_url
 
-    gateway = base_url(settings) if hosted else None
-    http = _HTTP.get((hosted, gateway))
+    gateways = tuple(settings.gateway.urls() or [base_url(settings)]) if hosted else ()
+    http = _HTTP.get((hosted, gateways))
     if http is None:
-        auth = OriginBearer(_admin_token(settings), cast(str, gateway)) if hosted else None
-        http = _HTTP[(hosted, gateway)] = httpx.AsyncClient(
+        auth = OriginBearer(admin_token(settings), *gateways) if hosted else None
+        http = _HTTP[(hosted, gateways)] = httpx.AsyncClient(
             auth=auth, follow_redirects=False, verify=tls.context(), timeout=httpx.Timeout(30.0, read=None)
         )
     return http
-
-
-def _admin_token(settings: Settings) -> str:
-    from agentenv.gateway import tokens
-
-    if settings.gateway.url:
-        return settings.gateway.admin_token or ""  # none: no Authorization header (OriginBearer)
-    key = tokens.load_or_create_key(settings.state_dir / "gateway" / "key")
-    return tokens.admin_token(key)
 
 
 async def ask_deployed(

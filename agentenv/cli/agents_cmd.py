@@ -19,7 +19,7 @@ def _connect():
     from agentenv.gateway.client import GatewayUnavailable
 
     settings = load_settings()
-    if not settings.gateway.url and not embedded.status(settings).running:
+    if not settings.gateway.urls() and not embedded.status(settings).running:
         raise GatewayUnavailable(
             "the embedded gateway is not running, so no agents are hosted and no turns wait",
             "start it with `agent-env gateway start` (runs that deploy agents start it too)",

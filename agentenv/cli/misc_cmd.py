@@ -94,8 +94,8 @@ def gateway_command(action: str) -> int:
     from agentenv.gateway import embedded
 
     settings = load_settings()
-    if settings.gateway.url:
-        console().print(f"using the gateway at {settings.gateway.url}; the embedded gateway is not used")
+    if urls := settings.gateway.urls():
+        console().print(f"using the gateway(s) at {', '.join(urls)}; the embedded gateway is not used")
         return 0 if action == "status" else 2
     if action == "start":
         info, started = embedded.start(settings, on_notice=notice)

@@ -78,7 +78,7 @@ async def _run(settings: Settings, inp: RunInput, *, detach: bool, json_out: boo
 
     wall_start = time.monotonic()
     gateway_ready = None
-    if not settings.gateway.url and any(s.deploys_env for s in inp.steps):
+    if not settings.gateway.urls() and any(s.deploys_env for s in inp.steps):
         # Start the embedded gateway beside the Temporal server instead of inside the first step.
         from agentenv.gateway import embedded
 

@@ -96,11 +96,14 @@ class EpisodeEnv:
         }
 
     def _gateway(self):
-        if self._rest is None:
-            from agentenv.gateway.client import GatewayClient
-            from agentenv.gateway.embedded import base_url
+        """The REST client of the gateway holding this turn's environment (in a pool, one of several)."""
+        from agentenv.gateway.client import GatewayClient
+        from agentenv.gateway.embedded import base_url
 
-            self._rest = GatewayClient(base_url(self._episodes.settings))
+        offer = self._turn.offer if self._turn is not None else None
+        base = offer.mcp_url.split("/envs/", 1)[0] if offer and offer.mcp_url else base_url(self._episodes.settings)
+        if self._rest is None or self._rest.base_url != base:
+            self._rest = GatewayClient(base)
         return self._rest
 
     async def _step(self, action: dict[str, Any]) -> tuple[dict, float, bool, bool, dict]:

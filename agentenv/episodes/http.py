@@ -62,14 +62,11 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
     """The episodes ASGI app. `urls`: where it is reached besides 127.0.0.1 (the gateway URL's host is
     allowed too: a trainer reaching a remote gateway by name reaches this server by that name as well)."""
     from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.gateway import tokens
+    from agentenv.gateway import embedded, tokens
     from agentenv.gateway.embedded import base_url
 
     state: dict[str, Any] = {}
-    if settings.gateway.url:
-        admin = settings.gateway.admin_token
-    else:
-        admin = tokens.admin_token(tokens.load_or_create_key(settings.state_dir / "gateway" / "key"))
+    admin = embedded.admin_token(settings)
     gateway_base = base_url(settings)
 
     def error(status: int, message: str) -> JSONResponse:
@@ -120,7 +117,8 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
         offer = turn.offer.model_dump(mode="json")
         if turn.offer.env:
             offer["token"] = await turn.token()
-            offer["tools_url"] = f"{gateway_base}/envs/{turn.offer.env}/tools"
+            base = turn.offer.mcp_url.split("/envs/", 1)[0] if turn.offer.mcp_url else gateway_base  # its gateway's
+            offer["tools_url"] = f"{base}/envs/{turn.offer.env}/tools"
         return JSONResponse({"turn": offer})
 
     async def end_turn(request: Request) -> Response:
@@ -162,5 +160,5 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
             ],
             lifespan=lifespan,
         ),
-        [settings.gateway.url, *urls],
+        [*settings.gateway.urls(), *urls],
     )

@@ -25,12 +25,15 @@ def main() -> None:
 
     try:
         settings = load_settings()
+        from agentenv.gateway import tokens
+
         gateway = Gateway(
             args.root,
             max_body_bytes=args.max_body_kib * 1024,
             settings=settings,
             max_calls_per_agent=settings.gateway.max_calls_per_agent,
             max_sessions_per_agent=settings.gateway.max_sessions_per_agent,
+            key=tokens.shared_key(settings) if settings.gateway.key_secret else None,
         )
     except AgentEnvError as e:  # e.g. a damaged key file: the log (shown by whoever started us) says what to do
         sys.exit(f"error: {e}")

@@ -61,6 +61,17 @@ class GatewayClient:
     async def get_instance(self, instance: str) -> dict[str, Any]:
         return await self._json("GET", f"/admin/instances/{instance}")
 
+    async def busy(self, run_id: str | None = None) -> dict[str, Any]:
+        """Open instances and hosted agents here, and the instances of `run_id` this gateway holds."""
+        return await self._json("GET", "/admin/load", params={"run": run_id} if run_id else {})
+
+    async def url_for(self, instance: str) -> str:
+        """The base URL agents reach `instance` at (one gateway: its own; a pool: the owner's)."""
+        return self.base_url
+
+    async def agent_url_base(self, agent_id: str) -> str:
+        return self.base_url
+
     async def delete_instance(self, instance: str, *, keep_data: bool = False) -> bool:
         params = {"keep_data": "1"} if keep_data else {}
         return (await self._json("DELETE", f"/admin/instances/{instance}", params=params))["deleted"]

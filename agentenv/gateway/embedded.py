@@ -65,25 +65,23 @@ def stop(settings: Settings) -> DaemonInfo | None:
 
 
 def base_url(settings: Settings) -> str:
-    return (
-        settings.gateway.url.rstrip("/")
-        if settings.gateway.url
-        else f"http://{settings.gateway.ip}:{settings.gateway.port}"
-    )
+    """The configured gateway's URL (a pool's first; a pool gateway's own `url`), else the embedded one's."""
+    g = settings.gateway
+    return (g.url or (g.pool[0] if g.pool else None) or f"http://{g.ip}:{g.port}").rstrip("/")
 
 
 def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda msg: None) -> GatewayClient:
-    """A client of the configured gateway with its admin token; starts the embedded one if needed."""
-    from agentenv.gateway import tokens
+    """A client of the configured gateway (or pool of gateways) with its admin token; starts the embedded
+    gateway if none is configured."""
     from agentenv.gateway.client import GatewayClient
 
-    if settings.gateway.url:
-        if not settings.gateway.admin_token:
-            raise BadInput(
-                f"a gateway url is configured ({settings.gateway.url}) but no admin token",
-                "set AGENTENV_GATEWAY_TOKEN (or [gateway] admin_token) to that gateway's admin token",
-            )
-        return GatewayClient(settings.gateway.url, settings.gateway.admin_token)
+    if urls := settings.gateway.urls():
+        token = admin_token(settings)
+        if not settings.gateway.pool:
+            return GatewayClient(urls[0], token)
+        from agentenv.gateway.pool import GatewayPool
+
+        return GatewayPool([GatewayClient(url, token) for url in urls])
     if start_daemon:
         info, started = start(settings, on_notice=on_notice)
         if started:
@@ -91,5 +89,23 @@ def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda m
                 f"started the embedded gateway at http://{info.address}; it keeps running in the background "
                 "(stop it with `agent-env gateway stop`)"
             )
-    key = tokens.load_or_create_key(settings.state_dir / "gateway" / "key")
-    return GatewayClient(base_url(settings), tokens.admin_token(key))
+    return GatewayClient(base_url(settings), admin_token(settings))
+
+
+def admin_token(settings: Settings) -> str:
+    """The admin token of the configured gateways: given (`[gateway] admin_token`), derived from the pool's
+    shared key in the secret store (`[gateway] key_secret`), or the embedded gateway's own."""
+    from agentenv.gateway import tokens
+
+    g = settings.gateway
+    if g.admin_token:
+        return g.admin_token
+    if g.key_secret:
+        return tokens.admin_token(tokens.shared_key(settings))
+    if g.urls():
+        raise BadInput(
+            f"gateways are configured ({', '.join(g.urls())}) but no admin token",
+            "set AGENTENV_GATEWAY_TOKEN (or [gateway] admin_token) to their admin token, or [gateway] key_secret "
+            "to the secret holding a pool's shared key",
+        )
+    return tokens.admin_token(tokens.load_or_create_key(settings.state_dir / "gateway" / "key"))

@@ -160,6 +160,12 @@ async def list_instances(gateway: GatewayDep) -> Response:
     return JSONResponse({"instances": gateway.list_instances()})
 
 
+@router.get("/admin/load", tags=["instances"])
+async def busy(gateway: GatewayDep, run: str | None = None) -> Response:
+    """How busy this gateway is (a pool places new instances by it), and which instances of `run` it holds."""
+    return JSONResponse(gateway.busy(run))
+
+
 @router.get("/admin/instances/{instance}", tags=["instances"])
 async def get_instance(instance: str, gateway: GatewayDep) -> Response:
     return JSONResponse(describe(await gateway.get(instance)))

@@ -153,13 +153,14 @@ class Gateway:
         max_sessions_per_agent: int = 16,
         max_mcp_requests_per_agent: int | None = None,
         idle_close_s: float | None = 600.0,
+        key: bytes | None = None,
     ) -> None:
         """`idle_close_s`: an open instance no one called for this long is closed (its apps, processes and
         trajectory file); its next request reopens it from the store. None: never."""
         self.root = root
         self.idle_close_s = idle_close_s
         root.mkdir(parents=True, exist_ok=True)
-        self.key = tokens.load_or_create_key(root / "key")
+        self.key = key if key is not None else tokens.load_or_create_key(root / "key")  # a pool's: shared
         self.admin_token = tokens.admin_token(self.key)
         self.store = SqliteDocumentStore(root / "instances.sqlite")
         self.max_body_bytes = max_body_bytes
@@ -297,6 +298,11 @@ class Gateway:
 
     def list_instances(self) -> list[dict[str, Any]]:
         return self.store.query(COLLECTION)
+
+    def busy(self, run_id: str | None = None) -> dict[str, Any]:
+        """What placement weighs: instances open here, hosted agents, and those of `run_id` held here."""
+        held = [doc["id"] for doc in self.store.query(COLLECTION, where={"run_id": run_id})] if run_id else []
+        return {"instances": len(self._instances), "agents": len(self.agents.list()), "run_instances": held}
 
     async def put(self, spec: InstanceSpec) -> EnvInstance:
         """Create an instance, or update roles, agents and clock of an existing one (idempotent)."""

@@ -67,6 +67,30 @@ def _checked_key(path: Path) -> bytes:
     return key
 
 
+def shared_key(settings) -> bytes:
+    """The key a pool of gateways shares, from the secret store (`[gateway] key_secret`): 64 hex digits.
+    Kept there, not in files or run history, so every gateway and worker of the install reads the same one."""
+    from agentenv.stores import open_secrets
+
+    name = settings.gateway.key_secret
+    store = open_secrets(settings)
+    try:
+        value = store.get(name).strip()
+    finally:
+        store.close()
+    try:
+        key = bytes.fromhex(value)
+    except ValueError:
+        key = b""
+    if len(key) < KEY_BYTES:
+        raise BrokenKey(
+            f"secret:{name} (the gateway pool's key) is not {KEY_BYTES * 2} or more hex digits",
+            f"set it to a fresh key: `python -c 'import secrets; print(secrets.token_hex(32))' | "
+            f"agent-env secrets set {name}` (every token changes)",
+        )
+    return key
+
+
 def agent_token(key: bytes, instance: str, agent: str) -> str:
     digest = hmac.new(key, f"agent\x00{instance}\x00{agent}".encode(), hashlib.sha256).digest()
     return PREFIX + base64.urlsafe_b64encode(digest[:24]).decode().rstrip("=")

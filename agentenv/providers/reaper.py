@@ -102,7 +102,7 @@ async def retire_orphaned_instances(settings: Settings, client: Client) -> list[
     from agentenv.gateway.release import retire_instance
     from agentenv.stores import open_stores
 
-    if not settings.gateway.url and not embedded.status(settings).running:
+    if not settings.gateway.urls() and not embedded.status(settings).running:
         return []
     retired = []
     async with embedded.connect(settings, start_daemon=False) as gateway:

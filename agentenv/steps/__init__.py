@@ -121,7 +121,7 @@ class StepContext:
 
     async def gateway(self) -> GatewayClient:
         """The gateway's admin client (starting the embedded gateway if this install uses one)."""
-        key = (str(self.settings.state_dir), self.settings.gateway.url)
+        key = (str(self.settings.state_dir), tuple(self.settings.gateway.urls()))
         client = _GATEWAYS.get(key)
         if client is None:
             from agentenv.gateway.embedded import connect
@@ -130,7 +130,7 @@ class StepContext:
         return client
 
 
-_GATEWAYS: dict[tuple[str, str | None], GatewayClient] = {}  # one client per worker process
+_GATEWAYS: dict[tuple[str, tuple[str, ...]], GatewayClient] = {}  # one client per worker process
 
 
 StepFunction = Callable[[StepContext, Any], Awaitable[StepResult | dict | None]]

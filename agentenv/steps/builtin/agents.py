@@ -187,7 +187,6 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
     from agentenv.agents.client import AgentReplyInvalid, agent_client, forget_agent
     from agentenv.gateway.client import GatewayRefused
-    from agentenv.gateway.embedded import base_url
 
     record = cast(AgentRecord, config.record)  # pinned when the run is planned
     name = config.as_ or record.name
@@ -217,7 +216,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
             "url": None,
             "hosted": False,
             "trainer": True,
-            "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None,
+            "mcp_url": f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None,
         }
     sandbox, image_id = None, None
     if record.type == "a2a" and (box := agent_sandbox(record)) is not None:
@@ -250,7 +249,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
                 "keys": keys,
             }
         )
-        url = f"{base_url(ctx.settings)}/agents/{agent_id(ctx, ctx.step_id)}/"
+        url = f"{await gateway.agent_url_base(agent_id(ctx, ctx.step_id))}/agents/{agent_id(ctx, ctx.step_id)}/"
         hosted = True
     return {
         "agent": record.name,
@@ -260,7 +259,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         "env": instance,
         "url": url,
         "hosted": hosted,
-        "mcp_url": f"{base_url(ctx.settings)}/envs/{instance}/mcp" if instance else None,
+        "mcp_url": f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None,
         **({"sandbox": sandbox} if sandbox else {}),
         **({"images": {record.name: image_id}} if image_id else {}),
     }

@@ -129,8 +129,6 @@ def quick_deploy(config: dict[str, Any]) -> bool:
 )
 async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
     """Start an instance of an environment on the gateway and load its data; outputs its URLs and agents."""
-    from agentenv.gateway.embedded import base_url
-
     record = config.record or env_for_app(config.env)
     gateway = await ctx.gateway()
     instance = instance_id(ctx, ctx.step_id)
@@ -159,9 +157,10 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in config.artifacts]
         await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
     described = await gateway.get_instance(instance)
-    base = base_url(ctx.settings)
+    base = await gateway.url_for(instance)  # its gateway's (a pool places each instance on one)
     return {
         "instance": instance,
+        "gateway": base,
         "apps": described["apps"],
         "urls": {name: base + path for name, path in described["paths"].items()},
         # Tokens are secrets and stay out of run history: these references are resolved when needed.

@@ -1,0 +1,254 @@
+"""Several gateways serving one install (`[gateway] pool`), seen by runs as one gateway.
+
+Gateways are not stateless: an instance's data lives on the gateway that holds it. So the pool works by
+placement and ownership (docs/architecture.md, "Gateway pool"):
+
+- Placement: a new instance goes where its run already has instances (a run's world stays on one gateway),
+  else to the least loaded gateway (fewest open instances and hosted agents; ties in turn, so runs one after
+  another spread too). Hosted agents follow their run the same way. Two instances of one run deployed at the
+  same moment may land apart: that costs nothing but locality, since each is reached on its own gateway.
+- Ownership: everything about an instance (calls, clock pushes, trigger watches, data, snapshots, tokens) goes
+  to the gateway that holds it, found by asking the pool (cached; the gateways are the truth, so a worker
+  that starts afresh finds the same owners) and recorded in the deploy step's outputs (`gateway`).
+- Tokens: the pool's gateways share one key (`[gateway] key_secret`, from the secret store), so one admin
+  token serves them all; a role token names its instance, and only the instance's owner holds it.
+- Run-wide requests (the run's end, parked hits, people's turns) go to every gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Any
+
+from agentenv.gateway.client import GatewayClient, GatewayRefused, GatewayUnavailable
+
+CACHED_OWNERS = 4096  # instances and agents whose gateway a long-lived worker remembers (oldest forgotten)
+
+
+class GatewayPool(GatewayClient):
+    """The interface of `GatewayClient`, over several gateways (every method is routed: none reaches the base
+    class's own HTTP client, which a pool does not have)."""
+
+    def __init__(self, clients: list[GatewayClient]) -> None:  # no HTTP client of its own: no super().__init__
+        if not clients:
+            raise ValueError("a pool needs at least one gateway")
+        self.clients = clients
+        self.base_url = clients[0].base_url  # (for messages; instances and agents have their own gateway's)
+        self._owners: OrderedDict[tuple[str, str], GatewayClient] = OrderedDict()  # (kind, id) -> gateway
+        self._turn = 0  # who wins the next tie
+
+    async def __aenter__(self) -> GatewayPool:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+    # -- ownership --
+
+    def _remember(self, kind: str, key: str, client: GatewayClient) -> GatewayClient:
+        self._owners[(kind, key)] = client
+        self._owners.move_to_end((kind, key))
+        while len(self._owners) > CACHED_OWNERS:
+            self._owners.popitem(last=False)
+        return client
+
+    async def owner(self, instance: str) -> GatewayClient:
+        """The gateway holding `instance`; a 404 `GatewayRefused` when none does."""
+        return await self._find("instance", instance, lambda c: c.get_instance(instance))
+
+    async def _find(self, kind: str, key: str, probe) -> GatewayClient:
+        cached = self._owners.get((kind, key))
+        if cached is not None:
+            return cached
+        down: list[GatewayUnavailable] = []
+
+        async def holds(client: GatewayClient) -> bool:
+            try:
+                await probe(client)
+                return True
+            except GatewayRefused as e:
+                if e.status == 404:
+                    return False
+                raise
+            except GatewayUnavailable as e:
+                down.append(e)
+                return False
+
+        found = await asyncio.gather(*(holds(c) for c in self.clients))
+        for client, held in zip(self.clients, found, strict=True):
+            if held:
+                return self._remember(kind, key, client)
+        if down:  # it may be on the gateway that does not answer: worth retrying, not a 404
+            raise down[0]
+        raise GatewayRefused(404, f"no gateway of the pool holds {kind} {key!r}")
+
+    async def place(self, run_id: str | None) -> GatewayClient:
+        """Where a new instance or hosted agent of `run_id` goes: with its run's instances, else the least
+        loaded gateway that answers."""
+        loads: list[tuple[int, int, GatewayClient]] = []
+        for n, client in enumerate(self.clients):
+            try:
+                load = await client.busy(run_id)
+            except GatewayUnavailable:
+                continue
+            if load["run_instances"]:
+                return client
+            loads.append((load["instances"] + load["agents"], (n - self._turn) % len(self.clients), client))
+        if not loads:
+            raise GatewayUnavailable(
+                f"no gateway of the pool answers ({', '.join(c.base_url for c in self.clients)})",
+                "start them, or check [gateway] pool",
+            )
+        self._turn += 1
+        return min(loads, key=lambda entry: entry[:2])[2]
+
+    async def busy(self, run_id: str | None = None) -> dict[str, Any]:
+        parts = await asyncio.gather(*(c.busy(run_id) for c in self.clients))
+        return {
+            "instances": sum(p["instances"] for p in parts),
+            "agents": sum(p["agents"] for p in parts),
+            "run_instances": [i for p in parts for i in p["run_instances"]],
+        }
+
+    async def url_for(self, instance: str) -> str:
+        """The base URL of the gateway holding `instance` (where its agents reach it)."""
+        return (await self.owner(instance)).base_url
+
+    async def agent_url_base(self, agent_id: str) -> str:
+        return (await self._agent_owner(agent_id)).base_url
+
+    async def _agent_owner(self, agent_id: str) -> GatewayClient:
+        return await self._find("agent", agent_id, lambda c: c.get_agent(agent_id))
+
+    # -- admin: per instance --
+
+    async def _placed(self, instance: str, run_id: str | None) -> GatewayClient:
+        """The owner of `instance`, or, for a new one, the gateway it is placed on (remembered until created)."""
+        try:
+            return await self.owner(instance)  # a retry, or an update: where it already is
+        except GatewayRefused as e:
+            if e.status != 404:
+                raise
+        return self._remember("instance", instance, await self.place(run_id))
+
+    async def put_instance(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return await (await self._placed(spec["id"], spec.get("run_id"))).put_instance(spec)
+
+    async def get_instance(self, instance: str) -> dict[str, Any]:
+        return await (await self.owner(instance)).get_instance(instance)
+
+    async def delete_instance(self, instance: str, *, keep_data: bool = False) -> bool:
+        try:
+            client = await self.owner(instance)
+        except GatewayRefused as e:
+            if e.status == 404:
+                return False
+            raise
+        deleted = await client.delete_instance(instance, keep_data=keep_data)
+        self._owners.pop(("instance", instance), None)
+        return deleted
+
+    async def token(self, instance: str, agent: str) -> str:
+        return await (await self.owner(instance)).token(instance, agent)
+
+    async def server_token(self, instance: str, app: str) -> str:
+        """Asked before the instance exists (its sandboxes start first): this places it. A run's instance ids
+        are `RUN.STEP`."""
+        return await (await self._placed(instance, instance.rpartition(".")[0] or None)).server_token(instance, app)
+
+    async def set_role(self, instance: str, role: str, tools: list[str], deny: list[str] | None = None) -> list[str]:
+        return await (await self.owner(instance)).set_role(instance, role, tools, deny)
+
+    async def change_role(self, instance: str, role: str, enable: list[str], disable: list[str]) -> list[str]:
+        return await (await self.owner(instance)).change_role(instance, role, enable, disable)
+
+    async def push_world(self, instance: str, push: dict[str, Any]) -> list[dict[str, Any]]:
+        return await (await self.owner(instance)).push_world(instance, push)
+
+    async def set_agent_role(self, instance: str, agent: str, role: str) -> None:
+        await (await self.owner(instance)).set_agent_role(instance, agent, role)
+
+    async def call_as(self, instance: str, tool: str, arguments: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return await (await self.owner(instance)).call_as(instance, tool, arguments, **kwargs)
+
+    async def load(
+        self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None, reset: bool = False
+    ) -> None:
+        await (await self.owner(instance)).load(instance, parts, idempotency_key=idempotency_key, reset=reset)
+
+    async def snapshot(self, instance: str) -> bytes:
+        return await (await self.owner(instance)).snapshot(instance)
+
+    async def restore(self, instance: str, blob: bytes) -> None:
+        await (await self.owner(instance)).restore(instance, blob)
+
+    async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
+        return await (await self.owner(instance)).trajectory(instance, after)
+
+    async def last_seq(self, instance: str) -> int:
+        return await (await self.owner(instance)).last_seq(instance)
+
+    async def data(self, instance: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await (await self.owner(instance)).data(instance, method, params)
+
+    async def list_tools(self, instance: str, token: str) -> list[dict[str, Any]]:
+        return await (await self.owner(instance)).list_tools(instance, token)
+
+    async def call_tool(self, instance: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+        return await (await self.owner(instance)).call_tool(instance, token, tool, arguments)
+
+    # -- admin: run-wide, on every gateway --
+
+    async def end_run(self, run_id: str) -> dict[str, Any]:
+        ended: dict[str, Any] = {"instances": [], "agents": [], "sessions": 0}
+        for part in await asyncio.gather(*(c.end_run(run_id) for c in self.clients)):
+            ended["instances"] += part["instances"]
+            ended["agents"] += part["agents"]
+            ended["sessions"] += part.get("sessions", 0)
+        for key in [k for k in self._owners if k[1].startswith(f"{run_id}.")]:  # nothing kept per finished run
+            del self._owners[key]
+        return ended
+
+    async def parked_hits(self, run_id: str) -> list[dict[str, Any]]:
+        return [hit for part in await asyncio.gather(*(c.parked_hits(run_id) for c in self.clients)) for hit in part]
+
+    async def human_turns(self) -> list[dict[str, Any]]:
+        return [turn for part in await asyncio.gather(*(c.human_turns() for c in self.clients)) for turn in part]
+
+    async def answer_human_turn(self, turn_id: str, answer: str) -> dict[str, Any]:
+        for client in self.clients:
+            try:
+                return await client.answer_human_turn(turn_id, answer)
+            except GatewayRefused as e:
+                if e.status != 404:
+                    raise
+        raise GatewayRefused(404, f"no gateway of the pool has a turn {turn_id!r} waiting")
+
+    # -- hosted agents --
+
+    async def put_agent(self, spec: dict[str, Any]) -> dict[str, Any]:
+        try:
+            client = await self._agent_owner(spec["id"])
+        except GatewayRefused as e:
+            if e.status != 404:
+                raise
+            client = self._remember("agent", spec["id"], await self.place(spec.get("run_id")))
+        return await client.put_agent(spec)
+
+    async def get_agent(self, agent_id: str) -> dict[str, Any]:
+        return await (await self._agent_owner(agent_id)).get_agent(agent_id)
+
+    async def delete_agent(self, agent_id: str) -> bool:
+        try:
+            client = await self._agent_owner(agent_id)
+        except GatewayRefused as e:
+            if e.status == 404:
+                return False
+            raise
+        self._owners.pop(("agent", agent_id), None)
+        return await client.delete_agent(agent_id)
