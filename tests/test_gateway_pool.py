@@ -4,6 +4,7 @@ secret store, a worker routing every request about an instance to the gateway th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -173,3 +174,71 @@ async def test_a_gateway_restarted_mid_run_and_the_run_completes(pool, pool_work
     pool.start(n)
     state = await asyncio.wait_for(runner.wait_result(handle), 180)
     assert state.status is RunStatus.PASSED and state.score == 1.0, state.error
+
+
+LOST = {
+    "id": "pool-lost",
+    "steps": [
+        {"id": "pad", "type": "deploy_env", "config": {"env": "notes"}},
+        {
+            "id": "first",
+            "type": "call_tool",
+            "depends_on": ["pad"],
+            "config": {"env": "pad", "tool": "write_note", "arguments": {"key": "a", "text": "kept"}},
+        },
+        {"id": "saved", "type": "snapshot_env", "depends_on": ["first"], "config": {"env": "pad"}},
+        {"id": "wait", "type": "sleep", "depends_on": ["saved"], "config": {"seconds": 4}},
+        {
+            "id": "second",
+            "type": "call_tool",
+            "depends_on": ["wait"],
+            "config": {"env": "pad", "tool": "write_note", "arguments": {"key": "b", "text": "after"}},
+        },
+        {
+            "id": "both",
+            "type": "check_state",
+            "depends_on": ["second"],
+            "config": {
+                "env": "pad",
+                "checks": [{"name": "both notes", "tool": "list_notes", "path": "count", "equals": 2}],
+            },
+        },
+    ],
+}
+
+
+async def test_an_instance_whose_gateway_is_gone_for_good_is_restored_on_another(pool, client, tmp_path):
+    """The gateway holding the run's instance dies and is taken out of the pool (workers restarted with the
+    smaller pool): the instance is rebuilt on the other gateway from its last snapshot, and the run passes."""
+    from agentenv.planning.tasks import parse_task
+    from agentenv.temporal.worker import create_worker
+
+    first = pool.settings()
+    worker = asyncio.create_task(create_worker(client, first).run())
+    handle = await runner.start_run(client, first, parse_task(LOST, "test"))
+
+    async def waiting() -> str | None:
+        state = await runner.query_state(handle)
+        return state.steps["pad"].outputs.get("gateway") if state.steps["wait"].status == "running" else None
+
+    lost = await until(waiting, what="the run waiting", timeout=60, interval=0.1)
+    survivor = next(u for u in pool.urls if u != lost)
+    pool.stop(pool.urls.index(lost), signal.SIGKILL)
+    worker.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker  # shut down: one worker per task queue in a process
+    config = pool.project / ".agentenv" / "config.toml"
+    config.write_text(config.read_text().replace(f'"{lost}", ', "").replace(f', "{lost}"', ""))
+    second = pool.settings()
+    assert second.gateway.pool == [survivor]
+    worker = asyncio.create_task(create_worker(client, second).run())
+    try:
+        state = await asyncio.wait_for(runner.wait_result(handle), 120)
+    finally:
+        worker.cancel()
+    assert state.status is RunStatus.PASSED, state.error
+    from agentenv.cli.runs_cmd import _restorations
+
+    said = _restorations(second, state.run_id)
+    assert len(said) == 1 and f"its gateway {lost} was lost; restored on {survivor}" in said[0]
+    assert "snapshots/saved.tar" in said[0], "restored from the run's last snapshot"

@@ -80,6 +80,8 @@ def show_command(run_id: str, json_out: bool) -> int:
         out.print(f"  [dim]Temporal UI:[/] {url}")
     for line in _pin_lines(state.pins):
         out.print(f"  [dim]{escape(line)}[/]")
+    for line in _restorations(settings, state.run_id):
+        out.print(f"  [yellow]{escape(line)}[/]")
     width = max(len(s) for s in state.steps)
     type_width = max(len(s.type) for s in state.steps.values())
     for step in state.steps.values():
@@ -112,6 +114,27 @@ def _pin_lines(pins: dict) -> list[str]:
     if pins.get("artifacts"):
         lines.append(f"artifacts: {len(pins['artifacts'])}")
     return lines
+
+
+def _restorations(settings, run_id: str) -> list[str]:
+    """Instances of the run that a gateway pool rebuilt on another gateway after theirs was lost."""
+    from agentenv.gateway.pool import Placement
+    from agentenv.stores import keys, open_stores
+
+    stores = open_stores(settings)
+    try:
+        placements = [
+            (key.rsplit("/", 1)[-1].removesuffix(".json"), Placement.model_validate_json(stores.objects.get(key)))
+            for key in stores.objects.list(keys.placements(run_id))
+        ]
+    finally:
+        stores.close()
+    return [
+        f"instance {instance}: its gateway {r.lost} was lost; restored on {r.on} at {r.at} "
+        f"from {r.snapshot or 'its deploy-time data'}"
+        for instance, placement in placements
+        for r in placement.restored
+    ]
 
 
 def _parked_hits(settings, state: RunState) -> list[dict]:

@@ -81,7 +81,7 @@ def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda m
             return GatewayClient(urls[0], token)
         from agentenv.gateway.pool import GatewayPool
 
-        return GatewayPool([GatewayClient(url, token) for url in urls])
+        return GatewayPool([GatewayClient(url, token) for url in urls], settings)
     if start_daemon:
         info, started = start(settings, on_notice=on_notice)
         if started:

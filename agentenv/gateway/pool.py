@@ -13,27 +13,64 @@ placement and ownership (docs/architecture.md, "Gateway pool"):
 - Tokens: the pool's gateways share one key (`[gateway] key_secret`, from the secret store), so one admin
   token serves them all; a role token names its instance, and only the instance's owner holds it.
 - Run-wide requests (the run's end, parked hits, people's turns) go to every gateway.
+- Failure: a gateway that restarts brings its instances back from its volume; while it is down, requests
+  about its instances fail as unavailable (activities retry). A gateway gone for good is taken out of the
+  pool's config; an instance no gateway of the pool holds then is rebuilt on another from its placement record
+  (`keys.placement`: its spec and data, written at deploy) and its last snapshot (a `snapshot_env` step's),
+  and the record says so (`restored`), which `runs show` prints.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections import OrderedDict
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from agentenv.gateway.client import GatewayClient, GatewayRefused, GatewayUnavailable
+from agentenv.stores import keys
+
+if TYPE_CHECKING:
+    from agentenv.config import Settings
+    from agentenv.stores import Stores
+
+log = logging.getLogger("agentenv.gateway.pool")
 
 CACHED_OWNERS = 4096  # instances and agents whose gateway a long-lived worker remembers (oldest forgotten)
+
+
+class Restored(BaseModel):
+    """An instance rebuilt on another gateway after its own left the pool."""
+
+    lost: str  # the gateway it was on
+    on: str  # the gateway it is on now
+    snapshot: str | None  # the snapshot it was restored from (None: its deploy-time data)
+    at: str
+
+
+class Placement(BaseModel):
+    """Where an instance of a run was placed, and what rebuilds it elsewhere (`keys.placement`)."""
+
+    spec: dict[str, Any]  # what deploy_env put (no secrets: apps, roles, agents)
+    gateway: str
+    data: list[str] = []  # the object keys of its deploy-time data
+    last_snapshot: str | None = None
+    restored: list[Restored] = []
 
 
 class GatewayPool(GatewayClient):
     """The interface of `GatewayClient`, over several gateways (every method is routed: none reaches the base
     class's own HTTP client, which a pool does not have)."""
 
-    def __init__(self, clients: list[GatewayClient]) -> None:  # no HTTP client of its own: no super().__init__
+    def __init__(self, clients: list[GatewayClient], settings: Settings | None = None) -> None:  # (no HTTP client)
         if not clients:
             raise ValueError("a pool needs at least one gateway")
         self.clients = clients
+        self.settings = settings  # for the stores that hold placement records (none: nothing is restored)
         self.base_url = clients[0].base_url  # (for messages; instances and agents have their own gateway's)
         self._owners: OrderedDict[tuple[str, str], GatewayClient] = OrderedDict()  # (kind, id) -> gateway
         self._turn = 0  # who wins the next tie
@@ -85,7 +122,76 @@ class GatewayPool(GatewayClient):
                 return self._remember(kind, key, client)
         if down:  # it may be on the gateway that does not answer: worth retrying, not a 404
             raise down[0]
+        if kind == "instance" and (restored := await self._take_over(key)) is not None:
+            return self._remember(kind, key, restored)
         raise GatewayRefused(404, f"no gateway of the pool holds {kind} {key!r}")
+
+    # -- a gateway gone for good --
+
+    def _stores(self) -> Stores | None:
+        if self.settings is None:
+            return None
+        from agentenv.stores import open_stores
+
+        return open_stores(self.settings)
+
+    def _placement(self, stores: Stores, instance: str) -> tuple[str, Placement] | None:
+        from agentenv.stores.base import MissingObject
+
+        run_id = instance.rpartition(".")[0]
+        key = keys.placement(run_id, instance) if run_id else None
+        try:
+            return (key, Placement.model_validate_json(stores.objects.get(key))) if key else None
+        except MissingObject:
+            return None
+
+    def snapshot_taken(self, stores: Stores, instance: str, snapshot: str) -> None:
+        """Note `snapshot` as the state another gateway would restore `instance` from."""
+        found = self._placement(stores, instance)
+        if found is not None:
+            key, placement = found
+            placement.last_snapshot = snapshot
+            stores.objects.put(key, placement.model_dump_json().encode())
+
+    async def _take_over(self, instance: str) -> GatewayClient | None:
+        """Rebuild an instance whose gateway is no longer in the pool on another: its spec, then its last
+        snapshot (or its deploy-time data). None when it was never placed by a pool, or its gateway still is
+        in the pool (then it was deleted, not lost)."""
+        stores = self._stores()
+        if stores is None:
+            return None
+        try:
+            found = self._placement(stores, instance)
+            if found is None or found[1].gateway in {c.base_url for c in self.clients}:
+                return None
+            key, placement = found
+            target = await self.place(placement.spec.get("run_id"))
+            await target.put_instance(placement.spec)
+            if placement.last_snapshot:
+                await target.restore(instance, stores.objects.get(placement.last_snapshot))
+            elif placement.data:
+                parts = [{"kind": "data", "data": json.loads(stores.objects.get(k))} for k in placement.data]
+                await target.load(instance, parts, idempotency_key=f"{instance}/restored", reset=True)
+            placement.restored.append(
+                Restored(
+                    lost=placement.gateway,
+                    on=target.base_url,
+                    snapshot=placement.last_snapshot,
+                    at=datetime.now(UTC).isoformat(timespec="seconds"),
+                )
+            )
+            placement.gateway = target.base_url
+            stores.objects.put(key, placement.model_dump_json().encode())
+        finally:
+            stores.close()
+        log.warning(
+            "instance %s: its gateway %s left the pool; restored on %s from %s",
+            instance,
+            placement.restored[-1].lost,
+            target.base_url,
+            placement.last_snapshot or "its deploy-time data",
+        )
+        return target
 
     async def place(self, run_id: str | None) -> GatewayClient:
         """Where a new instance or hosted agent of `run_id` goes: with its run's instances, else the least

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from agentenv.gateway.pool import GatewayPool, Placement
 from agentenv.gateway.release import retire_instance
 from agentenv.planning.env_records import check_composition, env_for_app
 from agentenv.spec.env import EnvRecord, RoleSpec
@@ -142,22 +143,25 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         if sandbox.info.image_id:  # the exact image it ran, for the run's record
             images[ref.name] = sandbox.info.image_id
         apps.append({"name": ref.name, "url": sandbox.url, "path": ref.sandbox.path, "prefix": ref.prefix})
-    await gateway.put_instance(
-        {
-            "id": instance,
-            "run_id": ctx.run_id,
-            "env": record.name,
-            "apps": apps,
-            "roles": {name: role.model_dump() for name, role in record.roles.items()},
-            "agents": config.agents,
-            "now": config.now.isoformat() if config.now else None,
-        }
-    )
-    if config.load_data and config.artifacts:
-        parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in config.artifacts]
+    spec = {
+        "id": instance,
+        "run_id": ctx.run_id,
+        "env": record.name,
+        "apps": apps,
+        "roles": {name: role.model_dump() for name, role in record.roles.items()},
+        "agents": config.agents,
+        "now": config.now.isoformat() if config.now else None,
+    }
+    await gateway.put_instance(spec)
+    data = config.artifacts if config.load_data else []
+    if data:
+        parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in data]
         await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
     described = await gateway.get_instance(instance)
     base = await gateway.url_for(instance)  # its gateway's (a pool places each instance on one)
+    if isinstance(gateway, GatewayPool):  # so another gateway can take the instance over if this one is lost
+        placement = Placement(spec=spec, gateway=base, data=data)
+        ctx.stores.objects.put(keys.placement(ctx.run_id, instance), placement.model_dump_json().encode())
     return {
         "instance": instance,
         "gateway": base,
@@ -268,9 +272,13 @@ def snapshot_key(run_id: str, name: str) -> str:
 @step_type("snapshot_env", config=SnapshotConfig, timeout="10m", step_refs=("env",))
 async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> dict:
     """Save an environment's whole state in the object store."""
-    blob = await (await ctx.gateway()).snapshot(instance_id(ctx, config.env))
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, config.env)
+    blob = await gateway.snapshot(instance)
     key = snapshot_key(ctx.run_id, config.name or ctx.step_id)
     ctx.stores.objects.put(key, blob)
+    if isinstance(gateway, GatewayPool):  # the state a gateway taking the instance over starts from
+        gateway.snapshot_taken(ctx.stores, instance, key)
     return {"snapshot": key, "bytes": len(blob)}
 
 
