@@ -2,7 +2,8 @@
 
 Sources, later ones win: defaults, `.agentenv/config.toml` (found upward from the working directory,
 or named by AGENTENV_CONFIG), then environment variables (AGENTENV_*, and the Temporal CLI's own
-TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*). Which source set each value is
+TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*, and OpenTelemetry's
+OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_SERVICE_NAME). Which source set each value is
 recorded while loading (`Settings.origin`), so `agent-env config show` reports it instead of guessing.
 
 A file written for the reference system's shape (`[sandbox] default`, `agent_default`,
@@ -154,6 +155,41 @@ class SandboxSettings(_Section):
     )
 
 
+class WorkerSettings(_Section):
+    """`agent-env worker`, a long-lived worker process."""
+
+    drain_timeout: float = Field(
+        30.0,
+        ge=0,
+        description="seconds a stopping worker (SIGTERM, Ctrl-C) lets its running activities finish; those still "
+        "running then are handed back, and Temporal retries them on another worker",
+    )
+    health_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="serve /healthz, /readyz and /metrics (the Temporal SDK's worker metrics) on this port; 0: off",
+    )
+    health_host: str = Field(
+        "127.0.0.1", description="the address the health port binds (0.0.0.0 in a container, for probes and scrapes)"
+    )
+
+
+class TelemetrySettings(_Section):
+    """Tracing runs end to end (OpenTelemetry, OTLP over HTTP). Off: nothing of OpenTelemetry is loaded for it."""
+
+    traces: bool = Field(False, description="trace every run: CLI, workers, gateway, apps and agents in one trace")
+    otlp_endpoint: str = Field(
+        "http://127.0.0.1:4318", description="the OTLP/HTTP collector's base URL (spans go to its /v1/traces)"
+    )
+    service_name: str = Field("agentenv", description="the service name spans are exported under")
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="the share of runs traced (a run is traced whole)")
+
+    @property
+    def traces_url(self) -> str:
+        return self.otlp_endpoint.rstrip("/") + "/v1/traces"
+
+
 class StoreSettings(BaseModel):
     """One store's backend and its options. The options are the backend's own keys (e.g. `bucket`, `table`,
     `region`, `endpoint_url`, `prefix`), checked by the backend when it opens."""
@@ -193,6 +229,8 @@ class Settings(_Section):
     server: ServerSettings = ServerSettings()
     gateway: GatewaySettings = GatewaySettings()
     sandboxes: SandboxSettings = SandboxSettings()
+    worker: WorkerSettings = WorkerSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
     models: dict[str, ModelSettings] = Field(
         default_factory=dict, description="by purpose: default, agent, persona, judge"
     )
@@ -278,6 +316,9 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "AGENTENV_GATEWAY_PORT": ("gateway", "port"),
     "AGENTENV_ENV_PROVIDER": ("sandboxes", "envs"),
     "AGENTENV_AGENT_PROVIDER": ("sandboxes", "agents"),
+    "AGENTENV_TRACES": ("telemetry", "traces"),
+    "OTEL_EXPORTER_OTLP_ENDPOINT": ("telemetry", "otlp_endpoint"),
+    "OTEL_SERVICE_NAME": ("telemetry", "service_name"),
 }
 _MODEL_ENV = {"AGENTENV_MODEL_BASE_URL": "base_url", "AGENTENV_MODEL": "model", "AGENTENV_MODEL_API_KEY": "api_key"}
 

@@ -7,6 +7,7 @@ import time
 from datetime import UTC
 from typing import TYPE_CHECKING
 
+from agentenv import telemetry
 from agentenv.config import Settings
 from agentenv.errors import BadInput, NotFound
 from agentenv.planning.runs import plan  # (also `runner.plan`, for callers that plan without starting)
@@ -72,18 +73,20 @@ async def start(client: Client, settings: Settings, inp: RunInput) -> WorkflowHa
     stores = open_stores(settings)
     stores.documents.put(keys.RUNS, run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
     try:
-        return await client.start_workflow(
-            WORKFLOW,
-            inp,
-            id=run_id,
-            task_queue=settings.temporal.task_queue,
-            search_attributes=search,
-            memo={"task": {"id": inp.task_id, "version": inp.task_version, "description": inp.description[:500]}},
-            static_summary=f"{inp.task_id} v{inp.task_version}"
-            + (f" (rerun of {inp.pins['rerun_of']})" if inp.pins.get("rerun_of") else ""),
-            request_eager_start=True,
-            result_type=RunState,
-        )
+        # The run's span: the workflow and its activities continue it (Temporal headers), wherever they run.
+        with telemetry.span(f"run {inp.task_id}", run_id=run_id, task_version=inp.task_version):
+            return await client.start_workflow(
+                WORKFLOW,
+                inp,
+                id=run_id,
+                task_queue=settings.temporal.task_queue,
+                search_attributes=search,
+                memo={"task": {"id": inp.task_id, "version": inp.task_version, "description": inp.description[:500]}},
+                static_summary=f"{inp.task_id} v{inp.task_version}"
+                + (f" (rerun of {inp.pins['rerun_of']})" if inp.pins.get("rerun_of") else ""),
+                request_eager_start=True,
+                result_type=RunState,
+            )
     except BaseException:
         stores.documents.delete(keys.RUNS, run_id)
         raise

@@ -21,7 +21,9 @@ import gateway  # noqa: E402
 import hello  # noqa: E402
 import registry  # noqa: E402
 import sandboxes  # noqa: E402
+import scale  # noqa: E402
 import stores  # noqa: E402
+import telemetry  # noqa: E402
 import world  # noqa: E402
 
 
@@ -38,6 +40,8 @@ def main() -> None:
         "sandboxes": sandboxes.measure(),
         "stores": stores.measure(),
         "registry": registry.measure(),
+        "scale": scale.measure(),
+        "telemetry": telemetry.measure(),
     }
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

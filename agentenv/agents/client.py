@@ -201,7 +201,7 @@ def forget_agent(url: str, *, hosted: bool = False) -> None:
 
 
 def _http(settings: Settings, hosted: bool) -> httpx.AsyncClient:
-    from agentenv import tls
+    from agentenv import telemetry, tls
     from agentenv.gateway.embedded import admin_token, base_url
 
     gateways = tuple(settings.gateway.urls() or [base_url(settings)]) if hosted else ()
@@ -209,7 +209,11 @@ def _http(settings: Settings, hosted: bool) -> httpx.AsyncClient:
     if http is None:
         auth = OriginBearer(admin_token(settings), *gateways) if hosted else None
         http = _HTTP[(hosted, gateways)] = httpx.AsyncClient(
-            auth=auth, follow_redirects=False, verify=tls.context(), timeout=httpx.Timeout(30.0, read=None)
+            auth=auth,
+            follow_redirects=False,
+            verify=tls.context(),
+            timeout=httpx.Timeout(30.0, read=None),
+            event_hooks=telemetry.HTTP_HOOKS,  # a turn continues the run's trace (traceparent: no credential)
         )
     return http
 
@@ -241,6 +245,9 @@ async def ask_deployed(
     }
     if who.get("env"):
         context.update(mcp_url=who["mcp_url"], token=await gateway.token(who["env"], who["name"]))
-    return await agent_client(settings, who["url"], hosted=who["hosted"]).ask(
-        prompt, context, context_id=context_id, message_id=message_id, deadline_s=deadline_s
-    )
+    from agentenv import telemetry
+
+    with telemetry.span(f"agent turn {who['name']}", agent=who["name"], turn=turn, hosted=bool(who["hosted"])):
+        return await agent_client(settings, who["url"], hosted=who["hosted"]).ask(
+            prompt, context, context_id=context_id, message_id=message_id, deadline_s=deadline_s
+        )

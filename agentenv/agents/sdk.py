@@ -76,12 +76,13 @@ class Turn:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        from agentenv import tls
+        from agentenv import telemetry, tls
 
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        hooks = telemetry.HTTP_HOOKS  # the turn's trace continues in the gateway's tool calls
         try:
             async with (
-                httpx2.AsyncClient(headers=headers, timeout=120, verify=tls.context()) as http,
+                httpx2.AsyncClient(headers=headers, timeout=120, verify=tls.context(), event_hooks=hooks) as http,
                 Client(streamable_http_client(self.mcp_url, http_client=http)) as client,
             ):
                 yield Tools(client)

@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> None:
         code = 130
     if "temporalio" in sys.modules:
         # temporalio can abort the interpreter at exit (exit 134) after a successful command;
-        # skip interpreter teardown once our output is flushed.
+        # skip interpreter teardown once our output (and any batched trace spans) is flushed.
+        if telemetry := sys.modules.get("agentenv.telemetry"):
+            telemetry.flush()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -35,7 +35,7 @@ def _one_line(text: str, limit: int = 100) -> str:
 def list_command(json_out: bool) -> int:
     async def go() -> int:
         async with _connect() as client:
-            agents = (await client._json("GET", "/admin/agents"))["agents"]
+            agents = await client.list_agents()
         if json_out:
             print(json.dumps(agents, indent=2))
             return 0

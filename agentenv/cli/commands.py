@@ -136,11 +136,25 @@ def run(
 @app.command()
 def worker(
     identity: Annotated[str | None, typer.Option(help="Name shown for this worker in Temporal.")] = None,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve /healthz, /readyz and /metrics (the Temporal SDK's worker metrics) on this port "
+            "([worker] health_port; 0: off)."
+        ),
+    ] = None,
+    health_host: Annotated[
+        str | None,
+        typer.Option(help="The address the health port binds ([worker] health_host; 0.0.0.0 in a container)."),
+    ] = None,
 ) -> None:
-    """Run a worker that executes runs (including paused ones) until interrupted."""
+    """Run a worker that executes runs (including paused ones) until interrupted.
+
+    SIGTERM or Ctrl-C drains it: no new tasks, running steps finish within [worker] drain_timeout (else they
+    go back to Temporal for another worker), then it exits 0. A second signal stops it at once."""
     from agentenv.cli.run_cmd import worker_command
 
-    raise typer.Exit(worker_command(identity))
+    raise typer.Exit(worker_command(identity, health_port, health_host))
 
 
 @app.command()

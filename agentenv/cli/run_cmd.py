@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
@@ -73,6 +74,14 @@ def _list_runnables() -> int:
 
 
 async def _run(settings: Settings, inp: RunInput, *, detach: bool, json_out: bool) -> int:
+    from agentenv import telemetry
+
+    telemetry.setup(settings, "cli")
+    with telemetry.span(f"agent-env run {inp.task_id}"):  # the trace's root (a null context when tracing is off)
+        return await _start_and_follow(settings, inp, detach=detach, json_out=json_out)
+
+
+async def _start_and_follow(settings: Settings, inp: RunInput, *, detach: bool, json_out: bool) -> int:
     from agentenv import runner
     from agentenv.temporal.client import connect
 
@@ -152,22 +161,38 @@ async def _follow(handle, inp: RunInput, *, quiet: bool):
     return state
 
 
-def worker_command(identity: str | None) -> int:
+def worker_command(identity: str | None, health_port: int | None = None, health_host: str | None = None) -> int:
     settings = load_settings()
+    if health_port is not None:
+        settings.worker.health_port = health_port
+    if health_host is not None:
+        settings.worker.health_host = health_host
     return aio.run(_worker(settings, identity))
 
 
 async def _worker(settings: Settings, identity: str | None) -> int:
+    from datetime import timedelta
+
+    from agentenv import telemetry
     from agentenv.temporal.client import connect
+    from agentenv.temporal.drain import Draining
     from agentenv.temporal.worker import create_worker
 
-    client = await connect(settings, on_notice=notice)
-    worker = create_worker(client, settings, identity=identity)
+    telemetry.setup(settings, "worker")
+    health = None  # the health port's server, when asked for: its metrics need the client's runtime
+    if settings.worker.health_port:
+        from agentenv.temporal.health import WorkerHealth
+
+        health = WorkerHealth(settings.worker.health_host, settings.worker.health_port)
+    client = await connect(settings, on_notice=notice, runtime=health.runtime if health else None)
+    draining = Draining(timedelta(seconds=settings.worker.drain_timeout))
+    worker = create_worker(client, settings, identity=identity, draining=draining)
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # replaces aio's Ctrl-C handler: the first one drains
+        asyncio.get_running_loop().add_signal_handler(sig, _drain_or_exit, stop, sig)
     console().print(
         f"worker on task queue '{settings.temporal.task_queue}' at {settings.address} "
-        f"(namespace {settings.temporal.namespace}); Ctrl-C to stop"
+        f"(namespace {settings.temporal.namespace}); Ctrl-C or SIGTERM drains it, a second one stops it at once"
     )
     reaper = None
     if settings.sandboxes.reap_every > 0:
@@ -175,12 +200,28 @@ async def _worker(settings: Settings, identity: str | None) -> int:
 
         reaper = asyncio.create_task(reap_forever(settings, client, settings.sandboxes.reap_every, notice))
     try:
-        async with worker:
+        probes = health.serving(client, worker, draining=stop.is_set) if health else contextlib.nullcontext()
+        async with probes, worker:  # leaving it shuts the worker down: no new tasks, running activities get the grace
             await stop.wait()
-    except asyncio.CancelledError:
-        pass
+            console().print(draining.begin())
     finally:
         if reaper is not None:
             reaper.cancel()
+    console().print(draining.outcome())
     console().print("worker stopped")
     return 0
+
+
+def _drain_or_exit(stop: asyncio.Event, sig: int) -> None:
+    """The first SIGTERM or Ctrl-C drains the worker; a second exits now. Activities still running then are
+    retried on another worker once their heartbeat (or start-to-close) timeout notices."""
+    if not stop.is_set():
+        stop.set()
+        return
+    import os
+    import sys
+
+    console().print("stopping at once: activities still running go to other workers when their heartbeats lapse")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + sig)

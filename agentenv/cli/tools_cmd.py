@@ -25,7 +25,7 @@ async def _client_and_instance(instance: str):
         return client, await client.get_instance(instance)
     except GatewayRefused as e:
         if e.status == 404:
-            ids = [i["id"] for i in (await client._json("GET", "/admin/instances"))["instances"]]
+            ids = [i["id"] for i in await client.list_instances()]
             matches = [i for i in ids if i.startswith(instance) or i.endswith("." + instance)]
             if len(matches) == 1:
                 return client, await client.get_instance(matches[0])

@@ -25,8 +25,10 @@ def main() -> None:
 
     try:
         settings = load_settings()
+        from agentenv import telemetry
         from agentenv.gateway import tokens
 
+        telemetry.setup(settings, "gateway")  # before the app is made: it has server spans only if tracing is on
         gateway = Gateway(
             args.root,
             max_body_bytes=args.max_body_kib * 1024,

@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from agentenv import tls
+from agentenv import telemetry, tls
 from agentenv.errors import AgentEnvError
 
 
@@ -24,7 +24,13 @@ class GatewayClient:
     def __init__(self, base_url: str, admin_token: str | None = None, *, timeout: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout, verify=tls.context())
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            verify=tls.context(),
+            event_hooks=telemetry.HTTP_HOOKS,  # the run's trace continues in the gateway
+        )
 
     async def __aenter__(self) -> GatewayClient:
         return self
@@ -60,6 +66,12 @@ class GatewayClient:
 
     async def get_instance(self, instance: str) -> dict[str, Any]:
         return await self._json("GET", f"/admin/instances/{instance}")
+
+    async def list_instances(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/admin/instances"))["instances"]
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/admin/agents"))["agents"]
 
     async def busy(self, run_id: str | None = None) -> dict[str, Any]:
         """Open instances and hosted agents here, and the instances of `run_id` this gateway holds."""

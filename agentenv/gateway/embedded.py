@@ -55,8 +55,24 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> tuple[DaemonInfo
         markers=markers,
         section="gateway",
         ports=[PortCheck(g.port, "its", "port", "AGENTENV_GATEWAY_PORT")],
+        env=_telemetry_env(settings),
         on_notice=on_notice,
     )
+
+
+def _telemetry_env(settings: Settings) -> dict[str, str] | None:
+    """The daemon reads its own settings; tracing set for this process (not only in the file) goes with it."""
+    t = settings.telemetry
+    if not t.traces:
+        return None  # it inherits our environment as it is
+    import os
+
+    return {
+        **os.environ,
+        "AGENTENV_TRACES": "1",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": t.otlp_endpoint,
+        "OTEL_SERVICE_NAME": t.service_name,
+    }
 
 
 def stop(settings: Settings) -> DaemonInfo | None:

@@ -15,7 +15,8 @@ The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's fol
     GET  /admin/openapi.json              this admin API's OpenAPI document (nothing else serves docs)
 Hosted agents (A2A; the card is public, messages need the admin token):
     /agents/{id}/                         JSON-RPC;  /agents/{id}/.well-known/agent-card.json  its card
-Open: GET /ready (503 with what is wrong once the gateway lost data).
+Open: GET /ready (503 with what is wrong once the gateway lost data); probes: GET /healthz (the process is
+up), GET /readyz (ready to serve; 503 with the reason). GET /metrics (admin token): Prometheus text format.
 
 Every refusal is `{"error": "..."}` with its status: the exception handlers below are the one place
 exceptions become answers. At the door (agentenv.guard.HostGuard): `Host` must be this server's
@@ -32,13 +33,13 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.telemetry import TelemetryConfig
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentenv import telemetry
 from agentenv.envs.app import ToolError
 from agentenv.errors import BadInput
 from agentenv.gateway import routes_admin, routes_agents
@@ -47,16 +48,6 @@ from agentenv.gateway.roles import RoleError
 from agentenv.gateway.routes_common import gateway_of
 from agentenv.gateway.service import Gateway, GatewayError
 from agentenv.guard import HostGuard
-
-# FastAPI's own OpenTelemetry instrumentation stays off: tool calls are the hot path, and runs are traced
-# through Temporal.
-NO_TELEMETRY: TelemetryConfig = {
-    "tracing": False,
-    "metrics": False,
-    "logs": False,
-    "operation_spans": False,
-    "auto_configure": False,
-}
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -93,6 +84,20 @@ async def ready(request: Request) -> JSONResponse:
     return JSONResponse({"ready": True})
 
 
+async def healthz(request: Request) -> Response:
+    """Liveness: the process answers (probes carry no token, and this tells nothing)."""
+    return Response(b"ok", media_type="text/plain")
+
+
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: started up (MCP sessions served, pending trigger hits resent), its store answers, no data lost."""
+    if not getattr(request.app.state, "serving", False):
+        return JSONResponse({"ready": False, "reason": "starting up or shutting down"}, status_code=503)
+    if reason := gateway_of(request).readiness():
+        return JSONResponse({"ready": False, "reason": reason}, status_code=503)
+    return JSONResponse({"ready": True})
+
+
 class RawAsgi:
     """Starlette treats a function endpoint as request -> response; an object is served as raw ASGI."""
 
@@ -111,16 +116,18 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
         async with gateway.mcp.lifespan():
             gateway.delivery.resend_pending()
             closer = asyncio.create_task(gateway.run_idle_closer())
+            app.state.serving = True
             try:
                 yield
             finally:
+                app.state.serving = False
                 closer.cancel()
         await gateway.shutdown()
 
     app = FastAPI(
         title="agentenv gateway",
         lifespan=lifespan,
-        telemetry=NO_TELEMETRY,
+        telemetry=telemetry.gateway_telemetry(),  # server spans only when [telemetry] traces is on
         openapi_url=None,
         docs_url=None,
         redoc_url=None,  # documents are served behind tokens only
@@ -135,6 +142,8 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
         },
         routes=[  # plain Starlette routes: open, streaming, or hot (no FastAPI request machinery)
             Route("/ready", ready, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
             Route("/envs/{instance}/mcp", RawAsgi(routes_agents.mcp_endpoint), methods=["GET", "POST", "DELETE"]),
             Route("/envs/{instance}/tools/{name}", routes_agents.call_tool, methods=["POST"]),
         ],

@@ -320,6 +320,12 @@ class GatewayPool(GatewayClient):
             del self._owners[key]
         return ended
 
+    async def list_instances(self) -> list[dict[str, Any]]:
+        return [i for part in await asyncio.gather(*(c.list_instances() for c in self.clients)) for i in part]
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        return [a for part in await asyncio.gather(*(c.list_agents() for c in self.clients)) for a in part]
+
     async def parked_hits(self, run_id: str) -> list[dict[str, Any]]:
         return [hit for part in await asyncio.gather(*(c.parked_hits(run_id) for c in self.clients)) for hit in part]
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from agentenv import tls, waiting
+from agentenv import telemetry, tls, waiting
 from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.card import META_HIDDEN_BY_DEFAULT
 from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
@@ -105,6 +105,7 @@ class RemoteApp:
             verify=tls.context(),
             auth=self._auth,
             timeout=httpx.Timeout(DATA_TIMEOUT, connect=CONNECT_TIMEOUT),
+            event_hooks=telemetry.HTTP_HOOKS,  # calls into env servers continue the caller's trace
         )
         self._calls: asyncio.Queue = asyncio.Queue()
         self._session_task: asyncio.Task | None = None

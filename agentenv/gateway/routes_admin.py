@@ -26,6 +26,7 @@ from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.gateway import tokens
 from agentenv.gateway.env_instance import EnvInstance
+from agentenv.gateway.metrics import CONTENT_TYPE
 from agentenv.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, named_body, parse
 from agentenv.gateway.service import Caller, GatewayError
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
@@ -93,6 +94,12 @@ TAR = {"content": {"application/x-tar": {"schema": {"type": "string", "format": 
 @router.get("/admin/openapi.json", include_in_schema=False)
 async def openapi_document() -> Response:
     return Response(_openapi(), media_type="application/json")
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(gateway: GatewayDep) -> Response:
+    """Prometheus metrics (text format): Prometheus sends the admin token from its scrape config."""
+    return Response(gateway.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
 @functools.cache

@@ -60,7 +60,7 @@ async def call_tool(request: Request) -> Response:
     it skips FastAPI's per-request dependency solving (~50 us); it calls `role_caller` itself."""
     gateway, name = gateway_of(request), request.path_params["name"]
     caller = await role_caller(request, request.path_params["instance"])
-    with gateway.limits.calling(caller.key):  # a slow upload counts too: it holds the agent's slot
+    with gateway.limits.calling(caller.key, "rest"):  # a slow upload counts too: it holds the agent's slot
         arguments = await json_of(request)
         if not isinstance(arguments, dict):
             raise GatewayError(400, "the body must be a JSON object of the tool's arguments")

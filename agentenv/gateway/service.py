@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import mcp.types as types
 
+from agentenv import telemetry
 from agentenv.envs.app import ToolError, ToolSpec
 from agentenv.envs.context import Ctx
 from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, refuse, tool_error, tool_result
@@ -27,6 +28,7 @@ from agentenv.gateway import tokens, trajectory
 from agentenv.gateway.delivery import Delivery
 from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.mcp_tools import GET_TIME
+from agentenv.gateway.metrics import GatewayMetrics
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
 from agentenv.guard import tokens_equal
 from agentenv.spec.paths import walk
@@ -70,10 +72,12 @@ CallerKey = tuple[str, str]
 class CallerLimits:
     """What one caller may hold at once, so that no agent can use up what all agents share
     (docs/architecture.md §5): tool calls in flight, MCP sessions open, MCP requests open (streams included).
-    Beyond a limit the caller is refused with 429; other callers never notice."""
+    Beyond a limit the caller is refused with 429; other callers never notice. `on_refusal(via)` hears of each
+    429 (`via`: the transport of a refused tool call, else None)."""
 
     def __init__(self, calls: int, sessions: int, requests: int) -> None:
         self.calls, self.sessions, self.requests = calls, sessions, requests
+        self.on_refusal: Callable[[str | None], None] = lambda via: None
         self._calls: Counter[CallerKey] = Counter()
         self._requests: Counter[CallerKey] = Counter()
         self._opening: Counter[CallerKey] = Counter()  # session-opening requests not answered yet
@@ -84,8 +88,11 @@ class CallerLimits:
         return f"agent {key[1]!r} of instance {key[0]!r}"
 
     @contextlib.contextmanager
-    def _hold(self, counts: Counter[CallerKey], key: CallerKey, limit: int, refusal: str) -> Iterator[None]:
+    def _hold(
+        self, counts: Counter[CallerKey], key: CallerKey, limit: int, refusal: str, via: str | None = None
+    ) -> Iterator[None]:
         if counts[key] >= limit:
+            self.on_refusal(via)
             raise GatewayError(429, refusal)
         counts[key] += 1
         try:
@@ -95,13 +102,14 @@ class CallerLimits:
             if not counts[key]:
                 del counts[key]
 
-    def calling(self, key: CallerKey):
+    def calling(self, key: CallerKey, via: str):
         return self._hold(
             self._calls,
             key,
             self.calls,
             f"{self._who(key)} already has {self.calls} tool calls in flight (the most one agent "
             "may have); wait for one to finish, then call again",
+            via,
         )
 
     def requesting(self, key: CallerKey):
@@ -132,6 +140,7 @@ class CallerLimits:
     def opening(self, key: CallerKey, alive: Callable[[str], bool]) -> Iterator[Callable[[str], None]]:
         """Admit a request that opens an MCP session; it calls the yielded function with the new session's id."""
         if self.open_sessions(key, alive) >= self.sessions:
+            self.on_refusal(None)
             raise GatewayError(
                 429,
                 f"{self._who(key)} already has {self.sessions} MCP sessions open (the most one "
@@ -178,6 +187,12 @@ class Gateway:
             max_sessions_per_agent,
             max_mcp_requests_per_agent or max_calls_per_agent + max_sessions_per_agent,
         )
+        self.metrics = GatewayMetrics(
+            instances=lambda: len(self._instances),
+            sessions=lambda: len(self.mcp.manager._server_instances),
+            agents=lambda: len(self.agents.list()),
+        )
+        self.limits.on_refusal = self._over_limit
         from agentenv.agents.host import AgentHost, public_base
 
         self.agents = AgentHost(self.store, public_base(settings))  # cards name the configured URL, not Host
@@ -189,6 +204,21 @@ class Gateway:
         await self.agents.close()
         for instance_id in list(self._instances):
             await self._unload(instance_id)
+
+    def _over_limit(self, via: str | None) -> None:
+        self.metrics.refused("rate_limit")
+        if via is not None:
+            self.metrics.counted(via, "refused")
+
+    def readiness(self) -> str | None:
+        """None when ready to serve; else why not (for `/readyz`)."""
+        try:
+            self.store.get(COLLECTION, "")  # the instance store answers
+        except Exception as e:  # noqa: BLE001 - any failure means not ready; the reason says which
+            return f"the instance store does not answer: {type(e).__name__}: {e}"
+        if problem := self.health():
+            return f"lost data: {problem}"
+        return None
 
     def health(self) -> dict[str, Any] | None:
         """None when all is well; else what is wrong (a trajectory writer that lost entries)."""
@@ -433,6 +463,7 @@ class Gateway:
     async def authenticate(self, instance_id: str, authorization: str | None) -> Caller:
         token = tokens.bearer(authorization)
         if token is None:
+            self.metrics.refused("token")
             raise GatewayError(
                 401,
                 "missing role token: send 'Authorization: Bearer <token>' "
@@ -447,10 +478,12 @@ class Gateway:
                 raise GatewayError(404, f"no environment instance {instance_id!r} on this gateway")
             spec = InstanceSpec.model_validate(doc)
             if not any(self._digest(self._role_token(spec, a)) == digest for a in spec.agent_roles()):
+                self.metrics.refused("token")
                 raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
         inst = await self.get(instance_id)
         agent = self._tokens[instance_id].get(digest)
         if agent is None:
+            self.metrics.refused("token")
             raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
         return Caller(inst, agent)
 
@@ -508,7 +541,7 @@ class Gateway:
     async def call_tool(self, request, name: str, arguments: dict[str, Any], meta: dict[str, Any]):
         caller: Caller = request.scope["agentenv.caller"]
         try:
-            with self.limits.calling(caller.key):
+            with self.limits.calling(caller.key, "mcp"):
                 outcome = await self.call(caller, name, arguments, via="mcp")
         except GatewayError as e:  # over its limit (call() itself never raises it): a protocol error
             raise refuse(str(e)) from None
@@ -549,7 +582,8 @@ class Gateway:
                 if route.app is None:  # a gateway tool
                     result = inst.time_answer(cast(ToolSpec, route.spec).parse_arguments(arguments).get("zone"))
                 else:
-                    result = await route.app.call_async(route.spec.name, arguments, ctx)
+                    with telemetry.span(f"app {route.qualified}", instance=inst.spec.id, agent=caller.agent, via=via):
+                        result = await route.app.call_async(route.spec.name, arguments, ctx)
                 outcome = {"result": result}
             except ToolError as e:
                 outcome = {"error": str(e)}
@@ -558,6 +592,14 @@ class Gateway:
             finally:
                 inst.busy -= 1
                 inst.last_used = time.monotonic()
+        duration = time.perf_counter() - started
+        if "result" in outcome:
+            self.metrics.called(via, "ok", duration)
+        elif outcome.get("refused"):
+            self.metrics.refused("role")
+            self.metrics.called(via, "refused", duration)
+        else:
+            self.metrics.called(via, "error", duration)
         entry = {
             "instance": inst.spec.id,
             "run_id": inst.spec.run_id,
@@ -570,7 +612,7 @@ class Gateway:
             "refused": bool(outcome.get("refused")),
             "virtual_time": iso(vnow),
             "real_time": utc_now_iso(),
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "duration_ms": round(duration * 1000, 3),
         }
         if cause:
             entry["cause"] = cause

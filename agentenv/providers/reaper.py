@@ -108,7 +108,7 @@ async def retire_orphaned_instances(settings: Settings, client: Client) -> list[
     async with embedded.connect(settings, start_daemon=False) as gateway:
         instances = [
             i
-            for i in (await gateway._json("GET", "/admin/instances"))["instances"]
+            for i in await gateway.list_instances()
             if i.get("run_id") and any(app.get("url") for app in i.get("apps", []))
         ]
         if not instances:

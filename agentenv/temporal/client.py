@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from agentenv import waiting
+from agentenv import telemetry, waiting
 from agentenv.config import Settings
 from agentenv.errors import ServerError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
+    from temporalio.runtime import Runtime
 
 
 def _tls(settings: Settings):
@@ -37,8 +38,11 @@ def _tls(settings: Settings):
     )
 
 
-async def connect(settings: Settings, *, start_server: bool = True, on_notice=lambda msg: None) -> Client:
-    """A client using the pydantic data converter. Starts the embedded server when none is configured."""
+async def connect(
+    settings: Settings, *, start_server: bool = True, on_notice=lambda msg: None, runtime: Runtime | None = None
+) -> Client:
+    """A client using the pydantic data converter. Starts the embedded server when none is configured.
+    `runtime`: the SDK runtime its workers record metrics in (a worker's health port); None: the default."""
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -59,6 +63,7 @@ async def connect(settings: Settings, *, start_server: bool = True, on_notice=la
                 "start it with `agent-env server start` (or let `agent-env run` start it)",
             )
     target = settings.address
+    interceptors = telemetry.temporal_interceptors()  # tracing, when this process set it up: workers inherit it
 
     async def connected() -> Client:
         return await asyncio.wait_for(
@@ -68,6 +73,8 @@ async def connect(settings: Settings, *, start_server: bool = True, on_notice=la
                 api_key=settings.temporal.api_key,
                 tls=_tls(settings),
                 data_converter=pydantic_data_converter,
+                interceptors=interceptors,
+                runtime=runtime,
             ),
             timeout=settings.temporal.connect_timeout,
         )

@@ -11,13 +11,21 @@ if TYPE_CHECKING:
     from temporalio.client import Client
     from temporalio.worker import Worker
 
+    from agentenv.temporal.drain import Draining
 
-def create_worker(client: Client, settings: Settings, *, identity: str | None = None) -> Worker:
+
+def create_worker(
+    client: Client, settings: Settings, *, identity: str | None = None, draining: Draining | None = None
+) -> Worker:
+    """`draining`: how long a shutdown lets running activities finish (`agent-env worker`'s is
+    `[worker] drain_timeout`); without one, 5 s. Either way a shutdown hands back what is still running."""
     from temporalio.worker import Worker
 
     from agentenv.activities import RunActivities
+    from agentenv.temporal.drain import Draining
     from agentenv.workflows.task_run import TaskRun
 
+    draining = draining or Draining(timedelta(seconds=5))
     activities = RunActivities(settings)
     return Worker(
         client,
@@ -37,5 +45,6 @@ def create_worker(client: Client, settings: Settings, *, identity: str | None = 
         identity=identity,
         # After a worker dies, its cached workflows move to another worker this soon.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=5),
-        graceful_shutdown_timeout=timedelta(seconds=5),
+        graceful_shutdown_timeout=draining.grace,
+        interceptors=[draining],
     )
