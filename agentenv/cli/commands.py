@@ -18,6 +18,15 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+# Options that `run` and `runs rerun` share.
+Detach = Annotated[
+    bool,
+    typer.Option(
+        "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`)."
+    ),
+]
+FinalJson = Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")]
+
 runs_app = typer.Typer(help="List, inspect and cancel runs.", no_args_is_help=True)
 server_app = typer.Typer(
     help="The embedded Temporal dev server (used when no address is configured).", no_args_is_help=True
@@ -97,13 +106,8 @@ def run(
         ),
     ] = None,
     task: Annotated[str | None, typer.Option("--task", "-t", help="Which task of a bundle with several.")] = None,
-    detach: Annotated[
-        bool,
-        typer.Option(
-            "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`)."
-        ),
-    ] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")] = False,
+    detach: Detach = False,
+    json_out: FinalJson = False,
     model: Annotated[
         list[str] | None,
         typer.Option(
@@ -194,13 +198,8 @@ def runs_show(
 @runs_app.command("rerun")
 def runs_rerun(
     run_id: Annotated[str, typer.Argument(help="Run id, or a unique prefix of it.")],
-    detach: Annotated[
-        bool,
-        typer.Option(
-            "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`)."
-        ),
-    ] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")] = False,
+    detach: Detach = False,
+    json_out: FinalJson = False,
 ) -> None:
     """Run again exactly what a run used: the plan it pinned (task, env and agent records, data, images,
     model endpoints, seed), read from the stores. Works after the bundle folder changed, and on any install

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError
 from agentenv.errors import BadInput
 from agentenv.registry.bundle_items import NAME
 from agentenv.registry.manifest import canonical_json, digest, file_sha256
-from agentenv.registry.models import SINGULAR, Kind, Version
+from agentenv.registry.models import Kind, PushResult, Version
 from agentenv.registry.resolve import split_ref
 from agentenv.registry.store import Registry
 from agentenv.stores import keys
@@ -67,19 +67,6 @@ class ExportSummary(BaseModel):
     blobs: int  # distinct blobs, each stored once
     blob_bytes: int  # their total size, before compression
     file_bytes: int  # the bundle file's size
-
-
-class ImportResult(BaseModel):
-    """What an import did with one version: `imported` it, or found it already stored (`unchanged`)."""
-
-    kind: Kind
-    name: str
-    label: str
-    digest: str
-    outcome: Literal["imported", "unchanged"]
-
-    def __str__(self) -> str:
-        return f"{self.outcome}: {SINGULAR[self.kind]} {self.name}@{self.label} {self.digest[:19]}…"
 
 
 # --- export ---
@@ -181,7 +168,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def import_bundle(
     registry: Registry, source: Path, spool_dir: Path, progress: Progress | None = None
-) -> list[ImportResult]:
+) -> list[PushResult]:
     """Load a bundle file into `registry`. Everything is verified first; a damaged file, or a label the registry
     holds with other content, imports nothing. Blobs are spooled to a temporary folder under `spool_dir` (the
     state dir): nothing may be written before all is verified, and blobs may be larger than memory."""
@@ -209,7 +196,7 @@ def import_bundle(
                     f"{v.ref} was stored with other content while importing {source}",
                     "import the bundle again: it stops before writing anything and lists the conflicts",
                 )
-            results.append(ImportResult(kind=v.kind, name=v.name, label=v.label, digest=v.digest, outcome=outcome))
+            results.append(PushResult(kind=v.kind, name=v.name, label=v.label, digest=v.digest, outcome=outcome))
     return results
 
 

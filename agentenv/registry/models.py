@@ -59,13 +59,14 @@ class Version(BaseModel):
 
 
 class PushResult(BaseModel):
-    """What a push did with one item: `pushed` a new version, or found it `unchanged`."""
+    """What a push (or a bundle file's import) did with one item: `pushed` (`imported`) a new version, or found
+    it `unchanged`."""
 
     kind: Kind
     name: str
     label: str
     digest: str
-    outcome: Literal["pushed", "unchanged"]
+    outcome: Literal["pushed", "imported", "unchanged"]
 
     def __str__(self) -> str:
         return f"{self.outcome}: {SINGULAR[self.kind]} {self.name}@{self.label} {self.digest[:19]}…"
