@@ -242,3 +242,24 @@ async def test_an_instance_whose_gateway_is_gone_for_good_is_restored_on_another
     said = _restorations(second, state.run_id)
     assert len(said) == 1 and f"its gateway {lost} was lost; restored on {survivor}" in said[0]
     assert "snapshots/saved.tar" in said[0], "restored from the run's last snapshot"
+
+
+async def test_a_remembered_owner_that_lost_the_instance_is_forgotten(pool, pool_worker):
+    """An instance deleted on one gateway and put again on the other: the pool asks again instead of failing."""
+    from agentenv.gateway.client import GatewayClient
+    from agentenv.gateway.embedded import admin_token, connect
+
+    spec = {"id": f"moved-{uuid.uuid4().hex[:6]}", "run_id": "moved-run", "apps": [{"app": "notes"}]}
+    async with connect(pool_worker) as gateway:
+        await gateway.put_instance(spec)
+        first = await gateway.url_for(spec["id"])
+        other = next(u for u in pool.urls if u != first)
+        async with (
+            GatewayClient(first, admin_token(pool_worker)) as there,
+            GatewayClient(other, admin_token(pool_worker)) as here,
+        ):
+            assert await there.delete_instance(spec["id"])
+            await here.put_instance(spec)
+        assert (await gateway.get_instance(spec["id"]))["id"] == spec["id"]
+        assert await gateway.url_for(spec["id"]) == other
+        assert await gateway.delete_instance(spec["id"])

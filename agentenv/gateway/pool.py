@@ -98,6 +98,18 @@ class GatewayPool(GatewayClient):
         """The gateway holding `instance`; a 404 `GatewayRefused` when none does."""
         return await self._find("instance", instance, lambda c: c.get_instance(instance))
 
+    async def _at(self, instance: str, call):
+        """`call(owner)`; when the remembered owner no longer holds the instance (404), forget it and ask the
+        pool again, once (it was deleted and put again elsewhere, or rebuilt after its gateway was lost)."""
+        remembered = ("instance", instance) in self._owners
+        try:
+            return await call(await self.owner(instance))
+        except GatewayRefused as e:
+            if e.status != 404 or not remembered:
+                raise
+        self._owners.pop(("instance", instance), None)
+        return await call(await self.owner(instance))
+
     async def _find(self, kind: str, key: str, probe) -> GatewayClient:
         cached = self._owners.get((kind, key))
         if cached is not None:
@@ -246,7 +258,7 @@ class GatewayPool(GatewayClient):
         return await (await self._placed(spec["id"], spec.get("run_id"))).put_instance(spec)
 
     async def get_instance(self, instance: str) -> dict[str, Any]:
-        return await (await self.owner(instance)).get_instance(instance)
+        return await self._at(instance, lambda c: c.get_instance(instance))
 
     async def delete_instance(self, instance: str, *, keep_data: bool = False) -> bool:
         try:
@@ -260,7 +272,7 @@ class GatewayPool(GatewayClient):
         return deleted
 
     async def token(self, instance: str, agent: str) -> str:
-        return await (await self.owner(instance)).token(instance, agent)
+        return await self._at(instance, lambda c: c.token(instance, agent))
 
     async def server_token(self, instance: str, app: str) -> str:
         """Asked before the instance exists (its sandboxes start first): this places it. A run's instance ids
@@ -268,45 +280,45 @@ class GatewayPool(GatewayClient):
         return await (await self._placed(instance, instance.rpartition(".")[0] or None)).server_token(instance, app)
 
     async def set_role(self, instance: str, role: str, tools: list[str], deny: list[str] | None = None) -> list[str]:
-        return await (await self.owner(instance)).set_role(instance, role, tools, deny)
+        return await self._at(instance, lambda c: c.set_role(instance, role, tools, deny))
 
     async def change_role(self, instance: str, role: str, enable: list[str], disable: list[str]) -> list[str]:
-        return await (await self.owner(instance)).change_role(instance, role, enable, disable)
+        return await self._at(instance, lambda c: c.change_role(instance, role, enable, disable))
 
     async def push_world(self, instance: str, push: dict[str, Any]) -> list[dict[str, Any]]:
-        return await (await self.owner(instance)).push_world(instance, push)
+        return await self._at(instance, lambda c: c.push_world(instance, push))
 
     async def set_agent_role(self, instance: str, agent: str, role: str) -> None:
-        await (await self.owner(instance)).set_agent_role(instance, agent, role)
+        await self._at(instance, lambda c: c.set_agent_role(instance, agent, role))
 
     async def call_as(self, instance: str, tool: str, arguments: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return await (await self.owner(instance)).call_as(instance, tool, arguments, **kwargs)
+        return await self._at(instance, lambda c: c.call_as(instance, tool, arguments, **kwargs))
 
     async def load(
         self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None, reset: bool = False
     ) -> None:
-        await (await self.owner(instance)).load(instance, parts, idempotency_key=idempotency_key, reset=reset)
+        await self._at(instance, lambda c: c.load(instance, parts, idempotency_key=idempotency_key, reset=reset))
 
     async def snapshot(self, instance: str) -> bytes:
-        return await (await self.owner(instance)).snapshot(instance)
+        return await self._at(instance, lambda c: c.snapshot(instance))
 
     async def restore(self, instance: str, blob: bytes) -> None:
-        await (await self.owner(instance)).restore(instance, blob)
+        await self._at(instance, lambda c: c.restore(instance, blob))
 
     async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
-        return await (await self.owner(instance)).trajectory(instance, after)
+        return await self._at(instance, lambda c: c.trajectory(instance, after))
 
     async def last_seq(self, instance: str) -> int:
-        return await (await self.owner(instance)).last_seq(instance)
+        return await self._at(instance, lambda c: c.last_seq(instance))
 
     async def data(self, instance: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return await (await self.owner(instance)).data(instance, method, params)
+        return await self._at(instance, lambda c: c.data(instance, method, params))
 
     async def list_tools(self, instance: str, token: str) -> list[dict[str, Any]]:
-        return await (await self.owner(instance)).list_tools(instance, token)
+        return await self._at(instance, lambda c: c.list_tools(instance, token))
 
     async def call_tool(self, instance: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
-        return await (await self.owner(instance)).call_tool(instance, token, tool, arguments)
+        return await self._at(instance, lambda c: c.call_tool(instance, token, tool, arguments))
 
     # -- admin: run-wide, on every gateway --
 
