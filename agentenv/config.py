@@ -98,9 +98,16 @@ def url_origin(url: str | None) -> str | None:
 
 
 class ModelSettings(_Section):
-    """An OpenAI-compatible chat endpoint for one purpose (agent, persona, judge) or all (`default`)."""
+    """A model endpoint for one purpose (agent, persona, judge) or all (`default`), spoken to through its
+    provider's SDK: OpenAI (or any OpenAI-compatible server) or Anthropic."""
 
-    base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1")
+    provider: Literal["openai", "anthropic"] = Field(
+        "openai", description='"openai": OpenAI or any OpenAI-compatible server; "anthropic": the Messages API'
+    )
+    api: Literal["chat", "responses"] = Field(
+        "chat", description='openai only: "chat" (chat completions, what compatible servers speak) or "responses"'
+    )
+    base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1 (or https://api.anthropic.com)")
     model: str | None = Field(None, description="the model name the endpoint expects")
     api_key: str | None = Field(
         None,
@@ -108,6 +115,10 @@ class ModelSettings(_Section):
         "out for servers that need no key); sent only to base_url's origin",
     )
     timeout: float = Field(120.0, gt=0, description="seconds per request")
+    max_retries: int = Field(
+        2, ge=0, le=10, description="retries of a failed request (connection errors, 408/409/429/5xx; Retry-After)"
+    )
+    max_tokens: int = Field(4096, ge=1, description="the longest reply, in tokens (Anthropic requires a limit)")
     temperature: float = Field(0.0, ge=0, le=2)
     withheld_key: str | None = Field(
         None,
@@ -320,7 +331,12 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "OTEL_EXPORTER_OTLP_ENDPOINT": ("telemetry", "otlp_endpoint"),
     "OTEL_SERVICE_NAME": ("telemetry", "service_name"),
 }
-_MODEL_ENV = {"AGENTENV_MODEL_BASE_URL": "base_url", "AGENTENV_MODEL": "model", "AGENTENV_MODEL_API_KEY": "api_key"}
+_MODEL_ENV = {
+    "AGENTENV_MODEL_BASE_URL": "base_url",
+    "AGENTENV_MODEL": "model",
+    "AGENTENV_MODEL_API_KEY": "api_key",
+    "AGENTENV_MODEL_PROVIDER": "provider",
+}
 
 
 def load_settings(cwd: Path | None = None) -> Settings:

@@ -19,6 +19,7 @@ import episodes  # noqa: E402
 import executor  # noqa: E402
 import gateway  # noqa: E402
 import hello  # noqa: E402
+import models  # noqa: E402
 import registry  # noqa: E402
 import sandboxes  # noqa: E402
 import scale  # noqa: E402
@@ -36,6 +37,7 @@ def main() -> None:
         "gateway": gateway.measure(),
         "world": world.measure(),
         "agents": agents.measure(),
+        "models": models.measure(),
         "episodes": episodes.measure(),
         "sandboxes": sandboxes.measure(),
         "stores": stores.measure(),

@@ -51,7 +51,8 @@ def fresh_env(tmp_path):
 def test_help_imports_nothing_heavy():
     probe = (
         "import atexit, sys\n"
-        "heavy = ('temporalio', 'mcp', 'a2a', 'boto3', 'botocore', 'docker', 'modal', 'e2b', 'google', 'httpx', 'grpc')\n"
+        "heavy = ('temporalio', 'mcp', 'a2a', 'boto3', 'botocore', 'docker', 'modal', 'e2b', 'google', 'httpx', 'grpc',"
+        " 'openai', 'anthropic')\n"
         "atexit.register(lambda: print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))\n"
         "sys.argv = ['agent-env', '--help']\n"
         "from agentenv.cli import main\n"

@@ -221,7 +221,8 @@ class RunActivities:
             return {"fallback": str(e)}
         if reply.failed or reply.data.get("fallback"):
             return {"fallback": reply.data.get("fallback") or reply.text[:500], "answer": reply.text[:2000]}
-        return {"answer": reply.text[:2000], "tool_calls": len(reply.data.get("tool_calls") or [])}
+        used = {"usage": reply.data["usage"]} if reply.data.get("usage") else {}  # summed by `runs show`
+        return {"answer": reply.text[:2000], "tool_calls": len(reply.data.get("tool_calls") or []), **used}
 
     # -- prompts with a side played by a trainer: the workflow holds the conversation, these do the I/O --
 

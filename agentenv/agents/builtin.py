@@ -60,7 +60,8 @@ class LlmAgent(Agent):
                         return await tool_loop(model, messages, tools, self.config.max_tool_calls, self.name, turn.seed)
                 return await tool_loop(model, messages, None, self.config.max_tool_calls, self.name, turn.seed)
         except TimeoutError:
-            return Answer(text=f"out of time ({self.config.time_budget.total_seconds():g}s budget)", failed=True)
+            said = f"out of time ({self.config.time_budget.total_seconds():g}s budget)"
+            return Answer(text=said, data={"usage": model.usage}, failed=True)
         finally:
             await model.aclose()
 
@@ -74,7 +75,8 @@ async def tool_loop(
     while True:
         reply = await model.complete(messages, functions if calls < max_calls else None, user=user, seed=seed)
         if not reply.tool_calls:
-            return Answer(text=reply.content or "", data={"tool_calls": tools.calls if tools else []})
+            calls_made = tools.calls if tools else []
+            return Answer(text=reply.content or "", data={"tool_calls": calls_made, "usage": model.usage})
         messages.append(
             {
                 "role": "assistant",
@@ -140,7 +142,7 @@ class PersonaAgent(Agent):
             reply = await model.complete(messages, user=self.name, seed=turn.seed)
             if not reply.content:
                 raise ModelError("the model said nothing")
-            return Answer(text=reply.content)
+            return Answer(text=reply.content, data={"usage": model.usage})
         finally:
             await model.aclose()
 

@@ -19,6 +19,7 @@ from a2a.types import Message, Role, SendMessageRequest, TaskState
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH as CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError
 
+from agentenv.agents.extensions import ExtensionClient
 from agentenv.agents.sdk import KEY, new_message_id
 from agentenv.config import url_origin
 
@@ -46,6 +47,7 @@ class Reply:
     failed: bool = False
     state: str = "TASK_STATE_COMPLETED"
     seconds: float = 0.0
+    task_id: str = ""  # the A2A task that answered (an agent's trajectory/v1 is read by it)
 
 
 class OriginBearer(httpx.Auth):
@@ -167,7 +169,12 @@ class AgentClient:
             failed=state != "TASK_STATE_COMPLETED",
             state=state,
             seconds=time.perf_counter() - started,
+            task_id=task.id,
         )
+
+    async def extensions(self) -> ExtensionClient:
+        """The agent's `urn:agentenv:*` extension operations, as its card declares them."""
+        return ExtensionClient(self.http, self.url, await self.card())
 
 
 def _transient(cause: BaseException | None) -> bool:

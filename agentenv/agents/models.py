@@ -1,35 +1,17 @@
-"""A minimal client of OpenAI-compatible chat completions (with tool calls): the same code talks to a
-real endpoint or to the local fake (`agentenv.agents.fake_model`)."""
+"""A model endpoint for one purpose, as the agents and the judge use it: the same code talks to OpenAI, Anthropic,
+any OpenAI-compatible server or the local fake (`agentenv.agents.fake_model`), through the providers' SDKs
+(`agentenv.agents.model_providers`), and tallies the tokens its calls used."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx2 as httpx
-
-from agentenv import tls
+from agentenv.agents import usage
+from agentenv.agents.model_providers.reply import ChatReply, ModelError, ToolCall
 from agentenv.config import ModelSettings
 from agentenv.errors import BadInput
 
-
-class ModelError(Exception):
-    """The endpoint failed or answered something unusable (retryable: it may be transient)."""
-
-
-@dataclass
-class ToolCall:
-    id: str
-    name: str
-    arguments: dict[str, Any]
-
-
-@dataclass
-class ChatReply:
-    content: str | None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    raw: dict[str, Any] = field(default_factory=dict)
+__all__ = ["ChatModel", "ChatReply", "ModelError", "ToolCall", "Endpoints", "check_endpoint", "resolve_key"]
 
 
 class ChatModel:
@@ -40,16 +22,14 @@ class ChatModel:
                 "set [models.default] (or [models.agent|persona|judge]) base_url and model in "
                 ".agentenv/config.toml, or AGENTENV_MODEL_BASE_URL and AGENTENV_MODEL",
             )
+        from agentenv.agents.model_providers import open_provider
+
         self.config = config
-        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        # The key goes with each request to base_url itself, never as a default header, and redirects are
-        # not followed: it reaches only the origin it was configured (or named) for.
-        self._http = httpx.AsyncClient(
-            base_url=config.base_url.rstrip("/"), timeout=config.timeout, follow_redirects=False, verify=tls.context()
-        )
+        self.usage: usage.Usage = {}  # this model's calls so far, per model name
+        self._provider = open_provider(config, api_key)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        """Nothing to release: the SDK clients are shared per endpoint and key (model_providers.clients)."""
 
     async def complete(
         self,
@@ -60,36 +40,9 @@ class ChatModel:
         user: str | None = None,
         seed: int | None = None,
     ) -> ChatReply:
-        body: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": messages,
-            "temperature": self.config.temperature,
-        }
-        if user:
-            body["user"] = user  # who is asking (the standard field); the local fake picks its script by it
-        if tools:
-            body["tools"] = tools
-        if response_json:
-            body["response_format"] = {"type": "json_object"}
-        if seed is not None:
-            body["seed"] = int(seed)  # best effort: endpoints that support it sample reproducibly
-        try:
-            response = await self._http.post("/chat/completions", json=body, headers=self._auth)
-        except httpx.TransportError as e:
-            raise ModelError(f"model endpoint {self.config.base_url} did not answer: {e}") from None
-        if response.status_code >= 400:
-            why = f" ({said})" if response.status_code in (401, 403) and (said := self.config.withheld_notice()) else ""
-            raise ModelError(f"model endpoint answered {response.status_code}: {response.text[:300]}{why}")
-        try:
-            raw = response.json()
-            message = raw["choices"][0]["message"]
-            calls = [
-                ToolCall(c["id"], c["function"]["name"], json.loads(c["function"].get("arguments") or "{}"))
-                for c in message.get("tool_calls") or []
-            ]
-        except (ValueError, KeyError, IndexError, TypeError) as e:
-            raise ModelError(f"model endpoint answered something unusable ({e}): {response.text[:300]}") from None
-        return ChatReply(message.get("content"), calls, raw)
+        reply = await self._provider.complete(messages, tools, response_json=response_json, user=user, seed=seed)
+        usage.add(self.usage, reply.model or self.config.model or "", reply.input_tokens, reply.output_tokens)
+        return reply
 
 
 def mcp_tools_as_functions(tools: list[Any]) -> list[dict[str, Any]]:

@@ -40,6 +40,8 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.utils.constants import TransportProtocol
 
+from agentenv.agents.extensions import Configured, card_extensions
+
 KEY = "agentenv"
 
 
@@ -59,6 +61,8 @@ class Turn:
     deadline_s: float | None = None  # how long the framework waits for this answer
     turn: int | None = None  # which time this agent is asked in this conversation (0 first), if the sender says
     seed: int | None = None  # the run's seed: seed anything random (model sampling...) with it
+    skills: list[dict[str, Any]] = field(default_factory=list)  # added through skill-config/v1: name, description...
+    trajectory: list[dict[str, Any]] = field(default_factory=list)  # this turn's tool calls, for trajectory/v1
 
     @property
     def number(self) -> int:
@@ -85,7 +89,11 @@ class Turn:
                 httpx2.AsyncClient(headers=headers, timeout=120, verify=tls.context(), event_hooks=hooks) as http,
                 Client(streamable_http_client(self.mcp_url, http_client=http)) as client,
             ):
-                yield Tools(client)
+                tools = Tools(client)
+                try:
+                    yield tools
+                finally:
+                    self.trajectory.extend({"event": "tool", **call} for call in tools.calls)
         except BaseExceptionGroup as group:  # the MCP client's task groups wrap what the agent raised
             inner: BaseException = group
             while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
@@ -165,8 +173,9 @@ def turn_from_message(message, context_id: str) -> Turn:
 
 
 class _Executor(AgentExecutor):
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, configured: Configured | None = None) -> None:
         self.agent = agent
+        self.configured = configured
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task = context.current_task
@@ -175,12 +184,19 @@ class _Executor(AgentExecutor):
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         turn = turn_from_message(context.message, task.context_id)
+        if self.configured is not None:
+            _apply(self.configured, turn)
         try:
             reply = await self.agent.answer(turn)
         except Exception as e:  # noqa: BLE001 - the caller reads the failure as the turn's outcome
             reply = Answer(text=f"{type(e).__name__}: {e}", failed=True)
         if isinstance(reply, str):
             reply = Answer(text=reply)
+        if self.configured is not None:
+            answered = {"event": "answer", "text": reply.text, "failed": reply.failed}
+            self.configured.keep_trajectory(
+                task.id, [{"event": "prompt", "text": turn.prompt}, *turn.trajectory, answered]
+            )
         message = updater.new_agent_message([new_text_part(reply.text), new_data_part({KEY: reply.data})])
         await (updater.failed(message) if reply.failed else updater.complete(message))
 
@@ -189,7 +205,17 @@ class _Executor(AgentExecutor):
         await updater.cancel(updater.new_agent_message([new_text_part("cancelled")]))
 
 
-def agent_card(agent: Agent, url: str) -> AgentCard:
+def _apply(configured: Configured, turn: Turn) -> None:
+    """What the run configured through the extensions, where the turn itself did not say."""
+    turn.config = {**configured.config, **turn.config}
+    turn.skills = [s.model_dump() for s in configured.skills.values()]
+    server = next(iter(configured.mcp_servers.values()), None)
+    if turn.mcp_url is None and server is not None:
+        bearer = (server.headers or {}).get("authorization", (server.headers or {}).get("Authorization", ""))
+        turn.mcp_url, turn.token = server.url, bearer.removeprefix("Bearer ") or None
+
+
+def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard:
     return AgentCard(
         name=agent.name,
         description=agent.description,
@@ -197,7 +223,9 @@ def agent_card(agent: Agent, url: str) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=AgentCapabilities(
+            streaming=False, push_notifications=False, extensions=card_extensions() if extensions else []
+        ),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[
@@ -208,11 +236,17 @@ def agent_card(agent: Agent, url: str) -> AgentCard:
     )
 
 
-def a2a_routes(agent: Agent, url: str) -> tuple[list, DefaultRequestHandler]:
-    """Starlette routes serving `agent` over A2A (card + JSON-RPC) for clients reaching it at `url`."""
-    card = agent_card(agent, url)
-    handler = DefaultRequestHandler(agent_executor=_Executor(agent), task_store=InMemoryTaskStore(), agent_card=card)
-    return create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/"), handler
+def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[list, DefaultRequestHandler]:
+    """Starlette routes serving `agent` over A2A (card + JSON-RPC) for clients reaching it at `url`. With
+    `extensions` (an agent served at its origin's root: their paths are absolute), it also declares and serves
+    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory), as its
+    reference framework does; hosted agents are configured by the gateway instead."""
+    card = agent_card(agent, url, extensions=extensions)
+    configured = Configured() if extensions else None
+    executor = _Executor(agent, configured)
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
+    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
+    return routes + (configured.routes() if configured else []), handler
 
 
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -244,7 +278,7 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
     from agentenv.guard import HostGuard
 
     public_url = public_url or os.environ.get("AGENTENV_PUBLIC_URL") or None
-    routes, handler = a2a_routes(agent, advertised_url(host, port, public_url))
+    routes, handler = a2a_routes(agent, advertised_url(host, port, public_url), extensions=True)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

@@ -82,7 +82,7 @@ def show_command(purpose: str | None) -> int:
     purposes = [_check_purpose(purpose, "")] if purpose else list(PURPOSES)
     secrets = open_secrets(settings)
     table = Table(box=None, pad_edge=False)
-    for col in ("purpose", "from", "base_url", "model", "api key", "key"):
+    for col in ("purpose", "from", "provider", "base_url", "model", "api key", "key"):
         table.add_column(col, no_wrap=True)
     fixes: list[str] = []
     for p in purposes:
@@ -92,6 +92,7 @@ def show_command(purpose: str | None) -> int:
         table.add_row(
             p,
             source,
+            endpoint.provider + (f" ({endpoint.api})" if endpoint.provider == "openai" else ""),
             escape(endpoint.base_url or "") or "[red]not set[/]",
             escape(endpoint.model or "") or "[red]not set[/]",
             shown_key,
@@ -169,7 +170,7 @@ def fake_command(host: str, port: int, script_files: list[Path], api_key: str | 
     out = console()
     out.print(
         f"fake model at [bold]{url}[/] · scripts: {', '.join(scripts) or 'none'} · also fake-judge, "
-        "fake-garbage, fake-slow-N · Ctrl-C to stop"
+        "fake-garbage, fake-slow-N · speaks chat completions, responses and Anthropic messages · Ctrl-C to stop"
     )
     if api_key:
         out.print(

@@ -88,6 +88,11 @@ def show_command(run_id: str, json_out: bool) -> int:
         out.print(step_line(step, width, type_width))
         if step.outputs:
             out.print(f"      [dim]outputs: {json.dumps(step.outputs)[:300]}[/]")
+    for model, row in run_usage(state).items():
+        out.print(
+            f"  usage {escape(model)}: {row['calls']} calls, {row['input_tokens']} input tokens, "
+            f"{row['output_tokens']} output tokens"
+        )
     if state.world is not None and state.world.events:
         out.print("  [bold]world[/]")
         for line in event_lines(state):
@@ -99,6 +104,14 @@ def show_command(run_id: str, json_out: bool) -> int:
         out.print(f"  [red]{state.error}[/]")
     out.print(summary_line(state))
     return 0
+
+
+def run_usage(state: RunState) -> dict[str, dict[str, int]]:
+    """The tokens a run's model calls used, per model: its steps' and its world's instructed agents'."""
+    from agentenv.agents.usage import summed
+
+    world = [e.detail.get("usage") for e in state.world.events] if state.world else []
+    return summed([*(s.outputs.get("usage") for s in state.steps.values() if s.outputs), *world])
 
 
 def _pin_lines(pins: dict) -> list[str]:

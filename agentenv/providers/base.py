@@ -149,6 +149,11 @@ class Sandbox(ABC):
     def url(self) -> str | None:
         return self.info.url
 
+    def inside(self, path: str) -> str:
+        """Where the sandbox's absolute `path` (as put_file and get_file take it) is for a command run in it:
+        the same path, except where a provider maps the sandbox's root onto a host folder (local)."""
+        return path
+
     @abstractmethod
     async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult: ...
 
@@ -224,6 +229,13 @@ class Provider(ABC):
     @abstractmethod
     async def remove(self, sandbox_id: str) -> bool:
         """Stop and delete a sandbox by id; False when it was already gone."""
+
+    async def attach(self, sandbox_id: str) -> Sandbox:
+        """A sandbox of this install by id, to run commands in and move files (NotFound when it is gone)."""
+        raise BadInput(
+            f"the {self.name} provider cannot reattach to a sandbox by its id",
+            "run the sandbox on the local or docker provider to use sandbox steps on it",
+        )
 
     def refuse_unsupported(self, spec: SandboxSpec) -> None:
         caps = self.capabilities

@@ -486,6 +486,17 @@ class DockerProvider(Provider):
     async def sandbox(self, sandbox_id: str, port: int | None = None) -> DockerSandbox:
         return await asyncio.to_thread(lambda: self._sandbox(self.client.containers.get(sandbox_id), port))
 
+    async def attach(self, sandbox_id: str) -> Sandbox:
+        import docker.errors
+
+        try:
+            box = await self.sandbox(sandbox_id)
+        except docker.errors.NotFound:
+            box = None
+        if box is None or box.info.install != self.install:
+            raise NotFound(f"no docker sandbox {sandbox_id!r} of this install", "it was removed: deploy it again")
+        return box
+
 
 def container_name(name: str) -> str:
     return "ae-" + name

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import cast
 
-from agentenv.errors import BadInput
+from agentenv.errors import BadInput, NotFound
 from agentenv.providers.base import (
     Capabilities,
     ExecResult,
@@ -93,6 +93,9 @@ class LocalSandbox(Sandbox):
         if not target.is_relative_to(self.work.resolve()):
             raise BadInput(f"path {path!r} escapes the sandbox's folder", "use a path inside the sandbox")
         return target
+
+    def inside(self, path: str) -> str:
+        return str(self._path(path))
 
     def _env(self) -> dict[str, str]:
         """A command run in the sandbox sees the sandbox's environment, as `docker exec` does; never the
@@ -252,11 +255,21 @@ class LocalProvider(Provider):
                 out.append(info)
         return out
 
-    async def remove(self, sandbox_id: str) -> bool:
+    def _folder(self, sandbox_id: str) -> Path:
         folder = self.root / sandbox_id
         if not folder.is_relative_to(self.root) or "/" in sandbox_id or sandbox_id in ("", ".", ".."):
             raise BadInput(f"{sandbox_id!r} is not a local sandbox id", "use an id from `agent-env sandboxes list`")
-        return await asyncio.to_thread(_stop_folder, folder)
+        return folder
+
+    async def remove(self, sandbox_id: str) -> bool:
+        return await asyncio.to_thread(_stop_folder, self._folder(sandbox_id))
+
+    async def attach(self, sandbox_id: str) -> Sandbox:
+        folder = self._folder(sandbox_id)
+        meta = _read(folder)
+        if meta is None or self._info(folder, meta).install != self.install:
+            raise NotFound(f"no local sandbox {sandbox_id!r} of this install", "it was removed: deploy it again")
+        return LocalSandbox(self._info(folder, meta), folder)
 
     def sandbox(self, info: SandboxInfo) -> LocalSandbox:
         return LocalSandbox(info, self.root / info.id)

@@ -10,16 +10,18 @@ max_tool_calls = 30
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentenv.spec.duration import Duration
 from agentenv.spec.env import AgentSandbox
 from agentenv.spec.predicates import TextTest
 
 NAME = r"^[a-z][a-z0-9_\-]{0,39}$"
+ARTIFACT_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*(@[A-Za-z0-9_.\-]+)?$")  # NAME[@VERSION]
 
 
 class _Spec(BaseModel):
@@ -37,6 +39,8 @@ class ModelOverride(_Spec):
         "key is not sent there",
     )
     model: str | None = None
+    provider: Literal["openai", "anthropic"] | None = Field(None, description="whose API the endpoint speaks")
+    api: Literal["chat", "responses"] | None = Field(None, description="openai only: chat completions or responses")
     api_key: str | None = Field(None, description="a `secret:NAME` reference, sent only to this endpoint")
     temperature: float | None = Field(None, ge=0, le=2)
 
@@ -101,12 +105,27 @@ class TrainerConfig(_Spec):
     """Played from a trainer's own loop (an episode): its turns wait for the trainer's model."""
 
 
+class InlineSkill(_Spec):
+    """A skill given to an a2a agent inline, as its SKILL.md.
+    TODO: skills as artifacts (folders), delivered through skill-config's bundle variant."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    description: str
+    skill_md: str = Field(max_length=100_000)
+
+
 class A2aConfig(_Spec):
     """Your own agent: any A2A server, running at `url` or started in a sandbox for the run."""
 
     url: str | None = Field(None, description="the agent's base URL (its card is at /.well-known/agent-card.json)")
     sandbox: AgentSandbox | None = Field(
         None, description="instead of `url`: run the agent in a sandbox (serving A2A on $HOST:$PORT)"
+    )
+    agent_config: dict[str, Any] = Field(
+        default_factory=dict, description="the agent's own settings, set through its urn:agentenv:agent-config/v1"
+    )
+    skills: list[InlineSkill] = Field(
+        default_factory=list, description="skills added through its urn:agentenv:skill-config/v1"
     )
 
     @model_validator(mode="after")
@@ -135,6 +154,19 @@ class AgentRecord(_Spec):
     type: Literal["scripted", "llm", "persona", "human", "a2a", "trainer"]
     role: str | None = Field(None, description="its role in the environment it works in")
     config: dict[str, Any] = Field(default_factory=dict)
+    skills: list[str] = Field(
+        default_factory=list,
+        description="artifacts (NAME[@VERSION]), each a folder with a SKILL.md: deploy_agent puts them under "
+        "/skills/NAME/ in a sandboxed agent's sandbox",
+    )
+
+    @field_validator("skills")
+    @classmethod
+    def _skill_refs(cls, value: list[str]) -> list[str]:
+        for ref in value:
+            if not ARTIFACT_REF.match(ref):
+                raise ValueError(f"skill {ref!r} is not an artifact's NAME or NAME@VERSION")
+        return value
 
     @model_validator(mode="after")
     def _config_fits(self) -> AgentRecord:

@@ -29,6 +29,7 @@ from agentenv.agents.conversation import (  # noqa: F401 - StopWhen, Conversatio
     timeout_score,
     turn_number,
 )
+from agentenv.agents.usage import summed
 from agentenv.config import ModelSettings
 from agentenv.spec.agent import AgentRecord
 from agentenv.spec.env import AgentSandbox
@@ -63,8 +64,9 @@ def kept_apart(stores, entry: dict[str, Any], key: str) -> dict[str, Any]:
     if len(entry["text"]) > MAX_ANSWER_CHARS:
         stores.objects.put(key, entry["text"].encode())
         out.update(text=entry["text"][:MAX_ANSWER_CHARS], text_key=key, text_chars=len(entry["text"]))
-    if "data" in out:
-        out["data"] = clip(out["data"], 4 * MAX_FIELD_BYTES)
+    for large in ("data", "trajectory"):
+        if large in out:
+            out[large] = clip(out[large], 4 * MAX_FIELD_BYTES)
     return out
 
 
@@ -105,6 +107,9 @@ class DeployAgentConfig(StepConfig):
     )
     build: str | None = Field(
         None, description="filled in when the run is planned: a sandboxed agent's build context's object key"
+    )
+    skill_files: dict[str, str] = Field(
+        default_factory=dict, description="filled in when the run is planned: its skills' files, path -> object key"
     )
 
     @model_validator(mode="after")
@@ -150,6 +155,15 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
                 "put the agent in the bundle (agents/NAME/agent.toml), or give its sandbox an `image` or a `command`",
             )
         config["build"] = pin_build(plan.stores, folder, box.build)  # every worker builds the very same context
+    if record.skills:
+        from agentenv.steps.builtin.sandbox_steps import pin_skills
+
+        if box is None:  # TODO: other agents' skills through skill-config/v1 (agentenv.spec.agent.InlineSkill)
+            raise BadInput(
+                f"agent {record.name!r} has skills, which are put into a sandboxed agent's sandbox",
+                "give skills to an a2a agent with a `sandbox`, or give an a2a agent inline `config.skills`",
+            )
+        config["skill_files"] = pin_skills(plan, record.skills)
     models = {}
     if record.needs_model():
         purpose = PURPOSES[record.type]
@@ -251,6 +265,8 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         )
         url = f"{await gateway.agent_url_base(agent_id(ctx, ctx.step_id))}/agents/{agent_id(ctx, ctx.step_id)}/"
         hosted = True
+    mcp_url = f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None
+    extensions = await _configure(ctx, gateway, record, url, instance, name, mcp_url) if record.type == "a2a" else []
     return {
         "agent": record.name,
         "type": record.type,
@@ -259,10 +275,35 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         "env": instance,
         "url": url,
         "hosted": hosted,
-        "mcp_url": f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None,
+        "mcp_url": mcp_url,
+        **({"extensions": extensions} if extensions else {}),
         **({"sandbox": sandbox} if sandbox else {}),
         **({"images": {record.name: image_id}} if image_id else {}),
     }
+
+
+async def _configure(ctx: StepContext, gateway, record: AgentRecord, url: str, instance, name: str, mcp_url) -> list:
+    """Configure an a2a agent through the `urn:agentenv:*` extensions its card declares (the reference
+    framework's agents get their tools only this way). Done here, once: mcp-config has no update, and role
+    tokens never expire (derived from the gateway's key). The token is minted in this activity and sent only
+    to the agent's origin; the step's outputs (run history) name the extensions configured, never the token.
+    Returns the extension URIs the agent declares that runs use (trajectory/v1: read after each prompt)."""
+    from agentenv.agents.client import agent_client
+    from agentenv.agents.extensions import CONFIGURING, ExtensionRefused, McpServer
+
+    client = await agent_client(ctx.settings, url, hosted=False).extensions()
+    mcp = None
+    if instance is not None:
+        token = await gateway.token(instance, name)
+        mcp = McpServer(url=mcp_url, name=f"agentenv-{instance}", headers={"authorization": f"Bearer {token}"})
+    typed = record.typed_config()
+    try:
+        await client.configure(mcp=mcp, config=typed.agent_config, skills=typed.skills)
+    except ExtensionRefused as e:
+        raise StepFailed(f"agent {record.name!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
+        raise StepFailed(f"agent {record.name!r} could not be configured ({e})", retryable=True) from None
+    return [uri for uri in CONFIGURING if client.has(uri)]
 
 
 async def _start_agent_sandbox(
@@ -285,6 +326,10 @@ async def _start_agent_sandbox(
         chain=config.provider or box.provider or ctx.settings.sandboxes.agents,
         label=f"agent {record.name!r}",
     )
+    if config.skill_files:  # under /skills/NAME/ (put again on a retry: the same bytes)
+        from agentenv.steps.builtin.sandbox_steps import put_pinned
+
+        await put_pinned(ctx, sandbox, config.skill_files)
     url = sandbox.url.rstrip("/") + box.path
     where = f"agent {record.name!r} (a {provider.name} sandbox, {sandbox.info.id})"
     forget_agent(url)  # an earlier sandbox may have had this port: forget its card
@@ -468,6 +513,20 @@ async def ask(
         "seconds": round(reply.seconds, 3),
         **({"data": reply.data} if reply.data else {}),
     }
+    if "urn:agentenv:trajectory/v1" in who.get("extensions", ()):  # the agent's own account of the turn
+        import httpx
+
+        from agentenv.agents.client import agent_client
+        from agentenv.agents.extensions import ExtensionRefused
+
+        try:
+            trajectory = await (await agent_client(settings, who["url"], hosted=False).extensions()).trajectory(
+                reply.task_id
+            )
+        except (ExtensionRefused, httpx.HTTPError) as e:
+            trajectory = {"unreadable": str(e)[:500]}
+        if trajectory is not None:
+            entry["trajectory"] = trajectory
     return entry, reply
 
 
@@ -478,6 +537,10 @@ async def trajectory_marks(gateway, agent: dict[str, Any], partner: dict[str, An
         if who.get("env") and who["env"] not in marks:
             marks[who["env"]] = await gateway.last_seq(who["env"])
     return marks
+
+
+def _agent_trajectories(transcript: list[dict[str, Any]]) -> list[Any]:
+    return [m["trajectory"] for m in transcript if m["side"] == "agent" and "trajectory" in m]
 
 
 async def finish_prompt(
@@ -511,4 +574,8 @@ async def finish_prompt(
         "refused": sum(1 for c in calls if c["agent"] == agent["name"] and c.get("refused")),
         "seconds": round(seconds, 3),
         "timed_out": bool(timed_out),
+        # the agent's last turn as its trajectory/v1 told it (whole in the transcript), for checks to grade
+        **({"trajectory": clip(kept[-1], MAX_FIELD_BYTES)} if (kept := _agent_trajectories(transcript)) else {}),
+        # the tokens hosted agents' model calls used, per model (`runs show` sums them)
+        **({"usage": used} if (used := summed((m.get("data") or {}).get("usage") for m in transcript)) else {}),
     }

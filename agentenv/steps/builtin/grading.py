@@ -12,6 +12,7 @@ from typing import Any, Literal, cast
 
 from pydantic import Field, model_validator
 
+from agentenv.agents.usage import Usage, summed
 from agentenv.config import ModelSettings
 from agentenv.spec.agent import ModelOverride
 from agentenv.spec.paths import walk
@@ -245,7 +246,8 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
         except ValueError:
             material["reference"] = raw
     request = {"criteria": [{"id": c.id, "text": c.text} for c in criteria], "material": material}
-    verdicts, asked = await _judge(ctx, config, request)
+    used: Usage = {}  # the judge's model calls, per model
+    verdicts, asked = await _judge(ctx, config, request, used)
     by_id = {v["id"]: v for v in verdicts}
     rows = [
         Criterion(
@@ -255,7 +257,11 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
     ]
     rows += [shortfall] if shortfall else []
     return StepResult(
-        outputs={"verdicts": [{**by_id[c.id], "text": c.text} for c in criteria], "asked": asked},
+        outputs={
+            "verdicts": [{**by_id[c.id], "text": c.text} for c in criteria],
+            "asked": asked,
+            **({"usage": used} if used else {}),
+        },
         score=Score.from_criteria(rows, config.pass_threshold),
     )
 
@@ -296,7 +302,9 @@ async def _each_call_criteria(
     return out, shortfall
 
 
-async def _judge(ctx: StepContext, config: RubricJudgeConfig, request: dict[str, Any]) -> tuple[list[dict], int]:
+async def _judge(
+    ctx: StepContext, config: RubricJudgeConfig, request: dict[str, Any], used: Usage
+) -> tuple[list[dict], int]:
     """Ask until the answer is usable (every criterion, a pass/fail verdict each), at most `attempts` times."""
     ids = [c["id"] for c in request["criteria"]]
     if not ids:
@@ -307,7 +315,7 @@ async def _judge(ctx: StepContext, config: RubricJudgeConfig, request: dict[str,
     ]
     problem, text = "", ""
     for attempt in range(1, config.attempts + 1):
-        text = await _ask_judge(ctx, config, messages)
+        text = await _ask_judge(ctx, config, messages, used)
         verdicts, problem = _parse_verdicts(text, ids)
         if verdicts is not None:
             return verdicts, attempt
@@ -325,7 +333,7 @@ async def _judge(ctx: StepContext, config: RubricJudgeConfig, request: dict[str,
     )
 
 
-async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list[dict[str, str]]) -> str:
+async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list[dict[str, str]], used: Usage) -> str:
     if config.judge_deployed:
         from agentenv.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable, agent_client
 
@@ -356,6 +364,7 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
             raise StepFailed(f"the judge agent: {e}") from None
         if answer.failed:
             raise StepFailed(f"the judge agent could not answer: {answer.text[:300]}")
+        used.update(summed([used, answer.data.get("usage")]))
         return answer.text
     from agentenv.agents.models import ChatModel, ModelError, resolve_key
     from agentenv.stores import open_secrets
@@ -368,6 +377,7 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
         raise StepFailed(f"the judge model: {e}", retryable=True) from None
     finally:
         await model.aclose()
+    used.update(summed([used, model.usage]))
     return reply.content or ""
 
 

@@ -1,0 +1,26 @@
+"""What every provider answers, whichever API it speaks: text, tool calls, and the tokens the call used."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ModelError(Exception):
+    """The endpoint failed or answered something unusable (retryable: it may be transient)."""
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class ChatReply:
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    model: str = ""  # the model that answered, as the endpoint names it
+    input_tokens: int = 0
+    output_tokens: int = 0

@@ -1,0 +1,327 @@
+"""Agents built with the open protocol's reference framework (`agentenv_protocol.a2a_agent`) work unchanged:
+a run reaches one at the relative interface URL its card names, configures it through the `urn:agentenv:*`
+extensions it declares (the env's MCP server with its role token, its config, its skills), and grades it from
+the trajectory it tells through `trajectory/v1`.
+
+The framework pins a2a-sdk<0.4 and mcp<2 (ours: 1.x and 2.x), so the agent runs as the framework's users run
+it: in its own virtualenv (built once per framework version, cached), as a real server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import free_port
+
+from agentenv.spec.run import RunStatus
+from agentenv.stores import open_stores
+
+FRAMEWORK = "agentenv-framework-protocol"
+DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
+SKILL_MD = "---\nname: refunds\ndescription: How refunds are handled\n---\nSupport never refunds; billing does.\n"
+
+# An agent as the framework's docs write one: its config, skills and MCP servers come from the extensions.
+REFERENCE_AGENT = """
+import sys
+
+from agentenv_protocol.a2a_agent import (
+    MCP_CONFIG_V1, SKILL_CONFIG_V1, TRAJECTORY_V1, AgentConfig, AgentEnvAgent, AgentIdentity, BundleSkillRequest,
+    InlineSkillRequest, TaskRequest, TaskResult, a2a_agent, extension,
+)
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+
+
+class Config(AgentConfig):
+    ticket: str = "TCK-0000"
+
+
+@a2a_agent(
+    identity=AgentIdentity(name="reference", description="a reference-framework agent", version="1"),
+    extensions=[MCP_CONFIG_V1, SKILL_CONFIG_V1, TRAJECTORY_V1],
+    config=Config,
+)
+class Reference(AgentEnvAgent):
+    @extension(SKILL_CONFIG_V1.add.inline)
+    async def add_skill(self, request: InlineSkillRequest):
+        return {"name": request.name}
+
+    @extension(SKILL_CONFIG_V1.add.bundle)
+    async def add_bundle(self, request: BundleSkillRequest):
+        return {"name": request.name}
+
+    async def run(self, request: TaskRequest[Config]) -> TaskResult:
+        log = request.trajectory
+        log.set_format("reference-events/1")
+        log.append({"event": "prompt", "ticket": request.config.ticket, "skills": [s["name"] for s in request.skills]})
+        calls = [
+            ("get_ticket", {"ticket_id": request.config.ticket}),
+            ("issue_refund", {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 1, "reason": "x"}),
+        ]
+        for name, server in request.mcp_servers.items():
+            async with streamablehttp_client(server["url"], headers=server.get("headers")) as (read, write, _):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    for tool, arguments in calls:
+                        try:
+                            failed = (await session.call_tool(tool, arguments)).isError
+                        except Exception:
+                            failed = True
+                        log.append({"event": "tool", "server": name, "tool": tool, "error": bool(failed)})
+        return TaskResult.text(f"handled {request.config.ticket}")
+
+
+if __name__ == "__main__":
+    Reference().serve(host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+@pytest.fixture(scope="session")
+def reference_python() -> Path:
+    """A Python with the reference framework's agent extra, at the version our dev extra pins."""
+    version = importlib.metadata.version(FRAMEWORK)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentenv-tests"
+    home = cache / f"reference-agent-{version}"
+    python = home / "bin" / "python"
+    if python.exists():
+        return python
+    cache.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(building)], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [str(building / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            + [f"{FRAMEWORK}[agent]=={version}"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        shutil.rmtree(building, ignore_errors=True)
+        why = f"needs {FRAMEWORK}[agent]=={version} in a side virtualenv (pip install failed: {e})"
+        if os.environ.get("CI") or os.environ.get("AGENTENV_REQUIRE_DOCKER"):
+            pytest.fail(why)  # CI runs every tier: it never skips
+        pytest.skip(why)
+    # run as bin/python, a virtualenv works where it is moved to; a racing build that got there first wins
+    with contextlib.suppress(OSError):
+        building.rename(home)
+    shutil.rmtree(building, ignore_errors=True)
+    return python
+
+
+@contextlib.contextmanager
+def reference_agent(python: Path, folder: Path):
+    """The reference agent served on a free port; yields its base URL."""
+    script = folder / "reference_agent.py"
+    script.write_text(REFERENCE_AGENT)
+    port = free_port()
+    log = (folder / "agent.log").open("w")
+    process = subprocess.Popen([str(python), str(script), str(port)], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, (folder / "agent.log").read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + ".well-known/agent-card.json").status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the reference agent did not serve its card in 30s"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+async def test_a_reference_framework_agent_is_configured_through_its_extensions_and_graded_from_its_trajectory(
+    run_task, settings, reference_python, tmp_path
+):
+    with reference_agent(reference_python, tmp_path) as url:
+        record = {
+            "name": "ref",
+            "type": "a2a",
+            "role": "support",
+            "config": {
+                "url": url,
+                "agent_config": {"ticket": "TCK-1004"},
+                "skills": [{"name": "refunds", "description": "How refunds are handled", "skill_md": SKILL_MD}],
+            },
+        }
+        state = await run_task(
+            {
+                "id": "reference-agent",
+                "steps": [
+                    DESK,
+                    {
+                        "id": "ref",
+                        "type": "deploy_agent",
+                        "depends_on": ["desk"],
+                        "config": {"record": record, "env": "desk"},
+                    },
+                    {
+                        "id": "ask",
+                        "type": "prompt_agent",
+                        "depends_on": ["ref"],
+                        "config": {"agent": "ref", "prompt": "Handle the ticket you were given"},
+                    },
+                    {
+                        "id": "grade",
+                        "type": "check_response",
+                        "depends_on": ["ask"],
+                        "config": {
+                            "response": "${steps.ask.outputs.trajectory}",
+                            "checks": [
+                                {"name": "was given its config", "path": "0.ticket", "equals": "TCK-1004"},
+                                {"name": "was given its skill", "path": "0.skills.0", "equals": "refunds"},
+                                {"name": "read the ticket", "path": "1.tool", "equals": "get_ticket"},
+                                {"name": "its role let it", "path": "1.error", "equals": False},
+                                {"name": "tried to refund", "path": "2.tool", "equals": "issue_refund"},
+                                {"name": "refused outside its role", "path": "2.error", "equals": True},
+                            ],
+                        },
+                    },
+                ],
+            }
+        )
+        async with httpx.AsyncClient() as http:  # what it was configured with, as it reports it
+            servers = (await http.get(url + "ext/mcp-config")).json()["mcp_servers"]
+            skills = (await http.get(url + "ext/skill-config")).json()["skills"]
+            config = (await http.get(url + "ext/agent-config")).json()["config"]
+    assert state.status is RunStatus.PASSED, state
+    deployed = state.steps["ref"].outputs
+    assert deployed["extensions"] == [
+        "urn:agentenv:mcp-config/v1",
+        "urn:agentenv:agent-config/v1",
+        "urn:agentenv:skill-config/v1",
+        "urn:agentenv:trajectory/v1",
+    ]
+    assert [s["url"] for s in servers.values()] == [deployed["mcp_url"]] and all(
+        s["has_headers"] for s in servers.values()
+    )
+    assert "refunds" in skills and config == {"ticket": "TCK-1004"}
+    asked = state.steps["ask"].outputs
+    assert asked["answer"] == "handled TCK-1004"
+    assert (asked["tool_calls"], asked["refused"]) == (2, 1)  # the gateway saw both calls, as this agent
+    assert state.steps["grade"].score.value == 1.0
+    transcript = json.loads(open_stores(settings).objects.get(asked["transcript"]))
+    assert [c["tool"] for c in transcript["tool_calls"]] == ["get_ticket", "issue_refund"]
+    assert {c["agent"] for c in transcript["tool_calls"]} == {"ref"}
+    assert transcript["messages"][-1]["trajectory"][2] == {
+        "event": "tool",
+        "server": f"agentenv-{deployed['env']}",
+        "tool": "issue_refund",
+        "error": True,
+    }
+    assert "aet_" not in state.model_dump_json()  # its role token went to the agent, never into the run's history
+
+
+async def test_an_interface_on_another_origin_is_refused_and_a_relative_one_resolved(tmp_path):
+    """The card's URL relative to where it was fetched is the agent's; one naming another origin gets no turn."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from test_agents import serving
+
+    from agentenv.agents.client import AgentClient, AgentReplyInvalid
+
+    card = {
+        "name": "x",
+        "description": "x",
+        "version": "1",
+        "protocolVersion": "0.3.0",
+        "preferredTransport": "JSONRPC",
+        "capabilities": {},
+        "defaultInputModes": ["text"],
+        "defaultOutputModes": ["text"],
+        "skills": [],
+    }
+    where = {"url": "/a2a"}
+
+    async def served(request):
+        return JSONResponse({**card, **where})
+
+    app = Starlette(routes=[Route("/.well-known/agent-card.json", served)])
+    async with serving(app) as base, httpx.AsyncClient() as http:
+        relative = await AgentClient(base, http).card()
+        assert [i.url for i in relative.supported_interfaces] == [f"{base}/a2a"]
+        where["url"] = "http://127.0.0.2:1/a2a"
+        with pytest.raises(AgentReplyInvalid, match="another origin"):
+            await AgentClient(base, http).card()
+
+
+async def test_an_agent_written_with_our_sdk_is_configured_as_the_reference_framework_defines_it(tmp_path):
+    """Ours declares the same extensions on its card and takes the reference's own request models."""
+    from agentenv_protocol.a2a_agent import (
+        AGENT_CONFIG_V1,
+        MCP_CONFIG_V1,
+        SKILL_CONFIG_V1,
+        TRAJECTORY_V1,
+        InlineSkillRequest,
+        McpAddRequest,
+        TaskTrajectoryRequest,
+        card_request_accepts,
+    )
+    from gateway_util import running_gateway, support_data, support_spec
+    from starlette.applications import Starlette
+    from test_agents import serving
+
+    from agentenv.agents.client import AgentClient
+    from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
+
+    class Configurable(Agent):
+        name = "configurable"
+
+        async def answer(self, turn: Turn) -> Answer:
+            async with turn.tools() as tools:
+                ticket = await tools.call("get_ticket", {"ticket_id": turn.config["ticket"]})
+            return Answer(text=ticket["id"], data={"skills": [s["name"] for s in turn.skills]})
+
+    app = Starlette()  # served first: its URL is the card's
+    async with running_gateway(tmp_path / "gw") as (gw, base, admin), serving(app) as url:
+        await admin.put_instance(support_spec())
+        await admin.load("desk-1", [{"kind": "data", "data": support_data()}])
+        token = await admin.token("desk-1", "sam")
+        served, handler = a2a_routes(Configurable(), url + "/", extensions=True)
+        app.router.routes.extend(served)
+        async with httpx.AsyncClient(base_url=url) as http:
+            card = (await http.get("/.well-known/agent-card.json")).json()
+            declared = {e["uri"]: e["params"] for e in card["capabilities"]["extensions"]}
+            for definition in (MCP_CONFIG_V1, AGENT_CONFIG_V1, SKILL_CONFIG_V1, TRAJECTORY_V1):
+                assert declared[definition.uri]["endpoint"] == definition.endpoint
+            assert card_request_accepts(declared[MCP_CONFIG_V1.uri]["methods"]["add"]["request"], ["url", "headers"])
+            mcp = McpAddRequest(url=f"{base}/envs/desk-1/mcp", headers={"authorization": f"Bearer {token}"})
+            skill = InlineSkillRequest(name="refunds", description="How refunds are handled", skill_md=SKILL_MD)
+            added = await http.post(MCP_CONFIG_V1.endpoint, json=mcp.model_dump(exclude_none=True))
+            assert added.status_code == 200 and added.json()["url"] == mcp.url
+            again = await http.post(MCP_CONFIG_V1.endpoint, json=mcp.model_dump(exclude_none=True))
+            assert again.status_code == 409
+            assert (await http.post(AGENT_CONFIG_V1.endpoint, json={"ticket": "TCK-1004"})).status_code == 200
+            assert (await http.post(SKILL_CONFIG_V1.endpoint, json=skill.model_dump())).json() == {"name": "refunds"}
+            listed = (await http.get(MCP_CONFIG_V1.endpoint)).json()["mcp_servers"]
+            assert token not in json.dumps(listed) and [s["has_headers"] for s in listed.values()] == [True]
+            assert (await http.post(SKILL_CONFIG_V1.endpoint, json={"name": "x"})).status_code == 400
+
+            reply = await AgentClient(url, http).ask("go", {}, context_id="c1", deadline_s=20)  # nothing in the turn
+            assert (reply.text, reply.data, reply.failed) == ("TCK-1004", {"skills": ["refunds"]}, False)
+            got = await http.post(
+                TRAJECTORY_V1.endpoint, json=TaskTrajectoryRequest(task_id=reply.task_id).model_dump()
+            )
+            events = got.json()["trajectory"]
+            assert [e["event"] for e in events] == ["prompt", "tool", "answer"] and events[1]["tool"] == "get_ticket"
+            missing = await http.post(TRAJECTORY_V1.endpoint, json={"task_id": "nope"})
+            assert missing.status_code == 404
+        calls = await admin.trajectory("desk-1", 0)
+        assert [(c["agent"], c["tool"]) for c in calls] == [("sam", "get_ticket")]  # as the token's agent
+        await handler.aclose()
