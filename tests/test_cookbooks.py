@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentenv import runner
-from agentenv.bundles import resolve_target
+from agentenv.bundles import BUILTIN_ROOT, resolve_target
 from agentenv.spec.run import RunStatus
 from agentenv.stores import open_stores
 
@@ -94,3 +94,14 @@ async def test_escalation(client, settings, worker):
     assert speakers == ["morgan", "sam", "morgan", "sam", "morgan"]
     assert transcript["messages"][-1]["text"].endswith("[resolved]")
     assert [c["tool"] for c in transcript["tool_calls"]] == ["get_ticket", "get_order", "assign_ticket", "add_comment"]
+    assert state.steps["judge"].outputs["hosted"], "the judge is an agent the run deployed"
+    assert {c.name for c in state.steps["grade"].score.criteria} >= {"escalated", "satisfied"}
+
+
+async def test_escalation_graded_by_the_judge_model(client, settings, worker):
+    from agentenv.planning.tasks import load_task
+
+    spec = load_task(BUILTIN_ROOT / "escalation" / "tasks" / "escalation-model-judged.toml")
+    state = await runner.wait_result(await runner.start_run(client, settings, spec))
+    assert state.status is RunStatus.PASSED and state.score == 1, state
+    assert "judge" not in state.steps and state.steps["grade"].score.value == 1

@@ -176,6 +176,8 @@ def test_bundle_with_several_tasks_needs_a_choice(tmp_path):
     with pytest.raises(BadInput, match="choose one with --task"):
         resolve_target(str(tmp_path))
     assert resolve_target(str(tmp_path), "two").id == "two"
+    (tmp_path / "tasks" / f"{tmp_path.name}.toml").write_text('id = "main"\n[[steps]]\nid = "a"\ntype = "echo"\n')
+    assert resolve_target(str(tmp_path)).id == "main", "the task named like its bundle is the default"
 
 
 def test_json_schema_documents_every_step_type():

@@ -72,11 +72,14 @@ def resolve_target(target: str, task: str | None = None) -> TaskSpec:
         raise NotFound(f"{bundle} is not a bundle: it has no tasks/*.toml", "add a task file under tasks/")
     files = task_files(bundle)
     if task is None:
-        if len(files) > 1:
+        if bundle.name in files:  # the bundle's own task; its variants are chosen by name
+            task = bundle.name
+        elif len(files) > 1:
             raise NotFound(
                 f"bundle {bundle.name} has {len(files)} tasks: {', '.join(files)}", "choose one with --task NAME"
             )
-        task = next(iter(files))
+        else:
+            task = next(iter(files))
     if task not in files:
         raise NotFound(f"bundle {bundle.name} has no task '{task}'", f"choose one of: {', '.join(files)}")
     return load_task(files[task])
