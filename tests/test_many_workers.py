@@ -253,9 +253,19 @@ async def stop_while_slow_runs(
     run_id = a.start_detached(str(task))
 
     async def slow_running() -> bool | None:
-        return (await state_of(client, run_id)).steps["slow"].status == "running" or None
+        """A worker has started the step's activity (the run says `running` as soon as it is scheduled)."""
+        from temporalio.api.enums.v1 import PendingActivityState
 
-    await until(slow_running, what="the slow step running", timeout=60, interval=0.05)
+        described = await client.get_workflow_handle(run_id).describe()
+        return (
+            any(
+                a.activity_id == "slow" and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                for a in described.raw_description.pending_activities
+            )
+            or None
+        )
+
+    await until(slow_running, what="the slow step running on A's worker", timeout=60, interval=0.05)
     worker.send_signal(signal.SIGTERM)
     if again:
         await asyncio.sleep(0.5)
