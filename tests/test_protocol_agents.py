@@ -325,3 +325,50 @@ async def test_an_agent_written_with_our_sdk_is_configured_as_the_reference_fram
         calls = await admin.trajectory("desk-1", 0)
         assert [(c["agent"], c["tool"]) for c in calls] == [("sam", "get_ticket")]  # as the token's agent
         await handler.aclose()
+
+
+async def test_skill_artifacts_reach_an_agent_at_a_url_through_skill_config(client, settings, worker, tmp_path):
+    """A record's `skills` (artifact folders) go to an a2a agent with no sandbox as skill-config/v1 skills,
+    their SKILL.md whole; an agent whose card lacks the extension fails its deploy, saying why."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from test_agents import serving
+
+    from agentenv import runner
+    from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
+    from agentenv.planning.tasks import load_task
+
+    class Skilled(Agent):
+        name = "skilled"
+
+        async def answer(self, turn: Turn) -> Answer:
+            return Answer(text="; ".join(f"{s['name']}: {s['description']}" for s in turn.skills))
+
+    bundle = tmp_path / "bundle"
+    (bundle / "artifacts" / "triage").mkdir(parents=True)
+    (bundle / "artifacts" / "triage" / "SKILL.md").write_text(
+        "---\nname: triage\ndescription: Sort tickets by urgency\n---\n# Triage\nUrgent first.\n"
+    )
+    (bundle / "tasks").mkdir()
+    states = {}
+    for extensions in (True, False):
+        app = Starlette()
+        async with serving(app) as url:
+            served, handler = a2a_routes(Skilled(), url + "/", extensions=extensions)
+            app.router.routes.extend(served)
+            (bundle / "tasks" / "t.toml").write_text(
+                f'id = "skills"\n\n[[steps]]\nid = "agent"\ntype = "deploy_agent"\n[steps.config.record]\n'
+                f'name = "skilled"\ntype = "a2a"\nskills = ["triage"]\nconfig = {{ url = "{url}/" }}\n\n'
+                '[[steps]]\nid = "ask"\ntype = "prompt_agent"\ndepends_on = ["agent"]\n'
+                'config = { agent = "agent", prompt = "What can you do?" }\n'
+            )
+            spec = load_task(bundle / "tasks" / "t.toml")
+            handle = await runner.start_run(client, settings, spec)
+            states[extensions] = await asyncio.wait_for(runner.wait_result(handle), 60)
+            await handler.aclose()
+    served_it, lacks_it = states[True], states[False]
+    assert served_it.status is RunStatus.PASSED, served_it.error
+    assert served_it.steps["ask"].outputs["answer"] == "triage: Sort tickets by urgency"
+    assert lacks_it.status is RunStatus.ERROR
+    assert "declares no urn:agentenv:skill-config/v1" in (lacks_it.steps["agent"].error or "")

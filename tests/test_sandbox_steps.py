@@ -400,7 +400,7 @@ def test_skills_are_artifact_folders_with_a_skill_md(settings, tmp_path):
         runner.plan(load_task(bundle / "tasks" / "t.toml"), "plan-s", settings)
     hosted = {"name": "a", "type": "scripted", "skills": ["guide"], "config": {"turns": [[{"say": "hi"}]]}}
     task = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": hosted}}]}
-    with pytest.raises(AgentEnvError, match="put into a sandboxed agent's sandbox"):
+    with pytest.raises(AgentEnvError, match="skills go to a2a agents"):
         runner.plan(parse_task(task, "t"), "plan-h", settings)
 
 

@@ -106,8 +106,8 @@ class TrainerConfig(_Spec):
 
 
 class InlineSkill(_Spec):
-    """A skill given to an a2a agent inline, as its SKILL.md.
-    TODO: skills as artifacts (folders), delivered through skill-config's bundle variant."""
+    """A skill given to an a2a agent through skill-config/v1 (inline variant): its SKILL.md. A record's skill
+    artifacts (`skills`) are sent this way too; the other files of their folders reach sandboxed agents only."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     description: str
@@ -156,8 +156,9 @@ class AgentRecord(_Spec):
     config: dict[str, Any] = Field(default_factory=dict)
     skills: list[str] = Field(
         default_factory=list,
-        description="artifacts (NAME[@VERSION]), each a folder with a SKILL.md: deploy_agent puts them under "
-        "/skills/NAME/ in a sandboxed agent's sandbox",
+        description="artifacts (NAME[@VERSION]), each a folder with a SKILL.md, for a2a agents: deploy_agent puts "
+        "them under /skills/NAME/ in a sandboxed agent's sandbox, and sends each SKILL.md through "
+        "urn:agentenv:skill-config/v1 when the agent's card declares it",
     )
 
     @field_validator("skills")

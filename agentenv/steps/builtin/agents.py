@@ -31,7 +31,7 @@ from agentenv.agents.conversation import (  # noqa: F401 - StopWhen, Conversatio
 )
 from agentenv.agents.usage import summed
 from agentenv.config import ModelSettings
-from agentenv.spec.agent import AgentRecord
+from agentenv.spec.agent import AgentRecord, InlineSkill
 from agentenv.spec.env import AgentSandbox
 from agentenv.spec.run import agent_in_sandbox
 from agentenv.spec.templates import ref
@@ -158,10 +158,11 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
     if record.skills:
         from agentenv.steps.builtin.sandbox_steps import pin_skills
 
-        if box is None:  # TODO: other agents' skills through skill-config/v1 (agentenv.spec.agent.InlineSkill)
+        if record.type != "a2a":
             raise BadInput(
-                f"agent {record.name!r} has skills, which are put into a sandboxed agent's sandbox",
-                "give skills to an a2a agent with a `sandbox`, or give an a2a agent inline `config.skills`",
+                f"agent {record.name!r} ({record.type}) has skills: skills go to a2a agents (as files in a "
+                "sandboxed agent's sandbox, and through urn:agentenv:skill-config/v1 when its card declares it)",
+                "remove `skills`, or make the agent an a2a agent",
             )
         config["skill_files"] = pin_skills(plan, record.skills)
     models = {}
@@ -266,7 +267,11 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         url = f"{await gateway.agent_url_base(agent_id(ctx, ctx.step_id))}/agents/{agent_id(ctx, ctx.step_id)}/"
         hosted = True
     mcp_url = f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None
-    extensions = await _configure(ctx, gateway, record, url, instance, name, mcp_url) if record.type == "a2a" else []
+    extensions = (
+        await _configure(ctx, gateway, record, url, instance, name, mcp_url, config.skill_files)
+        if record.type == "a2a"
+        else []
+    )
     return {
         "agent": record.name,
         "type": record.type,
@@ -282,14 +287,32 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     }
 
 
-async def _configure(ctx: StepContext, gateway, record: AgentRecord, url: str, instance, name: str, mcp_url) -> list:
+def _artifact_skills(ctx: StepContext, skill_files: dict[str, str]) -> list[InlineSkill]:
+    """The record's skill artifacts as skill-config/v1 takes them: each one's SKILL.md, described by its
+    `description:` line (front matter) or its first line."""
+    skills = []
+    for path, key in sorted(skill_files.items()):
+        name, _, rest = path.removeprefix("/skills/").partition("/")
+        if rest != "SKILL.md":
+            continue
+        text = ctx.stores.objects.get(key).decode(errors="replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() != "---"]
+        described = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("description:")), None)
+        description = (described or (lines[0].lstrip("# ") if lines else name))[:300]
+        skills.append(InlineSkill(name=name, description=description, skill_md=text))
+    return skills
+
+
+async def _configure(
+    ctx: StepContext, gateway, record: AgentRecord, url: str, instance, name: str, mcp_url, skill_files
+) -> list:
     """Configure an a2a agent through the `urn:agentenv:*` extensions its card declares (the reference
     framework's agents get their tools only this way). Done here, once: mcp-config has no update, and role
     tokens never expire (derived from the gateway's key). The token is minted in this activity and sent only
     to the agent's origin; the step's outputs (run history) name the extensions configured, never the token.
     Returns the extension URIs the agent declares that runs use (trajectory/v1: read after each prompt)."""
     from agentenv.agents.client import agent_client
-    from agentenv.agents.extensions import CONFIGURING, ExtensionRefused, McpServer
+    from agentenv.agents.extensions import CONFIGURING, SKILL_CONFIG, ExtensionRefused, McpServer
 
     client = await agent_client(ctx.settings, url, hosted=False).extensions()
     mcp = None
@@ -297,8 +320,14 @@ async def _configure(ctx: StepContext, gateway, record: AgentRecord, url: str, i
         token = await gateway.token(instance, name)
         mcp = McpServer(url=mcp_url, name=f"agentenv-{instance}", headers={"authorization": f"Bearer {token}"})
     typed = record.typed_config()
+    skills = typed.skills + _artifact_skills(ctx, skill_files)
+    if skill_files and not client.has(SKILL_CONFIG) and typed.sandbox is None:
+        raise StepFailed(
+            f"agent {record.name!r} has skills ({', '.join(record.skills)}), but its card declares no "
+            f"{SKILL_CONFIG} and it runs in no sandbox to put them in: give it a `sandbox`, or serve the extension"
+        )
     try:
-        await client.configure(mcp=mcp, config=typed.agent_config, skills=typed.skills)
+        await client.configure(mcp=mcp, config=typed.agent_config, skills=skills)
     except ExtensionRefused as e:
         raise StepFailed(f"agent {record.name!r}: {e}") from None
     except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
