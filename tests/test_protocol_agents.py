@@ -372,3 +372,36 @@ async def test_skill_artifacts_reach_an_agent_at_a_url_through_skill_config(clie
     assert served_it.steps["ask"].outputs["answer"] == "triage: Sort tickets by urgency"
     assert lacks_it.status is RunStatus.ERROR
     assert "declares no urn:agentenv:skill-config/v1" in (lacks_it.steps["agent"].error or "")
+
+
+async def test_a_hostile_agents_huge_trajectory_is_not_read_whole(tmp_path):
+    """An agent answering its trajectory with a huge body: the worker reads a bounded prefix and keeps only a
+    note that it was clipped."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+    from test_agents import serving
+
+    from agentenv.agents.extensions import ENDPOINTS, MAX_TRAJECTORY_BYTES, TRAJECTORY, ExtensionClient
+
+    sent = []
+
+    async def endless(request):
+        async def body():
+            for _ in range(4096):  # 256 MiB: far more than the limit, if nobody stops reading
+                sent.append(1)
+                yield b"x" * 65536
+                await asyncio.sleep(0)
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    app = Starlette(routes=[Route(ENDPOINTS[TRAJECTORY], endless, methods=["POST"])])
+    extension = SimpleNamespace(uri=TRAJECTORY, params={"endpoint": ENDPOINTS[TRAJECTORY]})
+    card = SimpleNamespace(capabilities=SimpleNamespace(extensions=[extension]))
+    async with serving(app) as url, httpx.AsyncClient() as http:
+        client = ExtensionClient(http, url + "/", card)
+        assert await client.trajectory("t1") == {"clipped": True, "bytes": f"over {MAX_TRAJECTORY_BYTES}"}
+    assert len(sent) < 4096, "the reply was not read to its end"

@@ -103,7 +103,17 @@ class ExtensionClient:
                 "(its role token goes only to the agent) — serve the extension on the agent's own origin"
             )
         payload = body.model_dump(mode="json", exclude_none=True) if body is not None else None
-        return await self.http.request(method, url, json=payload, timeout=30)
+        request = self.http.build_request(method, url, json=payload, timeout=30)
+        response = await self.http.send(request, stream=True)
+        try:  # an agent is an adversary: read at most one byte past the limit, never its whole reply
+            content = bytearray()
+            async for chunk in response.aiter_bytes():
+                content += chunk
+                if len(content) > MAX_TRAJECTORY_BYTES:
+                    break
+        finally:
+            await response.aclose()
+        return httpx.Response(response.status_code, content=bytes(content), request=request)  # (decoded already)
 
     async def configure(self, *, mcp: McpServer | None, config: dict[str, Any], skills: list[InlineSkill]) -> list[str]:
         """Register the environment's MCP server, set the agent's config, add its skills: whichever of
@@ -132,7 +142,7 @@ class ExtensionClient:
             return None
         self._check(response, TRAJECTORY)
         if len(response.content) > MAX_TRAJECTORY_BYTES:
-            return {"clipped": True, "bytes": len(response.content)}
+            return {"clipped": True, "bytes": f"over {MAX_TRAJECTORY_BYTES}"}
         return response.json().get("trajectory")
 
     def _check(self, response: httpx.Response, uri: str) -> None:
