@@ -84,7 +84,9 @@ def provider(docker_client, tmp_path) -> DockerProvider:
 
 
 def containers_of(docker_client, run_id: str) -> list[str]:
-    return [c.name for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})]
+    """Names from the list itself (sparse): a container the reaper removes meanwhile is not inspected after."""
+    found = docker_client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    return [c.attrs["Names"][0].lstrip("/") for c in found]
 
 
 def write_context(folder: Path, dockerfile: str, **files: str) -> Path:
