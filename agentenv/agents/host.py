@@ -146,7 +146,7 @@ class AgentHost:
     def put(self, request: DeployRequest) -> HostedAgentSpec:
         """Deploy (or redeploy) an agent; idempotent. A changed record takes effect on its next turn."""
         spec = HostedAgentSpec.model_validate(request.model_dump())
-        if request.record.type in ("a2a", "trainer"):
+        if request.record.type in ("a2a", "cli", "trainer"):
             raise ValueError(
                 f"agents of type {request.record.type!r} are not hosted; the host runs scripted, llm, "
                 "persona and human agents"

@@ -1,7 +1,7 @@
 """Agents as declared: `agents/NAME/agent.toml` in a bundle, or inline in a deploy_agent step.
 
 name = "support"
-type = "llm"                 # scripted | llm | persona | human | a2a (| trainer: set by episodes)
+type = "llm"                 # scripted | llm | persona | human | a2a | cli (| trainer: set by episodes)
 role = "support"             # its role in the environment it works in (deploy_agent may override)
 [config]
 system_prompt = "You are Acme's support agent..."
@@ -137,12 +137,55 @@ class A2aConfig(_Spec):
         return self
 
 
+CLI_IMAGE = "agentenv/cli-agents:bookworm"  # made by scripts/cli-agent-image: the CLIs' binaries and agentenv
+CLI_BRIDGE = ["python3", "-m", "agentenv.agents.cli_agent"]  # serves A2A in the sandbox, runs the CLI each turn
+
+
+def _cli_sandbox() -> AgentSandbox:
+    # On the host's network: the CLI reaches the gateway's MCP endpoint and the model on the host's 127.0.0.1.
+    return AgentSandbox(image=CLI_IMAGE, command=CLI_BRIDGE, network="host", provider="docker,local")
+
+
+class CliConfig(_Spec):
+    """A command-line coding agent (Claude Code, Codex, Gemini CLI, or a command of yours) run in a sandbox. Each
+    turn runs it once with the prompt, set up with the environment's MCP endpoint under the agent's role token and
+    with a model endpoint (its key sent only to the sandbox); its last message is the turn's answer."""
+
+    preset: Literal["claude_code", "codex", "gemini"] | None = Field(
+        None, description="a CLI agentenv knows how to set up (see agentenv.agents.cli_presets)"
+    )
+    command: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="instead of a preset: your command. It gets the prompt on stdin and in $AGENTENV_PROMPT, the "
+        "MCP endpoint in $AGENTENV_MCP_URL and $AGENTENV_MCP_TOKEN, the model in $AGENTENV_MODEL_BASE_URL, "
+        "$AGENTENV_MODEL and $AGENTENV_MODEL_API_KEY; what it prints is its answer",
+    )
+    executable: str | None = Field(None, description="the preset CLI's binary (default: its name, on the PATH)")
+    model: ModelOverride | None = Field(None, description="the endpoint it uses (default: [models] agent)")
+    turn_timeout: Duration = Field(timedelta(minutes=10), description="per turn, before the CLI is stopped")
+    sandbox: AgentSandbox = Field(
+        default_factory=_cli_sandbox,
+        description=f"where it runs (default: the {CLI_IMAGE} image on Docker, else a local process); a sandbox "
+        "of yours runs the bridge too: give it an `image` with python3, agentenv and the CLI",
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> CliConfig:
+        if (self.preset is None) == (self.command is None):
+            raise ValueError("a cli agent has exactly one of `preset` (claude_code, codex, gemini) or `command`")
+        if self.sandbox.command is None:  # the bridge is what serves A2A, whatever the image's CMD
+            self.sandbox = self.sandbox.model_copy(update={"command": CLI_BRIDGE})
+        return self
+
+
 CONFIGS: dict[str, type[_Spec]] = {
     "scripted": ScriptedConfig,
     "llm": LlmConfig,
     "persona": PersonaConfig,
     "human": HumanConfig,
     "a2a": A2aConfig,
+    "cli": CliConfig,
     "trainer": TrainerConfig,
 }
 
@@ -151,12 +194,12 @@ class AgentRecord(_Spec):
     name: str = Field(pattern=NAME)
     version: str = "1"
     description: str = ""
-    type: Literal["scripted", "llm", "persona", "human", "a2a", "trainer"]
+    type: Literal["scripted", "llm", "persona", "human", "a2a", "cli", "trainer"]
     role: str | None = Field(None, description="its role in the environment it works in")
     config: dict[str, Any] = Field(default_factory=dict)
     skills: list[str] = Field(
         default_factory=list,
-        description="artifacts (NAME[@VERSION]), each a folder with a SKILL.md, for a2a agents: deploy_agent puts "
+        description="artifacts (NAME[@VERSION]), each a folder with a SKILL.md, for a2a and cli agents: deploy_agent puts "
         "them under /skills/NAME/ in a sandboxed agent's sandbox, and sends each SKILL.md through "
         "urn:agentenv:skill-config/v1 when the agent's card declares it",
     )
@@ -189,4 +232,8 @@ class AgentRecord(_Spec):
         return getattr(self.typed_config(), "model", None)
 
     def needs_model(self) -> bool:
-        return self.type == "llm" or (self.type == "persona" and self.typed_config().llm)
+        return self.type in ("llm", "cli") or (self.type == "persona" and self.typed_config().llm)
+
+    def sandbox(self) -> AgentSandbox | None:
+        """The sandbox it runs in: an a2a agent's (unless it is at a URL of its own), a cli agent's."""
+        return self.typed_config().sandbox if self.type in ("a2a", "cli") else None

@@ -115,9 +115,11 @@ def apps_in_sandboxes(config: dict[str, Any]) -> bool:
 
 
 def agent_in_sandbox(config: dict[str, Any]) -> bool:
-    """A planned deploy_agent config of an a2a agent started in a sandbox."""
+    """A planned deploy_agent config of an agent started in a sandbox: an a2a agent given one, any cli agent."""
     record = config.get("record") or {}
-    return record.get("type") == "a2a" and bool((record.get("config") or {}).get("sandbox"))
+    return record.get("type") == "cli" or (
+        record.get("type") == "a2a" and bool((record.get("config") or {}).get("sandbox"))
+    )
 
 
 def builtin_traits(step_type: Any, config: dict[str, Any]) -> dict[str, Any]:

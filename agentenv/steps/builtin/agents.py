@@ -42,7 +42,7 @@ from agentenv.stores import keys
 
 MAX_ANSWER_CHARS = 16_000  # answers in step outputs (run history) are cut here; transcripts keep all
 AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
-PURPOSES = {"llm": "agent", "persona": "persona"}
+PURPOSES = {"llm": "agent", "persona": "persona", "cli": "agent"}
 
 
 def agent_id(ctx: StepContext, step: str) -> str:
@@ -158,11 +158,11 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
     if record.skills:
         from agentenv.steps.builtin.sandbox_steps import pin_skills
 
-        if record.type != "a2a":
+        if record.type not in ("a2a", "cli"):
             raise BadInput(
-                f"agent {record.name!r} ({record.type}) has skills: skills go to a2a agents (as files in a "
+                f"agent {record.name!r} ({record.type}) has skills: skills go to a2a and cli agents (as files in a "
                 "sandboxed agent's sandbox, and through urn:agentenv:skill-config/v1 when its card declares it)",
-                "remove `skills`, or make the agent an a2a agent",
+                "remove `skills`, or make the agent an a2a or cli agent",
             )
         config["skill_files"] = pin_skills(plan, record.skills)
     models = {}
@@ -177,15 +177,14 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
 
 
 def agent_sandbox(record: AgentRecord) -> AgentSandbox | None:
-    """The sandbox an a2a agent runs in, if it is not at a URL of its own."""
-    return record.typed_config().sandbox if record.type == "a2a" else None
+    """The sandbox an a2a agent (if it is not at a URL of its own) or a cli agent runs in."""
+    return record.sandbox()
 
 
 def quick_deploy_agent(config: dict[str, Any]) -> bool:
     """A card check or a registration on the gateway: a local activity. A sandbox may have an image to
     build first: a normal, heartbeating activity."""
-    record = config.get("record") or {}
-    return not (record.get("type") == "a2a" and (record.get("config") or {}).get("sandbox"))
+    return not agent_in_sandbox(config)
 
 
 @step_type(
@@ -234,7 +233,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
             "mcp_url": f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None,
         }
     sandbox, image_id = None, None
-    if record.type == "a2a" and (box := agent_sandbox(record)) is not None:
+    if (box := agent_sandbox(record)) is not None:
         sandbox, url = await _start_agent_sandbox(ctx, config, record, box)
         image_id = sandbox.pop("image_id", None)  # the exact image it ran, for the run's record
         hosted = False
@@ -268,8 +267,8 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         hosted = True
     mcp_url = f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None
     extensions = (
-        await _configure(ctx, gateway, record, url, instance, name, mcp_url, config.skill_files)
-        if record.type == "a2a"
+        await _configure(ctx, gateway, record, url, instance, name, mcp_url, config.skill_files, config.models)
+        if record.type in ("a2a", "cli")
         else []
     )
     return {
@@ -304,7 +303,7 @@ def _artifact_skills(ctx: StepContext, skill_files: dict[str, str]) -> list[Inli
 
 
 async def _configure(
-    ctx: StepContext, gateway, record: AgentRecord, url: str, instance, name: str, mcp_url, skill_files
+    ctx: StepContext, gateway, record: AgentRecord, url: str, instance, name: str, mcp_url, skill_files, models
 ) -> list:
     """Configure an a2a agent through the `urn:agentenv:*` extensions its card declares (the reference
     framework's agents get their tools only this way). Done here, once: mcp-config has no update, and role
@@ -320,19 +319,44 @@ async def _configure(
         token = await gateway.token(instance, name)
         mcp = McpServer(url=mcp_url, name=f"agentenv-{instance}", headers={"authorization": f"Bearer {token}"})
     typed = record.typed_config()
-    skills = typed.skills + _artifact_skills(ctx, skill_files)
+    skills = getattr(typed, "skills", []) + _artifact_skills(ctx, skill_files)
+    agent_config = typed.agent_config if record.type == "a2a" else _cli_settings(ctx, typed, models)
     if skill_files and not client.has(SKILL_CONFIG) and typed.sandbox is None:
         raise StepFailed(
             f"agent {record.name!r} has skills ({', '.join(record.skills)}), but its card declares no "
             f"{SKILL_CONFIG} and it runs in no sandbox to put them in: give it a `sandbox`, or serve the extension"
         )
     try:
-        await client.configure(mcp=mcp, config=typed.agent_config, skills=skills)
+        await client.configure(mcp=mcp, config=agent_config, skills=skills)
     except ExtensionRefused as e:
         raise StepFailed(f"agent {record.name!r}: {e}") from None
     except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
         raise StepFailed(f"agent {record.name!r} could not be configured ({e})", retryable=True) from None
     return [uri for uri in CONFIGURING if client.has(uri)]
+
+
+def _cli_settings(ctx: StepContext, typed, models: dict[str, Any]) -> dict[str, Any]:
+    """What a cli agent's bridge needs, sent through agent-config/v1: the CLI and its model endpoint with the key
+    resolved here, in the activity (it goes to the agent's sandbox only, never into the run's history)."""
+    from agentenv.agents.cli_agent import CliModel, CliSettings
+    from agentenv.agents.models import resolve_key
+    from agentenv.stores import open_secrets
+
+    endpoint = models["agent"]
+    settings = CliSettings(
+        preset=typed.preset,
+        command=typed.command,
+        executable=typed.executable,
+        turn_timeout_s=typed.turn_timeout.total_seconds(),
+        model=CliModel(
+            base_url=endpoint.base_url,
+            model=endpoint.model,
+            provider=endpoint.provider,
+            api=endpoint.api,
+            api_key=resolve_key(endpoint, open_secrets(ctx.settings)),
+        ),
+    )
+    return settings.model_dump(mode="json")
 
 
 async def _start_agent_sandbox(
