@@ -63,6 +63,7 @@ BUILTINS = {
     "rubric_judge": "agentenv.steps.builtin.grading:rubric_judge",
     "aggregate_scores": "agentenv.steps.builtin.grading:aggregate_scores",
     "collect_artifacts": "agentenv.steps.builtin.grading:collect_artifacts",
+    "check_image": "agentenv.steps.builtin.image_check:check_image",
     "sandbox_exec": "agentenv.steps.builtin.sandbox_steps:sandbox_exec",
     "put_files": "agentenv.steps.builtin.sandbox_steps:put_files",
     "collect_files": "agentenv.steps.builtin.sandbox_steps:collect_files",
