@@ -398,9 +398,9 @@ def test_skills_are_artifact_folders_with_a_skill_md(settings, tmp_path):
     bundle = with_skill(write_agent_bundle(tmp_path / "b", AGENT_STEPS), skill_md=False)
     with pytest.raises(AgentEnvError, match="skill 'guide' has no SKILL.md"):
         runner.plan(load_task(bundle / "tasks" / "t.toml"), "plan-s", settings)
-    hosted = {"name": "a", "type": "scripted", "skills": ["guide"], "config": {"turns": [[{"say": "hi"}]]}}
-    task = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": hosted}}]}
-    with pytest.raises(AgentEnvError, match="skills go to a2a agents"):
+    person = {"name": "a", "type": "human", "skills": ["guide"]}
+    task = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": person}}]}
+    with pytest.raises(AgentEnvError, match="skills go to agents that run a model"):
         runner.plan(parse_task(task, "t"), "plan-h", settings)
 
 

@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import html
+from collections.abc import Sequence
 from typing import Any
 
 from agentenv.agents.models import Endpoints, ModelError, mcp_tools_as_functions
 from agentenv.agents.sdk import Agent, Answer, ToolFailed, Turn
 from agentenv.errors import BadInput
-from agentenv.spec.agent import AgentRecord, HumanConfig, LlmConfig, PersonaConfig, ScriptedConfig
+from agentenv.spec.agent import AgentRecord, HumanConfig, InlineSkill, LlmConfig, PersonaConfig, ScriptedConfig
+
+SKILLS_HEADING = (
+    "# Skills\n\nYou have these skills: instructions for particular kinds of work. Each one is between its own "
+    "<skill> and </skill> tags; when a task calls for a skill, follow its instructions. Only their text is here "
+    "(files a skill mentions are not)."
+)
+
+
+def with_skills(system_prompt: str, skills: Sequence[InlineSkill]) -> str:
+    """The system prompt with the agent's skills after it, each fenced by its own tags (name and description on
+    the opening one), so a model can tell where each skill begins and ends."""
+    if not skills:
+        return system_prompt
+    fenced = [
+        f'<skill name="{s.name}" description="{html.escape(s.description)}">\n{s.skill_md.strip()}\n</skill>'
+        for s in skills
+    ]
+    return "\n\n".join(filter(None, [system_prompt.strip(), SKILLS_HEADING, *fenced]))
 
 
 class ScriptedAgent(Agent):
@@ -40,15 +60,15 @@ class ScriptedAgent(Agent):
 class LlmAgent(Agent):
     """A chat model using the environment's tools in a loop, within a tool-call and a time budget."""
 
-    def __init__(self, record: AgentRecord, endpoints: Endpoints) -> None:
+    def __init__(self, record: AgentRecord, endpoints: Endpoints, skills: Sequence[InlineSkill] = ()) -> None:
         self.name, self.description = record.name, record.description or "A model-driven agent."
         self.config: LlmConfig = record.typed_config()
-        self.endpoints = endpoints
+        self.endpoints, self.skills = endpoints, skills
 
     async def answer(self, turn: Turn) -> Answer:
         model = self.endpoints.open("agent")
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": turn.system_prompt or self.config.system_prompt}
+            {"role": "system", "content": with_skills(turn.system_prompt or self.config.system_prompt, self.skills)}
         ]
         for m in turn.conversation:
             messages.append({"role": "assistant" if m.get("from") == "agent" else "user", "content": m.get("text", "")})
@@ -103,10 +123,10 @@ class PersonaAgent(Agent):
     """A simulated person: a model playing them from their brief, or (and as a fallback) templated replies.
     Given an environment (a world trigger's instruction), the model acts in it with the person's tools."""
 
-    def __init__(self, record: AgentRecord, endpoints: Endpoints) -> None:
+    def __init__(self, record: AgentRecord, endpoints: Endpoints, skills: Sequence[InlineSkill] = ()) -> None:
         self.name, self.description = record.name, record.description or "A simulated person."
         self.config: PersonaConfig = record.typed_config()
-        self.endpoints = endpoints
+        self.endpoints, self.skills = endpoints, skills
 
     async def answer(self, turn: Turn) -> Answer:
         if self.config.llm:
@@ -129,8 +149,11 @@ class PersonaAgent(Agent):
             messages = [
                 {
                     "role": "system",
-                    "content": f"You are playing this person. Stay in character.\n\n"
-                    f"{self.config.brief}\n\n{turn.system_prompt}".strip(),
+                    "content": with_skills(
+                        f"You are playing this person. Stay in character.\n\n"
+                        f"{self.config.brief}\n\n{turn.system_prompt}".strip(),
+                        self.skills,
+                    ),
                 }
             ]
             for m in turn.conversation:
@@ -162,13 +185,14 @@ class HumanAgent(Agent):
         return Answer(text=answer)
 
 
-def build_agent(record: AgentRecord, endpoints: Endpoints, inbox) -> Agent:
+def build_agent(record: AgentRecord, endpoints: Endpoints, inbox, skills: Sequence[InlineSkill] = ()) -> Agent:
+    """`skills` reach the agents whose model reads them (llm, persona); a scripted agent plays its script."""
     if record.type == "scripted":
         return ScriptedAgent(record)
     if record.type == "llm":
-        return LlmAgent(record, endpoints)
+        return LlmAgent(record, endpoints, skills)
     if record.type == "persona":
-        return PersonaAgent(record, endpoints)
+        return PersonaAgent(record, endpoints, skills)
     if record.type == "human":
         return HumanAgent(record, inbox)
     raise ValueError(f"agents of type {record.type!r} are not hosted by agentenv")

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from agentenv.agents.models import Endpoints
 from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
 from agentenv.config import ModelSettings, Settings
-from agentenv.spec.agent import AgentRecord
+from agentenv.spec.agent import AgentRecord, InlineSkill
 from agentenv.spec.times import utc_now_iso
 
 AGENTS = "hosted_agents"
@@ -30,6 +30,7 @@ TURNS = "agent_turns"  # answers of finished turns, by agent and message id
 HUMAN = "human_turns"  # turns waiting for (or answered by) a person
 CARD_PATH = "/.well-known/agent-card.json"
 GRACE_S = 5.0  # past the framework's deadline, a turn is abandoned (the caller stopped waiting)
+MAX_SKILLS = 32  # skills per hosted agent: each SKILL.md (at most 100 kB) goes into its model's system prompt
 
 
 class HostedAgentSpec(BaseModel):
@@ -39,6 +40,12 @@ class HostedAgentSpec(BaseModel):
     run_id: str | None = None
     record: AgentRecord
     models: dict[str, ModelSettings] = Field(default_factory=dict)
+    skills: list[InlineSkill] = Field(
+        default_factory=list,
+        max_length=MAX_SKILLS,
+        description="its skills' SKILL.md texts (read from the object store by deploy_agent): llm and persona "
+        "agents' models get them in their system prompt; scripted and human agents do without",
+    )
 
 
 class DeployRequest(HostedAgentSpec):
@@ -211,7 +218,7 @@ class AgentHost:
                             keys[purpose] = secrets.resolve(cast(str, spec.models[purpose].api_key))
                 finally:
                     secrets.close()
-        inner = build_agent(spec.record, Endpoints(spec.models, keys), HumanInbox(self.store, spec.id))
+        inner = build_agent(spec.record, Endpoints(spec.models, keys), HumanInbox(self.store, spec.id), spec.skills)
         routes, handler = a2a_routes(_OnceAgent(self, spec.id, inner), url)
         from starlette.applications import Starlette
 

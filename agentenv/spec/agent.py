@@ -199,9 +199,11 @@ class AgentRecord(_Spec):
     config: dict[str, Any] = Field(default_factory=dict)
     skills: list[str] = Field(
         default_factory=list,
-        description="artifacts (NAME[@VERSION]), each a folder with a SKILL.md, for a2a and cli agents: deploy_agent puts "
-        "them under /skills/NAME/ in a sandboxed agent's sandbox, and sends each SKILL.md through "
-        "urn:agentenv:skill-config/v1 when the agent's card declares it",
+        description="artifacts (NAME[@VERSION]), each a folder with a SKILL.md, given to the agent when deploy_agent "
+        "deploys it: an a2a or cli agent gets them under /skills/NAME/ in its sandbox (if it runs in one) and each "
+        "SKILL.md through urn:agentenv:skill-config/v1 when its card declares it; an llm or persona agent's model gets "
+        "each SKILL.md in its system prompt (at most 32 skills; their other files stay behind); a scripted agent "
+        "plays its script without them; human and trainer agents refuse them",
     )
 
     @field_validator("skills")

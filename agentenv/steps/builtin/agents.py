@@ -156,13 +156,27 @@ def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str,
             )
         config["build"] = pin_build(plan.stores, folder, box.build)  # every worker builds the very same context
     if record.skills:
+        from agentenv.agents.host import MAX_SKILLS
         from agentenv.steps.builtin.sandbox_steps import pin_skills
 
-        if record.type not in ("a2a", "cli"):
+        unread = {  # why these agents take no skills, and the fix
+            "human": ("a person reads their `instructions`", "put what they need in `instructions`"),
+            "trainer": ("a trainer's own loop prompts its model, not the run", "give them to the trainer's model"),
+        }
+        if record.type in unread:
+            why, fix = unread[record.type]
             raise BadInput(
-                f"agent {record.name!r} ({record.type}) has skills: skills go to a2a and cli agents (as files in a "
-                "sandboxed agent's sandbox, and through urn:agentenv:skill-config/v1 when its card declares it)",
-                "remove `skills`, or make the agent an a2a or cli agent",
+                f"agent {record.name!r} ({record.type}) has skills: skills go to agents that run a model — llm and "
+                "persona agents (in their model's system prompt), a2a and cli agents (as files in a sandboxed agent's "
+                "sandbox, and through urn:agentenv:skill-config/v1 when its card declares it); scripted agents play "
+                f"their script without them; {why}",
+                f"remove `skills`: {fix}",
+            )
+        if record.type not in ("a2a", "cli") and len(record.skills) > MAX_SKILLS:
+            raise BadInput(
+                f"agent {record.name!r} has {len(record.skills)} skills; a hosted agent takes at most {MAX_SKILLS} "
+                "(each SKILL.md goes into its model's system prompt)",
+                "give it fewer skills, or merge some",
             )
         config["skill_files"] = pin_skills(plan, record.skills)
     models = {}
@@ -249,11 +263,20 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
             raise StepFailed(str(e), retryable=True) from None
         hosted = False
     else:
+        from pydantic import ValidationError
+
         from agentenv.agents.models import resolve_key
         from agentenv.stores import open_secrets
 
         secrets = open_secrets(ctx.settings)
         keys = {p: k for p, m in config.models.items() if (k := resolve_key(m, secrets))}
+        try:  # the SKILL.md texts are read here, in the activity: they go to the gateway, never into history
+            skills = _artifact_skills(ctx, config.skill_files)
+        except ValidationError as e:
+            raise StepFailed(
+                f"agent {record.name!r}: one of its skills ({', '.join(record.skills)}) cannot be given to it: "
+                f"{e.errors()[0]['msg']} (a SKILL.md holds at most 100,000 characters)"
+            ) from None
         await gateway.put_agent(
             {
                 "id": agent_id(ctx, ctx.step_id),
@@ -261,6 +284,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
                 "record": record.model_dump(mode="json"),
                 "models": {p: m.model_dump(mode="json") for p, m in config.models.items()},
                 "keys": keys,
+                "skills": [s.model_dump(mode="json") for s in skills],
             }
         )
         url = f"{await gateway.agent_url_base(agent_id(ctx, ctx.step_id))}/agents/{agent_id(ctx, ctx.step_id)}/"
