@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import agents  # noqa: E402
 import cli_help  # noqa: E402
+import coding_agents  # noqa: E402
 import episodes  # noqa: E402
 import executor  # noqa: E402
 import gateway  # noqa: E402
@@ -38,6 +39,7 @@ def main() -> None:
         "world": world.measure(),
         "agents": agents.measure(),
         "models": models.measure(),
+        "coding_agents": coding_agents.measure(),
         "episodes": episodes.measure(),
         "sandboxes": sandboxes.measure(),
         "stores": stores.measure(),
