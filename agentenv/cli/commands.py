@@ -162,6 +162,24 @@ def worker(
 
 
 @app.command()
+def up(
+    port: Annotated[int, typer.Option(help="The explorer's port on 127.0.0.1 (0: any free port).")] = 8234,
+    open_browser: Annotated[bool, typer.Option("--open/--no-open", help="Open the one-time link in a browser.")] = True,
+) -> None:
+    """Start what is not running (the embedded Temporal server and gateway, a worker) and serve the explorer.
+
+    The explorer is a web page on 127.0.0.1 showing runs (filter by task, status, score, time; live while they
+    go), each run's steps, world timeline in virtual time, tool calls, conversations, scores and artifacts, and
+    the registry. Only you get in: open the one-time link printed here (it works once, for 5 minutes; press
+    Enter for a new one). A worker runs in this process unless one already polls the task queue. Ctrl-C stops
+    the explorer and this process's worker; the Temporal server and gateway keep running (`agent-env server
+    stop`, `agent-env gateway stop`)."""
+    from agentenv.cli.up_cmd import up_command
+
+    raise typer.Exit(up_command(port, open_browser))
+
+
+@app.command()
 def schema(
     what: Annotated[str, typer.Argument(help="task | config | run")] = "task",
 ) -> None:
@@ -602,3 +620,69 @@ def bundle_import(
     from agentenv.cli.bundle_cmd import import_command
 
     raise typer.Exit(import_command(file, json_out))
+
+
+plugin_app = typer.Typer(
+    help="Plugins: what other packages plug into agentenv (step types, sandbox providers, store backends), whether "
+    "each works, and installing or removing them with pip in the environment agent-env runs from.",
+    no_args_is_help=True,
+)
+app.add_typer(plugin_app, name="plugin")
+steps_app = typer.Typer(help="Step types: what each does, its config fields and an example.", no_args_is_help=True)
+app.add_typer(steps_app, name="steps")
+
+
+@plugin_app.command("list")
+def plugin_list(json_out: Annotated[bool, typer.Option("--json", help="Print the plugins as JSON.")] = False) -> None:
+    """Every built-in and plugin in each entry-point group agentenv reads: who provides it and whether it loads."""
+    from agentenv.cli.plugin_cmd import list_command
+
+    raise typer.Exit(list_command(json_out))
+
+
+@plugin_app.command("check")
+def plugin_check(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Plugin or distribution names (default: every one).")
+    ] = None,
+) -> None:
+    """Load plugins and hold each to what its group requires. Exit 1 when one is broken, naming the fix."""
+    from agentenv.cli.plugin_cmd import check_command
+
+    raise typer.Exit(check_command(names or []))
+
+
+@plugin_app.command("add")
+def plugin_add(
+    spec: Annotated[str, typer.Argument(help="What pip installs: a name, name==version, a path, a URL.")],
+) -> None:
+    """pip-install a plugin package into the environment agent-env runs from, then show and check what it adds."""
+    from agentenv.cli.plugin_cmd import add_command
+
+    raise typer.Exit(add_command(spec))
+
+
+@plugin_app.command("remove")
+def plugin_remove(dist: Annotated[str, typer.Argument(help="The distribution that provides the plugins.")]) -> None:
+    """pip-uninstall a plugin package (only one that provides agentenv plugins, never agentenv itself)."""
+    from agentenv.cli.plugin_cmd import remove_command
+
+    raise typer.Exit(remove_command(dist))
+
+
+@steps_app.command("list")
+def steps_list() -> None:
+    """Every step type: built-in or plugin, its traits (local, timeout, retries, ...) and what it does."""
+    from agentenv.cli.steps_cmd import list_command
+
+    raise typer.Exit(list_command())
+
+
+@steps_app.command("show")
+def steps_show(
+    step_type: Annotated[str, typer.Argument(metavar="TYPE", help="A step type, e.g. prompt_agent.")],
+) -> None:
+    """A step type's config fields (type, default, description) and an example task-file step."""
+    from agentenv.cli.steps_cmd import show_command
+
+    raise typer.Exit(show_command(step_type))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from agentenv import plugins
 from agentenv.errors import AgentEnvError, BadInput
 from agentenv.providers.base import Provider, ProviderConfig, ProviderUnavailable, Sandbox, SandboxInfo, SandboxSpec
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
     from agentenv.config import Settings
 
-ENTRY_POINT_GROUP = "agentenv.providers"
+ENTRY_POINT_GROUP = plugins.PROVIDERS
 BUILTIN = {
     "local": "agentenv.providers.local:LocalProvider",
     "docker": "agentenv.providers.docker:DockerProvider",

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from agentenv import plugins
 from agentenv.spec.duration import parse_duration
 from agentenv.spec.run import Score, StepTraits
 from agentenv.spec.verbs import WorldStepVerb
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from agentenv.gateway.client import GatewayClient
     from agentenv.stores import Stores
 
-ENTRY_POINT_GROUP = "agentenv.steps"
+ENTRY_POINT_GROUP = plugins.STEPS
 
 BUILTINS = {
     "check": "agentenv.steps.builtin.check:check",

@@ -11,13 +11,14 @@ import difflib
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from agentenv import plugins
 from agentenv.errors import BadInput
 from agentenv.stores.base import DocumentStore, ImageStore, ObjectStore, SecretStore
 
 if TYPE_CHECKING:
     from agentenv.config import Settings
 
-ENTRY_POINT_GROUP = "agentenv.stores"
+ENTRY_POINT_GROUP = plugins.STORES
 KINDS: dict[str, type] = {
     "documents": DocumentStore,
     "objects": ObjectStore,
