@@ -49,7 +49,7 @@ async def start(client: Client, settings: Settings, inp: RunInput) -> WorkflowHa
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
     from agentenv.temporal.client import ensure_search_attributes
-    from agentenv.workflows import attributes
+    from agentenv.workflows import attributes, details
 
     run_id = inp.run_id
     inp.search_attributes = use_attributes = await ensure_search_attributes(client, settings.temporal.namespace)
@@ -82,8 +82,8 @@ async def start(client: Client, settings: Settings, inp: RunInput) -> WorkflowHa
                 task_queue=settings.temporal.task_queue,
                 search_attributes=search,
                 memo={"task": {"id": inp.task_id, "version": inp.task_version, "description": inp.description[:500]}},
-                static_summary=f"{inp.task_id} v{inp.task_version}"
-                + (f" (rerun of {inp.pins['rerun_of']})" if inp.pins.get("rerun_of") else ""),
+                static_summary=details.static_summary(inp),
+                static_details=details.static_details(inp),
                 request_eager_start=True,
                 result_type=RunState,
             )

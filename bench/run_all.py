@@ -18,6 +18,7 @@ import cli_help  # noqa: E402
 import coding_agents  # noqa: E402
 import episodes  # noqa: E402
 import executor  # noqa: E402
+import explorer  # noqa: E402
 import gateway  # noqa: E402
 import hello  # noqa: E402
 import models  # noqa: E402
@@ -46,6 +47,7 @@ def main() -> None:
         "registry": registry.measure(),
         "scale": scale.measure(),
         "telemetry": telemetry.measure(),
+        "explorer": explorer.measure(),
     }
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

@@ -34,6 +34,7 @@ def browser():
         "--window-size=1400,1000",
     ):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for browser.get_log("browser")
     session = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
     session.set_page_load_timeout(30)
     yield session

@@ -14,12 +14,12 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
+import explorer_util
 import httpx
 import pytest
 from typer.testing import CliRunner
 
 from agentenv import runner
-from agentenv.bundles import resolve_target
 from agentenv.config import Settings
 from agentenv.explorer.auth import CODE_TTL, Door
 from agentenv.explorer.server import STATIC, create_app
@@ -27,18 +27,7 @@ from agentenv.spec.run import RunState, RunStatus, StepState, StepStatus
 from agentenv.stores import keys, open_stores
 
 BASE = "http://127.0.0.1:8234"
-
-
-@pytest.fixture(scope="module")
-async def finished_runs(client, settings, worker):
-    """A passed workplace run and a refund run that failed because its agent's calls were refused."""
-    workplace = await runner.wait_result(await runner.start_run(client, settings, resolve_target("workplace")))
-    spec = resolve_target("refund")
-    {s.id: s for s in spec.steps}["agent"].config["role"] = "support"
-    refund = await runner.wait_result(await runner.start_run(client, settings, spec))
-    assert workplace.status is RunStatus.PASSED, workplace.error
-    assert refund.status is RunStatus.FAILED, refund.error
-    return workplace, refund
+finished_runs = explorer_util.finished_runs  # the workplace and refund runs, once a session
 
 
 def explorer_client(app) -> httpx.AsyncClient:

@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from agentenv.spec.run import RunInput, RunState, StepStatus
     from agentenv.spec.times import iso
     from agentenv.spec.world_state import MAX_FIELD_BYTES, clip, json_size
-    from agentenv.workflows import attributes
+    from agentenv.workflows import attributes, details
     from agentenv.workflows.contract import QUICK_RETRY, RECORD_RUN, RELEASE_SANDBOXES
 
 if TYPE_CHECKING:
@@ -88,8 +88,13 @@ async def conclude(run: TaskRun) -> None:
     await _release(run)
     if workflow.patched(PATCH_BOUNDS):
         bound_state(state)
+    workflow.set_current_details(details.finished_details(state))
     await workflow.execute_local_activity(
-        RECORD_RUN.name, state, start_to_close_timeout=timedelta(seconds=30), retry_policy=QUICK_RETRY
+        RECORD_RUN.name,
+        state,
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=QUICK_RETRY,
+        summary=f"record the run ({state.status.value})",
     )
 
 
@@ -112,6 +117,7 @@ async def _release(run: TaskRun) -> None:
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(seconds=20),
             retry_policy=RetryPolicy(maximum_attempts=5),
+            summary="release what the run holds (instances, hosted agents, sandboxes)",
         )
     except ActivityError as e:
         workflow.logger.warning("releasing sandboxes failed (the reaper will remove them): %s", e.cause or e)

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from agentenv.spec.task import FailurePolicy
     from agentenv.spec.templates import TemplateError, resolve
     from agentenv.spec.world_state import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, TriggerHit
-    from agentenv.workflows import continuation
+    from agentenv.workflows import continuation, details
     from agentenv.workflows.contract import RUN_STEP
     from agentenv.workflows.trainer_turns import TrainerTurns, played_by_trainer
     from agentenv.workflows.world_driver import WorldDriver
@@ -164,12 +164,26 @@ class TaskRun:
         if self.inp.timeout is None:
             return await self._execute()
         left = (self.state.started_at + self.inp.timeout - workflow.now()).total_seconds()
+        execute = asyncio.create_task(self._execute())
         try:
-            await asyncio.wait_for(self._execute(), timeout=max(left, 0.001))  # a durable timer
+            # A durable timer, named in the UI; issued before the run's first command, as asyncio.wait_for did.
+            await workflow.wait_condition(
+                execute.done,
+                timeout=max(left, 0.001),
+                timeout_summary=f"the run's time limit ({format_duration(self.inp.timeout)})",
+            )
         except builtins.TimeoutError:  # (TimeoutError in this module is Temporal's)
+            execute.cancel()
+            await asyncio.gather(execute, return_exceptions=True)
             await self.stop_running()
             self.state.error = f"the run timed out (its limit is {format_duration(self.inp.timeout)})"
             self.state.status = RunStatus.ERROR
+            return
+        except asyncio.CancelledError:  # the run is cancelled: so is what it was doing
+            execute.cancel()
+            await asyncio.gather(execute, return_exceptions=True)
+            raise
+        await execute  # its outcome, or the error it raised
 
     async def _execute(self) -> None:
         world = self.world_driver
@@ -190,6 +204,7 @@ class TaskRun:
                 return
             if not self.running and not world.waiting and not world.can_go_on():
                 return
+            self.show()
             await self._wait()
             for step_id in [sid for sid, task in self.running.items() if task.done()]:
                 self.settle(step_id, self.running.pop(step_id))
@@ -208,6 +223,15 @@ class TaskRun:
         if not wake.done():
             wake.cancel()
         await self.world_driver.paced()
+
+    def show(self) -> None:
+        """The run right now as the Temporal UI's current details (held in memory: no workflow task, no event)."""
+        driver = self.world_driver
+        running = [*self.running, *sorted(driver.waiting)]
+        turns = [p.offer.id for p in self.state.trainer.values() if p.offer is not None]
+        workflow.set_current_details(
+            details.current_details(self.state, running, driver.world, driver.now_real(), turns)
+        )
 
     # -- steps --
 
@@ -292,7 +316,7 @@ class TaskRun:
                 start_to_close_timeout=plan.timeout,
                 retry_policy=retry,
                 activity_id=plan.id,
-                summary=f"{plan.id} ({plan.type})",
+                summary=details.step_summary(plan.id, plan.type),
             )
             return outcome
         outcome = await workflow.execute_activity(
@@ -303,7 +327,7 @@ class TaskRun:
             heartbeat_timeout=plan.heartbeat_timeout,
             retry_policy=retry,
             activity_id=plan.id,
-            summary=f"{plan.id} ({plan.type})",
+            summary=details.step_summary(plan.id, plan.type),
         )
         return outcome
 

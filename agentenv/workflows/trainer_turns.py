@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         PromptFinish,
         Who,
     )
+    from agentenv.workflows.details import summary
 
 if TYPE_CHECKING:
     from agentenv.workflows.task_run import TaskRun
@@ -141,6 +142,7 @@ class TrainerTurns:
                 result_type=PROMPT_MARKS.returns,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=QUICK_RETRY,
+                summary=summary(f"{plan.id} ({plan.type}): mark where the trajectories begin"),
             )
             progress = state.trainer[plan.id] = TrainerProgress(transcript=[conversation.opening(config)], marks=marks)
         started = workflow.now()
@@ -170,6 +172,7 @@ class TrainerTurns:
                     start_to_close_timeout=timedelta(seconds=deadline + 30),
                     heartbeat_timeout=timedelta(seconds=30),
                     retry_policy=QUICK_RETRY,
+                    summary=summary(f"{plan.id} ({plan.type}): {str(who.get('name'))[:80]} answers as {side}"),
                 )
                 entry = answer.entry
                 timed_out = answer.timed_out
@@ -192,6 +195,7 @@ class TrainerTurns:
             result_type=PROMPT_FINISH.returns,
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=QUICK_RETRY,
+            summary=summary(f"{plan.id} ({plan.type}): keep the transcript"),
         )
         del state.trainer[plan.id]
         if timed_out and config.on_timeout == "fail":
@@ -227,7 +231,11 @@ class TrainerTurns:
             )
         offered = workflow.now()
         try:
-            await workflow.wait_condition(lambda: turn_id in progress.answers, timeout=deadline)
+            await workflow.wait_condition(
+                lambda: turn_id in progress.answers,
+                timeout=deadline,
+                timeout_summary=summary(f"the trainer's turn {turn_id} ({deadline:g}s deadline)"),
+            )
         except builtins.TimeoutError:  # (not Temporal's TimeoutError)
             progress.offer = None
             return None

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from agentenv.spec.verbs import VERBS
     from agentenv.spec.world_state import HitAck, Scheduled, TriggerHit, WorldPush
     from agentenv.workflows.contract import PACE, PUSH_WORLD, QUICK_RETRY, WORLD_ACTION, Hit, Paced
+    from agentenv.workflows.details import summary
     from agentenv.workflows.world_rules import World, WorldError, checked_time
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class WorldDriver:
                     seconds, max((horizon - self.world.now(real)).total_seconds() / clock.rate - EARLY / 2, 0.0)
                 )
             self.world.reanchor(real)  # renews the lease
-            self.pace = asyncio.create_task(self._pace_for(seconds))
+            self.pace = asyncio.create_task(self._pace_for(seconds, self.world.now(real)))
         return self.pace
 
     async def paced(self) -> None:
@@ -98,7 +99,7 @@ class WorldDriver:
             for hit in paced.hits:
                 await self.on_hit(TriggerHit.model_validate(hit))
 
-    async def _pace_for(self, seconds: float) -> Paced:
+    async def _pace_for(self, seconds: float, virtual: datetime) -> Paced:
         # A regular activity, not a local one: a workflow task running local activities back to back
         # holds back every other event (step completions, agents' hits) until it heartbeats (~8 s).
         self.push_needed = self.watches_added = False
@@ -108,6 +109,7 @@ class WorldDriver:
             result_type=PACE.returns,
             start_to_close_timeout=timedelta(seconds=seconds + 2),
             retry_policy=QUICK_RETRY,
+            summary=f"pace the clock {seconds:.2f}s from virtual {iso(virtual)}",
         )
         return paced
 
@@ -239,6 +241,7 @@ class WorldDriver:
                     result_type=WORLD_ACTION.returns,
                     retry_policy=QUICK_RETRY,
                     start_to_close_timeout=timedelta(minutes=5) if spec.get("deployed") else timedelta(seconds=60),
+                    summary=_action_summary(trigger, action.type, spec, at),
                 )
                 hits = answer.pop("hits", [])
                 detail.update(answer)
@@ -311,6 +314,7 @@ class WorldDriver:
                 result_type=PUSH_WORLD.returns,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=QUICK_RETRY,
+                summary=f"push the clock and watches to {len(pushes)} instance(s)",
             )
             for hit in hits:
                 await self.on_hit(TriggerHit.model_validate(hit))
@@ -372,3 +376,10 @@ class WorldDriver:
             step.status, step.finished_at = StepStatus.CANCELLED, workflow.now()
             step.error = reason
         self.waiting.clear()
+
+
+def _action_summary(trigger: str, action_type: str, spec: dict[str, Any], at: datetime) -> str:
+    """`call_tool send_email on desk (trigger morning_rush, virtual 2026-03-02T14:30:00Z)`: names, never arguments."""
+    target = str(spec.get("tool") or spec.get("agent") or spec.get("role") or "")[:80]  # what it acts on or as
+    on = f" on {str(spec['env'])[:80]}" if spec.get("env") else ""
+    return summary(f"{action_type} {target}{on} (trigger {trigger}, virtual {iso(at)})")
