@@ -1,15 +1,18 @@
-"""Background services this install manages (the Temporal dev server, the gateway).
+"""Background services this install manages (the Temporal dev server, the gateway, the background worker).
 
 Each daemon has a folder with `<name>.json` (the pidfile: pid, address, ...), `<name>.log` and
 `<name>.lock` (so two commands never start two copies). A pidfile whose process is gone, or is some
-other program now, is stale and replaced. Nothing here imports heavy libraries: `status` and `stop`
-stay instant.
+other program now, is stale and replaced; a running daemon its starter finds out of date (`replace`) is
+told to stop and a new one takes its place. A daemon is up when its TCP port opens, or, for one without a
+port, when its own `ready` check says so. Nothing here imports heavy libraries: `status` and `stop` stay
+instant.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -21,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentenv import waiting
 from agentenv.errors import ServerError
 
 PRIVATE_UMASK = 0o077  # a daemon's own files (its database, log, keys) are this user's alone
@@ -115,17 +117,29 @@ class Daemon:
         env: dict[str, str] | None = None,
         timeout: float = 20.0,
         on_notice: Callable[[str], None] = lambda msg: None,
+        ready: Callable[[DaemonInfo], bool] | None = None,
+        replace: Callable[[DaemonInfo], str | None] = lambda info: None,
+        before_start: Callable[[], None] = lambda: None,
     ) -> tuple[DaemonInfo, bool]:
-        """Start it, or reuse the running one. Returns (info, whether it was started now)."""
+        """Start it, or reuse the running one. Returns (info, whether it was started now).
+        `ready`: how a daemon without a TCP port (`port` 0) says it (that process) is up. `replace`: why a running one is out
+        of date (None: it is not); it gets SIGTERM (to drain and exit in its own time) and a new one starts.
+        `before_start`: called, under the lock, right before a new one starts (e.g. to write what it reads)."""
         with self.locked():
             info = self.read()
+            if info is not None and self.is_running(info, markers) and (why := replace(info)):
+                on_notice(f"the {self.title} (pid {info.pid}) is out of date ({why}): it drains and a new one starts")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(info.pid, signal.SIGTERM)
+                self.pidfile.unlink(missing_ok=True)
+                info = None
             if info is not None and self.is_running(info, markers):
                 if (info.ip, info.port) != (ip, port):
                     raise ServerError(
                         f"the {self.title} already runs at {info.address}, but the configuration asks for {ip}:{port}",
                         f"stop it (`agent-env {self.name} stop`) so it restarts with the new settings",
                     )
-                wait_for_port(info.ip, info.port, None, self.log, self.title, timeout)
+                self._wait_up(info, None, ready, timeout)
                 return info, False
             if info is not None:
                 on_notice(
@@ -136,6 +150,7 @@ class Daemon:
                 self.pidfile.unlink(missing_ok=True)
             for check in ports:
                 check_port_free(ip, check, self.title, section)
+            before_start()
             with open(self.log, "ab", opener=_private) as log:
                 proc = subprocess.Popen(
                     command,
@@ -155,12 +170,24 @@ class Daemon:
                 f.write(json.dumps(asdict(info)))
             os.replace(tmp, self.pidfile)
             try:
-                wait_for_port(ip, port, proc, self.log, self.title, timeout)
+                self._wait_up(info, proc, ready, timeout)
             except ServerError:
                 terminate(proc.pid, 2.0)
                 self.pidfile.unlink(missing_ok=True)
                 raise
             return info, True
+
+    def _wait_up(
+        self,
+        info: DaemonInfo,
+        proc: subprocess.Popen | None,
+        ready: Callable[[DaemonInfo], bool] | None,
+        timeout: float,
+    ) -> None:
+        if ready is None:
+            wait_for_port(info.ip, info.port, proc, self.log, self.title, timeout)
+        else:
+            wait_until_ready(functools.partial(ready, info), proc, self.log, self.title, timeout)
 
     def stop(self, markers: list[str], timeout: float = 10.0) -> DaemonInfo | None:
         with self.locked():
@@ -229,6 +256,21 @@ def wait_for_port(ip: str, port: int, proc: subprocess.Popen | None, log: Path, 
         socket.create_connection((ip, port), timeout=0.5).close()
         return True
 
+    wait_until_ready(opened, proc, log, title, timeout, what=f"open {ip}:{port}")
+
+
+def wait_until_ready(
+    ready: Callable[[], bool],
+    proc: subprocess.Popen | None,
+    log: Path,
+    title: str,
+    timeout: float,
+    what: str = "get ready",
+) -> None:
+    """Until `ready()` (OSError counts as not yet), failing early, with its log, if `proc` exits."""
+
+    from agentenv import waiting  # (asyncio: not for `agent-env run`'s fast path, which only reads pidfiles)
+
     def still_running() -> None:
         if proc is not None and proc.poll() is not None:
             raise ServerError(
@@ -238,11 +280,16 @@ def wait_for_port(ip: str, port: int, proc: subprocess.Popen | None, log: Path, 
 
     try:
         waiting.until_sync(
-            opened, what=f"the {title}", timeout=timeout, interval=0.02, retry_on=(OSError,), check=still_running
+            lambda: True if ready() else None,
+            what=f"the {title}",
+            timeout=timeout,
+            interval=0.02,
+            retry_on=(OSError,),
+            check=still_running,
         )
     except waiting.TimedOut:
         raise ServerError(
-            f"the {title} did not open {ip}:{port} within {timeout:.0f}s",
+            f"the {title} did not {what} within {timeout:.0f}s",
             f"see its log at {log}, then stop it and try again",
         ) from None
 

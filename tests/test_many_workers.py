@@ -206,7 +206,10 @@ async def test_a_workplace_run_whose_worker_is_killed_completes_on_another_machi
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     shutil.rmtree(bundle)
 
-    undisturbed = b.cli("run", name, "--json")  # one worker, B's own, from start to end
+    b_worker = b.start_worker()  # `run` follows; one worker, B's own, runs it from start to end
+    undisturbed = b.cli("run", name, "--json")
+    b_worker.terminate()  # drains: then the run below starts on A's worker alone
+    b_worker.wait(60)
     assert undisturbed.returncode == 0, undisturbed.stdout + undisturbed.stderr
     baseline = json.loads(undisturbed.stdout[undisturbed.stdout.index("{") :])
     assert baseline["status"] == "passed" and baseline["score"] == 1.0

@@ -89,6 +89,12 @@ def test_installs_sharing_temporal_and_aws_stores_run_and_rerun_each_others_runs
     queue = f"shared-{uuid.uuid4().hex[:6]}"
     a = install(tmp_path, "a", stores, settings.address, queue)
     b = install(tmp_path, "b", stores, settings.address, queue)
+    workers = [  # `run` starts and follows its run; with a cluster, workers are `agent-env worker` processes
+        subprocess.Popen(
+            [AGENT_ENV, "worker"], env=env, cwd=env["PWD"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for env in (a, b)
+    ]
     try:
         bundle = desk_task(tmp_path, name)
         pushed = cli(a, "registry", "push", str(bundle))
@@ -117,6 +123,9 @@ def test_installs_sharing_temporal_and_aws_stores_run_and_rerun_each_others_runs
         for home in (Path(a["AGENTENV_HOME"]), Path(b["AGENTENV_HOME"])):
             assert not (home / "agentenv.sqlite").exists() and not (home / "objects").exists(), "no local stores"
     finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(60)
         for env in (a, b):
             cli(env, "gateway", "stop", timeout=30)
 

@@ -3,7 +3,7 @@
 - In process: `refund` runs (a workflow, its activities, an env deployed in a gateway, a hosted A2A agent
   calling the env's tools) with the spans kept in memory; every span the run made has the run's trace id.
 - Across processes: `agent-env run refund` exports over OTLP/HTTP to a receiver this test starts; the CLI
-  process and the embedded gateway daemon both send spans of that one trace.
+  process, the worker and the embedded gateway daemon all send spans of that one trace.
 - Off (the default): neither `agent-env run` nor `--help` loads any of OpenTelemetry.
 """
 
@@ -192,23 +192,29 @@ def test_the_cli_and_the_gateway_export_one_trace_over_otlp(otlp_receiver, serve
         "AGENTENV_TRACES": "1",
         "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.url,
     }
+    # A cluster (TEMPORAL_ADDRESS): `run` starts and follows; a worker of its own executes the run.
+    worker = subprocess.Popen([AGENT_ENV, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         done = subprocess.run([AGENT_ENV, "run", "refund"], env=env, capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
-        deadline = time.monotonic() + 15  # the gateway daemon goes on running: its batches come within a second
+        deadline = time.monotonic() + 15  # the gateway and the worker go on running: their batches come later
         while True:
             roots = {t for t, name, process in otlp_receiver.spans if (name, process) == ("run refund", "cli")}
             of_run = [(name, process) for t, name, process in otlp_receiver.spans if t in roots]
-            if ("app billing.issue_refund", "gateway") in of_run or time.monotonic() > deadline:
+            if {("app billing.issue_refund", "gateway"), ("agent turn refunds", "worker")} <= set(of_run):
+                break
+            if time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert len(roots) == 1, otlp_receiver.spans
-        assert {"cli", "gateway"} <= {process for _, process in of_run}, of_run
-        assert ("agent-env run refund", "cli") in of_run and ("RunWorkflow:agentenv.TaskRun", "cli") in of_run
-        assert ("agent turn refunds", "cli") in of_run and ("POST /agents/{agent_id}/{path}", "gateway") in of_run
+        assert {"cli", "worker", "gateway"} <= {process for _, process in of_run}, of_run
+        assert ("agent-env run refund", "cli") in of_run and ("RunWorkflow:agentenv.TaskRun", "worker") in of_run
+        assert ("agent turn refunds", "worker") in of_run and ("POST /agents/{agent_id}/{path}", "gateway") in of_run
         assert ("POST /envs/{instance}/mcp", "gateway") in of_run  # the agent's tool calls, served ...
         assert ("app billing.issue_refund", "gateway") in of_run  # ... by the env's app
     finally:
+        worker.terminate()
+        worker.wait(timeout=60)
         subprocess.run([AGENT_ENV, "gateway", "stop"], env=env, capture_output=True, timeout=60)
 
 
@@ -242,7 +248,7 @@ def test_help_loads_no_opentelemetry():
 @pytest.mark.processes
 def test_a_run_without_tracing_loads_none_of_it(server):
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTENV_TRACES", "OTEL_EXPORTER_OTLP_ENDPOINT")}
-    env["AGENTENV_TASK_QUEUE"] = f"untraced-{uuid.uuid4().hex[:8]}"  # the run's worker is the CLI's own
+    env["AGENTENV_TASK_QUEUE"] = f"untraced-{uuid.uuid4().hex[:8]}"
     loaded = _loaded_after(["run", "hello"], env)
-    assert loaded == []  # the CLI, its worker and the run's steps: not even OpenTelemetry's API
+    assert loaded == []  # the CLI: not even OpenTelemetry's API
     # (The gateway's process has the API loaded, by FastAPI and the MCP SDK, with its no-op provider.)

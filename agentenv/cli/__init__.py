@@ -7,14 +7,24 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    from agentenv.cli.commands import app
     from agentenv.errors import AgentEnvError
 
     os.umask(0o077)  # what any command creates (state, logs, secrets, daemons' files) is this user's alone
 
     try:
-        app(args=argv, prog_name="agent-env")
-        code = 0
+        args = sys.argv[1:] if argv is None else argv
+        fast = None
+        if args[:1] == ["run"]:  # through the background worker when it is up: no typer, no temporalio here
+            from agentenv.cli.run_client import run_via_worker
+
+            fast = run_via_worker(args[1:])
+        if fast is not None:
+            code = fast
+        else:
+            from agentenv.cli.commands import app
+
+            app(args=argv, prog_name="agent-env")
+            code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except AgentEnvError as e:

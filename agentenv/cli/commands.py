@@ -22,7 +22,10 @@ app = typer.Typer(
 Detach = Annotated[
     bool,
     typer.Option(
-        "--detach", "-d", help="Start the run and return; a worker elsewhere executes it (`agent-env worker`)."
+        "--detach",
+        "-d",
+        help="Start the run and return; the background worker (embedded server) or a worker elsewhere "
+        "(`agent-env worker`) executes it.",
     ),
 ]
 FinalJson = Annotated[bool, typer.Option("--json", help="Print the final run record as JSON.")]
@@ -127,8 +130,10 @@ def run(
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
 
-    Runs execute in Temporal with a worker inside this process. If you interrupt it, the run is
-    paused, not lost: it resumes when any worker starts (`agent-env worker`, or the next `run`).
+    The run executes in Temporal; this command follows it and prints its progress and outcome only. With the
+    embedded server, a background worker executes it (started on demand: `agent-env worker status`), so an
+    interrupted `run` leaves the run going (`agent-env runs show ID`, `agent-env runs cancel ID`). With a
+    cluster, workers run elsewhere (`agent-env worker`); with none polling, the run waits, durably.
     """
     from agentenv.cli.run_cmd import run_command
 
@@ -137,8 +142,20 @@ def run(
     )
 
 
-@app.command()
+worker_app = typer.Typer(
+    help="Run a worker in the foreground, or manage the background worker of the embedded services.\n\n"
+    "`agent-env worker [--identity ...]` runs a worker in this process until SIGTERM or Ctrl-C: the way to run "
+    "workers for a Temporal cluster (under your supervisor). `agent-env worker start|stop|status` manage the "
+    "background worker that comes with the embedded server: `agent-env run` starts it on demand, `agent-env server "
+    "stop` stops it too.",
+    invoke_without_command=True,
+)
+app.add_typer(worker_app, name="worker")
+
+
+@worker_app.callback()
 def worker(
+    ctx: typer.Context,
     identity: Annotated[str | None, typer.Option(help="Name shown for this worker in Temporal.")] = None,
     health_port: Annotated[
         int | None,
@@ -152,13 +169,42 @@ def worker(
         typer.Option(help="The address the health port binds ([worker] health_host; 0.0.0.0 in a container)."),
     ] = None,
 ) -> None:
-    """Run a worker that executes runs (including paused ones) until interrupted.
+    """Run a worker in this process that executes runs (including paused ones) until interrupted.
 
     SIGTERM or Ctrl-C drains it: no new tasks, running steps finish within [worker] drain_timeout (else they
     go back to Temporal for another worker), then it exits 0. A second signal stops it at once."""
+    if ctx.invoked_subcommand is not None:
+        return
     from agentenv.cli.run_cmd import worker_command
 
     raise typer.Exit(worker_command(identity, health_port, health_host))
+
+
+@worker_app.command("start")
+def worker_start() -> None:
+    """Start the background worker of the embedded services (and the server), or reuse the running one.
+
+    One per task queue, logging under the state dir. It runs the code and settings it started with; when they
+    changed, the next start (or `agent-env run`) replaces it: the old one drains, a new one starts."""
+    from agentenv.cli.run_cmd import background_command
+
+    raise typer.Exit(background_command("start"))
+
+
+@worker_app.command("stop")
+def worker_stop() -> None:
+    """Stop (drain) the background worker. Runs in flight wait, paused, until a worker runs again."""
+    from agentenv.cli.run_cmd import background_command
+
+    raise typer.Exit(background_command("stop"))
+
+
+@worker_app.command("status")
+def worker_status() -> None:
+    """Show whether the background worker runs, on which task queue, whether it is up to date. Exit 1 if not."""
+    from agentenv.cli.run_cmd import background_command
+
+    raise typer.Exit(background_command("status"))
 
 
 @app.command()

@@ -57,6 +57,10 @@ def server_stop_command() -> int:
 
     settings = load_settings()
     _require_embedded(settings)
+    from agentenv.temporal import background
+
+    for worker in background.stop_all(settings):  # a worker without its server is useless
+        console().print(f"stopped the background worker (pid {worker.pid})")
     stopped = server.stop(settings)
     if stopped:
         console().print(f"stopped the Temporal dev server (pid {stopped.pid}); runs resume when it starts again")

@@ -146,14 +146,15 @@ class Progress:
 
     SLOW = 2.0
 
-    def __init__(self, width: int, type_width: int) -> None:
+    def __init__(self, width: int, type_width: int, out=None) -> None:
         self.width, self.type_width = width, type_width
+        self.out = out or console()  # a rich Console (the background worker renders for a client's terminal)
         self.shown: dict[str, StepStatus] = {}
 
     def update(self, state: RunState, now) -> None:
         for step in state.steps.values():
             if step.status.finished and self.shown.get(step.id) is not step.status:
-                console().print(step_line(step, self.width, self.type_width, criteria="failed"))
+                self.out.print(step_line(step, self.width, self.type_width, criteria="failed"))
                 self.shown[step.id] = step.status
             elif (
                 step.status is StepStatus.RUNNING
@@ -161,5 +162,5 @@ class Progress:
                 and step.started_at
                 and (now - step.started_at).total_seconds() > self.SLOW
             ):
-                console().print(f"  [cyan]…[/] {step.id:<{self.width}}  [dim]{step.type} running[/]")
+                self.out.print(f"  [cyan]…[/] {step.id:<{self.width}}  [dim]{step.type} running[/]")
                 self.shown[step.id] = StepStatus.RUNNING

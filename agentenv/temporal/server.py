@@ -138,7 +138,10 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
 
 
 def stop(settings: Settings, timeout: float = 10.0) -> ServerInfo | None:
-    """Stop the embedded server if it runs. Returns what was stopped."""
+    """Stop the embedded server if it runs, and its background workers first. Returns what was stopped."""
+    from agentenv.temporal import background
+
+    background.stop_all(settings)
     paths = Paths(settings)
     stopped = paths.daemon.stop(paths.markers, timeout)
     return ServerInfo.of(stopped) if stopped else None
