@@ -20,6 +20,7 @@ import episodes  # noqa: E402
 import executor  # noqa: E402
 import explorer  # noqa: E402
 import gateway  # noqa: E402
+import groups  # noqa: E402
 import hello  # noqa: E402
 import models  # noqa: E402
 import registry  # noqa: E402
@@ -42,6 +43,7 @@ def main() -> None:
         "models": models.measure(),
         "coding_agents": coding_agents.measure(),
         "episodes": episodes.measure(),
+        "groups": groups.measure(),
         "sandboxes": sandboxes.measure(),
         "stores": stores.measure(),
         "registry": registry.measure(),

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agentenv.envs import dataplane
 from agentenv.envs.app import ToolError, ToolInfo
-from agentenv.envs.app_instance import AppInstance, load_app_class
+from agentenv.envs.app_instance import DB_FILE, AppInstance, load_app_class
 from agentenv.gateway import tokens
 from agentenv.gateway.mcp_tools import GET_TIME, get_time_spec
 from agentenv.gateway.remote import RemoteApp
@@ -119,6 +119,36 @@ class EnvInstance:
             for role, role_spec in spec.roles.items():
                 inst.set_role(role, role_spec)
             inst.agents = spec.agent_roles()
+        except BaseException:
+            await inst.close()
+            raise
+        return inst
+
+    async def fork(self, spec: InstanceSpec, folder: Path, *, key: bytes | None = None) -> EnvInstance:
+        """A new instance (`spec`, in `folder`) starting from this one's current state. In-process apps are
+        copied before it opens, through SQLite's online backup (milliseconds, no downtime: what
+        `AppInstance.fork` does); apps in their own processes or at URLs through export -> reset -> load."""
+        copied = set()
+        for name, app in self.apps.items():
+            if isinstance(app, AppInstance):  # the new instance opens this file as its app's database
+                await _data(app, "snapshot", folder / "apps" / name / DB_FILE)
+                copied.add(name)
+        inst = await EnvInstance.open(spec, folder, key=key)
+        try:
+            if set(inst.apps) != set(self.apps):
+                raise CompositionError(
+                    f"instance {spec.id} has apps {sorted(inst.apps)}; the instance it forks, {self.spec.id}, has "
+                    f"{sorted(self.apps)}: a fork keeps its source's apps (give new servers for apps at URLs only)"
+                )
+            for name, app in inst.apps.items():
+                source = self.apps[name]
+                if name in copied and isinstance(app, AppInstance):
+                    continue
+                if not all(getattr(a, "data_plane", True) for a in (source, app)):
+                    continue  # a plain MCP server keeps no data the framework can copy
+                data = await _data(source, "export")
+                await _data(app, "reset")
+                await _data(app, "load", data)
         except BaseException:
             await inst.close()
             raise

@@ -260,6 +260,16 @@ class GatewayPool(GatewayClient):
     async def get_instance(self, instance: str) -> dict[str, Any]:
         return await self._at(instance, lambda c: c.get_instance(instance))
 
+    async def fork(self, source: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """On the gateway holding `source` (a fork copies its data there); the new instance is remembered there."""
+
+        async def fork_on(client: GatewayClient) -> dict[str, Any]:
+            forked = await client.fork(source, spec)
+            self._remember("instance", spec["id"], client)
+            return forked
+
+        return await self._at(source, fork_on)
+
     async def delete_instance(self, instance: str, *, keep_data: bool = False) -> bool:
         try:
             client = await self.owner(instance)

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,7 +29,7 @@ from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.metrics import CONTENT_TYPE
 from agentenv.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, named_body, parse
 from agentenv.gateway.service import Caller, GatewayError
-from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.gateway.spec import AppRef, InstanceSpec, RoleSpec
 from agentenv.spec.world_state import WorldPush
 
 ADMIN_ONLY = "this needs the gateway's admin token"
@@ -69,8 +69,26 @@ class LoadRequest(BaseModel):
     reset: bool = False
 
 
+class ForkRequest(BaseModel):
+    """A new instance starting from another's current state: the source's env, roles and apps, with its own
+    id, run, agents and time (what `deploy_env` would put)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    run_id: str | None = None
+    agents: dict[str, str] | None = Field(None, description="agent -> role; default: the source's")
+    now: datetime | None = None
+    apps: list[AppRef] | None = Field(
+        None,
+        description="default: the source's; give the new instance's own servers of apps at URLs (sandboxes), "
+        "which serve the source only",
+    )
+
+
 BODIES: tuple[type[BaseModel], ...] = (
     InstanceSpec,
+    ForkRequest,
     RoleSpec,
     RoleChange,
     WorldPush,
@@ -187,6 +205,17 @@ async def put_instance(request: Request, instance: str, gateway: GatewayDep) -> 
     except ValueError as e:
         raise GatewayError(400, str(e)) from None
     return JSONResponse(describe(await gateway.put(spec)))
+
+
+@router.post("/admin/instances/{instance}/fork", tags=["instances"], openapi_extra=json_body(ForkRequest))
+async def fork_instance(request: Request, instance: str, gateway: GatewayDep) -> Response:
+    """A new instance (the body's `id`) starting from this one's current state: in-process apps copied with
+    SQLite's online backup, the others through export -> load. Idempotent on the new id."""
+    body = parse(ForkRequest, await json_of(request), "fork")
+    if body.id == instance:
+        raise GatewayError(400, f"a fork needs a new id; {instance!r} is the source's")
+    forked = await gateway.fork(instance, body.model_dump(mode="json", exclude_none=True))
+    return JSONResponse({**describe(forked), "forked_from": instance})
 
 
 @router.delete("/admin/instances/{instance}", tags=["instances"])

@@ -38,6 +38,7 @@ from agentenv.stores.local import SqliteDocumentStore
 
 COLLECTION = "gateway_instances"
 WORLDS = "gateway_worlds"
+EXPIRY_SWEEP_S = 60.0  # how often instances past their `expires_at` are looked for
 
 
 class GatewayError(Exception):
@@ -178,6 +179,7 @@ class Gateway:
         self._lookup_key = os.urandom(32)  # looking tokens up by a keyed digest: no timing tells a token
         self._channels: dict[str, ChangeChannel] = {}
         self._listings: dict[tuple[str, str], list[types.Tool]] = {}
+        self._forking: set[str] = set()  # new instances being forked now (a concurrent retry is told to wait)
         self.trajectory = trajectory.TrajectoryWriter()
         self.delivery = Delivery(self.store, settings)
         self.mcp = McpEndpoint(self, "agentenv-gateway", max_body_bytes=max_body_bytes)
@@ -281,13 +283,27 @@ class Gateway:
                 await self._unload(instance_id)
         return idle
 
+    async def delete_expired(self, now: datetime | None = None) -> list[str]:
+        """Delete instances past their `expires_at` (what a trainer that died could not release)."""
+        now = now or datetime.now(UTC)
+        expired = [
+            doc["id"]
+            for doc in self.store.query(COLLECTION)
+            if doc.get("expires_at") and _aware(datetime.fromisoformat(doc["expires_at"])) <= now
+        ]
+        for instance_id in expired:
+            await self.delete(instance_id)
+        return expired
+
     async def run_idle_closer(self) -> None:
-        """Close idle instances now and then, for the gateway's life (started by its web app)."""
-        if self.idle_close_s is None:
-            return
+        """Close idle instances and delete expired ones now and then, for the gateway's life (started by its
+        web app)."""
+        every = EXPIRY_SWEEP_S if self.idle_close_s is None else max(1.0, min(EXPIRY_SWEEP_S, self.idle_close_s / 4))
         while True:
-            await asyncio.sleep(max(1.0, min(60.0, self.idle_close_s / 4)))
+            await asyncio.sleep(every)
             await self.close_idle()
+            with contextlib.suppress(Exception):  # a failing sweep is tried again at the next
+                await self.delete_expired()
 
     def close(self) -> None:
         self.trajectory.close()
@@ -308,9 +324,13 @@ class Gateway:
             raise GatewayError(404, f"no environment instance {instance_id!r} on this gateway")
         return await self._open(InstanceSpec.model_validate(doc))
 
-    async def _open(self, spec: InstanceSpec) -> EnvInstance:
+    async def _open(self, spec: InstanceSpec, source: EnvInstance | None = None) -> EnvInstance:
+        """Open `spec`'s instance (`source`: as a fork of that one, starting from its current state)."""
         try:
-            inst = await EnvInstance.open(spec, self.folder(spec.id), key=self.key)
+            if source is None:
+                inst = await EnvInstance.open(spec, self.folder(spec.id), key=self.key)
+            else:
+                inst = await source.fork(spec, self.folder(spec.id), key=self.key)
         except (OSError, RuntimeError) as e:  # a remote app that does not answer (stopped, or not up yet)
             raise GatewayError(502, f"instance {spec.id}: {e}") from None
         if spec.id in self._instances:  # opened meanwhile by a concurrent request: keep that one
@@ -354,6 +374,44 @@ class Gateway:
         self._save(current)
         await self._tools_changed(spec.id)
         return current
+
+    async def fork(self, source_id: str, new: dict[str, Any]) -> EnvInstance:
+        """A new instance starting from the source's current state: the source's env, roles and apps, with the
+        id, run and time of `new` (and its agents and apps at URLs, when given). Idempotent on the new id: a
+        retry finds the fork made (it is stored only once complete) and copies nothing again."""
+        if self.store.get(COLLECTION, new["id"]) is not None:
+            return await self.get(new["id"])
+        source_spec = (await self.get(source_id)).spec
+        spec = _parse_spec(
+            {
+                **source_spec.model_dump(mode="json"),
+                "run_id": None,
+                "now": None,
+                **{k: v for k, v in new.items() if v is not None},
+                "expires_at": None,  # a prototype's end is not its forks'
+            },
+            f"fork {new['id']}",
+        )
+        if spec.id in self._forking:
+            raise GatewayError(409, f"instance {spec.id!r} is being forked right now; retry in a moment")
+        self._forking.add(spec.id)
+        try:
+            source = await self.get(source_id)
+            source.busy += 1  # not closed as idle while it is copied
+            try:
+                inst = await self._open(spec, source)
+            finally:
+                source.busy -= 1
+            self._save(inst)
+            return inst
+        except BaseException:
+            if self.store.get(COLLECTION, spec.id) is None:  # nothing half-made is left behind
+                with contextlib.suppress(Exception):
+                    await self._unload(spec.id)
+                shutil.rmtree(self.folder(spec.id), ignore_errors=True)
+            raise
+        finally:
+            self._forking.discard(spec.id)
 
     async def delete(self, instance_id: str, *, keep_data: bool = False) -> bool:
         if instance_id not in self._instances and self.store.get(COLLECTION, instance_id) is None:
@@ -647,6 +705,25 @@ class Gateway:
             raise GatewayError(404, f"no environment instance {instance_id!r} on this gateway")
         await asyncio.to_thread(self.trajectory.flush)  # the gateway serves others meanwhile
         return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after, last=last)
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)  # a time without a zone is UTC
+
+
+def _parse_spec(data: dict[str, Any], what: str) -> InstanceSpec:
+    from pydantic import ValidationError
+
+    from agentenv.errors import from_validation_error
+
+    try:
+        spec = InstanceSpec.model_validate(data)
+        spec.agent_roles()
+    except ValidationError as e:
+        raise from_validation_error(e, what) from None
+    except ValueError as e:
+        raise GatewayError(400, f"{what}: {e}") from None
+    return spec
 
 
 def _header(headers, name: bytes) -> str | None:

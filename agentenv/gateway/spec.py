@@ -27,6 +27,11 @@ class InstanceSpec(_Spec):
         default_factory=dict, description="agent name -> role; default: one agent per role, named like it"
     )
     now: datetime | None = Field(None, description="a fixed virtual time (until the clock arrives); default: UTC now")
+    expires_at: datetime | None = Field(
+        None,
+        description="the gateway deletes the instance at this (real) time, whoever forgot it: a group's prototype "
+        "is gone even if its trainer died; default: never",
+    )
 
     @field_validator("id")
     @classmethod

@@ -222,18 +222,19 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     gateway = await ctx.gateway()
     instance = instance_id(ctx, config.env) if config.env else None
     if instance is not None:
-        described = await gateway.get_instance(instance)
         try:
             if role is not None:
                 await gateway.set_agent_role(instance, name, role)
-            elif name not in described["agents"]:
-                raise StepFailed(
-                    f"agent {name!r} has no role in environment {config.env!r} (its agents: "
-                    f"{', '.join(described['agents']) or 'none'}) — give the step a `role`"
-                )
+            else:  # the role the environment gives it
+                agents = (await gateway.get_instance(instance))["agents"]
+                if name not in agents:
+                    raise StepFailed(
+                        f"agent {name!r} has no role in environment {config.env!r} (its agents: "
+                        f"{', '.join(agents) or 'none'}) — give the step a `role`"
+                    )
+                role = agents[name]
         except GatewayRefused as e:
             raise StepFailed(f"agent {name!r}: {e}") from None
-        role = role or described["agents"][name]
     if record.type == "trainer":  # played from a trainer's loop: its turns are offered by the run itself
         return {
             "agent": record.name,

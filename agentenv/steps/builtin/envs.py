@@ -63,6 +63,11 @@ class DeployConfig(StepConfig):
     builds: dict[str, str] = Field(
         default_factory=dict, description="filled in when the run is planned: app -> its build context's object key"
     )
+    fork_from: str | None = Field(
+        None,
+        description="an instance of the same environment to copy instead of loading the data: the new instance "
+        "starts from its current state (a group of rollouts forks one prototype); gone, the data is loaded",
+    )
 
     @field_validator("record")
     @classmethod
@@ -129,7 +134,14 @@ def quick_deploy(config: dict[str, Any]) -> bool:
     sandboxes=apps_in_sandboxes,
 )
 async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
-    """Start an instance of an environment on the gateway and load its data; outputs its URLs and agents."""
+    """Start an instance of an environment on the gateway and load its data (or fork `fork_from`); outputs
+    its URLs and agents."""
+    return await deploy(ctx, config)
+
+
+async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime | None = None) -> dict:
+    """What `deploy_env` does, for the step and for a group's prototype (`expires_at`: the gateway deletes it
+    then, even if no one released it)."""
     record = config.record or env_for_app(config.env)
     gateway = await ctx.gateway()
     instance = instance_id(ctx, ctx.step_id)
@@ -151,13 +163,15 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         "roles": {name: role.model_dump() for name, role in record.roles.items()},
         "agents": config.agents,
         "now": config.now.isoformat() if config.now else None,
+        **({"expires_at": expires_at.isoformat()} if expires_at else {}),
     }
-    await gateway.put_instance(spec)
     data = config.artifacts if config.load_data else []
-    if data:
-        parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in data]
-        await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
-    described = await gateway.get_instance(instance)
+    described = await _fork(gateway, config.fork_from, spec) if config.fork_from else None
+    if described is None:  # (what put and fork answer is what the data leaves as it is: apps, agents, paths)
+        described = await gateway.put_instance(spec)
+        if data:
+            parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in data]
+            await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
     base = await gateway.url_for(instance)  # its gateway's (a pool places each instance on one)
     if isinstance(gateway, GatewayPool):  # so another gateway can take the instance over if this one is lost
         placement = Placement(spec=spec, gateway=base, data=data)
@@ -175,6 +189,19 @@ async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
         **({"sandboxes": sandboxes} if sandboxes else {}),
         **({"images": images} if images else {}),
     }
+
+
+async def _fork(gateway, source: str, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """Fork `source` into the new instance (its description); None when the source is gone (its group ended,
+    or it expired): the step then deploys the environment itself, from the same record and data."""
+    from agentenv.gateway.client import GatewayRefused
+
+    try:
+        return await gateway.fork(source, spec)
+    except GatewayRefused as e:
+        if e.status != 404 or source not in str(e):
+            raise
+        return None
 
 
 async def _start_sandbox(
