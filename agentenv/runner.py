@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentenv import telemetry
 from agentenv.config import Settings
@@ -15,8 +16,12 @@ from agentenv.spec.run import RunInput, RunState
 from agentenv.spec.task import TaskSpec
 from agentenv.stores import keys
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
-    from temporalio.client import Client, WorkflowHandle
+    from temporalio.client import Client, WorkflowHandle, WorkflowUpdateHandle
+
+    from agentenv.stores import Stores
 
 WORKFLOW = "agentenv.TaskRun"
 QUERY_STATE = "state"
@@ -44,10 +49,52 @@ def replan(settings: Settings, run_id: str) -> RunInput:
         stores.close()
 
 
-async def start(client: Client, settings: Settings, inp: RunInput) -> WorkflowHandle:
-    """Record a planned run and start its workflow."""
+async def start(client: Client, settings: Settings, inp: RunInput, *, stores: Stores | None = None) -> WorkflowHandle:
+    """Record a planned run and start its workflow. `stores`: open ones to use (a caller starting many runs
+    keeps them open); by default they are opened for this call."""
+
+    async def launch(options: dict[str, Any]) -> WorkflowHandle:
+        return await client.start_workflow(WORKFLOW, inp, request_eager_start=True, result_type=RunState, **options)
+
+    return await _record_and_start(client, settings, inp, stores, launch)
+
+
+async def start_with_update(
+    client: Client, settings: Settings, inp: RunInput, update: str, args: list[Any], *, stores: Stores | None = None
+) -> tuple[WorkflowHandle, WorkflowUpdateHandle[dict]]:
+    """`start`, with the run's first update sent in the same request and its outcome awaited (one round trip
+    instead of two: e.g. a trainer's first `next_turn`)."""
+    from temporalio.client import WithStartWorkflowOperation, WorkflowUpdateStage
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    async def launch(options: dict[str, Any]) -> tuple[WorkflowHandle, WorkflowUpdateHandle[dict]]:
+        operation: WithStartWorkflowOperation[Any, RunState] = WithStartWorkflowOperation(
+            WORKFLOW, inp, id_conflict_policy=WorkflowIDConflictPolicy.FAIL, result_type=RunState, **options
+        )
+        sent = await client.start_update_with_start_workflow(
+            update,
+            args=args,
+            start_workflow_operation=operation,
+            wait_for_stage=WorkflowUpdateStage.COMPLETED,
+            result_type=dict,
+        )
+        return await operation.workflow_handle(), sent
+
+    return await _record_and_start(client, settings, inp, stores, launch)
+
+
+async def _record_and_start(
+    client: Client,
+    settings: Settings,
+    inp: RunInput,
+    stores: Stores | None,
+    launch: Callable[[dict[str, Any]], Awaitable[T]],
+) -> T:
+    from datetime import datetime
+
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+    from agentenv.stores import open_stores
     from agentenv.temporal.client import ensure_search_attributes
     from agentenv.workflows import attributes, details
 
@@ -64,34 +111,29 @@ async def start(client: Client, settings: Settings, inp: RunInput) -> WorkflowHa
         if use_attributes
         else None
     )
+    options = {
+        "id": run_id,
+        "task_queue": settings.temporal.task_queue,
+        "search_attributes": search,
+        "memo": {"task": {"id": inp.task_id, "version": inp.task_version, "description": inp.description[:500]}},
+        "static_summary": details.static_summary(inp),
+        "static_details": details.static_details(inp),
+    }
     # Recorded before the workflow starts (never after: a fast run could already have recorded its
     # end), so a run is listed at once even if no worker has picked it up yet.
-    from datetime import datetime
-
-    from agentenv.stores import open_stores
-
-    stores = open_stores(settings)
+    opened = stores is None
+    stores = open_stores(settings) if stores is None else stores
     stores.documents.put(keys.RUNS, run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
     try:
         # The run's span: the workflow and its activities continue it (Temporal headers), wherever they run.
         with telemetry.span(f"run {inp.task_id}", run_id=run_id, task_version=inp.task_version):
-            return await client.start_workflow(
-                WORKFLOW,
-                inp,
-                id=run_id,
-                task_queue=settings.temporal.task_queue,
-                search_attributes=search,
-                memo={"task": {"id": inp.task_id, "version": inp.task_version, "description": inp.description[:500]}},
-                static_summary=details.static_summary(inp),
-                static_details=details.static_details(inp),
-                request_eager_start=True,
-                result_type=RunState,
-            )
+            return await launch(options)
     except BaseException:
         stores.documents.delete(keys.RUNS, run_id)
         raise
     finally:
-        stores.close()
+        if opened:
+            stores.close()
 
 
 async def query_state(handle: WorkflowHandle, timeout: float = 5.0) -> RunState:

@@ -89,6 +89,15 @@ async def inject_traceparent(request: Any) -> None:
         propagate.inject(request.headers)
 
 
+def trace_headers(headers: dict[str, str]) -> dict[str, str]:
+    """`headers` with the current trace's context added when tracing is on (for clients that are not httpx)."""
+    if _tracer is not None:
+        from opentelemetry import propagate
+
+        propagate.inject(headers)
+    return headers
+
+
 HTTP_HOOKS: dict[str, list[Any]] = {"request": [inject_traceparent]}  # `event_hooks=` of our servers' clients
 
 

@@ -1,11 +1,13 @@
-"""Trainer episodes: per-episode overhead, workflow start latency, and concurrency per worker.
+"""Trainer episodes beside OpenEnv, measured in the same run: latency, CPU, throughput.
 
-- 20 episodes, one after another, each: start + one turn of 10 tool calls (MCP, one session) + end + result.
-  Per-episode overhead = the episode's wall time minus its workflow start and minus the 10 tool calls
-  (what the framework adds: deploying the env and the agent, offering the turn, taking the answer,
-  grading, recording). Goal <= 50 ms (a peer framework takes ~88 ms for the same shape over WebSocket).
-  Baseline in the same run: the same 10 calls made directly (the tool calls themselves).
-- Concurrency: N episodes at once, each a 5-turn conversation with a hosted scripted partner; turn
+- Rounds (7, order alternated each round, medians of the rounds' p50s): ours, 20 episodes one after another,
+  each start + one turn of 10 tool calls (REST, the trainer's default) + end + result; OpenEnv (bench/peers.py),
+  20 episodes of reset + 10 MCP tool calls on its own env server. Goals: episode p50 <= 2x OpenEnv's; one
+  tool call in an episode <= 1.1x OpenEnv's call; CPU per episode <= 60 ms across all our processes (Temporal
+  server, gateway, worker, trainer: utime+stime from /proc around the round).
+- Throughput: 20 episodes at once, each played back to back, on one worker. Goal >= 30 episodes/s.
+- Per-episode overhead (excluding start and the calls) and the direct-call baseline, as before.
+- Concurrency ladder: N episodes at once, each a 5-turn conversation with a hosted scripted partner; turn
   latency = from end_turn to the next turn being offered. N grows until p99 doubles its N=1 value.
 
 Temporal dev server, gateway and one `agent-env worker` run as their own processes; the trainer here.
@@ -14,15 +16,21 @@ Temporal dev server, gateway and one `agent-env worker` run as their own process
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import statistics
 import subprocess
 import time
 
 from common import AGENT_ENV, isolated_env, row, summarize
+from peers import OpenEnvPeer
 
 EPISODES = 20
 CALLS = 10
 LADDER = (1, 5, 10, 20, 40, 80)
+ROUNDS = 7
+CONCURRENT = 20  # episodes at once for the throughput figure
+PER_PLAYER = 5  # episodes each of them plays back to back
 SAMPLES = 80  # turn latencies per step of the ladder, at least
 
 NOTES = {
@@ -82,7 +90,7 @@ def conversation_task() -> dict:
     return task
 
 
-async def one_episode(episodes, spec) -> dict[str, float]:
+async def one_episode(episodes, spec, call_samples: list[float] | None = None) -> dict[str, float]:
     t0 = time.perf_counter()
     episode = await spec.start(episodes)
     t1 = time.perf_counter()
@@ -92,13 +100,31 @@ async def one_episode(episodes, spec) -> dict[str, float]:
         for n in range(CALLS):
             c = time.perf_counter()
             await tools.call("write_note", {"key": f"n{n}", "text": "x"})
-            calls += time.perf_counter() - c
+            took = time.perf_counter() - c
+            calls += took
+            if call_samples is not None:
+                call_samples.append(took)
     await turn.end("done")
     assert await episode.next_turn() is None
     scores = await episode.result()
     assert scores == {"check": 1.0}, scores
     end = time.perf_counter()
     return {"start": t1 - t0, "total": end - t0, "calls": calls, "overhead": end - t1 - calls}
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (its threads included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def our_pids(settings, worker_pid: int) -> dict[str, int]:
+    """The processes an episode runs in: the daemons' from their pidfiles, the worker, this trainer."""
+    pids = {"worker": worker_pid, "trainer": os.getpid()}
+    for name, pidfile in (("server", "temporal/server.json"), ("gateway", "gateway/gateway.json")):
+        pids[name] = json.loads((settings.state_dir / pidfile).read_text())["pid"]
+    return pids
 
 
 async def direct_calls(episodes, spec) -> float:
@@ -129,7 +155,7 @@ async def conversation(episodes, spec, latencies: list[float]) -> None:
     await episode.result()
 
 
-async def measure_async() -> dict:
+async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
     from agentenv.config import load_settings
     from agentenv.episodes import Episodes, EpisodeSpec
     from agentenv.planning.tasks import parse_task
@@ -138,26 +164,74 @@ async def measure_async() -> dict:
     episodes = await Episodes.connect(settings, worker=False)
     try:
         spec = EpisodeSpec.from_task(parse_task(NOTES, "bench"), ["writer"], turn_timeout=120)
-        for _ in range(3):
+        for _ in range(5):
             await one_episode(episodes, spec)  # warm up: imports, connections, caches
+        pids = our_pids(settings, worker_pid)
         baseline = await direct_calls(episodes, spec)
-        runs = [await one_episode(episodes, spec) for _ in range(EPISODES)]
+
+        ours, theirs, runs, call_samples = [], [], [], []
+        cpu_by_process: dict[str, list[float]] = {name: [] for name in pids}
+
+        async def our_round() -> None:
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            done = [await one_episode(episodes, spec, call_samples) for _ in range(EPISODES)]
+            for name, pid in pids.items():
+                cpu_by_process[name].append((cpu_seconds(pid) - before[name]) / EPISODES * 1000)
+            runs.extend(done)
+            ours.append(summarize([r["total"] for r in done])["median"] * 1000)
+
+        async def their_round() -> None:
+            theirs.append(await asyncio.to_thread(peer.round))  # blocking pipe I/O: keep the loop free
+
+        for r in range(ROUNDS):
+            for play in (our_round, their_round) if r % 2 == 0 else (their_round, our_round):
+                await play()
+
+        episode_p50 = statistics.median(ours)
+        peer_p50 = statistics.median(statistics.median(t["episode_ms"]) for t in theirs)
+        peer_call = statistics.median(statistics.median(t["call_ms"]) for t in theirs)
+        peer_cpu = statistics.median(t["cpu_ms_per_episode"] for t in theirs)
+        call_p50 = summarize(call_samples)["median"] * 1000
+        cpu = {name: statistics.median(samples) for name, samples in cpu_by_process.items()}
+        cpu_total = sum(cpu.values())
         start = summarize([r["start"] for r in runs])
         overhead = summarize([r["overhead"] for r in runs])
-        total = summarize([r["total"] for r in runs])
-        calls = summarize([r["calls"] for r in runs])
-        row("workflow start p50", f"{start['median'] * 1000:.1f} ms", f"p90 {start['p90'] * 1000:.1f} ms")
         row(
-            f"{CALLS} tool calls in an episode p50",
-            f"{calls['median'] * 1000:.1f} ms",
-            f"baseline (direct): {baseline * 1000:.1f} ms",
+            "episode p50 (start + 10 calls + end + result)",
+            f"{episode_p50:.1f} ms",
+            f"OpenEnv (reset + 10 calls) {peer_p50:.1f} ms: {episode_p50 / peer_p50:.2f}x; goal <= 2x",
         )
+        row(
+            "one tool call in an episode p50",
+            f"{call_p50:.2f} ms",
+            f"OpenEnv's call {peer_call:.2f} ms: {call_p50 / peer_call:.2f}x; goal <= 1.1x",
+        )
+        row(
+            "CPU per episode, all processes",
+            f"{cpu_total:.1f} ms",
+            ", ".join(f"{n} {v:.1f}" for n, v in cpu.items()) + f"; OpenEnv {peer_cpu:.1f} ms; goal <= 60 ms",
+        )
+        row("workflow start p50", f"{start['median'] * 1000:.1f} ms", f"p90 {start['p90'] * 1000:.1f} ms")
         row(
             "per-episode overhead p50 (excl. start, calls)",
             f"{overhead['median'] * 1000:.1f} ms",
-            f"p90 {overhead['p90'] * 1000:.1f} ms; goal <= 50 ms (peer ~88 ms)",
+            f"p90 {overhead['p90'] * 1000:.1f} ms; 10 calls made directly: {baseline * 1000:.1f} ms",
         )
-        row("whole episode p50", f"{total['median'] * 1000:.1f} ms", f"{EPISODES} episodes, one after another")
+
+        async def player(done: list[float]) -> None:
+            for _ in range(PER_PLAYER):
+                await one_episode(episodes, spec)
+                done.append(time.perf_counter())
+
+        finished: list[float] = []
+        t0 = time.perf_counter()
+        await asyncio.gather(*(player(finished) for _ in range(CONCURRENT)))
+        throughput = len(finished) / (time.perf_counter() - t0)
+        row(
+            f"episodes per second, {CONCURRENT} at once",
+            f"{throughput:.1f}/s",
+            f"{len(finished)} episodes on one worker (2 cores); goal >= 30/s",
+        )
 
         chat = EpisodeSpec.from_task(parse_task(conversation_task(), "bench"), ["writer"], turn_timeout=120)
         ladder: dict[int, float] = {}
@@ -182,11 +256,19 @@ async def measure_async() -> dict:
             "(the next step of the ladder doubled it)" if len(within) < len(ladder) else "(never doubled up to here)",
         )
         return {
+            "episode_p50_ms": episode_p50,
+            "openenv_episode_p50_ms": peer_p50,
+            "episode_vs_openenv": episode_p50 / peer_p50,
+            "call_p50_ms": call_p50,
+            "openenv_call_p50_ms": peer_call,
+            "call_vs_openenv": call_p50 / peer_call,
+            "cpu_ms_per_episode": cpu_total,
+            "cpu_ms_per_episode_by_process": cpu,
+            "openenv_cpu_ms_per_episode": peer_cpu,
+            "episodes_per_second_at_20": throughput,
             "start_p50_ms": start["median"] * 1000,
             "overhead_p50_ms": overhead["median"] * 1000,
-            "calls_p50_ms": calls["median"] * 1000,
             "direct_calls_ms": baseline * 1000,
-            "episode_p50_ms": total["median"] * 1000,
             "turn_p99_ms_by_concurrency": {n: p * 1000 for n, p in ladder.items()},
             "concurrent_before_p99_doubles": max(within),
         }
@@ -195,14 +277,15 @@ async def measure_async() -> dict:
 
 
 def measure() -> dict:
-    print("episodes (a trainer playing an agent; server, gateway and one worker in their own processes)")
+    print("episodes (a trainer playing an agent; server, gateway and one worker in their own processes) beside OpenEnv")
     env = isolated_env()
     saved = dict(os.environ)
     os.environ.update(env)
     subprocess.run([AGENT_ENV, "server", "start"], env=env, capture_output=True, check=True, timeout=120)
     worker = subprocess.Popen([AGENT_ENV, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return asyncio.run(measure_async())
+        with OpenEnvPeer(episodes=EPISODES) as peer:
+            return asyncio.run(measure_async(peer, worker.pid))
     finally:
         worker.terminate()
         worker.wait(30)

@@ -224,7 +224,7 @@ async def test_the_turn_loop_over_http(settings, worker):
     from conftest import free_port
 
     from agentenv.episodes.http import create_app
-    from agentenv.gateway.embedded import connect
+    from agentenv.gateway.embedded import admin_token, connect
 
     port = free_port()
     server = uvicorn.Server(
@@ -237,7 +237,7 @@ async def test_the_turn_loop_over_http(settings, worker):
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as anonymous:
             assert (await anonymous.post("/episodes", json={})).status_code == 401
-        auth = {"authorization": admin._http.headers["authorization"]}
+        auth = {"authorization": f"Bearer {admin_token(settings)}"}
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=60) as http:
             bad = await http.post("/episodes", json={"task": "refund"})
             assert bad.status_code == 400 and "trainer_agents" in bad.json()["error"]

@@ -118,9 +118,14 @@ class RunActivities:
         )
 
     @activity.defn(name=contract.RECORD_RUN.name)
-    async def record_run(self, state: RunState) -> None:
-        """Upsert the run's record: runs stay listable without Temporal and after its retention."""
+    async def record_run(self, state: RunState, release: list[str] | None) -> None:
+        """Upsert the run's record: runs stay listable without Temporal and after its retention. With `release`
+        (the run's id), then release what the run holds on the gateway (it started no sandbox: see `end_run`)."""
         self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
+        if release:
+            from agentenv.gateway.release import end_run
+
+            await end_run(await self._gateway(), self.stores, release[0])
 
     @activity.defn(name=contract.RELEASE_SANDBOXES.name)
     async def release_sandboxes(self, run_id: str, instances: list[str], sandboxes: bool = True) -> dict[str, Any]:

@@ -3,13 +3,13 @@
     spec = EpisodeSpec.from_task(Task.get("refund"), trainer_agents=["refunds"], turn_timeout=900)
     episode = await spec.start()
     while (turn := await episode.next_turn()) is not None:
-        async with turn.tools() as tools:          # the env's tools, called as this agent's role
+        async with turn.tools() as tools:          # the env's tools (REST), called as this agent's role
             ...                                    # your model reads turn.system_prompt and turn.prompt
         await turn.end(response="Done.")
     scores = await episode.result()                # every score the run recorded, by step id
 
 Turns travel as Temporal updates (an answer sent twice counts once); tool calls go straight to the
-gateway. One `Episodes` connection serves many episodes at once; many processes and machines can
+gateway, over REST on a connection kept across turns (`turn.tools("mcp")` for MCP). One `Episodes` connection serves many episodes at once; many processes and machines can
 play against one Temporal cluster (`agent-env worker` runs the rest of each run).
 """
 
@@ -18,15 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentenv.errors import AgentEnvError
 from agentenv.spec.run import RunState, TurnOffer
 
 if TYPE_CHECKING:
+    from temporalio.client import WorkflowUpdateHandle
+
     from agentenv.config import Settings
     from agentenv.episodes.spec import EpisodeSpec
     from agentenv.gateway.client import GatewayClient
+    from agentenv.keepalive import KeepAliveClient
+    from agentenv.stores import Stores
 
 
 class EpisodeError(AgentEnvError):
@@ -34,7 +38,8 @@ class EpisodeError(AgentEnvError):
 
 
 class Episodes:
-    """A trainer process's connection: Temporal, the gateway, and (by default) a worker in this process."""
+    """A trainer process's connection: Temporal, the gateway, and a worker (by default the embedded server's
+    background one, or one in this process with a cluster)."""
 
     _default: Episodes | None = None
 
@@ -44,11 +49,14 @@ class Episodes:
         if worker is not None:
             self._worker_task = asyncio.create_task(worker.run())
         self._gateway: GatewayClient | None = None
-        self._tokens: dict[tuple[str, str], str] = {}
+        self._stores: Stores | None = None  # where runs are recorded as they start: opened once
+        self._tool_clients: dict[str, KeepAliveClient] = {}  # gateway origin -> trainers' tool calls, kept alive
 
     @classmethod
-    async def connect(cls, settings: Settings | None = None, *, worker: bool = True) -> Episodes:
-        """`worker=False` when workers run elsewhere (`agent-env worker`), e.g. on other machines."""
+    async def connect(cls, settings: Settings | None = None, *, worker: bool | None = None) -> Episodes:
+        """`worker`: None (default) uses the embedded server's background worker (started if need be), or with
+        a cluster runs one in this process; True always runs one in this process; False: workers run elsewhere
+        (`agent-env worker`), e.g. on other machines."""
         from agentenv.config import load_settings
         from agentenv.temporal.client import connect
 
@@ -58,6 +66,12 @@ class Episodes:
 
             await asyncio.to_thread(server.start, settings)
         client = await connect(settings)
+        if worker is None:
+            worker = not settings.embedded
+            if settings.embedded:
+                from agentenv.temporal import background
+
+                await asyncio.to_thread(background.ensure, settings)
         runner = None
         if worker:
             from agentenv.temporal.worker import create_worker
@@ -77,12 +91,32 @@ class Episodes:
             await asyncio.gather(self._worker_task, return_exceptions=True)
         if self._gateway is not None:
             await self._gateway.aclose()
+        for tools in self._tool_clients.values():
+            await tools.aclose()
+        if self._stores is not None:
+            self._stores.close()
 
     async def start(self, spec: EpisodeSpec, *, run_id: str | None = None) -> Episode:
+        """Start an episode of `spec`: its run starts and its first `next_turn` is asked in the same request
+        (the answer is kept for the first `next_turn()`)."""
         from agentenv import runner
 
-        handle = await runner.start_run(self.client, self.settings, spec.task, run_id=run_id)
-        return Episode(self, handle.id)
+        inp = spec.planned(self.settings, run_id or runner.new_run_id(spec.task.id))
+        if self._stores is None:
+            from agentenv.stores import open_stores
+
+            self._stores = open_stores(self.settings)
+        handle, first = await runner.start_with_update(
+            self.client, self.settings, inp, "next_turn", [None], stores=self._stores
+        )
+        return Episode(self, handle.id, first_turn=first)
+
+    async def start_group(self, spec: EpisodeSpec, size: int, *, seeds: list[int] | None = None, **kwargs: Any):
+        """`size` rollouts of `spec` from one start state (its envs deployed once, forked per rollout): an
+        `EpisodeGroup` (agentenv.episodes.group)."""
+        from agentenv.episodes.group import start_group
+
+        return await start_group(self, spec, size, seeds=seeds, **kwargs)
 
     def episode(self, run_id: str) -> Episode:
         """An episode already running (started here or elsewhere), by its run id."""
@@ -90,30 +124,46 @@ class Episodes:
 
     async def token(self, instance: str, agent: str) -> str:
         """The agent's role token, from the gateway (never through Temporal)."""
-        key = (instance, agent)
-        if key not in self._tokens:
-            if self._gateway is None:
-                from agentenv.gateway.embedded import connect
+        if self._gateway is None:
+            from agentenv.gateway.embedded import connect
 
-                self._gateway = await asyncio.to_thread(connect, self.settings)
-            self._tokens[key] = await self._gateway.token(instance, agent)
-        return self._tokens[key]
+            self._gateway = await asyncio.to_thread(connect, self.settings)
+        return await self._gateway.token(instance, agent)
+
+    def tools_client(self, origin: str) -> KeepAliveClient:
+        """The kept-alive client for a gateway's REST tools (one per gateway origin)."""
+        from agentenv.episodes.tools import client_for
+
+        return client_for(self._tool_clients, origin)
 
 
 class Episode:
-    def __init__(self, episodes: Episodes, run_id: str) -> None:
+    def __init__(
+        self, episodes: Episodes, run_id: str, *, first_turn: WorkflowUpdateHandle[dict] | None = None
+    ) -> None:
         self.episodes, self.run_id = episodes, run_id
+        self._first_turn = first_turn  # the first `next_turn`, asked as the run started
         # No run id: updates follow the run through continue-as-new.
         self.handle = episodes.client.get_workflow_handle(run_id, result_type=RunState)
         self.state: RunState | None = None  # the final state, once result() returned
+        self._tokens: dict[tuple[str, str], str] = {}  # (instance, agent) -> role token: held by the episode only
+
+    async def token(self, instance: str, agent: str) -> str:
+        key = (instance, agent)
+        if key not in self._tokens:
+            self._tokens[key] = await self.episodes.token(instance, agent)
+        return self._tokens[key]
 
     async def _update(self, name: str, *args: Any, update_id: str | None = None) -> dict[str, Any] | None:
         """An update, or None when the run is over. Refusals become EpisodeError."""
         from temporalio.client import WorkflowUpdateFailedError
         from temporalio.service import RPCError, RPCStatusCode
 
+        first, self._first_turn = self._first_turn, None
         for attempt in range(50):
             try:
+                if attempt == 0 and first is not None and name == "next_turn" and args == (None,):
+                    return await first.result()  # known already: asked as the run started
                 return await self.handle.execute_update(name, args=list(args), id=update_id, result_type=dict)
             except WorkflowUpdateFailedError as e:
                 cause = e.cause
@@ -190,13 +240,23 @@ class EpisodeTurn:
         return self.offer.conversation
 
     async def token(self) -> str | None:
+        """This turn's agent's role token (fetched once per episode and agent)."""
         if not self.offer.env:
             return None
-        return await self.episode.episodes.token(self.offer.env, self.offer.agent)
+        return await self.episode.token(self.offer.env, self.offer.agent)
 
     @contextlib.asynccontextmanager
-    async def tools(self):
-        """The environment's tools over MCP, as this agent (its role decides what it sees and may call)."""
+    async def tools(self, transport: Literal["rest", "mcp"] = "rest"):
+        """The environment's tools, as this agent (its role decides what it sees and may call): over REST on
+        the connection's kept-alive pool (the fastest), or over an MCP session opened for this turn."""
+        if not self.offer.mcp_url:
+            raise EpisodeError(f"turn {self.id} came with no environment: it has no tools")
+        if transport == "rest":
+            from agentenv.episodes.tools import RestTools, tools_path
+
+            origin, path = tools_path(self.offer.mcp_url)
+            yield RestTools(self.episode.episodes.tools_client(origin), path, await self.token())
+            return
         from agentenv.agents.sdk import Turn
 
         turn = Turn(prompt=self.prompt, mcp_url=self.offer.mcp_url, token=await self.token())

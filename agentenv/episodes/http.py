@@ -10,6 +10,13 @@ agents' role tokens. Bodies and answers are JSON.
     POST /episodes/{ID}/turns/{TURN}/end    {"response": "Done."}                   -> {"ended": TURN}
     POST /episodes/{ID}/abandon             {"reason": "..."}
     GET  /episodes/{ID}/result              waits for the run to end -> {"status", "score", "scores": {step: score}}
+    POST /episodes/groups                   {...as /episodes, "size": 8, "seeds": null}
+                                            -> {"group": ID, "episodes": [ID, ...]}
+    GET  /episodes/groups/{ID}/result       waits for every rollout -> {"group", "results": [result of each, in order]}
+    POST /episodes/groups/{ID}/close        ends the group early (its prototype released) -> {"closed": ID}
+
+A group is `size` rollouts of one task from one start state (agentenv.episodes.group): its envs are deployed
+once and forked per rollout. Each rollout is an episode, driven with the routes above by its ID.
 
 A turn: `id`, `agent`, `role`, `prompt`, `system_prompt`, `conversation`, `deadline_s`, and where its
 agent acts: `mcp_url` (MCP, streamable HTTP) and `tools_url` (REST: GET lists, POST /{name} calls), both
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,8 +40,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentenv.errors import AgentEnvError, from_validation_error
+from agentenv.episodes.group import MAX_SIZE
+from agentenv.errors import AgentEnvError, NotFound, from_validation_error
 from agentenv.guard import HostGuard, tokens_equal
+
+KEPT_GROUPS = 1024  # groups this server remembers (by id) for their result and close routes
 
 
 class StartRequest(BaseModel):
@@ -44,6 +55,11 @@ class StartRequest(BaseModel):
     trainer_agents: list[str] = Field(min_length=1)
     turn_timeout: float = Field(900, gt=0)
     seed: int | None = None
+
+
+class StartGroupRequest(StartRequest):
+    size: int = Field(ge=1, le=MAX_SIZE, description="rollouts in the group")
+    seeds: list[int] | None = Field(None, description="one per rollout; default: every rollout the same seed")
 
 
 class NextTurn(BaseModel):
@@ -66,6 +82,7 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
     from agentenv.gateway.embedded import base_url
 
     state: dict[str, Any] = {}
+    groups: OrderedDict[str, Any] = OrderedDict()  # group id -> EpisodeGroup started here (the newest kept)
     admin = embedded.admin_token(settings)
     gateway_base = base_url(settings)
 
@@ -87,6 +104,8 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
                 return error(401, "this needs the gateway's admin token (Authorization: Bearer aea_...)")
             try:
                 return await handler(request)
+            except NotFound as e:
+                return error(404, str(e))
             except AgentEnvError as e:
                 return error(400, str(e))
 
@@ -95,8 +114,7 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
     def episode(request: Request):
         return state["episodes"].episode(request.path_params["episode"])
 
-    async def start(request: Request) -> Response:
-        body = await body_of(request, StartRequest, "episode")
+    def spec_of(body: StartRequest):
         if isinstance(body.task, dict):
             from agentenv.planning.tasks import parse_task
 
@@ -105,9 +123,39 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
             from agentenv.planning.tasks import find_task
 
             task = find_task(body.task, body.task_name)
-        spec = EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
-        started = await state["episodes"].start(spec)
+        return EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
+
+    async def start(request: Request) -> Response:
+        body = await body_of(request, StartRequest, "episode")
+        started = await state["episodes"].start(spec_of(body))
         return JSONResponse({"episode": started.run_id}, status_code=201)
+
+    async def start_group(request: Request) -> Response:
+        body = await body_of(request, StartGroupRequest, "group")
+        group = await state["episodes"].start_group(spec_of(body), body.size, seeds=body.seeds)
+        groups[group.id] = group
+        while len(groups) > KEPT_GROUPS:  # the oldest is forgotten here; its prototype expires on the gateway
+            groups.popitem(last=False)
+        return JSONResponse({"group": group.id, "episodes": [e.run_id for e in group.episodes]}, status_code=201)
+
+    def group_of(request: Request):
+        group = groups.get(request.path_params["group"])
+        if group is None:
+            raise NotFound(
+                f"no group {request.path_params['group']!r} was started by this server",
+                "start one with POST /episodes/groups (a server remembers its newest groups only)",
+            )
+        return group
+
+    async def group_result(request: Request) -> Response:
+        group = group_of(request)
+        await group.results()
+        return JSONResponse({"group": group.id, "results": [result_of(e) for e in group.episodes]})
+
+    async def close_group(request: Request) -> Response:
+        group = group_of(request)
+        await group.close()
+        return JSONResponse({"closed": group.id})
 
     async def next_turn(request: Request) -> Response:
         body = await body_of(request, NextTurn, "next-turn")
@@ -131,17 +179,16 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
         await episode(request).abandon(body.reason)
         return JSONResponse({"abandoned": body.reason})
 
+    def result_of(played) -> dict[str, Any]:
+        """An ended episode's result (its `result()` returned)."""
+        state = played.state
+        scores = {sid: s.score.value for sid, s in state.steps.items() if s.score is not None}
+        return {"status": state.status.value, "score": state.score, "scores": scores, "error": state.error}
+
     async def result(request: Request) -> Response:
         played = episode(request)
-        scores = await played.result()
-        return JSONResponse(
-            {
-                "status": played.state.status.value,
-                "score": played.state.score,
-                "scores": scores,
-                "error": played.state.error,
-            }
-        )
+        await played.result()
+        return JSONResponse(result_of(played))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -153,6 +200,9 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
         Starlette(
             routes=[
                 Route("/episodes", endpoint(start), methods=["POST"]),
+                Route("/episodes/groups", endpoint(start_group), methods=["POST"]),
+                Route("/episodes/groups/{group}/result", endpoint(group_result), methods=["GET"]),
+                Route("/episodes/groups/{group}/close", endpoint(close_group), methods=["POST"]),
                 Route("/episodes/{episode}/next-turn", endpoint(next_turn), methods=["POST"]),
                 Route("/episodes/{episode}/turns/{turn:path}/end", endpoint(end_turn), methods=["POST"]),
                 Route("/episodes/{episode}/abandon", endpoint(abandon), methods=["POST"]),

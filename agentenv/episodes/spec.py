@@ -7,12 +7,16 @@ the same workflow, so an episode's rewards are exactly the task's scores.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from agentenv.errors import BadInput
+from agentenv.spec.run import RunInput
 from agentenv.spec.task import TaskSpec
+
+if TYPE_CHECKING:
+    from agentenv.config import Settings
 
 
 class EpisodeSpec(BaseModel):
@@ -22,6 +26,16 @@ class EpisodeSpec(BaseModel):
     trainer_agents: list[str] = Field(min_length=1, description="deploy_agent steps the trainer plays (their names)")
     turn_timeout: float = Field(900, gt=0, description="seconds the run waits for each of the trainer's turns")
     seed: int = Field(0, description="seeds everything seeded in the run; recorded on it")
+    # The task planned once (records pinned, data stored) for the settings it was planned with: each episode
+    # is that plan under a new run id, so starting one does no planning.
+    _planned: tuple[Any, RunInput] | None = PrivateAttr(None)
+
+    def planned(self, settings: Settings, run_id: str) -> RunInput:
+        if self._planned is None or self._planned[0] is not settings:
+            from agentenv.planning.runs import plan
+
+            self._planned = (settings, plan(self.task, run_id, settings))
+        return self._planned[1].model_copy(update={"run_id": run_id})
 
     @classmethod
     def from_task(
@@ -60,7 +74,9 @@ class EpisodeSpec(BaseModel):
         """The same episode with another seed (e.g. a Gymnasium reset(seed=...))."""
         task = self.task.model_copy(update={"seed": seed})
         task._bundle = self.task.bundle
-        return self.model_copy(update={"task": task, "seed": seed})
+        episode = self.model_copy(update={"task": task, "seed": seed})
+        episode._planned = None  # another seed: another plan
+        return episode
 
     async def start(self, episodes=None, *, run_id: str | None = None):
         """Start the episode's run. `episodes`: an `Episodes` connection (default: this process's)."""
@@ -68,6 +84,13 @@ class EpisodeSpec(BaseModel):
 
         episodes = episodes or await Episodes.default()
         return await episodes.start(self, run_id=run_id)
+
+    async def start_group(self, size: int, episodes=None, *, seeds: list[int] | None = None, **kwargs: Any):
+        """`size` rollouts from one start state (agentenv.episodes.group): `.episodes`, `await .results()`."""
+        from agentenv.episodes.client import Episodes
+
+        episodes = episodes or await Episodes.default()
+        return await episodes.start_group(self, size, seeds=seeds, **kwargs)
 
 
 def _sides(config: dict[str, Any]) -> set[str]:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from json import dumps
 from typing import Any
-
-import httpx2 as httpx
+from urllib.parse import urlencode
 
 from agentenv import telemetry, tls
 from agentenv.errors import AgentEnvError
+from agentenv.keepalive import KeepAliveClient, Reply
+
+MAX_ANSWER = 1024 * 1024 * 1024 + 1024  # the largest answer: a snapshot (the gateway's own limit on them)
+
+
+FORK_FIELDS = ("id", "run_id", "agents", "now", "apps")  # what a fork takes of a new instance's spec
 
 
 class GatewayUnavailable(AgentEnvError):
@@ -21,16 +27,16 @@ class GatewayRefused(AgentEnvError):
 
 
 class GatewayClient:
+    """Every call is a small JSON request to one origin, many per run: a keep-alive client (agentenv.keepalive)
+    carries them; the admin token goes only to this gateway."""
+
     def __init__(self, base_url: str, admin_token: str | None = None, *, timeout: float = 60.0) -> None:
+        from urllib.parse import urlsplit
+
         self.base_url = base_url.rstrip("/")
-        headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=timeout,
-            verify=tls.context(),
-            event_hooks=telemetry.HTTP_HOOKS,  # the run's trace continues in the gateway
-        )
+        self._prefix = urlsplit(self.base_url).path  # a gateway served under a path (behind a proxy)
+        self._headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
+        self._http = KeepAliveClient(self.base_url, timeout=timeout, ssl_context=tls.context(), max_body=MAX_ANSWER)
 
     async def __aenter__(self) -> GatewayClient:
         return self
@@ -41,21 +47,31 @@ class GatewayClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs) -> httpx.Response:
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        headers = {**self._headers, **(headers or {})}
+        body = content or b""
+        if json is not None:
+            body, headers["content-type"] = dumps(json).encode(), "application/json"
+        target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
         try:
-            response = await self._http.request(method, path, **kwargs)
-        except httpx.TransportError as e:
+            reply = await self._http.request(method, target, headers=telemetry.trace_headers(headers), body=body)
+        except (OSError, TimeoutError) as e:
             raise GatewayUnavailable(
-                f"the gateway at {self.base_url} did not answer ({e})",
+                f"the gateway at {self.base_url} did not answer ({e!r})",
                 "start it with `agent-env gateway start`, or check [gateway] url",
             ) from None
-        if response.status_code >= 400:
-            try:
-                message = response.json().get("error", response.text)
-            except ValueError:
-                message = response.text
-            raise GatewayRefused(response.status_code, message)
-        return response
+        if reply.status >= 400:
+            raise GatewayRefused(reply.status, reply.error())
+        return reply
 
     async def _json(self, method: str, path: str, **kwargs) -> Any:
         return (await self._request(method, path, **kwargs)).json()
@@ -66,6 +82,12 @@ class GatewayClient:
 
     async def get_instance(self, instance: str) -> dict[str, Any]:
         return await self._json("GET", f"/admin/instances/{instance}")
+
+    async def fork(self, source: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """A new instance (`spec`'s id, run, agents, time and apps at URLs) starting from `source`'s current
+        state, on the gateway holding it. Idempotent on the new id."""
+        body = {k: spec[k] for k in FORK_FIELDS if k in spec}
+        return await self._json("POST", f"/admin/instances/{source}/fork", json=body)
 
     async def list_instances(self) -> list[dict[str, Any]]:
         return (await self._json("GET", "/admin/instances"))["instances"]
@@ -142,7 +164,7 @@ class GatewayClient:
         )
 
     async def snapshot(self, instance: str) -> bytes:
-        return (await self._request("GET", f"/admin/instances/{instance}/snapshot")).content
+        return (await self._request("GET", f"/admin/instances/{instance}/snapshot")).body
 
     async def restore(self, instance: str, blob: bytes) -> None:
         await self._request("PUT", f"/admin/instances/{instance}/snapshot", content=blob)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentenv.config import Settings
 from agentenv.errors import BadInput, NotFound
-from agentenv.spec.run import RunInput, StepPlan
+from agentenv.spec.run import BEHAVIOUR, RunInput, StepPlan
 from agentenv.spec.task import TaskSpec
 from agentenv.spec.world_state import WorldSpec
 from agentenv.steps import registry
@@ -81,6 +81,7 @@ def _plan(task: TaskSpec, run_id: str, context: Any, search_attributes: bool) ->
         world=world,
         pins=pins,
         timeout=task.timeout,
+        behaviour=BEHAVIOUR,
     )
 
 
@@ -194,7 +195,7 @@ def replan(stores: Stores, record: dict[str, Any], run_id: str) -> RunInput:
             f"the stored plan of run {original} does not match its digest {digest}: it was altered",
             "run the task again with `agent-env run`; the stored plan cannot be trusted",
         )
-    inp = RunInput.model_validate({**document, "run_id": run_id})
+    inp = RunInput.model_validate({**document, "run_id": run_id, "behaviour": BEHAVIOUR})  # a new run: today's
     inp.pins.update(plan=digest, rerun_of=original)
     return inp
 

@@ -135,6 +135,12 @@ def builtin_traits(step_type: Any, config: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+# The workflow behaviour runs planned now are started with. A run started before it (0, inputs without the
+# field) asks its history which changes it was recorded with (workflow.patched, a marker and a search
+# attribute upsert each); a run started with it takes them all and records no patch markers.
+BEHAVIOUR = 1
+
+
 class RunInput(BaseModel):
     """The workflow's input. Holds no secrets: specs carry `secret:NAME` references only."""
 
@@ -150,6 +156,7 @@ class RunInput(BaseModel):
     world: WorldSpec | None = None  # clock, personas and triggers, when the task has any
     pins: dict[str, Any] = Field(default_factory=dict)  # seed, versions of agentenv, task, envs, agents, models
     timeout: timedelta | None = None  # the whole run's limit, from its start (carried through continue-as-new)
+    behaviour: int = 0  # BEHAVIOUR when planned (0: started before it, so patches decide)
 
 
 class StepCall(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import TYPE_CHECKING
 
 from agentenv import telemetry, waiting
@@ -104,8 +105,19 @@ async def connect(
         ) from None
 
 
+# (client, namespace) -> whether our search attributes are usable: asked once per client, not per run started.
+_ATTRIBUTES_CHECKED: weakref.WeakKeyDictionary[Client, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
 async def ensure_search_attributes(client: Client, namespace: str) -> bool:
     """Register our search attributes if missing. False if the cluster does not let us (e.g. Cloud API keys)."""
+    checked = _ATTRIBUTES_CHECKED.setdefault(client, {})
+    if namespace not in checked:
+        checked[namespace] = await _register_search_attributes(client, namespace)
+    return checked[namespace]
+
+
+async def _register_search_attributes(client: Client, namespace: str) -> bool:
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
     from temporalio.service import RPCError
 

@@ -14,7 +14,7 @@ from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from agentenv.spec.run import RunInput, RunState, StepStatus
+    from agentenv.spec.run import BEHAVIOUR, RunInput, RunState, StepStatus
     from agentenv.spec.times import iso
     from agentenv.spec.world_state import MAX_FIELD_BYTES, clip, json_size
     from agentenv.workflows import attributes, details
@@ -30,6 +30,12 @@ MAX_CARRIED_EVENTS = 1000  # world events carried across continue-as-new (the re
 # Patches (workflow.patched) keep histories recorded before these changes replaying.
 PATCH_BOUNDS = "poison-bounds"  # bounded state, events, hit updates counted
 PATCH_RELEASE_ALL = "release-all-at-end"  # a run's end releases its instances and hosted agents, not only sandboxes
+
+
+def changed(inp: RunInput, patch: str) -> bool:
+    """Whether this run takes the change `patch` names: runs planned with today's behaviour always do (no
+    marker in history); runs started before ask their history (workflow.patched)."""
+    return inp.behaviour >= BEHAVIOUR or workflow.patched(patch)
 
 
 def history_is_long(inp: RunInput, updates: int) -> bool:
@@ -58,7 +64,7 @@ async def drain_and_continue_as_new(run: TaskRun) -> None:
     run.world_driver.stop_pacing()
     run.trainer.close("continued")  # trainers waiting for a turn ask the next run
     await workflow.wait_condition(workflow.all_handlers_finished)
-    if workflow.patched(PATCH_BOUNDS):
+    if changed(run.inp, PATCH_BOUNDS):
         bound_state(run.state, MAX_CARRIED_EVENTS)
     workflow.continue_as_new(run.inp.model_copy(update={"carried": run.state}))
 
@@ -85,17 +91,44 @@ async def conclude(run: TaskRun) -> None:
         result["virtual_time"] = iso(world.now(run.world_driver.now_real()))
         result["events"] = len(world.state.events) + sum(world.state.dropped.values())
     workflow.upsert_memo({"result": result})
-    await _release(run)
-    if workflow.patched(PATCH_BOUNDS):
+    # Runs planned today release what holds no sandbox in the same local activity that records them (one
+    # hop less at every run's end); sandboxes are removed by a regular activity, with heartbeats.
+    quick = run.inp.behaviour >= BEHAVIOUR and not _started_sandboxes(run)
+    release = _release_all(run) if quick else None
+    if not quick:
+        await _release(run)
+    if changed(run.inp, PATCH_BOUNDS):
         bound_state(state)
     workflow.set_current_details(details.finished_details(state))
-    await workflow.execute_local_activity(
-        RECORD_RUN.name,
-        state,
-        start_to_close_timeout=timedelta(seconds=30),
-        retry_policy=QUICK_RETRY,
-        summary=f"record the run ({state.status.value})",
-    )
+    try:
+        await workflow.execute_local_activity(
+            RECORD_RUN.name,
+            args=[state, release],  # always both: the SDK drops the type hints when the count differs
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=QUICK_RETRY,
+            summary=f"record the run ({state.status.value})" + (" and release what it holds" if release else ""),
+        )
+    except ActivityError as e:
+        if release is None:
+            raise
+        # Recorded on its first attempt; what it holds on the gateway is the reaper's now (its run is over).
+        workflow.logger.warning("releasing the run's instances failed: %s", e.cause or e)
+
+
+def _started_sandboxes(run: TaskRun) -> list[str]:
+    plans, steps = run.plans, run.state.steps
+    return [
+        sid
+        for sid in plans
+        if plans[sid].sandboxes and steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)
+    ]
+
+
+def _release_all(run: TaskRun) -> list[str] | None:
+    """What the record activity releases: the run's id when it used the gateway (instances, hosted agents)."""
+    plans, steps = run.plans, run.state.steps
+    ran = [sid for sid in plans if steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
+    return [run.inp.run_id] if any(plans[sid].deploys_env or plans[sid].deploys_agent for sid in ran) else None
 
 
 async def _release(run: TaskRun) -> None:
@@ -105,7 +138,7 @@ async def _release(run: TaskRun) -> None:
     started = [sid for sid in ran if plans[sid].sandboxes]
     # Whatever else the run holds on the gateway (instances, hosted agents) is released too.
     used_gateway = any(plans[sid].deploys_env or plans[sid].deploys_agent for sid in ran)
-    if not started and not (used_gateway and workflow.patched(PATCH_RELEASE_ALL)):
+    if not started and not (used_gateway and changed(run.inp, PATCH_RELEASE_ALL)):
         return
     # Env instances are retired on the gateway too; agents' sandboxes are only removed (with all the run's).
     instances = [f"{run.inp.run_id}.{sid}" for sid in started if plans[sid].deploys_env]

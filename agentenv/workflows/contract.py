@@ -79,7 +79,8 @@ class Activity(Generic[R]):
 
 
 RUN_STEP = Activity("agentenv.run_step", (StepCall,), StepOutcome)
-RECORD_RUN = Activity("agentenv.record_run", (RunState,), type(None))
+# (the final state, [run id] to release what it holds on the gateway first, or none)
+RECORD_RUN = Activity("agentenv.record_run", (RunState, list[str] | None), type(None))
 # (instance, the resolved action, idempotency key, cause, virtual time) -> its outcome as logged, plus `hits`
 WORLD_ACTION = Activity("agentenv.world_action", (str, dict[str, Any], str, str, str | None), dict[str, Any])
 PUSH_WORLD = Activity("agentenv.push_world", (list[tuple[str, WorldPush]],), list[Hit])

@@ -64,7 +64,7 @@ class TaskRun:
     @workflow.update(name="trigger_hit")
     async def trigger_hit(self, hit: TriggerHit) -> HitAck:
         """A condition an agent's call made true (sent by the gateway)."""
-        if workflow.patched(continuation.PATCH_BOUNDS):
+        if continuation.changed(self.inp, continuation.PATCH_BOUNDS):
             self.updates += 1  # counted toward the run's update budget, so it continues as new in time
         try:
             ack = await self.world_driver.on_hit(hit)

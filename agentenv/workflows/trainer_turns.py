@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from agentenv.agents import conversation
     from agentenv.spec.run import StepOutcome, StepPlan, StepStatus, TrainerProgress, TurnOffer
     from agentenv.spec.templates import resolve
+    from agentenv.workflows.continuation import changed
     from agentenv.workflows.contract import (
         AGENT_ASK,
         PROMPT_FINISH,
@@ -162,7 +163,7 @@ class TrainerTurns:
                     deadline=deadline,
                     seed=config.seed,
                 )
-                if workflow.patched(PATCH_ASK_TAIL):  # not the whole transcript on every turn
+                if changed(self.run.inp, PATCH_ASK_TAIL):  # not the whole transcript on every turn
                     ask.transcript = conversation.tail(progress.transcript, MAX_ASK_TRANSCRIPT_BYTES)
                     ask.turn = conversation.turn_number(progress.transcript, side)
                 answer = await workflow.execute_activity(
