@@ -302,8 +302,8 @@ async def test_a_run_with_10000_calls_pages_quickly(tmp_path):
 
 
 async def test_agent_env_up_serves_the_explorer_behind_a_one_time_link(server, finished_runs, settings):
-    """The real command: it finds Temporal and the gateway running, starts a worker of its own (no worker polls
-    its task queue), prints a link that signs in once, and stops on Ctrl-C."""
+    """The real command: it finds Temporal and the gateway running, starts the background worker for its task
+    queue (it outlives the explorer), prints a link that signs in once, and stops on Ctrl-C."""
     from agentenv.gateway.embedded import admin_token
 
     workplace, _ = finished_runs
@@ -331,8 +331,13 @@ async def test_agent_env_up_serves_the_explorer_behind_a_one_time_link(server, f
         proc.send_signal(signal.SIGINT)
         rest, _ = await asyncio.wait_for(proc.communicate(), 30)
         output += rest.decode()
+        stop = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agentenv", "worker", "stop", stdout=asyncio.subprocess.PIPE, env=env
+        )
+        stopped = (await asyncio.wait_for(stop.communicate(), 60))[0].decode()
     assert proc.returncode in (0, 130), output
-    assert "worker on task queue 'agentenv-explorer-up-tests' in this process" in output
+    assert re.search(r"background worker started \(pid (\d+)\)", output), output
+    assert "stopped" in stopped, stopped  # the worker `up` started was still running after the explorer stopped
     assert admin_token(settings) not in output
 
 

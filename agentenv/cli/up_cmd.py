@@ -1,8 +1,9 @@
 """`agent-env up`: everything a local install needs, running, and the explorer in the foreground.
 
-It starts what is not running (the embedded Temporal server and gateway, when none is configured; a worker,
-in this process, when none polls the task queue), then serves the explorer on 127.0.0.1 until Ctrl-C. The
-way in is a one-time link printed here (Enter prints a new one): the page never sees the admin token.
+It starts what is not running (the embedded Temporal server, gateway and background worker, when none is
+configured; with a cluster, a worker in this process when none polls the task queue), then serves the
+explorer on 127.0.0.1 until Ctrl-C. The way in is a one-time link printed here (Enter prints a new one):
+the page never sees the admin token.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from agentenv.config import Settings, load_settings
 from agentenv.errors import BadInput
 
 if TYPE_CHECKING:
-    from temporalio.client import Client
-
     from agentenv.explorer.auth import Door
 
 HOST = "127.0.0.1"
@@ -54,6 +53,7 @@ async def _up(settings: Settings, sock: socket.socket, open_browser: bool) -> in
     from agentenv.explorer.auth import Door
     from agentenv.explorer.server import create_app
     from agentenv.temporal.client import connect
+    from agentenv.temporal.worker import create_worker, workers_polling
 
     client = await connect(settings, on_notice=notice)
     if not settings.gateway.urls():
@@ -62,11 +62,14 @@ async def _up(settings: Settings, sock: socket.socket, open_browser: bool) -> in
         info, started = await asyncio.to_thread(embedded.start, settings, on_notice=notice)
         console().print(f"gateway {'started' if started else 'running'} at http://{info.address}")
     worker_task = None
-    if await _workers_polling(client, settings):
+    if settings.embedded:  # the embedded server's background worker: it outlives this explorer
+        from agentenv.temporal import background
+
+        info, started = await asyncio.to_thread(background.start, settings, on_notice=notice)
+        console().print(f"background worker {'started' if started else 'running'} (pid {info.pid})")
+    elif await workers_polling(client, settings):
         console().print(f"a worker already polls task queue '{settings.temporal.task_queue}'")
     else:
-        from agentenv.temporal.worker import create_worker
-
         worker_task = asyncio.create_task(create_worker(client, settings).run())
         console().print(f"worker on task queue '{settings.temporal.task_queue}' in this process")
     door = Door()
@@ -111,22 +114,3 @@ def _new_links_on_enter(base: str, door: Door) -> bool:
 
     threading.Thread(target=read, daemon=True, name="explorer-links").start()
     return True
-
-
-async def _workers_polling(client: Client, settings: Settings) -> bool:
-    """Whether a worker polled the task queue lately (Temporal lists its recent pollers)."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-    try:
-        answer = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=settings.temporal.namespace,
-                task_queue=TaskQueue(name=settings.temporal.task_queue),
-                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-            )
-        )
-    except Exception:  # noqa: BLE001 - unknown: run one here (two workers on a queue are fine)
-        return False
-    return bool(answer.pollers)
