@@ -120,6 +120,20 @@ def test_state_survives_reopening(tmp_path):
     again.close()
 
 
+def test_new_instances_start_empty_from_the_prepared_file_and_in_wal_mode(tmp_path):
+    """New instances are written from one template per schema: each starts empty, whatever another wrote."""
+    first = AppInstance(Notes, tmp_path / "a")
+    first.call("write_note", {"key": "a", "text": "only here"}, CTX)
+    second = AppInstance(Notes, tmp_path / "b")
+    try:
+        assert second.call("list_notes", {}, CTX)["count"] == 0
+        assert second.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert not list((tmp_path / "b").glob(".*.part")), "the file is made whole, then moved into place"
+    finally:
+        first.close()
+        second.close()
+
+
 def test_snapshot_and_restore_of_10k_rows_are_cheap(notes, tmp_path):
     notes.load({"notes": [{"key": f"k{i}", "text": "x" * 50, "updated_at": "t"} for i in range(10_000)]})
     t = time.perf_counter()

@@ -150,6 +150,28 @@ async def test_calls_are_stamped_and_recorded(desk):
     assert [e["seq"] for e in entries] == sorted(e["seq"] for e in entries)
 
 
+async def test_a_trajectory_longer_than_a_page_is_read_whole_and_a_short_page_ends_the_read(desk, monkeypatch):
+    from agentenv.gateway import trajectory
+
+    gateway, base, admin = desk
+    for _ in range(7):
+        await admin.call_as("desk-1", "get_time", {"zone": "UTC"}, role="support")
+    everything = await admin.trajectory("desk-1")
+    monkeypatch.setattr(trajectory, "PAGE", 3)
+    pages = []
+    original = admin._json
+
+    async def counted(method, path, **kwargs):
+        reply = await original(method, path, **kwargs)
+        pages.append(len(reply["entries"]))
+        return reply
+
+    monkeypatch.setattr(admin, "_json", counted)
+    assert await admin.trajectory("desk-1") == everything and len(everything) >= 7
+    full, rest = divmod(len(everything), 3)
+    assert pages == [3] * full + ([rest] if rest else [0]), pages  # no empty page asked after a short one
+
+
 async def test_rest_and_card(desk):
     gateway, base, admin = desk
     sam = await admin.token("desk-1", "sam")

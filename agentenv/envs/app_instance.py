@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from agentenv.envs.app import App, ToolError, ToolSpec
 from agentenv.envs.context import Ctx
 from agentenv.errors import BadInput
+from agentenv.sqlite_files import connect, create
 
 DB_FILE = "app.sqlite"
 _CALLS_TABLE = "CREATE TABLE IF NOT EXISTS _agentenv_calls (key TEXT PRIMARY KEY, result TEXT NOT NULL)"
@@ -70,14 +71,10 @@ class AppInstance:
         self.app = app_cls(self.db)
 
     def _open(self) -> sqlite3.Connection:
-        fresh = not self.path.exists()
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA foreign_keys=ON")
-        if fresh and self.app_cls.schema:
-            db.executescript(self.app_cls.schema)
-        db.execute(_CALLS_TABLE)
+        if self.app_cls.schema and not self.path.exists():
+            create(self.path, f"{self.app_cls.schema};\n{_CALLS_TABLE};")
+        db = connect(self.path, check_same_thread=False)
+        db.execute(_CALLS_TABLE)  # files made before the table existed, and apps without a schema
         return db
 
     def close(self) -> None:

@@ -172,12 +172,12 @@ class GatewayClient:
     async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
         """Every entry after `after`, however many: the gateway answers a page at a time."""
         entries: list[dict[str, Any]] = []
-        while page := (await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"after": after}))[
-            "entries"
-        ]:
-            entries += page
-            after = page[-1]["seq"]
-        return entries
+        while True:
+            reply = await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"after": after})
+            entries += reply["entries"]
+            if not reply["entries"] or not reply.get("more", True):  # a gateway that does not say: ask again
+                return entries
+            after = reply["entries"][-1]["seq"]
 
     async def parked_hits(self, run_id: str) -> list[dict[str, Any]]:
         """Trigger hits of the run that the gateway stopped delivering, each with its error."""

@@ -25,6 +25,7 @@ from agentenv.agents.host import DeployRequest
 from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.gateway import tokens
+from agentenv.gateway import trajectory as trajectories
 from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.metrics import CONTENT_TYPE
 from agentenv.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, named_body, parse
@@ -322,13 +323,14 @@ async def restore(request: Request, instance: str, gateway: GatewayDep) -> Respo
 
 @router.get("/admin/instances/{instance}/trajectory", tags=["instances"])
 async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last: str | None = None) -> Response:
-    """Trajectory entries after seq `after` (or only the last one)."""
+    """Trajectory entries after seq `after`, a page at a time (`more`: a full page, ask again after its last
+    seq), or only the last one."""
     try:
         after_seq = int(after or 0)
     except ValueError:
         raise GatewayError(400, "`after` must be an entry's seq number") from None
     entries = await gateway.read_trajectory(instance, after_seq, last=last in ("1", "true"))
-    return JSONResponse({"entries": entries})
+    return JSONResponse({"entries": entries, "more": len(entries) >= trajectories.PAGE})
 
 
 # -- runs --

@@ -16,9 +16,12 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from agentenv import sqlite_files
+
 log = logging.getLogger("agentenv.gateway.trajectory")
 
 MAX_FIELD_BYTES = 64 * 1024
+PAGE = 10_000  # entries a read returns at most; a full page means there may be more
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -139,13 +142,10 @@ class TrajectoryWriter:
         while len(self._connections) >= self.max_open:
             self._drop(next(iter(self._connections)))
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(path, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-        except BaseException:
-            db.close()
-            raise
+        if not path.exists():
+            sqlite_files.create(path, SCHEMA)
+        # synchronous=NORMAL: no fsync per batch (each read of a run's calls waits for the writer)
+        db = sqlite_files.connect(path)
         self._connections[path] = db
         return db
 
@@ -162,10 +162,11 @@ class TrajectoryWriter:
         log.error("%s (%d entries lost so far)", self.failure, self.lost)
 
 
-def read(path: Path, after: int = 0, limit: int = 10_000, *, last: bool = False) -> list[dict[str, Any]]:
+def read(path: Path, after: int = 0, limit: int | None = None, *, last: bool = False) -> list[dict[str, Any]]:
     """Entries after `after` in order; with `last`, only the latest one (where a reader should start)."""
     if not path.exists():
         return []
+    limit = PAGE if limit is None else limit
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         if last:
