@@ -49,7 +49,7 @@ class Tools:
         from mcp.server import MCPServer
 
         self.calls: list[float] = []
-        mcp = MCPServer("bench")
+        mcp = MCPServer("bench", log_level="WARNING")  # its default sets up INFO logging for the whole process
 
         @mcp.tool()
         def ping() -> str:

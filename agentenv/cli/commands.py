@@ -212,14 +212,15 @@ def up(
     port: Annotated[int, typer.Option(help="The explorer's port on 127.0.0.1 (0: any free port).")] = 8234,
     open_browser: Annotated[bool, typer.Option("--open/--no-open", help="Open the one-time link in a browser.")] = True,
 ) -> None:
-    """Start what is not running (the embedded Temporal server and gateway, a worker) and serve the explorer.
+    """Start what is not running (the embedded Temporal server, gateway and background worker) and serve the
+    explorer.
 
     The explorer is a web page on 127.0.0.1 showing runs (filter by task, status, score, time; live while they
     go), each run's steps, world timeline in virtual time, tool calls, conversations, scores and artifacts, and
     the registry. Only you get in: open the one-time link printed here (it works once, for 5 minutes; press
-    Enter for a new one). A worker runs in this process unless one already polls the task queue. Ctrl-C stops
-    the explorer and this process's worker; the Temporal server and gateway keep running (`agent-env server
-    stop`, `agent-env gateway stop`)."""
+    Enter for a new one). With a Temporal cluster, a worker runs in this process unless one already polls the
+    task queue. Ctrl-C stops the explorer (and that worker); the server, gateway and background worker keep
+    running (`agent-env server stop` stops them)."""
     from agentenv.cli.up_cmd import up_command
 
     raise typer.Exit(up_command(port, open_browser))
