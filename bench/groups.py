@@ -12,6 +12,7 @@ medians are reported.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import episodes as episode_bench
 from common import AGENT_ENV, isolated_env, row, summarize
 
 SIZE = 8
@@ -29,41 +31,12 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def task(notes: int) -> dict:
-    return {
-        "id": "bench-group",
-        "steps": [
-            {"id": "pad", "type": "deploy_env", "config": {"env": "pad"}},
-            {
-                "id": "writer",
-                "type": "deploy_agent",
-                "depends_on": ["pad"],
-                "config": {
-                    "env": "pad",
-                    "record": {
-                        "name": "writer",
-                        "type": "scripted",
-                        "role": "agent",
-                        "config": {"turns": [[{"say": "unused"}]]},
-                    },
-                },
-            },
-            {
-                "id": "write",
-                "type": "prompt_agent",
-                "depends_on": ["writer"],
-                "config": {"agent": "writer", "prompt": "Write ten notes."},
-            },
-            {
-                "id": "check",
-                "type": "check_state",
-                "depends_on": ["write"],
-                "config": {
-                    "env": "pad",
-                    "checks": [{"name": "ten more", "tool": "list_notes", "path": "count", "equals": notes + CALLS}],
-                },
-            },
-        ],
-    }
+    """The episodes benchmark's task on the env `pad`, which loads `notes` notes first."""
+    spec = copy.deepcopy(episode_bench.NOTES)
+    spec["id"] = "bench-group"
+    spec["steps"][0]["config"]["env"] = "pad"
+    spec["steps"][3]["config"]["checks"][0] |= {"name": "ten more", "equals": notes + CALLS}
+    return spec
 
 
 def bundle(notes: int) -> Path:
