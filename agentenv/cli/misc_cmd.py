@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentenv.cli.output import console, notice
+from agentenv.cli.output import console, not_running_line, notice
 from agentenv.config import load_settings
 from agentenv.errors import BadInput
 
@@ -86,9 +86,7 @@ def server_status_command() -> int:
             console().print(f"  web UI: {st.info.ui_url}")
     else:
         console().print(
-            "not running"
-            + (" (stale pidfile; the next start removes it)" if st.stale_pidfile else "")
-            + " — start it with `agent-env server start`, or just `agent-env run`"
+            not_running_line(st.stale_pidfile, "start it with `agent-env server start`, or just `agent-env run`")
         )
     console().print(f"  data: {st.paths.db}\n  log:  {st.paths.log}")
     return 0 if st.running else 1
@@ -118,9 +116,5 @@ def gateway_command(action: str) -> int:
     if st.running and st.info:
         console().print(f"running at http://{st.info.address} (pid {st.info.pid})\n  log: {st.info.log}")
         return 0
-    console().print(
-        "not running"
-        + (" (stale pidfile; the next start removes it)" if st.stale_pidfile else "")
-        + " — `agent-env gateway start`, or just `agent-env run`"
-    )
+    console().print(not_running_line(st.stale_pidfile, "`agent-env gateway start`, or just `agent-env run`"))
     return 1

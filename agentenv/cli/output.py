@@ -55,6 +55,12 @@ def notice(message: str) -> None:
     err_console().print(f"[yellow]note:[/] {escape(message)}")
 
 
+def not_running_line(stale_pidfile: bool, how_to_start: str) -> str:
+    """What `agent-env server|gateway|worker status` says of a daemon that is not running."""
+    stale = " (stale pidfile; the next start removes it)" if stale_pidfile else ""
+    return f"not running{stale} — {how_to_start}"
+
+
 def fmt_ms(ms: float | None) -> str:
     if ms is None:
         return ""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentenv.cli import aio
-from agentenv.cli.output import Progress, console, notice, summary_line
+from agentenv.cli.output import Progress, console, not_running_line, notice, summary_line
 from agentenv.config import Settings, load_settings
 from agentenv.spec.run import RunInput, RunStatus
 
@@ -279,11 +279,7 @@ def background_command(action: str) -> int:
         fresh = "" if st.current else " — out of date: the next `agent-env run` or `agent-env worker start` replaces it"
         console().print(f"running (pid {st.info.pid}) on task queue '{queue}'{fresh}\n  log: {st.info.log}")
         return 0
-    console().print(
-        "not running"
-        + (" (stale pidfile; the next start removes it)" if st.stale_pidfile else "")
-        + " — `agent-env worker start`, or just `agent-env run`"
-    )
+    console().print(not_running_line(st.stale_pidfile, "`agent-env worker start`, or just `agent-env run`"))
     return 1
 
 
