@@ -15,9 +15,13 @@ def connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection
     """Autocommit, WAL, `synchronous=NORMAL`: a commit is safe from a killed process once in the
     write-ahead log (only an OS crash could lose the last ones), without an fsync on every commit."""
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread, timeout=30)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("PRAGMA foreign_keys=ON")
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA foreign_keys=ON")
+    except BaseException:
+        db.close()  # a damaged file or a full disk: no half-set-up connection left open
+        raise
     return db
 
 
