@@ -52,6 +52,7 @@ async def test_refund_episode_rewards_are_the_task_scores(episodes, settings):
     await turn.end("Refunded CH-5002 and solved TCK-1004.")
     await turn.end("Refunded CH-5002 and solved TCK-1004.")  # a retried call counts once
     assert await episode.next_turn() is None
+    assert await updates_taken(episode) == ["next_turn", "next_turn", "answer"]
     scores = await episode.result()
     state = episode.state
     assert state.status is RunStatus.PASSED and scores == {"grade": 1.0}, state
@@ -85,6 +86,18 @@ async def test_trainer_plays_the_customer_against_a_hosted_support_agent(episode
     assert episode.state.status is RunStatus.PASSED, episode.state
     assert scores == {"grade": 1.0, "owner": 1.0, "verdict": 1.0}
     assert said[0].startswith("Morgan, I'm sorry about this.") and said[1].startswith("Done: TCK-2001")
+    # Each answer asked for the next turn too: the run took one update per turn, not two.
+    assert await updates_taken(episode) == ["next_turn", "answer", "answer"]
+
+
+async def updates_taken(episode) -> list[str]:
+    """The names of the updates the run accepted, in order (from its history)."""
+    history = await episode.handle.fetch_history()
+    return [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        for e in history.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
 
 
 async def test_what_a_trainer_cannot_play_is_refused_by_name():

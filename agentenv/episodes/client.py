@@ -8,7 +8,8 @@
         await turn.end(response="Done.")
     scores = await episode.result()                # every score the run recorded, by step id
 
-Turns travel as Temporal updates (an answer sent twice counts once); tool calls go straight to the
+Turns travel as Temporal updates (an answer sent twice counts once; an answer also asks for the next turn, so
+a turn costs the run one workflow task); tool calls go straight to the
 gateway, over REST on a connection kept across turns (`turn.tools("mcp")` for MCP). One `Episodes` connection serves many episodes at once; many processes and machines can
 play against one Temporal cluster (`agent-env worker` runs the rest of each run).
 """
@@ -142,7 +143,8 @@ class Episode:
         self, episodes: Episodes, run_id: str, *, first_turn: WorkflowUpdateHandle[dict] | None = None
     ) -> None:
         self.episodes, self.run_id = episodes, run_id
-        self._first_turn = first_turn  # the first `next_turn`, asked as the run started
+        # The next turn, asked already (for any agent): by the start (the first one) or by the last answer.
+        self._asked = first_turn
         # No run id: updates follow the run through continue-as-new.
         self.handle = episodes.client.get_workflow_handle(run_id, result_type=RunState)
         self.state: RunState | None = None  # the final state, once result() returned
@@ -154,20 +156,24 @@ class Episode:
             self._tokens[key] = await self.episodes.token(instance, agent)
         return self._tokens[key]
 
-    async def _update(self, name: str, *args: Any, update_id: str | None = None) -> dict[str, Any] | None:
-        """An update, or None when the run is over. Refusals become EpisodeError."""
-        from temporalio.client import WorkflowUpdateFailedError
+    async def _update(
+        self, name: str, *args: Any, update_id: str | None = None, wait: bool = True
+    ) -> dict[str, Any] | WorkflowUpdateHandle[dict] | None:
+        """An update's answer (`wait=False`: its handle, once the run accepted it), or None when the run is over.
+        Refusals become EpisodeError."""
+        from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateStage
         from temporalio.service import RPCError, RPCStatusCode
 
-        first, self._first_turn = self._first_turn, None
+        stage = WorkflowUpdateStage.COMPLETED if wait else WorkflowUpdateStage.ACCEPTED
         for attempt in range(50):
             try:
-                if attempt == 0 and first is not None and name == "next_turn" and args == (None,):
-                    return await first.result()  # known already: asked as the run started
-                return await self.handle.execute_update(name, args=list(args), id=update_id, result_type=dict)
+                handle = await self.handle.start_update(
+                    name, args=list(args), id=update_id, result_type=dict, wait_for_stage=stage
+                )
+                # A refused update is answered at once, whatever the stage asked: its result raises.
+                return await handle.result() if wait or _refused(handle) else handle
             except WorkflowUpdateFailedError as e:
-                cause = e.cause
-                raise EpisodeError(f"run {self.run_id} refused {name}: {getattr(cause, 'message', cause)}") from None
+                raise self._refusal(name, e) from None
             except RPCError as e:
                 if e.status is RPCStatusCode.NOT_FOUND or "already completed" in str(e).lower():
                     return None
@@ -178,10 +184,34 @@ class Episode:
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
         return None
 
+    def _refusal(self, name: str, e: Exception) -> EpisodeError:
+        cause = getattr(e, "cause", None) or e
+        return EpisodeError(f"run {self.run_id} refused {name}: {getattr(cause, 'message', cause)}")
+
+    async def _asked_turn(self, agent: str | None) -> dict[str, Any] | None:
+        """The answer to the next turn asked already, when it fits `agent`; else the run is asked now."""
+        from temporalio.client import WorkflowUpdateFailedError
+        from temporalio.service import RPCError, RPCStatusCode
+
+        asked, self._asked = self._asked, None
+        if asked is not None:
+            try:
+                answer = await asked.result()
+            except WorkflowUpdateFailedError as e:
+                raise self._refusal("the turn it was asked", e) from None
+            except RPCError as e:
+                if e.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                return None
+            offer = answer.get("turn")
+            if offer is None or agent is None or offer.get("agent") == agent:
+                return answer
+        return await self._update("next_turn", agent)  # type: ignore[return-value]
+
     async def next_turn(self, agent: str | None = None) -> EpisodeTurn | None:
         """The next turn for the trainer (waits until there is one), or None when the episode is over."""
         while True:
-            answer = await self._update("next_turn", agent)
+            answer = await self._asked_turn(agent)
             if answer is None:
                 return None
             if "turn" in answer:
@@ -191,12 +221,16 @@ class Episode:
             await asyncio.sleep(0.01)  # the run continued as new: ask the next one
 
     async def end_turn(self, turn_id: str, response: str) -> None:
-        # The update's id makes a retried call (after a lost answer) count once.
-        if await self._update("end_turn", turn_id, response, update_id=f"end:{turn_id}") is None:
+        """Answer a turn; returns once the run took the answer. The same update asks for the next turn (one
+        workflow task per turn), kept for `next_turn`. Its id makes a retried call (after a lost answer) count
+        once."""
+        asked = await self._update("answer", turn_id, response, None, update_id=f"answer:{turn_id}", wait=False)
+        if asked is None:
             raise EpisodeError(
                 f"run {self.run_id} is over: turn {turn_id!r} was not taken",
                 "see why with `agent-env runs show " + self.run_id + "`",
             )
+        self._asked = asked  # type: ignore[assignment]
 
     async def abandon(self, reason: str) -> None:
         """Give the episode up: the run stops, recorded as cancelled with the reason."""
@@ -208,6 +242,12 @@ class Episode:
 
         self.state = await runner.wait_result(self.handle)
         return {sid: s.score.value for sid, s in self.state.steps.items() if s.score is not None}
+
+
+def _refused(handle: WorkflowUpdateHandle[dict]) -> bool:
+    # The SDK keeps the outcome a refusal came with; there is no public accessor for it (temporalio 1.x).
+    outcome = getattr(handle, "_known_outcome", None)
+    return outcome is not None and outcome.HasField("failure")
 
 
 @dataclass

@@ -115,6 +115,19 @@ class TaskRun:
     def _turn_is_waiting(self, turn_id: str, response: str) -> None:
         self.trainer.check_answer(turn_id, response)
 
+    @workflow.update(name="answer")
+    async def answer(self, turn_id: str, response: str, agent: str | None = None) -> dict[str, Any]:
+        """`end_turn` then `next_turn` in one update, so a trainer's turn costs one workflow task, not two: the
+        answer ("ended": as end_turn's), then the next turn as next_turn gives it."""
+        self.updates += 1
+        ended = self.trainer.end_turn(turn_id, response)
+        return {**await self.trainer.next_turn(agent), "ended": ended}
+
+    @answer.validator
+    def _answer_is_awaited(self, turn_id: str, response: str, agent: str | None = None) -> None:
+        self.trainer.check_answer(turn_id, response)
+        self.trainer.check_agent(agent)
+
     @workflow.update(name="abandon")
     async def abandon(self, reason: str) -> dict[str, Any]:
         """The trainer gives the episode up: running steps are cancelled, the run ends as cancelled."""
