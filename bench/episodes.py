@@ -5,6 +5,8 @@
   20 episodes of reset + 10 MCP tool calls on its own env server. Goals: episode p50 <= 2x OpenEnv's; one
   tool call in an episode <= 1.1x OpenEnv's call; CPU per episode <= 60 ms across all our processes (Temporal
   server, gateway, worker, trainer: utime+stime from /proc around the round).
+- The floor (bench/bare_temporal_episode.py, rounds interleaved with ours): the same episode as one bare
+  Temporal workflow, its activities returning at once, on our server; what one workflow per episode costs.
 - Throughput: 20 episodes at once, each played back to back, on one worker. Goal >= 30 episodes/s.
 - Per-episode overhead (excluding start and the calls) and the direct-call baseline, as before.
 - Concurrency ladder: N episodes at once, each a 5-turn conversation with a hosted scripted partner; turn
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import time
 
+from bare_temporal_episode import Floor
 from common import AGENT_ENV, isolated_env, row, summarize
 from peers import OpenEnvPeer
 
@@ -171,6 +174,8 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
 
         ours, theirs, runs, call_samples = [], [], [], []
         cpu_by_process: dict[str, list[float]] = {name: [] for name in pids}
+        floor_ms, floor_cpu_ms = [], []
+        floor = await Floor(episodes.client).__aenter__()
 
         async def our_round() -> None:
             before = {name: cpu_seconds(pid) for name, pid in pids.items()}
@@ -183,9 +188,18 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
         async def their_round() -> None:
             theirs.append(await asyncio.to_thread(peer.round))  # blocking pipe I/O: keep the loop free
 
+        async def floor_round() -> None:
+            # The bare Temporal episode: its worker and client are this process, its server is ours.
+            measured = ("server", "trainer")
+            before = {name: cpu_seconds(pids[name]) for name in measured}
+            took = [await floor.episode() for _ in range(EPISODES)]
+            floor_cpu_ms.append(sum(cpu_seconds(pids[n]) - before[n] for n in measured) / EPISODES * 1000)
+            floor_ms.append(summarize(took)["median"] * 1000)
+
         for r in range(ROUNDS):
-            for play in (our_round, their_round) if r % 2 == 0 else (their_round, our_round):
+            for play in (our_round, their_round, floor_round) if r % 2 == 0 else (floor_round, their_round, our_round):
                 await play()
+        await floor.__aexit__(None, None, None)
 
         episode_p50 = statistics.median(ours)
         peer_p50 = statistics.median(statistics.median(t["episode_ms"]) for t in theirs)
@@ -210,6 +224,13 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
             "CPU per episode, all processes",
             f"{cpu_total:.1f} ms",
             ", ".join(f"{n} {v:.1f}" for n, v in cpu.items()) + f"; OpenEnv {peer_cpu:.1f} ms; goal <= 60 ms",
+        )
+        floor_p50, floor_cpu = statistics.median(floor_ms), statistics.median(floor_cpu_ms)
+        row(
+            "bare Temporal episode (the floor) p50",
+            f"{floor_p50:.1f} ms",
+            f"CPU {floor_cpu:.1f} ms (server + client/worker); ours {episode_p50 / floor_p50:.2f}x its latency, "
+            f"{cpu_total / floor_cpu:.2f}x its CPU; it alone is {floor_p50 / peer_p50:.2f}x OpenEnv",
         )
         row("workflow start p50", f"{start['median'] * 1000:.1f} ms", f"p90 {start['p90'] * 1000:.1f} ms")
         row(
@@ -264,6 +285,8 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
             "call_vs_openenv": call_p50 / peer_call,
             "cpu_ms_per_episode": cpu_total,
             "cpu_ms_per_episode_by_process": cpu,
+            "bare_temporal_episode_p50_ms": floor_p50,
+            "bare_temporal_episode_cpu_ms": floor_cpu,
             "openenv_cpu_ms_per_episode": peer_cpu,
             "episodes_per_second_at_20": throughput,
             "start_p50_ms": start["median"] * 1000,

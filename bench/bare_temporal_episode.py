@@ -1,0 +1,88 @@
+"""Baseline for bench/episodes.py: the least one Temporal workflow per episode costs on this machine.
+
+The episode's shape with nothing in it: a workflow started with an update that waits for the turn after three
+local activities (ours: deploy the env, deploy the agent, mark the trajectories), one answer update, three more
+local activities (ours: keep the transcript, grade, record), the result. The activities return at once; no
+gateway, no tool calls, no stores. Worker and trainer share this process (ours are two), so this is a floor.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateStage
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+STEPS = dict(start_to_close_timeout=timedelta(seconds=30))
+
+
+@activity.defn
+async def step(name: str) -> str:
+    return name
+
+
+@workflow.defn(sandboxed=False)
+class BareEpisode:
+    def __init__(self) -> None:
+        self.offered = False
+        self.answered = False
+
+    @workflow.run
+    async def run(self) -> str:
+        for name in ("deploy_env", "deploy_agent", "marks"):
+            await workflow.execute_local_activity(step, name, **STEPS)
+        self.offered = True
+        await workflow.wait_condition(lambda: self.answered)
+        for name in ("finish", "grade", "record"):
+            await workflow.execute_local_activity(step, name, **STEPS)
+        return "passed"
+
+    @workflow.update
+    async def next_turn(self) -> str:
+        await workflow.wait_condition(lambda: self.offered)
+        return "turn"
+
+    @workflow.update
+    def answer(self, response: str) -> str:
+        self.answered = True
+        return "taken"
+
+
+class Floor:
+    """A worker for BareEpisode in this process, on its own task queue of `client`'s server."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def __aenter__(self) -> Floor:
+        self.queue = f"bare-episode-{uuid.uuid4().hex[:6]}"
+        self.worker = Worker(self.client, task_queue=self.queue, workflows=[BareEpisode], activities=[step])
+        await self.worker.__aenter__()
+        for _ in range(5):
+            await self.episode()  # warm up
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.worker.__aexit__(*exc)
+
+    async def episode(self) -> float:
+        """One episode's latency (s)."""
+        t = time.perf_counter()
+        start = WithStartWorkflowOperation(
+            BareEpisode.run,
+            id=f"{self.queue}-{uuid.uuid4().hex[:8]}",
+            task_queue=self.queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+        first = await self.client.start_update_with_start_workflow(
+            BareEpisode.next_turn, start_workflow_operation=start, wait_for_stage=WorkflowUpdateStage.COMPLETED
+        )
+        await first.result()
+        handle = await start.workflow_handle()
+        await handle.execute_update(BareEpisode.answer, "done")
+        await handle.result()
+        return time.perf_counter() - t
