@@ -52,7 +52,7 @@ async def test_refund_episode_rewards_are_the_task_scores(episodes, settings):
     await turn.end("Refunded CH-5002 and solved TCK-1004.")
     await turn.end("Refunded CH-5002 and solved TCK-1004.")  # a retried call counts once
     assert await episode.next_turn() is None
-    assert await updates_taken(episode) == ["next_turn", "next_turn", "answer"]
+    assert await updates_taken(episode.handle) == ["next_turn", "next_turn", "answer"]
     scores = await episode.result()
     state = episode.state
     assert state.status is RunStatus.PASSED and scores == {"grade": 1.0}, state
@@ -87,12 +87,12 @@ async def test_trainer_plays_the_customer_against_a_hosted_support_agent(episode
     assert scores == {"grade": 1.0, "owner": 1.0, "verdict": 1.0}
     assert said[0].startswith("Morgan, I'm sorry about this.") and said[1].startswith("Done: TCK-2001")
     # Each answer asked for the next turn too: the run took one update per turn, not two.
-    assert await updates_taken(episode) == ["next_turn", "answer", "answer"]
+    assert await updates_taken(episode.handle) == ["next_turn", "answer", "answer"]
 
 
-async def updates_taken(episode) -> list[str]:
-    """The names of the updates the run accepted, in order (from its history)."""
-    history = await episode.handle.fetch_history()
+async def updates_taken(run) -> list[str]:
+    """The names of the updates the run (a workflow handle) accepted, in order (from its history)."""
+    history = await run.fetch_history()
     return [
         e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
         for e in history.events
@@ -231,7 +231,7 @@ async def test_long_episodes_continue_as_new_transparently(episodes, client, set
     assert [m["text"] for m in transcript["messages"] if m["side"] == "agent"] == [f"answer {i}" for i in range(1, 26)]
 
 
-async def test_the_turn_loop_over_http(settings, worker):
+async def test_the_turn_loop_over_http(settings, client, worker):
     import httpx
     import uvicorn
     from conftest import free_port
@@ -270,6 +270,8 @@ async def test_the_turn_loop_over_http(settings, worker):
             assert (await http.post(f"/episodes/{episode}/next-turn", json={})).json() == {"turn": None}
             result = (await http.get(f"/episodes/{episode}/result")).json()
             assert result == {"status": "passed", "score": 1.0, "scores": {"grade": 1.0}, "error": None}
+            # The server kept what the start and the answer asked: no update of its own for either next-turn.
+            assert await updates_taken(client.get_workflow_handle(episode)) == ["next_turn", "answer"]
     finally:
         await admin.aclose()
         server.should_exit = True

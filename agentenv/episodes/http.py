@@ -45,6 +45,9 @@ from agentenv.errors import AgentEnvError, NotFound, from_validation_error
 from agentenv.guard import HostGuard, tokens_equal
 
 KEPT_GROUPS = 1024  # groups this server remembers (by id) for their result and close routes
+# Episodes this server remembers between requests: each keeps the next turn its start or last answer asked
+# for (so a turn costs the run one update, as in Python); one not remembered is asked afresh, nothing is lost.
+KEPT_EPISODES = 4096
 
 
 class StartRequest(BaseModel):
@@ -83,6 +86,7 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
 
     state: dict[str, Any] = {}
     groups: OrderedDict[str, Any] = OrderedDict()  # group id -> EpisodeGroup started here (the newest kept)
+    playing: OrderedDict[str, Any] = OrderedDict()  # episode id -> Episode last used here (the newest kept)
     admin = embedded.admin_token(settings)
     gateway_base = base_url(settings)
 
@@ -111,8 +115,16 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
 
         return run
 
+    def keep(played):
+        playing[played.run_id] = played
+        playing.move_to_end(played.run_id)
+        while len(playing) > KEPT_EPISODES:
+            playing.popitem(last=False)
+        return played
+
     def episode(request: Request):
-        return state["episodes"].episode(request.path_params["episode"])
+        run_id = request.path_params["episode"]
+        return keep(playing.get(run_id) or state["episodes"].episode(run_id))
 
     def spec_of(body: StartRequest):
         if isinstance(body.task, dict):
@@ -127,13 +139,15 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
 
     async def start(request: Request) -> Response:
         body = await body_of(request, StartRequest, "episode")
-        started = await state["episodes"].start(spec_of(body))
+        started = keep(await state["episodes"].start(spec_of(body)))
         return JSONResponse({"episode": started.run_id}, status_code=201)
 
     async def start_group(request: Request) -> Response:
         body = await body_of(request, StartGroupRequest, "group")
         group = await state["episodes"].start_group(spec_of(body), body.size, seeds=body.seeds)
         groups[group.id] = group
+        for member in group.episodes:
+            keep(member)
         while len(groups) > KEPT_GROUPS:  # the oldest is forgotten here; its prototype expires on the gateway
             groups.popitem(last=False)
         return JSONResponse({"group": group.id, "episodes": [e.run_id for e in group.episodes]}, status_code=201)
@@ -188,6 +202,7 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
     async def result(request: Request) -> Response:
         played = episode(request)
         await played.result()
+        playing.pop(played.run_id, None)  # over: nothing more to ask
         return JSONResponse(result_of(played))
 
     @contextlib.asynccontextmanager
