@@ -366,3 +366,63 @@ def gone(pid: int) -> bool:
             return not f.read()
     except OSError:
         return True
+
+
+LAZY_PROBE = """
+import asyncio, json, sys
+from pathlib import Path
+
+import uvicorn
+
+from agentenv.gateway.client import GatewayClient
+from agentenv.gateway.http import create_app
+from agentenv.gateway.service import Gateway
+
+def loaded():
+    return {"mcp": "mcp" in sys.modules, "a2a": "a2a" in sys.modules}
+
+async def main(root):
+    gateway = Gateway(Path(root))
+    server = uvicorn.Server(uvicorn.Config(create_app(gateway), host="127.0.0.1", port=0, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    base = "http://127.0.0.1:%d" % server.servers[0].sockets[0].getsockname()[1]
+    admin = GatewayClient(base, gateway.admin_token)
+    seen = {"started": loaded()}
+    await admin.put_instance({"id": "pad", "apps": [{"app": "notes"}], "agents": {"ada": "agent"}})
+    await admin.call_as("pad", "write_note", {"key": "k", "text": "hi"}, agent="ada")
+    seen["after REST"] = loaded()
+    token = await admin.token("pad", "ada")
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    import httpx2
+    async with httpx2.AsyncClient(headers={"authorization": "Bearer " + token}, timeout=30) as http:
+        async with Client(streamable_http_client(base + "/envs/pad/mcp", http_client=http)) as mcp:
+            read = await mcp.call_tool("read_note", {"key": "k"})
+    seen["mcp read"] = read.structured_content["text"]
+    await admin.aclose()
+    server.should_exit = True
+    await serving
+    gateway.close()
+    print(json.dumps(seen))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_the_gateway_loads_the_mcp_and_a2a_sdks_only_when_used(tmp_path):
+    """Half a second of imports a cold `agent-env run` does not wait for: a gateway serving runs over REST never
+    loads either SDK; its first MCP session loads mcp and works."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["started"] == {"mcp": False, "a2a": False}
+    assert seen["after REST"] == {"mcp": False, "a2a": False}
+    assert seen["mcp read"] == "hi"

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
-import mcp.types as types
 from fastapi import APIRouter, Depends
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,6 +23,9 @@ from agentenv.envs import card as cards
 from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.routes_common import gateway_of, json_of
 from agentenv.gateway.service import Caller, GatewayError
+
+if TYPE_CHECKING:
+    import mcp.types as types
 
 
 async def role_caller(request: Request, instance: str) -> Caller:

@@ -16,9 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
-
-import mcp.types as types
+from typing import TYPE_CHECKING, Any, cast
 
 from agentenv import telemetry
 from agentenv.envs.app import ToolError, ToolSpec
@@ -35,6 +33,9 @@ from agentenv.spec.paths import walk
 from agentenv.spec.times import iso, utc_now_iso
 from agentenv.spec.world_state import TriggerHit, WorldPush
 from agentenv.stores.local import SqliteDocumentStore
+
+if TYPE_CHECKING:
+    import mcp.types as types
 
 COLLECTION = "gateway_instances"
 WORLDS = "gateway_worlds"
@@ -191,7 +192,7 @@ class Gateway:
         )
         self.metrics = GatewayMetrics(
             instances=lambda: len(self._instances),
-            sessions=lambda: len(self.mcp.manager._server_instances),
+            sessions=lambda: len(self.mcp.sessions),
             agents=lambda: len(self.agents.list()),
         )
         self.limits.on_refusal = self._over_limit
@@ -250,10 +251,7 @@ class Gateway:
         self._channels.pop(instance_id, None)
         ended = 0
         for sid in self.limits.forget(instance_id):
-            transport = self.mcp.manager._server_instances.get(sid)
-            if transport is not None:
-                await self.mcp.manager._discard_session(sid, transport)
-                ended += 1
+            ended += await self.mcp.end_session(sid)
         return ended
 
     async def end_run(self, run_id: str) -> dict[str, Any]:
@@ -571,8 +569,7 @@ class Gateway:
                 await self.mcp(scope, receive, watch)
 
     def _session_alive(self, session_id: str) -> bool:
-        # The SDK has no hook for a session's end; its table of live sessions is the truth.
-        return session_id in self.mcp.manager._server_instances
+        return session_id in self.mcp.sessions
 
     # -- tools (the MCP tool host) --
 
