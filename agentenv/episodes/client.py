@@ -198,7 +198,7 @@ class Episode:
             try:
                 answer = await asked.result()
             except WorkflowUpdateFailedError as e:
-                raise self._refusal("the turn it was asked", e) from None
+                raise self._refusal("next_turn", e) from None
             except RPCError as e:
                 if e.status is not RPCStatusCode.NOT_FOUND:
                     raise
