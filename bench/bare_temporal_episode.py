@@ -4,6 +4,10 @@ The episode's shape with nothing in it: a workflow started with an update that w
 local activities (ours: deploy the env, deploy the agent, mark the trajectories), one answer update, three more
 local activities (ours: keep the transcript, grade, record), the result. The activities return at once; no
 gateway, no tool calls, no stores. Worker and trainer share this process (ours are two), so this is a floor.
+
+Beside it, the same episode as two updates of one long-lived workflow (`BareLane`: a trainer's lane playing
+episodes one after another, no workflow started or closed per episode): what episodes that are not each a
+workflow would cost, the design the floor points to.
 """
 
 from __future__ import annotations
@@ -52,6 +56,34 @@ class BareEpisode:
         return "taken"
 
 
+@workflow.defn(sandboxed=False)
+class BareLane:
+    """Episodes as updates: `start` runs the opening steps and gives the turn, `answer` the closing ones."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.closed)
+
+    @workflow.update
+    async def start(self) -> str:
+        for name in ("deploy_env", "deploy_agent", "marks"):
+            await workflow.execute_local_activity(step, name, **STEPS)
+        return "turn"
+
+    @workflow.update
+    async def answer(self, response: str) -> str:
+        for name in ("finish", "grade", "record"):
+            await workflow.execute_local_activity(step, name, **STEPS)
+        return "passed"
+
+    @workflow.signal
+    def close(self) -> None:
+        self.closed = True
+
+
 class Floor:
     """A worker for BareEpisode in this process, on its own task queue of `client`'s server."""
 
@@ -60,14 +92,25 @@ class Floor:
 
     async def __aenter__(self) -> Floor:
         self.queue = f"bare-episode-{uuid.uuid4().hex[:6]}"
-        self.worker = Worker(self.client, task_queue=self.queue, workflows=[BareEpisode], activities=[step])
+        self.worker = Worker(self.client, task_queue=self.queue, workflows=[BareEpisode, BareLane], activities=[step])
         await self.worker.__aenter__()
+        self.lane = await self.client.start_workflow(BareLane.run, id=f"{self.queue}-lane", task_queue=self.queue)
         for _ in range(5):
             await self.episode()  # warm up
+            await self.lane_episode()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.lane.signal(BareLane.close)
+        await self.lane.result()
         await self.worker.__aexit__(*exc)
+
+    async def lane_episode(self) -> float:
+        """One episode as two updates of the lane (s). (A real lane would continue as new now and then.)"""
+        t = time.perf_counter()
+        await self.lane.execute_update(BareLane.start)
+        await self.lane.execute_update(BareLane.answer, "done")
+        return time.perf_counter() - t
 
     async def episode(self) -> float:
         """One episode's latency (s)."""

@@ -7,6 +7,7 @@
   server, gateway, worker, trainer: utime+stime from /proc around the round).
 - The floor (bench/bare_temporal_episode.py, rounds interleaved with ours): the same episode as one bare
   Temporal workflow, its activities returning at once, on our server; what one workflow per episode costs.
+  And the same episode as two updates of one long-lived workflow: what episodes not each a workflow would cost.
 - Throughput: 20 episodes at once, each played back to back, on one worker. Goal >= 30 episodes/s.
 - Per-episode overhead (excluding start and the calls) and the direct-call baseline, as before.
 - Concurrency ladder: N episodes at once, each a 5-turn conversation with a hosted scripted partner; turn
@@ -174,7 +175,7 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
 
         ours, theirs, runs, call_samples = [], [], [], []
         cpu_by_process: dict[str, list[float]] = {name: [] for name in pids}
-        floor_ms, floor_cpu_ms = [], []
+        floor_ms, floor_cpu_ms, lane_ms, lane_cpu_ms = [], [], [], []
         floor = await Floor(episodes.client).__aenter__()
 
         async def our_round() -> None:
@@ -188,13 +189,17 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
         async def their_round() -> None:
             theirs.append(await asyncio.to_thread(peer.round))  # blocking pipe I/O: keep the loop free
 
-        async def floor_round() -> None:
-            # The bare Temporal episode: its worker and client are this process, its server is ours.
+        async def bare_round(play, latencies: list[float], cpus: list[float]) -> None:
+            # A bare Temporal episode: its worker and client are this process, its server is ours.
             measured = ("server", "trainer")
             before = {name: cpu_seconds(pids[name]) for name in measured}
-            took = [await floor.episode() for _ in range(EPISODES)]
-            floor_cpu_ms.append(sum(cpu_seconds(pids[n]) - before[n] for n in measured) / EPISODES * 1000)
-            floor_ms.append(summarize(took)["median"] * 1000)
+            took = [await play() for _ in range(EPISODES)]
+            cpus.append(sum(cpu_seconds(pids[n]) - before[n] for n in measured) / EPISODES * 1000)
+            latencies.append(summarize(took)["median"] * 1000)
+
+        async def floor_round() -> None:
+            await bare_round(floor.episode, floor_ms, floor_cpu_ms)
+            await bare_round(floor.lane_episode, lane_ms, lane_cpu_ms)
 
         for r in range(ROUNDS):
             for play in (our_round, their_round, floor_round) if r % 2 == 0 else (floor_round, their_round, our_round):
@@ -231,6 +236,12 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
             f"{floor_p50:.1f} ms",
             f"CPU {floor_cpu:.1f} ms (server + client/worker); ours {episode_p50 / floor_p50:.2f}x its latency, "
             f"{cpu_total / floor_cpu:.2f}x its CPU; it alone is {floor_p50 / peer_p50:.2f}x OpenEnv",
+        )
+        lane_p50, lane_cpu = statistics.median(lane_ms), statistics.median(lane_cpu_ms)
+        row(
+            "  the same as two updates of one long-lived workflow",
+            f"{lane_p50:.1f} ms",
+            f"CPU {lane_cpu:.1f} ms: {lane_p50 / floor_p50:.2f}x the floor's latency, {lane_cpu / floor_cpu:.2f}x its CPU",
         )
         row("workflow start p50", f"{start['median'] * 1000:.1f} ms", f"p90 {start['p90'] * 1000:.1f} ms")
         row(
@@ -287,6 +298,8 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
             "cpu_ms_per_episode_by_process": cpu,
             "bare_temporal_episode_p50_ms": floor_p50,
             "bare_temporal_episode_cpu_ms": floor_cpu,
+            "bare_temporal_lane_episode_p50_ms": lane_p50,
+            "bare_temporal_lane_episode_cpu_ms": lane_cpu,
             "openenv_cpu_ms_per_episode": peer_cpu,
             "episodes_per_second_at_20": throughput,
             "start_p50_ms": start["median"] * 1000,
