@@ -266,6 +266,8 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
         )
 
         chat = EpisodeSpec.from_task(parse_task(conversation_task(), "bench"), ["writer"], turn_timeout=120)
+        # Warm up: the gateway loads the A2A SDK when it serves its first hosted agent (here, the partner).
+        await conversation(episodes, chat, [])
         ladder: dict[int, float] = {}
         for n in LADDER:
             latencies: list[float] = []
