@@ -156,12 +156,12 @@ class Episode:
             self._tokens[key] = await self.episodes.token(instance, agent)
         return self._tokens[key]
 
-    async def _update(
+    async def _send(
         self, name: str, *args: Any, update_id: str | None = None, wait: bool = True
-    ) -> dict[str, Any] | WorkflowUpdateHandle[dict] | None:
-        """An update's answer (`wait=False`: its handle, once the run accepted it), or None when the run is over.
-        Refusals become EpisodeError."""
-        from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateStage
+    ) -> WorkflowUpdateHandle[dict] | None:
+        """Send an update: its handle once the run answered it (`wait=False`: once it accepted it), or None when
+        the run is over. A refusal raises EpisodeError at once, whatever the stage asked."""
+        from temporalio.client import WorkflowUpdateStage
         from temporalio.service import RPCError, RPCStatusCode
 
         stage = WorkflowUpdateStage.COMPLETED if wait else WorkflowUpdateStage.ACCEPTED
@@ -170,10 +170,6 @@ class Episode:
                 handle = await self.handle.start_update(
                     name, args=list(args), id=update_id, result_type=dict, wait_for_stage=stage
                 )
-                # A refused update is answered at once, whatever the stage asked: its result raises.
-                return await handle.result() if wait or _refused(handle) else handle
-            except WorkflowUpdateFailedError as e:
-                raise self._refusal(name, e) from None
             except RPCError as e:
                 if e.status is RPCStatusCode.NOT_FOUND or "already completed" in str(e).lower():
                     return None
@@ -182,31 +178,41 @@ class Episode:
                 if e.status is not RPCStatusCode.FAILED_PRECONDITION or attempt == 49:
                     raise
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
+                continue
+            if _refused(handle):
+                await self._outcome(name, handle)  # raises the refusal
+            return handle
         return None
 
-    def _refusal(self, name: str, e: Exception) -> EpisodeError:
-        cause = getattr(e, "cause", None) or e
-        return EpisodeError(f"run {self.run_id} refused {name}: {getattr(cause, 'message', cause)}")
-
-    async def _asked_turn(self, agent: str | None) -> dict[str, Any] | None:
-        """The answer to the next turn asked already, when it fits `agent`; else the run is asked now."""
+    async def _outcome(self, name: str, handle: WorkflowUpdateHandle[dict]) -> dict[str, Any] | None:
+        """An update's answer, or None when its run is gone. Refusals become EpisodeError."""
         from temporalio.client import WorkflowUpdateFailedError
         from temporalio.service import RPCError, RPCStatusCode
 
+        try:
+            return await handle.result()
+        except WorkflowUpdateFailedError as e:
+            cause = e.cause or e
+            raise EpisodeError(f"run {self.run_id} refused {name}: {getattr(cause, 'message', cause)}") from None
+        except RPCError as e:
+            if e.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            return None
+
+    async def _update(self, name: str, *args: Any, update_id: str | None = None) -> dict[str, Any] | None:
+        """An update's answer, or None when the run is over. Refusals become EpisodeError."""
+        handle = await self._send(name, *args, update_id=update_id)
+        return None if handle is None else await self._outcome(name, handle)
+
+    async def _asked_turn(self, agent: str | None) -> dict[str, Any] | None:
+        """The answer to the next turn asked already, when it fits `agent`; else the run is asked now."""
         asked, self._asked = self._asked, None
         if asked is not None:
-            try:
-                answer = await asked.result()
-            except WorkflowUpdateFailedError as e:
-                raise self._refusal("next_turn", e) from None
-            except RPCError as e:
-                if e.status is not RPCStatusCode.NOT_FOUND:
-                    raise
-                return None
-            offer = answer.get("turn")
+            answer = await self._outcome("next_turn", asked)
+            offer = None if answer is None else answer.get("turn")
             if offer is None or agent is None or offer.get("agent") == agent:
                 return answer
-        return await self._update("next_turn", agent)  # type: ignore[return-value]
+        return await self._update("next_turn", agent)
 
     async def next_turn(self, agent: str | None = None) -> EpisodeTurn | None:
         """The next turn for the trainer (waits until there is one), or None when the episode is over."""
@@ -224,13 +230,13 @@ class Episode:
         """Answer a turn; returns once the run took the answer. The same update asks for the next turn (one
         workflow task per turn), kept for `next_turn`. Its id makes a retried call (after a lost answer) count
         once."""
-        asked = await self._update("answer", turn_id, response, None, update_id=f"answer:{turn_id}", wait=False)
+        asked = await self._send("answer", turn_id, response, None, update_id=f"answer:{turn_id}", wait=False)
         if asked is None:
             raise EpisodeError(
                 f"run {self.run_id} is over: turn {turn_id!r} was not taken",
                 "see why with `agent-env runs show " + self.run_id + "`",
             )
-        self._asked = asked  # type: ignore[assignment]
+        self._asked = asked
 
     async def abandon(self, reason: str) -> None:
         """Give the episode up: the run stops, recorded as cancelled with the reason."""
