@@ -12,7 +12,8 @@ and stops every process it started, even on error.
    task: 5 turns with a hosted scripted partner) looping for M minutes through one gateway and two
    `agent-env worker` processes. Turn latency (end_turn -> next turn offered) p50/p99, episodes completed,
    errors (any exception, stall or wrong score; the loop keeps going), and the RSS of every process
-   (Temporal server, gateway, each worker, this trainer) at start and at end. Goal: no errors.
+   (Temporal server, gateway, each worker, this trainer) at start, every 30 s, and at end; growth in the
+   second half is what warm-up (caches, arenas) does not explain. Goal: no errors.
 3. `--faults N` (20): a clean `workplace` run and a clean episode first; then N `workplace` runs and N
    episodes, each with a SIGKILL of a random process (worker, gateway, Temporal server; a subprocess
    env server or a sandboxed agent when the task has one) at a random moment (`--seed`), then
@@ -413,14 +414,20 @@ async def episodes_async(c: Cluster, n: int, minutes: float) -> dict:
         cap = 300.0
         loops = [asyncio.create_task(episode_loop(episodes, spec, deadline, stats, cap)) for _ in range(n)]
 
+        halfway: dict[str, float | None] = {}
+
         async def progress():
             while True:
                 await asyncio.sleep(30)
                 lat = stats["latencies"]
+                rss = {name: rss_mib(pid) for name, pid in procs.items()}
+                if not halfway and time.monotonic() - started >= minutes * 30:
+                    halfway.update(rss)  # growth after it is what warm-up does not explain
                 print(
                     f"    {time.monotonic() - started:.0f} s: {stats['completed']} episodes, "
                     f"{len(stats['errors'])} errors, turn p50 {percentile(lat, 0.5) * 1000:.0f} ms "
-                    f"p99 {percentile(lat, 0.99) * 1000:.0f} ms",
+                    f"p99 {percentile(lat, 0.99) * 1000:.0f} ms; RSS MiB "
+                    + ", ".join(f"{name} {mib or 0:.0f}" for name, mib in rss.items()),
                     flush=True,
                 )
 
@@ -433,7 +440,7 @@ async def episodes_async(c: Cluster, n: int, minutes: float) -> dict:
         await asyncio.gather(*pending, return_exceptions=True)
         elapsed = time.monotonic() - started
         after = {name: rss_mib(pid) for name, pid in procs.items()}
-        return {"before": before, "after": after, "elapsed": elapsed, **stats}
+        return {"before": before, "halfway": halfway, "after": after, "elapsed": elapsed, **stats}
     finally:
         await episodes.close()
 
@@ -461,6 +468,7 @@ def part_episodes(n: int, minutes: float) -> dict:
         "turn_p50_ms": percentile(lat, 0.5) * 1000,
         "turn_p99_ms": percentile(lat, 0.99) * 1000,
         "rss_mib": {name: [out["before"][name], out["after"][name]] for name in out["before"]},
+        "rss_mib_halfway": out["halfway"],
     }
     row(
         "episodes completed",
@@ -474,7 +482,9 @@ def part_episodes(n: int, minutes: float) -> dict:
         f"p99 {result['turn_p99_ms']:.0f} ms; {len(lat)} turns",
     )
     for name, (a, b) in result["rss_mib"].items():
-        row(f"RSS {name}", f"{a or 0:.0f} -> {b or 0:.0f} MiB", change(a, b))
+        half = out["halfway"].get(name)
+        second = f"; second half {change(half, b)} (from {half:.0f} MiB)" if half else ""
+        row(f"RSS {name}", f"{a or 0:.0f} -> {b or 0:.0f} MiB", change(a, b) + second)
     for e in out["errors"][:5]:
         print(f"    {e}")
     return result
