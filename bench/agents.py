@@ -16,11 +16,10 @@ import asyncio
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from common import AGENT_ENV, free_port, isolated_env, row, summarize
+from common import AGENT_ENV, free_port, isolated_env, row, summarize, temp_dir
 
 TURNS = 300
 CONVERSATION_TURNS = 20
@@ -126,7 +125,7 @@ def baseline() -> list[float]:
 def hosted() -> list[float]:
     import httpx
 
-    root = Path(tempfile.mkdtemp(prefix="agentenv-bench-agents-"))
+    root = temp_dir("agentenv-bench-agents-")
     port = free_port()
     # Its own state and URL: the hosted agent's card must name the origin it is fetched from (no user config).
     env = {**isolated_env(), "AGENTENV_GATEWAY_PORT": str(port)}
@@ -160,7 +159,7 @@ def hosted() -> list[float]:
 
 def in_a_run() -> tuple[float, float, float]:
     env = isolated_env()
-    folder = Path(tempfile.mkdtemp(prefix="agentenv-bench-turns-")) / "tasks"
+    folder = temp_dir("agentenv-bench-turns-") / "tasks"
     folder.mkdir()
     task = folder / "turns.toml"
     task.write_text(CONVERSATION.format(turns=CONVERSATION_TURNS))

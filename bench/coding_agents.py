@@ -17,13 +17,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
-from common import free_port, row, summarize
+from common import free_port, row, summarize, temp_dir
 
 TURNS = 8
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentenv-tests" / "cli-agents"
@@ -70,7 +69,7 @@ def direct(preset: str, model_url: str, mcp_url: str) -> tuple[list[float], list
 
     firsts, totals = [], []
     for _ in range(TURNS + 1):
-        home = Path(tempfile.mkdtemp(prefix="bench-cli-"))
+        home = temp_dir("agentenv-bench-cli-")
         invocation = PRESETS[preset].prepare(
             home=home,
             workdir=home,
@@ -96,7 +95,7 @@ async def bridged(url: str, preset: str, model_url: str, mcp_url: str, executabl
     from agentenv.agents.extensions import McpServer
     from agentenv.config import Settings
 
-    client = agent_client(Settings(state_dir=Path(tempfile.mkdtemp())), url, hosted=False)
+    client = agent_client(Settings(state_dir=temp_dir()), url, hosted=False)
     for _ in range(200):  # the bridge starting
         try:
             await client.card()
@@ -128,7 +127,7 @@ async def bridged(url: str, preset: str, model_url: str, mcp_url: str, executabl
 def local_bridge(preset: str, model_url: str, mcp_url: str):
     port = free_port()
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port)}
-    proc = subprocess.Popen([sys.executable, "-m", "agentenv.agents.cli_agent"], env=env, cwd=tempfile.mkdtemp())
+    proc = subprocess.Popen([sys.executable, "-m", "agentenv.agents.cli_agent"], env=env, cwd=temp_dir())
     try:
         executable = str(BIN / ("claude" if preset == "claude_code" else "codex"))
         return asyncio.run(bridged(f"http://127.0.0.1:{port}/", preset, model_url, mcp_url, executable))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -15,6 +17,39 @@ BIN = Path(sys.executable).parent
 AGENT_ENV = str(BIN / "agent-env")
 
 
+_MADE: list[Path] = []  # temporary directories this benchmark process made, removed when it ends
+
+
+def temp_dir(prefix: str = "agentenv-bench-") -> Path:
+    """A new temporary directory, removed when the benchmark ends (a full run makes ~1 GB of state)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    _MADE.append(path)
+    return path
+
+
+def remove_temp_dirs() -> None:
+    """Remove what temp_dir made (the daemons that used it are stopped by then)."""
+    while _MADE:
+        shutil.rmtree(_MADE.pop(), ignore_errors=True)
+
+
+def _keep_on_failure(kind, value, tb) -> None:
+    """A benchmark that fails keeps its state directories: their logs say why (the error names them)."""
+    _MADE.clear()
+    sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = _keep_on_failure
+atexit.register(remove_temp_dirs)
+
+
+def exit_now(code: int = 0) -> None:
+    """Leave at once, without the interpreter's teardown (temporalio can abort there), tidying up first."""
+    sys.stdout.flush()
+    remove_temp_dirs()
+    os._exit(code)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -23,10 +58,9 @@ def free_port() -> int:
 
 def isolated_env() -> dict[str, str]:
     """A fresh state directory and free ports: nothing of the user's is touched or reused."""
-    home = tempfile.mkdtemp(prefix="agentenv-bench-")
     env = {
         **os.environ,
-        "AGENTENV_HOME": home,
+        "AGENTENV_HOME": str(temp_dir()),
         "AGENTENV_SERVER_PORT": str(free_port()),
         "AGENTENV_UI_PORT": str(free_port()),
         "AGENTENV_GATEWAY_PORT": str(free_port()),

@@ -14,7 +14,7 @@ import time
 import uuid
 from datetime import timedelta
 
-from common import isolated_env, row
+from common import exit_now, isolated_env, row
 from temporalio import activity, workflow
 from temporalio.worker import Worker
 
@@ -140,4 +140,4 @@ def measure() -> dict:
 
 if __name__ == "__main__":
     measure()
-    os._exit(0)
+    exit_now()

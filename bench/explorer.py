@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from common import free_port, row, summarize
+from common import free_port, row, summarize, temp_dir
 
 RUNS = 200
 CALLS = 10_000
@@ -173,7 +172,7 @@ def measure() -> dict:
     from agentenv.explorer.server import create_app
     from agentenv.stores import open_stores
 
-    state = Path(tempfile.mkdtemp(prefix="agentenv-bench-explorer-"))
+    state = temp_dir("agentenv-bench-explorer-")
     (state / "static").mkdir()
     static_pages(state / "static")
     stores = open_stores(Settings(state_dir=state))

@@ -9,15 +9,13 @@ their own processes; clients run in another process, all on this 2-core machine.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx2
-from common import AGENT_ENV, free_port, row
+from common import AGENT_ENV, exit_now, free_port, row, temp_dir
 
 LATENCY_CALLS = 1000
 CLIENTS = 50
@@ -117,7 +115,7 @@ def measure() -> dict:
     from agentenv.envs.context import Ctx
     from agentenv.gateway import tokens
 
-    root = Path(tempfile.mkdtemp(prefix="agentenv-bench-gw-"))
+    root = temp_dir("agentenv-bench-gw-")
     direct_port, gw_port = free_port(), free_port()
     direct = subprocess.Popen(
         [AGENT_ENV, "env", "serve", "notes", "--port", str(direct_port), "--state", str(root / "direct")],
@@ -248,4 +246,4 @@ def measure() -> dict:
 
 if __name__ == "__main__":
     measure()
-    os._exit(0)
+    exit_now()

@@ -16,12 +16,11 @@ import copy
 import json
 import os
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import episodes as episode_bench
-from common import AGENT_ENV, isolated_env, row, summarize
+from common import AGENT_ENV, isolated_env, row, summarize, temp_dir
 
 SIZE = 8
 CALLS = 10
@@ -41,7 +40,7 @@ def task(notes: int) -> dict:
 
 def bundle(notes: int) -> Path:
     """A bundle whose env `pad` loads `notes` notes from its data file."""
-    root = Path(tempfile.mkdtemp(prefix="agentenv-bench-groups-"))
+    root = temp_dir("agentenv-bench-groups-")
     env = root / "envs" / "pad"
     env.mkdir(parents=True)
     (env / "env.toml").write_text(

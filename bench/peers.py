@@ -11,12 +11,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import timed
+from common import temp_dir, timed
 
 CACHE = Path.home() / ".cache" / "agentenv-bench" / "peers"
 
@@ -135,7 +134,7 @@ def reference_setup() -> Reference:
     import tree (every cloud SDK, eagerly) into the page cache.
     """
     python = peer_python("reference", REFERENCE)
-    home = tempfile.mkdtemp(prefix="agentenv-bench-reference-")
+    home = str(temp_dir("agentenv-bench-reference-"))
     env = {name: value for name, value in os.environ.items() if not name.startswith(("AGENT_ENV", "AGENTENV_"))}
     env.pop("XDG_STATE_HOME", None)  # its state goes to $HOME/.local/state/agent-env, sandboxes to $HOME too
     env["HOME"] = home

@@ -29,6 +29,7 @@ import scale  # noqa: E402
 import stores  # noqa: E402
 import telemetry  # noqa: E402
 import world  # noqa: E402
+from common import exit_now  # noqa: E402
 
 
 def main() -> None:
@@ -59,5 +60,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    os._exit(0)
+    exit_now()

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import AGENT_ENV, free_port, isolated_env, row, summarize
+from common import AGENT_ENV, exit_now, free_port, isolated_env, row, summarize
 
 CONCURRENT = 10
 ROUNDS = 3
@@ -244,5 +244,4 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gateways", type=int, default=2, help="gateways of the 2-worker variant (a pool)")
     measure(parser.parse_args().gateways)
-    sys.stdout.flush()
-    os._exit(0)
+    exit_now()

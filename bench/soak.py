@@ -41,12 +41,11 @@ import random
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import AGENT_ENV, isolated_env, row
+from common import AGENT_ENV, exit_now, isolated_env, row
 
 PARTS = ("runs", "episodes", "faults")
 SCRUB = ("TEMPORAL_ADDRESS", "AGENTENV_CONFIG", "AGENTENV_GATEWAY_URL", "AGENTENV_GATEWAY_TOKEN")
@@ -862,5 +861,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    os._exit(0)  # a known temporalio interpreter-exit abort must not turn a finished soak red
+    exit_now()  # a known temporalio interpreter-exit abort must not turn a finished soak red

@@ -15,12 +15,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from pathlib import Path
 
-from common import AGENT_ENV, isolated_env, row, summarize, timed
+from common import AGENT_ENV, exit_now, isolated_env, row, summarize, temp_dir, timed
 
 RUNS = 5
 HITS = 30
@@ -43,7 +42,7 @@ def fired(state: dict) -> list[tuple[str, str]]:
 def paced_copy() -> Path:
     text = (ROOT / "agentenv/bundles/workplace/tasks/workplace.toml").read_text()
     text = text.replace('mode = "event_driven"', 'mode = "paced"\nrate = 86400')
-    folder = Path(tempfile.mkdtemp(prefix="agentenv-bench-world-")) / "tasks"
+    folder = temp_dir("agentenv-bench-world-") / "tasks"
     folder.mkdir()
     (folder / "workplace_paced.toml").write_text(text)
     return folder / "workplace_paced.toml"
@@ -236,5 +235,4 @@ def measure() -> dict:
 
 if __name__ == "__main__":
     measure()
-    sys.stdout.flush()
-    os._exit(0)
+    exit_now()
