@@ -116,7 +116,7 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
             "system.enableActivityEagerExecution=true",
             # The mutable-state cache keeps finished runs too (~25 KB each, 2 entries an episode): at the dev
             # server's 8,096 entries its heap grew to ~600 MiB over a few thousand episodes. 1,024 keeps
-            # ~500 busy runs cached (a miss rereads SQLite); measured: RSS flat at ~275 MiB, same CPU.
+            # ~500 busy runs cached (a miss rereads SQLite); measured: RSS levels off at ~300 MiB, same CPU.
             "--dynamic-config-value",
             "history.hostLevelCacheMaxSize=1024",
             # A commit is safe from a killed process once in the write-ahead log; only an OS crash
