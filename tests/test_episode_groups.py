@@ -314,6 +314,28 @@ async def test_the_gateway_deletes_instances_past_their_expiry(tmp_path):
         assert not (tmp_path / "gw" / "instances" / "proto").exists()
 
 
+async def test_the_expiry_sweep_reads_only_instances_that_expire(tmp_path, monkeypatch):
+    """A gateway keeps every finished run's instances: the sweep pages through the few with an expiry (an
+    index orders them first) and stops at the first without one, however many there are."""
+    from agentenv.gateway import service
+
+    monkeypatch.setattr(service, "EXPIRY_PAGE", 2)  # several pages of expiring instances
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+        future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        for n in range(3):
+            await admin.put_instance({"id": f"old-{n}", "apps": [{"app": "notes"}], "expires_at": past})
+            await admin.put_instance({"id": f"later-{n}", "apps": [{"app": "notes"}], "expires_at": future})
+            await admin.put_instance({"id": f"kept-{n}", "apps": [{"app": "notes"}]})
+        read: list[int] = []
+        page = gateway.store.page
+        monkeypatch.setattr(gateway.store, "page", lambda *a, **k: read.append(k["limit"]) or page(*a, **k))
+        assert sorted(await gateway.delete_expired()) == ["old-0", "old-1", "old-2"]
+        assert len(read) == 4  # 6 expiring instances in pages of 2, the last page reaching a kept one
+        left = {i["id"] for i in await admin.list_instances()}
+        assert left == {"later-0", "later-1", "later-2", "kept-0", "kept-1", "kept-2"}
+
+
 async def test_a_pool_forks_on_the_gateway_holding_the_source(tmp_path):
     import os
 

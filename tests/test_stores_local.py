@@ -80,3 +80,23 @@ def test_objects_never_leave_temp_files_or_write_outside(tmp_path):
         store.put("../escape", b"x")
     assert not (tmp_path / "escape").exists()
     assert [p.name for p in (tmp_path / "objects" / "a").iterdir()] == ["b"]
+
+
+def test_documents_found_by_run_id_or_ordered_by_expiry_are_read_through_an_index(tmp_path):
+    """A gateway keeps every finished run's instances; a run's end looks its own up, the expiry sweep the few
+    that expire: neither may read the whole collection (it would grow with every run served)."""
+    store = SqliteDocumentStore(tmp_path / "docs.sqlite")
+    for n in range(50):
+        store.put("gateway_instances", f"i{n}", {"id": f"i{n}", "run_id": f"r{n // 2}"})
+    plans = []
+    trace = store._db.set_trace_callback  # the SQL the store runs, then its query plan
+    ran: list[str] = []
+    trace(ran.append)
+    assert [d["id"] for d in store.query("gateway_instances", where={"run_id": "r3"})] == ["i6", "i7"]
+    store.page("gateway_instances", order_by="expires_at", descending=True, limit=10)
+    trace(None)
+    for sql in ran:
+        if sql.startswith("SELECT"):
+            plans.append(" ".join(row[-1] for row in store._db.execute(f"EXPLAIN QUERY PLAN {sql}")))
+    assert "USING INDEX documents_run_id" in plans[0], plans
+    assert "USING INDEX documents_expires_at" in plans[1] and "TEMP B-TREE" not in plans[1], plans

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 COLLECTION = "gateway_instances"
 WORLDS = "gateway_worlds"
 EXPIRY_SWEEP_S = 60.0  # how often instances past their `expires_at` are looked for
+EXPIRY_PAGE = 500  # instances the sweep reads at a time
 
 
 class GatewayError(Exception):
@@ -284,11 +285,14 @@ class Gateway:
     async def delete_expired(self, now: datetime | None = None) -> list[str]:
         """Delete instances past their `expires_at` (what a trainer that died could not release)."""
         now = now or datetime.now(UTC)
-        expired = [
-            doc["id"]
-            for doc in self.store.query(COLLECTION)
-            if doc.get("expires_at") and _aware(datetime.fromisoformat(doc["expires_at"])) <= now
-        ]
+        expired, after = [], None
+        while True:  # those with an expiry first (indexed): it stops at the first without, not at the end
+            page = self.store.page(COLLECTION, order_by="expires_at", descending=True, limit=EXPIRY_PAGE, after=after)
+            dated = [doc for doc in page.items if doc.get("expires_at")]
+            expired += [doc["id"] for doc in dated if _aware(datetime.fromisoformat(doc["expires_at"])) <= now]
+            if page.next is None or len(dated) < len(page.items):
+                break
+            after = page.next
         for instance_id in expired:
             await self.delete(instance_id)
         return expired

@@ -51,6 +51,16 @@ class SqliteDocumentStore(DocumentStore):
             " collection TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL,"
             " PRIMARY KEY (collection, key))"
         )
+        # Fields looked up across a store that keeps growing (a gateway keeps every finished run's instances):
+        # a run's documents at its end, and the few that expire, among all. Indexed, so neither lookup reads
+        # the whole collection.
+        self._db.execute(
+            "CREATE INDEX IF NOT EXISTS documents_run_id ON documents (collection, json_extract(doc, '$.run_id'), key)"
+        )
+        self._db.execute(
+            "CREATE INDEX IF NOT EXISTS documents_expires_at"
+            " ON documents (collection, json_extract(doc, '$.expires_at'), key)"
+        )
 
     def put(self, collection: str, key: str, doc: dict[str, Any]) -> None:
         text = json.dumps(doc, default=str)
