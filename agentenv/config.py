@@ -43,6 +43,12 @@ class TemporalSettings(_Section):
     tls_server_name: str | None = None
     ui_url: str | None = Field(None, description="base URL of the cluster's web UI, for run links")
     connect_timeout: float = Field(5.0, gt=0, description="seconds to wait for the cluster to answer")
+    plan_key_secret: str | None = Field(
+        None,
+        description="the secret (in [stores.secrets]) holding the key this install's planners and workers seal "
+        "and check runs with (64 hex digits); needed when they run on several machines. Unset: the state "
+        "directory's plan.key",
+    )
 
 
 class ServerSettings(_Section):
@@ -320,6 +326,7 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "TEMPORAL_TLS_CA": ("temporal", "tls_ca"),
     "TEMPORAL_TLS_SERVER_NAME": ("temporal", "tls_server_name"),
     "AGENTENV_TASK_QUEUE": ("temporal", "task_queue"),
+    "AGENTENV_PLAN_KEY_SECRET": ("temporal", "plan_key_secret"),
     "AGENTENV_SERVER_PORT": ("server", "port"),
     "AGENTENV_UI_PORT": ("server", "ui_port"),
     "AGENTENV_GATEWAY_URL": ("gateway", "url"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 import secrets
 from pathlib import Path
 
@@ -39,25 +38,10 @@ def load_or_create_key(path: Path) -> bytes:
 
 def _checked_key(path: Path) -> bytes:
     """The key in `path`, if it can be trusted (FileNotFoundError when there is none yet)."""
+    from agentenv.stores.local import read_private
+
     remake = "delete it to make a new one (every agent and admin token changes), or restore it from a backup"
-    try:
-        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as f:
-            mode = os.fstat(f.fileno()).st_mode
-            key = f.read(4096)
-    except FileNotFoundError:
-        raise
-    except OSError as e:  # not ours, a folder, a symlink (which could point anywhere)
-        raise BrokenKey(
-            f"the gateway key file {path} cannot be read ({e.strerror})",
-            f"make it a file of this user with mode 0600 (chmod 600 {path}), or {remake}",
-        ) from None
-    if mode & 0o077:
-        raise BrokenKey(
-            f"the gateway key file {path} is readable by other users (mode {mode & 0o777:o}), so its "
-            "tokens may be known to them",
-            f"delete it to make a new one (every agent and admin token changes); if no one else could "
-            f"have read it, `chmod 600 {path}` keeps it",
-        )
+    key = read_private(path, what="the gateway key file", remake=remake, error=BrokenKey)
     if len(key) < KEY_BYTES:
         raise BrokenKey(
             f"the gateway key file {path} is empty or damaged ({len(key)} bytes, not {KEY_BYTES}): "

@@ -255,6 +255,28 @@ class FileObjectStore(ObjectStore):
             os.replace(tmp, path)
 
 
+def read_private(path: Path, *, what: str, remake: str, error: type[Exception], limit: int = 4096) -> bytes:
+    """The content of a key file of this user's, if it can be trusted: not a link (which could point anywhere),
+    not readable by others. FileNotFoundError when there is none yet; `error(problem, fix)` when it is not ours."""
+    try:
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as f:
+            mode = os.fstat(f.fileno()).st_mode
+            data = f.read(limit)
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # not ours, a folder, a symlink
+        raise error(
+            f"{what} {path} cannot be read ({e.strerror})",
+            f"make it a file of this user with mode 0600 (chmod 600 {path}), or {remake}",
+        ) from None
+    if mode & 0o077:
+        raise error(
+            f"{what} {path} is readable by other users (mode {mode & 0o777:o}), so it may be known to them",
+            f"{remake}; if no one else could have read it, `chmod 600 {path}` keeps it",
+        )
+    return data
+
+
 def create_private_once(path: Path, data: bytes) -> None:
     """Write `path` (mode 0600) unless it exists. Atomic (the whole content or no file), and the first of
     concurrent creators wins, so every process then reads the same content (a key, an install id)."""

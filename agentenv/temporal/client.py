@@ -63,8 +63,13 @@ async def connect(
                 "the embedded Temporal server is not running",
                 "start it with `agent-env server start` (or let `agent-env run` start it)",
             )
+    from agentenv.temporal import seals
+    from agentenv.temporal.sealing import SealingClient
+
     target = settings.address
     interceptors = telemetry.temporal_interceptors()  # tracing, when this process set it up: workers inherit it
+    # Every start and update this client sends is sealed with the install's plan key (read when first needed).
+    interceptors.append(SealingClient(settings.temporal.namespace, lambda: seals.load(settings)))
 
     async def connected() -> Client:
         return await asyncio.wait_for(

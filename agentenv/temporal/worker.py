@@ -22,7 +22,9 @@ def create_worker(
     from temporalio.worker import Worker
 
     from agentenv.activities import RunActivities
+    from agentenv.temporal import seals
     from agentenv.temporal.drain import Draining
+    from agentenv.temporal.sealed_worker import SealedWorker
     from agentenv.workflows.task_run import TaskRun
 
     draining = draining or Draining(timedelta(seconds=5))
@@ -46,7 +48,8 @@ def create_worker(
         # After a worker dies, its cached workflows move to another worker this soon.
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=5),
         graceful_shutdown_timeout=draining.grace,
-        interceptors=[draining],
+        # Runs, updates and activities are checked against the install's plan key before anything acts.
+        interceptors=[draining, SealedWorker(seals.load(settings))],
     )
 
 

@@ -1,0 +1,195 @@
+"""Seals: what proves that a run's plan, an update to it, or an activity it scheduled came from this install.
+
+A plan is code (it names commands, images, URLs), and whoever reaches Temporal can start a workflow or send an
+update. So everything that makes a worker act carries a seal in a Temporal header: an HMAC-SHA256, under the
+install's plan key, of what it is (a start, an update, an activity), the namespace and workflow id it is for,
+its name, a digest of its arguments and when it was made. Planners (the CLI, the episode API, the gateway's
+trigger hits) seal what they send; workers verify before anything runs, and seal the activities and the
+continue-as-new of runs they verified. The key never enters history: only seals do, and a seal is bound to its
+workflow id, so one copied from history is worth nothing elsewhere.
+
+The key is the state directory's `plan.key` (0600, made on first use), or for installs whose planners and
+workers are on several machines, a secret in the shared secret store (`[temporal] plan_key_secret`).
+This module does no Temporal I/O: it makes and checks seals.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import TypeAdapter
+
+from agentenv.errors import AgentEnvError
+
+if TYPE_CHECKING:
+    from temporalio.api.common.v1 import Payload
+
+    from agentenv.config import Settings
+
+HEADER = "agentenv-seal"
+KEY_BYTES = 32
+VERSION = "agentenv-seal/1"
+# How far a start's or an update's seal may be from the server's time when it arrives: a copied seal is
+# worthless after this (and before it, only with the very workflow id and arguments it was made for).
+FRESH = timedelta(minutes=10)
+SKEW = timedelta(minutes=5)  # the planner's clock ahead of the server's
+
+START, UPDATE, ACTIVITY = "start", "update", "activity"
+
+
+class BrokenSeal(AgentEnvError):
+    """A plan key that cannot be trusted, or one that is missing where it must be shared."""
+
+
+@dataclass(frozen=True)
+class PlanKey:
+    secret: bytes
+    # When this install began sealing: runs started before it were started unsealed, by older code, and keep
+    # replaying. None: no run is exempt (a shared key: drain runs before turning it on).
+    since: datetime | None
+
+
+def digest(args: Sequence[Any]) -> bytes:
+    """SHA-256 of the arguments' JSON. Both sides hold the same models (the sender's, and the receiver's decoded
+    from what was sent), and a JSON round trip keeps key order, so both spell them alike; fields at their
+    default are left out, so a field added with a default does not change an old sender's digest."""
+    return hashlib.sha256(_arguments().dump_json(list(args), exclude_defaults=True)).digest()
+
+
+@functools.cache
+def _arguments() -> TypeAdapter[list[Any]]:
+    return TypeAdapter(list[Any])
+
+
+def _mac(key: PlanKey, what: str, namespace: str, workflow_id: str, name: str, extra: str, at: int, args: bytes) -> str:
+    message = "\x00".join((VERSION, what, namespace, workflow_id, name, extra, str(at))).encode() + b"\x00" + args
+    return hmac.new(key.secret, message, hashlib.sha256).hexdigest()
+
+
+def make(
+    key: PlanKey,
+    what: str,
+    *,
+    namespace: str,
+    workflow_id: str,
+    name: str,
+    args: Sequence[Any],
+    at: datetime,
+    extra: str = "",
+) -> Payload:
+    """The header value sealing `args` for (`what`, namespace, workflow id, name, `extra`), made at `at`."""
+    from temporalio.api.common.v1 import Payload
+
+    stamp = int(at.timestamp())
+    mac = _mac(key, what, namespace, workflow_id, name, extra, stamp, digest(args))
+    return Payload(metadata={"encoding": b"json/plain"}, data=json.dumps({"at": stamp, "mac": mac}).encode())
+
+
+def problem(
+    key: PlanKey,
+    headers: Mapping[str, Payload] | None,
+    what: str,
+    *,
+    namespace: str,
+    workflow_id: str,
+    name: str,
+    args: Sequence[Any],
+    now: datetime | None,
+    extra: str = "",
+) -> str | None:
+    """Why the seal in `headers` does not hold (None: it does). `now`: the server's time the seal is judged by
+    (None: no freshness, for activities, whose seal stays valid across their retries)."""
+    payload = (headers or {}).get(HEADER)
+    if payload is None:
+        return "it carries no seal"
+    try:
+        sealed = json.loads(payload.data[:512])
+        stamp, mac = sealed["at"], sealed["mac"]
+        if not isinstance(stamp, int) or not isinstance(mac, str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        return "its seal is malformed"
+    expected = _mac(key, what, namespace, workflow_id, name, extra, stamp, digest(args))
+    if not hmac.compare_digest(mac.encode("ascii", "replace"), expected.encode()):
+        return (
+            "its seal does not match: it was forged, altered, sealed for another workflow id, or sealed "
+            "with another plan key"
+        )
+    if now is not None:
+        made = datetime.fromtimestamp(stamp, UTC)
+        if not now - FRESH <= made <= now + SKEW:
+            return f"its seal was made at {made.isoformat()}, too far from the server's time {now.isoformat()}"
+    return None
+
+
+# -- the key --
+
+
+def load(settings: Settings) -> PlanKey:
+    """The install's plan key: the shared secret `[temporal] plan_key_secret` names, else the state dir's file."""
+    name = settings.temporal.plan_key_secret
+    if name:
+        return _shared(settings, name)
+    return _file(settings.state_dir / "plan.key")
+
+
+def _file(path: Path) -> PlanKey:
+    from agentenv.stores.local import create_private_once, read_private
+
+    remake = (
+        f"delete {path} to make a new one (runs in flight that were started before stop taking updates), or "
+        "restore it from a backup"
+    )
+    try:
+        raw = read_private(path, what="the plan key file", remake=remake, error=BrokenSeal)
+    except FileNotFoundError:
+        now = datetime.now(UTC).replace(microsecond=0)
+        create_private_once(path, f"{secrets.token_hex(KEY_BYTES)}\n{now.isoformat()}\n".encode())
+        raw = read_private(path, what="the plan key file", remake=remake, error=BrokenSeal)
+    lines = raw.decode("ascii", "replace").split()
+    try:
+        secret = bytes.fromhex(lines[0])
+        since = datetime.fromisoformat(lines[1])
+    except (IndexError, ValueError):
+        secret, since = b"", None
+    if len(secret) < KEY_BYTES or since is None or since.tzinfo is None:
+        raise BrokenSeal(
+            f"the plan key file {path} is damaged (it holds {KEY_BYTES * 2} hex digits and the time it was made, "
+            "one per line)",
+            remake,
+        )
+    return PlanKey(secret, since)
+
+
+def _shared(settings: Settings, name: str) -> PlanKey:
+    from agentenv.stores import open_secrets
+    from agentenv.stores.base import MissingSecret
+
+    store = open_secrets(settings)
+    try:
+        value = store.get(name).strip()
+    except MissingSecret:
+        value = ""
+    finally:
+        store.close()
+    try:
+        secret = bytes.fromhex(value)
+    except ValueError:
+        secret = b""
+    if len(secret) < KEY_BYTES:
+        raise BrokenSeal(
+            f"secret:{name} ([temporal] plan_key_secret: the key every planner and worker of this install seals "
+            f"and checks runs with) is missing or not {KEY_BYTES * 2} or more hex digits",
+            f"set it once for the install: `python -c 'import secrets; print(secrets.token_hex(32))' | "
+            f"agent-env secrets set {name}`",
+        )
+    return PlanKey(secret, None)
