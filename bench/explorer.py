@@ -181,7 +181,7 @@ def measure() -> dict:
     explorer, explorer_server = serve(create_app(Settings(state_dir=state), door, stores=stores))
     baseline, baseline_server = serve(Starlette(routes=[Mount("/", StaticFiles(directory=state / "static"))]))
     try:
-        browser.get(f"{explorer}/login?code={door.new_code()}")  # the session cookie, once
+        browser.get(f"{explorer}/login?code={door.new_code()}")  # the session cookie and the tab's key, once
         cold_ms = first_render_ms(browser, f"{explorer}/#/runs/{BIG_RUN}", '[data-testid="tool-call"]')
         pages = {
             "runs list (200 runs, 50 shown)": (f"{explorer}/", '[data-testid="run-row"]', "runs.html"),

@@ -1,4 +1,4 @@
-"""The explorer (`agent-env up`): its door (one-time login, session cookie, Host and Origin), and its API over
+"""The explorer (`agent-env up`): its door (one-time login, session cookie and key, Host and Origin), and its API over
 real runs — the `workplace` bundle (a world over three virtual days) and a refund run as `support` (whose
 tool calls the gateway refuses) — executed by the real Temporal server, worker and gateway of the session.
 The page itself is checked in a real browser elsewhere; here, what it reads and the hooks it is built on."""
@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from agentenv import runner
 from agentenv.config import Settings
-from agentenv.explorer.auth import CODE_TTL, Door
+from agentenv.explorer.auth import CODE_TTL, COOKIE, IDLE_TTL, KEY_HEADER, SESSION_TTL, Door
 from agentenv.explorer.server import STATIC, create_app
 from agentenv.spec.run import RunState, RunStatus, StepState, StepStatus
 from agentenv.stores import keys, open_stores
@@ -34,9 +34,20 @@ def explorer_client(app) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)
 
 
-async def sign_in(http: httpx.AsyncClient, door: Door) -> None:
+def handed_key(page: str) -> str:
+    """The key a sign-in answer's page hands its tab (its script keeps it in sessionStorage)."""
+    found = re.search(r'<meta name="agentenv-explorer-key" content="([^"]+)">', page)
+    assert found, page
+    return found.group(1)
+
+
+async def sign_in(http: httpx.AsyncClient, door: Door) -> str:
+    """Open a fresh one-time link as the page would, and send its key from now on; returns the key."""
     answer = await http.get(f"/login?code={door.new_code()}")
-    assert answer.status_code == 303 and answer.headers["location"] == "/", answer.text
+    assert answer.status_code == 200 and COOKIE in answer.headers["set-cookie"], answer.text
+    key = handed_key(answer.text)
+    http.headers[KEY_HEADER] = key
+    return key
 
 
 @pytest.fixture
@@ -72,19 +83,24 @@ async def test_a_one_time_code_signs_in_once_and_the_admin_token_never_shows(set
     code = door.new_code()
     async with explorer_client(create_app(settings, door)) as http:
         answer = await http.get(f"/login?code={code}")
-        assert answer.status_code == 303
+        assert answer.status_code == 200 and "location" not in answer.headers
         cookie = answer.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and code not in cookie
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/;" in cookie and code not in cookie
+        assert f"Max-Age={int(SESSION_TTL)}" in cookie  # the browser forgets it when the server would
+        key = handed_key(answer.text)  # in the page only: never in a URL or a cookie
+        assert key not in cookie and 'src="/static/signin.js"' in answer.text
+        assert (await http.get("/static/signin.html")).status_code == 404  # no page a link could open to hand a key
         page = await http.get("/")
         assert page.status_code == 200 and 'id="view"' in page.text
-        assert (await http.get("/api/runs")).status_code == 200
-        bodies = page.text + (await http.get("/api/runs")).text
+        assert (await http.get("/api/runs")).status_code == 401  # the cookie alone opens nothing
+        assert (await http.get("/api/runs", headers={KEY_HEADER: key})).status_code == 200
+        bodies = answer.text + page.text + (await http.get("/api/runs", headers={KEY_HEADER: key})).text
         assert admin_token(settings) not in bodies
     async with explorer_client(create_app(settings, door)) as again:  # another browser, the same link: refused
         assert (await again.get(f"/login?code={code}")).status_code == 401
         assert (await again.get("/login?code=guessed")).status_code == 401
         assert (await again.get("/login")).status_code == 401
-        assert (await again.get("/api/runs")).status_code == 401
+        assert (await again.get("/api/runs", headers={KEY_HEADER: key})).status_code == 401  # the key alone neither
 
 
 async def test_a_code_expires(settings):
@@ -105,6 +121,90 @@ async def test_other_hosts_and_origins_are_refused(settings):
         cross_site = await http.get("/api/runs", headers={"origin": "http://evil.example"})
         assert cross_site.status_code == 403
         assert (await http.get("/api/runs", headers={"origin": BASE})).status_code == 200
+
+
+def api_routes(workplace: RunState, refund: RunState) -> list[str]:
+    """One URL of every API route, each naming something that exists (so with both secrets it answers 200)."""
+    run, failed = f"/api/runs/{workplace.run_id}", f"/api/runs/{refund.run_id}"
+    return [
+        "/api/runs",
+        run,
+        f"{run}/world",
+        f"{failed}/calls",
+        f"{failed}/calls/0",
+        f"{failed}/transcripts/work",
+        f"{run}/artifacts",
+        f"{run}/artifacts/snapshots/end_state.tar",
+        "/api/registry",
+        "/api/episodes",
+    ]
+
+
+async def test_a_replayed_cookie_alone_reads_nothing(settings, client, finished_runs):
+    """The red team's finding: a browser sends the explorer's cookie to every port of 127.0.0.1, so a page on an
+    agent's own server receives it. Replayed from there (a plain HTTP client, over a real port), it is a 401 on
+    every API route; with the key the sign-in handed the page, the same requests answer."""
+    door = Door()
+    with explorer_util.serving(create_app(settings, door, temporal=client)) as base:
+        async with httpx.AsyncClient(base_url=base) as operator:
+            key = await sign_in(operator, door)
+            session = operator.cookies[COOKIE]
+        routes = api_routes(*finished_runs)
+        async with httpx.AsyncClient(base_url=base, headers={"cookie": f"{COOKIE}={session}"}) as replay:
+            for route in routes:
+                for headers in ({}, {KEY_HEADER: ""}, {KEY_HEADER: "guessed"}, {KEY_HEADER: key[:-1]}):
+                    answer = await replay.get(route, headers=headers)
+                    assert answer.status_code == 401, (route, headers, answer.text)
+                    assert "agent-env up" in answer.json()["fix"] and KEY_HEADER in answer.json()["fix"]
+            for route in routes:
+                answer = await replay.get(route, headers={KEY_HEADER: key})
+                assert answer.status_code == 200, (route, answer.text)
+
+
+async def test_one_sessions_key_does_not_open_another(settings):
+    door = Door()
+    async with (
+        explorer_client(create_app(settings, door)) as first,
+        explorer_client(create_app(settings, door)) as second,
+    ):
+        first_key, second_key = await sign_in(first, door), await sign_in(second, door)
+        assert first_key != second_key
+        assert (await first.get("/api/runs")).status_code == 200
+        assert (await second.get("/api/runs")).status_code == 200
+        assert (await first.get("/api/runs", headers={KEY_HEADER: second_key})).status_code == 401
+        assert (await second.get("/api/runs", headers={KEY_HEADER: first_key})).status_code == 401
+
+
+async def test_a_session_ends_when_idle_and_at_its_limit(settings):
+    now = [0.0]
+    door = Door(clock=lambda: now[0])
+    async with explorer_client(create_app(settings, door)) as idle:
+        await sign_in(idle, door)
+        now[0] += IDLE_TTL - 1
+        assert (await idle.get("/api/runs")).status_code == 200  # a request keeps it alive ...
+        now[0] += IDLE_TTL - 1
+        assert (await idle.get("/api/runs")).status_code == 200
+        now[0] += IDLE_TTL + 1  # ... a pause longer than IDLE_TTL ends it
+        assert (await idle.get("/api/runs")).status_code == 401
+        assert (await idle.get("/")).status_code == 401  # and the page is the sign-in page again
+        now[0] += IDLE_TTL - 1  # gone for good: requests after it do not revive it
+        assert (await idle.get("/api/runs")).status_code == 401
+    async with explorer_client(create_app(settings, door)) as busy:
+        await sign_in(busy, door)
+        opened = now[0]
+        while now[0] + IDLE_TTL / 2 <= opened + SESSION_TTL:  # in use all along ...
+            now[0] += IDLE_TTL / 2
+            assert (await busy.get("/api/runs")).status_code == 200
+        now[0] = opened + SESSION_TTL + 1  # ... it still ends SESSION_TTL after sign-in
+        assert (await busy.get("/api/runs")).status_code == 401
+        await sign_in(busy, door)  # a new link gets in again
+        assert (await busy.get("/api/runs")).status_code == 200
+
+
+def test_the_sign_in_page_says_how_long_a_session_lasts():
+    text = " ".join((STATIC / "login.html").read_text().split())
+    assert f"{int(IDLE_TTL // 60)} minutes without a look" in text and f"{int(SESSION_TTL // 3600)} hours" in text
+    assert "new tab" in text
 
 
 # -- the API over real runs --
@@ -322,7 +422,10 @@ async def test_agent_env_up_serves_the_explorer_behind_a_one_time_link(server, f
         base, code = link.groups()
         async with httpx.AsyncClient(base_url=base) as http:
             assert (await http.get("/api/runs")).status_code == 401
-            assert (await http.get(f"/login?code={code}")).status_code == 303
+            answer = await http.get(f"/login?code={code}")
+            assert answer.status_code == 200 and COOKIE in http.cookies
+            assert (await http.get("/api/runs")).status_code == 401  # the cookie alone
+            http.headers[KEY_HEADER] = handed_key(answer.text)
             runs = await http.get("/api/runs", params={"task": "workplace"})
             assert workplace.run_id in {r["run_id"] for r in runs.json()["runs"]}
         async with httpx.AsyncClient(base_url=base) as other:

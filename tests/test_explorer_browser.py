@@ -1,32 +1,74 @@
 """The explorer as a person sees it: a real headless Chromium (tests/headless.py) opens the page served on a real
 port, over the session's real runs (`workplace` and a refund run as `support`, tests/explorer_util.py). It signs in
 with a one-time link, finds the workplace run, sees its steps and a trigger firing at its virtual time, and the
-refund run's refused tool calls; the page logs no errors and never holds the admin token. A screenshot of each
-stage is kept under test-artifacts/screenshots/."""
+refund run's refused tool calls, downloads an artifact; the page logs no errors and never holds the admin token.
+The session: a cookie that another port of 127.0.0.1 receives opens nothing there, a second tab gets in while
+another is open, and a session that ends shows the sign-in page. A screenshot of each stage is kept under
+test-artifacts/screenshots/."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import threading
+import time
+from collections.abc import Iterator
 from zoneinfo import ZoneInfo
 
 import explorer_util
 import headless
+import httpx
 import pytest
 from headless import screenshot
 
-from agentenv.explorer.auth import COOKIE, Door
+from agentenv.explorer.auth import COOKIE, IDLE_TTL, KEY_HEADER, Door
 from agentenv.explorer.server import create_app
+from agentenv.stores import keys, open_stores
 
 browser = headless.browser
 finished_runs = explorer_util.finished_runs
 WAIT_S = 20  # generous: a 2-core CI box renders slowly
 
 
+KEY_STORE = "agentenv-explorer-key"  # where the page keeps its key (static/key.js)
+later = [0.0]  # seconds the site's door clock is ahead of the real one (a test moves it past a session's end)
+
+
 @pytest.fixture(scope="module")
 def site(settings, client, finished_runs):
     """The explorer on a free port of 127.0.0.1 (its own thread and event loop), and its door."""
-    door = Door()
+    door = Door(clock=lambda: time.monotonic() + later[0])
     with explorer_util.serving(create_app(settings, door, temporal=client)) as base:
         yield base, door
+
+
+@contextlib.contextmanager
+def another_server() -> Iterator[tuple[str, list[str]]]:
+    """A page on another port of 127.0.0.1, as an agent's own server would serve it: it keeps the Cookie headers
+    the browser sends it. Yields its base URL and those headers."""
+    seen: list[str] = []
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("cookie", ""))
+            body = b"<!doctype html><title>an agent's page</title><p>hello</p>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def wait(browser, condition, what: str):
@@ -70,11 +112,13 @@ def test_the_page_asks_for_the_link_and_the_link_signs_in(browser, site, setting
     assert errors and all(e["source"] == "network" and "401" in e["message"] for e in errors), errors
 
     sign_in(browser, site)
-    assert browser.current_url == f"{base}/"
+    assert browser.current_url == f"{base}/"  # the key never shows in a URL
     screenshot(browser, "explorer-2-runs")
     assert browser.execute_script("return document.cookie") == ""  # HttpOnly: no script reads the session
     cookie = browser.get_cookie(COOKIE)
     assert cookie is not None and cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    key = browser.execute_script(f"return sessionStorage.getItem('{KEY_STORE}')")
+    assert key and key not in browser.page_source  # kept by the tab, not left in the page
     assert_no_admin_token(browser, settings)
     assert console_errors(browser) == []
 
@@ -149,3 +193,93 @@ def test_the_refund_run_shows_its_refused_calls_and_conversation(browser, site, 
     screenshot(browser, "explorer-6-refund-conversation")
     assert_no_admin_token(browser, settings)
     assert console_errors(browser) == []
+
+
+def test_a_cookie_another_port_receives_opens_nothing(browser, site, settings):
+    """The red team's finding, in a real browser: it sends the explorer's cookie to an agent's page on another port
+    of 127.0.0.1. That page cannot read the tab's key, and the cookie replayed from there reads no runs."""
+    base, _ = site
+    sign_in(browser, site)
+    key = browser.execute_script(f"return sessionStorage.getItem('{KEY_STORE}')")
+    with another_server() as (elsewhere, cookies):
+        browser.get(f"{elsewhere}/")
+        stolen = [c for c in cookies if f"{COOKIE}=" in c]
+        assert stolen, cookies  # what browsers do: cookies are scoped by host, not by port
+        assert browser.execute_script("return sessionStorage.length") == 0  # the key is the explorer origin's only
+    replayed = httpx.get(f"{base}/api/runs", headers={"cookie": stolen[0]})
+    assert replayed.status_code == 401, replayed.text
+    assert httpx.get(f"{base}/api/runs", headers={"cookie": stolen[0], KEY_HEADER: key}).status_code == 200
+    console_errors(browser)
+
+
+def test_a_second_tab_gets_in_while_another_is_open(browser, site, finished_runs):
+    base, _ = site
+    workplace, _ = finished_runs
+    sign_in(browser, site)
+    first = browser.current_window_handle
+    browser.switch_to.new_window("tab")  # a fresh tab (its own sessionStorage), as a bookmark or a typed URL opens
+    browser.get(f"{base}/#/runs/{workplace.run_id}")
+    wait(browser, lambda d: found(d, '[data-testid="step"]'), "the run in the second tab")
+    assert browser.execute_script(f"return sessionStorage.getItem('{KEY_STORE}')")  # handed over by the first tab
+    screenshot(browser, "explorer-7-second-tab")
+    assert console_errors(browser) == []
+    browser.close()
+
+    browser.switch_to.window(first)
+    browser.get("about:blank")  # no tab of the explorer is open now
+    browser.switch_to.new_window("tab")
+    browser.get(f"{base}/")  # the cookie is still there, but no tab can hand the key over: the sign-in page
+    wait(browser, lambda d: found(d, '[data-testid="login"]'), "the sign-in page")
+    console_errors(browser)
+    browser.close()
+    browser.switch_to.window(first)
+
+
+def test_a_new_sign_in_in_one_tab_carries_on_in_the_others(browser, site):
+    base, _ = site
+    sign_in(browser, site)
+    first = browser.current_window_handle
+    old = browser.execute_script(f"return sessionStorage.getItem('{KEY_STORE}')")
+    browser.switch_to.new_window("tab")
+    sign_in(browser, site)  # a new one-time link: a new session, whose cookie replaces the first tab's
+    browser.close()
+    browser.switch_to.window(first)
+    assert browser.execute_script(f"return sessionStorage.getItem('{KEY_STORE}')") not in (None, old)
+    browser.get(f"{base}/#/registry")
+    wait(browser, lambda d: found(d, '[data-testid="view"] section h2'), "the registry")
+    assert found(browser, '[data-testid="login"]') == []
+    assert console_errors(browser) == []
+
+
+def test_an_artifact_downloads(browser, site, finished_runs, settings, tmp_path):
+    """A link cannot send the tab's key: the page fetches the file with it and hands the browser its bytes."""
+    base, _ = site
+    workplace, _ = finished_runs
+    sign_in(browser, site)
+    browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
+    browser.get(f"{base}/#/runs/{workplace.run_id}")
+    wait(browser, lambda d: found(d, '[data-testid="artifact"]'), "the run's artifacts")
+    next(a for a in found(browser, '[data-testid="artifact"]') if a.text == "snapshots/end_state.tar").click()
+    saved = tmp_path / "end_state.tar"
+    wait(browser, lambda d: saved.exists() and not list(tmp_path.glob("*.crdownload")), "the downloaded file")
+    stores = open_stores(settings)
+    try:
+        assert saved.read_bytes() == stores.objects.get(keys.snapshot(workplace.run_id, "end_state"))
+    finally:
+        stores.close()
+    assert console_errors(browser) == []
+
+
+def test_when_the_session_ends_the_page_asks_for_a_new_link(browser, site):
+    base, _ = site
+    sign_in(browser, site)
+    later[0] += IDLE_TTL + 1  # no request for longer than a session may idle
+    try:
+        browser.get(f"{base}/#/registry")
+        wait(browser, lambda d: found(d, '[data-testid="login"]'), "the sign-in page")
+        screenshot(browser, "explorer-8-session-ended")
+        console_errors(browser)
+        sign_in(browser, site)  # a new link gets in again
+        assert found(browser, '[data-testid="login"]') == []
+    finally:
+        later[0] = 0.0

@@ -1,7 +1,8 @@
 """The explorer's HTTP surface: the page, its static files, the one-time login, and a JSON API (read-only).
 
-    GET /                                    the page (a login page, 401, without a session)
-    GET /login?code=CODE                     trade `agent-env up`'s one-time code for a session cookie -> /
+    GET /                                    the page (a login page, 401, without a session cookie)
+    GET /login?code=CODE                     trade `agent-env up`'s one-time code for a session: its cookie,
+                                             and a page handing the tab its key once (which then opens /)
     GET /static/...                          the page's HTML, CSS and JavaScript modules (no data in them)
     GET /api/runs?task&status&min_score&max_score&since&until&limit&cursor   runs, newest first -> {runs, next}
     GET /api/runs/{run}                      one run: steps (DAG layers, status, timing, score, outputs),
@@ -14,8 +15,9 @@
     GET /api/registry                        envs, agents and tasks of the registry
     GET /api/episodes                        runs a trainer played in
 
-Every API route needs the session cookie (else 401). Pages get a strict Content-Security-Policy (own
-scripts and styles only), and the whole app sits behind `HostGuard` like every agentenv server.
+Every API route needs the session cookie and the session's key in a header (else 401; auth.py says why
+both). Pages get a strict Content-Security-Policy (own scripts and styles only), and the whole app sits
+behind `HostGuard` like every agentenv server.
 """
 
 from __future__ import annotations
@@ -26,19 +28,20 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from string import Template
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agentenv.config import Settings
 from agentenv.errors import AgentEnvError, NotFound
 from agentenv.explorer import artifacts, calls, runs, world
-from agentenv.explorer.auth import COOKIE, Door
+from agentenv.explorer.auth import COOKIE, KEY_HEADER, Door
 from agentenv.guard import HostGuard
 from agentenv.spec.run import RunState
 from agentenv.spec.world_state import clip
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
     from agentenv.gateway.client import GatewayClient
 
 STATIC = Path(__file__).parent / "static"
+SIGNIN = Path(__file__).parent / "signin.html"  # the sign-in answer's page, with its key: not a static file
 MESSAGE_BYTES = 8 * 1024  # a transcript message's side data (its own account of tool calls), in the API
 HEADERS = [
     (
@@ -162,13 +166,15 @@ def create_app(
     def page(name: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse((STATIC / name).read_text(), status_code=status)
 
-    def signed_in(request: Request) -> bool:
-        return door.admits(request.cookies.get(COOKIE))
-
     def api(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def guarded(request: Request) -> Response:
-            if not signed_in(request):
-                return error(401, "not signed in", "open the one-time link `agent-env up` printed")
+            if not door.admits(request.cookies.get(COOKIE), request.headers.get(KEY_HEADER)):
+                return error(
+                    401,
+                    "not signed in",
+                    "open the one-time link `agent-env up` printed; the API answers the explorer's own page "
+                    f"only (the session cookie and the tab's key in {KEY_HEADER})",
+                )
             try:
                 return await handler(request)
             except ValidationError as e:
@@ -181,14 +187,15 @@ def create_app(
         return guarded
 
     async def index(request: Request) -> Response:
-        return page("index.html") if signed_in(request) else page("login.html", 401)
+        return page("index.html") if door.has_session(request.cookies.get(COOKIE)) else page("login.html", 401)
 
     async def login(request: Request) -> Response:
-        session = door.redeem(request.query_params.get("code"))
-        if session is None:
+        granted = door.redeem(request.query_params.get("code"))
+        if granted is None:
             return page("login.html", 401)
-        response = RedirectResponse("/", status_code=303)
-        response.headers.append("set-cookie", door.cookie_header(session))
+        # The key, once: this page's script keeps it in the tab's sessionStorage and opens the explorer.
+        response = HTMLResponse(Template(SIGNIN.read_text()).substitute(key=granted.key))
+        response.headers.append("set-cookie", door.cookie_header(granted.session))
         return response
 
     async def run_list(request: Request) -> Response:

@@ -1,14 +1,24 @@
 // Small helpers shared by the views: fetch the API, build elements (text only: data never becomes markup).
+import { api } from "./key.js";
 
 export async function getJSON(path) {
-  const response = await fetch(path, { credentials: "same-origin", headers: { accept: "application/json" } });
-  if (response.status === 401) {
-    location.reload(); // the session ended: the server answers with its sign-in page
-    throw new Error("not signed in");
-  }
+  const response = await api(path, { headers: { accept: "application/json" } });
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
+}
+
+// Save what the API answers at `path` as a file called `name`. A link could not send the tab's key, so the
+// page fetches it and hands the browser the bytes.
+export async function download(path, name) {
+  const response = await api(path);
+  if (!response.ok) throw new Error((await response.json()).error || response.statusText);
+  const url = URL.createObjectURL(await response.blob());
+  const link = el("a", { href: url, download: name, hidden: true });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000); // after the browser has taken the file
 }
 
 // el("tr", {dataset: {testid: "run-row"}, className: "x"}, child, "text", ...)

@@ -1,5 +1,5 @@
 // One run: its DAG, scores, the world's timeline, every tool call (a page at a time), transcripts, artifacts.
-import { el, fill, getJSON, json, ms, score, section, status, virtualTime, when } from "./dom.js";
+import { download, el, fill, getJSON, json, ms, score, section, status, virtualTime, when } from "./dom.js";
 
 const CALL_PAGE = 100;
 const WORLD_PAGE = 100;
@@ -159,9 +159,13 @@ export function runView(root, runId) {
   function renderFiles(list) {
     files.replaceChildren(
       ...(list.length ? [] : [el("li", { className: "dim" }, "nothing kept")]),
-      ...list.map((a) =>
-        el("li", {}, el("a", { href: `${base}/artifacts/${a.path.split("/").map(encodeURIComponent).join("/")}`, download: "", dataset: { testid: "artifact" } }, a.path)),
-      ),
+      ...list.map((a) => {
+        const item = el("li");
+        const path = `${base}/artifacts/${a.path.split("/").map(encodeURIComponent).join("/")}`;
+        const save = () => download(path, a.path.split("/").pop()).catch((e) => item.append(el("span", { className: "error" }, ` ${e.message}`)));
+        item.append(el("button", { type: "button", className: "link", title: "download", on: { click: save }, dataset: { testid: "artifact" } }, a.path));
+        return item;
+      }),
     );
   }
 
