@@ -57,7 +57,11 @@ class ServerSettings(_Section):
     ip: str = "127.0.0.1"
     port: int = Field(7233, ge=1, le=65535)
     ui_port: int = Field(8233, ge=1, le=65535)
-    ui: bool = True
+    ui: bool = Field(
+        False,
+        description="serve the Temporal web UI on ui_port. Off by default: the dev server's UI has no sign-in and "
+        "answers any Host, so any page the browser visits can read and cancel runs through it (SECURITY.md)",
+    )
 
 
 class GatewaySettings(_Section):
@@ -329,6 +333,7 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "AGENTENV_PLAN_KEY_SECRET": ("temporal", "plan_key_secret"),
     "AGENTENV_SERVER_PORT": ("server", "port"),
     "AGENTENV_UI_PORT": ("server", "ui_port"),
+    "AGENTENV_UI": ("server", "ui"),
     "AGENTENV_GATEWAY_URL": ("gateway", "url"),
     "AGENTENV_GATEWAY_TOKEN": ("gateway", "admin_token"),
     "AGENTENV_GATEWAY_PORT": ("gateway", "port"),

@@ -15,7 +15,14 @@ from agentenv.errors import BadInput
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for var in ("AGENTENV_HOME", "AGENTENV_SERVER_PORT", "AGENTENV_UI_PORT", "TEMPORAL_ADDRESS", "AGENTENV_CONFIG"):
+    for var in (
+        "AGENTENV_HOME",
+        "AGENTENV_SERVER_PORT",
+        "AGENTENV_UI_PORT",
+        "AGENTENV_UI",
+        "TEMPORAL_ADDRESS",
+        "AGENTENV_CONFIG",
+    ):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -32,7 +39,9 @@ def test_defaults_are_embedded_and_xdg(clean_env, tmp_path):
     s = load_settings(tmp_path)
     assert s.embedded and s.address == "127.0.0.1:7233"
     assert s.state_dir == tmp_path / "xdg" / "agentenv"
-    assert s.run_url("r1") == "http://127.0.0.1:8233/namespaces/default/workflows/r1"
+    assert s.run_url("r1") is None, "the embedded server's web UI is off unless asked for (SECURITY.md)"
+    clean_env.setenv("AGENTENV_UI", "1")
+    assert load_settings(tmp_path).run_url("r1") == "http://127.0.0.1:8233/namespaces/default/workflows/r1"
 
 
 def test_config_file_is_found_upward(clean_env, tmp_path):

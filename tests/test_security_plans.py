@@ -324,3 +324,38 @@ def test_the_plan_key_is_private_and_a_broken_one_names_the_fix(tmp_path):
     with pytest.raises(seals.BrokenSeal, match="plan_key_secret") as err:
         seals.load(settings)
     assert "agent-env secrets set plan-key" in str(err.value.fix)
+
+
+# -- the embedded server's other doors --
+
+
+def test_the_embedded_servers_http_api_answers_only_this_machines_names(server):
+    """Attack: a web page rebinds its own domain to 127.0.0.1 and, from the browser, reads runs or starts one
+    through the dev server's HTTP API (it always opens one). Requests naming another host get 403 and no data."""
+    import httpx
+
+    assert server.http_port, "the embedded server records its HTTP API's port"
+    base = f"http://127.0.0.1:{server.http_port}"
+    own = httpx.get(f"{base}/api/v1/namespaces", timeout=10)
+    assert own.status_code == 200 and "default" in own.text, own.text[:200]
+    hosts = ("evil.example", f"evil.example:{server.http_port}", f"127.0.0.1.evil.example:{server.http_port}")
+    for host in (*hosts, f"evil127.0.0.1:{server.http_port}", "localhost.evil.example"):
+        rebound = httpx.get(f"{base}/api/v1/namespaces", headers={"Host": host}, timeout=10)
+        assert rebound.status_code == 403 and "default" not in rebound.text, (host, rebound.text[:200])
+        started = httpx.post(
+            f"{base}/api/v1/namespaces/default/workflows/rebound-{uuid.uuid4().hex[:6]}",
+            headers={"Host": host, "Content-Type": "application/json"},
+            json={"workflowType": {"name": runner.WORKFLOW}, "taskQueue": {"name": "agentenv"}},
+            timeout=10,
+        )
+        assert started.status_code == 403, (host, started.text[:200])
+
+
+def test_the_embedded_servers_web_ui_is_off_unless_asked_for(server, settings):
+    """Attack: a rebound page reads every run's history through the Temporal UI and, echoing its CSRF cookie,
+    acts through the UI's API (the UI has no Host check or sign-in of its own). By default there is no UI."""
+    import socket
+
+    assert not settings.server.ui and server.ui_port is None and server.ui_url is None
+    with socket.socket() as sock, pytest.raises(ConnectionRefusedError):
+        sock.connect(("127.0.0.1", settings.server.ui_port))

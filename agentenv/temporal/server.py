@@ -7,6 +7,7 @@ temporalio: `server status` and `server stop` stay instant.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -29,6 +30,7 @@ class ServerInfo:
     ui_port: int | None
     db: str
     log: str
+    http_port: int | None = None  # its HTTP API's (Host-guarded); None: a server started by an older version
 
     @property
     def address(self) -> str:
@@ -40,7 +42,10 @@ class ServerInfo:
 
     @classmethod
     def of(cls, info: DaemonInfo) -> ServerInfo:
-        return cls(info.pid, info.ip, info.port, info.extra.get("ui_port"), info.extra.get("db", ""), info.log)
+        extra = info.extra
+        return cls(
+            info.pid, info.ip, info.port, extra.get("ui_port"), extra.get("db", ""), info.log, extra.get("http_port")
+        )
 
 
 class Paths:
@@ -91,6 +96,7 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
     if s.ui:
         ports.append(PortCheck(s.ui_port, "its web UI", "ui_port", "AGENTENV_UI_PORT"))
     paths.dir.mkdir(parents=True, exist_ok=True)
+    http_port = free_port(s.ip)
 
     def command() -> list[str]:
         cmd = [
@@ -107,6 +113,14 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
             settings.temporal.namespace,
             "--log-level",
             "warn",
+            # Its HTTP API (the dev server always opens one) answers only requests addressed to its own IP and
+            # port: a web page that rebinds its own domain to 127.0.0.1 gets 403 (SECURITY.md). One value only:
+            # the server (1.32) joins several into one pattern anchored at its two ends alone, so the values
+            # inside the list would match anywhere in a Host ("evil127.0.0.1.example").
+            "--http-port",
+            str(http_port),
+            "--dynamic-config-value",
+            "frontend.httpAllowedHosts=" + json.dumps([f"{_own_host(s.ip)}:{http_port}"]),  # compared whole
             # The default (20/s) spaces every task dispatch ~50 ms apart: each activity step and each
             # world wake-up would wait for it. Measured here: 50 ms -> ~6 ms per hop.
             "--dynamic-config-value",
@@ -135,11 +149,27 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
         markers=paths.markers,
         ports=ports,
         section="server",
-        extra={"ui_port": s.ui_port if s.ui else None, "db": str(paths.db)},
+        extra={"ui_port": s.ui_port if s.ui else None, "db": str(paths.db), "http_port": http_port},
         timeout=START_TIMEOUT,
         on_notice=on_notice,
     )
     return ServerInfo.of(info)
+
+
+def _own_host(ip: str) -> str:
+    """The one Host the HTTP API answers: the address it is reached at (loopback when it listens everywhere)."""
+    if ip in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return ip
+
+
+def free_port(ip: str) -> int:
+    """A port free on `ip` now (the dev server would pick a random one too, without saying which)."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as sock:
+        sock.bind((ip, 0))
+        return int(sock.getsockname()[1])
 
 
 def stop(settings: Settings, timeout: float = 10.0) -> ServerInfo | None:
