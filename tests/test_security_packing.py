@@ -11,26 +11,35 @@ reached the stores.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
+from test_agent_sandboxes import write_agent_bundle
 from test_bundle_file import members, rewrite
+from test_env_steps import NOTES_ENV, TASK, write_bundle
 from test_registry import desk_bundle
+from test_sandbox_steps import AGENT_STEPS, PUT_EXEC_COLLECT, with_skill, write_box_bundle
 
-from agentenv import packing
+from agentenv import packing, runner
 from agentenv.bundles import BUILTIN_ROOT
-from agentenv.config import Settings
+from agentenv.config import Settings, load_settings
 from agentenv.errors import BadInput
+from agentenv.planning.tasks import load_task
+from agentenv.providers.apps import pin_build, unpack_build
+from agentenv.providers.docker import context_tar
 from agentenv.registry.bundle_file import export_bundle
 from agentenv.registry.bundle_items import read_bundle
 from agentenv.registry.store import open_registry
+from agentenv.stores import keys, open_stores
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 ECHO_BUNDLE = BUILTIN_ROOT / "echo-mcp"
@@ -66,6 +75,11 @@ def settings_at(root: Path) -> Settings:
     return Settings.model_validate({"state_dir": str(root)})
 
 
+def planner_at(root: Path) -> Settings:
+    """The tests' settings (their model endpoints: the judge's is checked when planning) with a state dir of its own."""
+    return load_settings(Path(tempfile.gettempdir())).model_copy(update={"state_dir": root})
+
+
 # -- the finding, end to end through the CLI --
 
 
@@ -86,6 +100,19 @@ def test_registry_push_refuses_a_link_out_of_a_sandbox_build_folder(tmp_path, op
     assert exported.returncode == 2 and not (tmp_path / "echo.tar.gz").exists()
     assert leaked(home, operator_key) == []
     assert not (tmp_path / "out").exists()
+
+
+def test_planning_a_run_refuses_a_link_in_its_build_context(tmp_path, operator_key):
+    """Attack: the same link, and the operator runs the bundle: the build context is pinned as a tar in the
+    object store when the run is planned, so a followed link would put the key there (and into the image)."""
+    home, bundle = tmp_path / "home", echo_bundle(tmp_path / "b")
+    link = bundle / "envs" / "echo" / "server" / "key.pem"
+    link.symlink_to(operator_key)
+    done = cli("run", str(bundle), home=home)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"build folder 'server': {link} is a symbolic link" in done.stderr
+    assert leaked(home, operator_key) == []
+    assert not list(home.rglob("*.tar")), "no build context was pinned"
 
 
 def test_a_crafted_bundle_file_is_refused_naming_the_member(tmp_path):
@@ -187,6 +214,85 @@ def test_a_link_that_stays_inside_is_refused_too(tmp_path):
         registry.close()
 
 
+def test_fifos_are_refused_not_read(tmp_path):
+    """Attack: a FIFO in a build folder: reading it would block the push (or a planner) forever."""
+    bundle = echo_bundle(tmp_path / "b")
+    fifo = bundle / "envs" / "echo" / "server" / "pipe"
+    os.mkfifo(fifo)
+    pushed = cli("registry", "push", str(bundle), home=tmp_path / "home", timeout=60)
+    assert pushed.returncode == 2 and f"{fifo} is a FIFO, not a regular file or folder" in pushed.stderr
+    stores = open_stores(settings_at(tmp_path / "home"))
+    try:
+        with pytest.raises(BadInput, match=f"{fifo} is a FIFO"):
+            pin_build(stores, bundle / "envs" / "echo", "server")
+    finally:
+        stores.close()
+
+
+def test_hard_links_are_read_as_the_files_they_are(tmp_path):
+    """Decision: a hard link is the file itself (no path to follow; making one to another's file takes the right
+    to write it), so it is packed as a regular file, never as a link member an unpacker would refuse."""
+    bundle = echo_bundle(tmp_path / "b")
+    server = bundle / "envs" / "echo" / "server"
+    os.link(server / "server.py", server / "copy.py")
+    context = context_tar(bundle / "envs" / "echo", "server")
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+        found = {m.name: (m.type, tar.extractfile(m).read()) for m in tar if m.isfile() or m.islnk()}  # type: ignore[union-attr]
+    assert found["copy.py"] == (tarfile.REGTYPE, (server / "server.py").read_bytes())
+    stores = open_stores(settings_at(tmp_path / "home"))
+    try:
+        key = pin_build(stores, bundle / "envs" / "echo", "server")
+        unpacked = unpack_build(settings_at(tmp_path / "home"), stores, key, "echo")
+    finally:
+        stores.close()
+    assert (unpacked / "copy.py").read_bytes() == (server / "server.py").read_bytes()
+
+
+def with_put_folder(bundle: Path) -> Path:
+    """put_files of a bundle folder (put as its files) rather than one file."""
+    task = bundle / "tasks" / "t.toml"
+    task.write_text(task.read_text().replace('{ file = "files/notes.txt" }', '{ file = "files" }'))
+    return bundle
+
+
+def invoice_bundle(root: Path) -> Path:
+    """The built-in invoice-queue bundle: its judge reads `reference_file`, moved aside for the link."""
+    shutil.copytree(BUILTIN_ROOT / "invoice-queue", root)
+    (root / "tasks" / "invoice-queue.toml").rename(root / "tasks" / "t.toml")
+    (root / "reference" / "answer-key.txt").unlink()
+    return root
+
+
+PINNED = {  # what a run pins when it is planned -> (a bundle, where the link goes in it)
+    "put_files file": (lambda root: with_put_folder(write_box_bundle(root, PUT_EXEC_COLLECT)), "files/key.pem"),
+    "put_files artifact": (lambda root: write_box_bundle(root, PUT_EXEC_COLLECT), "artifacts/guide/data/key.pem"),
+    "skill": (lambda root: with_skill(write_agent_bundle(root, AGENT_STEPS)), "artifacts/guide/key.pem"),
+    "build folder of an agent": (lambda root: write_agent_bundle(root, AGENT_STEPS), "agents/shout/app/key.pem"),
+    "env data file": (
+        lambda root: write_bundle(root, TASK, NOTES_ENV.replace("data = []", 'data = ["seed.json"]')).parents[1],
+        "envs/shop/seed.json",
+    ),
+    "load_data file": (lambda root: write_bundle(root, TASK, NOTES_ENV).parents[1], "seed.json"),
+    "rubric_judge reference_file": (lambda root: invoice_bundle(root), "reference/answer-key.txt"),
+}
+
+
+@pytest.mark.parametrize("what", list(PINNED))
+def test_planning_refuses_links_in_every_file_a_run_pins(tmp_path, operator_key, what):
+    """Attack: the link sits where a run reads bundle files into the object store when it is planned: files put
+    into a sandbox, an artifact or a skill for an agent, an agent's build folder, an env's `data` files,
+    `load_data`'s file, a judge's reference file."""
+    make, where = PINNED[what]
+    bundle = make(tmp_path / "b")
+    link = bundle / where
+    link.symlink_to(operator_key)
+    with pytest.raises(BadInput, match=f"{link} is a symbolic link"):
+        runner.plan(
+            load_task(bundle / "tasks" / "t.toml"), f"plan-{uuid.uuid4().hex[:6]}", planner_at(tmp_path / "home")
+        )
+    assert leaked(tmp_path / "home", operator_key) == []
+
+
 # -- the helper itself: what it reads is what it checked --
 
 
@@ -222,3 +328,43 @@ def test_paths_that_climb_out_are_refused(tmp_path, operator_key):
             packing.walk(root, path)
         with pytest.raises(packing.NotInside):
             packing.write(root, path, b"x")
+
+
+@pytest.mark.parametrize(
+    ("member", "refusal"),
+    [
+        ("symlink", r"member 'key' is a symbolic link \(to '/etc/passwd'\)"),
+        ("hardlink", r"member 'key' is a hard link \(to 'Dockerfile'\)"),
+        ("dotdot", r"member '\.\./key' leads out of the folder \('\.\.'\)"),
+        ("absolute", r"member '/tmp/key' has an absolute path"),
+        ("fifo", r"member 'key' is a device, FIFO or other special file"),
+    ],
+)
+def test_a_crafted_build_context_in_the_object_store_is_refused(tmp_path, member, refusal):
+    """Attack: whoever can write the (shared) object store puts a context tar with a link or an escaping
+    member where a worker unpacks it before building."""
+    settings = settings_at(tmp_path / "home")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dockerfile = tarfile.TarInfo("Dockerfile")
+        dockerfile.size = 5
+        tar.addfile(dockerfile, io.BytesIO(b"FROM\n"))
+        info = tarfile.TarInfo({"dotdot": "../key", "absolute": "/tmp/key"}.get(member, "key"))
+        if member in ("symlink", "hardlink"):
+            info.type = tarfile.SYMTYPE if member == "symlink" else tarfile.LNKTYPE
+            info.linkname = "/etc/passwd" if member == "symlink" else "Dockerfile"
+        elif member == "fifo":
+            info.type = tarfile.FIFOTYPE
+        tar.addfile(info, io.BytesIO(b"") if info.isreg() else None)
+    data = buf.getvalue()
+    key = keys.content(data, "tar")
+    stores = open_stores(settings)
+    try:
+        stores.objects.put(key, data)
+        with pytest.raises(BadInput, match=refusal + "; nothing was unpacked"):
+            unpack_build(settings, stores, key, "echo")
+    finally:
+        stores.close()
+    contexts = tmp_path / "home" / "sandboxes" / "contexts"
+    assert [p for p in contexts.rglob("*")] == [contexts / keys.content_digest(key)[:32]]
+    assert not (tmp_path / "key").exists() and not (tmp_path / "home" / "sandboxes" / "key").exists()
