@@ -105,9 +105,12 @@ def _as_json(data: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(data, default=str))
 
 
-def _toml(path: Path) -> dict[str, Any]:
+def _toml(root: Path, path: Path) -> dict[str, Any]:
+    """A record of the bundle, read as its files are (no link followed): what is pushed is what was checked."""
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(packing.read(root, path.relative_to(root).as_posix()).decode())
+    except UnicodeDecodeError:
+        raise BadInput(f"{path} is not UTF-8 text", "save the record as UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
 
@@ -121,7 +124,7 @@ def _env(root: Path, tree: list[packing.Entry], name: str) -> Item:
         raise BadInput(f"{path.parent} has no env.toml", "add the environment's record, or remove the folder")
     find_env(root, name)  # validates the record and its data files, as a run would
     files = _files(root, tree, path.parent)
-    return Item(kind="envs", name=name, record=_as_json(_toml(path)), files=files, root=root)
+    return Item(kind="envs", name=name, record=_as_json(_toml(root, path)), files=files, root=root)
 
 
 def _agent(root: Path, tree: list[packing.Entry], name: str) -> Item:
@@ -133,7 +136,7 @@ def _agent(root: Path, tree: list[packing.Entry], name: str) -> Item:
         raise BadInput(f"{path.parent} has no agent.toml", "add the agent's record, or remove the folder")
     find_agent(root, name)
     files = _files(root, tree, path.parent)
-    return Item(kind="agents", name=name, record=_as_json(_toml(path)), files=files, root=root)
+    return Item(kind="agents", name=name, record=_as_json(_toml(root, path)), files=files, root=root)
 
 
 def _artifact(root: Path, tree: list[packing.Entry], path: Path) -> Item:
@@ -142,7 +145,7 @@ def _artifact(root: Path, tree: list[packing.Entry], path: Path) -> Item:
     record: dict[str, Any] = {"name": name, "version": "1"}
     meta = path / "artifact.toml"
     if meta.is_file():
-        record.update(_as_json(_toml(meta)))
+        record.update(_as_json(_toml(root, meta)))
         if not isinstance(record.get("version"), str) or not record["version"]:
             raise BadInput(f"{meta}: version must be a non-empty string", 'write it as version = "1"')
     return Item(kind="artifacts", name=name, record=record, files=_files(root, tree, path), root=root)
@@ -155,7 +158,7 @@ def _task(
 
     name = _checked_name("task", path.stem, path)
     load_task(path)  # every problem of the task, against this bundle, as `agent-env run` reports them
-    record = _as_json(_toml(path))
+    record = _as_json(_toml(root, path))
     named = _strings(record)
     uses = {kind: {n: label for n, label in found.items() if n in named} for kind, found in deps.items()}
     uses["artifacts"] = deps.get("artifacts", {})  # referenced by path: a task may read any of them
