@@ -143,10 +143,22 @@ def escape_member(entries):
     return [*entries, (tarfile.TarInfo("../x"), b"pwned")]
 
 
+def absolute_member(entries):
+    return [*entries, (tarfile.TarInfo("/tmp/x"), b"pwned")]
+
+
 def symlink_blob(entries):
     info, _ = entries[1]
     link = tarfile.TarInfo(info.name)
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    entries[1] = (link, b"")
+    return entries
+
+
+def hardlink_blob(entries):
+    info, _ = entries[1]
+    link = tarfile.TarInfo(info.name)
+    link.type, link.linkname = tarfile.LNKTYPE, "manifest.json"
     entries[1] = (link, b"")
     return entries
 
@@ -169,8 +181,10 @@ def manifest_not_first(entries):
         (tamper_blob, r"was altered or damaged: blob [0-9a-f]{64} does not match its digest; nothing was imported"),
         (tamper_record, r"altered or damaged: the record of task support-desk@1 does not match its digest"),
         (drop_blob, r"altered or damaged: 1 blob\(s\) it lists are missing"),
-        (escape_member, r"altered or damaged: it holds a member named '../x'"),
-        (symlink_blob, r"altered or damaged: blob [0-9a-f]{64} is not a regular file"),
+        (escape_member, r"altered or damaged: member '\.\./x' leads out of the folder \('\.\.'\); nothing"),
+        (absolute_member, r"altered or damaged: member '/tmp/x' has an absolute path; nothing was imported"),
+        (symlink_blob, r"altered or damaged: member 'blobs/[0-9a-f]{64}' is a symbolic link \(to '/etc/passwd'\)"),
+        (hardlink_blob, r"altered or damaged: member 'blobs/[0-9a-f]{64}' is a hard link \(to 'manifest.json'\)"),
         (drop_env_version, r"task support-desk@1 uses envs support-desk@1, which neither it nor this registry holds"),
         (manifest_not_first, r"is not an agentenv bundle file: it starts with 'blobs/"),
     ],

@@ -89,12 +89,14 @@ def find_env(bundle: Path | None, name: str):
     """An environment by name: `envs/NAME/env.toml` of the task's bundle, else of a built-in bundle
     (worlds are shared: `support-desk`), else a built-in app as a one-app environment.
 
-    Returns (EnvRecord, its folder or None). Data files must stay inside the record's folder.
+    Returns (EnvRecord, its folder or None). Data files must be regular files inside the record's folder,
+    reached without a link (see `agentenv.packing`).
     """
     import tomllib
 
     from pydantic import ValidationError
 
+    from agentenv import packing
     from agentenv.envs.builtin import APPS
     from agentenv.errors import BadInput, from_validation_error
     from agentenv.planning.env_records import env_for_app, env_record
@@ -117,15 +119,16 @@ def find_env(bundle: Path | None, name: str):
         except ValidationError as e:
             raise from_validation_error(e, str(path)) from None
         folder = path.parent
-        for file in record.data:
-            target = (folder / file).resolve()
-            if not target.is_relative_to(folder.resolve()):
+        for file in record.data:  # read later without following links: no link, not even one that stays inside
+            try:
+                packing.check_file(folder, file)
+            except packing.NotInside:
                 raise BadInput(
                     f"{path}: data file {file!r} is outside the environment's folder",
                     "keep data files inside envs/<name>/",
-                )
-            if not target.is_file():
-                raise BadInput(f"{path}: data file {file!r} does not exist", f"add {target} or remove it from data")
+                ) from None
+            except BadInput as e:
+                raise BadInput(f"{path}: data file {file!r}: {e.problem}", e.fix) from None
         return record, folder
     if name in APPS:
         return env_for_app(name), None

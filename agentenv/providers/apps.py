@@ -3,12 +3,10 @@ sandboxes started by `deploy_env` (`deploy_agent`) and stopped by `teardown_env`
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shutil
-import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from agentenv.errors import BadInput
@@ -23,19 +21,27 @@ if TYPE_CHECKING:
 
 def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
     """Store the build context as a content-addressed tar (so any worker can build it, and an unchanged
-    context maps to the same image); returns its object key."""
+    context maps to the same image); returns its object key. A link in it refuses the run (see `packing`)."""
+    from agentenv import packing
     from agentenv.providers.docker import context_tar
 
     root = record_folder.resolve()
-    folder = (root / build).resolve()
-    if not folder.is_relative_to(root):
+    try:
+        entries = packing.walk(root, build)
+    except packing.NotInside:
         raise BadInput(
             f"build folder {build!r} is outside the record's folder {root}",
             "keep the Dockerfile's folder inside the record's folder (envs/NAME/ or agents/NAME/)",
-        )
-    if not (folder / "Dockerfile").is_file():
-        raise BadInput(f"{folder} has no Dockerfile", "point `build` at a folder with a Dockerfile")
-    data = context_tar(folder)
+        ) from None
+    except BadInput as e:
+        raise BadInput(f"build folder {build!r}: {e.problem}", e.fix) from None
+    dockerfile = (PurePosixPath(build) / "Dockerfile").as_posix()
+    if not any(e.path == dockerfile and not e.folder for e in entries):
+        raise BadInput(f"{root / build} has no Dockerfile", "point `build` at a folder with a Dockerfile")
+    try:
+        data = context_tar(root, build)
+    except BadInput as e:  # changed since it was walked
+        raise BadInput(f"build folder {build!r}: {e.problem}", e.fix) from None
     key = keys.content(data, "tar")
     if not stores.objects.exists(key):
         stores.objects.put(key, data)
@@ -43,15 +49,25 @@ def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
 
 
 def unpack_build(settings: Settings, stores: Stores, key: str, name: str) -> Path:
-    """The context on this machine, unpacked once per content hash."""
+    """The context on this machine, unpacked once per content hash (files and folders only: see `packing`)."""
+    from agentenv import packing
+
     digest = keys.content_digest(key)
     folder = Path(settings.state_dir) / "sandboxes" / "contexts" / digest[:32] / name
     if not (folder / "Dockerfile").is_file():
         tmp = folder.with_name(f"{name}.{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(stores.objects.get(key))) as tar:
-            tar.extractall(tmp, filter="data")
+        try:
+            packing.unpack(
+                stores.objects.get(key),
+                tmp,
+                f"the build context {key} of {name}",
+                "plan the run again (its context is pinned anew from the bundle's folder)",
+            )
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         try:
             tmp.rename(folder)
         except OSError:  # unpacked meanwhile by another worker

@@ -26,7 +26,7 @@ import subprocess
 import tarfile
 import threading
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from agentenv.errors import BadInput, NotFound
@@ -59,23 +59,24 @@ BASE_IMAGE = "agentenv/base:bookworm"
 BASE_IMAGE_FIX = "build it with `scripts/docker-base-image` (images cannot be pulled on machines without internet)"
 
 
-def context_tar(folder: Path) -> bytes:
-    """The build context as a reproducible tar: sorted, no owners or times, so equal trees hash equal."""
+def context_tar(root: Path, under: str = "") -> bytes:
+    """The build context `under` the folder `root` (all of it when empty) as a reproducible tar: sorted, no owners
+    or times, so equal trees hash equal. Read through `agentenv.packing`: a link in it is refused, never followed
+    (so no file outside the folder is packed), as are FIFOs, sockets and devices."""
+    from agentenv import packing
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(folder.rglob("*")):
-            if path.is_symlink() or not (path.is_file() or path.is_dir()):
-                continue
-            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(folder)))
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = 0
-            info.mode = 0o755 if path.is_dir() or path.stat().st_mode & 0o111 else 0o644
-            if path.is_file():
-                with open(path, "rb") as f:
-                    tar.addfile(info, f)
-            else:
+        for entry in packing.walk(root, under):
+            info = tarfile.TarInfo(PurePosixPath(entry.path).relative_to(PurePosixPath(under)).as_posix())
+            info.mode = 0o755 if entry.folder or entry.executable else 0o644
+            if entry.folder:
+                info.type = tarfile.DIRTYPE
                 tar.addfile(info)
+            else:  # a regular file, also when hard-linked: its bytes, never a link member
+                data = packing.read(root, entry.path)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 

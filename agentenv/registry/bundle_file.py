@@ -7,7 +7,8 @@ however many versions use it, so 200 tasks sharing one env cost about one env pl
 `agent-env bundle import` reads the file as a stream (nothing is extracted to disk by name) and verifies all of
 it before writing anything: every version's digest against its record, every blob against its name, every
 label against the target registry. A digest proves the file was not damaged or altered since export; it is not
-a signature, so names and paths are checked too, as for anything from a shared store. Images are not carried:
+a signature, so names and paths are checked too, as for anything from a shared store: a member that is a link,
+has an absolute path or climbs out with '..' is refused, naming it (`packing.member_problem`). Images are not carried:
 an env that runs a sandbox by `build` carries its build context as files; one by `image` keeps the reference.
 """
 
@@ -30,6 +31,7 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from agentenv.errors import BadInput
+from agentenv.packing import member_problem
 from agentenv.registry.bundle_items import NAME
 from agentenv.registry.manifest import canonical_json, digest, file_sha256
 from agentenv.registry.models import Kind, PushResult, Version
@@ -212,6 +214,8 @@ def _read(source: Path, spooled: Path) -> BundleManifest:
         try:
             with tarfile.open(fileobj=raw, mode="r|gz") as tar:
                 for member in tar:
+                    if problem := member_problem(member):  # links, absolute paths, '..': named, before any check
+                        raise _damaged(source, problem)
                     if manifest is None:
                         if member.name != MANIFEST:
                             raise BadInput(

@@ -7,6 +7,9 @@ Records are checked by the same code that loads them for a run (`bundles.find_en
 A task carries what it needs to run elsewhere: the bundle's loose files (`data/`, `models/`, ...: anything
 outside `envs/`, `agents/`, `artifacts/` and `tasks/`) as its own files, and the labels of the bundle's envs
 and agents it names and of every artifact as its `uses`, so a run by name resolves the versions of push time.
+
+The folder is read through `agentenv.packing`: a link anywhere in it (outside hidden folders, which are not
+pushed) refuses the push, so nothing outside the bundle reaches the registry.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from agentenv import packing
 from agentenv.errors import AgentEnvError, BadInput
 from agentenv.registry.manifest import file_sha256
 from agentenv.registry.models import FileEntry, Item, Kind
@@ -33,12 +37,16 @@ def read_bundle(folder: Path) -> list[Item]:
     folder = folder.expanduser().resolve()
     if not folder.is_dir():
         raise BadInput(f"no folder at {folder}", "give the path of a bundle folder (tasks/, envs/, agents/, ...)")
+    try:  # every file and folder that is pushed, no link followed: the records below read only these
+        tree = [e for e in packing.walk(folder, skip=lambda name: not _kept(Path(name))) if not e.folder]
+    except BadInput as e:
+        raise BadInput(f"{e.problem}; nothing was pushed", e.fix) from None
     items: list[Item] = []
     problems: list[str] = []
 
     def attempt(read, *args) -> None:
         try:
-            items.append(read(folder, *args))
+            items.append(read(folder, tree, *args))
         except AgentEnvError as e:
             problems.append(str(e))
 
@@ -51,7 +59,7 @@ def read_bundle(folder: Path) -> list[Item]:
         if path.is_dir():
             attempt(_agent, path.name)
     if is_bundle(folder):
-        loose = _loose_files(folder)
+        loose = _loose_files(folder, tree)
         deps = {kind: {i.name: i.label for i in items if i.kind == kind} for kind in ("envs", "agents", "artifacts")}
         for path in sorted((folder / "tasks").glob("*.toml")):
             attempt(_task, path, loose, deps)
@@ -74,16 +82,15 @@ def _kept(path: Path) -> bool:
     return not path.name.startswith(".") and path.name != "__pycache__"
 
 
-def _files(root: Path, *paths: Path) -> list[FileEntry]:
-    """Every file under `paths` (files or folders), relative to the bundle `root`, hidden ones left out."""
+def _files(root: Path, tree: list[packing.Entry], *paths: Path) -> list[FileEntry]:
+    """Every file of the bundle's `tree` at or under `paths` (files or folders), relative to the bundle `root`."""
     entries = []
     for top in paths:
-        found = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
-        for p in found:
-            rel = p.relative_to(root)
-            if all(_kept(Path(part)) for part in rel.parts):
-                data = p.read_bytes()
-                entries.append(FileEntry(path=rel.as_posix(), sha256=file_sha256(data), size=len(data)))
+        rel = top.relative_to(root).as_posix()
+        for found in tree:
+            if found.path == rel or found.path.startswith(rel + "/"):
+                data = packing.read(root, found.path)
+                entries.append(FileEntry(path=found.path, sha256=file_sha256(data), size=len(data)))
     return entries
 
 
@@ -98,14 +105,17 @@ def _as_json(data: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(data, default=str))
 
 
-def _toml(path: Path) -> dict[str, Any]:
+def _toml(root: Path, path: Path) -> dict[str, Any]:
+    """A record of the bundle, read as its files are (no link followed): what is pushed is what was checked."""
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(packing.read(root, path.relative_to(root).as_posix()).decode())
+    except UnicodeDecodeError:
+        raise BadInput(f"{path} is not UTF-8 text", "save the record as UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
 
 
-def _env(root: Path, name: str) -> Item:
+def _env(root: Path, tree: list[packing.Entry], name: str) -> Item:
     from agentenv.bundles import find_env
 
     path = root / "envs" / name / "env.toml"
@@ -113,10 +123,11 @@ def _env(root: Path, name: str) -> Item:
     if not path.is_file():
         raise BadInput(f"{path.parent} has no env.toml", "add the environment's record, or remove the folder")
     find_env(root, name)  # validates the record and its data files, as a run would
-    return Item(kind="envs", name=name, record=_as_json(_toml(path)), files=_files(root, path.parent), root=root)
+    files = _files(root, tree, path.parent)
+    return Item(kind="envs", name=name, record=_as_json(_toml(root, path)), files=files, root=root)
 
 
-def _agent(root: Path, name: str) -> Item:
+def _agent(root: Path, tree: list[packing.Entry], name: str) -> Item:
     from agentenv.bundles import find_agent
 
     path = root / "agents" / name / "agent.toml"
@@ -124,37 +135,40 @@ def _agent(root: Path, name: str) -> Item:
     if not path.is_file():
         raise BadInput(f"{path.parent} has no agent.toml", "add the agent's record, or remove the folder")
     find_agent(root, name)
-    return Item(kind="agents", name=name, record=_as_json(_toml(path)), files=_files(root, path.parent), root=root)
+    files = _files(root, tree, path.parent)
+    return Item(kind="agents", name=name, record=_as_json(_toml(root, path)), files=files, root=root)
 
 
-def _artifact(root: Path, path: Path) -> Item:
+def _artifact(root: Path, tree: list[packing.Entry], path: Path) -> Item:
     """`artifacts/NAME` (a file, or a folder with an optional `artifact.toml`: version, description)."""
     name = _checked_name("artifact", path.name, path)
     record: dict[str, Any] = {"name": name, "version": "1"}
     meta = path / "artifact.toml"
     if meta.is_file():
-        record.update(_as_json(_toml(meta)))
+        record.update(_as_json(_toml(root, meta)))
         if not isinstance(record.get("version"), str) or not record["version"]:
             raise BadInput(f"{meta}: version must be a non-empty string", 'write it as version = "1"')
-    return Item(kind="artifacts", name=name, record=record, files=_files(root, path), root=root)
+    return Item(kind="artifacts", name=name, record=record, files=_files(root, tree, path), root=root)
 
 
-def _task(root: Path, path: Path, loose: list[FileEntry], deps: dict[str, dict[str, str]]) -> Item:
+def _task(
+    root: Path, tree: list[packing.Entry], path: Path, loose: list[FileEntry], deps: dict[str, dict[str, str]]
+) -> Item:
     from agentenv.planning.tasks import load_task
 
     name = _checked_name("task", path.stem, path)
     load_task(path)  # every problem of the task, against this bundle, as `agent-env run` reports them
-    record = _as_json(_toml(path))
+    record = _as_json(_toml(root, path))
     named = _strings(record)
     uses = {kind: {n: label for n, label in found.items() if n in named} for kind, found in deps.items()}
     uses["artifacts"] = deps.get("artifacts", {})  # referenced by path: a task may read any of them
     uses = {kind: found for kind, found in sorted(uses.items()) if found}
-    files = _files(root, path) + loose
+    files = _files(root, tree, path) + loose
     return Item(kind="tasks", name=name, record=record, files=files, uses=uses, root=root)
 
 
-def _loose_files(root: Path) -> list[FileEntry]:
-    return _files(root, *(p for p in _entries(root) if p.name not in ITEM_FOLDERS))
+def _loose_files(root: Path, tree: list[packing.Entry]) -> list[FileEntry]:
+    return _files(root, tree, *(p for p in _entries(root) if p.name not in ITEM_FOLDERS))
 
 
 def _strings(value: Any) -> set[str]:

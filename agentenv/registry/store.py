@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import difflib
 import getpass
-import os
 import socket
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from agentenv import packing
 from agentenv.errors import BadInput, NotFound
 from agentenv.registry.manifest import digest, file_sha256
 from agentenv.registry.models import SINGULAR, Item, Kind, PushResult, Version
@@ -70,7 +69,7 @@ class Registry:
             for entry in item.files:
                 blob = keys.registry_blob(entry.sha256)
                 if not self.objects.exists(blob):
-                    self.objects.create(blob, (item.root / entry.path).read_bytes())  # False: a racer stored it
+                    self.objects.create(blob, _read_again(item, entry.path, entry.sha256))  # False: a racer stored it
             version = Version(
                 kind=item.kind,
                 name=item.name,
@@ -156,8 +155,9 @@ class Registry:
 
     def pull(self, version: Version, out: Path) -> list[Path]:
         """Write a version's files (and, for a task, those of what it uses) under `out` in the bundle layout,
-        each checked against its digest first: nothing is written if any blob was tampered with."""
-        contents: dict[Path, bytes] = {}
+        each checked against its digest first: nothing is written if any blob was tampered with. A file is never
+        written through a link already in `out` (see `packing.write`)."""
+        contents: dict[str, bytes] = {}
         for v in self.snapshot(version):
             if digest(v.kind, v.name, v.record, v.files, v.uses) != v.digest:
                 raise BadInput(
@@ -172,14 +172,8 @@ class Registry:
                         "(the blob was altered or damaged); nothing was written",
                         "push the item again from its original folder, or ask whoever manages the object store",
                     )
-                contents[_inside(out, entry.path)] = data
-        for path, data in contents.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        return sorted(contents)
+                contents[_inside(entry.path)] = data
+        return sorted(packing.write(out, path, data) for path, data in contents.items())
 
 
 def _digest(item: Item) -> str:
@@ -197,13 +191,21 @@ def _conflict(item: Item, stored: str | None, yours: str) -> BadInput | None:
     )
 
 
-def _inside(out: Path, rel: str) -> Path:
-    """`rel` under `out`, refused if it could land anywhere else (records come from a shared store)."""
+def _read_again(item: Item, path: str, sha256: str) -> bytes:
+    """A file of the item as it was read and digested (it may have changed, or become a link, since)."""
+    data = packing.read(item.root, path)
+    if file_sha256(data) != sha256:
+        raise BadInput(f"{item.root / path} changed while {item.ref} was pushed", "push again once it is written")
+    return data
+
+
+def _inside(rel: str) -> str:
+    """`rel`, refused if it could land outside the folder pulled into (records come from a shared store)."""
     try:
         check_object_key(rel)
     except BadInput:
         raise BadInput(f"the registry names a file {rel!r} outside the item's folder", "push it again") from None
-    return out / rel
+    return rel
 
 
 def _ordered(versions: list[Version]) -> list[Version]:

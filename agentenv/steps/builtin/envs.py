@@ -98,6 +98,7 @@ class DeployConfig(StepConfig):
 
 def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     """Pin the environment record in the run, and its data files as artifacts in the object store."""
+    from agentenv import packing
     from agentenv.bundles import find_env
     from agentenv.providers.apps import check_secrets, pin_build
 
@@ -106,7 +107,7 @@ def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
         if app.sandbox:
             check_secrets(plan.settings, app.sandbox, f"app {app.name!r} of env {record.name}")
     config["record"] = record.model_dump(mode="json")
-    config["artifacts"] = [store_artifact(plan, (folder / f).read_bytes()) for f in record.data] if folder else []
+    config["artifacts"] = [store_artifact(plan, packing.read(folder, f)) for f in record.data] if folder else []
     config["builds"] = {
         app.name: pin_build(plan.stores, folder, app.sandbox.build)
         for app in record.apps
@@ -244,6 +245,7 @@ class LoadDataConfig(EnvStep):
 
 
 def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    from agentenv import packing
     from agentenv.errors import BadInput
 
     if config.get("file"):
@@ -252,13 +254,16 @@ def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
                 f"load_data file {config['file']!r}: a task outside a bundle has no files",
                 "put the task in a bundle (tasks/ beside the data) or give the data inline",
             )
-        path = (plan.bundle / config["file"]).resolve()
-        if not path.is_relative_to(plan.bundle.resolve()) or not path.is_file():
+        try:  # no link followed, not even one that stays inside (see agentenv.packing)
+            data = packing.read(plan.bundle, config["file"])
+        except packing.NotInside:
             raise BadInput(
                 f"load_data file {config['file']!r} is not a file inside the bundle {plan.bundle}",
                 "name a JSON file inside the bundle's folder",
-            )
-        config["artifact"] = store_artifact(plan, path.read_bytes())
+            ) from None
+        except BadInput as e:
+            raise BadInput(f"load_data file {config['file']!r}: {e.problem}", e.fix) from None
+        config["artifact"] = store_artifact(plan, data)
     return config
 
 

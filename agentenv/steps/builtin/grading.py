@@ -165,6 +165,7 @@ class RubricJudgeConfig(StepConfig):
 
 
 def prepare_judge(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    from agentenv import packing
     from agentenv.agents.models import check_endpoint
     from agentenv.errors import BadInput
     from agentenv.stores import open_secrets
@@ -182,14 +183,17 @@ def prepare_judge(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
                 f"rubric_judge reference_file {config['reference_file']!r}: a task outside a bundle has no files",
                 "give the reference inline (`reference`)",
             )
-        path = (plan.bundle / config["reference_file"]).resolve()
-        if not path.is_relative_to(plan.bundle.resolve()) or not path.is_file():
+        try:  # no link followed, not even one that stays inside (see agentenv.packing)
+            data = packing.read(plan.bundle, config["reference_file"])
+        except packing.NotInside:
             raise BadInput(
                 f"rubric_judge reference_file {config['reference_file']!r} is not a file inside the "
                 f"bundle {plan.bundle}",
                 "name a file inside the bundle's folder",
-            )
-        config["reference_artifact"] = store_artifact(plan, path.read_bytes())
+            ) from None
+        except BadInput as e:
+            raise BadInput(f"rubric_judge reference_file {config['reference_file']!r}: {e.problem}", e.fix) from None
+        config["reference_artifact"] = store_artifact(plan, data)
     return config
 
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import posixpath
 import re
 import shlex
 from collections.abc import Awaitable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, field_validator, model_validator
@@ -316,17 +317,27 @@ def _pin(plan: PlanContext, data: bytes) -> str:
     return key
 
 
-def _folder_files(root: Path, what: str) -> list[tuple[str, bytes]]:
-    """A file as [("", bytes)]; a folder as its files, by their path relative to it (bounded)."""
-    if root.is_file():
-        return [("", root.read_bytes())]
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != "artifact.toml")
-    if len(files) > MAX_PUT_FILES or sum(p.stat().st_size for p in files) > MAX_PUT_BYTES:
+def _folder_files(bundle: Path, relative: str, what: str) -> list[tuple[str, bytes]]:
+    """The file at `relative` in the bundle as [("", bytes)]; a folder as its files, by their path relative to it
+    (bounded). Read through `packing`: a link in it is refused, naming it, and never followed."""
+    from agentenv import packing
+
+    try:
+        entries = packing.walk(bundle, relative)
+    except packing.NotInside:
+        raise BadInput(f"{what} is not inside the bundle {bundle}", "name a file of the bundle") from None
+    except BadInput as e:
+        raise BadInput(f"{what}: {e.problem}", e.fix) from None
+    base = PurePosixPath(relative)
+    if len(entries) == 1 and not entries[0].folder and PurePosixPath(entries[0].path) == base:
+        return [("", packing.read(bundle, entries[0].path))]
+    files = [e for e in entries if not e.folder and PurePosixPath(e.path).name != "artifact.toml"]
+    if len(files) > MAX_PUT_FILES or sum(e.size for e in files) > MAX_PUT_BYTES:
         raise BadInput(
             f"{what} holds more than {MAX_PUT_FILES} files or {MAX_PUT_BYTES >> 20} MiB",
             "put a smaller folder (or an archive, and unpack it with sandbox_exec)",
         )
-    return [(p.relative_to(root).as_posix(), p.read_bytes()) for p in files]
+    return [(PurePosixPath(e.path).relative_to(base).as_posix(), packing.read(bundle, e.path)) for e in files]
 
 
 def _bundle_files(plan: PlanContext, name: str) -> list[tuple[str, bytes]]:
@@ -335,11 +346,7 @@ def _bundle_files(plan: PlanContext, name: str) -> list[tuple[str, bytes]]:
             f"put_files file {name!r}: a task outside a bundle has no files",
             "put the task in a bundle, or give the file's `text` inline",
         )
-    root = plan.bundle.resolve()
-    path = (root / name).resolve()
-    if not path.is_relative_to(root) or not path.exists():
-        raise BadInput(f"put_files file {name!r} is not inside the bundle {plan.bundle}", "name a file of the bundle")
-    return _folder_files(path, f"{name!r} of the bundle")
+    return _folder_files(plan.bundle, name, f"put_files file {name!r}")
 
 
 def _artifact_files(plan: PlanContext, ref: str) -> list[tuple[str, bytes]]:
@@ -348,9 +355,8 @@ def _artifact_files(plan: PlanContext, ref: str) -> list[tuple[str, bytes]]:
     from agentenv.registry.resolve import split_ref
 
     name, label = split_ref(ref)
-    local = plan.bundle / "artifacts" / name if plan.bundle else None
-    if label is None and local is not None and local.exists():
-        return _folder_files(local, f"artifact {name!r}")
+    if label is None and plan.bundle is not None and os.path.lexists(plan.bundle / "artifacts" / name):
+        return _folder_files(plan.bundle, f"artifacts/{name}", f"artifact {name!r}")
     try:
         return _registry_files(plan, name, label)
     except NotFound as e:
