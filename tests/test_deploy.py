@@ -58,6 +58,7 @@ def test_compose_file_passes_docker_compose_validation(tmp_path):
     )
     assert unset.returncode != 0 and "set AGENTENV_GATEWAY_KEY" in unset.stderr, "no gateway without its own key"
     env["AGENTENV_GATEWAY_KEY"] = secrets.token_hex(32)  # as the user adds it to .env
+    env["AGENTENV_PLAN_KEY"] = secrets.token_hex(32)
     done = subprocess.run(
         [compose, "--env-file", str(folder / ".env.example"), "-f", str(folder / "docker-compose.yml"), "config"],
         capture_output=True,
@@ -104,6 +105,7 @@ def test_compose_config_file_is_one_agentenv_reads(tmp_path, monkeypatch):
     settings = loaded_config((DEPLOY / "compose" / "config.toml").read_text(), tmp_path, monkeypatch)
     assert settings.stores.documents.backend == settings.stores.objects.backend == "aws"
     assert settings.gateway.urls() == ["http://gateway:8790"] and settings.gateway.key_secret
+    assert settings.temporal.plan_key_secret, "workers on several hosts share one plan key"
 
 
 @pytest.mark.parametrize("variant", ["base", "overlays/dev", "overlays/prod"])
@@ -131,7 +133,7 @@ def test_kubernetes_manifests_render_and_fit_the_kubernetes_schemas(variant, tmp
     assert worker["resources"]["requests"] and "agentenv/worker:" in worker["image"]
     # The config file agentenv reads there, and a gateway pod of each replica named in it, as the pool routes.
     settings = loaded_config(by_kind["ConfigMap"]["data"]["config.toml"], tmp_path, monkeypatch)
-    assert settings.gateway.key_secret and settings.temporal.address
+    assert settings.gateway.key_secret and settings.temporal.address and settings.temporal.plan_key_secret
     names = [f"http://gateway-{i}.{gateway['serviceName']}:8790" for i in range(gateway["replicas"])]
     assert settings.gateway.urls() == names, "[gateway] url/pool lists each gateway the StatefulSet runs"
     own = {e["name"]: e.get("value") for e in gateway["template"]["spec"]["containers"][0]["env"]}
@@ -186,7 +188,7 @@ def test_worker_and_gateway_images_run_hello_and_workplace(docker_client, server
     config.write_text(
         f'[stores.documents]\nbackend = "aws"\nendpoint_url = "{url}"\ntable = "{moto_util.unique("runs")}"\n'
         f'[stores.objects]\nbackend = "aws"\nendpoint_url = "{url}"\nbucket = "{bucket}"\n'
-        '[gateway]\nkey_secret = "gateway-key"\n'
+        '[gateway]\nkey_secret = "gateway-key"\n[temporal]\nplan_key_secret = "plan-key"\n'
     )
     config.chmod(0o644)  # the images' user reads it
     port, queue = free_port(), f"deploy-{uuid.uuid4().hex[:6]}"
@@ -196,6 +198,7 @@ def test_worker_and_gateway_images_run_hello_and_workplace(docker_client, server
         "AGENTENV_GATEWAY_URL": f"http://127.0.0.1:{port}",
         "AGENTENV_GATEWAY_PORT": str(port),
         "AGENTENV_SECRET_GATEWAY_KEY": secrets.token_hex(32),
+        "AGENTENV_SECRET_PLAN_KEY": secrets.token_hex(32),  # the host plans, the worker executes: one key
         **moto_util.CREDENTIALS,
         # the session's fake model server, for workplace's persona
         **{k: v for k, v in os.environ.items() if k.startswith(("AGENTENV_MODEL", "AGENTENV_SECRET_TEST"))},
