@@ -15,7 +15,6 @@ This module does no Temporal I/O: it makes and checks seals.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -25,8 +24,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pydantic import TypeAdapter
 
 from agentenv.errors import AgentEnvError
 
@@ -59,15 +56,20 @@ class PlanKey:
 
 
 def digest(args: Sequence[Any]) -> bytes:
-    """SHA-256 of the arguments' JSON. Both sides hold the same models (the sender's, and the receiver's decoded
-    from what was sent), and a JSON round trip keeps key order, so both spell them alike; fields at their
-    default are left out, so a field added with a default does not change an old sender's digest."""
-    return hashlib.sha256(_arguments().dump_json(list(args), exclude_defaults=True)).digest()
+    """SHA-256 of the arguments' JSON. Both sides hold the same values (the sender's, and the receiver's decoded
+    from what was sent), and a JSON round trip keeps key order, so both spell them alike. A model's fields at
+    their default are left out, so a field added with a default does not change an old sender's digest."""
+    from pydantic import BaseModel
+    from pydantic_core import to_json
 
-
-@functools.cache
-def _arguments() -> TypeAdapter[list[Any]]:
-    return TypeAdapter(list[Any])
+    hashed = hashlib.sha256()
+    for arg in args:
+        if isinstance(arg, BaseModel):
+            hashed.update(arg.__pydantic_serializer__.to_json(arg, exclude_defaults=True))
+        else:
+            hashed.update(to_json(arg))
+        hashed.update(b"\x00")
+    return hashed.digest()
 
 
 def _mac(key: PlanKey, what: str, namespace: str, workflow_id: str, name: str, extra: str, at: int, args: bytes) -> str:

@@ -1,0 +1,94 @@
+"""Seals: what sealing and checking costs per run (agentenv/temporal/seals.py), on the plans of the built-in bundles.
+
+A run costs one start seal (made by the planner, checked by the worker) and, for each step run as a regular
+activity, one activity seal (made by the worker's workflow code, checked by the activity worker); each update a
+trainer or the gateway sends costs one more pair. Measured in-process on the real plans, with the baseline the
+work Temporal's data converter does anyway for the same payloads (serialising them once).
+
+Goal: at most 1 ms of sealing per run.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from common import row, temp_dir
+
+GOAL_MS = 1.0
+ROUNDS = 200
+BUNDLES = ("hello", "support-desk", "workplace")  # (the others need a model endpoint to plan)
+
+
+def _operations(inp):
+    """(what, name, args) of every seal a run of `inp` makes: its start, each regular activity step's call."""
+    from agentenv.spec.run import StepCall
+
+    yield "start", "agentenv.TaskRun", [inp]
+    for step in inp.steps:
+        if not step.local and not step.in_workflow:
+            call = StepCall(run_id=inp.run_id, task_id=inp.task_id, step_id=step.id, type=step.type, config=step.config)
+            yield "activity", "agentenv.run_step", [call]
+
+
+def measure() -> dict:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from agentenv import runner
+    from agentenv.bundles import BUILTIN_ROOT
+    from agentenv.config import Settings
+    from agentenv.planning.tasks import load_task
+    from agentenv.temporal import seals
+
+    print(f"seals (in-process, {ROUNDS} rounds per bundle; what sealing adds to each run)")
+    settings = Settings.model_validate({"state_dir": str(temp_dir("agentenv-bench-seals-"))})
+    key = seals.load(settings)
+    converter = pydantic_data_converter.payload_converter
+    results = {}
+    for bundle in BUNDLES:
+        task = load_task(next((BUILTIN_ROOT / bundle / "tasks").glob("*.toml")))
+        inp = runner.plan(task, runner.new_run_id(task.id), settings)
+        ops = list(_operations(inp))
+        sealing = _timed(lambda ops=ops, run_id=inp.run_id: _seal_and_check(key, run_id, ops))
+        baseline = _timed(lambda ops=ops: [converter.to_payloads(args) for _, _, args in ops])
+        size = len(converter.to_payloads([inp])[0].data)
+        verdict = "met" if sealing <= GOAL_MS else "NOT met"
+        row(
+            f"{bundle}: {len(ops)} seals made and checked",
+            f"{sealing:.3f} ms",
+            f"{sealing / baseline:.2f}x serialising them once ({baseline:.3f} ms); plan {size / 1024:.1f} KiB; "
+            f"goal <= {GOAL_MS:g} ms: {verdict}",
+        )
+        results[bundle] = {"seals": len(ops), "ms": sealing, "baseline_ms": baseline, "ratio": sealing / baseline}
+    update = [("update", "answer", ["turn-1", "Done.", None])]
+    per_update = _timed(lambda: _seal_and_check(key, "run-1", update))
+    row("one trainer update (answer), made and checked", f"{per_update:.3f} ms", "each turn of an episode")
+    results["update_ms"] = per_update
+    return results
+
+
+def _seal_and_check(key, run_id: str, ops) -> None:
+    from agentenv.temporal import seals
+
+    now = datetime.now(UTC)
+    for what, name, args in ops:
+        where = {"namespace": "default", "workflow_id": run_id, "name": name, "args": args}
+        header = {seals.HEADER: seals.make(key, what, at=now, **where)}
+        why = seals.problem(key, header, what, now=now, **where)
+        assert why is None, why
+
+
+def _timed(work) -> float:
+    """Milliseconds per call: the best of 5 batches (this is CPU work; the best is the least disturbed)."""
+    work()  # warm
+    batches = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(ROUNDS // 5):
+            work()
+        batches.append((time.perf_counter() - start) / (ROUNDS // 5) * 1000)
+    return min(batches)
+
+
+if __name__ == "__main__":
+    measure()
