@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,11 @@ async def test_a_write_flood_stops_at_the_instance_budget_while_reads_and_others
             elsewhere = await http.post("/envs/desk-2/tools/create_ticket", json=TICKET, headers=bearer(other))
             assert elsewhere.status_code == 200, "another instance keeps writing"
             assert (await http.get("/ready")).status_code == 200, "one instance's budget is not the gateway's"
+            document = (await http.get("/envs/desk-1/openapi.json", headers=bearer(sam))).json()
+            assert "507" in document["paths"]["/envs/desk-1/tools/create_ticket"]["post"]["responses"]
+            metrics = (await http.get("/metrics", headers=bearer(gateway.admin_token))).text
+            counted = re.search(r'agentenv_gateway_refusals_total\{reason="storage"\} (\S+)', metrics)
+            assert counted and float(counted[1]) >= CONNECTIONS + 3 * CONNECTIONS + 1, "refusals are counted"
         async with mcp_client(base, "desk-1", sam) as mcp:
             assert not (await mcp.call_tool("get_ticket", {"ticket_id": "TCK-1001"})).is_error
 
