@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -88,10 +89,12 @@ async def deploy(admin, instance: str, run: str) -> str:
     return await admin.token(instance, "sam")
 
 
-async def test_a_write_flood_stops_at_the_instance_budget_while_reads_and_others_go_on(tmp_path):
+async def test_a_write_flood_stops_at_the_instance_budget_while_reads_and_others_go_on(tmp_path, caplog):
     """The red team's flood (create_ticket with 50,000-character descriptions, 8 connections, one token) against
     an 8 MiB app-data budget: every connection ends refused (507, naming the setting), the instance's files stay
-    near the budget however long it goes on, and its reads and another instance's writes are served."""
+    near the budget however long it goes on, and its reads and another instance's writes are served. The
+    operator's log says so once, not once per refused call."""
+    caplog.set_level(logging.WARNING, "agentenv.gateway")
     budget = 8
     async with running_gateway(tmp_path / "gw", max_app_data_mib=budget) as (gateway, base, admin):
         sam = await deploy(admin, "desk-1", "run-1")
@@ -134,6 +137,8 @@ async def test_a_write_flood_stops_at_the_instance_budget_while_reads_and_others
 
         app, _ = files_of(gateway.folder("desk-1"))
         assert app <= budget * MIB + SLACK, f"{app / MIB:.1f} MiB of app data"
+    logged = [r.getMessage() for r in caplog.records if "budget" in r.getMessage()]
+    assert len(logged) == 1 and "'desk-1' is at its app data budget" in logged[0], logged
 
 
 async def test_an_app_in_its_own_process_is_budgeted_by_what_it_leaves_in_its_folder(tmp_path):

@@ -21,6 +21,7 @@ What lands past a budget is those calls and, as SQLite checkpoints, at most one 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -32,6 +33,7 @@ from typing import Any
 
 from agentenv.gateway.trajectory import MAX_FIELD_BYTES
 
+log = logging.getLogger("agentenv.gateway")
 MIB = 1024 * 1024
 MEASURE_EVERY_CALLS = 16  # an instance's folder is walked again after this many calls ...
 MEASURE_EVERY_S = 1.0  # ... or this long, whichever comes first
@@ -57,7 +59,16 @@ class StorageLimits:
 class InstanceUsage:
     """What one open instance keeps on disk: its last measure plus what the calls admitted since carry."""
 
-    __slots__ = ("folder", "app_data", "trajectory", "pending_app", "pending_trajectory", "calls", "measured_at")
+    __slots__ = (
+        "folder",
+        "app_data",
+        "trajectory",
+        "pending_app",
+        "pending_trajectory",
+        "calls",
+        "measured_at",
+        "logged",
+    )
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -65,6 +76,7 @@ class InstanceUsage:
         self.pending_app = self.pending_trajectory = 0  # estimated bytes admitted since
         self.calls = 0  # calls admitted since
         self.measured_at = -math.inf
+        self.logged: set[str] = set()  # the budgets it was refused at, logged once each while it is open
 
     @property
     def app_estimate(self) -> int:
@@ -118,6 +130,7 @@ class DiskFloor:
     def __init__(self, root: Path, min_free: int) -> None:
         self.root, self.min_free = root, min_free
         self._free, self._read_at = 0, -math.inf
+        self._logged = False  # that the disk went below the floor (again once it was above)
 
     def free(self, *, fresh: bool = False) -> int:
         now = time.monotonic()
@@ -131,11 +144,17 @@ class DiskFloor:
             return None
         free = self.free(fresh=fresh)
         if free >= self.min_free:
+            self._logged = False
             return None
-        return (
+        low = (
             f"the gateway's disk has {free / MIB:.0f} MiB free, below the floor of {self.min_free / MIB:.0f} MiB "
-            "([gateway] min_free_disk_mib): writes are refused until space is freed or the floor is lowered"
+            "([gateway] min_free_disk_mib, AGENTENV_GATEWAY_MIN_FREE_DISK_MIB): writes are refused until space "
+            "is freed or the floor is lowered"
         )
+        if not self._logged:
+            self._logged = True
+            log.error("%s", low)
+        return low
 
 
 class Storage:
@@ -148,9 +167,11 @@ class Storage:
 
     def admit(self, usage: InstanceUsage, instance: str, *, writes: bool, arguments: Any) -> str | None:
         """A tool call (`writes`: to the apps' data; every call writes the trajectory); its estimate is counted."""
-        usage.refresh(over=self._over(usage, instance, writes=writes) is not None)
-        if refusal := self._over(usage, instance, writes=writes):
-            return refusal
+        usage.refresh(over=self._past(usage, writes=writes) is not None)
+        if past := self._past(usage, writes=writes):
+            what, used, cap, key = past
+            refused = "tool calls are refused" if what == "trajectory" else "calls that write are refused"
+            return _refusal(usage, instance, what, used, cap, key, refused)
         if writes and (low := self.floor.low()):
             return low
         if writes:
@@ -165,11 +186,11 @@ class Storage:
     def admit_load(self, usage: InstanceUsage, instance: str, size: int, *, replaces: bool = False) -> str | None:
         """Data of `size` bytes loaded into the instance's apps, or (`replaces`) a snapshot restored over them."""
         usage.measure()  # loads are rare: measure exactly
-        cap = self.limits.app_data
+        cap, key = self.limits.app_data, "max_app_data_mib"
         if cap and replaces and size > cap:
-            return _over(instance, "app data", size, cap, "max_app_data_mib", "a snapshot this large is refused")
+            return _refusal(usage, instance, "app data", size, cap, key, "a snapshot this large is refused")
         if cap and not replaces and usage.app_data >= cap:
-            return _over(instance, "app data", usage.app_data, cap, "max_app_data_mib", "loads are refused")
+            return _refusal(usage, instance, "app data", usage.app_data, cap, key, "loads are refused")
         if low := self.floor.low(fresh=True):
             return low
         usage.pending_app += size
@@ -179,26 +200,28 @@ class Storage:
         """A new instance (or a fork) about to be written."""
         return self.floor.low(fresh=True)
 
-    def _over(self, usage: InstanceUsage, instance: str, *, writes: bool) -> str | None:
+    def _past(self, usage: InstanceUsage, *, writes: bool) -> tuple[str, int, int, str] | None:
+        """(what, bytes used, budget, its setting) of the budget the call would go past, if any."""
         cap = self.limits.trajectory
         if cap and usage.trajectory_estimate >= cap:
-            return _over(
-                instance, "trajectory", usage.trajectory_estimate, cap, "max_trajectory_mib", "tool calls are refused"
-            )
+            return "trajectory", usage.trajectory_estimate, cap, "max_trajectory_mib"
         cap = self.limits.app_data
         if writes and cap and usage.app_estimate >= cap:
-            return _over(
-                instance, "app data", usage.app_estimate, cap, "max_app_data_mib", "calls that write are refused"
-            )
+            return "app data", usage.app_estimate, cap, "max_app_data_mib"
         return None
 
 
-def _over(instance: str, what: str, used: int, cap: int, key: str, refused: str) -> str:
-    return (
+def _refusal(usage: InstanceUsage, instance: str, what: str, used: int, cap: int, key: str, refused: str) -> str:
+    """What the caller is told; logged the first time the open instance meets that budget (not per call)."""
+    message = (
         f"instance {instance!r} is at its {what} budget ({used / MIB:.1f} MiB of {cap / MIB:.0f} MiB, [gateway] "
         f"{key}): {refused}; raise {key} in the [gateway] section of .agentenv/config.toml (or "
         f"AGENTENV_GATEWAY_{key.upper()}) and restart the gateway, or start a new instance"
     )
+    if key not in usage.logged:
+        usage.logged.add(key)
+        log.warning("%s", message)
+    return message
 
 
 def approx_bytes(value: Any, stop: int = 1 << 62) -> int:
