@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import re
@@ -23,8 +24,10 @@ from mcp.shared.exceptions import MCPError
 
 from agentenv.gateway import tokens
 from agentenv.gateway.client import GatewayClient, GatewayRefused
+from agentenv.gateway.service import Gateway
 
 MIB = 1024 * 1024
+BUDGETS = ("max_app_data_mib", "max_trajectory_mib", "min_free_disk_mib")
 DESCRIPTION = "d" * 50_000  # the longest description create_ticket takes (as the red team sent)
 TICKET = {"customer_email": "flood@example.com", "subject": "flood", "description": DESCRIPTION}
 # What may land past a budget: the calls in flight when it is reached, and one SQLite write-ahead log per
@@ -63,7 +66,7 @@ async def flood(base: str, instance: str, token: str, tool: str, arguments: dict
                 answer = await http.post(f"/envs/{instance}/tools/{tool}", json=arguments)
                 if answer.status_code == 507:
                     return answer.json()["error"]
-                assert answer.status_code in (200, 422), answer.text  # 422: the tool's own error, recorded
+                assert answer.status_code in (200, 422), answer.text[:300]  # 422: the tool's own error, recorded
                 answered += 1
         raise AssertionError(f"{MOST_CALLS} calls and never refused")
 
@@ -109,7 +112,7 @@ async def test_a_write_flood_stops_at_the_instance_budget_while_reads_and_others
         async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
             for _ in range(3 * CONNECTIONS):  # it keeps trying: each try is refused, nothing is written
                 again = await http.post("/envs/desk-1/tools/create_ticket", json=TICKET, headers=bearer(sam))
-                assert again.status_code == 507, again.text
+                assert again.status_code == 507, again.text[:300]
             small = {**TICKET, "description": "a short one"}
             assert (
                 await http.post("/envs/desk-1/tools/create_ticket", json=small, headers=bearer(sam))
@@ -157,8 +160,8 @@ async def test_an_app_in_its_own_process_is_budgeted_by_what_it_leaves_in_its_fo
                 wrote = await http.post("/envs/sub-1/tools/write_note", json={"key": f"k{i}", "text": DESCRIPTION})
                 if wrote.status_code == 507:
                     break
-                assert wrote.status_code == 200, wrote.text
-            assert wrote.status_code == 507 and "max_app_data_mib" in wrote.json()["error"], wrote.text
+                assert wrote.status_code == 200, wrote.text[:300]
+            assert wrote.status_code == 507 and "max_app_data_mib" in wrote.json()["error"], wrote.text[:300]
             assert (await http.post("/envs/sub-1/tools/read_note", json={"key": "k0"})).status_code == 200
         app, _ = files_of(gateway.folder("sub-1"))
         assert app <= 4 * MIB + SLACK, f"{app / MIB:.1f} MiB of app data"
@@ -184,11 +187,11 @@ async def test_past_its_trajectory_budget_an_instance_takes_no_more_calls(tmp_pa
         async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
             for _ in range(3 * CONNECTIONS):
                 again = await http.post("/envs/desk-1/tools/list_tickets", json=bogus, headers=bearer(sam))
-                assert again.status_code == 507, again.text
+                assert again.status_code == 507, again.text[:300]
             read = await http.post("/envs/desk-1/tools/list_tickets", json={}, headers=bearer(sam))
             assert read.status_code == 507 and "max_trajectory_mib" in read.json()["error"], "a read is a call too"
             elsewhere = await http.post("/envs/desk-2/tools/create_ticket", json=TICKET, headers=bearer(other))
-            assert elsewhere.status_code == 200, elsewhere.text
+            assert elsewhere.status_code == 200, elsewhere.text[:300]
         assert len(await admin.trajectory("desk-1")) == len(recorded), "refused calls are not recorded"
         assert files_of(gateway.folder("desk-1")) == before, "nothing more was written"
         assert (await admin.data("desk-1", "data/get"))["parts"], "the run still reads the instance's data"
@@ -206,7 +209,7 @@ async def test_below_the_free_space_floor_writes_are_refused_and_ready_says_low_
         async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
             for desk, token in tokens_.items():
                 write = await http.post(f"/envs/{desk}/tools/create_ticket", json=TICKET, headers=bearer(token))
-                assert write.status_code == 507, write.text
+                assert write.status_code == 507, write.text[:300]
                 assert "below the floor" in write.json()["error"] and "min_free_disk_mib" in write.json()["error"]
                 read = await http.post(f"/envs/{desk}/tools/list_tickets", json={}, headers=bearer(token))
                 assert read.status_code == 200 and read.json()["result"]["count"] == 5, "reads are served"
@@ -224,7 +227,7 @@ async def test_below_the_free_space_floor_writes_are_refused_and_ready_says_low_
     async with running_gateway(root, min_free_disk_mib=1) as (gateway, base, admin):
         async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
             write = await http.post("/envs/desk-1/tools/create_ticket", json=TICKET, headers=bearer(tokens_["desk-1"]))
-            assert write.status_code == 200, write.text
+            assert write.status_code == 200, write.text[:300]
             assert (await http.get("/ready")).status_code == 200
 
 
@@ -233,6 +236,8 @@ def test_the_budgets_are_gateway_settings_with_variables(tmp_path, monkeypatch):
 
     defaults = load_settings(tmp_path).gateway
     assert (defaults.max_app_data_mib, defaults.max_trajectory_mib, defaults.min_free_disk_mib) == (256, 512, 1024)
+    made = inspect.signature(Gateway).parameters  # a gateway made in code has the same defaults
+    assert all(made[key].default == getattr(defaults, key) for key in BUDGETS)
     (tmp_path / ".agentenv").mkdir()
     (tmp_path / ".agentenv" / "config.toml").write_text("[gateway]\nmax_app_data_mib = 64\nmin_free_disk_mib = 0\n")
     monkeypatch.setenv("AGENTENV_GATEWAY_MAX_TRAJECTORY_MIB", "128")
