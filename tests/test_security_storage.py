@@ -144,6 +144,7 @@ async def test_a_write_flood_stops_at_the_instance_budget_while_reads_and_others
     assert len(logged) == 1 and "'desk-1' is at its app data budget" in logged[0], logged
 
 
+@pytest.mark.processes
 async def test_an_app_in_its_own_process_is_budgeted_by_what_it_leaves_in_its_folder(tmp_path):
     """`run = "subprocess"` apps write their own files: those count too."""
     spec = {
