@@ -74,6 +74,24 @@ class GatewaySettings(_Section):
     max_body_kib: int = Field(16 * 1024, ge=16, description="largest request body the gateway accepts")
     max_calls_per_agent: int = Field(32, ge=1, description="tool calls one agent may have in flight (429 beyond)")
     max_sessions_per_agent: int = Field(16, ge=1, description="MCP sessions one agent may hold open (429 beyond)")
+    max_app_data_mib: int = Field(
+        256,
+        ge=0,
+        description="what one instance's apps may keep on the gateway's disk (their SQLite files, anything an app "
+        "writes in its folder); past it the instance's calls that write are refused (507), its reads served; 0: none",
+    )
+    max_trajectory_mib: int = Field(
+        512,
+        ge=0,
+        description="what one instance's trajectory may grow to; past it every tool call of the instance is refused "
+        "(507): each would add an entry; 0: no limit",
+    )
+    min_free_disk_mib: int = Field(
+        1024,
+        ge=0,
+        description="free space the gateway keeps on its disk; below it every instance's writes are refused (507) "
+        "and /ready and /readyz answer 503 (low disk); 0: no floor",
+    )
     pool: list[str] = Field(
         default_factory=list,
         description="base URLs of several gateways serving this install: each env instance is placed on one "
@@ -337,6 +355,9 @@ _ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "AGENTENV_GATEWAY_URL": ("gateway", "url"),
     "AGENTENV_GATEWAY_TOKEN": ("gateway", "admin_token"),
     "AGENTENV_GATEWAY_PORT": ("gateway", "port"),
+    "AGENTENV_GATEWAY_MAX_APP_DATA_MIB": ("gateway", "max_app_data_mib"),
+    "AGENTENV_GATEWAY_MAX_TRAJECTORY_MIB": ("gateway", "max_trajectory_mib"),
+    "AGENTENV_GATEWAY_MIN_FREE_DISK_MIB": ("gateway", "min_free_disk_mib"),
     "AGENTENV_ENV_PROVIDER": ("sandboxes", "envs"),
     "AGENTENV_AGENT_PROVIDER": ("sandboxes", "agents"),
     "AGENTENV_TRACES": ("telemetry", "traces"),

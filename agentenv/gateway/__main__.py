@@ -35,6 +35,9 @@ def main() -> None:
             settings=settings,
             max_calls_per_agent=settings.gateway.max_calls_per_agent,
             max_sessions_per_agent=settings.gateway.max_sessions_per_agent,
+            max_app_data_mib=settings.gateway.max_app_data_mib,
+            max_trajectory_mib=settings.gateway.max_trajectory_mib,
+            min_free_disk_mib=settings.gateway.min_free_disk_mib,
             key=tokens.shared_key(settings) if settings.gateway.key_secret else None,
         )
     except AgentEnvError as e:  # e.g. a damaged key file: the log (shown by whoever started us) says what to do

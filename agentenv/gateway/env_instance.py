@@ -23,6 +23,7 @@ from agentenv.gateway.mcp_tools import GET_TIME, get_time_spec
 from agentenv.gateway.remote import RemoteApp
 from agentenv.gateway.roles import GATEWAY_APP, ToolClash, ToolEntry, role_tools, tool_entries
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.gateway.storage import InstanceUsage
 from agentenv.gateway.watch import Watcher
 from agentenv.spec.times import iso
 from agentenv.spec.world_state import WorldPush
@@ -72,6 +73,7 @@ class EnvInstance:
         self.watcher: Watcher | None = None
         self.busy = 0  # calls in flight: an instance is closed as idle only without any
         self.last_used = time.monotonic()
+        self.usage = InstanceUsage(folder)  # what it keeps on disk, for its storage budgets
 
     @classmethod
     async def open(cls, spec: InstanceSpec, folder: Path, *, key: bytes | None = None) -> EnvInstance:

@@ -15,14 +15,14 @@ The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's fol
     GET  /admin/openapi.json              this admin API's OpenAPI document (nothing else serves docs)
 Hosted agents (A2A; the card is public, messages need the admin token):
     /agents/{id}/                         JSON-RPC;  /agents/{id}/.well-known/agent-card.json  its card
-Open: GET /ready (503 with what is wrong once the gateway lost data); probes: GET /healthz (the process is
-up), GET /readyz (ready to serve; 503 with the reason). GET /metrics (admin token): Prometheus text format.
+Open: GET /ready (503 with what is wrong once the gateway lost data or its disk is below the free-space
+floor); probes: GET /healthz (the process is up), GET /readyz (ready to serve; 503 with the reason). GET /metrics (admin token): Prometheus text format.
 
 Every refusal is `{"error": "..."}` with its status: the exception handlers below are the one place
 exceptions become answers. At the door (agentenv.guard.HostGuard): `Host` must be this server's
 (loopback, an IP, or the configured public URL's name), a browser's `Origin` its own, and no body of a
 type a page may send cross-site. Every agent is limited on its own (429 beyond): tool calls in flight,
-MCP sessions and MCP requests open.
+MCP sessions and MCP requests open; every instance by its storage budgets (507 beyond, storage.py).
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ async def _invalid_params(request: Request, e: Exception) -> JSONResponse:  # on
 
 
 async def ready(request: Request) -> JSONResponse:
-    """503 with what is wrong once the gateway lost data (a failing trajectory writer): runs see it."""
+    """503 with what is wrong once the gateway lost data (a failing trajectory writer) or its disk is low (below
+    `[gateway] min_free_disk_mib`, where writes are refused): runs see it."""
     if problem := gateway_of(request).health():
         return JSONResponse({"ready": False, **problem}, status_code=503)
     return JSONResponse({"ready": True})
@@ -90,7 +91,8 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> JSONResponse:
-    """Readiness: started up (MCP sessions served, pending trigger hits resent), its store answers, no data lost."""
+    """Readiness: started up (MCP sessions served, pending trigger hits resent), its store answers, no data lost,
+    its disk above the free-space floor."""
     if not getattr(request.app.state, "serving", False):
         return JSONResponse({"ready": False, "reason": "starting up or shutting down"}, status_code=503)
     if reason := gateway_of(request).readiness():

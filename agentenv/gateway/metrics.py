@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 Outcome = Literal["ok", "error", "refused"]
-RefusalReason = Literal["role", "rate_limit", "token"]
+RefusalReason = Literal["role", "rate_limit", "token", "storage"]
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Tool calls take from tens of microseconds (a gateway tool) to minutes (a sandboxed app's slow tool).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -43,7 +43,8 @@ class GatewayMetrics:
         self._refusals = Counter(
             "agentenv_gateway_refusals",
             "Requests refused: role (a tool not the caller's), rate_limit (429: calls, sessions or requests "
-            "over the agent's limit), token (401/403: a missing or wrong role token)",
+            "over the agent's limit), token (401/403: a missing or wrong role token), storage (507: an instance past "
+            "its storage budget, or the disk below the gateway's free-space floor)",
             ["reason"],
             registry=self.registry,
         )

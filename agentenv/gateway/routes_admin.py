@@ -29,8 +29,9 @@ from agentenv.gateway import trajectory as trajectories
 from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.metrics import CONTENT_TYPE
 from agentenv.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, named_body, parse
-from agentenv.gateway.service import Caller, GatewayError
+from agentenv.gateway.service import Caller, Gateway, GatewayError
 from agentenv.gateway.spec import AppRef, InstanceSpec, RoleSpec
+from agentenv.gateway.storage import approx_bytes
 from agentenv.spec.world_state import WorldPush
 
 ADMIN_ONLY = "this needs the gateway's admin token"
@@ -160,7 +161,26 @@ async def data_plane(request: Request, instance: str, gateway: GatewayDep) -> Re
     """The JSON-RPC data plane, fanned out to every app of the instance."""
     inst = await gateway.get(instance)
     raw = await bounded_body(request, gateway.max_body_bytes)
-    return JSONResponse(await dataplane.handle(raw, inst))
+    return JSONResponse(await dataplane.handle(raw, _Budgeted(gateway, inst, len(raw))))
+
+
+class _Budgeted:
+    """An instance's data plane with its storage budget checked before data is added (a refusal is the
+    JSON-RPC error the protocol's clients expect, its message naming the limit)."""
+
+    def __init__(self, gateway: Gateway, inst: EnvInstance, size: int) -> None:
+        self.gateway, self.inst, self.size = gateway, inst, size
+        self.operations = inst.operations
+
+    async def reset(self) -> None:
+        await self.inst.reset()
+
+    async def add(self, parts: list[dict[str, Any]]) -> None:
+        self.gateway.admit_load(self.inst, self.size)
+        await self.inst.add(parts)
+
+    async def get(self) -> list[dict[str, Any]]:
+        return await self.inst.get()
 
 
 # -- instances --
@@ -293,6 +313,7 @@ async def load(request: Request, instance: str, gateway: GatewayDep) -> Response
     """data/add with an idempotency key (and optionally a reset first). A ToolError is a 422."""
     body = parse(LoadRequest, await json_of(request), "load")
     inst = await gateway.get(instance)
+    gateway.admit_load(inst, approx_bytes(body.parts))
     try:
         parts = dataplane.check_parts({"parts": body.parts})
         if body.reset:
@@ -314,8 +335,10 @@ async def snapshot(instance: str, gateway: GatewayDep) -> Response:
 )
 async def restore(request: Request, instance: str, gateway: GatewayDep) -> Response:
     inst = await gateway.get(instance)
+    blob = await bounded_body(request, SNAPSHOT_LIMIT)
+    gateway.admit_load(inst, len(blob), replaces=True)
     try:
-        await inst.restore(await bounded_body(request, SNAPSHOT_LIMIT))
+        await inst.restore(blob)
     except ValueError as e:
         raise GatewayError(400, str(e)) from None
     return JSONResponse({"restored": inst.spec.id})

@@ -156,6 +156,7 @@ def tools_document(inst: EnvInstance, role: str, tools: list[types.Tool]) -> dic
                     "404": {"$ref": "#/components/responses/Error"},
                     "422": {"$ref": "#/components/responses/Error"},
                     "429": {"$ref": "#/components/responses/Error"},
+                    "507": {"$ref": "#/components/responses/Error"},  # the instance past a storage budget
                 },
             }
         }

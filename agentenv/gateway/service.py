@@ -28,6 +28,7 @@ from agentenv.gateway.env_instance import EnvInstance
 from agentenv.gateway.mcp_tools import GET_TIME
 from agentenv.gateway.metrics import GatewayMetrics
 from agentenv.gateway.spec import InstanceSpec, RoleSpec
+from agentenv.gateway.storage import Storage, StorageLimits
 from agentenv.guard import tokens_equal
 from agentenv.spec.paths import walk
 from agentenv.spec.times import iso, utc_now_iso
@@ -166,9 +167,14 @@ class Gateway:
         max_mcp_requests_per_agent: int | None = None,
         idle_close_s: float | None = 600.0,
         key: bytes | None = None,
+        max_app_data_mib: int = 256,
+        max_trajectory_mib: int = 512,
+        min_free_disk_mib: int = 1024,
     ) -> None:
         """`idle_close_s`: an open instance no one called for this long is closed (its apps, processes and
-        trajectory file); its next request reopens it from the store. None: never."""
+        trajectory file); its next request reopens it from the store. None: never. The storage budgets
+        (`max_app_data_mib`, `max_trajectory_mib` per instance, `min_free_disk_mib` for the gateway's disk;
+        0: none) are described in storage.py."""
         self.root = root
         self.idle_close_s = idle_close_s
         root.mkdir(parents=True, exist_ok=True)
@@ -183,6 +189,7 @@ class Gateway:
         self._listings: dict[tuple[str, str], list[types.Tool]] = {}
         self._forking: set[str] = set()  # new instances being forked now (a concurrent retry is told to wait)
         self.trajectory = trajectory.TrajectoryWriter()
+        self.storage = Storage(root, StorageLimits.mib(max_app_data_mib, max_trajectory_mib, min_free_disk_mib))
         self.delivery = Delivery(self.store, settings)
         self.mcp = McpEndpoint(self, "agentenv-gateway", max_body_bytes=max_body_bytes)
         # Per agent: its calls in flight, its sessions, and requests enough for both (one stream per session).
@@ -220,15 +227,36 @@ class Gateway:
             self.store.get(COLLECTION, "")  # the instance store answers
         except Exception as e:  # noqa: BLE001 - any failure means not ready; the reason says which
             return f"the instance store does not answer: {type(e).__name__}: {e}"
-        if problem := self.health():
-            return f"lost data: {problem}"
+        if failure := self.trajectory.health():
+            lost = {"trajectory": failure}
+            return f"lost data: {lost}"
+        if low := self.storage.floor.low(fresh=True):
+            return f"low disk: {low}"
         return None
 
     def health(self) -> dict[str, Any] | None:
-        """None when all is well; else what is wrong (a trajectory writer that lost entries)."""
+        """None when all is well; else what is wrong: a trajectory writer that lost entries, a disk below the
+        gateway's free-space floor (writes are refused)."""
+        problems: dict[str, Any] = {}
         if failure := self.trajectory.health():
-            return {"trajectory": failure}
-        return None
+            problems["trajectory"] = failure
+        if low := self.storage.floor.low(fresh=True):
+            problems["disk"] = low
+        return problems or None
+
+    def _refuse_storage(self, refusal: str | None, via: str | None = None) -> None:
+        """Raise a storage refusal (507 Insufficient Storage, as for a quota), counted."""
+        if refusal is None:
+            return
+        self.metrics.refused("storage")
+        if via is not None:
+            self.metrics.counted(via, "refused")
+        raise GatewayError(507, refusal)
+
+    def admit_load(self, inst: EnvInstance, size: int, *, replaces: bool = False) -> None:
+        """Refuse (507) data of `size` bytes loaded into (or, `replaces`, restored over) `inst` past its budget
+        or below the free-space floor."""
+        self._refuse_storage(self.storage.admit_load(inst.usage, inst.spec.id, size, replaces=replaces))
 
     # -- releasing what is no longer used --
 
@@ -363,6 +391,7 @@ class Gateway:
         except GatewayError:
             current = None
         if current is None:
+            self._refuse_storage(self.storage.admit_new())
             inst = await self._open(spec)
             self._save(inst)
             return inst
@@ -396,6 +425,7 @@ class Gateway:
         )
         if spec.id in self._forking:
             raise GatewayError(409, f"instance {spec.id!r} is being forked right now; retry in a moment")
+        self._refuse_storage(self.storage.admit_new())
         self._forking.add(spec.id)
         try:
             source = await self.get(source_id)
@@ -602,7 +632,7 @@ class Gateway:
         try:
             with self.limits.calling(caller.key, "mcp"):
                 outcome = await self.call(caller, name, arguments, via="mcp")
-        except GatewayError as e:  # over its limit (call() itself never raises it): a protocol error
+        except GatewayError as e:  # over its limit or its storage budget: a protocol error
             raise refuse(str(e)) from None
         return tool_error(outcome["error"]) if "error" in outcome else tool_result(outcome["result"])
 
@@ -617,12 +647,15 @@ class Gateway:
         cause: str | None = None,
         at: datetime | None = None,
     ) -> dict[str, Any]:
-        """Call a tool as `caller`, enforcing its role, and record it. Returns {"result"} or {"error", "refused"?}."""
+        """Call a tool as `caller`, enforcing its role, and record it. Returns {"result"} or {"error", "refused"?}.
+        Past a storage budget it raises GatewayError(507) instead, and records nothing (storage.py)."""
         inst, role = caller.instance, caller.role
         started = time.perf_counter()
         vnow = at.astimezone(UTC) if at is not None else inst.now()
         outcome: dict[str, Any]
         route = inst.tools.get(name)
+        writes = route is not None and route.app is not None and not route.spec.read_only and name in inst.allowed[role]
+        self._refuse_storage(self.storage.admit(inst.usage, inst.spec.id, writes=writes, arguments=arguments), via)
         if route is None:
             outcome = {"error": f"unknown tool {name!r}", "unknown": True}
         elif name not in inst.allowed[role]:
