@@ -605,3 +605,44 @@ async def test_a_strangers_token_opens_nothing(tmp_path):
             assert "desk-1" not in gateway._instances, "a refused request opened the instance"
             assert (await http.get("/envs/desk-1/tools", headers=bearer(sam))).status_code == 200
         assert "desk-1" in gateway._instances
+
+
+# -- MCP sessions belong to who opened them --
+
+
+def in_session(token: str, sid: str) -> dict[str, str]:
+    return {**bearer(token), **MCP_ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
+
+
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+async def test_a_borrowed_mcp_session_is_unknown_to_everyone_but_its_opener(desk):
+    """Attack: an agent learns another's MCP session id (a log line, a shared proxy) and sends its own
+    requests in that session, or ends it: with another agent's token of the same instance, with the token of
+    another run's instance (at that instance's path), and with no token. Each is answered as for a session that
+    does not exist (404; 401 without a token), none ends it, and its opener goes on using it."""
+    gateway, base, admin = desk
+    await admin.put_instance(support_spec("desk-2", run_id="run-2"))
+    sam, lee, other_run = (
+        await admin.token("desk-1", "sam"),
+        await admin.token("desk-1", "lee"),
+        await admin.token("desk-2", "sam"),
+    )
+    async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+        opened = await http.post("/envs/desk-1/mcp", json=INITIALIZE, headers={**bearer(sam), **MCP_ACCEPT})
+        assert opened.status_code == 200, opened.text
+        sid = opened.headers["mcp-session-id"]
+        for path, token in [("/envs/desk-1/mcp", lee), ("/envs/desk-2/mcp", other_run)]:
+            listed = await http.post(path, json=LIST_TOOLS, headers=in_session(token, sid))
+            assert listed.status_code == 404, (path, listed.text)
+            ended = await http.delete(path, headers=in_session(token, sid))
+            assert ended.status_code == 404, (path, ended.text)
+        headers = {k: v for k, v in in_session(sam, sid).items() if k != "authorization"}
+        assert (await http.post("/envs/desk-1/mcp", json=LIST_TOOLS, headers=headers)).status_code == 401
+        assert (await http.delete("/envs/desk-1/mcp", headers=headers)).status_code == 401
+        assert sid in gateway.mcp.sessions, "no one but its opener ended the session"
+        mine = await http.post("/envs/desk-1/mcp", json=LIST_TOOLS, headers=in_session(sam, sid))
+        assert mine.status_code == 200 and "list_tickets" in mine.text, mine.text
+        assert (await http.delete("/envs/desk-1/mcp", headers=in_session(sam, sid))).status_code == 200
+        assert sid not in gateway.mcp.sessions, "its opener ends it"

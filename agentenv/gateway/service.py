@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import os
 import shutil
 import time
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agentenv import telemetry
 from agentenv.envs.app import ToolError, ToolSpec
 from agentenv.envs.context import Ctx
-from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, refuse, tool_error, tool_result
+from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, owned_by, refuse, tool_error, tool_result
 from agentenv.gateway import tokens, trajectory
 from agentenv.gateway.delivery import Delivery
 from agentenv.gateway.env_instance import EnvInstance
@@ -556,7 +557,9 @@ class Gateway:
     # -- what one agent may hold at once --
 
     async def serve_mcp(self, caller: Caller, scope, receive, send) -> None:
-        """Serve one MCP request of `caller` within its limits; a refusal (429) is raised before anything is sent."""
+        """Serve one MCP request of `caller` within its limits; a refusal (429) is raised before anything is sent.
+        Its MCP session is the caller's alone: another agent, another run's or no token cannot use or end it."""
+        owned_by(scope, json.dumps([caller.instance.spec.id, caller.instance.spec.run_id, caller.agent]))
         with self.limits.requesting(caller.key):
             if not _opens_session(scope):
                 await self.mcp(scope, receive, send)
