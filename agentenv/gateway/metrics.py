@@ -43,7 +43,7 @@ class GatewayMetrics:
         self._refusals = Counter(
             "agentenv_gateway_refusals",
             "Requests refused: role (a tool not the caller's), rate_limit (429: calls, sessions or requests "
-            "over the agent's limit), token (401/403: a missing or wrong role token)",
+            "over the agent's limit), token (401/403: a missing or wrong role token; 410: one of a run that ended)",
             ["reason"],
             registry=self.registry,
         )
