@@ -236,11 +236,27 @@ def test_schema_commands():
     assert done.returncode == 2 and "task, config, run" in done.stderr
 
 
-def test_tools_and_trajectory_commands(server):
-    done = cli("run", "hello")
+def test_tools_and_trajectory_commands(server, tmp_path):
+    """An instance's tools from the shell while its run holds it; once the run ended its agents' tokens no
+    longer work (the CLI says so), and the run's trajectory is still read."""
+    gate = tmp_path / "gate"
+    path = tmp_path / "notes.toml"
+    path.write_text(
+        'id = "notes-held"\n[[steps]]\nid = "notes"\ntype = "deploy_env"\nconfig = { env = "notes" }\n'
+        f'[[steps]]\nid = "hold"\ntype = "wait_file"\ndepends_on = ["notes"]\nconfig = {{ path = "{gate}" }}\n'
+    )
+    done = cli("run", str(path), "--detach")
     assert done.returncode == 0, done.stderr
-    run_id = done.stdout.split(" · run ")[1].split()[0]
+    run_id = done.stdout.split("started run ")[1].split()[0]
     instance = f"{run_id}.notes"
+
+    def run_state() -> dict:
+        return json.loads(cli("runs", "show", run_id, "--json").stdout)
+
+    deadline = time.monotonic() + 60
+    while run_state()["steps"].get("notes", {}).get("status") != "succeeded":
+        assert time.monotonic() < deadline, "the notes were not deployed"
+        time.sleep(0.2)
 
     listed = cli("tools", "list", instance)
     assert listed.returncode == 0 and "write_note --key --text" in listed.stdout and "get_time --zone?" in listed.stdout
@@ -259,10 +275,20 @@ def test_tools_and_trajectory_commands(server):
     token = cli("tools", "token", instance, "agent")
     assert token.returncode == 0 and token.stdout.startswith("aet_")
 
+    gate.touch()
+    while run_state()["status"] == "running":
+        assert time.monotonic() < deadline + 60, "the run did not end"
+        time.sleep(0.2)
+    assert run_state()["status"] == "passed"
+    for args in (("call", instance, "read_note", "--key", "grace"), ("list", instance), ("token", instance, "agent")):
+        after = cli("tools", *args)
+        assert after.returncode != 0 and "aet_" not in after.stdout, (args, after.stdout)
+        assert f"run {run_id!r}, which ended at" in after.stderr and "role tokens no longer work" in after.stderr
+
     shown = cli("runs", "trajectory", run_id)
     assert shown.returncode == 0 and "write_note" in shown.stdout and "grace" in shown.stdout
     lines = [json.loads(x) for x in cli("runs", "trajectory", run_id, "--jsonl").stdout.splitlines()]
-    assert [e["tool"] for e in lines][:2] == ["write_note", "write_note"]
+    assert [e["tool"] for e in lines] == ["write_note", "read_note", "read_note"]
     assert lines[-1]["tool"] == "read_note" and "error" in lines[-1]
     assert cli("gateway", "status").returncode == 0
 

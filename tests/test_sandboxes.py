@@ -150,6 +150,59 @@ async def test_a_reused_pid_is_not_mistaken_for_a_sandbox(home):
     await provider.remove("short")
 
 
+async def test_exec_in_a_local_sandbox_sees_its_declared_env_however_busy_the_machine(home):
+    """A command exec'd in a local sandbox right after it started (a test command, a grader's check) gets the
+    sandbox's declared environment every time, while busy processes keep every core loaded (a sandbox's
+    process may still be starting then); and the declared values are in no file of the provider's in the
+    clear."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 2))]
+    provider = registry.load("local", home)
+    seen: list[bool] = []
+    try:
+        for i in range(200):
+            secret = f"declared-{i}-{os.urandom(6).hex()}"
+            box = await provider.create(spec(f"env-{i}", command=["sleep", "30"], port=8000, env={"TOKEN": secret}))
+            try:
+                done = await box.exec(["env"])
+                if i % 50 == 0:
+                    files = [p for p in provider.root.parent.rglob("*") if p.is_file()]
+                    assert files and not [p for p in files if secret.encode() in p.read_bytes()], "written in clear"
+            finally:
+                await provider.remove(box.info.id)
+            env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+            seen.append(env.get("TOKEN") == secret and env.get("HOST") == "127.0.0.1" and env.get("PORT", "").isdigit())
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert sum(seen) == 200, f"{seen.count(False)} of 200 execs did not see the declared environment"
+
+
+async def test_exec_sees_the_declared_env_whatever_the_sandbox_did_with_its_own(home):
+    """A sandbox's program that changes its own environment (here a wrapper that drops a variable, then runs
+    the server) changes nothing for a command exec'd in the sandbox: it gets the declared environment, also
+    when another worker attaches. The record's key is private; a damaged one is an error naming the fix."""
+    wrapped = spec("wrapped", command=["env", "-u", "TOKEN", "sleep", "30"], env={"TOKEN": "declared"})
+    provider, box = await registry.create("local", wrapped, home)
+    try:
+        pid = json.loads((provider.root / "wrapped" / "sandbox.json").read_text())["pid"]
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep"):
+            assert time.monotonic() < deadline, "the wrapper never ran its server"
+            await asyncio.sleep(0.01)
+        assert b"TOKEN=" not in Path(f"/proc/{pid}/environ").read_bytes(), "the process dropped it"
+        for sandbox in (box, await registry.load("local", home).attach("wrapped")):
+            assert "TOKEN=declared\n" in (await sandbox.exec(["env"])).stdout
+    finally:
+        await provider.remove("wrapped")
+    key = provider.root.parent / "local.key"
+    assert key.stat().st_mode & 0o777 == 0o600
+    key.write_bytes(b"")
+    with pytest.raises(SandboxFailed, match="local.key, is damaged") as failed:
+        await provider.create(spec("after", command=["sleep", "30"]))
+    assert "delete the file" in failed.value.fix and not (provider.root / "after").exists()
+
+
 # -- the reaper's judgement --
 
 

@@ -605,3 +605,157 @@ async def test_a_strangers_token_opens_nothing(tmp_path):
             assert "desk-1" not in gateway._instances, "a refused request opened the instance"
             assert (await http.get("/envs/desk-1/tools", headers=bearer(sam))).status_code == 200
         assert "desk-1" in gateway._instances
+
+
+# -- MCP sessions belong to who opened them --
+
+
+def in_session(token: str, sid: str) -> dict[str, str]:
+    return {**bearer(token), **MCP_ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
+
+
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+async def test_a_borrowed_mcp_session_is_unknown_to_everyone_but_its_opener(desk):
+    """Attack: an agent learns another's MCP session id (a log line, a shared proxy) and sends its own
+    requests in that session, or ends it: with another agent's token of the same instance, with the token of
+    another run's instance (at that instance's path), and with no token. Each is answered as for a session that
+    does not exist (404; 401 without a token), none ends it, and its opener goes on using it."""
+    gateway, base, admin = desk
+    await admin.put_instance(support_spec("desk-2", run_id="run-2"))
+    sam, lee, other_run = (
+        await admin.token("desk-1", "sam"),
+        await admin.token("desk-1", "lee"),
+        await admin.token("desk-2", "sam"),
+    )
+    async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+        opened = await http.post("/envs/desk-1/mcp", json=INITIALIZE, headers={**bearer(sam), **MCP_ACCEPT})
+        assert opened.status_code == 200, opened.text
+        sid = opened.headers["mcp-session-id"]
+        for path, token in [("/envs/desk-1/mcp", lee), ("/envs/desk-2/mcp", other_run)]:
+            listed = await http.post(path, json=LIST_TOOLS, headers=in_session(token, sid))
+            assert listed.status_code == 404, (path, listed.text)
+            ended = await http.delete(path, headers=in_session(token, sid))
+            assert ended.status_code == 404, (path, ended.text)
+        headers = {k: v for k, v in in_session(sam, sid).items() if k != "authorization"}
+        assert (await http.post("/envs/desk-1/mcp", json=LIST_TOOLS, headers=headers)).status_code == 401
+        assert (await http.delete("/envs/desk-1/mcp", headers=headers)).status_code == 401
+        assert sid in gateway.mcp.sessions, "no one but its opener ended the session"
+        mine = await http.post("/envs/desk-1/mcp", json=LIST_TOOLS, headers=in_session(sam, sid))
+        assert mine.status_code == 200 and "list_tickets" in mine.text, mine.text
+        assert (await http.delete("/envs/desk-1/mcp", headers=in_session(sam, sid))).status_code == 200
+        assert sid not in gateway.mcp.sessions, "its opener ends it"
+
+
+# -- role tokens live as long as their run --
+
+TICKET = {"customer_email": "ada@example.com", "subject": "after the end", "description": "d"}
+
+
+async def refusals_of_an_ended_run(base: str, token: str, sid: str | None = None) -> list[tuple[str, int, str]]:
+    """What every agent route answers `token` (of desk-1, whose run ended): (route, status, error)."""
+    routes = [
+        ("GET", "/envs/desk-1/tools", None, bearer(token)),
+        ("POST", "/envs/desk-1/tools/create_ticket", TICKET, bearer(token)),
+        ("GET", "/envs/desk-1/.well-known/agent-env.json", None, bearer(token)),
+        ("GET", "/envs/desk-1/openapi.json", None, bearer(token)),
+        ("POST", "/envs/desk-1/mcp", INITIALIZE, {**bearer(token), **MCP_ACCEPT}),
+    ]
+    if sid is not None:
+        routes += [
+            ("POST", "/envs/desk-1/mcp", LIST_TOOLS, in_session(token, sid)),
+            ("DELETE", "/envs/desk-1/mcp", None, in_session(token, sid)),
+        ]
+    answers = []
+    async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+        for method, path, body, headers in routes:
+            answer = await http.request(method, path, json=body, headers=headers)
+            answers.append((f"{method} {path}", answer.status_code, answer.json().get("error", "")))
+    return answers
+
+
+async def test_role_tokens_stop_working_when_their_run_ends(tmp_path):
+    """Attack: an agent keeps its role token after its run passed and goes on creating tickets, over REST
+    and MCP (in its old session or a new one), also once the gateway restarted. Every agent route answers
+    410 naming the run's end; no token of the ended run is handed out; another run's agent is served; the
+    operator still reads the ended run's trajectory with the admin token."""
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance(support_spec())
+        await admin.put_instance(support_spec("desk-2", run_id="run-2"))
+        sam, other_run = await admin.token("desk-1", "sam"), await admin.token("desk-2", "sam")
+        async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+            made = await http.post("/envs/desk-1/tools/create_ticket", json=TICKET, headers=bearer(sam))
+            assert made.status_code == 200, made.text
+            opened = await http.post("/envs/desk-1/mcp", json=INITIALIZE, headers={**bearer(sam), **MCP_ACCEPT})
+            sid = opened.headers["mcp-session-id"]
+        await admin.end_run("run-1")
+        for route, status, error in await refusals_of_an_ended_run(base, sam, sid):
+            assert status == 410, (route, status, error)
+            assert "run 'run-1', which ended at" in error and "role tokens no longer work" in error, (route, error)
+        await admin.put_instance(support_spec())  # a late retry of the run's deploy step
+        with pytest.raises(GatewayRefused) as refused:
+            await admin.token("desk-1", "sam")
+        assert refused.value.status == 410 and "ended" in str(refused.value), "the run stays ended"
+        assert [e["tool"] for e in await admin.trajectory("desk-1")] == ["create_ticket"], "the operator reads it"
+        assert (await admin.call_tool("desk-2", other_run, "list_tickets", {})) is not None, "run-2 goes on"
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        for route, status, error in await refusals_of_an_ended_run(base, sam):
+            assert status == 410 and "ended at" in error, (route, status, error)
+        assert "desk-1" not in gateway._instances, "a dead token opened nothing"
+        assert [e["tool"] for e in await admin.trajectory("desk-1")] == ["create_ticket"]
+        assert (await admin.call_tool("desk-2", other_run, "list_tickets", {})) is not None
+
+
+async def test_an_agents_token_dies_with_its_run_also_after_a_gateway_restart(client, settings, worker, tmp_path):
+    """The same through a real run on the embedded gateway: while the run holds its notes, the agent's token
+    writes a note over REST and MCP; once the run passed, both are refused (410), and still after the gateway
+    was restarted; the operator reads the run's trajectory with the admin token."""
+    from test_durability import wait_until
+
+    from agentenv import runner
+    from agentenv.gateway import embedded
+    from agentenv.planning.tasks import parse_task
+    from agentenv.spec.run import RunStatus
+
+    gate = tmp_path / "gate"
+    task = {
+        "id": "token-life",
+        "steps": [
+            {"id": "notes", "type": "deploy_env", "config": {"env": "notes"}},
+            {"id": "hold", "type": "wait_file", "depends_on": ["notes"], "config": {"path": str(gate)}},
+        ],
+    }
+    handle = await runner.start_run(client, settings, parse_task(task, "t"))
+
+    async def deployed() -> bool:
+        return (await runner.query_state(handle)).steps["notes"].status == "succeeded"
+
+    await wait_until(deployed, what="the notes to deploy")
+    instance = f"{handle.id}.notes"
+    note = {"key": "k", "text": "during the run"}
+    async with embedded.connect(settings) as admin:
+        token = await admin.token(instance, "agent")
+        assert (await admin.call_tool(instance, token, "write_note", note))["key"] == "k"
+    base = embedded.base_url(settings)
+    async with mcp_client(base, instance, token) as mcp:
+        assert not (await mcp.call_tool("read_note", {"key": "k"})).is_error
+    gate.touch()
+    assert (await asyncio.wait_for(runner.wait_result(handle), 60)).status is RunStatus.PASSED
+
+    async def refused() -> None:
+        async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+            for method, path, body, headers in [
+                ("POST", f"/envs/{instance}/tools/write_note", note, bearer(token)),
+                ("POST", f"/envs/{instance}/mcp", INITIALIZE, {**bearer(token), **MCP_ACCEPT}),
+            ]:
+                answer = await http.request(method, path, json=body, headers=headers)
+                assert answer.status_code == 410, (path, answer.text)
+                assert f"run {handle.id!r}, which ended at" in answer.json()["error"]
+
+    await refused()
+    embedded.stop(settings)
+    async with embedded.connect(settings) as admin:  # starts it again
+        await refused()
+        calls = await admin.trajectory(instance)
+    assert [(c["tool"], c["via"]) for c in calls] == [("write_note", "rest"), ("read_note", "mcp")]

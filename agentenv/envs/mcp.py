@@ -200,6 +200,17 @@ class McpEndpoint:
         await self.manager.handle_request(scope, receive, send)
 
 
+def owned_by(scope, owner: str) -> None:
+    """Say whose request this is (`owner`: who the server authenticated). The SDK's session manager binds a
+    session to the owner of the request that opened it, and answers anyone else's request in it (a DELETE
+    too) as for a session that does not exist: 404. It reads the owner where Starlette's authentication puts
+    it, `scope["user"]`."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=owner, scopes=[]))  # no secret kept
+
+
 def refuse(message: str) -> MCPError:
     """A JSON-RPC error for requests that are not the agent's to correct (auth, unknown instance)."""
     import mcp.types as types

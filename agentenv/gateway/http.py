@@ -1,6 +1,6 @@
 """The gateway's HTTP surface: one FastAPI app, its error answers, and the guard at its door.
 
-Agents (role token, `Authorization: Bearer aet_...`; routes_agents.py):
+Agents (role token, `Authorization: Bearer aet_...`, valid until its run ends: 410 after; routes_agents.py):
     /envs/{id}/mcp                        MCP (streamable HTTP): the instance's tools for the caller's role
     GET  /envs/{id}/tools                 the same tools over REST
     POST /envs/{id}/tools/{name}          call one (body: the arguments object)
@@ -9,7 +9,7 @@ Agents (role token, `Authorization: Bearer aet_...`; routes_agents.py):
 The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's folder; routes_admin.py):
     POST /envs/{id}/agentenv              the JSON-RPC data plane, fanned out to every app
     /admin/instances[/{id}[/tokens/{agent} | /servers/{app}/token | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
-    POST /admin/runs/{run_id}/end         the run is over: close its instances, delete its hosted agents
+    POST /admin/runs/{run_id}/end         the run is over: end its tokens, close its instances, delete its hosted agents
     GET  /admin/runs/{run_id}/parked      trigger hits the run refused or could not take (with the error)
     /admin/agents[/{id}]                  hosted agents (PUT deploys one); /admin/human[/{turn}] people's turns
     GET  /admin/openapi.json              this admin API's OpenAPI document (nothing else serves docs)

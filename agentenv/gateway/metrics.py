@@ -43,8 +43,8 @@ class GatewayMetrics:
         self._refusals = Counter(
             "agentenv_gateway_refusals",
             "Requests refused: role (a tool not the caller's), rate_limit (429: calls, sessions or requests "
-            "over the agent's limit), token (401/403: a missing or wrong role token), storage (507: an instance past "
-            "its storage budget, or the disk below the gateway's free-space floor)",
+            "over the agent's limit), token (401/403: a missing or wrong role token; 410: one of a run that ended), "
+            "storage (507: an instance past its storage budget, or the disk below the gateway's free-space floor)",
             ["reason"],
             registry=self.registry,
         )

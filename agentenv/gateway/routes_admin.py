@@ -361,7 +361,7 @@ async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last:
 
 @router.post("/admin/runs/{run_id}/end", tags=["runs"])
 async def end_run(run_id: str, gateway: GatewayDep) -> Response:
-    """The run is over: close its instances, delete its hosted agents."""
+    """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted."""
     return JSONResponse(await gateway.end_run(run_id))
 
 

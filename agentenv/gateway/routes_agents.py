@@ -154,6 +154,7 @@ def tools_document(inst: EnvInstance, role: str, tools: list[types.Tool]) -> dic
                     "401": {"$ref": "#/components/responses/Error"},
                     "403": {"$ref": "#/components/responses/Error"},
                     "404": {"$ref": "#/components/responses/Error"},
+                    "410": {"$ref": "#/components/responses/Error"},  # the token's run ended
                     "422": {"$ref": "#/components/responses/Error"},
                     "429": {"$ref": "#/components/responses/Error"},
                     "507": {"$ref": "#/components/responses/Error"},  # the instance past a storage budget

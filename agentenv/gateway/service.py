@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import os
 import shutil
 import time
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agentenv import telemetry
 from agentenv.envs.app import ToolError, ToolSpec
 from agentenv.envs.context import Ctx
-from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, refuse, tool_error, tool_result
+from agentenv.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, owned_by, refuse, tool_error, tool_result
 from agentenv.gateway import tokens, trajectory
 from agentenv.gateway.delivery import Delivery
 from agentenv.gateway.env_instance import EnvInstance
@@ -284,9 +285,12 @@ class Gateway:
         return ended
 
     async def end_run(self, run_id: str) -> dict[str, Any]:
-        """The run is over: close its instances (kept, so they can still be read; reopened on demand),
-        end its agents' MCP sessions, delete its hosted agents. Idempotent."""
-        instances = [doc["id"] for doc in self.store.query(COLLECTION, where={"run_id": run_id})]
+        """The run is over: its agents' role tokens stop working (recorded with each instance, so a restarted
+        gateway knows it too), its instances close (kept, so they can still be read; reopened on demand), its
+        agents' MCP sessions end, its hosted agents are deleted. Idempotent."""
+        docs = self.store.query(COLLECTION, where={"run_id": run_id})
+        instances = [doc["id"] for doc in docs]
+        self._mark_ended(docs, datetime.now(UTC))
         sessions = 0
         for instance_id in instances:
             with contextlib.suppress(Exception):  # a broken app must not keep the rest of the run open
@@ -298,6 +302,25 @@ class Gateway:
         for agent_id in agents:
             await self.agents.delete(agent_id)
         return {"instances": instances, "agents": agents, "sessions": sessions}
+
+    def _mark_ended(self, docs: list[dict[str, Any]], when: datetime) -> None:
+        """Record that the instances' run ended (the first time only): no request of its agents is served after."""
+        for doc in docs:
+            inst = self._instances.get(doc["id"])
+            spec = inst.spec if inst is not None else InstanceSpec.model_validate(doc)
+            if spec.ended_at is None:
+                spec.ended_at = when
+                self.store.put(COLLECTION, spec.id, spec.model_dump(mode="json"))
+
+    def _refuse_if_ended(self, spec: InstanceSpec) -> None:
+        if spec.ended_at is not None:
+            self.metrics.refused("token")
+            raise GatewayError(
+                410,
+                f"instance {spec.id!r} belongs to run {spec.run_id!r}, which ended at {iso(spec.ended_at)}: its "
+                f"agents' role tokens no longer work (read what they did with `agent-env runs trajectory "
+                f"{spec.run_id}`)",
+            )
 
     async def close_idle(self, now: float | None = None) -> list[str]:
         """Close instances unused for `idle_close_s` and with no call in flight."""
@@ -397,6 +420,8 @@ class Gateway:
             return inst
         if [a.model_dump() for a in current.spec.apps] != [a.model_dump() for a in spec.apps]:
             raise GatewayError(409, f"instance {spec.id!r} already exists with other apps; tear it down first")
+        if spec.run_id == current.spec.run_id and current.spec.ended_at is not None:
+            spec.ended_at = current.spec.ended_at  # a late retry of the run's deploy does not revive its tokens
         for role, role_spec in spec.roles.items():
             current.set_role(role, role_spec)
         current.agents = spec.agent_roles()
@@ -420,6 +445,7 @@ class Gateway:
                 "now": None,
                 **{k: v for k, v in new.items() if v is not None},
                 "expires_at": None,  # a prototype's end is not its forks'
+                "ended_at": None,
             },
             f"fork {new['id']}",
         )
@@ -535,11 +561,14 @@ class Gateway:
             await channel.tools_changed()
 
     async def token(self, instance_id: str, agent: str) -> str:
+        if instance_id not in self._instances and (doc := self.store.get(COLLECTION, instance_id)) is not None:
+            self._refuse_if_ended(InstanceSpec.model_validate(doc))  # not opened only to say its run ended
         inst = await self.get(instance_id)
         if agent not in inst.agents:
             raise GatewayError(
                 404, f"no agent {agent!r} in instance {instance_id!r} (agents: {', '.join(inst.agents)})"
             )
+        self._refuse_if_ended(inst.spec)
         return self._role_token(inst.spec, agent)
 
     def _role_token(self, spec: InstanceSpec, agent: str) -> str:
@@ -570,11 +599,13 @@ class Gateway:
             if not any(self._digest(self._role_token(spec, a)) == digest for a in spec.agent_roles()):
                 self.metrics.refused("token")
                 raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
+            self._refuse_if_ended(spec)  # before opening it: a token of an ended run starts nothing
         inst = await self.get(instance_id)
         agent = self._tokens[instance_id].get(digest)
         if agent is None:
             self.metrics.refused("token")
             raise GatewayError(403, f"this token is not valid for instance {instance_id!r}")
+        self._refuse_if_ended(inst.spec)  # (open again for the operator's reads)
         return Caller(inst, agent)
 
     def _digest(self, token: str) -> bytes:
@@ -586,7 +617,9 @@ class Gateway:
     # -- what one agent may hold at once --
 
     async def serve_mcp(self, caller: Caller, scope, receive, send) -> None:
-        """Serve one MCP request of `caller` within its limits; a refusal (429) is raised before anything is sent."""
+        """Serve one MCP request of `caller` within its limits; a refusal (429) is raised before anything is sent.
+        Its MCP session is the caller's alone: another agent, another run's or no token cannot use or end it."""
+        owned_by(scope, json.dumps([caller.instance.spec.id, caller.instance.spec.run_id, caller.agent]))
         with self.limits.requesting(caller.key):
             if not _opens_session(scope):
                 await self.mcp(scope, receive, send)

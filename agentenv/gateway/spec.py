@@ -32,6 +32,11 @@ class InstanceSpec(_Spec):
         description="the gateway deletes the instance at this (real) time, whoever forgot it: a group's prototype "
         "is gone even if its trainer died; default: never",
     )
+    ended_at: datetime | None = Field(
+        None,
+        description="when its run ended (the gateway sets it): from then on its agents' role tokens are refused "
+        "(410), while the run's records stay readable with the admin token",
+    )
 
     @field_validator("id")
     @classmethod

@@ -10,7 +10,10 @@ which holds the worker's credentials (AGENTENV_SECRET_*, the gateway's token, TE
 A sandbox's port is a free host port handed to the process as $PORT (and $HOST=127.0.0.1); a build
 context is copied into the work folder (the Dockerfile itself is not interpreted: `command` says what
 to run). Each sandbox's `sandbox.json` records its pid and the process's start time, so a reused pid
-is never mistaken for ours.
+is never mistaken for ours, and the environment the provider gave it, sealed (Fernet, under this state
+dir's `sandboxes/local.key`, 0600): a command `exec`'d in the sandbox gets exactly that environment, even
+while the sandbox's process is still starting (its /proc/PID/environ reads empty then) or after it changed
+its own, and the record holds none of its secrets in the clear.
 """
 
 from __future__ import annotations
@@ -63,8 +66,48 @@ def sandbox_env(declared: dict[str, str], port: int | None) -> dict[str, str]:
     return env
 
 
+KEY_FILE = "local.key"  # beside the sandboxes' folder (never inside: a sandbox may have any name)
+
+
+def _sealing(sandboxes: Path):
+    """What seals the environments in the records of the local sandboxes under `sandboxes` (their folder):
+    a Fernet key kept beside it, made on first use (mode 0600; the first of concurrent makers wins)."""
+    from cryptography.fernet import Fernet
+
+    from agentenv.stores.local import create_private_once
+
+    path = sandboxes.parent / KEY_FILE
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        create_private_once(path, Fernet.generate_key())
+        key = path.read_bytes()
+    try:
+        return Fernet(key)
+    except ValueError:
+        raise SandboxFailed(
+            f"the key of the local sandboxes' records, {path}, is damaged",
+            "stop the local sandboxes (`agent-env sandboxes list`, then remove them) and delete the file: a new "
+            "one is made",
+        ) from None
+
+
+def _unsealed(sandboxes: Path, sealed: str) -> dict[str, str]:
+    from cryptography.fernet import InvalidToken
+
+    try:
+        return json.loads(_sealing(sandboxes).decrypt(sealed.encode()))
+    except InvalidToken:
+        raise SandboxFailed(
+            f"the environment in a local sandbox's record under {sandboxes} was sealed with another key than "
+            f"{sandboxes.parent / KEY_FILE}",
+            "remove the sandbox and start it again",
+        ) from None
+
+
 def _environ(pid: int) -> dict[str, str] | None:
-    """The environment a running sandbox process was started with (None once it is gone)."""
+    """The environment a running sandbox process was started with (None once it is gone): only for sandboxes
+    whose record keeps none (started by an earlier version, long since running)."""
     try:
         data = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
@@ -83,10 +126,11 @@ def _start_time(pid: int) -> str | None:
 
 
 class LocalSandbox(Sandbox):
-    def __init__(self, info: SandboxInfo, folder: Path) -> None:
+    def __init__(self, info: SandboxInfo, folder: Path, env: dict[str, str] | None = None) -> None:
         super().__init__(info)
         self.folder = folder
         self.work = folder / "work"
+        self._declared = env  # the environment it was started with (read from its record when first needed)
 
     def _path(self, path: str) -> Path:
         target = (self.work / path.lstrip("/")).resolve()
@@ -99,13 +143,18 @@ class LocalSandbox(Sandbox):
 
     def _env(self) -> dict[str, str]:
         """A command run in the sandbox sees the sandbox's environment, as `docker exec` does; never the
-        worker's. The environment is read from the running process, so no file keeps its secrets."""
-        meta = _read(self.folder)
-        env = _environ(meta["pid"]) if meta and _alive(meta) else None
-        if env is None:
-            port = (self.info.url or "").rsplit(":", 1)[-1]
-            env = sandbox_env({}, int(port) if port.isdigit() else None)
-        return env
+        worker's: the one the provider started it with, as its record keeps it (sealed)."""
+        if self._declared is None:
+            meta = _read(self.folder) or {}
+            if "env" in meta:
+                self._declared = _unsealed(self.folder.parent, meta["env"])
+            else:  # a record of an earlier version: its process's, else the basics
+                env = _environ(meta["pid"]) if meta and _alive(meta) else None
+                if env is None:
+                    port = (self.info.url or "").rsplit(":", 1)[-1]
+                    env = sandbox_env({}, int(port) if port.isdigit() else None)
+                return env
+        return self._declared
 
     async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult:
         proc = await asyncio.create_subprocess_exec(
@@ -210,12 +259,13 @@ class LocalProvider(Provider):
                 f"port 127.0.0.1:{spec.host_port} is already in use",
                 "free that port, or leave `host_port` unset to get a free one",
             )
+        port = spec.host_port or (free_port() if spec.port else None)
+        env = sandbox_env(spec.env, port)
+        sealed = _sealing(self.root).encrypt(json.dumps(env).encode()).decode()  # a broken key fails before anything
         work = folder / "work"
         work.mkdir(parents=True)
         if spec.build:
             shutil.copytree(spec.build, work, dirs_exist_ok=True)
-        port = spec.host_port or (free_port() if spec.port else None)
-        env = sandbox_env(spec.env, port)
         with open(folder / "sandbox.log", "ab") as log:
             try:
                 proc = subprocess.Popen(
@@ -238,11 +288,12 @@ class LocalProvider(Provider):
             "labels": spec.labels(self.install),
             "url": f"http://127.0.0.1:{port}" if port else None,
             "command": spec.command,
+            "env": sealed,
         }
         tmp = folder / "sandbox.json.tmp"
         tmp.write_text(json.dumps(meta))
         tmp.replace(folder / "sandbox.json")
-        return LocalSandbox(self._info(folder, meta), folder)
+        return LocalSandbox(self._info(folder, meta), folder, env)
 
     async def list(self, run_id: str | None = None) -> list[SandboxInfo]:
         out = []
