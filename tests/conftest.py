@@ -32,6 +32,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def plan_key_of(settings) -> dict[str, str]:
+    """The environment that gives another install (a worker or gateway in its own state dir) the plan key of
+    `settings`' install, as a shared secret, as a team shares one: what one plans, the other then executes."""
+    from agentenv.temporal import seals
+
+    return {
+        "AGENTENV_PLAN_KEY_SECRET": "shared-plan-key",
+        "AGENTENV_SECRET_SHARED_PLAN_KEY": seals.load(settings).secret.hex(),
+    }
+
+
 os.environ["AGENTENV_SERVER_PORT"] = str(free_port())
 os.environ["AGENTENV_UI_PORT"] = str(free_port())
 os.environ["AGENTENV_GATEWAY_PORT"] = str(free_port())

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import httpx2
 import pytest
-from conftest import free_port
+from conftest import free_port, plan_key_of
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -188,10 +188,11 @@ AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 class WorkerProcess:
     """`agent-env worker --health-port` on its own queue of the session's Temporal server."""
 
-    def __init__(self, tmp_path: Path, address: str, queue: str) -> None:
+    def __init__(self, tmp_path: Path, address: str, queue: str, plan_key: dict[str, str]) -> None:
         self.base = f"http://127.0.0.1:{free_port()}"
         env = {
             **os.environ,
+            **plan_key,  # it executes what this session plans
             "AGENTENV_HOME": str(tmp_path / "home"),
             "AGENTENV_GATEWAY_PORT": str(free_port()),
             "TEMPORAL_ADDRESS": address,
@@ -242,7 +243,7 @@ async def test_worker_health_port_probes_sdk_metrics_and_drain(server, settings,
 
     queue = f"health-{uuid.uuid4().hex[:8]}"
     on_queue = settings.model_copy(update={"temporal": settings.temporal.model_copy(update={"task_queue": queue})})
-    worker = WorkerProcess(tmp_path, settings.address, queue)
+    worker = WorkerProcess(tmp_path, settings.address, queue, plan_key_of(settings))
     napping = None
     try:
         await worker.until(lambda: worker.status_is("/readyz", 200), "ready")

@@ -34,7 +34,7 @@ endpoint = moto_util.endpoint
 
 
 class Cluster:
-    """What the machines share: the stores' settings, the pool's key and its two gateway processes."""
+    """What the machines share: the stores' settings, the pool's and the plan key, and its two gateway processes."""
 
     def __init__(self, root: Path, url: str, temporal: str) -> None:
         import boto3
@@ -51,11 +51,18 @@ class Cluster:
             f'[stores.documents]\nbackend = "aws"\nendpoint_url = "{url}"\ntable = "{moto_util.unique("table")}"\n'
             f'[stores.objects]\nbackend = "aws"\nendpoint_url = "{url}"\nbucket = "{bucket}"\n'
             f'[gateway]\npool = [{pool}]\nkey_secret = "pool-key"\n'
+            '[temporal]\nplan_key_secret = "plan-key"\n'  # planned on one machine, executed on another: one key
         )
+        self.plan_key = secrets.token_hex(32)
         self.processes: list[subprocess.Popen] = []
 
     def environment(self, home: Path) -> dict:
-        return {**os.environ, "AGENTENV_HOME": str(home), "AGENTENV_SECRET_POOL_KEY": self.key}
+        return {
+            **os.environ,
+            "AGENTENV_HOME": str(home),
+            "AGENTENV_SECRET_POOL_KEY": self.key,
+            "AGENTENV_SECRET_PLAN_KEY": self.plan_key,
+        }
 
     def start_gateways(self) -> None:
         """Gateway n runs on machine n: its own state folder, the shared stores, the pool's key."""
