@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
+from conftest import free_port, plan_key_of
 
 from agentenv import runner
 from agentenv.bundles import resolve_target
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.processes
 class Pool:
     """Two gateway processes, each with its own state folder, sharing the key in `secret:pool-key`."""
 
-    def __init__(self, root: Path, temporal: str) -> None:
+    def __init__(self, root: Path, temporal: str, plan_key: dict[str, str]) -> None:
         self.root = root
         self.ports = [free_port(), free_port()]
         self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
@@ -41,7 +41,8 @@ class Pool:
         (self.project / ".agentenv" / "config.toml").write_text(
             f'[gateway]\npool = [{pool}]\nkey_secret = "pool-key"\n\n[temporal]\ntask_queue = "pool-{uuid.uuid4().hex[:6]}"\n'
         )
-        self.env = {**os.environ, "AGENTENV_SECRET_POOL_KEY": self.key, "TEMPORAL_ADDRESS": temporal}
+        # The session plans and its worker executes; the gateways' trigger hits are sealed with the same key.
+        self.env = {**os.environ, **plan_key, "AGENTENV_SECRET_POOL_KEY": self.key, "TEMPORAL_ADDRESS": temporal}
         self.processes: list[subprocess.Popen | None] = [None, None]
 
     def start(self, n: int) -> None:
@@ -82,7 +83,7 @@ def until_up(url: str, process: subprocess.Popen, log: Path) -> None:
 
 @pytest.fixture
 async def pool(tmp_path, settings, server):
-    made = Pool(tmp_path, settings.address)
+    made = Pool(tmp_path, settings.address, plan_key_of(settings))
     made.start(0)
     made.start(1)
     try:
