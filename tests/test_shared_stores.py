@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -43,18 +44,22 @@ def desk_task(root: Path, name: str) -> Path:
     return bundle
 
 
-def install(root: Path, name: str, stores: dict, temporal: str, queue: str) -> dict:
-    """A project folder whose config points at the shared stores, and the environment of its own machine."""
+def install(root: Path, name: str, stores: dict, temporal: str, queue: str, plan_key: str | None = None) -> dict:
+    """A project folder whose config points at the shared stores (and names the team's plan key, which each
+    machine's environment holds as a secret), and the environment of its own machine."""
     project = root / name
     (project / ".agentenv").mkdir(parents=True)
     lines = []
     for kind, options in stores.items():
         lines.append(f"[stores.{kind}]")
         lines += [f"{key} = {json.dumps(value)}" for key, value in options.items()]
+    if plan_key:
+        lines += ["[temporal]", 'plan_key_secret = "team-plan-key"']
     (project / ".agentenv" / "config.toml").write_text("\n".join(lines) + "\n")
     return {
         **os.environ,
         "AGENTENV_HOME": str(root / f"{name}-home"),
+        **({"AGENTENV_SECRET_TEAM_PLAN_KEY": plan_key} if plan_key else {}),
         "AGENTENV_GATEWAY_PORT": str(free_port()),
         "TEMPORAL_ADDRESS": temporal,
         "AGENTENV_TASK_QUEUE": queue,
@@ -87,8 +92,9 @@ def test_installs_sharing_temporal_and_aws_stores_run_and_rerun_each_others_runs
     }
     name = f"desk-{uuid.uuid4().hex[:6]}"
     queue = f"shared-{uuid.uuid4().hex[:6]}"
-    a = install(tmp_path, "a", stores, settings.address, queue)
-    b = install(tmp_path, "b", stores, settings.address, queue)
+    plan_key = secrets.token_hex(32)  # one team: what A plans B's worker may execute, and the other way round
+    a = install(tmp_path, "a", stores, settings.address, queue, plan_key)
+    b = install(tmp_path, "b", stores, settings.address, queue, plan_key)
     workers = [  # `run` starts and follows its run; with a cluster, workers are `agent-env worker` processes
         subprocess.Popen(
             [AGENT_ENV, "worker"], env=env, cwd=env["PWD"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
