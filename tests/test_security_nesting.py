@@ -1,0 +1,433 @@
+"""JSON nested too deeply, against every server agentenv starts (SECURITY.md, "the door").
+
+The red team's finding: one tool call with an argument nested ~960 levels deep was recorded (refused or not),
+and every later read of the instance's trajectory was a 500 (RecursionError), so graders, `prompt_agent`,
+teardown and the explorer failed on that run; 100,000 levels were a 500 with a traceback on every server.
+Here, over real HTTP on 127.0.0.1 and as an outsider: each server refuses such a body before anything
+parses it, in its protocol's shape and naming the limit, and nothing of it is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+from conftest import free_port
+from gateway_util import mcp_client, running_gateway, support_data, support_spec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentenv import json_depth
+from agentenv.guard import HostGuard
+from agentenv.json_depth import JSON_RPC, MAX_DEPTH, DepthScanner, TooDeep
+
+AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
+LEVELS = (960, 100_000)  # the finding's two: recorded then unreadable, and a 500 at once
+NAMED = f"deeper than {MAX_DEPTH} levels"
+DEEP = "__deep__"  # where a body template takes the nested value
+MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+SCRIPTED = {"name": "sam", "type": "scripted", "config": {"turns": [[{"say": "said: ${prompt}"}]]}}
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def body(template: object, levels: int) -> bytes:
+    """`template` as JSON, its DEEP string replaced by arrays nested `levels` deep."""
+    text = json.dumps(template)
+    assert f'"{DEEP}"' in text
+    return text.replace(f'"{DEEP}"', nested(levels)).encode()
+
+
+def rpc(method: str, params: object) -> dict:
+    return {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+
+
+def refused(answer: httpx2.Response, shape: str) -> None:
+    """The door's answer: 400 `{"error": ...}` (REST); a JSON-RPC parse error, HTTP 200 (the data plane,
+    A2A) or 400 (MCP); the limit named either way."""
+    assert answer.headers["content-type"] == "application/json", answer.text[:200]
+    got = answer.json()
+    if shape == "rest":
+        assert answer.status_code == 400 and NAMED in got["error"], answer.text[:300]
+        return
+    assert answer.status_code == (JSON_RPC if shape == "json-rpc" else json_depth.MCP), answer.text[:300]
+    assert got["jsonrpc"] == "2.0" and got["id"] is None and got["error"]["code"] == -32700, got
+    assert NAMED in got["error"]["message"]
+
+
+class ServerErrors(logging.Handler):
+    """What in-process servers log at ERROR (an unhandled exception, with its traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def server_errors():
+    handler = ServerErrors()
+    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "agentenv", "mcp", "a2a")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield handler.records
+    for logger in loggers:
+        logger.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def process(argv: list[str], ready: str, folder: Path, env: dict | None = None):
+    """A server in a process of its own, once `ready` answers; yields the file of its stderr."""
+    stderr_path = folder / "stderr"
+    with stderr_path.open("w+b") as stderr:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if httpx2.get(ready).status_code < 500:
+                        break
+                except httpx2.TransportError:
+                    pass
+                assert proc.poll() is None, stderr_path.read_text()
+                assert time.monotonic() < deadline, f"{argv} did not come up"
+                time.sleep(0.05)
+            yield stderr_path
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def cli(args: list[str], env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([AGENT_ENV, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def no_traceback(stderr: Path) -> None:
+    logged = stderr.read_text(errors="replace")
+    assert "Traceback" not in logged and "RecursionError" not in logged, logged[-3000:]
+
+
+# -- the measure --
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='ab"\\[]{}\u00e9\u20ac\U0001f600 '),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet='k"\\[{', max_size=3), inner),
+    max_leaves=40,
+)
+
+
+def depth_of(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(depth_of, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(depth_of, value.values()), default=0)
+    return 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=json_values,
+    encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-be"]),
+    ascii_only=st.booleans(),
+    cuts=st.lists(st.integers(min_value=1, max_value=10_000), max_size=6),
+)
+def test_the_depth_is_what_a_parser_would_meet_in_any_encoding_and_any_pieces(value, encoding, ascii_only, cuts):
+    """Strings holding brackets, quotes and backslashes, escapes split across pieces, UTF-16 and UTF-32 (which
+    `json.loads` reads too): the scanner finds exactly the depth `json.loads` recurses to."""
+    text = (" \n" + json.dumps([value], ensure_ascii=ascii_only)).encode(encoding, "surrogatepass")
+    assert json.loads(text) == [value]
+    depth = depth_of([value])
+    for limit in (depth - 1, depth):
+        scanner = DepthScanner(limit)
+        edges = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
+        try:
+            for start, end in zip(edges, edges[1:], strict=False):
+                scanner.feed(text[start:end], last=end == len(text))
+        except TooDeep:
+            assert depth > limit
+        else:
+            assert depth <= limit
+
+
+def test_measuring_never_recurses():
+    """A million levels, of arrays and of objects, measured with hardly any stack left: TooDeep, not a
+    RecursionError (json.loads itself fails on them)."""
+    import inspect
+
+    bodies = [b"[" * 1_000_000, b'{"a":' * 1_000_000, ("[" * 100_000).encode("utf-32"), b" " * 100 + b"[" * 100_000]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 25)
+    try:
+        for deep in bodies:
+            with pytest.raises(TooDeep, match=NAMED):
+                json_depth.check(deep)
+    finally:
+        sys.setrecursionlimit(limit)
+    with pytest.raises(RecursionError):
+        json.loads(bodies[0])
+
+
+def test_what_is_not_an_array_or_object_is_not_measured():
+    """A snapshot's tar, a gzip, a scalar: nothing a JSON parser would recurse into, so nothing refused."""
+    import io
+    import tarfile
+
+    blob = io.BytesIO()
+    with tarfile.open(fileobj=blob, mode="w") as tar:
+        member = tarfile.TarInfo("notes.sqlite")
+        data = b"[" * 10_000
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    for raw in [blob.getvalue(), b"\x1f\x8b" + b"[" * 1000, b'"' + b"[" * 1000 + b'"', b"1" + b"[" * 1000]:
+        json_depth.check(raw)
+    with pytest.raises(TooDeep):
+        json_depth.check(b"\xef\xbb\xbf  \n" + b"[" * 100)  # a BOM and whitespace first: still measured
+
+
+def test_json_inside_a_string_is_measured_where_it_is_parsed():
+    deep = nested(960)
+    with pytest.raises(TooDeep):
+        json_depth.loads(deep)
+    with pytest.raises(ValueError, match=NAMED):  # where invalid JSON is refused, so is this
+        json_depth.loads(deep.encode())
+    assert json_depth.loads(nested(MAX_DEPTH)) == json.loads(nested(MAX_DEPTH))
+
+
+# -- every server's door --
+
+
+async def test_the_gateway_refuses_deep_json_at_every_door_and_records_nothing(tmp_path, server_errors):
+    """REST tool calls (an allowed tool and one the role is refused), MCP, the data plane, the admin API and
+    a hosted agent's A2A: 960 and 100,000 levels, as UTF-8, as UTF-16, and after 2 MiB of padding (past
+    what the door holds before the app runs). Every one is refused, none reaches an app or the trajectory,
+    nothing is logged, and the same requests nested normally are served."""
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance(support_spec())
+        await admin.load("desk-1", [{"kind": "data", "data": support_data()}])
+        await admin.put_agent({"id": "run-1.sam", "record": SCRIPTED})
+        sam = await admin.token("desk-1", "sam")
+        agent, run = {"authorization": f"Bearer {sam}"}, {"authorization": f"Bearer {gateway.admin_token}"}
+        ticket = {"customer_email": "dana@example.com", "subject": "help", "description": "it broke"}
+        refund = {"order_id": "ORD-1001", "charge_id": "CH-5002", "amount_cents": 4900, "reason": DEEP}
+        doors = [
+            ("POST", "/envs/desk-1/tools/create_ticket", {**ticket, "x": DEEP}, agent, "rest"),
+            ("POST", "/envs/desk-1/tools/issue_refund", refund, agent, "rest"),  # refused for support, and recorded so
+            ("POST", "/envs/desk-1/mcp", rpc("tools/call", {"name": "create_ticket", "arguments": {**ticket, "x": DEEP}}), agent, "mcp"),
+            ("POST", "/envs/desk-1/agentenv", rpc("data/add", {"parts": [{"kind": "data", "data": DEEP}]}), run, "json-rpc"),
+            ("POST", "/admin/instances/desk-1/call", {"tool": "create_ticket", "arguments": {**ticket, "x": DEEP}, "role": "support"}, run, "rest"),
+            ("POST", "/admin/instances/desk-1/load", {"parts": [{"kind": "data", "data": {"mail": DEEP}}]}, run, "rest"),
+            ("PUT", "/admin/instances/desk-2", {**support_spec("desk-2"), "roles": DEEP}, run, "rest"),
+            ("POST", "/admin/human/t-1", {"answer": DEEP}, run, "rest"),
+            ("POST", "/agents/run-1.sam/", rpc("SendMessage", {"message": {"messageId": "m", "parts": DEEP}}), run, "json-rpc"),
+        ]  # fmt: skip
+        async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
+            for levels in LEVELS:
+                for method, path, template, headers, shape in doors:
+                    raw = body(template, levels)
+                    for content in (raw, raw.decode().encode("utf-16")):
+                        answer = await http.request(method, path, content=content, headers={**MCP_HEADERS, **headers})
+                        refused(answer, shape)
+            for method, path, template, headers, shape in doors[:4]:  # the deep part comes after 2 MiB
+                padded = body({"padding": " " * (2 << 20), "call": template}, 960)
+                refused(await http.request(method, path, content=padded, headers={**MCP_HEADERS, **headers}), shape)
+            served = await http.post("/envs/desk-1/tools/create_ticket", json=ticket, headers=agent)
+            assert served.status_code == 200, served.text
+        async with mcp_client(base, "desk-1", sam) as mcp:
+            assert not (await mcp.call_tool("list_tickets", {})).is_error
+        entries = await admin.trajectory("desk-1")
+        assert [(e["tool"], e["via"]) for e in entries] == [("create_ticket", "rest"), ("list_tickets", "mcp")]
+        assert "desk-2" not in {i["id"] for i in (await admin._json("GET", "/admin/instances"))["instances"]}
+    assert not server_errors, [r.getMessage() for r in server_errors]
+
+
+@pytest.mark.processes
+async def test_env_serve_refuses_deep_json_on_its_data_plane_and_mcp(tmp_path):
+    """`agent-env env serve` (a process): the JSON-RPC data plane answers as the protocol's reference client
+    expects (HTTP 200, -32700, id null), MCP with its 400; JSON carried inside a part's text is measured
+    too (-32602). The notes it holds are untouched, and it logs no traceback."""
+    port = free_port()
+    argv = [AGENT_ENV, "env", "serve", "notes", "--port", str(port), "--state", str(tmp_path / "s")]
+    base = f"http://127.0.0.1:{port}"
+    with process(argv, f"{base}/ready", tmp_path) as stderr:
+        async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
+            note = {"key": "k", "text": "kept", "updated_at": "2026-01-01T00:00:00Z"}
+            added = await http.post(
+                "/agentenv", json=rpc("data/add", {"parts": [{"kind": "data", "data": {"notes": [note]}}]})
+            )
+            assert added.json()["result"] == {}, added.text
+            for levels in LEVELS:
+                refused(await http.post("/agentenv", content=body(rpc("data/reset", DEEP), levels)), "json-rpc")
+                call = rpc("tools/call", {"name": "write_note", "arguments": {"key": "k", "text": DEEP}})
+                refused(await http.post("/mcp", content=body(call, levels), headers=MCP_HEADERS), "mcp")
+                inside = rpc("data/add", {"parts": [{"kind": "text", "text": nested(levels)}]})
+                answer = (await http.post("/agentenv", json=inside)).json()
+                assert answer["error"]["code"] == -32602 and NAMED in answer["error"]["data"]["detail"], answer
+            got = (await http.post("/agentenv", json=rpc("data/get", {}))).json()["result"]["parts"][0]["data"]
+            assert [n["text"] for n in got["notes"]] == ["kept"]
+    no_traceback(stderr)
+
+
+@pytest.mark.processes
+async def test_the_fake_model_refuses_deep_json(tmp_path):
+    """`agent-env models fake` (a process): its three chat APIs."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with process([AGENT_ENV, "models", "fake", "--port", str(port)], f"{base}/v1/models", tmp_path) as stderr:
+        async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
+            for levels in LEVELS:
+                for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
+                    asked = {"model": "fake", "messages": [{"role": "user", "content": DEEP}], "input": "hi"}
+                    refused(await http.post(path, content=body(asked, levels)), "rest")
+            assert (await http.get("/v1/models")).status_code == 200
+    no_traceback(stderr)
+
+
+@pytest.mark.processes
+async def test_an_agent_served_with_the_sdk_refuses_deep_json(tmp_path):
+    """An agent of the SDK's `serve()` (a process): its A2A JSON-RPC (HTTP 200, -32700) and the open
+    protocol's extension routes (400); it still answers a turn."""
+    from agentenv.agents.client import AgentClient
+
+    port = free_port()
+    script = tmp_path / "agent.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        from agentenv.agents.sdk import Agent, serve
+
+        class Echo(Agent):
+            name = "echo"
+
+            async def answer(self, turn):
+                return "echo: " + turn.prompt
+
+        serve(Echo(), "127.0.0.1", {port})
+        """)
+    )
+    base = f"http://127.0.0.1:{port}"
+    with process([sys.executable, str(script)], f"{base}/.well-known/agent-card.json", tmp_path) as stderr:
+        async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
+            for levels in LEVELS:
+                message = rpc("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": DEEP}})
+                refused(await http.post("/", content=body(message, levels), headers=MCP_HEADERS), "json-rpc")
+                for path in ("/ext/agent-config", "/ext/mcp-config", "/ext/skill-config", "/ext/trajectory"):
+                    refused(await http.post(path, content=body({"config": DEEP}, levels)), "rest")
+            import httpx
+
+            async with httpx.AsyncClient(timeout=30) as client:
+                assert (await AgentClient(base, client).ask("hi", {}, context_id="c", deadline_s=10)).text == "echo: hi"
+    no_traceback(stderr)
+
+
+@pytest.mark.processes
+async def test_the_echo_mcp_server_answers_deep_json_with_a_parse_error(tmp_path):
+    """The echo-mcp bundle's server (standard library only, as a plain third-party MCP server would be; it is
+    reached only through the gateway's door): 100,000 levels are a JSON-RPC parse error, not a dropped
+    connection and a traceback."""
+    port = free_port()
+    script = Path(__file__).parent.parent / "agentenv/bundles/echo-mcp/envs/echo/server/server.py"
+    env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port)}
+    base = f"http://127.0.0.1:{port}"
+    with process([sys.executable, str(script)], f"{base}/mcp", tmp_path, env) as stderr:
+        async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
+            call = rpc("tools/call", {"name": "echo", "arguments": {"text": DEEP}})
+            answer = await http.post("/mcp", content=body(call, 100_000), headers=MCP_HEADERS)
+            assert answer.status_code == 400 and answer.json()["error"]["code"] == -32700, answer.text
+            echoed = await http.post("/mcp", json=rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}}))
+            assert echoed.json()["result"]["structuredContent"] == {"text": "hi"}
+    no_traceback(stderr)
+
+
+async def test_the_episodes_server_refuses_deep_json(settings, server_errors):
+    """`agent-env episodes serve`'s app on a real port: every route that takes a body. (No lifespan: a body
+    that reached an episode would fail on the missing state.)"""
+    import uvicorn
+
+    from agentenv.episodes.http import create_app
+    from agentenv.gateway.embedded import admin_token
+
+    port = free_port()
+    app = create_app(settings, worker=False)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        auth = {"authorization": f"Bearer {admin_token(settings)}"}
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=60) as http:
+            for levels in LEVELS:
+                for path, template in [
+                    ("/episodes", {"task": {"id": "t", "steps": DEEP}, "trainer_agents": ["a"]}),
+                    ("/episodes/groups", {"task": "refund", "trainer_agents": ["a"], "size": 2, "seeds": DEEP}),
+                    ("/episodes/e1/next-turn", {"agent": DEEP}),
+                    ("/episodes/e1/turns/t1/end", {"response": DEEP}),
+                    ("/episodes/e1/abandon", {"reason": DEEP}),
+                ]:
+                    refused(await http.post(path, content=body(template, levels)), "rest")
+            shallow = await http.post("/episodes", json={"task": "refund"})
+            assert shallow.status_code == 400 and "trainer_agents" in shallow.json()["error"]
+    finally:
+        server.should_exit = True
+        await task
+    assert not server_errors, [r.getMessage() for r in server_errors]
+
+
+async def test_the_explorer_refuses_deep_json(tmp_path, server_errors):
+    """The explorer reads no bodies, but its door measures what comes all the same."""
+    from explorer_util import serving
+
+    from agentenv.config import Settings
+    from agentenv.explorer.auth import Door
+    from agentenv.explorer.server import create_app
+
+    with serving(create_app(Settings(state_dir=tmp_path), Door())) as base:
+        async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
+            for levels in LEVELS:
+                for path in ("/api/runs", "/login", "/api/runs/r/calls"):
+                    refused(await http.post(path, content=body({"q": DEEP}, levels)), "rest")
+            assert (await http.get("/api/runs")).status_code == 401
+    assert not server_errors, [r.getMessage() for r in server_errors]
+
+
+async def test_a_recursion_error_from_elsewhere_is_never_a_500(tmp_path, server_errors):
+    """A value from another path than the request (a store, an app) too deep for Python: whatever the app
+    behind the door, the answer is a 422 naming the limit (a JSON-RPC error on its JSON-RPC paths), never
+    a 500 with a traceback."""
+    from explorer_util import serving
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+
+    async def too_deep(request):
+        return JSONResponse(value)
+
+    async def fine(request):
+        return JSONResponse({"ok": True})
+
+    app = Starlette(routes=[Route("/rest", too_deep), Route("/rpc", too_deep, methods=["POST"]), Route("/", fine)])
+    with serving(HostGuard(app, json_rpc={"/rpc": JSON_RPC})) as base:
+        async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
+            answer = await http.get("/rest")
+            assert answer.status_code == 422 and f"limited to {MAX_DEPTH} levels" in answer.json()["error"]
+            answer = await http.post("/rpc", json=rpc("x", {}))
+            assert answer.status_code == 200 and answer.json()["error"]["code"] == -32603
+            assert (await http.get("/")).json() == {"ok": True}
+    assert not server_errors, [r.getMessage() for r in server_errors]
