@@ -4,7 +4,8 @@ The red team's finding: one tool call with an argument nested ~960 levels deep w
 and every later read of the instance's trajectory was a 500 (RecursionError), so graders, `prompt_agent`,
 teardown and the explorer failed on that run; 100,000 levels were a 500 with a traceback on every server.
 Here, over real HTTP on 127.0.0.1 and as an outsider: each server refuses such a body before anything
-parses it, in its protocol's shape and naming the limit, and nothing of it is recorded.
+parses it, in its protocol's shape and naming the limit; nothing of it is recorded; and an entry an older
+gateway recorded too deep (or a corrupt one) is flagged in its page, never failing the read.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import contextlib
 import json
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx2
@@ -28,6 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentenv import json_depth
+from agentenv.envs import App, tool
 from agentenv.guard import HostGuard
 from agentenv.json_depth import JSON_RPC, MAX_DEPTH, DepthScanner, TooDeep
 
@@ -431,3 +435,195 @@ async def test_a_recursion_error_from_elsewhere_is_never_a_500(tmp_path, server_
             assert answer.status_code == 200 and answer.json()["error"]["code"] == -32603
             assert (await http.get("/")).json() == {"ok": True}
     assert not server_errors, [r.getMessage() for r in server_errors]
+
+
+# -- the trajectory --
+
+
+class Deep(App):
+    name = "deep"
+
+    @tool
+    def dig(self, levels: int) -> dict:
+        """Answer with a value nested `levels` deep (an app's answer, not an agent's request).
+
+        Args:
+            levels: how deep
+        """
+        value: list = []
+        for _ in range(levels - 1):
+            value = [value]
+        return {"value": value}
+
+
+async def test_an_answer_too_deep_to_keep_is_recorded_as_a_note(tmp_path):
+    """An app answers with a value nested 100 levels deep: the agent gets it, the trajectory keeps a note
+    saying it was too deep (what every later read of the trajectory would have tripped on, deeper)."""
+    spec = {"id": "d", "run_id": "r", "apps": [{"app": f"{__name__}:Deep"}], "roles": {"a": {"tools": ["*"]}}}
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance({**spec, "agents": {"ann": "a"}})
+        token = await admin.token("d", "ann")
+        answer = await admin.call_tool("d", token, "dig", {"levels": 100})
+        assert json_depth.depth_ok(json.dumps(answer), 101) and not json_depth.depth_ok(json.dumps(answer), 99)
+        shallow = await admin.call_tool("d", token, "dig", {"levels": 3})
+        deep, kept = await admin.trajectory("d")
+        assert deep["result"]["too_deep"] is True and deep["result"]["limit"] == MAX_DEPTH, deep
+        assert kept["result"] == shallow
+
+
+def old_gateway_entries(levels: int) -> list[str]:
+    """Rows a gateway from before the door could have written: a call with arguments `levels` deep, the same
+    refused, a corrupt row, a row that is not an object."""
+    call = {"instance": "desk-1", "agent": "sam", "role": "support", "tool": "create_ticket", "via": "rest"}
+    return [
+        json.dumps({**call, "arguments": {"x": "X"}, "result": {"id": "T"}}).replace('"X"', nested(levels)),
+        json.dumps({**call, "tool": "issue_refund", "arguments": {"x": "X"}, "error": "no", "refused": True}).replace(
+            '"X"', nested(levels)
+        ),
+        '{"instance": "desk-1", "tool": "creat',
+        "[1, 2]",
+    ]
+
+
+async def test_entries_that_cannot_be_read_are_flagged_and_every_page_still_reads(tmp_path):
+    """What an older gateway recorded (calls 960 and 100,000 levels deep, allowed and refused) or what broke
+    on disk sits between good entries: the gateway's REST page, its client (graders, teardown, the
+    explorer's live view) read every entry, the bad ones flagged `unreadable` with why."""
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance(support_spec())
+        await admin.load("desk-1", [{"kind": "data", "data": support_data()}])
+        sam = await admin.token("desk-1", "sam")
+        await admin.call_tool("desk-1", sam, "list_tickets", {})
+        gateway.trajectory.flush()
+        db = sqlite3.connect(gateway.folder("desk-1") / "trajectory.sqlite")
+        with db:
+            for levels in LEVELS:
+                db.executemany("INSERT INTO calls (entry) VALUES (?)", [(e,) for e in old_gateway_entries(levels)])
+        db.close()
+        await admin.call_tool("desk-1", sam, "get_ticket", {"ticket_id": "TCK-1004"})
+        async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
+            page = await http.get(
+                "/admin/instances/desk-1/trajectory", headers={"authorization": f"Bearer {gateway.admin_token}"}
+            )
+            assert page.status_code == 200, page.text[:300]  # fmt: skip
+        entries = await admin.trajectory("desk-1")
+        assert [e["seq"] for e in entries] == list(range(1, 11))
+        assert [e.get("tool") for e in entries] == ["list_tickets", *[None] * 8, "get_ticket"]
+        flagged = entries[1:9]
+        assert all(e["unreadable"].startswith("this entry cannot be read") for e in flagged), flagged
+        assert sum("nests deeper than 65 levels" in e["unreadable"] for e in flagged) == 4, flagged
+        assert "not JSON" in flagged[2]["unreadable"] and "not an object" in flagged[3]["unreadable"]
+        assert await admin.last_seq("desk-1") == 10
+
+
+@pytest.mark.processes
+async def test_kept_trajectories_with_unreadable_lines_still_read(tmp_path):
+    """A run's trajectory kept in the object store (what `runs trajectory` and the explorer read once the
+    run is over) with lines an older gateway wrote too deep: both list every call, the bad ones flagged."""
+    from agentenv.config import Settings
+    from agentenv.explorer.auth import Door
+    from agentenv.explorer.server import create_app
+    from agentenv.spec.run import RunState, RunStatus, StepState, StepStatus
+    from agentenv.stores import keys, open_stores
+
+    settings = Settings(state_dir=tmp_path)
+    stores = open_stores(settings)
+    run_id, instance = "deep-run", "deep-run.desk"
+    started = datetime(2026, 3, 2, 13, tzinfo=UTC)
+    state = RunState(
+        run_id=run_id,
+        task_id="t",
+        task_version="1",
+        status=RunStatus.FAILED,
+        started_at=started,
+        finished_at=started + timedelta(minutes=1),
+        steps={"desk": StepState(id="desk", type="deploy_env", status=StepStatus.SUCCEEDED, outputs={"instance": instance})},
+    )  # fmt: skip
+    good = {
+        "seq": 1,
+        "instance": instance,
+        "agent": "sam",
+        "role": "support",
+        "tool": "list_tickets",
+        "arguments": {},
+        "result": {"count": 0},
+        "refused": False,
+        "virtual_time": started.isoformat(),
+        "real_time": started.isoformat(),
+        "duration_ms": 1.0,
+    }
+    lines = [json.dumps(good), *old_gateway_entries(960), *old_gateway_entries(100_000)]
+    try:
+        stores.documents.put(keys.RUNS, run_id, state.model_dump(mode="json"))
+        stores.objects.put(keys.trajectory(run_id, instance), ("\n".join(lines) + "\n").encode())
+        env = {**os.environ, "AGENTENV_HOME": str(tmp_path), "COLUMNS": "400"}
+        shown = await asyncio.to_thread(cli, ["runs", "trajectory", run_id, "--jsonl"], env)
+        assert shown.returncode == 0, shown.stderr
+        printed = [json.loads(line) for line in shown.stdout.splitlines()]
+        assert len(printed) == 9 and [e.get("tool") for e in printed].count("list_tickets") == 1
+        assert sum("unreadable" in e for e in printed) == 8
+        table = await asyncio.to_thread(cli, ["runs", "trajectory", run_id], env)
+        assert table.returncode == 0 and "9 calls" in table.stdout and "cannot be read" in table.stdout, table.stdout
+        door = Door()
+        import httpx
+
+        transport = httpx.ASGITransport(app=create_app(settings, door, stores=stores))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8234") as http:
+            assert (await http.get(f"/login?code={door.new_code()}")).status_code == 303
+            page = await http.get(f"/api/runs/{run_id}/calls")
+            assert page.status_code == 200 and page.json()["total"] == 9, page.text[:300]
+    finally:
+        stores.close()
+
+
+async def test_a_run_survives_an_agent_sending_deep_calls(settings, client, worker):
+    """The finding end to end: a trainer-played agent (the refund task's) sends calls nested 960 levels deep
+    with its role token, over REST and MCP, to a tool it may use and to one its role is refused. Each is
+    refused at the door; the run goes on, its `prompt_agent` and grader read the trajectory, the run passes,
+    and `agent-env runs trajectory` lists what the agent did."""
+    import uvicorn
+    from test_episodes import REFUND_SCRIPT
+
+    from agentenv.episodes.http import create_app
+    from agentenv.gateway.embedded import admin_token, connect
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, worker=False), host="127.0.0.1", port=port, log_level="warning"))  # fmt: skip
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    gateway = connect(settings)
+    try:
+        auth = {"authorization": f"Bearer {admin_token(settings)}"}
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=60) as http:
+            started = await http.post(
+                "/episodes", json={"task": "refund", "trainer_agents": ["refunds"], "turn_timeout": 60}
+            )
+            assert started.status_code == 201, started.text  # fmt: skip
+            episode = started.json()["episode"]
+            turn = (await http.post(f"/episodes/{episode}/next-turn", json={})).json()["turn"]
+            as_agent = {"authorization": f"Bearer {turn['token']}", **MCP_HEADERS}
+            allowed = {"ticket_id": "TCK-1004", "x": DEEP}  # billing_lead may read tickets...
+            denied = {"sender": "a@b.co", "to": ["c@d.co"], "subject": "s", "body": "b", "x": DEEP}  # ...not send mail
+            for name, arguments in (("get_ticket", allowed), ("send_email", denied)):
+                answer = await http.post(f"{turn['tools_url']}/{name}", content=body(arguments, 960), headers=as_agent)
+                refused(answer, "rest")
+                call = rpc("tools/call", {"name": name, "arguments": arguments})
+                refused(await http.post(turn["mcp_url"], content=body(call, 960), headers=as_agent), "mcp")
+            for name, arguments in REFUND_SCRIPT:
+                done = await http.post(f"{turn['tools_url']}/{name}", json=arguments, headers=as_agent)
+                assert done.status_code == 200, done.text
+            entries = await gateway.trajectory(turn["env"])
+            assert [e["tool"] for e in entries] == [name for name, _ in REFUND_SCRIPT]
+            await http.post(f"/episodes/{episode}/turns/{turn['id']}/end", json={"response": "Refunded CH-5002."})
+            result = (await http.get(f"/episodes/{episode}/result")).json()
+            assert result == {"status": "passed", "score": 1.0, "scores": {"grade": 1.0}, "error": None}
+        shown = await asyncio.to_thread(cli, ["runs", "trajectory", episode, "--jsonl"])
+        assert shown.returncode == 0, shown.stderr
+        listed = [json.loads(line) for line in shown.stdout.splitlines()]
+        assert [e["tool"] for e in listed if e["via"] != "run"] == [name for name, _ in REFUND_SCRIPT]
+        assert [e["tool"] for e in listed if e["via"] == "run"] == ["get_order", "get_ticket"], "the grader's reads"
+    finally:
+        await gateway.aclose()
+        server.should_exit = True
+        await serving
