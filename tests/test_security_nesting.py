@@ -627,3 +627,23 @@ async def test_a_run_survives_an_agent_sending_deep_calls(settings, client, work
         await gateway.aclose()
         server.should_exit = True
         await serving
+
+
+async def test_the_background_workers_control_socket_drops_a_deep_request(tmp_path, caplog):
+    """The background worker's control socket (this user's only, one JSON request a line): a line nested
+    30,000 levels deep is a malformed request like any other, dropped without an answer or an error logged,
+    and the socket answers the next one."""
+    from agentenv.config import Settings
+    from agentenv.temporal.control import serve_control
+
+    path = tmp_path / "control.sock"
+    async with serve_control(path, client=None, settings=Settings(state_dir=tmp_path), fingerprint="f"):  # type: ignore[arg-type]
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(nested(30_000).encode() + b"\n")
+        assert await asyncio.wait_for(reader.read(), 10) == b"", "no answer, the connection closed"
+        writer.close()
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(b'{"op": "ping"}\n')
+        assert json.loads(await asyncio.wait_for(reader.readline(), 10)) == {"pid": os.getpid()}
+        writer.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
