@@ -3,9 +3,11 @@
 Python's json, and what is built on it (Starlette's `request.json()`, protobuf's json_format), recurses once
 per level of nesting. A thousand levels raise RecursionError where the text is parsed; a value a little
 shallower parses, then raises wherever it is dumped or walked again (a trajectory read, a response). So:
-- every request body reaches a server's app only once measured (`JsonBodies`, which `guard.HostGuard` puts
-  in front of each app): JSON nested deeper than MAX_DEPTH levels is answered 400 (a JSON-RPC error on the
-  paths that speak it) and reaches no app;
+- every request body is measured piece by piece as the app reads it, each piece before the app gets it
+  (`JsonBodies`, which `guard.HostGuard` puts in front of each app): JSON nested deeper than MAX_DEPTH levels
+  is answered 400 (a JSON-RPC error on the paths that speak it), and what the app gets instead is a body no
+  JSON parser takes, so nothing parses it. The app's own checks (tokens, per-caller limits) come first, as
+  before: the door holds no body back;
 - JSON from elsewhere (inside a string, in a store) is measured where it is parsed (`loads`);
 - a RecursionError that escapes an app anyway is answered 422, never a 500 with a traceback.
 
@@ -23,7 +25,6 @@ import codecs
 import json
 import logging
 import re
-from collections import deque
 from collections.abc import Mapping
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentenv.json_depth")
 
 MAX_DEPTH = 64  # levels of arrays and objects inside one another; the deepest of our own payloads is ~10
-HELD_BYTES = 1024 * 1024  # a body's first MiB is measured before the app runs; the rest as the app reads it
 # JSON-RPC paths answer with a JSON-RPC error object, with the HTTP status their protocol uses for one:
 JSON_RPC = 200  # the agentenv data plane and A2A (DESIGN.md §8: errors come back with HTTP 200)
 MCP = 400  # MCP's streamable HTTP: a body it cannot parse is a 400 with a JSON-RPC error
@@ -194,40 +194,22 @@ class JsonBodies:
             await self.app(scope, receive, send)
             return
         scanner = DepthScanner(self.limit)
-        held: deque[Message] = deque()
-        size = 0
-        while True:  # the body's start (all of a small one) is measured before the app runs at all
-            message = await receive()
-            held.append(message)
-            if message["type"] != "http.request":
-                break
-            body = message.get("body", b"")
-            size += len(body)
-            try:
-                scanner.feed(body, last=not message.get("more_body", False))
-            except TooDeep as e:
-                await _send(send, *self.answer(scope, str(e), PARSE_ERROR, 400))
-                return
-            if not message.get("more_body", False) or scanner.done or size > HELD_BYTES:
-                break
-
         refused = started = False
         deferred: list[Message] = []  # a 500 the app sends, held until we know whether a RecursionError made it
 
-        async def receive_rest() -> Message:
+        async def measured() -> Message:
+            """The body as the app reads it (after its own checks: tokens, limits), each piece measured first."""
             nonlocal refused
-            if held:
-                return held.popleft()
             message = await receive()
             if message["type"] == "http.request" and not refused:
                 try:
                     scanner.feed(message.get("body", b""), last=not message.get("more_body", False))
-                except TooDeep as e:  # past the held start: the app is reading, and we answer instead
+                except TooDeep as e:
                     refused = True
                     if not started:
                         await _send(send, *self.answer(scope, str(e), PARSE_ERROR, 400))
-                    # What it read so far nests within the limit; ended by a byte no JSON parser takes, it is
-                    # refused by the app too (its answer goes nowhere), quietly: no request is cut mid-read.
+                    # What the app has read so far nests within the limit; ended by a byte no JSON parser takes,
+                    # it is refused by the app too (its answer goes nowhere), quietly: no read is cut off.
                     return {"type": "http.request", "body": b"\x00", "more_body": False}
             return message
 
@@ -242,10 +224,10 @@ class JsonBodies:
             await send(message)
 
         try:
-            await self.app(scope, receive_rest, send_app)
+            await self.app(scope, measured, send_app)
         except Exception as e:
             if refused:
-                return  # the app stumbled over the body we cut off; it was answered
+                return  # the app stumbled over the body we ended; it was answered
             if isinstance(e, RecursionError) and not started:
                 log.warning(
                     "%s %s: a value nested too deeply to handle (RecursionError)", scope["method"], scope["path"]
