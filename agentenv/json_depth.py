@@ -14,7 +14,7 @@ shallower parses, then raises wherever it is dumped or walked again (a trajector
 Measuring is linear and never recurses: a few C-level passes over the bytes (escapes out, only quotes and
 brackets kept, strings cut out) and a running sum over the brackets left. bench/json_depth.py, on this 2-core
 machine: 2 us for a tool call or a typical 1 KB body (the door adds ~3 us to a request), 9 ms for 1 MB of
-typical JSON (json.loads: 26 ms), 28 ms for the worst 1 MB (all brackets; json.loads: 88 ms). A body is
+typical JSON (json.loads: 13-26 ms), 26 ms for the worst 1 MB (all brackets; json.loads: 85 ms). A body is
 measured as it arrives, as a JSON parser would read it: UTF-16 and UTF-32 are decoded first, as `json.loads`
 does, and a text that does not open an array or object nests nothing.
 """
