@@ -8,8 +8,8 @@
 - A request with a body must not be of a form a browser sends cross-site without asking first
   (`text/plain`, form encodings): our APIs speak JSON, tar and the protocols' own types.
 - Bearer tokens are compared in constant time and as bytes, so a malformed one is a 401, never a 500.
-- A body reaches the app only once measured: JSON nested deeper than 64 levels is refused here, and a
-  RecursionError never becomes a 500 (`agentenv.json_depth`).
+- Each piece of a body reaches the app only once measured: JSON nested deeper than 64 levels is refused
+  here before anything parses it, and a RecursionError never becomes a 500 (`agentenv.json_depth`).
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def loads(text: bytes | str, limit: int = MAX_DEPTH) -> Any:
 
 
 class JsonBodies:
-    """ASGI middleware: request bodies are measured before the app reads them (see the module's doc).
+    """ASGI middleware: each piece of a request body is measured before the app gets it (see the module's doc).
 
     `json_rpc`: paths (regular expressions, matched whole) whose answers are JSON-RPC error objects, with
     the HTTP status their protocol gives those (JSON_RPC or MCP); other paths get `{"error": ...}`.
@@ -241,8 +241,9 @@ class JsonBodies:
             for message in deferred:
                 await send(message)
             raise
-        for message in deferred:
-            await send(message)
+        if not refused:  # (else our answer went, and the app's 500 before it stays unsent)
+            for message in deferred:
+                await send(message)
 
 
 async def _send(send: Send, status: int, body: bytes) -> None:

@@ -249,6 +249,8 @@ async def test_the_gateway_refuses_deep_json_at_every_door_and_records_nothing(t
             for method, path, template, headers, shape in doors[:4]:  # the deep part comes after 2 MiB
                 padded = body({"padding": " " * (2 << 20), "call": template}, 960)
                 refused(await http.request(method, path, content=padded, headers={**MCP_HEADERS, **headers}), shape)
+            anonymous = await http.post("/envs/desk-1/tools/create_ticket", content=body({"x": DEEP}, 100_000))
+            assert anonymous.status_code == 401, "tokens come first: the door holds no body back for anyone"
             served = await http.post("/envs/desk-1/tools/create_ticket", json=ticket, headers=agent)
             assert served.status_code == 200, served.text
         async with mcp_client(base, "desk-1", sam) as mcp:
