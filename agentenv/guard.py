@@ -8,6 +8,8 @@
 - A request with a body must not be of a form a browser sends cross-site without asking first
   (`text/plain`, form encodings): our APIs speak JSON, tar and the protocols' own types.
 - Bearer tokens are compared in constant time and as bytes, so a malformed one is a 401, never a 500.
+- Each piece of a body reaches the app only once measured: JSON nested deeper than 64 levels is refused
+  here before anything parses it, and a RecursionError never becomes a 500 (`agentenv.json_depth`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+from agentenv.json_depth import JsonBodies
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -64,16 +68,26 @@ class HostGuard:
 
     `names`: host names besides loopback names and IP literals (e.g. the host of a configured public
     URL). `origins`: origins besides the server's own that may send requests (e.g. an explorer page).
+    `json_rpc`: the app's JSON-RPC paths, answered in their protocol's shape (see `JsonBodies`).
     """
 
-    def __init__(self, app: ASGIApp, *, names: Iterable[str] = (), origins: Iterable[str] = ()) -> None:
-        self.app = app
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        names: Iterable[str] = (),
+        origins: Iterable[str] = (),
+        json_rpc: Mapping[str, int] | None = None,
+    ) -> None:
+        self.app = JsonBodies(app, json_rpc=json_rpc)
         self.names = LOOPBACK_NAMES | {n.lower() for n in names if n}
         self.origins = {o.rstrip("/").lower() for o in origins if o}
         self._hosts_seen: set[bytes] = set()  # Host values already allowed (bounded): one set lookup per request
 
     @classmethod
-    def serving(cls, app: ASGIApp, urls: Iterable[str | None] = ()) -> HostGuard:
+    def serving(
+        cls, app: ASGIApp, urls: Iterable[str | None] = (), *, json_rpc: Mapping[str, int] | None = None
+    ) -> HostGuard:
         """`app` guarded, also answering for the URLs it is reached at (e.g. a configured public URL,
         perhaps behind a TLS proxy): their host names and origins are its own."""
         parts = [urlsplit(u) for u in urls if u]
@@ -81,6 +95,7 @@ class HostGuard:
             app,
             names=[p.hostname for p in parts if p.hostname],
             origins=[f"{p.scheme}://{p.netloc.rpartition('@')[2]}" for p in parts if p.scheme and p.netloc],
+            json_rpc=json_rpc,
         )
 
     def allowed_host(self, host: str) -> bool:

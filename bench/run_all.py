@@ -22,6 +22,7 @@ import explorer  # noqa: E402
 import gateway  # noqa: E402
 import groups  # noqa: E402
 import hello  # noqa: E402
+import json_depth  # noqa: E402
 import models  # noqa: E402
 import registry  # noqa: E402
 import sandboxes  # noqa: E402
@@ -39,6 +40,7 @@ def main() -> None:
         "hello": hello.measure(),
         "executor": executor.measure(),
         "gateway": gateway.measure(),
+        "json_depth": json_depth.measure(),
         "world": world.measure(),
         "agents": agents.measure(),
         "models": models.measure(),

@@ -276,6 +276,7 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
     from starlette.applications import Starlette
 
     from agentenv.guard import HostGuard
+    from agentenv.json_depth import JSON_RPC
 
     public_url = public_url or os.environ.get("AGENTENV_PUBLIC_URL") or None
     routes, handler = a2a_routes(agent, advertised_url(host, port, public_url), extensions=True)
@@ -286,7 +287,9 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
         await handler.aclose()
 
     names = [urlsplit(public_url).hostname if public_url else None, None if host in WILDCARDS else host]
-    app = HostGuard(Starlette(routes=routes, lifespan=lifespan), names=[n for n in names if n])
+    app = HostGuard(
+        Starlette(routes=routes, lifespan=lifespan), names=[n for n in names if n], json_rpc={"/": JSON_RPC}
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 

@@ -211,6 +211,7 @@ async def _cancel(settings, run_id: str, wait: bool) -> int:
 
 
 def trajectory_command(run_id: str, jsonl: bool) -> int:
+    from agentenv.gateway import trajectory
     from agentenv.runner import find_run
     from agentenv.stores import keys, open_stores
 
@@ -239,12 +240,13 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
             if not stores.objects.exists(key):
                 raise
         # the copy kept when the instance was torn down or its run ended
-        entries += [json.loads(line) for line in stores.objects.get(key).decode().splitlines()]
+        entries += trajectory.decode_lines(stores.objects.get(key))
     entries.sort(key=lambda e: (e.get("real_time", ""), e.get("seq", 0)))
     if jsonl:
         for entry in entries:
             print(json.dumps(entry, ensure_ascii=False))
         return 0
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
@@ -252,20 +254,22 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
         table.add_column(col, no_wrap=col not in ("arguments", "outcome"), overflow="fold")
     for e in entries:
         outcome = (
-            f"[red]refused: {e['error']}[/]"
+            f"[yellow]{escape(e['unreadable'])}[/]"  # an entry that could not be read back: said, not skipped
+            if "unreadable" in e
+            else f"[red]refused: {e['error']}[/]"
             if e.get("refused")
             else f"[red]{e['error']}[/]"
             if "error" in e
             else json.dumps(e.get("result"), ensure_ascii=False)
         )
         table.add_row(
-            e["virtual_time"],
-            e["agent"],
-            e["role"],
-            e["tool"],
-            json.dumps(e["arguments"], ensure_ascii=False)[:120],
+            e.get("virtual_time", ""),
+            e.get("agent", ""),
+            e.get("role", ""),
+            e.get("tool", ""),
+            json.dumps(e.get("arguments"), ensure_ascii=False)[:120] if "arguments" in e else "",
             outcome[:160],
-            f"{e['duration_ms']:.1f}",
+            f"{e['duration_ms']:.1f}" if "duration_ms" in e else "",
         )
     console().print(table)
     console().print(f"{len(entries)} calls")

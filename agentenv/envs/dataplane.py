@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
+from agentenv import json_depth
+
 PART_KINDS = ("text", "data", "file")
 META_APP = "agentenv.io/app"
 
@@ -111,7 +113,9 @@ def part_payload(part: dict[str, Any], data_root: Path | None) -> tuple[dict[str
         else:
             raw = _read_file_uri(file["uri"], data_root)
     try:
-        payload = json.loads(raw)
+        payload = json_depth.loads(raw)  # JSON inside a string: the door measured only the string
+    except json_depth.TooDeep as e:
+        raise InvalidParams(f"a {kind} part: {e}") from None
     except ValueError:
         raise InvalidParams(f"a {kind} part must carry a JSON object (app data as {{table: [rows]}})") from None
     if not isinstance(payload, dict):

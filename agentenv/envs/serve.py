@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentenv import guard
+from agentenv import guard, json_depth
 from agentenv.envs import card as cards
 from agentenv.envs import dataplane
 from agentenv.envs.app import App, ToolError
@@ -222,4 +222,5 @@ def create_app(
         ],
         lifespan=lifespan,
     )
-    return guard.HostGuard(ServerToken(app, token) if token else app, names=names)
+    json_rpc = {cards.RPC_PATH: json_depth.JSON_RPC, "/mcp": json_depth.MCP}  # their protocols' error shapes
+    return guard.HostGuard(ServerToken(app, token) if token else app, names=names, json_rpc=json_rpc)

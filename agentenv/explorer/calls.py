@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from agentenv.explorer.runs import instances
+from agentenv.gateway import trajectory
 from agentenv.spec.run import RunState
 from agentenv.spec.world_state import clip
 from agentenv.stores import Stores, keys
@@ -88,7 +89,7 @@ class CallLog:
             kept_key = keys.trajectory(state.run_id, instance)
             if finished and await asyncio.to_thread(self.stores.objects.exists, kept_key):
                 raw = await asyncio.to_thread(self.stores.objects.get, kept_key)
-                read.entries[instance] = [json.loads(line) for line in raw.decode().splitlines() if line]
+                read.entries[instance] = trajectory.decode_lines(raw)
                 continue
             got = await self._from_gateway(instance, read.entries.get(instance, []))
             if got is None:

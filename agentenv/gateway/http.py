@@ -48,6 +48,7 @@ from agentenv.gateway.roles import RoleError
 from agentenv.gateway.routes_common import gateway_of
 from agentenv.gateway.service import Gateway, GatewayError
 from agentenv.guard import HostGuard
+from agentenv.json_depth import JSON_RPC, MCP
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -154,4 +155,6 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
     app.include_router(routes_agents.router)
     app.include_router(routes_admin.router)
     app.mount("/agents/{agent_id}", routes_admin.hosted_agents)
-    return HostGuard.serving(app, urls)
+    # JSON-RPC paths answer a body nested too deeply in their own protocol's shape (the door refuses it)
+    json_rpc = {r"/envs/[^/]+/agentenv": JSON_RPC, r"/envs/[^/]+/mcp": MCP, r"/agents/[^/]+/?": JSON_RPC}
+    return HostGuard.serving(app, urls, json_rpc=json_rpc)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import json
 import os
 import secrets
 import signal
@@ -32,7 +31,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from agentenv import telemetry, tls, waiting
+from agentenv import json_depth, telemetry, tls, waiting
 from agentenv.envs.app import ToolError, ToolInfo
 from agentenv.envs.card import META_HIDDEN_BY_DEFAULT
 from agentenv.envs.context import META_IDEMPOTENCY_KEY, Ctx
@@ -328,7 +327,9 @@ class RemoteApp:
         if result.is_error:
             raise ToolError(text or "the tool failed")
         try:
-            return json.loads(text)
+            return json_depth.loads(text)
+        except json_depth.TooDeep:  # nested deeper than an agent may send: kept as the text it came as
+            return text
         except ValueError:
             return result.structured_content if result.structured_content is not None else text
 

@@ -2,6 +2,9 @@
 time, real duration), appended to a SQLite file of the instance by a background writer.
 
 Writing never blocks a tool call: entries are queued and committed in small batches (within ~20 ms).
+A value nested deeper than `json_depth.MAX_DEPTH` levels is recorded as a note that it was, and an entry
+that cannot be read back (nested too deeply by an older gateway, corrupt) is flagged in its page, never
+failing the read: graders, teardown and the explorer read every page of a run.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from agentenv import sqlite_files
+from agentenv import json_depth, sqlite_files
 
 log = logging.getLogger("agentenv.gateway.trajectory")
 
 MAX_FIELD_BYTES = 64 * 1024
+ENTRY_DEPTH = json_depth.MAX_DEPTH + 1  # an entry is an object holding values of up to MAX_DEPTH levels
 PAGE = 10_000  # entries a read returns at most; a full page means there may be more
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -31,7 +35,12 @@ CREATE TABLE IF NOT EXISTS calls (
 
 
 def _clip(value: Any) -> Any:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError) as e:  # too deep for json itself, or a cycle
+        return {"unrecorded": f"{type(e).__name__}: {str(e)[:200]}"}
+    if not json_depth.depth_ok(text):  # it would make every later read of the trajectory fail
+        return {"too_deep": True, "limit": json_depth.MAX_DEPTH, "bytes": len(text), "head": text[:200]}
     if len(text) <= MAX_FIELD_BYTES:
         return value
     return {"truncated": True, "bytes": len(text), "head": text[:1024]}
@@ -177,4 +186,24 @@ def read(path: Path, after: int = 0, limit: int | None = None, *, last: bool = F
             ).fetchall()
     finally:
         db.close()
-    return [{"seq": seq, **json.loads(entry)} for seq, entry in rows]
+    return [{"seq": seq, **decode(entry)} for seq, entry in rows]
+
+
+def decode(text: str | bytes) -> dict[str, Any]:
+    """One recorded entry; one that cannot be read is a note saying why (`unreadable`), never an error."""
+    try:
+        entry = json_depth.loads(text, ENTRY_DEPTH)
+    except json_depth.TooDeep as e:
+        why = f"it nests deeper than {e.limit} levels (recorded by a gateway from before that limit)"
+    except ValueError as e:  # not JSON, not UTF-8: damaged
+        why = f"it is not JSON ({str(e)[:200]})"
+    else:
+        if isinstance(entry, dict):
+            return entry
+        why = f"it is a JSON {type(entry).__name__}, not an object"
+    return {"unreadable": f"this entry cannot be read: {why}", "bytes": len(text)}
+
+
+def decode_lines(raw: bytes) -> list[dict[str, Any]]:
+    """The entries of a trajectory kept as JSON lines (`keys.trajectory`), each decoded as `decode` does."""
+    return [decode(line) for line in raw.splitlines() if line.strip()]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from agentenv import json_depth
 from agentenv.cli.run_client import TERMINAL_ENV
 from agentenv.config import Settings
 
@@ -93,7 +94,7 @@ async def _handle(
             writer.write(json.dumps(message).encode() + b"\n")
 
     try:
-        request = json.loads(await reader.readline())
+        request = json_depth.loads(await reader.readline())  # (a deep line: a ValueError, like any bad one)
         if not isinstance(request, dict):
             send({"error": "unknown request"})
         elif request.get("op") == "ping":

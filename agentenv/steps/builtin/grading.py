@@ -282,7 +282,9 @@ async def _each_call_criteria(
     calls = [
         e
         for e in entries
-        if e["tool"] in each.tools and (each.agent is None or e["agent"] == each.agent) and e.get("via") != "run"
+        if e.get("tool") in each.tools
+        and (each.agent is None or e.get("agent") == each.agent)
+        and e.get("via") != "run"
     ]
     out = []
     for n, call in enumerate(calls, 1):

@@ -120,7 +120,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(404, {"error": "not found"})
         try:
             message = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply for Python's parser
             return self._send(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}})
         if "id" not in message:  # a notification
             return self._send(202)
