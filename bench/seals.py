@@ -72,9 +72,8 @@ def _seal_and_check(key, run_id: str, ops) -> None:
 
     now = datetime.now(UTC)
     for what, name, args in ops:
-        where = {"namespace": "default", "workflow_id": run_id, "name": name, "args": args}
-        header = {seals.HEADER: seals.make(key, what, at=now, **where)}
-        why = seals.problem(key, header, what, now=now, **where)
+        subject = seals.Subject(what, "default", run_id, name)
+        why = seals.problem(key, {seals.HEADER: seals.make(key, subject, args, now)}, subject, args, now)
         assert why is None, why
 
 

@@ -240,51 +240,43 @@ async def test_an_activity_no_run_scheduled_does_nothing(client, settings, worke
 
 KEY = seals.PlanKey(b"k" * 32, datetime(2026, 1, 1, tzinfo=UTC))
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-
-
-def sealed(**changes):
-    base = {"namespace": "default", "workflow_id": "run-1", "name": "agentenv.TaskRun", "args": [{"a": 1}]}
-    header = {seals.HEADER: seals.make(KEY, seals.START, at=NOW, **base)}
-    return seals.problem(KEY, header, seals.START, now=NOW, **{**base, **changes})
+RUN = seals.Subject(seals.START, "default", "run-1", "agentenv.TaskRun")
 
 
 def test_a_seal_holds_only_for_what_it_was_made_for():
-    assert sealed() is None
-    for change in (
-        {"workflow_id": "run-2"},
-        {"namespace": "other"},
-        {"name": "agentenv.Other"},
-        {"args": [{"a": 2}]},
-        {"args": [{"a": 1}, None]},
+    from dataclasses import replace
+
+    header = {seals.HEADER: seals.make(KEY, RUN, [{"a": 1}], NOW)}
+    assert seals.problem(KEY, header, RUN, [{"a": 1}], NOW) is None
+    for subject, args in (
+        (replace(RUN, workflow_id="run-2"), [{"a": 1}]),
+        (replace(RUN, namespace="other"), [{"a": 1}]),
+        (replace(RUN, name="agentenv.Other"), [{"a": 1}]),
+        (replace(RUN, what=seals.UPDATE), [{"a": 1}]),
+        (replace(RUN, extra="update-2"), [{"a": 1}]),
+        (RUN, [{"a": 2}]),
+        (RUN, [{"a": 1}, None]),
     ):
-        assert "does not match" in sealed(**change), change
+        assert "does not match" in seals.problem(KEY, header, subject, args, NOW), (subject, args)
     other_key = seals.PlanKey(b"j" * 32, None)
-    header = {
-        seals.HEADER: seals.make(other_key, seals.START, namespace="d", workflow_id="w", name="n", args=[], at=NOW)
-    }
-    assert "does not match" in seals.problem(
-        KEY, header, seals.START, namespace="d", workflow_id="w", name="n", args=[], now=NOW
-    )
-    assert "does not match" in seals.problem(
-        KEY, header, seals.UPDATE, namespace="d", workflow_id="w", name="n", args=[], now=NOW
-    )
+    assert "does not match" in seals.problem(other_key, header, RUN, [{"a": 1}], NOW)
 
 
 def test_a_seal_is_judged_by_the_servers_time_and_its_shape():
-    header = {seals.HEADER: seals.make(KEY, seals.UPDATE, namespace="d", workflow_id="w", name="n", args=[], at=NOW)}
-
-    def judged(now, headers=header):
-        return seals.problem(KEY, headers, seals.UPDATE, namespace="d", workflow_id="w", name="n", args=[], now=now)
-
-    assert judged(NOW + seals.FRESH - timedelta(seconds=1)) is None
-    assert "too far from the server's time" in judged(NOW + seals.FRESH + timedelta(seconds=1))
-    assert "too far from the server's time" in judged(NOW - seals.SKEW - timedelta(seconds=1))
-    assert judged(None) is None  # activities: bound to their run, valid across retries
-    assert judged(NOW, {}) == "it carries no seal"
     from temporalio.api.common.v1 import Payload
 
+    header = {seals.HEADER: seals.make(KEY, RUN, [], NOW)}
+    assert seals.problem(KEY, header, RUN, [], NOW + seals.FRESH - timedelta(seconds=1)) is None
+    assert "too far from the server's time" in seals.problem(
+        KEY, header, RUN, [], NOW + seals.FRESH + timedelta(seconds=1)
+    )
+    assert "too far from the server's time" in seals.problem(
+        KEY, header, RUN, [], NOW - seals.SKEW - timedelta(seconds=1)
+    )
+    assert seals.problem(KEY, header, RUN, [], None) is None  # activities: bound to their run, valid across retries
+    assert seals.problem(KEY, {}, RUN, [], NOW) == "it carries no seal"
     for data in (b"not json", b'{"at": "x", "mac": "y"}', b"[]", json.dumps({"at": 1}).encode()):
-        assert judged(NOW, {seals.HEADER: Payload(data=data)}) == "its seal is malformed", data
+        assert seals.problem(KEY, {seals.HEADER: Payload(data=data)}, RUN, [], NOW) == "its seal is malformed", data
 
 
 def test_defaults_do_not_change_a_digest_but_values_do():

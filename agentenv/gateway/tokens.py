@@ -54,18 +54,10 @@ def _checked_key(path: Path) -> bytes:
 def shared_key(settings) -> bytes:
     """The key a pool of gateways shares, from the secret store (`[gateway] key_secret`): 64 hex digits.
     Kept there, not in files or run history, so every gateway and worker of the install reads the same one."""
-    from agentenv.stores import open_secrets
+    from agentenv.stores import hex_secret
 
     name = settings.gateway.key_secret
-    store = open_secrets(settings)
-    try:
-        value = store.get(name).strip()
-    finally:
-        store.close()
-    try:
-        key = bytes.fromhex(value)
-    except ValueError:
-        key = b""
+    key = hex_secret(settings, name)
     if len(key) < KEY_BYTES:
         raise BrokenKey(
             f"secret:{name} (the gateway pool's key) is not {KEY_BYTES * 2} or more hex digits",

@@ -48,3 +48,17 @@ def open_secrets(settings: Settings) -> SecretStore:
 
     store: SecretStore = open_store("secrets", settings)
     return store
+
+
+def hex_secret(settings: Settings, name: str) -> bytes:
+    """The secret `name` as the bytes its hex digits spell (a key an install's machines share through the secret
+    store); b"" when it is not hex. MissingSecret when it is not set."""
+    store = open_secrets(settings)
+    try:
+        value = store.get(name).strip()
+    finally:
+        store.close()
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return b""

@@ -58,6 +58,12 @@ def _exempt(key: PlanKey, started: datetime) -> bool:
     return key.since is not None and started < key.since
 
 
+def _here(what: str, name: str, extra: str = "") -> seals.Subject:
+    """A seal's subject in the running workflow."""
+    info = workflow.info()
+    return seals.Subject(what, info.namespace, info.workflow_id, name, extra)
+
+
 class _CheckedWorkflow(WorkflowInboundInterceptor):
     plan_key: PlanKey
 
@@ -69,42 +75,27 @@ class _CheckedWorkflow(WorkflowInboundInterceptor):
         # A run this install started unsealed, before it sealed runs, has been taken up by an older worker
         # already: only its replay goes on. One that no worker has begun must be sealed.
         exempt = _exempt(self.plan_key, info.workflow_start_time) and workflow.unsafe.is_replaying()
-        if not exempt:
-            why = seals.problem(
-                self.plan_key,
-                info.headers,
-                START,
-                namespace=info.namespace,
-                workflow_id=info.workflow_id,
-                name=info.workflow_type,
-                args=input.args,
-                now=info.workflow_start_time,
+        subject = _here(START, info.workflow_type)
+        why = (
+            None
+            if exempt
+            else seals.problem(self.plan_key, info.headers, subject, input.args, info.workflow_start_time)
+        )
+        if why is not None:
+            raise ApplicationError(
+                f"run {info.workflow_id} was refused before any step ran: {why}. Only this install's planners "
+                "(agent-env run, runs rerun, the episode API) start runs its workers execute; if you did, "
+                "check that planners and workers share one plan key ([temporal] plan_key_secret)",
+                type=UNSEALED,
+                non_retryable=True,
             )
-            if why is not None:
-                raise ApplicationError(
-                    f"run {info.workflow_id} was refused before any step ran: {why}. Only this install's planners "
-                    "(agent-env run, runs rerun, the episode API) start runs its workers execute; if you did, "
-                    "check that planners and workers share one plan key ([temporal] plan_key_secret)",
-                    type=UNSEALED,
-                    non_retryable=True,
-                )
         return await super().execute_workflow(input)
 
     def handle_update_validator(self, input: HandleUpdateInput) -> None:
-        info = workflow.info()
-        why = seals.problem(
-            self.plan_key,
-            input.headers,
-            UPDATE,
-            namespace=info.namespace,
-            workflow_id=info.workflow_id,
-            name=input.update,
-            args=input.args,
-            now=workflow.now(),
-            extra=input.id,
-        )
+        subject = _here(UPDATE, input.update, input.id)
+        why = seals.problem(self.plan_key, input.headers, subject, input.args, workflow.now())
         if why is not None:
-            raise ValueError(f"update {input.update!r} to run {info.workflow_id} refused: {why}")
+            raise ValueError(f"update {input.update!r} to run {subject.workflow_id} refused: {why}")
         super().handle_update_validator(input)
 
 
@@ -117,31 +108,13 @@ class _SealingWorkflowOutbound(WorkflowOutboundInterceptor):
         self.plan_key = key
 
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
-        info = workflow.info()
-        seal = seals.make(
-            self.plan_key,
-            ACTIVITY,
-            namespace=info.namespace,
-            workflow_id=info.workflow_id,
-            name=input.activity,
-            args=input.args,
-            at=workflow.now(),
-        )
+        seal = seals.make(self.plan_key, _here(ACTIVITY, input.activity), input.args, workflow.now())
         input.headers = {**input.headers, seals.HEADER: seal}
         return super().start_activity(input)
 
     def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:
-        info = workflow.info()
-        seal = seals.make(
-            self.plan_key,
-            START,
-            namespace=info.namespace,
-            workflow_id=info.workflow_id,
-            name=input.workflow or info.workflow_type,
-            args=input.args,
-            at=workflow.now(),
-        )
-        input.headers = {**input.headers, seals.HEADER: seal}
+        subject = _here(START, input.workflow or workflow.info().workflow_type)
+        input.headers = {**input.headers, seals.HEADER: seals.make(self.plan_key, subject, input.args, workflow.now())}
         super().continue_as_new(input)
 
 
@@ -159,11 +132,8 @@ class _CheckedActivity(ActivityInboundInterceptor):
                 else seals.problem(
                     self.plan_key,
                     input.headers,
-                    ACTIVITY,
-                    namespace=info.namespace,
-                    workflow_id=info.workflow_id,
-                    name=info.activity_type,
-                    args=input.args,
+                    seals.Subject(ACTIVITY, info.namespace, info.workflow_id, info.activity_type),
+                    input.args,
                     now=None,
                 )
             )

@@ -47,16 +47,8 @@ class _SealingOutbound(OutboundInterceptor):
         self.sealing = sealing
 
     def _seal(self, what: str, workflow_id: str, name: str, args: Any, extra: str = "") -> Any:
-        return seals.make(
-            self.sealing.key(),
-            what,
-            namespace=self.sealing.namespace,
-            workflow_id=workflow_id,
-            name=name,
-            args=args,
-            at=datetime.now(UTC),
-            extra=extra,
-        )
+        subject = seals.Subject(what, self.sealing.namespace, workflow_id, name, extra)
+        return seals.make(self.sealing.key(), subject, args, datetime.now(UTC))
 
     async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle[Any, Any]:
         input.headers = {**input.headers, seals.HEADER: self._seal(START, input.id, input.workflow, input.args)}

@@ -72,44 +72,37 @@ def digest(args: Sequence[Any]) -> bytes:
     return hashed.digest()
 
 
-def _mac(key: PlanKey, what: str, namespace: str, workflow_id: str, name: str, extra: str, at: int, args: bytes) -> str:
-    message = "\x00".join((VERSION, what, namespace, workflow_id, name, extra, str(at))).encode() + b"\x00" + args
-    return hmac.new(key.secret, message, hashlib.sha256).hexdigest()
+@dataclass(frozen=True)
+class Subject:
+    """What a seal is for: a start, an update or an activity (`what`) of one workflow, by name."""
+
+    what: str
+    namespace: str
+    workflow_id: str
+    name: str  # the workflow type, the update's or the activity's name
+    extra: str = ""  # an update's id: a copy sent under another id does not hold
 
 
-def make(
-    key: PlanKey,
-    what: str,
-    *,
-    namespace: str,
-    workflow_id: str,
-    name: str,
-    args: Sequence[Any],
-    at: datetime,
-    extra: str = "",
-) -> Payload:
-    """The header value sealing `args` for (`what`, namespace, workflow id, name, `extra`), made at `at`."""
+def _mac(key: PlanKey, subject: Subject, at: int, args: bytes) -> str:
+    s = subject
+    message = "\x00".join((VERSION, s.what, s.namespace, s.workflow_id, s.name, s.extra, str(at))).encode()
+    return hmac.new(key.secret, message + b"\x00" + args, hashlib.sha256).hexdigest()
+
+
+def make(key: PlanKey, subject: Subject, args: Sequence[Any], at: datetime) -> Payload:
+    """The header value sealing `args` for `subject`, made at `at`."""
     from temporalio.api.common.v1 import Payload
 
     stamp = int(at.timestamp())
-    mac = _mac(key, what, namespace, workflow_id, name, extra, stamp, digest(args))
+    mac = _mac(key, subject, stamp, digest(args))
     return Payload(metadata={"encoding": b"json/plain"}, data=json.dumps({"at": stamp, "mac": mac}).encode())
 
 
 def problem(
-    key: PlanKey,
-    headers: Mapping[str, Payload] | None,
-    what: str,
-    *,
-    namespace: str,
-    workflow_id: str,
-    name: str,
-    args: Sequence[Any],
-    now: datetime | None,
-    extra: str = "",
+    key: PlanKey, headers: Mapping[str, Payload] | None, subject: Subject, args: Sequence[Any], now: datetime | None
 ) -> str | None:
-    """Why the seal in `headers` does not hold (None: it does). `now`: the server's time the seal is judged by
-    (None: no freshness, for activities, whose seal stays valid across their retries)."""
+    """Why the seal in `headers` does not hold for `subject` and `args` (None: it does). `now`: the server's time
+    the seal is judged by (None: no freshness, for activities, whose seal stays valid across their retries)."""
     payload = (headers or {}).get(HEADER)
     if payload is None:
         return "it carries no seal"
@@ -120,8 +113,7 @@ def problem(
             raise TypeError
     except (ValueError, KeyError, TypeError):
         return "its seal is malformed"
-    expected = _mac(key, what, namespace, workflow_id, name, extra, stamp, digest(args))
-    if not hmac.compare_digest(mac.encode("ascii", "replace"), expected.encode()):
+    if not hmac.compare_digest(mac.encode("ascii", "replace"), _mac(key, subject, stamp, digest(args)).encode()):
         return (
             "its seal does not match: it was forged, altered, sealed for another workflow id, or sealed "
             "with another plan key"
@@ -173,19 +165,12 @@ def _file(path: Path) -> PlanKey:
 
 
 def _shared(settings: Settings, name: str) -> PlanKey:
-    from agentenv.stores import open_secrets
+    from agentenv.stores import hex_secret
     from agentenv.stores.base import MissingSecret
 
-    store = open_secrets(settings)
     try:
-        value = store.get(name).strip()
+        secret = hex_secret(settings, name)
     except MissingSecret:
-        value = ""
-    finally:
-        store.close()
-    try:
-        secret = bytes.fromhex(value)
-    except ValueError:
         secret = b""
     if len(secret) < KEY_BYTES:
         raise BrokenSeal(
