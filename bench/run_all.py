@@ -27,6 +27,7 @@ import models  # noqa: E402
 import registry  # noqa: E402
 import sandboxes  # noqa: E402
 import scale  # noqa: E402
+import seals  # noqa: E402
 import stores  # noqa: E402
 import telemetry  # noqa: E402
 import world  # noqa: E402
@@ -41,6 +42,7 @@ def main() -> None:
         "executor": executor.measure(),
         "gateway": gateway.measure(),
         "json_depth": json_depth.measure(),
+        "seals": seals.measure(),
         "world": world.measure(),
         "agents": agents.measure(),
         "models": models.measure(),
