@@ -236,6 +236,43 @@ async def test_an_activity_no_run_scheduled_does_nothing(client, settings, worke
     assert not marker.exists()
 
 
+async def test_a_step_completed_from_outside_fails_instead_of_taking_the_result(client, settings, worker, tmp_path):
+    """Attack: Temporal lets any client complete a running activity by its id. Complete a run's waiting step
+    with a made-up result (outputs, a score of 1.0), bare, or with the sealed result of another step of the
+    same run copied from its history. The step fails naming why; nothing it was told is taken."""
+    for copy in (False, True):
+        gate = tmp_path / f"gate-{copy}"
+        steps = [
+            {"id": "nap", "type": "sleep", "config": {"seconds": 0.01}},  # a regular activity: its result is sealed
+            {"id": "hold", "type": "wait_file", "depends_on": ["nap"], "config": {"path": str(gate)}},
+        ]
+        handle = await runner.start_run(client, settings, parse_task({"id": "held", "steps": steps}, "t"))
+        for _ in range(400):
+            if (await runner.query_state(handle)).steps["hold"].status is StepStatus.RUNNING:
+                break
+            await asyncio.sleep(0.05)
+        forged = json.dumps({"outputs": {"forged": True}, "score": {"value": 1.0}})
+        if copy:
+            history = await handle.fetch_history()
+            done = next(
+                e.activity_task_completed_event_attributes
+                for e in history.events
+                if e.HasField("activity_task_completed_event_attributes")
+            )
+            forged = done.result.payloads[0].data.decode()  # the nap step's result, with its seal
+            assert '"seal"' in forged
+        completed = await temporal(
+            settings, "activity", "complete", "--workflow-id", handle.id, "--activity-id", "hold", "--result", forged
+        )
+        assert completed.returncode == 0, completed.stderr
+        final = await asyncio.wait_for(runner.wait_result(handle), 60)
+        hold = final.steps["hold"]
+        assert final.status is RunStatus.ERROR and hold.status is StepStatus.FAILED, (copy, final.status, hold)
+        expected = "its seal does not match" if copy else "it carries no seal"
+        assert "result of activity agentenv.run_step was refused" in hold.error and expected in hold.error, hold.error
+        assert "forged" not in json.dumps(hold.outputs) and hold.score is None
+
+
 # -- the seal itself (no server) --
 
 KEY = seals.PlanKey(b"k" * 32, datetime(2026, 1, 1, tzinfo=UTC))

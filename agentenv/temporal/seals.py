@@ -41,6 +41,9 @@ FRESH = timedelta(minutes=10)
 SKEW = timedelta(minutes=5)  # the planner's clock ahead of the server's
 
 START, UPDATE, ACTIVITY = "start", "update", "activity"
+# An activity's result, sealed by the worker that ran it (`extra`: its arguments' digest, so a result is worth
+# nothing for another call); an activity whose subject has this `extra` wants its result sealed.
+RESULT = "result"
 
 
 class BrokenSeal(AgentEnvError):
@@ -89,13 +92,17 @@ def _mac(key: PlanKey, subject: Subject, at: int, args: bytes) -> str:
     return hmac.new(key.secret, message + b"\x00" + args, hashlib.sha256).hexdigest()
 
 
+def seal(key: PlanKey, subject: Subject, args: Sequence[Any], at: datetime) -> dict[str, Any]:
+    """The seal of `args` for `subject`, made at `at`."""
+    stamp = int(at.timestamp())
+    return {"at": stamp, "mac": _mac(key, subject, stamp, digest(args))}
+
+
 def make(key: PlanKey, subject: Subject, args: Sequence[Any], at: datetime) -> Payload:
     """The header value sealing `args` for `subject`, made at `at`."""
     from temporalio.api.common.v1 import Payload
 
-    stamp = int(at.timestamp())
-    mac = _mac(key, subject, stamp, digest(args))
-    return Payload(metadata={"encoding": b"json/plain"}, data=json.dumps({"at": stamp, "mac": mac}).encode())
+    return Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(seal(key, subject, args, at)).encode())
 
 
 def problem(
@@ -108,11 +115,16 @@ def problem(
         return "it carries no seal"
     try:
         sealed = json.loads(payload.data[:512])
-        stamp, mac = sealed["at"], sealed["mac"]
-        if not isinstance(stamp, int) or not isinstance(mac, str):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
         return "its seal is malformed"
+    return check(key, sealed, subject, args, now)
+
+
+def check(key: PlanKey, sealed: Any, subject: Subject, args: Sequence[Any], now: datetime | None) -> str | None:
+    """Why `sealed` (as `seal` made it) does not hold for `subject` and `args` (None: it does)."""
+    if not isinstance(sealed, dict) or not isinstance(sealed.get("at"), int) or not isinstance(sealed.get("mac"), str):
+        return "its seal is malformed"
+    stamp, mac = sealed["at"], sealed["mac"]
     if not hmac.compare_digest(mac.encode("ascii", "replace"), _mac(key, subject, stamp, digest(args)).encode()):
         return (
             "its seal does not match: it was forged, altered, sealed for another workflow id, or sealed "
