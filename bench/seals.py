@@ -1,8 +1,9 @@
 """Seals: what sealing and checking costs per run (agentenv/temporal/seals.py), on the plans of the built-in bundles.
 
 A run costs one start seal (made by the planner, checked by the worker) and, for each step run as a regular
-activity, one activity seal (made by the worker's workflow code, checked by the activity worker); each update a
-trainer or the gateway sends costs one more pair. Measured in-process on the real plans, with the baseline the
+activity, one activity seal (made by the worker's workflow code, checked by the activity worker) and one seal of
+its result (made by the activity worker, checked by the run; here a deploy step's outputs stand in for every
+result); each update a trainer or the gateway sends costs one more pair. Measured in-process on the real plans, with the baseline the
 work Temporal's data converter does anyway for the same payloads (serialising them once).
 
 Goal: at most 1 ms of sealing per run.
@@ -21,14 +22,24 @@ BUNDLES = ("hello", "support-desk", "workplace")  # (the others need a model end
 
 
 def _operations(inp):
-    """(what, name, args) of every seal a run of `inp` makes: its start, each regular activity step's call."""
-    from agentenv.spec.run import StepCall
+    """(what, name, args) of every seal a run of `inp` makes: its start, each regular activity step's call and result."""
+    from agentenv.spec.run import StepCall, StepOutcome
 
+    outcome = StepOutcome(
+        outputs={
+            "instance": f"{inp.run_id}.desk",
+            "gateway": "http://127.0.0.1:8790",
+            "urls": {"mcp": f"http://127.0.0.1:8790/envs/{inp.run_id}.desk/mcp"},
+            "agents": {"support": {"role": "support", "token": "secret:gateway-token"}},
+        },
+        duration_ms=117.0,
+    )
     yield "start", "agentenv.TaskRun", [inp]
     for step in inp.steps:
         if not step.local and not step.in_workflow:
             call = StepCall(run_id=inp.run_id, task_id=inp.task_id, step_id=step.id, type=step.type, config=step.config)
             yield "activity", "agentenv.run_step", [call]
+            yield "result", "agentenv.run_step", [outcome]
 
 
 def measure() -> dict:
