@@ -1,9 +1,11 @@
 """What the explorer's API tests (test_explorer.py) and its browser tests (test_explorer_browser.py) share: the two
-real runs they look at, executed once a session, and a way to serve the explorer on a real port."""
+real runs they look at, executed once a session, a way to serve the explorer on a real port, and signing in as
+its page does."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ import pytest
 
 from agentenv import runner
 from agentenv.bundles import resolve_target
+from agentenv.explorer.auth import COOKIE, KEY_HEADER, Door
 from agentenv.spec.run import RunState, RunStatus
 
 _runs: list[tuple[RunState, RunState]] = []  # both modules' fixtures share one pair per session
@@ -50,3 +53,20 @@ def serving(app) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def handed_key(page: str) -> str:
+    """The key a sign-in answer's page hands its tab (its script keeps it in sessionStorage)."""
+    found = re.search(r'<meta name="agentenv-explorer-key" content="([^"]+)">', page)
+    assert found, page
+    return found.group(1)
+
+
+async def sign_in(http, door: Door) -> str:
+    """Open a fresh one-time link as the page would, and send its key from now on (`http`: an httpx client of
+    the explorer); returns the key."""
+    answer = await http.get(f"/login?code={door.new_code()}")
+    assert answer.status_code == 200 and COOKIE in answer.headers["set-cookie"], answer.text
+    key = handed_key(answer.text)
+    http.headers[KEY_HEADER] = key
+    return key

@@ -34,20 +34,7 @@ def explorer_client(app) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)
 
 
-def handed_key(page: str) -> str:
-    """The key a sign-in answer's page hands its tab (its script keeps it in sessionStorage)."""
-    found = re.search(r'<meta name="agentenv-explorer-key" content="([^"]+)">', page)
-    assert found, page
-    return found.group(1)
-
-
-async def sign_in(http: httpx.AsyncClient, door: Door) -> str:
-    """Open a fresh one-time link as the page would, and send its key from now on; returns the key."""
-    answer = await http.get(f"/login?code={door.new_code()}")
-    assert answer.status_code == 200 and COOKIE in answer.headers["set-cookie"], answer.text
-    key = handed_key(answer.text)
-    http.headers[KEY_HEADER] = key
-    return key
+handed_key, sign_in = explorer_util.handed_key, explorer_util.sign_in
 
 
 @pytest.fixture

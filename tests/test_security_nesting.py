@@ -23,6 +23,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import explorer_util
 import httpx2
 import pytest
 from conftest import free_port
@@ -573,7 +574,7 @@ async def test_kept_trajectories_with_unreadable_lines_still_read(tmp_path):
 
         transport = httpx.ASGITransport(app=create_app(settings, door, stores=stores))
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8234") as http:
-            assert (await http.get(f"/login?code={door.new_code()}")).status_code == 303
+            await explorer_util.sign_in(http, door)
             page = await http.get(f"/api/runs/{run_id}/calls")
             assert page.status_code == 200 and page.json()["total"] == 9, page.text[:300]
     finally:
