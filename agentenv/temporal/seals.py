@@ -152,8 +152,9 @@ def _file(path: Path) -> PlanKey:
     from agentenv.stores.local import create_private_once, read_private
 
     remake = (
-        f"delete {path} to make a new one (runs in flight that were started before stop taking updates), or "
-        "restore it from a backup"
+        f"delete {path} and stop this install's background services (`agent-env server stop`, `agent-env "
+        "gateway stop`): the next command makes a new key, and runs in flight go on unchecked; or restore it "
+        "from a backup"
     )
     try:
         raw = read_private(path, what="the plan key file", remake=remake, error=BrokenSeal)
