@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
-from test_security_state import HITS_TASK
+from test_security_state import HITS_TASK, until_holding
 
 from agentenv import runner
 from agentenv.planning.tasks import load_task, parse_task
@@ -75,6 +75,14 @@ async def temporal(settings, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+async def start_from_cli(settings, workflow_id: str, plan_file: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`temporal workflow start` of the task run in `plan_file` on the install's task queue, as an outsider."""
+    return await temporal(
+        settings, "workflow", "start", "--type", runner.WORKFLOW, "--task-queue", settings.temporal.task_queue,
+        "--workflow-id", workflow_id, "--input-file", str(plan_file), *extra,
+    )  # fmt: skip
+
+
 async def refusal(client, workflow_id: str) -> ApplicationError:
     """How the run `workflow_id` ended: refused, with the reason as the workflow's failure."""
     with pytest.raises(WorkflowFailureError) as failed:
@@ -105,19 +113,7 @@ async def test_a_run_started_from_the_temporal_cli_is_refused_before_any_step(cl
     inp = runner.plan(task, runner.new_run_id("forged"), settings)
     plan_file = marker.parent / "plan.json"
     plan_file.write_text(inp.model_dump_json())
-    started = await temporal(
-        settings,
-        "workflow",
-        "start",
-        "--type",
-        runner.WORKFLOW,
-        "--task-queue",
-        settings.temporal.task_queue,
-        "--workflow-id",
-        inp.run_id,
-        "--input-file",
-        str(plan_file),
-    )
+    started = await start_from_cli(settings, inp.run_id, plan_file)
     assert started.returncode == 0, started.stderr
     cause = await refusal(client, inp.run_id)
     assert "refused before any step ran: it carries no seal" in cause.message
@@ -147,21 +143,7 @@ async def test_a_copied_seal_is_worthless_on_another_id_or_an_altered_plan(clien
     ):
         plan_file = marker.parent / f"{uuid.uuid4().hex}.json"
         plan_file.write_text(body)
-        started = await temporal(
-            settings,
-            "workflow",
-            "start",
-            "--type",
-            runner.WORKFLOW,
-            "--task-queue",
-            settings.temporal.task_queue,
-            "--workflow-id",
-            workflow_id,
-            "--input-file",
-            str(plan_file),
-            "--headers",
-            f"{seals.HEADER}={seal}",
-        )
+        started = await start_from_cli(settings, workflow_id, plan_file, "--headers", f"{seals.HEADER}={seal}")
         assert started.returncode == 0, (why, started.stderr)
         cause = await refusal(client, workflow_id)
         assert "its seal does not match" in cause.message, why
@@ -174,11 +156,7 @@ async def test_a_forged_or_copied_trigger_hit_is_refused(client, settings, worke
     update id. Both are refused before they reach history; the run still takes the gateway's sealed hits."""
     gate = tmp_path / "gate"
     handle = await runner.start_run(client, settings, parse_task(tomllib.loads(HITS_TASK.format(gate=gate)), "t"))
-    for _ in range(400):
-        state = await runner.query_state(handle)
-        if state.steps["hold"].status is StepStatus.RUNNING:
-            break
-        await asyncio.sleep(0.05)
+    state = await until_holding(handle)
     hit = TriggerHit(
         trigger="later", instance=state.steps["pad"].outputs["instance"], virtual_time=datetime.now(UTC), match={}
     )
@@ -247,10 +225,7 @@ async def test_a_step_completed_from_outside_fails_instead_of_taking_the_result(
             {"id": "hold", "type": "wait_file", "depends_on": ["nap"], "config": {"path": str(gate)}},
         ]
         handle = await runner.start_run(client, settings, parse_task({"id": "held", "steps": steps}, "t"))
-        for _ in range(400):
-            if (await runner.query_state(handle)).steps["hold"].status is StepStatus.RUNNING:
-                break
-            await asyncio.sleep(0.05)
+        await until_holding(handle)
         forged = json.dumps({"outputs": {"forged": True}, "score": {"value": 1.0}})
         if copy:
             history = await handle.fetch_history()

@@ -266,6 +266,16 @@ config = {{ path = "{gate}" }}
 """
 
 
+async def until_holding(handle):
+    """The run's state once its `hold` step (waiting for a file) runs."""
+    for _ in range(400):
+        state = await runner.query_state(handle)
+        if state.steps["hold"].status is StepStatus.RUNNING:
+            return state
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"step hold never ran: {state.steps['hold']}")
+
+
 async def refused(handle, update: str, *args) -> str:
     from temporalio.client import WorkflowUpdateFailedError
 
@@ -281,11 +291,7 @@ async def test_run_updates_refuse_what_is_not_the_runs(client, settings, worker,
     enters history -- and the run goes on."""
     gate = tmp_path / "gate"
     handle = await runner.start_run(client, settings, parse_task(tomllib.loads(HITS_TASK.format(gate=gate)), "t"))
-    for _ in range(400):
-        state = await runner.query_state(handle)
-        if state.steps["hold"].status is StepStatus.RUNNING:
-            break
-        await asyncio.sleep(0.05)
+    state = await until_holding(handle)
     instance = state.steps["pad"].outputs["instance"]
     marker = "hostile-" + os.urandom(4).hex()
     now = datetime.now(UTC)
