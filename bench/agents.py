@@ -80,7 +80,7 @@ config = {{ agent = "a", prompt = "hello", conversation = {{ partner = "b", max_
 async def round_trips(url: str, headers: dict[str, str]) -> list[float]:
     import httpx
 
-    from agentenv.agents.client import AgentClient
+    from agent_env.agents.client import AgentClient
 
     async with httpx.AsyncClient(headers=headers) as http:
         client = AgentClient(url, http)
@@ -128,12 +128,12 @@ def hosted() -> list[float]:
     root = temp_dir("agentenv-bench-agents-")
     port = free_port()
     # Its own state and URL: the hosted agent's card must name the origin it is fetched from (no user config).
-    env = {**isolated_env(), "AGENTENV_GATEWAY_PORT": str(port)}
+    env = {**isolated_env(), "AGENT_ENV_GATEWAY_PORT": str(port)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)], env=env
+        [sys.executable, "-m", "agent_env.gateway", "--root", str(root), "--port", str(port)], env=env
     )
     try:
-        from agentenv.gateway import tokens
+        from agent_env.gateway import tokens
 
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -171,7 +171,7 @@ def in_a_run() -> tuple[float, float, float]:
             raise SystemExit(f"the conversation run failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
         state = json.loads(done.stdout)
         talk = state["steps"]["talk"]
-        transcript = json.loads((Path(env["AGENTENV_HOME"]) / "objects" / talk["outputs"]["transcript"]).read_text())
+        transcript = json.loads((Path(env["AGENT_ENV_HOME"]) / "objects" / talk["outputs"]["transcript"]).read_text())
         answers = [m["seconds"] for m in transcript["messages"] if "seconds" in m]
         return talk["duration_ms"] / len(answers), summarize(answers)["median"] * 1000, talk["duration_ms"]
     finally:

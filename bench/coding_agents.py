@@ -1,9 +1,9 @@
 """CLI coding agents: a turn's start -> the CLI's first tool call, and -> its answer, for Codex and Claude Code run
-by agentenv's A2A bridge (agentenv.agents.cli_agent) in a warm container (agentenv/cli-agents:bookworm) and as a
+by agent-env's A2A bridge (agent_env.agents.cli_agent) in a warm container (agentenv/cli-agents:bookworm) and as a
 local process; the fake model scripts one tool call then an answer.
 
 Baseline, measured in the same run: the same CLI started directly by this process with the same preset's
-config (no A2A, no bridge). The difference is what agentenv adds to a CLI's turn: the A2A round trip, the bridge,
+config (no A2A, no bridge). The difference is what agent-env adds to a CLI's turn: the A2A round trip, the bridge,
 and (in Docker) `docker`-free process start inside a running container, which costs nothing extra.
 
 Needs the CLIs from npm (tests/test_cli_presets.py caches them in ~/.cache/agentenv-tests/cli-agents) and, for the
@@ -65,7 +65,7 @@ def first_call_after(tools: Tools, started: float) -> float:
 
 def direct(preset: str, model_url: str, mcp_url: str) -> tuple[list[float], list[float]]:
     """The CLI started by this process, the preset's config, no bridge: (start -> first call, start -> done)."""
-    from agentenv.agents.cli_presets import PRESETS, McpEndpoint, ModelEndpoint
+    from agent_env.agents.cli_presets import PRESETS, McpEndpoint, ModelEndpoint
 
     firsts, totals = [], []
     for _ in range(TURNS + 1):
@@ -90,10 +90,10 @@ def direct(preset: str, model_url: str, mcp_url: str) -> tuple[list[float], list
 
 async def bridged(url: str, preset: str, model_url: str, mcp_url: str, executable: str | None):
     """Turns through the bridge at `url` over A2A: (start -> first call, start -> answer)."""
-    from agentenv.agents.cli_agent import CliModel, CliSettings
-    from agentenv.agents.client import agent_client
-    from agentenv.agents.extensions import McpServer
-    from agentenv.config import Settings
+    from agent_env.agents.cli_agent import CliModel, CliSettings
+    from agent_env.agents.client import agent_client
+    from agent_env.agents.extensions import McpServer
+    from agent_env.config import Settings
 
     client = agent_client(Settings(state_dir=temp_dir()), url, hosted=False)
     for _ in range(200):  # the bridge starting
@@ -127,7 +127,7 @@ async def bridged(url: str, preset: str, model_url: str, mcp_url: str, executabl
 def local_bridge(preset: str, model_url: str, mcp_url: str):
     port = free_port()
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port)}
-    proc = subprocess.Popen([sys.executable, "-m", "agentenv.agents.cli_agent"], env=env, cwd=temp_dir())
+    proc = subprocess.Popen([sys.executable, "-m", "agent_env.agents.cli_agent"], env=env, cwd=temp_dir())
     try:
         executable = str(BIN / ("claude" if preset == "claude_code" else "codex"))
         return asyncio.run(bridged(f"http://127.0.0.1:{port}/", preset, model_url, mcp_url, executable))
@@ -163,7 +163,7 @@ TOOLS = Tools()
 def measure() -> dict:
     import logging
 
-    from agentenv.agents.fake_model import create_app
+    from agent_env.agents.fake_model import create_app
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 

@@ -60,12 +60,12 @@ def isolated_env() -> dict[str, str]:
     """A fresh state directory and free ports: nothing of the user's is touched or reused."""
     env = {
         **os.environ,
-        "AGENTENV_HOME": str(temp_dir()),
-        "AGENTENV_SERVER_PORT": str(free_port()),
-        "AGENTENV_UI_PORT": str(free_port()),
-        "AGENTENV_GATEWAY_PORT": str(free_port()),
+        "AGENT_ENV_HOME": str(temp_dir()),
+        "AGENT_ENV_SERVER_PORT": str(free_port()),
+        "AGENT_ENV_UI_PORT": str(free_port()),
+        "AGENT_ENV_GATEWAY_PORT": str(free_port()),
     }
-    for var in ("TEMPORAL_ADDRESS", "AGENTENV_CONFIG", "AGENTENV_GATEWAY_URL", "AGENTENV_GATEWAY_TOKEN"):
+    for var in ("TEMPORAL_ADDRESS", "AGENT_ENV_CONFIG", "AGENT_ENV_GATEWAY_URL", "AGENT_ENV_GATEWAY_TOKEN"):
         env.pop(var, None)
     return env
 

@@ -160,9 +160,9 @@ async def conversation(episodes, spec, latencies: list[float]) -> None:
 
 
 async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
-    from agentenv.config import load_settings
-    from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.planning.tasks import parse_task
+    from agent_env.config import load_settings
+    from agent_env.episodes import Episodes, EpisodeSpec
+    from agent_env.planning.tasks import parse_task
 
     settings = load_settings()
     episodes = await Episodes.connect(settings, worker=False)

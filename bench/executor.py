@@ -39,19 +39,19 @@ class BareChain:
 
 
 def chain(n: int, step_type: str):
-    from agentenv.planning.tasks import parse_task
+    from agent_env.planning.tasks import parse_task
 
     steps = [{"id": f"s{i}", "type": step_type, "depends_on": [f"s{i - 1}"] if i else []} for i in range(n)]
     return parse_task({"id": "bench", "steps": steps}, "bench")
 
 
 async def measure_async() -> dict:
-    from agentenv import runner
-    from agentenv.config import load_settings
-    from agentenv.steps import registry, step_type
-    from agentenv.temporal import server
-    from agentenv.temporal.client import connect
-    from agentenv.temporal.worker import create_worker
+    from agent_env import runner
+    from agent_env.config import load_settings
+    from agent_env.steps import registry, step_type
+    from agent_env.temporal import server
+    from agent_env.temporal.client import connect
+    from agent_env.temporal.worker import create_worker
 
     os.environ.update(isolated_env())
     settings = load_settings()

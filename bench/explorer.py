@@ -59,8 +59,8 @@ def chromium():
 
 def fill_store(stores) -> None:
     """RUNS finished runs, and one whose single instance made CALLS tool calls (a tenth of them refused)."""
-    from agentenv.spec.run import RunState, RunStatus, StepState, StepStatus
-    from agentenv.stores import keys
+    from agent_env.spec.run import RunState, RunStatus, StepState, StepStatus
+    from agent_env.stores import keys
 
     started = datetime(2026, 3, 2, 13, tzinfo=UTC)
     for i in range(RUNS):
@@ -117,7 +117,7 @@ def fill_store(stores) -> None:
 
 def static_pages(folder: Path) -> None:
     """The baseline's pages: the explorer's stylesheet and the same rows, written into the HTML."""
-    from agentenv.explorer.server import STATIC
+    from agent_env.explorer.server import STATIC
 
     shutil.copy(STATIC / "style.css", folder / "style.css")
     head = '<!doctype html><html><head><meta charset="utf-8"><link rel="stylesheet" href="style.css"></head><body>'
@@ -167,10 +167,10 @@ def measure() -> dict:
     from starlette.routing import Mount
     from starlette.staticfiles import StaticFiles
 
-    from agentenv.config import Settings
-    from agentenv.explorer.auth import Door
-    from agentenv.explorer.server import create_app
-    from agentenv.stores import open_stores
+    from agent_env.config import Settings
+    from agent_env.explorer.auth import Door
+    from agent_env.explorer.server import create_app
+    from agent_env.stores import open_stores
 
     state = temp_dir("agentenv-bench-explorer-")
     (state / "static").mkdir()

@@ -110,10 +110,10 @@ def run_client(url: str, token: str, mode: str, n: int, clients: int = 1):
 
 
 def measure() -> dict:
-    from agentenv.envs.app_instance import AppInstance
-    from agentenv.envs.builtin.notes import Notes
-    from agentenv.envs.context import Ctx
-    from agentenv.gateway import tokens
+    from agent_env.envs.app_instance import AppInstance
+    from agent_env.envs.builtin.notes import Notes
+    from agent_env.envs.context import Ctx
+    from agent_env.gateway import tokens
 
     root = temp_dir("agentenv-bench-gw-")
     direct_port, gw_port = free_port(), free_port()
@@ -123,7 +123,7 @@ def measure() -> dict:
         stderr=subprocess.DEVNULL,
     )
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "agentenv.gateway", "--root", str(root / "gw"), "--port", str(gw_port)],
+        [sys.executable, "-m", "agent_env.gateway", "--root", str(root / "gw"), "--port", str(gw_port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -5,7 +5,7 @@ Each rollout: next_turn, 10 tool calls (REST), end, result; the 8 run at once ei
 loads a data file of notes (500, then 5,000), so loading is real work that a fork replaces with a SQLite backup.
 Figures per rollout: wall (the batch's wall time / 8) and CPU, summed over every process involved (this one,
 the worker, the gateway, the Temporal server: each process whose environment carries this bench's
-AGENTENV_HOME), from utime + stime in /proc/<pid>/stat before and after. Rounds alternate the two shapes;
+AGENT_ENV_HOME), from utime + stime in /proc/<pid>/stat before and after. Rounds alternate the two shapes;
 medians are reported.
 """
 
@@ -58,7 +58,7 @@ def bundle(notes: int) -> Path:
 def cpu_seconds(home: str) -> dict[str, float]:
     """utime + stime of this process and of every process whose environment names this bench's state dir, by
     what it is (trainer, worker, gateway, temporal)."""
-    marker = f"AGENTENV_HOME={home}".encode()
+    marker = f"AGENT_ENV_HOME={home}".encode()
     totals = dict.fromkeys(("trainer", "worker", "gateway", "temporal", "other"), 0.0)
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -81,7 +81,7 @@ def cpu_seconds(home: str) -> dict[str, float]:
 def _kind(pid: int, command: str) -> str:
     if pid == os.getpid():
         return "trainer"
-    if "agentenv.gateway" in command:
+    if "agent_env.gateway" in command:
         return "gateway"
     if "temporal" in command.split(" ", 1)[0] or "server start-dev" in command:
         return "temporal"
@@ -113,9 +113,9 @@ async def grouped(episodes, spec) -> None:
 
 
 async def measure_async(home: str) -> dict:
-    from agentenv.config import load_settings
-    from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.planning.tasks import parse_task
+    from agent_env.config import load_settings
+    from agent_env.episodes import Episodes, EpisodeSpec
+    from agent_env.planning.tasks import parse_task
 
     settings = load_settings()
     episodes = await Episodes.connect(settings, worker=False)
@@ -173,7 +173,7 @@ def measure() -> dict:
     subprocess.run([AGENT_ENV, "server", "start"], env=env, capture_output=True, check=True, timeout=120)
     worker = subprocess.Popen([AGENT_ENV, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return asyncio.run(measure_async(env["AGENTENV_HOME"]))
+        return asyncio.run(measure_async(env["AGENT_ENV_HOME"]))
     finally:
         worker.terminate()
         worker.wait(30)

@@ -55,7 +55,7 @@ def measure() -> dict:
     for r in range(ROUNDS):
         for turn in (ours, reference_once) if r % 2 == 0 else (reference_once, ours):
             turn()
-    address = f"127.0.0.1:{env['AGENTENV_SERVER_PORT']}"
+    address = f"127.0.0.1:{env['AGENT_ENV_SERVER_PORT']}"
     for _ in range(WARM_RUNS):
         bare.append(timed([sys.executable, str(BARE), address], env)[0])
     stop(env)

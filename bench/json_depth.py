@@ -1,4 +1,4 @@
-"""The depth check every request body passes (`agentenv.json_depth`): what it costs beside the parse it guards.
+"""The depth check every request body passes (`agent_env.json_depth`): what it costs beside the parse it guards.
 
 Measured in-process, per body: the scan alone (`json_depth.check`) and `json.loads` of the same bytes, for a
 tool call's arguments, a typical 1 KB and 1 MB body (data/add rows: strings with escapes, nested objects),
@@ -63,7 +63,7 @@ def best_ms(fn, repeats: int = REPEATS) -> dict[str, float]:
 
 def measure_door() -> float:
     """Microseconds the door adds to one tool call's request (an app that answers at once, no server)."""
-    from agentenv.json_depth import JsonBodies
+    from agent_env.json_depth import JsonBodies
 
     body = BODIES["tool call (81 B)"]
 
@@ -94,7 +94,7 @@ def measure_door() -> float:
 
 
 def measure() -> dict:
-    from agentenv.json_depth import TooDeep, check
+    from agent_env.json_depth import TooDeep, check
 
     def scan(body: bytes) -> None:
         try:

@@ -18,7 +18,7 @@ from common import free_port, row, summarize
 CALLS = 200
 FAKE = r"""
 import sys, uvicorn
-from agentenv.agents.fake_model import create_app
+from agent_env.agents.fake_model import create_app
 uvicorn.run(create_app({"bench": [{"say": "ok"}]}), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
 PROVIDERS = {
@@ -43,8 +43,8 @@ async def _timed(call, n: int) -> list[float]:
 async def _measure(base: str) -> dict[str, list[float]]:
     import httpx2
 
-    from agentenv.agents.models import ChatModel
-    from agentenv.config import ModelSettings
+    from agent_env.agents.models import ChatModel
+    from agent_env.config import ModelSettings
 
     out = {}
     async with httpx2.AsyncClient() as http:

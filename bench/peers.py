@@ -135,7 +135,7 @@ def reference_setup() -> Reference:
     """
     python = peer_python("reference", REFERENCE)
     home = str(temp_dir("agentenv-bench-reference-"))
-    env = {name: value for name, value in os.environ.items() if not name.startswith(("AGENT_ENV", "AGENTENV_"))}
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("AGENT_ENV", "AGENT_ENV_"))}
     env.pop("XDG_STATE_HOME", None)  # its state goes to $HOME/.local/state/agent-env, sandboxes to $HOME too
     env["HOME"] = home
     reference = Reference(cli=python.parent / "agent-env", env=env)

@@ -54,9 +54,9 @@ def make_many_tasks(root: Path) -> Path:
 
 def measure_bundle_files(state: Path) -> dict:
     """Export TASKS tasks sharing one env, and one of them alone; import the big file into a fresh registry."""
-    from agentenv.config import Settings
-    from agentenv.registry.bundle_file import export_bundle, import_bundle
-    from agentenv.registry.store import open_registry
+    from agent_env.config import Settings
+    from agent_env.registry.bundle_file import export_bundle, import_bundle
+    from agent_env.registry.store import open_registry
 
     print(f"bundle files ({TASKS} tasks sharing the {FILES}-file env, in-process, local stores)")
     names = [f"t{i:03}" for i in range(TASKS)]
@@ -97,8 +97,8 @@ def measure_bundle_files(state: Path) -> dict:
 
 
 def measure() -> dict:
-    from agentenv.config import Settings
-    from agentenv.registry.store import open_registry
+    from agent_env.config import Settings
+    from agent_env.registry.store import open_registry
 
     print(f"registry (push of a {FILES}-file bundle, in-process, local stores)")
     state = Path(tempfile.mkdtemp(prefix="agentenv-bench-registry-"))

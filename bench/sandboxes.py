@@ -18,9 +18,9 @@ from pathlib import Path
 
 from common import row
 
-from agentenv.config import Settings
+from agent_env.config import Settings
 
-ECHO = Path(__file__).parent.parent / "agentenv" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
+ECHO = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
 WARM_RUNS = 7
 COLD_RUNS = 3
 
@@ -29,9 +29,9 @@ async def _gateway(root: Path):
     import uvicorn
     from common import free_port
 
-    from agentenv.gateway.client import GatewayClient
-    from agentenv.gateway.http import create_app
-    from agentenv.gateway.service import Gateway
+    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway.http import create_app
+    from agent_env.gateway.service import Gateway
 
     gateway = Gateway(root / "gateway")
     port = free_port()
@@ -46,7 +46,7 @@ def _forget_image(provider, build: Path) -> None:
     """Remove the image built from this context, so the next create builds it again."""
     import docker.errors
 
-    from agentenv.providers.docker import build_tag, context_tar
+    from agent_env.providers.docker import build_tag, context_tar
 
     try:  # by id, so other tags of the same image (and its cached layers) go too
         image = provider.client.images.get(build_tag(build, context_tar(build)))
@@ -56,10 +56,10 @@ def _forget_image(provider, build: Path) -> None:
 
 
 async def _raw_docker(provider, build: Path, n: int) -> tuple[float, float]:
-    """Docker alone, no agentenv: run the built image, wait until it serves, then remove it."""
+    """Docker alone, no agent-env: run the built image, wait until it serves, then remove it."""
     import httpx2
 
-    from agentenv.providers.docker import build_tag, context_tar
+    from agent_env.providers.docker import build_tag, context_tar
 
     image = build_tag(build, context_tar(build))
     started = time.perf_counter()
@@ -89,7 +89,7 @@ async def _raw_docker(provider, build: Path, n: int) -> tuple[float, float]:
 
 async def _one(admin, provider, settings, n: int, *, cold: bool, build: Path | None) -> tuple[float, float]:
     """(start → first tool call answered, teardown) in seconds."""
-    from agentenv.providers import SandboxSpec
+    from agent_env.providers import SandboxSpec
 
     instance = f"bench-{provider.name if provider else 'inproc'}-{n}"
     started = time.perf_counter()
@@ -120,9 +120,9 @@ async def _one(admin, provider, settings, n: int, *, cold: bool, build: Path | N
 
 
 async def _measure() -> dict:
-    from agentenv.providers import ProviderUnavailable
-    from agentenv.providers.docker import DockerProvider
-    from agentenv.providers.local import LocalProvider
+    from agent_env.providers import ProviderUnavailable
+    from agent_env.providers.docker import DockerProvider
+    from agent_env.providers.local import LocalProvider
 
     root = Path(tempfile.mkdtemp(prefix="agentenv-bench-sandboxes-"))
     settings = Settings(state_dir=root / "home")

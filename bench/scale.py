@@ -4,7 +4,7 @@
 - The workload: CONCURRENT trainer episodes at once, each a 5-turn conversation with a hosted scripted partner
   (bench/episodes.py's `conversation_task`), ROUNDS rounds. Episodes per second = episodes finished / wall
   time; turn latency = from `end_turn` to the next turn being offered.
-- Each variant gets its own Temporal dev server, its gateways as `python -m agentenv.gateway` processes in one
+- Each variant gets its own Temporal dev server, its gateways as `python -m agent_env.gateway` processes in one
   `[gateway] pool` (sharing a key through the secret store, as a cluster's would), `agent-env worker`
   processes on one task queue, and the trainer in this process. The first variant is the baseline.
 - CPU: every process's user + system seconds over the measured window (from psutil if installed, else
@@ -110,25 +110,25 @@ class Variant:
         return f"{self.workers} worker{'s' * (self.workers > 1)} + {self.gateways} gateway{'s' * (self.gateways > 1)}"
 
     def start(self) -> None:
-        from agentenv.config import load_settings
-        from agentenv.temporal import server
+        from agent_env.config import load_settings
+        from agent_env.temporal import server
 
         self.env = isolated_env()
-        root = Path(self.env["AGENTENV_HOME"])
-        # The gateways form one pool (placement and ownership, agentenv/gateway/pool.py); their shared key
-        # comes from the secret store (here the local one, reading AGENTENV_SECRET_POOL_KEY).
+        root = Path(self.env["AGENT_ENV_HOME"])
+        # The gateways form one pool (placement and ownership, agent_env/gateway/pool.py); their shared key
+        # comes from the secret store (here the local one, reading AGENT_ENV_SECRET_POOL_KEY).
         urls = [f"http://127.0.0.1:{free_port()}" for _ in range(self.gateways)]
         config = root / "config.toml"
         pool = ", ".join(f'"{u}"' for u in urls)
         config.write_text(f'[gateway]\npool = [{pool}]\nkey_secret = "pool-key"\n\n[sandboxes]\nreap_every = 0\n')
-        self.env |= {"AGENTENV_CONFIG": str(config), "AGENTENV_SECRET_POOL_KEY": secrets.token_hex(32)}
+        self.env |= {"AGENT_ENV_CONFIG": str(config), "AGENT_ENV_SECRET_POOL_KEY": secrets.token_hex(32)}
         subprocess.run([AGENT_ENV, "server", "start"], env=self.env, capture_output=True, check=True, timeout=120)
         os.environ.update(self.env)
         self.processes["temporal server"] = server.status(load_settings()).info.pid
         for n, url in enumerate(urls):
-            command = [sys.executable, "-m", "agentenv.gateway", "--root", str(root / f"gateway-{n}")]
+            command = [sys.executable, "-m", "agent_env.gateway", "--root", str(root / f"gateway-{n}")]
             port = url.rsplit(":", 1)[1]
-            self.spawn(f"gateway {n}", [*command, "--port", port], {"AGENTENV_GATEWAY_URL": url})
+            self.spawn(f"gateway {n}", [*command, "--port", port], {"AGENT_ENV_GATEWAY_URL": url})
         for url in urls:
             self.wait_up(url)
         for n in range(self.workers):
@@ -136,7 +136,7 @@ class Variant:
         self.processes["trainer (this process)"] = os.getpid()
 
     def spawn(self, name: str, command: list[str], extra: dict[str, str] | None = None) -> None:
-        log = open(Path(self.env["AGENTENV_HOME"]) / f"{name.replace(' ', '-')}.log", "ab")  # noqa: SIM115
+        log = open(Path(self.env["AGENT_ENV_HOME"]) / f"{name.replace(' ', '-')}.log", "ab")  # noqa: SIM115
         process = subprocess.Popen(command, env={**self.env, **(extra or {})}, stdout=log, stderr=log)
         self.owned.append(process)
         self.processes[name] = process.pid
@@ -152,7 +152,7 @@ class Variant:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise SystemExit(f"the gateway at {url} did not start (logs in {self.env['AGENTENV_HOME']})")
+                raise SystemExit(f"the gateway at {url} did not start (logs in {self.env['AGENT_ENV_HOME']})")
             time.sleep(0.1)
 
     def stop(self) -> None:
@@ -166,9 +166,9 @@ class Variant:
 async def run_episodes(variant: Variant) -> dict:
     from episodes import conversation, conversation_task
 
-    from agentenv.config import load_settings
-    from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.planning.tasks import parse_task
+    from agent_env.config import load_settings
+    from agent_env.episodes import Episodes, EpisodeSpec
+    from agent_env.planning.tasks import parse_task
 
     episodes = await Episodes.connect(load_settings(), worker=False)
     try:

@@ -1,4 +1,4 @@
-"""Seals: what sealing and checking costs per run (agentenv/temporal/seals.py), on the plans of the built-in bundles.
+"""Seals: what sealing and checking costs per run (agent_env/temporal/seals.py), on the plans of the built-in bundles.
 
 A run costs one start seal (made by the planner, checked by the worker) and, for each step run as a regular
 activity, one activity seal (made by the worker's workflow code, checked by the activity worker) and one seal of
@@ -23,7 +23,7 @@ BUNDLES = ("hello", "support-desk", "workplace")  # (the others need a model end
 
 def _operations(inp):
     """(what, name, args) of every seal a run of `inp` makes: its start, each regular activity step's call and result."""
-    from agentenv.spec.run import StepCall, StepOutcome
+    from agent_env.spec.run import StepCall, StepOutcome
 
     outcome = StepOutcome(
         outputs={
@@ -45,11 +45,11 @@ def _operations(inp):
 def measure() -> dict:
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from agentenv import runner
-    from agentenv.bundles import BUILTIN_ROOT
-    from agentenv.config import Settings
-    from agentenv.planning.tasks import load_task
-    from agentenv.temporal import seals
+    from agent_env import runner
+    from agent_env.bundles import BUILTIN_ROOT
+    from agent_env.config import Settings
+    from agent_env.planning.tasks import load_task
+    from agent_env.temporal import seals
 
     print(f"seals (in-process, {ROUNDS} rounds per bundle; what sealing adds to each run)")
     settings = Settings.model_validate({"state_dir": str(temp_dir("agentenv-bench-seals-"))})
@@ -79,7 +79,7 @@ def measure() -> dict:
 
 
 def _seal_and_check(key, run_id: str, ops) -> None:
-    from agentenv.temporal import seals
+    from agent_env.temporal import seals
 
     now = datetime.now(UTC)
     for what, name, args in ops:

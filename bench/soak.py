@@ -48,7 +48,7 @@ from pathlib import Path
 from common import AGENT_ENV, exit_now, isolated_env, row
 
 PARTS = ("runs", "episodes", "faults")
-SCRUB = ("TEMPORAL_ADDRESS", "AGENTENV_CONFIG", "AGENTENV_GATEWAY_URL", "AGENTENV_GATEWAY_TOKEN")
+SCRUB = ("TEMPORAL_ADDRESS", "AGENT_ENV_CONFIG", "AGENT_ENV_GATEWAY_URL", "AGENT_ENV_GATEWAY_TOKEN")
 
 
 # -- processes --
@@ -127,12 +127,12 @@ class Cluster:
 
     def __init__(self) -> None:
         self.env = isolated_env()
-        self.home = Path(self.env["AGENTENV_HOME"])
+        self.home = Path(self.env["AGENT_ENV_HOME"])
         self.saved = dict(os.environ)
         for var in SCRUB:
             os.environ.pop(var, None)
         os.environ.update(self.env)
-        from agentenv.config import load_settings
+        from agent_env.config import load_settings
 
         self.settings = load_settings(self.home)
         self.workers: list[subprocess.Popen] = []
@@ -163,13 +163,13 @@ class Cluster:
         return [w for w in self.workers if w.poll() is None]
 
     def gateway_pid(self) -> int | None:
-        from agentenv.gateway import embedded
+        from agent_env.gateway import embedded
 
         st = embedded.status(self.settings)
         return st.info.pid if st.running else None
 
     def server_pid(self) -> int | None:
-        from agentenv.temporal import server
+        from agent_env.temporal import server
 
         st = server.status(self.settings)
         return st.info.pid if st.running else None
@@ -394,8 +394,8 @@ async def episode_loop(episodes, spec, deadline: float, stats: dict, cap: float)
 async def episodes_async(c: Cluster, n: int, minutes: float) -> dict:
     from episodes import conversation_task
 
-    from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.planning.tasks import parse_task
+    from agent_env.episodes import Episodes, EpisodeSpec
+    from agent_env.planning.tasks import parse_task
 
     episodes = await Episodes.connect(c.settings, worker=False)
     try:
@@ -523,7 +523,7 @@ def comparable(state, final_data) -> dict:
 
 
 async def final_data(settings, state, env_step: str, notes_only: bool):
-    from agentenv.gateway.embedded import connect as gateway_connect
+    from agent_env.gateway.embedded import connect as gateway_connect
 
     async with gateway_connect(settings) as gateway:
         data = await gateway.data(state.steps[env_step].outputs["instance"], "data/get")
@@ -561,7 +561,7 @@ class Faults:
         self.last_kill = ""
 
     async def connect(self):
-        from agentenv.temporal.client import connect
+        from agent_env.temporal.client import connect
 
         self.client = await connect(self.c.settings)
         return self.client
@@ -642,8 +642,8 @@ class Faults:
                 await asyncio.sleep(0.5)
 
     async def wait_run(self, run_id: str, deadline: float, retries: list):
-        from agentenv import runner
-        from agentenv.spec.run import RunState
+        from agent_env import runner
+        from agent_env.spec.run import RunState
 
         async def once():
             handle = self.client.get_workflow_handle(run_id, result_type=RunState)
@@ -654,7 +654,7 @@ class Faults:
     # a workplace run
 
     async def workplace(self, spec, kill: tuple[str, float] | None):
-        from agentenv import runner
+        from agent_env import runner
 
         t0 = time.monotonic()
         deadline = t0 + self.timeout
@@ -691,7 +691,7 @@ class Faults:
         try:
             from temporalio.exceptions import WorkflowAlreadyStartedError
 
-            from agentenv.runner import new_run_id
+            from agent_env.runner import new_run_id
 
             run_id = new_run_id(spec.task.id)
 
@@ -724,9 +724,9 @@ class Faults:
 
 
 async def faults_async(c: Cluster, n: int, seed: int, downtime: float, timeout: float) -> dict:
-    from agentenv.bundles import resolve_target
-    from agentenv.episodes import Episodes, EpisodeSpec
-    from agentenv.planning.tasks import parse_task
+    from agent_env.bundles import resolve_target
+    from agent_env.episodes import Episodes, EpisodeSpec
+    from agent_env.planning.tasks import parse_task
 
     rng = random.Random(seed)
     f = Faults(c, rng, downtime, timeout)

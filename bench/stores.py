@@ -3,7 +3,7 @@ backends on moto's server (its own process, real HTTP on 127.0.0.1), with local 
 
 moto on loopback measures the client side (boto3, HTTP, JSON) and a fast in-memory server; a real AWS region
 adds its network round trip (typically 5-20 ms in-region) to each AWS figure. Skips AWS when boto3 or moto is
-not installed (`pip install 'agentenv[aws]' 'moto[server]'`). Cloud Storage's object figures come from
+not installed (`pip install 'agentenv-framework[aws]' 'moto[server]'`). Cloud Storage's object figures come from
 fake-gcs-server (the Go emulator, same caveat; GCP's document store has no emulator here, so no figure).
 """
 
@@ -49,7 +49,7 @@ def measure_backend(documents, objects) -> dict[str, float]:
 
 
 def local_stores(state: Path):
-    from agentenv.stores.local import FileObjectStore, SqliteDocumentStore
+    from agent_env.stores.local import FileObjectStore, SqliteDocumentStore
 
     return SqliteDocumentStore(state / "agentenv.sqlite"), FileObjectStore(state / "objects")
 
@@ -57,8 +57,8 @@ def local_stores(state: Path):
 def aws_stores(state: Path, endpoint: str):
     import boto3
 
-    from agentenv.config import Settings
-    from agentenv.stores.aws import open_aws
+    from agent_env.config import Settings
+    from agent_env.stores.aws import open_aws
 
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
     settings = Settings.model_validate({"state_dir": str(state)})
@@ -83,8 +83,8 @@ def gcs_objects(state: Path, endpoint: str):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from agentenv.config import Settings
-    from agentenv.stores.gcp import open_gcp
+    from agent_env.config import Settings
+    from agent_env.stores.gcp import open_gcp
 
     client = storage.Client(
         project="bench", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}

@@ -58,11 +58,11 @@ class Receiver:
 
 async def _runs_in_process(count: int) -> list[float]:
     """`count` runs of hello through one client and worker (this process's settings say whether it traces)."""
-    from agentenv import runner, telemetry
-    from agentenv.bundles import resolve_target
-    from agentenv.config import load_settings
-    from agentenv.temporal.client import connect
-    from agentenv.temporal.worker import create_worker
+    from agent_env import runner, telemetry
+    from agent_env.bundles import resolve_target
+    from agent_env.config import load_settings
+    from agent_env.temporal.client import connect
+    from agent_env.temporal.worker import create_worker
 
     settings = load_settings()
     telemetry.setup(settings, "bench")
@@ -81,7 +81,7 @@ async def _runs_in_process(count: int) -> list[float]:
 def measure() -> dict:
     receiver = Receiver()
     base = isolated_env()
-    modes = {"off": base, "on": {**base, "AGENTENV_TRACES": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}}
+    modes = {"off": base, "on": {**base, "AGENT_ENV_TRACES": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}}
     cli: dict[str, list[float]] = {"off": [], "on": []}
     steady: dict[str, list[float]] = {"off": [], "on": []}
     try:

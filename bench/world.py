@@ -40,7 +40,7 @@ def fired(state: dict) -> list[tuple[str, str]]:
 
 
 def paced_copy() -> Path:
-    text = (ROOT / "agentenv/bundles/workplace/tasks/workplace.toml").read_text()
+    text = (ROOT / "agent_env/bundles/workplace/tasks/workplace.toml").read_text()
     text = text.replace('mode = "event_driven"', 'mode = "paced"\nrate = 86400')
     folder = temp_dir("agentenv-bench-world-") / "tasks"
     folder.mkdir()
@@ -95,16 +95,16 @@ async def _note(mcp, key: str) -> str | None:
 async def hit_latency(env: dict) -> dict:
     """An agent's call provokes a trigger; how soon is the action's effect visible?"""
     sys.path.insert(0, str(ROOT / "tests"))
-    from gateway_util import mcp_client  # (importing the tests' conftest points AGENTENV_HOME at a test home)
+    from gateway_util import mcp_client  # (importing the tests' conftest points AGENT_ENV_HOME at a test home)
 
     os.environ.update(env)  # after it: the daemons this starts are the isolated ones measure() stops
 
-    from agentenv import runner
-    from agentenv.config import load_settings
-    from agentenv.gateway.embedded import connect as gateway_connect
-    from agentenv.planning.tasks import parse_task
-    from agentenv.temporal.client import connect
-    from agentenv.temporal.worker import create_worker
+    from agent_env import runner
+    from agent_env.config import load_settings
+    from agent_env.gateway.embedded import connect as gateway_connect
+    from agent_env.planning.tasks import parse_task
+    from agent_env.temporal.client import connect
+    from agent_env.temporal.worker import create_worker
 
     settings = load_settings()
     client = await connect(settings)
@@ -144,8 +144,8 @@ async def hit_latency(env: dict) -> dict:
 
 
 def matching_cost() -> dict:
-    from agentenv.gateway.watch import Watcher
-    from agentenv.spec.world_state import Watch
+    from agent_env.gateway.watch import Watcher
+    from agent_env.spec.world_state import Watch
 
     watches = [
         Watch(

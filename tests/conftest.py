@@ -1,7 +1,7 @@
 """Shared fixtures: one real Temporal dev server (embedded, on free ports) for the session.
 
 The test step plugin in tests/plugins is put on sys.path (and PYTHONPATH, for subprocesses) so it is
-found through the real `agentenv.steps` entry-point group.
+found through the real `agent_env.steps` entry-point group.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), os.enviro
 
 # Every test of this session uses its own state directory and server ports, never the user's.
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="agentenv-tests-"))
-os.environ["AGENTENV_HOME"] = str(_SESSION_HOME / "home")
-for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "AGENTENV_CONFIG", "AGENTENV_TASK_QUEUE"):
+os.environ["AGENT_ENV_HOME"] = str(_SESSION_HOME / "home")
+for var in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "AGENT_ENV_CONFIG", "AGENT_ENV_TASK_QUEUE"):
     os.environ.pop(var, None)
 
 
@@ -35,28 +35,28 @@ def free_port() -> int:
 def plan_key_of(settings) -> dict[str, str]:
     """The environment that gives another install (a worker or gateway in its own state dir) the plan key of
     `settings`' install, as a shared secret, as a team shares one: what one plans, the other then executes."""
-    from agentenv.temporal import seals
+    from agent_env.temporal import seals
 
     return {
-        "AGENTENV_PLAN_KEY_SECRET": "shared-plan-key",
-        "AGENTENV_SECRET_SHARED_PLAN_KEY": seals.load(settings).secret.hex(),
+        "AGENT_ENV_PLAN_KEY_SECRET": "shared-plan-key",
+        "AGENT_ENV_SECRET_SHARED_PLAN_KEY": seals.load(settings).secret.hex(),
     }
 
 
-os.environ["AGENTENV_SERVER_PORT"] = str(free_port())
-os.environ["AGENTENV_UI_PORT"] = str(free_port())
-os.environ["AGENTENV_GATEWAY_PORT"] = str(free_port())
-for var in ("AGENTENV_GATEWAY_URL", "AGENTENV_GATEWAY_TOKEN"):
+os.environ["AGENT_ENV_SERVER_PORT"] = str(free_port())
+os.environ["AGENT_ENV_UI_PORT"] = str(free_port())
+os.environ["AGENT_ENV_GATEWAY_PORT"] = str(free_port())
+for var in ("AGENT_ENV_GATEWAY_URL", "AGENT_ENV_GATEWAY_TOKEN"):
     os.environ.pop(var, None)
 
 # Model-driven agents and judges talk to a local fake OpenAI-compatible server (no network here), with
 # an API key held as a secret reference, as a real endpoint would be configured.
 FAKE_MODEL_PORT = free_port()
 FAKE_MODEL_KEY = "sk-test-" + os.urandom(4).hex()
-os.environ["AGENTENV_MODEL_BASE_URL"] = f"http://127.0.0.1:{FAKE_MODEL_PORT}/v1"
-os.environ["AGENTENV_MODEL"] = "fake"
-os.environ["AGENTENV_MODEL_API_KEY"] = "secret:test-model"
-os.environ["AGENTENV_SECRET_TEST_MODEL"] = FAKE_MODEL_KEY
+os.environ["AGENT_ENV_MODEL_BASE_URL"] = f"http://127.0.0.1:{FAKE_MODEL_PORT}/v1"
+os.environ["AGENT_ENV_MODEL"] = "fake"
+os.environ["AGENT_ENV_MODEL_API_KEY"] = "secret:test-model"
+os.environ["AGENT_ENV_SECRET_TEST_MODEL"] = FAKE_MODEL_KEY
 TEST_SCRIPTS = Path(__file__).parent / "fake_scripts.json"
 
 
@@ -67,7 +67,7 @@ def fake_model():
 
     import uvicorn
 
-    from agentenv.agents.fake_model import builtin_scripts, create_app, load_scripts
+    from agent_env.agents.fake_model import builtin_scripts, create_app, load_scripts
 
     scripts = {**builtin_scripts(), **load_scripts([TEST_SCRIPTS])}
     server = uvicorn.Server(
@@ -87,15 +87,15 @@ def fake_model():
 
 @pytest.fixture(scope="session")
 def settings():
-    from agentenv.config import load_settings
+    from agent_env.config import load_settings
 
     return load_settings(Path(tempfile.gettempdir()))
 
 
 @pytest.fixture(scope="session")
 def server(settings):
-    from agentenv.gateway import embedded as gateway
-    from agentenv.temporal import server as embedded
+    from agent_env.gateway import embedded as gateway
+    from agent_env.temporal import server as embedded
 
     info = embedded.start(settings)
     yield info
@@ -105,7 +105,7 @@ def server(settings):
 
 @pytest.fixture(scope="session")
 async def client(settings, server):
-    from agentenv.temporal.client import connect
+    from agent_env.temporal.client import connect
 
     return await connect(settings)
 
@@ -113,7 +113,7 @@ async def client(settings, server):
 @pytest.fixture(scope="session")
 async def worker(client, settings):
     """An in-process worker for the whole session."""
-    from agentenv.temporal.worker import create_worker
+    from agent_env.temporal.worker import create_worker
 
     w = create_worker(client, settings)
     task = asyncio.create_task(w.run())
@@ -124,8 +124,8 @@ async def worker(client, settings):
 @pytest.fixture
 def run_task(client, settings, worker):
     """Run a task (a dict as it would be written in TOML) to completion and return its final state."""
-    from agentenv import runner
-    from agentenv.planning.tasks import parse_task
+    from agent_env import runner
+    from agent_env.planning.tasks import parse_task
 
     async def run(task: dict, timeout: float = 60):
         spec = parse_task(task, "test task")

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentenv import runner
-from agentenv.bundles import resolve_target
-from agentenv.explorer.auth import COOKIE, KEY_HEADER, Door
-from agentenv.spec.run import RunState, RunStatus
+from agent_env import runner
+from agent_env.bundles import resolve_target
+from agent_env.explorer.auth import COOKIE, KEY_HEADER, Door
+from agent_env.spec.run import RunState, RunStatus
 
 _runs: list[tuple[RunState, RunState]] = []  # both modules' fixtures share one pair per session
 

@@ -13,12 +13,12 @@ from conftest import free_port
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from agentenv.gateway.client import GatewayClient
-from agentenv.gateway.http import create_app
-from agentenv.gateway.service import Gateway
+from agent_env.gateway.client import GatewayClient
+from agent_env.gateway.http import create_app
+from agent_env.gateway.service import Gateway
 
 SUPPORT_DATA = (
-    Path(__file__).parent.parent / "agentenv" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
+    Path(__file__).parent.parent / "agent_env" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
 )
 
 

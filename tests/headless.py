@@ -1,6 +1,6 @@
 """Headless Chromium for the web pages' tests: Debian's `chromium` and `chromedriver`, driven by Selenium (nothing
 is downloaded at test time). Without them the browser tests skip naming what is missing; under CI they fail
-(`.ci/run` installs both). Screenshots go to test-artifacts/screenshots/ (or $AGENTENV_TEST_ARTIFACTS)."""
+(`.ci/run` installs both). Screenshots go to test-artifacts/screenshots/ (or $AGENT_ENV_TEST_ARTIFACTS)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ARTIFACTS = Path(os.environ.get("AGENTENV_TEST_ARTIFACTS") or Path(__file__).parent.parent / "test-artifacts")
+ARTIFACTS = Path(os.environ.get("AGENT_ENV_TEST_ARTIFACTS") or Path(__file__).parent.parent / "test-artifacts")
 
 
 @pytest.fixture(scope="session")

@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from agentenv.errors import BadInput, NotFound
-from agentenv.stores.base import MissingSecret
+from agent_env.errors import BadInput, NotFound
+from agent_env.stores.base import MissingSecret
 
 __all__ = [
     "docker_daemon",
@@ -75,7 +75,7 @@ MiB = 1 << 20
 
 def docker_daemon():
     """A client of the local Docker daemon; without one the image tests skip, naming why (CI, which sets
-    AGENTENV_REQUIRE_DOCKER=1, fails instead)."""
+    AGENT_ENV_REQUIRE_DOCKER=1, fails instead)."""
     try:
         import docker
 
@@ -83,7 +83,7 @@ def docker_daemon():
         client.ping()
         return client
     except Exception as e:  # noqa: BLE001 - any reason means: no daemon to test against
-        if os.environ.get("AGENTENV_REQUIRE_DOCKER"):
+        if os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
             raise
         pytest.skip(f"the image store tests need a reachable Docker daemon (run scripts/docker-setup): {e}")
 
@@ -434,16 +434,16 @@ def test_secrets_missing_names_the_fix(secrets):
     assert isinstance(missing.value, BadInput)
     assert "never-set" in missing.value.problem
     assert "agent-env secrets set never-set" in (missing.value.fix or "")
-    assert "AGENTENV_SECRET_NEVER_SET" in (missing.value.fix or "")
+    assert "AGENT_ENV_SECRET_NEVER_SET" in (missing.value.fix or "")
 
 
 def test_secrets_environment_overrides(secrets, monkeypatch):
     secrets.set("shared", "from-store")
-    monkeypatch.setenv("AGENTENV_SECRET_SHARED", "from-env")
-    monkeypatch.setenv("AGENTENV_SECRET_ONLY_ENV", "env-only")
+    monkeypatch.setenv("AGENT_ENV_SECRET_SHARED", "from-env")
+    monkeypatch.setenv("AGENT_ENV_SECRET_ONLY_ENV", "env-only")
     assert secrets.get("shared") == "from-env"
     assert secrets.get("only-env") == "env-only"
-    monkeypatch.delenv("AGENTENV_SECRET_SHARED")
+    monkeypatch.delenv("AGENT_ENV_SECRET_SHARED")
     assert secrets.get("shared") == "from-store"
 
 

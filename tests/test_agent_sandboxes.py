@@ -1,6 +1,6 @@
 """Agents in sandboxes: an a2a agent's `sandbox` is built (or copied) and started by deploy_agent, reached
 over A2A where its sandbox serves, and removed when the run ends. The local provider here; the Docker
-tier runs the echo-agent bundle in a container (CI sets AGENTENV_REQUIRE_DOCKER=1: it fails, not skips,
+tier runs the echo-agent bundle in a container (CI sets AGENT_ENV_REQUIRE_DOCKER=1: it fails, not skips,
 without Docker)."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agentenv import runner
-from agentenv.bundles import BUILTIN_ROOT, resolve_target
-from agentenv.errors import BadInput
-from agentenv.planning.tasks import load_task
-from agentenv.providers import registry
-from agentenv.spec.agent import AgentRecord
-from agentenv.spec.run import RunStatus
+from agent_env import runner
+from agent_env.bundles import BUILTIN_ROOT, resolve_target
+from agent_env.errors import BadInput
+from agent_env.planning.tasks import load_task
+from agent_env.providers import registry
+from agent_env.spec.agent import AgentRecord
+from agent_env.spec.run import RunStatus
 
 ROOT = Path(__file__).parent.parent
 ECHO_AGENT = BUILTIN_ROOT / "echo-agent"
@@ -31,7 +31,7 @@ ECHO_AGENT = BUILTIN_ROOT / "echo-agent"
 SHOUT = """
 import os
 
-from agentenv.agents.sdk import Agent, serve
+from agent_env.agents.sdk import Agent, serve
 
 
 class Shout(Agent):
@@ -124,7 +124,7 @@ def test_only_sandboxed_agents_deploy_in_a_normal_activity(settings, tmp_path):
     planned = {s.id: s for s in runner.plan(load_task(bundle / "tasks" / "t.toml"), "plan-1", settings).steps}
     assert not planned["agent"].local and planned["agent"].heartbeat_timeout is not None
     assert planned["agent"].config["build"].startswith("artifacts/sha256-")
-    hosted = load_task(ROOT / "agentenv" / "bundles" / "refund" / "tasks" / "refund.toml")
+    hosted = load_task(ROOT / "agent_env" / "bundles" / "refund" / "tasks" / "refund.toml")
     assert next(s for s in runner.plan(hosted, "plan-2", settings).steps if s.type == "deploy_agent").local
 
     inline = {
@@ -139,7 +139,7 @@ def test_only_sandboxed_agents_deploy_in_a_normal_activity(settings, tmp_path):
             }
         ],
     }
-    from agentenv.planning.tasks import parse_task
+    from agent_env.planning.tasks import parse_task
 
     with pytest.raises(BadInput, match="an inline record has none"):
         runner.plan(parse_task(inline, "inline"), "plan-3", settings)
@@ -193,7 +193,7 @@ async def test_an_agent_whose_card_names_another_url_fails_the_deploy(client, se
         config = { agent = "shout" }
         """,
         start=textwrap.dedent("""
-            import agentenv.agents.sdk as sdk
+            import agent_env.agents.sdk as sdk
 
             sdk.advertised_url = lambda host, port, public_url: "http://0.0.0.0:1/"  # nobody reaches it there
             """),

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from agentenv import runner
-from agentenv.errors import BadInput
-from agentenv.planning.tasks import parse_task
-from agentenv.spec.run import RunStatus, StepStatus
-from agentenv.stores import open_stores
+from agent_env import runner
+from agent_env.errors import BadInput
+from agent_env.planning.tasks import parse_task
+from agent_env.spec.run import RunStatus, StepStatus
+from agent_env.stores import open_stores
 
 DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
 
@@ -304,8 +304,8 @@ def test_aggregate_inputs_must_be_upstream_steps():
 
 
 def test_a_missing_api_key_fails_before_the_run_starts(settings, monkeypatch):
-    monkeypatch.setenv("AGENTENV_MODEL_API_KEY", "secret:nowhere")
-    from agentenv.config import load_settings
+    monkeypatch.setenv("AGENT_ENV_MODEL_API_KEY", "secret:nowhere")
+    from agent_env.config import load_settings
 
     mine = load_settings()
     spec = parse_task(
@@ -314,7 +314,7 @@ def test_a_missing_api_key_fails_before_the_run_starts(settings, monkeypatch):
     with pytest.raises(
         BadInput,
         match=r"(?s)'judge' model's API key secret:nowhere is not set.*agent-env secrets set "
-        r"nowhere.*AGENTENV_SECRET_NOWHERE",
+        r"nowhere.*AGENT_ENV_SECRET_NOWHERE",
     ):
         runner.plan(spec, "r-1", mine)
     llm = parse_task(task({"id": "a", "type": "deploy_agent", "config": {"record": {"name": "x", "type": "llm"}}}), "t")

@@ -14,8 +14,8 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentenv.agents.client import AgentClient, AgentReplyInvalid, AgentTimedOut, AgentUnreachable
-from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
+from agent_env.agents.client import AgentClient, AgentReplyInvalid, AgentTimedOut, AgentUnreachable
+from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
 
 REFUSED_REFUND = {
     "tool": "issue_refund",

@@ -31,11 +31,11 @@ def env(tmp_path_factory):
     home = tmp_path_factory.mktemp("bg") / "home"
     env = {
         **os.environ,
-        "AGENTENV_HOME": str(home),
-        "AGENTENV_SERVER_PORT": str(free_port()),
-        "AGENTENV_UI_PORT": str(free_port()),
-        "AGENTENV_GATEWAY_PORT": str(free_port()),
-        "AGENTENV_TASK_QUEUE": "background-tests",
+        "AGENT_ENV_HOME": str(home),
+        "AGENT_ENV_SERVER_PORT": str(free_port()),
+        "AGENT_ENV_UI_PORT": str(free_port()),
+        "AGENT_ENV_GATEWAY_PORT": str(free_port()),
+        "AGENT_ENV_TASK_QUEUE": "background-tests",
     }
     yield env
     cli("server", "stop", env=env)
@@ -57,7 +57,7 @@ def _worker_processes(home: Path) -> list[int]:
                 state = (proc / "stat").read_text().split(") ", 1)[1][0]
             except OSError:
                 continue
-            if b"agentenv.temporal.background" in cmdline and str(home).encode() in cmdline and state != "Z":
+            if b"agent_env.temporal.background" in cmdline and str(home).encode() in cmdline and state != "Z":
                 found.append(int(proc.name))
     return found
 
@@ -105,7 +105,7 @@ def test_run_leaves_a_background_worker_that_the_next_run_reuses(env):
     assert first.returncode == 0, first.stdout + first.stderr
     assert "started a background worker" in first.stderr and "PASSED" in first.stdout
     pid = _worker_pid(env)
-    assert pid is not None and _worker_processes(Path(env["AGENTENV_HOME"])) == [pid]
+    assert pid is not None and _worker_processes(Path(env["AGENT_ENV_HOME"])) == [pid]
 
     second = cli("run", "hello", env=env)
     assert second.returncode == 0, second.stdout + second.stderr
@@ -121,11 +121,11 @@ def test_a_warm_run_goes_through_the_worker_and_says_what_the_command_says(env, 
     assert cli("run", "hello", env=env).returncode == 0
     probe = (
         "import atexit, sys\n"
-        "heavy = ('temporalio', 'typer', 'pydantic', 'rich', 'agentenv.runner', 'agentenv.planning')\n"
+        "heavy = ('temporalio', 'typer', 'pydantic', 'rich', 'agent_env.runner', 'agent_env.planning')\n"
         "atexit.register(lambda: print('LOADED', sorted(h for h in heavy if any(m == h or m.startswith(h + '.') "
         "for m in sys.modules))))\n"
         "sys.argv = ['agent-env', 'run', 'hello']\n"
-        "from agentenv.cli import main\n"
+        "from agent_env.cli import main\n"
         "main()\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
@@ -148,10 +148,10 @@ def test_a_warm_run_goes_through_the_worker_and_says_what_the_command_says(env, 
 
 
 def test_the_fast_path_finds_the_settings_where_load_settings_does(tmp_path, monkeypatch):
-    from agentenv.cli import run_client
-    from agentenv.config import default_state_dir, find_config_file
+    from agent_env.cli import run_client
+    from agent_env.config import default_state_dir, find_config_file
 
-    monkeypatch.delenv("AGENTENV_CONFIG", raising=False)
+    monkeypatch.delenv("AGENT_ENV_CONFIG", raising=False)
     nested = tmp_path / "project" / "sub"
     nested.mkdir(parents=True)
     monkeypatch.chdir(nested)
@@ -161,9 +161,9 @@ def test_the_fast_path_finds_the_settings_where_load_settings_does(tmp_path, mon
     assert run_client.config_file() == find_config_file() == tmp_path / "project" / ".agentenv" / "config.toml"
     for home in (str(tmp_path / "h"), None):
         if home:
-            monkeypatch.setenv("AGENTENV_HOME", home)
+            monkeypatch.setenv("AGENT_ENV_HOME", home)
         else:
-            monkeypatch.delenv("AGENTENV_HOME")
+            monkeypatch.delenv("AGENT_ENV_HOME")
             monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
         assert run_client.default_state_dir() == default_state_dir()
 
@@ -186,7 +186,7 @@ def test_run_prints_only_its_own_run(env, tmp_path):
     assert ours.returncode == 0, ours.stdout + ours.stderr
     assert _wait_status(env, other_id, {"error", "failed"}) in ("error", "failed")
     assert boom not in ours.stdout + ours.stderr and other_id not in ours.stdout + ours.stderr
-    log = Path(env["AGENTENV_HOME"]) / "worker" / "worker-default.background-tests.log"
+    log = Path(env["AGENT_ENV_HOME"]) / "worker" / "worker-default.background-tests.log"
     assert boom in log.read_text(), "the other run's failure is the background worker's to log"
 
 
@@ -230,7 +230,7 @@ def test_a_worker_with_other_settings_or_code_is_replaced(env, tmp_path):
     assert again.returncode == 0 and "background worker" not in again.stderr and _worker_pid(env) == new
 
     # Another version (as after an upgrade): the pidfile's fingerprint is not this code's.
-    pidfile = Path(env["AGENTENV_HOME"]) / "worker" / "worker-default.background-tests.json"
+    pidfile = Path(env["AGENT_ENV_HOME"]) / "worker" / "worker-default.background-tests.json"
     record = json.loads(pidfile.read_text())
     record["extra"]["fingerprint"] = "started-by-another-version"
     pidfile.write_text(json.dumps(record))
@@ -246,7 +246,7 @@ def test_server_stop_stops_the_worker(env):
     stopped = cli("server", "stop", env=env)
     assert stopped.returncode == 0, stopped.stderr
     assert f"stopped the background worker (pid {pid})" in stopped.stdout
-    assert _gone(pid, 5) and _worker_processes(Path(env["AGENTENV_HOME"])) == []
+    assert _gone(pid, 5) and _worker_processes(Path(env["AGENT_ENV_HOME"])) == []
     status = cli("worker", "status", env=env)
     assert status.returncode == 1 and "not running" in status.stdout
 

@@ -1,9 +1,9 @@
 """The Blender cookbook end to end, and the image check it grades with.
 
-Docker tier: the studio (an agentenv app) runs in a container built FROM agentenv/blender:bookworm (Debian's
+Docker tier: the studio (an agent-env app) runs in a container built FROM agentenv/blender:bookworm (Debian's
 Blender, made by scripts/docker-base-image, built here when absent); the artist, an LLM agent played by the
 fake model server, writes a scene script there and renders it with Cycles on the CPU; the run brings the
-render out and checks it. Without a Docker daemon it is skipped, naming it (CI sets AGENTENV_REQUIRE_DOCKER=1:
+render out and checks it. Without a Docker daemon it is skipped, naming it (CI sets AGENT_ENV_REQUIRE_DOCKER=1:
 it fails instead). The check itself needs no Docker: PNGs made here, right and wrong.
 """
 
@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agentenv import runner
-from agentenv.bundles import BUILTIN_ROOT, resolve_target
-from agentenv.envs.app import ToolError
-from agentenv.envs.context import Ctx
-from agentenv.planning.tasks import load_task
-from agentenv.spec.run import RunStatus
-from agentenv.steps.builtin.image_check import CheckImageConfig, NotAnImage, grade, read_png
-from agentenv.stores import open_stores
+from agent_env import runner
+from agent_env.bundles import BUILTIN_ROOT, resolve_target
+from agent_env.envs.app import ToolError
+from agent_env.envs.context import Ctx
+from agent_env.planning.tasks import load_task
+from agent_env.spec.run import RunStatus
+from agent_env.steps.builtin.image_check import CheckImageConfig, NotAnImage, grade, read_png
+from agent_env.stores import open_stores
 
 ROOT = Path(__file__).parent.parent
 BLENDER_IMAGE = "agentenv/blender:bookworm"
@@ -137,7 +137,7 @@ def test_oversized_input_is_refused_before_it_is_decoded():
 @pytest.fixture
 def studio(tmp_path, monkeypatch):
     """The studio app (the bundle's server module), working in a temporary folder."""
-    from agentenv.envs.app_instance import AppInstance
+    from agent_env.envs.app_instance import AppInstance
 
     monkeypatch.syspath_prepend(str(BUILTIN_ROOT / "blender" / "envs" / "studio" / "server"))
     module = importlib.import_module("studio")

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from agentenv.envs import App, Ctx, ToolError
-from agentenv.envs.app_instance import AppInstance, load_app_class
-from agentenv.envs.builtin import APPS
-from agentenv.envs.builtin.billing import Billing
-from agentenv.envs.builtin.chat import Chat
-from agentenv.envs.builtin.helpdesk import Helpdesk
-from agentenv.envs.builtin.mail import Mail
+from agent_env.envs import App, Ctx, ToolError
+from agent_env.envs.app_instance import AppInstance, load_app_class
+from agent_env.envs.builtin import APPS
+from agent_env.envs.builtin.billing import Billing
+from agent_env.envs.builtin.chat import Chat
+from agent_env.envs.builtin.helpdesk import Helpdesk
+from agent_env.envs.builtin.mail import Mail
 
-DATA = Path(__file__).parents[1] / "agentenv" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
+DATA = Path(__file__).parents[1] / "agent_env" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
 SAMPLE = json.loads(DATA.read_text())
 NOW = datetime(2026, 2, 16, 9, 0, tzinfo=UTC)
 NOW_ISO = "2026-02-16T09:00:00Z"

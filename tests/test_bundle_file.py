@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from test_registry import desk_bundle
 
-from agentenv.config import Settings
-from agentenv.errors import BadInput
-from agentenv.registry.bundle_file import export_bundle, import_bundle
-from agentenv.registry.models import KINDS
-from agentenv.registry.store import Registry, open_registry
-from agentenv.stores import keys
+from agent_env.config import Settings
+from agent_env.errors import BadInput
+from agent_env.registry.bundle_file import export_bundle, import_bundle
+from agent_env.registry.models import KINDS
+from agent_env.registry.store import Registry, open_registry
+from agent_env.stores import keys
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -186,7 +186,7 @@ def manifest_not_first(entries):
         (symlink_blob, r"altered or damaged: member 'blobs/[0-9a-f]{64}' is a symbolic link \(to '/etc/passwd'\)"),
         (hardlink_blob, r"altered or damaged: member 'blobs/[0-9a-f]{64}' is a hard link \(to 'manifest.json'\)"),
         (drop_env_version, r"task support-desk@1 uses envs support-desk@1, which neither it nor this registry holds"),
-        (manifest_not_first, r"is not an agentenv bundle file: it starts with 'blobs/"),
+        (manifest_not_first, r"is not an agent-env bundle file: it starts with 'blobs/"),
     ],
 )
 def test_an_altered_file_is_refused_and_nothing_is_written(target, exported, tmp_path, tamper, refusal):
@@ -201,7 +201,7 @@ def test_an_altered_file_is_refused_and_nothing_is_written(target, exported, tmp
 def test_a_file_that_is_not_a_bundle_is_refused(target, tmp_path, content):
     path = tmp_path / "nope.tar.gz"
     path.write_bytes(content)
-    with pytest.raises(BadInput, match="is not an agentenv bundle file"):
+    with pytest.raises(BadInput, match="is not an agent-env bundle file"):
         import_bundle(target, path, tmp_path / "target")
     with pytest.raises(BadInput, match="cannot read the bundle file"):
         import_bundle(target, tmp_path / "missing.tar.gz", tmp_path / "target")
@@ -249,11 +249,11 @@ def home(tmp_path: Path, name: str) -> dict[str, str]:
 
     return {
         **os.environ,
-        "AGENTENV_HOME": str(tmp_path / name),
-        "AGENTENV_SERVER_PORT": str(free_port()),
-        "AGENTENV_UI_PORT": str(free_port()),
-        "AGENTENV_GATEWAY_PORT": str(free_port()),
-        "AGENTENV_TASK_QUEUE": f"bundle-tests-{name}",
+        "AGENT_ENV_HOME": str(tmp_path / name),
+        "AGENT_ENV_SERVER_PORT": str(free_port()),
+        "AGENT_ENV_UI_PORT": str(free_port()),
+        "AGENT_ENV_GATEWAY_PORT": str(free_port()),
+        "AGENT_ENV_TASK_QUEUE": f"bundle-tests-{name}",
     }
 
 

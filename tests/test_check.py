@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agentenv.steps.builtin.check import Check, CheckConfig
+from agent_env.steps.builtin.check import Check, CheckConfig
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_exactly_one_operator():
 
 
 def test_weighted_score_and_threshold():
-    from agentenv.spec.run import Score
+    from agent_env.spec.run import Score
 
     config = CheckConfig.model_validate(
         {

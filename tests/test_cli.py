@@ -19,7 +19,7 @@ AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
 # Runs started here are executed by CLI processes, never by the session's in-process worker (its event
 # loop is blocked while a synchronous test waits on a subprocess): they get a task queue of their own.
-CLI_QUEUE = {"AGENTENV_TASK_QUEUE": "agentenv-cli-tests"}
+CLI_QUEUE = {"AGENT_ENV_TASK_QUEUE": "agentenv-cli-tests"}
 
 
 def cli(*args, env=None, cwd=None, timeout=60) -> subprocess.CompletedProcess:
@@ -38,10 +38,10 @@ def fresh_env(tmp_path):
     """A state directory and ports of its own: nothing running yet."""
     env = {
         **os.environ,
-        "AGENTENV_HOME": str(tmp_path / "home"),
-        "AGENTENV_SERVER_PORT": str(free_port()),
-        "AGENTENV_UI_PORT": str(free_port()),
-        "AGENTENV_GATEWAY_PORT": str(free_port()),
+        "AGENT_ENV_HOME": str(tmp_path / "home"),
+        "AGENT_ENV_SERVER_PORT": str(free_port()),
+        "AGENT_ENV_UI_PORT": str(free_port()),
+        "AGENT_ENV_GATEWAY_PORT": str(free_port()),
     }
     yield env
     cli("server", "stop", env=env)
@@ -55,7 +55,7 @@ def test_help_imports_nothing_heavy():
         " 'openai', 'anthropic')\n"
         "atexit.register(lambda: print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))\n"
         "sys.argv = ['agent-env', '--help']\n"
-        "from agentenv.cli import main\n"
+        "from agent_env.cli import main\n"
         "main()\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
@@ -65,7 +65,7 @@ def test_help_imports_nothing_heavy():
 
 
 def test_version_and_subcommand_help():
-    from agentenv import __version__
+    from agent_env import __version__
 
     assert cli("--version").stdout.strip() == f"agent-env {__version__}"
     for args in (["run", "--help"], ["runs", "--help"], ["server", "--help"], ["worker", "--help"]):
@@ -168,11 +168,11 @@ def test_cold_start_then_reuse(fresh_env):
 
 def test_server_port_taken(fresh_env):
     with socket.socket() as other:
-        other.bind(("127.0.0.1", int(fresh_env["AGENTENV_SERVER_PORT"])))
+        other.bind(("127.0.0.1", int(fresh_env["AGENT_ENV_SERVER_PORT"])))
         other.listen()
         done = cli("run", "hello", env=fresh_env)
     assert done.returncode == 3
-    assert "already in use" in done.stderr and "AGENTENV_SERVER_PORT" in done.stderr
+    assert "already in use" in done.stderr and "AGENT_ENV_SERVER_PORT" in done.stderr
 
 
 def test_interrupted_run_goes_on_in_the_background_worker(server, client, tmp_path):

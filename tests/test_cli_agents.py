@@ -31,8 +31,8 @@ def cli(*args, env=None, input=None, timeout=60) -> subprocess.CompletedProcess:
 @pytest.fixture
 def home_env(tmp_path):
     """A state directory and gateway port of its own, and no secrets from the session's environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTENV_SECRET_")}
-    env.update(AGENTENV_HOME=str(tmp_path / "home"), AGENTENV_GATEWAY_PORT=str(free_port()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_ENV_SECRET_")}
+    env.update(AGENT_ENV_HOME=str(tmp_path / "home"), AGENT_ENV_GATEWAY_PORT=str(free_port()))
     return env
 
 
@@ -54,7 +54,7 @@ def test_help_and_light_commands_import_nothing_heavy(args, home_env):
         f"heavy = {HEAVY!r}\n"
         "atexit.register(lambda: print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))\n"
         f"sys.argv = ['agent-env', *{args!r}]\n"
-        "from agentenv.cli import main\n"
+        "from agent_env.cli import main\n"
         "main()\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, env=home_env)
@@ -63,7 +63,7 @@ def test_help_and_light_commands_import_nothing_heavy(args, home_env):
 
 
 def test_secrets_round_trip(home_env):
-    home = Path(home_env["AGENTENV_HOME"])
+    home = Path(home_env["AGENT_ENV_HOME"])
     assert "no secrets yet" in cli("secrets", "list", env=home_env).stdout
 
     done = cli("secrets", "set", "openai", "--value", "sk-from-flag-123", env=home_env)
@@ -76,17 +76,17 @@ def test_secrets_round_trip(home_env):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads(path.read_text()) == {"openai": "sk-from-flag-123", "piped.key": "sk-from-stdin-456"}
 
-    env = {**home_env, "AGENTENV_SECRET_FROM_ENV": "sk-env-789", "AGENTENV_SECRET_OPENAI": "sk-env-openai"}
+    env = {**home_env, "AGENT_ENV_SECRET_FROM_ENV": "sk-env-789", "AGENT_ENV_SECRET_OPENAI": "sk-env-openai"}
     listed = cli("secrets", "list", env=env)
     assert listed.returncode == 0, listed.stderr
     assert "openai" in listed.stdout and "piped.key" in listed.stdout
-    assert "AGENTENV_SECRET_FROM_ENV" in listed.stdout and "overridden by the environment variable" in listed.stdout
+    assert "AGENT_ENV_SECRET_FROM_ENV" in listed.stdout and "overridden by the environment variable" in listed.stdout
     for value in ("sk-from-flag-123", "sk-from-stdin-456", "sk-env-789", "sk-env-openai"):
         assert value not in listed.stdout + listed.stderr
     as_json = json.loads(cli("secrets", "list", "--json", env=env).stdout)
     assert as_json["names"] == ["openai", "piped.key"] and as_json["environment"] == [
-        "AGENTENV_SECRET_FROM_ENV",
-        "AGENTENV_SECRET_OPENAI",
+        "AGENT_ENV_SECRET_FROM_ENV",
+        "AGENT_ENV_SECRET_OPENAI",
     ]
 
     bad = cli("secrets", "set", "no spaces", "--value", "x", env=home_env)
@@ -134,16 +134,16 @@ def test_secrets_set_prompts_with_hidden_input(home_env):
     assert answered and status == 0, seen
     assert b"sk-typed-secret" not in seen, "the value was echoed"
     assert re.search(rb"stored secret (\x1b\[[0-9;]*m)*typed", seen), seen
-    stored = json.loads((Path(home_env["AGENTENV_HOME"]) / "secrets.json").read_text())
+    stored = json.loads((Path(home_env["AGENT_ENV_HOME"]) / "secrets.json").read_text())
     assert stored == {"typed": "sk-typed-secret"}
 
 
 def test_models_show_reference_and_whether_it_is_set(home_env):
     env = {
         **home_env,
-        "AGENTENV_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
-        "AGENTENV_MODEL": "some-model",
-        "AGENTENV_MODEL_API_KEY": "secret:mine",
+        "AGENT_ENV_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
+        "AGENT_ENV_MODEL": "some-model",
+        "AGENT_ENV_MODEL_API_KEY": "secret:mine",
     }
     missing = cli("models", "show", env=env)
     assert missing.returncode == 0, missing.stderr
@@ -159,8 +159,8 @@ def test_models_show_reference_and_whether_it_is_set(home_env):
     assert "secret:mine" in judge.stdout and "set" in judge.stdout and "not set" not in judge.stdout
     assert "sk-shown-never" not in judge.stdout
 
-    from_env = cli("models", "show", "agent", env={**env, "AGENTENV_SECRET_MINE": "sk-env-never"})
-    assert "set (from AGENTENV_SECRET_MINE)" in from_env.stdout and "sk-env-never" not in from_env.stdout
+    from_env = cli("models", "show", "agent", env={**env, "AGENT_ENV_SECRET_MINE": "sk-env-never"})
+    assert "set (from AGENT_ENV_SECRET_MINE)" in from_env.stdout and "sk-env-never" not in from_env.stdout
 
     bad = cli("models", "show", "nope", env=env)
     assert bad.returncode == 2 and "unknown model purpose 'nope'" in bad.stderr and "persona" in bad.stderr
@@ -177,7 +177,7 @@ def _post(url: str, body: dict, key: str | None = None) -> tuple[int, dict]:
 
 
 def test_models_fake_serves_scripts_until_interrupted(home_env, tmp_path):
-    from agentenv.agents.fake_model import builtin_scripts
+    from agent_env.agents.fake_model import builtin_scripts
 
     scripts = tmp_path / "scripts.json"
     scripts.write_text(json.dumps({"cli-probe": [{"say": "hello from the probe script"}]}))
@@ -193,7 +193,7 @@ def test_models_fake_serves_scripts_until_interrupted(home_env, tmp_path):
         header, export = proc.stdout.readline(), proc.stdout.readline()
         url = f"http://127.0.0.1:{port}/v1"
         assert url in header and "cli-probe" in header
-        assert f"AGENTENV_MODEL_BASE_URL={url} AGENTENV_MODEL=fake" in export
+        assert f"AGENT_ENV_MODEL_BASE_URL={url} AGENT_ENV_MODEL=fake" in export
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -261,8 +261,8 @@ def test_run_model_overrides_refuse_bad_input(args, expected):
 
 
 def test_model_overrides_change_only_what_they_name():
-    from agentenv.cli.models_cmd import apply_overrides, parse_overrides
-    from agentenv.config import ModelSettings, load_settings
+    from agent_env.cli.models_cmd import apply_overrides, parse_overrides
+    from agent_env.config import ModelSettings, load_settings
 
     settings = load_settings()
     settings.models["persona"] = ModelSettings(base_url="http://persona.example/v1", model="p-1")
@@ -278,7 +278,7 @@ def test_model_overrides_change_only_what_they_name():
     assert (settings.model("judge").base_url, settings.model("judge").model) == ("http://judge.example/v1?x=1", "plain")
     assert settings.model("persona").model == "p-1", "a purpose with its own section keeps it"
     moved = settings.model("agent")  # another origin: the configured key stays with its own
-    assert (moved.api_key, moved.withheld_key) == (None, os.environ["AGENTENV_MODEL_API_KEY"])
+    assert (moved.api_key, moved.withheld_key) == (None, os.environ["AGENT_ENV_MODEL_API_KEY"])
 
 
 JUDGED = """id = "judged"
@@ -324,10 +324,10 @@ def test_run_model_override_and_runs_show_criteria(server, tmp_path):
 
 
 async def test_agents_pending_answer_and_list(home_env):
-    from agentenv.agents.client import AgentClient
-    from agentenv.config import GatewaySettings, Settings
-    from agentenv.gateway import tokens
-    from agentenv.gateway.embedded import connect
+    from agent_env.agents.client import AgentClient
+    from agent_env.config import GatewaySettings, Settings
+    from agent_env.gateway import tokens
+    from agent_env.gateway.embedded import connect
 
     def run_cli(*args):
         return asyncio.to_thread(cli, *args, env=home_env)
@@ -339,8 +339,8 @@ async def test_agents_pending_answer_and_list(home_env):
     assert started.returncode == 0, started.stderr
     try:
         settings = Settings(
-            state_dir=Path(home_env["AGENTENV_HOME"]),
-            gateway=GatewaySettings(port=int(home_env["AGENTENV_GATEWAY_PORT"])),
+            state_dir=Path(home_env["AGENT_ENV_HOME"]),
+            gateway=GatewaySettings(port=int(home_env["AGENT_ENV_GATEWAY_PORT"])),
         )
         assert "no turns are waiting" in (await run_cli("agents", "pending")).stdout
         import httpx

@@ -18,8 +18,8 @@ import pytest
 import uvicorn
 from conftest import free_port
 
-from agentenv.agents.cli_presets import PRESETS, McpEndpoint, ModelEndpoint
-from agentenv.agents.fake_model import create_app
+from agent_env.agents.cli_presets import PRESETS, McpEndpoint, ModelEndpoint
+from agent_env.agents.fake_model import create_app
 
 KEY = "sk-cli-" + os.urandom(4).hex()
 TOKEN = "role-" + os.urandom(8).hex()
@@ -304,10 +304,10 @@ def test_the_gemini_preset_configures_its_documented_settings(tmp_path):
     assert settings["mcpServers"]["agentenv"] == {
         "httpUrl": "http://127.0.0.1:8/mcp",
         "trust": True,
-        "headers": {"Authorization": "Bearer $AGENTENV_MCP_TOKEN"},
+        "headers": {"Authorization": "Bearer $AGENT_ENV_MCP_TOKEN"},
     }
     assert "t" not in json.dumps(settings["mcpServers"]["agentenv"]["headers"]).split()  # the token stays in env
-    assert invocation.env["AGENTENV_MCP_TOKEN"] == "t" and invocation.env["GEMINI_API_KEY"] == "k"
+    assert invocation.env["AGENT_ENV_MCP_TOKEN"] == "t" and invocation.env["GEMINI_API_KEY"] == "k"
     assert invocation.argv[-2:] == ["--prompt", "hello"] and "latest" in invocation.argv
     assert preset.final_answer('{\n "response": "hi there",\n "stats": {}\n}') == "hi there"
 

@@ -1,5 +1,5 @@
-"""cli agents: a command-line coding agent run in a sandbox, one process per turn, behind agentenv's A2A bridge
-(agentenv.agents.cli_agent). A command of the user's on the local provider here; the real CLIs from npm (Codex,
+"""cli agents: a command-line coding agent run in a sandbox, one process per turn, behind agent-env's A2A bridge
+(agent_env.agents.cli_agent). A command of the user's on the local provider here; the real CLIs from npm (Codex,
 Claude Code) solve the refund cookbook in tests/test_coding_agents_real.py."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from agentenv import runner
-from agentenv.agents import cli_agent
-from agentenv.agents.cli_agent import run_bounded
-from agentenv.planning.tasks import load_task
-from agentenv.spec.agent import CLI_BRIDGE, CLI_IMAGE, AgentRecord
-from agentenv.spec.run import RunStatus
-from agentenv.steps.builtin.agents import expanded
-from agentenv.stores import open_stores
+from agent_env import runner
+from agent_env.agents import cli_agent
+from agent_env.agents.cli_agent import run_bounded
+from agent_env.planning.tasks import load_task
+from agent_env.spec.agent import CLI_BRIDGE, CLI_IMAGE, AgentRecord
+from agent_env.spec.run import RunStatus
+from agent_env.steps.builtin.agents import expanded
+from agent_env.stores import open_stores
 
 # A CLI of the user's: reads the prompt on stdin, calls an environment tool with the token it was given, counts
 # its turns in its home (kept per conversation), and proves it got the model's key without printing it.
@@ -30,23 +30,23 @@ TOOL = """
 import asyncio, hashlib, os, sys
 from pathlib import Path
 
-from agentenv.agents.sdk import Turn
+from agent_env.agents.sdk import Turn
 
 prompt = sys.stdin.read()
-assert prompt == os.environ["AGENTENV_PROMPT"]
+assert prompt == os.environ["AGENT_ENV_PROMPT"]
 counter = Path(os.environ["HOME"]) / "turns"
 turns = int(counter.read_text()) + 1 if counter.exists() else 1
 counter.write_text(str(turns))
 
 
 async def notes():
-    turn = Turn(prompt, mcp_url=os.environ["AGENTENV_MCP_URL"], token=os.environ["AGENTENV_MCP_TOKEN"])
+    turn = Turn(prompt, mcp_url=os.environ["AGENT_ENV_MCP_URL"], token=os.environ["AGENT_ENV_MCP_TOKEN"])
     async with turn.tools() as tools:
         return (await tools.call("list_notes", {}))["count"]
 
 
-key = hashlib.sha256(os.environ["AGENTENV_MODEL_API_KEY"].encode()).hexdigest()[:12]
-print(f"{prompt.upper()} turn={turns} notes={asyncio.run(notes())} key={key} model={os.environ['AGENTENV_MODEL']}")
+key = hashlib.sha256(os.environ["AGENT_ENV_MODEL_API_KEY"].encode()).hexdigest()[:12]
+print(f"{prompt.upper()} turn={turns} notes={asyncio.run(notes())} key={key} model={os.environ['AGENT_ENV_MODEL']}")
 """
 
 
@@ -61,7 +61,7 @@ def write_bundle(root: Path) -> Path:
         model = {{ model = "my-model" }}
         turn_timeout = "1m"
         [config.sandbox]
-        command = ["{sys.executable}", "-m", "agentenv.agents.cli_agent"]
+        command = ["{sys.executable}", "-m", "agent_env.agents.cli_agent"]
         provider = "local"
         """)
     )
@@ -152,7 +152,7 @@ async def test_a_command_of_yours_works_with_its_tools_turn_after_turn(client, s
     handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
     state = await asyncio.wait_for(runner.wait_result(handle), 90)
     assert state.status is RunStatus.PASSED, state.error
-    key = hashlib.sha256(os.environ["AGENTENV_SECRET_TEST_MODEL"].encode()).hexdigest()[:12]
+    key = hashlib.sha256(os.environ["AGENT_ENV_SECRET_TEST_MODEL"].encode()).hexdigest()[:12]
     transcript = json.loads(open_stores(settings).objects.get(state.steps["ask"].outputs["transcript"]))
     said = [m["text"] for m in expanded(open_stores(settings), transcript["messages"]) if m["side"] == "agent"]
     assert len(said) == 2 and said[0].startswith("HELLO THERE turn=1 notes="), said
@@ -160,4 +160,4 @@ async def test_a_command_of_yours_works_with_its_tools_turn_after_turn(client, s
     assert said[1].startswith("AND AGAIN turn=2"), "its home is kept for the conversation"
     assert state.steps["agent"].outputs["sandbox"]["provider"] == "local"
     history = await client.get_workflow_handle(state.run_id).fetch_history()
-    assert os.environ["AGENTENV_SECRET_TEST_MODEL"] not in history.to_json(), "the key never enters history"
+    assert os.environ["AGENT_ENV_SECRET_TEST_MODEL"] not in history.to_json(), "the key never enters history"

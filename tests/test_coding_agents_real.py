@@ -1,5 +1,5 @@
 """Real command-line coding agents (from npm) as cli agents, solving the refund cookbook: the fake model scripts
-their tool calls (agentenv/bundles/refund/models/fake.json), the CLIs call the desk's tools through the gateway
+their tool calls (agent_env/bundles/refund/models/fake.json), the CLIs call the desk's tools through the gateway
 under their role token, a judge grades the result. Codex and Claude Code on the local provider; Codex in its
 container (agentenv/cli-agents:bookworm, made by scripts/cli-agent-image) on the Docker tier."""
 
@@ -15,10 +15,10 @@ import pytest
 from test_cli_presets import cli_bin  # noqa: F401 - the pinned CLIs, installed from npm once
 from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agentenv import runner
-from agentenv.spec.agent import CLI_IMAGE
-from agentenv.spec.run import RunStatus
-from agentenv.stores import open_stores
+from agent_env import runner
+from agent_env.spec.agent import CLI_IMAGE
+from agent_env.spec.run import RunStatus
+from agent_env.stores import open_stores
 
 ROOT = Path(__file__).parent.parent
 
@@ -38,7 +38,7 @@ def on_this_machine(preset: str, cli_bin: Path, **change):  # noqa: F811
                 "executable": str(cli_bin / ("claude" if preset == "claude_code" else "codex")),
                 "model": model or {"model": "refunds", "provider": "openai", "api": "responses"},
                 "turn_timeout": "2m",
-                "sandbox": {"command": [sys.executable, "-m", "agentenv.agents.cli_agent"], "provider": "local"},
+                "sandbox": {"command": [sys.executable, "-m", "agent_env.agents.cli_agent"], "provider": "local"},
             },
         }
         agent.update({"agent": None, "record": record, **change})
@@ -47,7 +47,7 @@ def on_this_machine(preset: str, cli_bin: Path, **change):  # noqa: F811
 
 
 async def run_refund(client, settings, change):
-    from agentenv.bundles import resolve_target
+    from agent_env.bundles import resolve_target
 
     spec = resolve_target("refund", "refund-codex")
     change({s.id: s for s in spec.steps})

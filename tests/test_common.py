@@ -7,14 +7,14 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from agentenv.gateway.watch import Watcher
-from agentenv.spec.agent import Reply
-from agentenv.spec.predicates import OPERATORS, Operators, TextTest
-from agentenv.spec.world import Predicate, Says, StateWhen
-from agentenv.spec.world_state import WorldSpec, WorldState
-from agentenv.steps.builtin.agents import StopWhen
-from agentenv.steps.builtin.check import Check
-from agentenv.workflows.world_rules import World
+from agent_env.gateway.watch import Watcher
+from agent_env.spec.agent import Reply
+from agent_env.spec.predicates import OPERATORS, Operators, TextTest
+from agent_env.spec.world import Predicate, Says, StateWhen
+from agent_env.spec.world_state import WorldSpec, WorldState
+from agent_env.steps.builtin.agents import StopWhen
+from agent_env.steps.builtin.check import Check
+from agent_env.workflows.world_rules import World
 
 REAL = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -115,7 +115,7 @@ class _Tool:
 
 
 def test_an_environment_exposes_get_time_and_each_apps_tools_under_its_prefix():
-    from agentenv.gateway.roles import tool_entries
+    from agent_env.gateway.roles import tool_entries
 
     entries = tool_entries(
         [("mail", "", [_Tool("send"), _Tool("purge", hidden=True)]), ("bank", "b_", [_Tool("send")])]
@@ -126,15 +126,15 @@ def test_an_environment_exposes_get_time_and_each_apps_tools_under_its_prefix():
 
 
 def test_a_tool_clash_names_both_tools_and_the_fix():
-    from agentenv.gateway.roles import ToolClash, tool_entries
+    from agent_env.gateway.roles import ToolClash, tool_entries
 
     with pytest.raises(ToolClash, match=r"bank.send and mail.send are both exposed as 'send'; give one app a `prefix`"):
         tool_entries([("mail", "", [_Tool("send")]), ("bank", "", [_Tool("send")])])
 
 
 def test_a_role_always_sees_get_time_and_globs_skip_hidden_tools():
-    from agentenv.gateway.roles import RoleError, role_tools, tool_entries
-    from agentenv.gateway.spec import RoleSpec
+    from agent_env.gateway.roles import RoleError, role_tools, tool_entries
+    from agent_env.gateway.spec import RoleSpec
 
     entries = list(tool_entries([("mail", "", [_Tool("send"), _Tool("purge", hidden=True), _Tool("read")])]).values())
     assert role_tools("r", RoleSpec(tools=["mail.*"], deny=["read"]), entries) == {"get_time", "send"}
@@ -147,7 +147,7 @@ def test_a_role_always_sees_get_time_and_globs_skip_hidden_tools():
 
 
 def test_a_path_walks_dicts_and_lists_and_the_empty_path_is_the_whole_value():
-    from agentenv.spec.paths import walk
+    from agent_env.spec.paths import walk
 
     value = {"charges": [{"id": "c1"}, {"id": "c2"}]}
     assert walk(value, "charges.0.id") == "c1"
@@ -156,7 +156,7 @@ def test_a_path_walks_dicts_and_lists_and_the_empty_path_is_the_whole_value():
 
 
 def test_a_path_that_leads_nowhere_says_where_it_stopped():
-    from agentenv.spec.paths import PathError, walk
+    from agent_env.spec.paths import PathError, walk
 
     with pytest.raises(PathError) as caught:
         walk({"a": {"b": 1}}, "a.c.d")
@@ -168,7 +168,7 @@ def test_a_path_that_leads_nowhere_says_where_it_stopped():
 
 
 def test_templates_checks_and_trigger_predicates_walk_alike():
-    from agentenv.spec.templates import TemplateError, lookup
+    from agent_env.spec.templates import TemplateError, lookup
 
     scope = {"steps": {"s": {"outputs": {"items": [1, 2, 3]}}}}
     assert lookup(scope, "steps.s.outputs.items.-1") == 3
@@ -185,7 +185,7 @@ def test_templates_checks_and_trigger_predicates_walk_alike():
 
 
 def test_waiting_returns_the_probes_first_result_and_retries_what_it_is_told_to():
-    from agentenv import waiting
+    from agent_env import waiting
 
     tries = iter([OSError("refused"), None, "up"])
 
@@ -199,7 +199,7 @@ def test_waiting_returns_the_probes_first_result_and_retries_what_it_is_told_to(
 
 
 def test_waiting_times_out_naming_what_and_the_last_error_and_tries_at_least_once():
-    from agentenv import waiting
+    from agent_env import waiting
 
     calls = []
 
@@ -215,7 +215,7 @@ def test_waiting_times_out_naming_what_and_the_last_error_and_tries_at_least_onc
 
 
 async def test_waiting_gives_up_early_when_told_or_when_the_check_raises():
-    from agentenv import waiting
+    from agent_env import waiting
 
     async def refused():
         raise PermissionError("no")
@@ -239,7 +239,7 @@ async def test_waiting_gives_up_early_when_told_or_when_the_check_raises():
 
 
 def test_the_key_layout_is_named_in_one_place():
-    from agentenv.stores import keys
+    from agent_env.stores import keys
 
     assert keys.snapshot("r1", "before") == "runs/r1/snapshots/before.tar"
     assert keys.trajectory("r1", "r1.desk") == "runs/r1/trajectories/r1.desk.jsonl"
@@ -254,8 +254,8 @@ def test_the_key_layout_is_named_in_one_place():
 def test_content_keys_are_stable_and_name_their_hash(tmp_path):
     import hashlib
 
-    from agentenv.stores import keys
-    from agentenv.stores.local import FileObjectStore
+    from agent_env.stores import keys
+    from agent_env.stores.local import FileObjectStore
 
     key = keys.content(b"abc", "tar")
     assert key == f"artifacts/sha256-{hashlib.sha256(b'abc').hexdigest()}.tar" == keys.content(b"abc", "tar")
@@ -272,7 +272,7 @@ def test_content_keys_are_stable_and_name_their_hash(tmp_path):
 def test_times_write_utc_with_a_z_and_other_zones_with_their_offset():
     from datetime import timedelta, timezone
 
-    from agentenv.spec.times import iso, iso_or_none, utc_now_iso
+    from agent_env.spec.times import iso, iso_or_none, utc_now_iso
 
     assert iso(datetime(2026, 3, 2, 14, 0, tzinfo=UTC)) == "2026-03-02T14:00:00Z"
     assert iso(datetime(2026, 3, 2, 9, 0, tzinfo=timezone(timedelta(hours=-5)))) == "2026-03-02T09:00:00-05:00"

@@ -9,19 +9,19 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel
 
-from agentenv.config import Origin, Settings, load_settings
-from agentenv.errors import BadInput
+from agent_env.config import Origin, Settings, load_settings
+from agent_env.errors import BadInput
 
 
 @pytest.fixture
 def clean_env(monkeypatch):
     for var in (
-        "AGENTENV_HOME",
-        "AGENTENV_SERVER_PORT",
-        "AGENTENV_UI_PORT",
-        "AGENTENV_UI",
+        "AGENT_ENV_HOME",
+        "AGENT_ENV_SERVER_PORT",
+        "AGENT_ENV_UI_PORT",
+        "AGENT_ENV_UI",
         "TEMPORAL_ADDRESS",
-        "AGENTENV_CONFIG",
+        "AGENT_ENV_CONFIG",
     ):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
@@ -40,7 +40,7 @@ def test_defaults_are_embedded_and_xdg(clean_env, tmp_path):
     assert s.embedded and s.address == "127.0.0.1:7233"
     assert s.state_dir == tmp_path / "xdg" / "agentenv"
     assert s.run_url("r1") is None, "the embedded server's web UI is off unless asked for (SECURITY.md)"
-    clean_env.setenv("AGENTENV_UI", "1")
+    clean_env.setenv("AGENT_ENV_UI", "1")
     assert load_settings(tmp_path).run_url("r1") == "http://127.0.0.1:8233/namespaces/default/workflows/r1"
 
 
@@ -65,7 +65,7 @@ namespace = "prod"
 
 def test_environment_overrides_the_file(clean_env, tmp_path):
     write_config(tmp_path, "[server]\nport = 7300\n")
-    clean_env.setenv("AGENTENV_SERVER_PORT", "7400")
+    clean_env.setenv("AGENT_ENV_SERVER_PORT", "7400")
     clean_env.setenv("TEMPORAL_NAMESPACE", "ns2")
     s = load_settings(tmp_path)
     assert s.server.port == 7400 and s.temporal.namespace == "ns2"
@@ -83,7 +83,7 @@ def test_bad_config_files_name_the_problem(clean_env, tmp_path):
 
 
 def test_agentenv_config_must_exist(clean_env, tmp_path):
-    clean_env.setenv("AGENTENV_CONFIG", str(tmp_path / "nope.toml"))
+    clean_env.setenv("AGENT_ENV_CONFIG", str(tmp_path / "nope.toml"))
     with pytest.raises(BadInput, match="not a file"):
         load_settings(tmp_path)
 
@@ -93,14 +93,14 @@ def test_agentenv_config_must_exist(clean_env, tmp_path):
 
 def test_each_value_records_its_source(clean_env, tmp_path):
     path = write_config(tmp_path, '[temporal]\nnamespace = "prod"\n[server]\nport = 7300\n')
-    clean_env.setenv("AGENTENV_HOME", str(tmp_path / "home"))
-    clean_env.setenv("AGENTENV_SERVER_PORT", "7400")
-    clean_env.setenv("AGENTENV_MODEL", "fake")
+    clean_env.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
+    clean_env.setenv("AGENT_ENV_SERVER_PORT", "7400")
+    clean_env.setenv("AGENT_ENV_MODEL", "fake")
     s = load_settings(tmp_path)
     assert s.origin("temporal", "namespace") == Origin(source="file", name=str(path))
-    assert s.origin("server", "port") == Origin(source="env", name="AGENTENV_SERVER_PORT")
-    assert s.origin("state_dir") == Origin(source="env", name="AGENTENV_HOME")
-    assert s.origin("models", "default", "model") == Origin(source="env", name="AGENTENV_MODEL")
+    assert s.origin("server", "port") == Origin(source="env", name="AGENT_ENV_SERVER_PORT")
+    assert s.origin("state_dir") == Origin(source="env", name="AGENT_ENV_HOME")
+    assert s.origin("models", "default", "model") == Origin(source="env", name="AGENT_ENV_MODEL")
     assert s.origin("temporal", "task_queue") == Origin(source="default")
     assert s.describe_address_source() == "the configuration"
     clean_env.setenv("TEMPORAL_ADDRESS", "t.example:7233")
@@ -129,7 +129,7 @@ region = "eu"
 
 def test_the_seed_sandbox_shape_reads_as_ours(clean_env, tmp_path):
     path = write_config(tmp_path, SEED_SHAPE)
-    clean_env.setenv("AGENTENV_HOME", str(tmp_path / "home"))
+    clean_env.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     s = load_settings(tmp_path)
     assert (s.sandboxes.envs, s.sandboxes.agents) == ("docker,local", "local")
     assert s.sandboxes.providers == {"acme": {"api_key": "secret:acme", "region": "eu"}, "empty": {}}
@@ -177,17 +177,17 @@ def test_seed_keys_we_do_not_read_are_refused(clean_env, tmp_path, text, problem
 
 
 def test_providers_get_their_own_config_and_resolve_references_only_when_used(clean_env, tmp_path):
-    from agentenv.providers import registry
-    from agentenv.stores.secrets import MissingSecret
+    from agent_env.providers import registry
+    from agent_env.stores.secrets import MissingSecret
 
     write_config(tmp_path, SEED_SHAPE + '[sandbox.providers.offline.config]\ntoken = "secret:offline-token"\n')
-    clean_env.setenv("AGENTENV_HOME", str(tmp_path / "home"))
+    clean_env.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     s = load_settings(tmp_path)
     offline = registry.load("offline", s)  # the test plugin: its own __init__(settings), unchanged
     assert offline.settings is s and offline.config == {"token": "secret:offline-token"}
     with pytest.raises(MissingSecret, match="offline-token"):
         offline.config.resolved("token")
-    clean_env.setenv("AGENTENV_SECRET_OFFLINE_TOKEN", "t0k")
+    clean_env.setenv("AGENT_ENV_SECRET_OFFLINE_TOKEN", "t0k")
     assert offline.config.resolved("token") == "t0k" and offline.config["token"] == "secret:offline-token"
     assert offline.config.resolved("absent", 3) == 3
     assert registry.load("local", s).config == {}  # a provider without a table gets an empty one
@@ -197,7 +197,7 @@ def test_providers_get_their_own_config_and_resolve_references_only_when_used(cl
 
 
 def test_show_lists_every_value_with_its_source_and_masks_secrets(clean_env, tmp_path, capsys, monkeypatch):
-    from agentenv.cli.config_cmd import show_command
+    from agent_env.cli.config_cmd import show_command
 
     path = write_config(
         tmp_path,
@@ -206,7 +206,7 @@ def test_show_lists_every_value_with_its_source_and_masks_secrets(clean_env, tmp
         + '[models.agent]\napi_key = "secret:openai"\n'
         + '[stores.objects]\nbackend = "aws"\nbucket = "b"\naws_secret_access_key = "AKIA-literal"\n',
     )
-    clean_env.setenv("AGENTENV_HOME", str(tmp_path / "home"))
+    clean_env.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     clean_env.setenv("TEMPORAL_API_KEY", "tk-literal")
     monkeypatch.chdir(tmp_path)
     assert show_command(json_out=True) == 0
@@ -230,7 +230,7 @@ def test_show_lists_every_value_with_its_source_and_masks_secrets(clean_env, tmp
         "written_as": "[sandbox.providers.acme.config] api_key",
     }
     assert rows["sandboxes.providers.acme.region"]["value"] == "eu"
-    assert rows["state_dir"] == {"value": str(tmp_path / "home"), "source": "env", "name": "AGENTENV_HOME"}
+    assert rows["state_dir"] == {"value": str(tmp_path / "home"), "source": "env", "name": "AGENT_ENV_HOME"}
     assert rows["temporal.address"] == {"value": None, "source": "default"}
     # every field of every section is listed
     for section in ("temporal", "server", "gateway", "sandboxes"):
@@ -252,7 +252,7 @@ def test_config_show_through_the_cli(clean_env, tmp_path):
 
     agent_env = str(Path(sys.executable).parent / "agent-env")
     write_config(tmp_path, '[temporal]\nnamespace = "prod"\n')
-    env = {**os.environ, "AGENTENV_HOME": str(tmp_path / "home"), "AGENTENV_GATEWAY_TOKEN": "aea_xyz"}
+    env = {**os.environ, "AGENT_ENV_HOME": str(tmp_path / "home"), "AGENT_ENV_GATEWAY_TOKEN": "aea_xyz"}
     out = subprocess.run([agent_env, "config", "show", "--json"], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["settings"]
@@ -270,14 +270,14 @@ def test_help_does_not_import_config_show():
 
     probe = (
         "import atexit, sys\n"
-        "atexit.register(lambda: print('LOADED', sorted(m for m in sys.modules if m.startswith('agentenv'))))\n"
+        "atexit.register(lambda: print('LOADED', sorted(m for m in sys.modules if m.startswith('agent_env'))))\n"
         "sys.argv = ['agent-env', '--help']\n"
-        "from agentenv.cli import main\n"
+        "from agent_env.cli import main\n"
         "main()\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
     loaded = out.stdout.rsplit("LOADED", 1)[1]
-    assert "agentenv.cli.commands" in loaded and "config" not in loaded
+    assert "agent_env.cli.commands" in loaded and "config" not in loaded
 
 
 # --- the example file ---------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ EXAMPLE = Path(__file__).parents[1] / ".agentenv" / "config.example.toml"
 
 
 def test_the_example_config_is_all_defaults(clean_env, tmp_path):
-    clean_env.setenv("AGENTENV_HOME", str(tmp_path / "home"))
+    clean_env.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     write_config(tmp_path, EXAMPLE.read_text())
     from_example = load_settings(tmp_path)
     (tmp_path / ".agentenv" / "config.toml").unlink()
@@ -329,6 +329,6 @@ def test_the_readme_config_example_loads(clean_env, tmp_path):
     readme = (EXAMPLE.parents[1] / "README.md").read_text()
     section = readme.split("## Pointing at a Temporal cluster", 1)[1]
     write_config(tmp_path, re.search(r"```toml\n(.*?)```", section, re.S)[1])
-    clean_env.setenv("AGENTENV_HOME", str(tmp_path / "home"))
+    clean_env.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     s = load_settings(tmp_path)
     assert s.stores.objects.backend == "aws" and s.sandboxes.providers["my-cloud"] == {"api_key": "secret:my-cloud"}

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from agentenv import runner
-from agentenv.bundles import BUILTIN_ROOT, resolve_target
-from agentenv.spec.run import RunStatus
-from agentenv.stores import open_stores
+from agent_env import runner
+from agent_env.bundles import BUILTIN_ROOT, resolve_target
+from agent_env.spec.run import RunStatus
+from agent_env.stores import open_stores
 
 
 async def run_bundle(client, settings, name: str, change=None):
@@ -99,7 +99,7 @@ async def test_escalation(client, settings, worker):
 
 
 async def test_escalation_graded_by_the_judge_model(client, settings, worker):
-    from agentenv.planning.tasks import load_task
+    from agent_env.planning.tasks import load_task
 
     spec = load_task(BUILTIN_ROOT / "escalation" / "tasks" / "escalation-model-judged.toml")
     state = await runner.wait_result(await runner.start_run(client, settings, spec))

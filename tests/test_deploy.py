@@ -4,7 +4,7 @@ images built by deploy/build-images and run as containers against this session's
 host's CLI starting `hello` and `workplace` on the containerised worker's task queue.
 
 The tools and the Docker tier are skipped where missing, naming what is missing; in CI (CI=true or
-AGENTENV_REQUIRE_DOCKER=1) they fail instead."""
+AGENT_ENV_REQUIRE_DOCKER=1) they fail instead."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 from conftest import free_port
 from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agentenv.spec.run import RunStatus
+from agent_env.spec.run import RunStatus
 
 pytestmark = pytest.mark.processes
 ROOT = Path(__file__).parent.parent
@@ -38,7 +38,7 @@ def need_tool(name: str, how: str) -> str:
     path = shutil.which(name)
     if path is None:
         message = f"{name} is not installed ({how})"
-        if os.environ.get("CI") or os.environ.get("AGENTENV_REQUIRE_DOCKER"):
+        if os.environ.get("CI") or os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
             pytest.fail(message)
         pytest.skip(message)
     return path
@@ -48,7 +48,7 @@ def test_compose_file_passes_docker_compose_validation(tmp_path):
     compose = need_tool("docker-compose", "scripts/docker-setup installs Debian's docker-compose")
     folder = DEPLOY / "compose"
     # `.env` is the user's copy of `.env.example`: validate with the example's values, as a first `up` would run.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "AGENTENV_", "TEMPORAL_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "AGENT_ENV_", "TEMPORAL_"))}
     unset = subprocess.run(
         [compose, "--env-file", str(folder / ".env.example"), "-f", str(folder / "docker-compose.yml"), "config", "-q"],
         capture_output=True,
@@ -56,9 +56,9 @@ def test_compose_file_passes_docker_compose_validation(tmp_path):
         env=env,
         timeout=60,
     )
-    assert unset.returncode != 0 and "set AGENTENV_GATEWAY_KEY" in unset.stderr, "no gateway without its own key"
-    env["AGENTENV_GATEWAY_KEY"] = secrets.token_hex(32)  # as the user adds it to .env
-    env["AGENTENV_PLAN_KEY"] = secrets.token_hex(32)
+    assert unset.returncode != 0 and "set AGENT_ENV_GATEWAY_KEY" in unset.stderr, "no gateway without its own key"
+    env["AGENT_ENV_GATEWAY_KEY"] = secrets.token_hex(32)  # as the user adds it to .env
+    env["AGENT_ENV_PLAN_KEY"] = secrets.token_hex(32)
     done = subprocess.run(
         [compose, "--env-file", str(folder / ".env.example"), "-f", str(folder / "docker-compose.yml"), "config"],
         capture_output=True,
@@ -74,10 +74,10 @@ def test_compose_file_passes_docker_compose_validation(tmp_path):
     services = config["services"]
     assert {"postgresql", "temporal", "temporal-ui", "worker", "gateway"} <= set(services)
     assert services["worker"]["deploy"]["replicas"] >= 2, "N workers"
-    assert "gateway-state" in config["volumes"] and services["gateway"]["environment"]["AGENTENV_GATEWAY_URL"]
+    assert "gateway-state" in config["volumes"] and services["gateway"]["environment"]["AGENT_ENV_GATEWAY_URL"]
     for name in ("worker", "gateway"):  # both run the images deploy/build-images makes, from one config
         assert services[name]["image"].startswith(f"agentenv/{name}:")
-        assert services[name]["environment"]["AGENTENV_CONFIG"] == "/etc/agentenv/config.toml"
+        assert services[name]["environment"]["AGENT_ENV_CONFIG"] == "/etc/agent_env/config.toml"
 
 
 def rendered(kubectl: str, folder: Path) -> list[dict]:
@@ -89,15 +89,15 @@ def rendered(kubectl: str, folder: Path) -> list[dict]:
 
 
 def loaded_config(text: str, tmp_path: Path, monkeypatch):
-    """`text` as agentenv reads a config file (every section and key checked), with no AGENTENV_* overrides."""
-    from agentenv.config import load_settings
+    """`text` as agent-env reads a config file (every section and key checked), with no AGENT_ENV_* overrides."""
+    from agent_env.config import load_settings
 
     path = tmp_path / "config.toml"
     path.write_text(text)
-    for var in [v for v in os.environ if v.startswith(("AGENTENV_", "TEMPORAL_"))]:
+    for var in [v for v in os.environ if v.startswith(("AGENT_ENV_", "TEMPORAL_"))]:
         monkeypatch.delenv(var)
-    monkeypatch.setenv("AGENTENV_CONFIG", str(path))
-    monkeypatch.setenv("AGENTENV_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AGENT_ENV_CONFIG", str(path))
+    monkeypatch.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     return load_settings(tmp_path)
 
 
@@ -131,13 +131,13 @@ def test_kubernetes_manifests_render_and_fit_the_kubernetes_schemas(variant, tmp
     assert headless and headless[0]["spec"]["clusterIP"] == "None", "each gateway has a stable DNS name"
     worker = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert worker["resources"]["requests"] and "agentenv/worker:" in worker["image"]
-    # The config file agentenv reads there, and a gateway pod of each replica named in it, as the pool routes.
+    # The config file agent-env reads there, and a gateway pod of each replica named in it, as the pool routes.
     settings = loaded_config(by_kind["ConfigMap"]["data"]["config.toml"], tmp_path, monkeypatch)
     assert settings.gateway.key_secret and settings.temporal.address and settings.temporal.plan_key_secret
     names = [f"http://gateway-{i}.{gateway['serviceName']}:8790" for i in range(gateway["replicas"])]
     assert settings.gateway.urls() == names, "[gateway] url/pool lists each gateway the StatefulSet runs"
     own = {e["name"]: e.get("value") for e in gateway["template"]["spec"]["containers"][0]["env"]}
-    assert own["AGENTENV_GATEWAY_URL"] == f"http://$(POD_NAME).{gateway['serviceName']}:8790"
+    assert own["AGENT_ENV_GATEWAY_URL"] == f"http://$(POD_NAME).{gateway['serviceName']}:8790"
 
 
 def test_overlays_change_what_they_say():
@@ -194,14 +194,14 @@ def test_worker_and_gateway_images_run_hello_and_workplace(docker_client, server
     port, queue = free_port(), f"deploy-{uuid.uuid4().hex[:6]}"
     shared = {
         "TEMPORAL_ADDRESS": settings.address,
-        "AGENTENV_TASK_QUEUE": queue,
-        "AGENTENV_GATEWAY_URL": f"http://127.0.0.1:{port}",
-        "AGENTENV_GATEWAY_PORT": str(port),
-        "AGENTENV_SECRET_GATEWAY_KEY": secrets.token_hex(32),
-        "AGENTENV_SECRET_PLAN_KEY": secrets.token_hex(32),  # the host plans, the worker executes: one key
+        "AGENT_ENV_TASK_QUEUE": queue,
+        "AGENT_ENV_GATEWAY_URL": f"http://127.0.0.1:{port}",
+        "AGENT_ENV_GATEWAY_PORT": str(port),
+        "AGENT_ENV_SECRET_GATEWAY_KEY": secrets.token_hex(32),
+        "AGENT_ENV_SECRET_PLAN_KEY": secrets.token_hex(32),  # the host plans, the worker executes: one key
         **moto_util.CREDENTIALS,
         # the session's fake model server, for workplace's persona
-        **{k: v for k, v in os.environ.items() if k.startswith(("AGENTENV_MODEL", "AGENTENV_SECRET_TEST"))},
+        **{k: v for k, v in os.environ.items() if k.startswith(("AGENT_ENV_MODEL", "AGENT_ENV_SECRET_TEST"))},
     }
     containers = []
     try:
@@ -214,10 +214,10 @@ def test_worker_and_gateway_images_run_hello_and_workplace(docker_client, server
                     network_mode="host",
                     environment={
                         **shared,
-                        "AGENTENV_CONFIG": "/etc/agentenv/config.toml",
+                        "AGENT_ENV_CONFIG": "/etc/agent_env/config.toml",
                         "HEALTH_PORT": str(free_port()),
                     },
-                    volumes={str(config): {"bind": "/etc/agentenv/config.toml", "mode": "ro"}},
+                    volumes={str(config): {"bind": "/etc/agent_env/config.toml", "mode": "ro"}},
                 )
             )
         gateway, worker = containers
@@ -230,8 +230,8 @@ def test_worker_and_gateway_images_run_hello_and_workplace(docker_client, server
         host = {
             **os.environ,
             **shared,
-            "AGENTENV_CONFIG": str(config),
-            "AGENTENV_HOME": str(tmp_path / "host-home"),
+            "AGENT_ENV_CONFIG": str(config),
+            "AGENT_ENV_HOME": str(tmp_path / "host-home"),
         }
         runs = {}
         for task in ("hello", "workplace"):

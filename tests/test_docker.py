@@ -1,7 +1,7 @@
 """The Docker tier, for real: images built from Dockerfiles, containers as sandboxes, a containerized MCP
 server reached through the gateway, teardown on every way a run ends, and the reaper after a SIGKILL.
 
-Needs a Docker daemon and the base image (`scripts/docker-setup`). CI sets AGENTENV_REQUIRE_DOCKER=1,
+Needs a Docker daemon and the base image (`scripts/docker-setup`). CI sets AGENT_ENV_REQUIRE_DOCKER=1,
 so there this tier fails instead of skipping when Docker is missing.
 """
 
@@ -20,18 +20,18 @@ from gateway_util import mcp_client
 from test_durability import AGENT_ENV, Cluster, wait_until
 from test_sandboxes import wait_http
 
-from agentenv import runner
-from agentenv.bundles import resolve_target
-from agentenv.config import Settings
-from agentenv.gateway import embedded as embedded_gateway
-from agentenv.planning.tasks import load_task
-from agentenv.providers import ProviderUnavailable, SandboxFailed, SandboxSpec, registry
-from agentenv.providers.base import LABEL_RUN
-from agentenv.providers.docker import BASE_IMAGE, DockerProvider
-from agentenv.spec.run import RunStatus
-from agentenv.temporal.client import connect
+from agent_env import runner
+from agent_env.bundles import resolve_target
+from agent_env.config import Settings
+from agent_env.gateway import embedded as embedded_gateway
+from agent_env.planning.tasks import load_task
+from agent_env.providers import ProviderUnavailable, SandboxFailed, SandboxSpec, registry
+from agent_env.providers.base import LABEL_RUN
+from agent_env.providers.docker import BASE_IMAGE, DockerProvider
+from agent_env.spec.run import RunStatus
+from agent_env.temporal.client import connect
 
-ECHO_ENV = Path(__file__).parent.parent / "agentenv" / "bundles" / "echo-mcp" / "envs" / "echo"
+ECHO_ENV = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo"
 SERVE = [
     "python3",
     "-c",
@@ -70,7 +70,7 @@ def docker_client():
     problem = _docker_problem()
     if problem:
         message = f"the Docker tier needs a Docker daemon and {BASE_IMAGE} (run scripts/docker-setup): {problem}"
-        if os.environ.get("AGENTENV_REQUIRE_DOCKER"):
+        if os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
             pytest.fail(message)
         pytest.skip(message)
     import docker
@@ -400,7 +400,7 @@ async def test_the_reaper_removes_containers_of_a_run_that_died_with_its_worker(
         # A new worker's reaper (every [sandboxes] reap_every seconds) removes what the dead one left.
         config = tmp_path / "config.toml"
         config.write_text("[sandboxes]\nreap_every = 0.5\n")
-        cluster.env["AGENTENV_CONFIG"] = str(config)
+        cluster.env["AGENT_ENV_CONFIG"] = str(config)
         cluster.start_worker()
         await wait_until(lambda: _no_containers(docker_client, handle.id), timeout=30, what="the reaper")
 

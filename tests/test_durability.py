@@ -14,12 +14,12 @@ import pytest
 from agentenv_teststeps.scratchpad import Scratchpad
 from conftest import free_port
 
-from agentenv import runner
-from agentenv.config import GatewaySettings, ServerSettings, Settings
-from agentenv.planning.tasks import parse_task
-from agentenv.spec.run import RunState, RunStatus
-from agentenv.temporal import server
-from agentenv.temporal.client import connect
+from agent_env import runner
+from agent_env.config import GatewaySettings, ServerSettings, Settings
+from agent_env.planning.tasks import parse_task
+from agent_env.spec.run import RunState, RunStatus
+from agent_env.temporal import server
+from agent_env.temporal.client import connect
 
 pytestmark = pytest.mark.durability
 
@@ -66,10 +66,10 @@ class Cluster:
         )
         self.env = {
             **os.environ,
-            "AGENTENV_HOME": str(self.settings.state_dir),
-            "AGENTENV_SERVER_PORT": str(self.settings.server.port),
-            "AGENTENV_UI_PORT": str(self.settings.server.ui_port),
-            "AGENTENV_GATEWAY_PORT": str(self.settings.gateway.port),
+            "AGENT_ENV_HOME": str(self.settings.state_dir),
+            "AGENT_ENV_SERVER_PORT": str(self.settings.server.port),
+            "AGENT_ENV_UI_PORT": str(self.settings.server.ui_port),
+            "AGENT_ENV_GATEWAY_PORT": str(self.settings.gateway.port),
         }
         self.log = root / "workers.log"
         self.workers: list[subprocess.Popen] = []
@@ -205,7 +205,7 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
     import time
     import tomllib
 
-    from agentenv.gateway import embedded as embedded_gateway
+    from agent_env.gateway import embedded as embedded_gateway
 
     task = parse_task(tomllib.loads(PACED_WORLD), "t")
     client = await connect(cluster.settings)
@@ -234,7 +234,7 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
         return [(e.trigger, e.virtual_time, e.detail.get("n")) for e in state.world.events if e.kind == "fired"]
 
     assert fired(final) == fired(baseline), "the same events at the same virtual times"
-    from agentenv.gateway.embedded import connect as gateway_connect
+    from agent_env.gateway.embedded import connect as gateway_connect
 
     async with gateway_connect(cluster.settings) as gateway:
         notes = [
@@ -253,7 +253,7 @@ async def test_an_episode_survives_its_worker_being_killed(cluster):
     """SIGKILL the worker while the trainer is mid-turn: its next calls still work, the score is right."""
     from test_episodes import NOTES_TASK
 
-    from agentenv.episodes import Episodes, EpisodeSpec
+    from agent_env.episodes import Episodes, EpisodeSpec
 
     episodes = await Episodes.connect(cluster.settings, worker=False)  # the rest of the run: `agent-env worker`
     try:

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agentenv.envs import App, Ctx, ToolError, tool
-from agentenv.envs.app import ToolArgumentError
-from agentenv.envs.app_instance import AppInstance, UnknownTool, load_app_class
-from agentenv.envs.builtin.notes import Notes
-from agentenv.errors import BadInput
+from agent_env.envs import App, Ctx, ToolError, tool
+from agent_env.envs.app import ToolArgumentError
+from agent_env.envs.app_instance import AppInstance, UnknownTool, load_app_class
+from agent_env.envs.builtin.notes import Notes
+from agent_env.errors import BadInput
 
 NOW = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
 CTX = Ctx(role="writer", agent="ada", virtual_now=NOW)
@@ -163,10 +163,10 @@ def test_app_declaration_errors():
                 """F."""
 
     with pytest.raises(BadInput, match="MODULE:Class"):
-        load_app_class("agentenv.envs.builtin.notes")
-    with pytest.raises(BadInput, match="not an agentenv App"):
-        load_app_class("agentenv.envs.builtin.notes:ToolError")
-    assert load_app_class("agentenv.envs.builtin.notes:Notes") is Notes
+        load_app_class("agent_env.envs.builtin.notes")
+    with pytest.raises(BadInput, match="not an agent-env App"):
+        load_app_class("agent_env.envs.builtin.notes:ToolError")
+    assert load_app_class("agent_env.envs.builtin.notes:Notes") is Notes
 
 
 class Shop(App):

@@ -1,4 +1,4 @@
-"""An app served alone speaks the open agentenv protocol v1 (checked with that protocol's own reference
+"""An app served alone speaks the open agent-env protocol v1 (checked with that protocol's own reference
 client, unchanged) and MCP (checked with the mcp SDK's client, in both protocol eras)."""
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from agentenv import runner
-from agentenv.bundles import resolve_target
-from agentenv.errors import BadInput
-from agentenv.gateway.embedded import connect
-from agentenv.planning.tasks import load_task
-from agentenv.spec.run import RunStatus, StepStatus
+from agent_env import runner
+from agent_env.bundles import resolve_target
+from agent_env.errors import BadInput
+from agent_env.gateway.embedded import connect
+from agent_env.planning.tasks import load_task
+from agent_env.spec.run import RunStatus, StepStatus
 
 
 async def run_spec(client, settings, spec):
@@ -143,7 +143,7 @@ async def test_environment_lifecycle(client, settings, worker, tmp_path):
     ]
     instance = state.steps["env"].outputs["instance"]
     trajectory = state.steps["done"].outputs["trajectory"]
-    stores = __import__("agentenv.stores", fromlist=["open_stores"]).open_stores(settings)
+    stores = __import__("agent_env.stores", fromlist=["open_stores"]).open_stores(settings)
     lines = [json.loads(line) for line in stores.objects.get(trajectory).decode().splitlines()]
     assert [e["tool"] for e in lines] == ["write_note", "list_notes", "read_note"]
     assert lines[0]["agent"] == "ann" and lines[0]["role"] == "reader"

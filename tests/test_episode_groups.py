@@ -12,10 +12,10 @@ import httpx2 as httpx
 import pytest
 from gateway_util import running_gateway, support_data, support_spec
 
-from agentenv.episodes import EpisodeGroup, Episodes, EpisodeSpec
-from agentenv.errors import BadInput
-from agentenv.gateway.client import GatewayRefused
-from agentenv.planning.tasks import parse_task
+from agent_env.episodes import EpisodeGroup, Episodes, EpisodeSpec
+from agent_env.errors import BadInput
+from agent_env.gateway.client import GatewayRefused
+from agent_env.planning.tasks import parse_task
 
 SEEDED = 300  # notes the environment's data file loads
 
@@ -102,7 +102,7 @@ async def episodes(client, settings, worker):
 
 @pytest.fixture
 async def admin(settings):
-    from agentenv.gateway.embedded import connect
+    from agent_env.gateway.embedded import connect
 
     gateway = connect(settings)
     yield gateway
@@ -160,8 +160,8 @@ async def test_seeds_per_rollout_and_closing_a_group_early(episodes, admin, bund
 
 
 async def test_a_deploy_whose_prototype_is_gone_loads_the_data_itself(client, worker, settings, bundle):
-    from agentenv import runner
-    from agentenv.spec.run import RunStatus
+    from agent_env import runner
+    from agent_env.spec.run import RunStatus
 
     task = pad_task()
     task["steps"][0]["config"]["fork_from"] = "gone.pad"  # a group that ended (or expired) before this deploy
@@ -187,8 +187,8 @@ async def test_groups_over_http(settings, worker, admin, bundle):
     import uvicorn
     from conftest import free_port
 
-    from agentenv.episodes.http import create_app
-    from agentenv.gateway.embedded import admin_token
+    from agent_env.episodes.http import create_app
+    from agent_env.gateway.embedded import admin_token
 
     port = free_port()
     server = uvicorn.Server(
@@ -317,7 +317,7 @@ async def test_the_gateway_deletes_instances_past_their_expiry(tmp_path):
 async def test_the_expiry_sweep_reads_only_instances_that_expire(tmp_path, monkeypatch):
     """A gateway keeps every finished run's instances: the sweep pages through the few with an expiry (an
     index orders them first) and stops at the first without one, however many there are."""
-    from agentenv.gateway import service
+    from agent_env.gateway import service
 
     monkeypatch.setattr(service, "EXPIRY_PAGE", 2)  # several pages of expiring instances
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
@@ -339,8 +339,8 @@ async def test_the_expiry_sweep_reads_only_instances_that_expire(tmp_path, monke
 async def test_a_pool_forks_on_the_gateway_holding_the_source(tmp_path):
     import os
 
-    from agentenv.gateway.client import GatewayClient
-    from agentenv.gateway.pool import GatewayPool
+    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway.pool import GatewayPool
 
     key = os.urandom(32)
     async with (

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from agentenv.episodes import EpisodeError, Episodes, EpisodeSpec
-from agentenv.errors import BadInput
-from agentenv.spec.run import RunStatus, StepStatus
-from agentenv.stores import open_stores
+from agent_env.episodes import EpisodeError, Episodes, EpisodeSpec
+from agent_env.errors import BadInput
+from agent_env.spec.run import RunStatus, StepStatus
+from agent_env.stores import open_stores
 
 REFUND_SCRIPT = [
     ("get_ticket", {"ticket_id": "TCK-1004"}),
@@ -175,7 +175,7 @@ NOTES_TASK = {
 
 
 async def test_fifty_concurrent_episodes(episodes):
-    from agentenv.planning.tasks import parse_task
+    from agent_env.planning.tasks import parse_task
 
     spec = EpisodeSpec.from_task(parse_task(NOTES_TASK, "t"), ["writer"], turn_timeout=120)
 
@@ -192,9 +192,9 @@ async def test_fifty_concurrent_episodes(episodes):
 
 
 async def test_long_episodes_continue_as_new_transparently(episodes, client, settings):
-    from agentenv import runner
-    from agentenv.episodes.client import Episode
-    from agentenv.planning.tasks import parse_task
+    from agent_env import runner
+    from agent_env.episodes.client import Episode
+    from agent_env.planning.tasks import parse_task
 
     task = json.loads(json.dumps(NOTES_TASK))
     task["steps"].insert(
@@ -236,8 +236,8 @@ async def test_the_turn_loop_over_http(settings, client, worker):
     import uvicorn
     from conftest import free_port
 
-    from agentenv.episodes.http import create_app
-    from agentenv.gateway.embedded import admin_token, connect
+    from agent_env.episodes.http import create_app
+    from agent_env.gateway.embedded import admin_token, connect
 
     port = free_port()
     server = uvicorn.Server(
@@ -279,7 +279,7 @@ async def test_the_turn_loop_over_http(settings, client, worker):
 
 
 async def test_gymnasium_style_adapter(settings, worker):
-    from agentenv.episodes.gym import EpisodeEnv
+    from agent_env.episodes.gym import EpisodeEnv
 
     env = EpisodeEnv(EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=60), settings=settings, worker=False)
     try:
@@ -307,8 +307,8 @@ def test_the_readme_names_import_lazily():
     import sys
 
     code = (
-        "import sys, agentenv; assert 'agentenv.episodes' not in sys.modules; "
-        "from agentenv import EpisodeSpec, Task; print(Task.get('refund').id, EpisodeSpec.__name__)"
+        "import sys, agent_env; assert 'agent_env.episodes' not in sys.modules; "
+        "from agent_env import EpisodeSpec, Task; print(Task.get('refund').id, EpisodeSpec.__name__)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["refund", "EpisodeSpec"], done.stderr

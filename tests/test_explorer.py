@@ -19,12 +19,12 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from agentenv import runner
-from agentenv.config import Settings
-from agentenv.explorer.auth import CODE_TTL, COOKIE, IDLE_TTL, KEY_HEADER, SESSION_TTL, Door
-from agentenv.explorer.server import STATIC, create_app
-from agentenv.spec.run import RunState, RunStatus, StepState, StepStatus
-from agentenv.stores import keys, open_stores
+from agent_env import runner
+from agent_env.config import Settings
+from agent_env.explorer.auth import CODE_TTL, COOKIE, IDLE_TTL, KEY_HEADER, SESSION_TTL, Door
+from agent_env.explorer.server import STATIC, create_app
+from agent_env.spec.run import RunState, RunStatus, StepState, StepStatus
+from agent_env.stores import keys, open_stores
 
 BASE = "http://127.0.0.1:8234"
 finished_runs = explorer_util.finished_runs  # the workplace and refund runs, once a session
@@ -64,7 +64,7 @@ async def test_without_a_session_the_api_is_401_and_the_page_asks_for_the_link(s
 
 
 async def test_a_one_time_code_signs_in_once_and_the_admin_token_never_shows(settings):
-    from agentenv.gateway.embedded import admin_token
+    from agent_env.gateway.embedded import admin_token
 
     door = Door()
     code = door.new_code()
@@ -198,7 +198,7 @@ def test_the_sign_in_page_says_how_long_a_session_lasts():
 
 
 async def test_a_running_run_is_read_live_from_its_workflow(explorer, client, settings):
-    from agentenv.planning.tasks import parse_task
+    from agent_env.planning.tasks import parse_task
 
     nap = parse_task({"id": "explorer-nap", "steps": [{"id": "nap", "type": "sleep", "config": {"seconds": 2}}]}, "t")
     handle = await runner.start_run(client, settings, nap)
@@ -391,11 +391,11 @@ async def test_a_run_with_10000_calls_pages_quickly(tmp_path):
 async def test_agent_env_up_serves_the_explorer_behind_a_one_time_link(server, finished_runs, settings):
     """The real command: it finds Temporal and the gateway running, starts the background worker for its task
     queue (it outlives the explorer), prints a link that signs in once, and stops on Ctrl-C."""
-    from agentenv.gateway.embedded import admin_token
+    from agent_env.gateway.embedded import admin_token
 
     workplace, _ = finished_runs
-    env = {**os.environ, "AGENTENV_TASK_QUEUE": "agentenv-explorer-up-tests"}
-    command = [sys.executable, "-m", "agentenv", "up", "--port", "0", "--no-open"]
+    env = {**os.environ, "AGENT_ENV_TASK_QUEUE": "agentenv-explorer-up-tests"}
+    command = [sys.executable, "-m", "agent_env", "up", "--port", "0", "--no-open"]
     proc = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
     )
@@ -422,7 +422,7 @@ async def test_agent_env_up_serves_the_explorer_behind_a_one_time_link(server, f
         rest, _ = await asyncio.wait_for(proc.communicate(), 30)
         output += rest.decode()
         stop = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentenv", "worker", "stop", stdout=asyncio.subprocess.PIPE, env=env
+            sys.executable, "-m", "agent_env", "worker", "stop", stdout=asyncio.subprocess.PIPE, env=env
         )
         stopped = (await asyncio.wait_for(stop.communicate(), 60))[0].decode()
     assert proc.returncode in (0, 130), output
@@ -432,7 +432,7 @@ async def test_agent_env_up_serves_the_explorer_behind_a_one_time_link(server, f
 
 
 def test_up_explains_itself():
-    from agentenv.cli.commands import app
+    from agent_env.cli.commands import app
 
     answer = CliRunner().invoke(app, ["up", "--help"])
     assert answer.exit_code == 0

@@ -21,9 +21,9 @@ import httpx
 import pytest
 from headless import screenshot
 
-from agentenv.explorer.auth import COOKIE, IDLE_TTL, KEY_HEADER, Door
-from agentenv.explorer.server import create_app
-from agentenv.stores import keys, open_stores
+from agent_env.explorer.auth import COOKIE, IDLE_TTL, KEY_HEADER, Door
+from agent_env.explorer.server import create_app
+from agent_env.stores import keys, open_stores
 
 browser = headless.browser
 finished_runs = explorer_util.finished_runs
@@ -96,7 +96,7 @@ def console_errors(browser) -> list[dict]:
 
 
 def assert_no_admin_token(browser, settings) -> None:
-    from agentenv.gateway.embedded import admin_token
+    from agent_env.gateway.embedded import admin_token
 
     assert admin_token(settings) not in browser.page_source
 

@@ -27,9 +27,9 @@ from gateway_util import running_gateway, support_data, support_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentenv.bundles import BUILTIN_ROOT, find_agent, find_env
-from agentenv.errors import AgentEnvError
-from agentenv.planning.tasks import load_task, parse_task
+from agent_env.bundles import BUILTIN_ROOT, find_agent, find_env
+from agent_env.errors import AgentEnvError
+from agent_env.planning.tasks import load_task, parse_task
 
 
 def fuzz(examples: int) -> settings:

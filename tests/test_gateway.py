@@ -11,7 +11,7 @@ from agentenv_protocol.types import EnvironmentCard as ReferenceCard
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from mcp.shared.exceptions import MCPError
 
-from agentenv.gateway.client import GatewayRefused
+from agent_env.gateway.client import GatewayRefused
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ async def test_calls_are_stamped_and_recorded(desk):
 
 
 async def test_a_trajectory_longer_than_a_page_is_read_whole_and_a_short_page_ends_the_read(desk, monkeypatch):
-    from agentenv.gateway import trajectory
+    from agent_env.gateway import trajectory
 
     gateway, base, admin = desk
     for _ in range(7):
@@ -374,9 +374,9 @@ from pathlib import Path
 
 import uvicorn
 
-from agentenv.gateway.client import GatewayClient
-from agentenv.gateway.http import create_app
-from agentenv.gateway.service import Gateway
+from agent_env.gateway.client import GatewayClient
+from agent_env.gateway.http import create_app
+from agent_env.gateway.service import Gateway
 
 def loaded():
     return {"mcp": "mcp" in sys.modules, "a2a": "a2a" in sys.modules}

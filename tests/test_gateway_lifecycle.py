@@ -18,9 +18,9 @@ import pytest
 from conftest import free_port
 from gateway_util import mcp_client, running_gateway
 
-from agentenv.gateway import tokens
-from agentenv.gateway.client import GatewayUnavailable
-from agentenv.spec.run import RunStatus
+from agent_env.gateway import tokens
+from agent_env.gateway.client import GatewayUnavailable
+from agent_env.spec.run import RunStatus
 
 SMALL_TASK = {
     "id": "small",
@@ -69,7 +69,7 @@ async def wait_until(check, timeout: float = 15.0) -> bool:
 
 
 async def test_many_runs_leave_the_gateway_flat(run_task, settings):
-    from agentenv.gateway.embedded import status
+    from agent_env.gateway.embedded import status
 
     async def runs(n: int) -> None:
         for _ in range(0, n, 4):  # a few at a time, like a trainer's parallel episodes
@@ -87,7 +87,7 @@ async def test_many_runs_leave_the_gateway_flat(run_task, settings):
 
 
 async def test_a_hosted_agent_run_leaves_no_agent_behind(run_task, settings):
-    from agentenv.gateway.embedded import connect
+    from agent_env.gateway.embedded import connect
 
     pat = {
         "name": "pat",
@@ -163,9 +163,9 @@ async def test_idle_instances_close_and_reopen_on_demand(tmp_path):
 
 
 async def test_a_long_trajectory_is_kept_whole(tmp_path, settings):
-    from agentenv.gateway.release import retire_instance
-    from agentenv.gateway.service import Caller
-    from agentenv.stores import open_stores
+    from agent_env.gateway.release import retire_instance
+    from agent_env.gateway.service import Caller
+    from agent_env.stores import open_stores
 
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         await admin.put_instance({"id": "long-1", "run_id": "r-long", "apps": [{"app": "notes"}], **NOTES})
@@ -203,12 +203,12 @@ async def test_a_failing_trajectory_writer_makes_the_gateway_unready(tmp_path):
 async def test_a_killed_gateway_takes_its_subprocess_apps_along(tmp_path):
     port, root = free_port(), tmp_path / "gw"
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)],
+        [sys.executable, "-m", "agent_env.gateway", "--root", str(root), "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        from agentenv.gateway.client import GatewayClient
+        from agent_env.gateway.client import GatewayClient
 
         admin = GatewayClient(
             f"http://127.0.0.1:{port}",
@@ -236,8 +236,8 @@ async def test_a_killed_gateway_takes_its_subprocess_apps_along(tmp_path):
 
 def serve_notes(port: int, state: Path, token: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "agentenv", "env", "serve", "notes", "--port", str(port), "--state", str(state)],
-        env={**os.environ, "AGENTENV_SERVER_TOKEN": token},
+        [sys.executable, "-m", "agent_env", "env", "serve", "notes", "--port", str(port), "--state", str(state)],
+        env={**os.environ, "AGENT_ENV_SERVER_TOKEN": token},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

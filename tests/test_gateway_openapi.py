@@ -10,7 +10,7 @@ import httpx2
 import pytest
 from gateway_util import running_gateway, support_data, support_spec
 
-from agentenv.gateway import routes_agents
+from agent_env.gateway import routes_agents
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ import httpx
 import pytest
 from conftest import free_port, plan_key_of
 
-from agentenv import runner
-from agentenv.bundles import resolve_target
-from agentenv.config import load_settings
-from agentenv.spec.run import RunStatus
-from agentenv.waiting import until
+from agent_env import runner
+from agent_env.bundles import resolve_target
+from agent_env.config import load_settings
+from agent_env.spec.run import RunStatus
+from agent_env.waiting import until
 
 pytestmark = pytest.mark.processes
 
@@ -42,15 +42,15 @@ class Pool:
             f'[gateway]\npool = [{pool}]\nkey_secret = "pool-key"\n\n[temporal]\ntask_queue = "pool-{uuid.uuid4().hex[:6]}"\n'
         )
         # The session plans and its worker executes; the gateways' trigger hits are sealed with the same key.
-        self.env = {**os.environ, **plan_key, "AGENTENV_SECRET_POOL_KEY": self.key, "TEMPORAL_ADDRESS": temporal}
+        self.env = {**os.environ, **plan_key, "AGENT_ENV_SECRET_POOL_KEY": self.key, "TEMPORAL_ADDRESS": temporal}
         self.processes: list[subprocess.Popen | None] = [None, None]
 
     def start(self, n: int) -> None:
         folder = self.root / f"gateway-{n}"
         log = (self.root / f"gateway-{n}.log").open("ab")
         self.processes[n] = subprocess.Popen(
-            [sys.executable, "-m", "agentenv.gateway", "--root", str(folder), "--port", str(self.ports[n])],
-            env={**self.env, "AGENTENV_GATEWAY_URL": self.urls[n], "AGENTENV_HOME": str(self.root / f"home-{n}")},
+            [sys.executable, "-m", "agent_env.gateway", "--root", str(folder), "--port", str(self.ports[n])],
+            env={**self.env, "AGENT_ENV_GATEWAY_URL": self.urls[n], "AGENT_ENV_HOME": str(self.root / f"home-{n}")},
             cwd=self.project,
             stdout=log,
             stderr=log,
@@ -64,7 +64,7 @@ class Pool:
             process.wait(20)
 
     def settings(self):
-        os.environ["AGENTENV_SECRET_POOL_KEY"] = self.key  # the worker reads the shared key from the secret store
+        os.environ["AGENT_ENV_SECRET_POOL_KEY"] = self.key  # the worker reads the shared key from the secret store
         return load_settings(self.project)
 
 
@@ -91,12 +91,12 @@ async def pool(tmp_path, settings, server):
     finally:
         for n in (0, 1):
             made.stop(n)
-        os.environ.pop("AGENTENV_SECRET_POOL_KEY", None)
+        os.environ.pop("AGENT_ENV_SECRET_POOL_KEY", None)
 
 
 @pytest.fixture
 async def pool_worker(pool, client):
-    from agentenv.temporal.worker import create_worker
+    from agent_env.temporal.worker import create_worker
 
     settings = pool.settings()
     worker = create_worker(client, settings)
@@ -136,7 +136,7 @@ async def test_agents_and_triggers_reach_the_gateway_holding_their_instance(pool
 
 
 async def test_a_role_token_works_only_on_the_gateway_holding_its_instance(pool, pool_worker, client):
-    from agentenv.gateway.embedded import connect
+    from agent_env.gateway.embedded import connect
 
     async with connect(pool_worker) as gateway:
         specs = [
@@ -211,8 +211,8 @@ LOST = {
 async def test_an_instance_whose_gateway_is_gone_for_good_is_restored_on_another(pool, client, tmp_path):
     """The gateway holding the run's instance dies and is taken out of the pool (workers restarted with the
     smaller pool): the instance is rebuilt on the other gateway from its last snapshot, and the run passes."""
-    from agentenv.planning.tasks import parse_task
-    from agentenv.temporal.worker import create_worker
+    from agent_env.planning.tasks import parse_task
+    from agent_env.temporal.worker import create_worker
 
     first = pool.settings()
     worker = asyncio.create_task(create_worker(client, first).run())
@@ -238,7 +238,7 @@ async def test_an_instance_whose_gateway_is_gone_for_good_is_restored_on_another
     finally:
         worker.cancel()
     assert state.status is RunStatus.PASSED, state.error
-    from agentenv.cli.runs_cmd import _restorations
+    from agent_env.cli.runs_cmd import _restorations
 
     said = _restorations(second, state.run_id)
     assert len(said) == 1 and f"its gateway {lost} was lost; restored on {survivor}" in said[0]
@@ -247,8 +247,8 @@ async def test_an_instance_whose_gateway_is_gone_for_good_is_restored_on_another
 
 async def test_a_remembered_owner_that_lost_the_instance_is_forgotten(pool, pool_worker):
     """An instance deleted on one gateway and put again on the other: the pool asks again instead of failing."""
-    from agentenv.gateway.client import GatewayClient
-    from agentenv.gateway.embedded import admin_token, connect
+    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway.embedded import admin_token, connect
 
     spec = {"id": f"moved-{uuid.uuid4().hex[:6]}", "run_id": "moved-run", "apps": [{"app": "notes"}]}
     async with connect(pool_worker) as gateway:

@@ -21,8 +21,8 @@ from conftest import free_port, plan_key_of
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentenv.gateway.http import create_app
-from agentenv.gateway.service import Gateway
+from agent_env.gateway.http import create_app
+from agent_env.gateway.service import Gateway
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -193,10 +193,10 @@ class WorkerProcess:
         env = {
             **os.environ,
             **plan_key,  # it executes what this session plans
-            "AGENTENV_HOME": str(tmp_path / "home"),
-            "AGENTENV_GATEWAY_PORT": str(free_port()),
+            "AGENT_ENV_HOME": str(tmp_path / "home"),
+            "AGENT_ENV_GATEWAY_PORT": str(free_port()),
             "TEMPORAL_ADDRESS": address,
-            "AGENTENV_TASK_QUEUE": queue,
+            "AGENT_ENV_TASK_QUEUE": queue,
         }
         self.log = tmp_path / "worker.log"
         port = self.base.rsplit(":", 1)[1]
@@ -238,8 +238,8 @@ class WorkerProcess:
 
 @pytest.mark.processes
 async def test_worker_health_port_probes_sdk_metrics_and_drain(server, settings, client, tmp_path):
-    from agentenv import runner
-    from agentenv.planning.tasks import parse_task
+    from agent_env import runner
+    from agent_env.planning.tasks import parse_task
 
     queue = f"health-{uuid.uuid4().hex[:8]}"
     on_queue = settings.model_copy(update={"temporal": settings.temporal.model_copy(update={"task_queue": queue})})

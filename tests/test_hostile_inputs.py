@@ -12,15 +12,15 @@ import pytest
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from pydantic import ValidationError
 
-from agentenv.envs import App, Ctx, tool
-from agentenv.envs.app_instance import AppInstance
-from agentenv.envs.builtin.fields import MAX_ADDRESS, is_address
-from agentenv.envs.builtin.mail import Mail
-from agentenv.spec import patterns, predicates
-from agentenv.spec.world import Predicate, Says, StateWhen
-from agentenv.steps.builtin.agents import StopWhen
-from agentenv.steps.builtin.check import Check
-from agentenv.steps.builtin.grading import json_in
+from agent_env.envs import App, Ctx, tool
+from agent_env.envs.app_instance import AppInstance
+from agent_env.envs.builtin.fields import MAX_ADDRESS, is_address
+from agent_env.envs.builtin.mail import Mail
+from agent_env.spec import patterns, predicates
+from agent_env.spec.world import Predicate, Says, StateWhen
+from agent_env.steps.builtin.agents import StopWhen
+from agent_env.steps.builtin.check import Check
+from agent_env.steps.builtin.grading import json_in
 
 READY_WITHIN = 0.05
 HOSTILE_EMAILS = ["a@" + "." * 30_000, "a@" + "." * 30_000 + "@", "a@" + "." * 120_000 + " "]

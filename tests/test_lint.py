@@ -9,14 +9,14 @@ ROOT = Path(__file__).parent.parent
 
 def test_ruff():
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "agentenv", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "ruff", "check", "agent_env", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_ruff_format():
     """The code is as `ruff format` writes it (the pre-commit hook formats before each commit)."""
-    paths = ["agentenv", "tests", "bench", "scripts/record-histories"]
+    paths = ["agent_env", "tests", "bench", "scripts/record-histories"]
     done = subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--check", *paths], cwd=ROOT, capture_output=True, text=True
     )
@@ -45,9 +45,9 @@ def test_mypy():
 
 
 # `spec/` is the bottom layer: the models of everything declared, imported by the workflow. It may use
-# itself and `agentenv.errors`, nothing above (checks that need step types, apps, bundles or the gateway
-# belong in `agentenv.planning`). Function-local imports count: they are imports all the same.
-SPEC_MAY_IMPORT = ("agentenv.spec", "agentenv.errors")
+# itself and `agent_env.errors`, nothing above (checks that need step types, apps, bundles or the gateway
+# belong in `agent_env.planning`). Function-local imports count: they are imports all the same.
+SPEC_MAY_IMPORT = ("agent_env.spec", "agent_env.errors")
 
 
 def _agentenv_imports(path: Path) -> list[tuple[int, str]]:
@@ -59,23 +59,23 @@ def _agentenv_imports(path: Path) -> list[tuple[int, str]]:
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found += [(node.lineno, node.module)] + [
-                (node.lineno, f"{node.module}.{a.name}") for a in node.names if node.module == "agentenv"
+                (node.lineno, f"{node.module}.{a.name}") for a in node.names if node.module == "agent_env"
             ]
         elif isinstance(node, ast.ImportFrom) and node.level:
             found.append((node.lineno, "." * node.level + (node.module or "")))
-    return [(line, name) for line, name in found if name == "agentenv" or name.startswith(("agentenv.", "."))]
+    return [(line, name) for line, name in found if name == "agent_env" or name.startswith(("agent_env.", "."))]
 
 
 def test_spec_imports_nothing_above_it():
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {name}"
-        for path in sorted((ROOT / "agentenv" / "spec").rglob("*.py"))
+        for path in sorted((ROOT / "agent_env" / "spec").rglob("*.py"))
         for line, name in _agentenv_imports(path)
         if name.startswith(".")
         or not (name in SPEC_MAY_IMPORT or name.startswith(tuple(m + "." for m in SPEC_MAY_IMPORT)))
     ]
     assert not wrong, (
-        "spec/ is the bottom layer; move what needs these into agentenv.planning (or move a "
+        "spec/ is the bottom layer; move what needs these into agent_env.planning (or move a "
         "plain constant down into spec):\n  " + "\n  ".join(wrong)
     )
 
@@ -85,7 +85,7 @@ def _third_party_imports() -> set[str]:
     import ast
 
     found: set[str] = set()
-    for path in (ROOT / "agentenv").rglob("*.py"):
+    for path in (ROOT / "agent_env").rglob("*.py"):
         if "bundles" in path.relative_to(ROOT).parts:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -93,7 +93,7 @@ def _third_party_imports() -> set[str]:
                 found |= {_import_root(alias.name) for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found |= {_import_root(f"{node.module}.{alias.name}") for alias in node.names}
-    return {name for name in found if name.split(".")[0] not in sys.stdlib_module_names | {"agentenv"}}
+    return {name for name in found if name.split(".")[0] not in sys.stdlib_module_names | {"agent_env"}}
 
 
 def _import_root(module: str) -> str:

@@ -23,10 +23,10 @@ import pytest
 from conftest import free_port
 from test_gateway_pool import until_up
 
-from agentenv import runner
-from agentenv.bundles import BUILTIN_ROOT
-from agentenv.spec.run import RunState
-from agentenv.waiting import until
+from agent_env import runner
+from agent_env.bundles import BUILTIN_ROOT
+from agent_env.spec.run import RunState
+from agent_env.waiting import until
 
 pytestmark = pytest.mark.processes
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
@@ -59,9 +59,9 @@ class Cluster:
     def environment(self, home: Path) -> dict:
         return {
             **os.environ,
-            "AGENTENV_HOME": str(home),
-            "AGENTENV_SECRET_POOL_KEY": self.key,
-            "AGENTENV_SECRET_PLAN_KEY": self.plan_key,
+            "AGENT_ENV_HOME": str(home),
+            "AGENT_ENV_SECRET_POOL_KEY": self.key,
+            "AGENT_ENV_SECRET_PLAN_KEY": self.plan_key,
         }
 
     def start_gateways(self) -> None:
@@ -70,8 +70,8 @@ class Cluster:
         for n, port in enumerate(self.gateway_ports):
             log_path = self.root / f"gateway-{n}.log"
             with log_path.open("ab") as log:
-                env = {**self.environment(self.root / f"gateway-{n}-home"), "AGENTENV_GATEWAY_URL": self.gateways[n]}
-                command = [sys.executable, "-m", "agentenv.gateway", "--root", str(self.root / f"gateway-{n}")]
+                env = {**self.environment(self.root / f"gateway-{n}-home"), "AGENT_ENV_GATEWAY_URL": self.gateways[n]}
+                command = [sys.executable, "-m", "agent_env.gateway", "--root", str(self.root / f"gateway-{n}")]
                 self.processes.append(
                     subprocess.Popen([*command, "--port", str(port)], env=env, cwd=project, stdout=log, stderr=log)
                 )
@@ -91,7 +91,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, settings, server, request):
-    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv[aws]')")
+    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv-framework[aws]')")
     pytest.importorskip("moto.server", reason="sharing AWS stores is tested against moto's server (the dev extra)")
     made = Cluster(tmp_path_factory.mktemp("cluster"), request.getfixturevalue("endpoint"), settings.address)
     try:
@@ -111,7 +111,7 @@ class Machine:
         self.env = {
             **cluster.environment(root / f"{name}-home"),
             "TEMPORAL_ADDRESS": cluster.temporal,
-            "AGENTENV_TASK_QUEUE": queue,
+            "AGENT_ENV_TASK_QUEUE": queue,
         }
         self.log = root / f"{name}-worker.log"
         self.workers: list[subprocess.Popen] = []
@@ -190,7 +190,7 @@ async def test_a_run_started_on_one_machine_completes_on_the_others_worker(machi
     shown = a.show(run_id)  # A reads the record B's worker wrote to the shared document store
     assert shown["status"] == "passed" and shown["score"] == state.score == 1.0
     assert shown["steps"]["notes"]["outputs"]["gateway"] in cluster.gateways, "placed on the pool"
-    assert not (Path(a.env["AGENTENV_HOME"]) / "gateway").exists(), "A started no gateway of its own"
+    assert not (Path(a.env["AGENT_ENV_HOME"]) / "gateway").exists(), "A started no gateway of its own"
 
 
 @pytest.mark.durability

@@ -13,10 +13,10 @@ import pytest
 import uvicorn
 from conftest import free_port
 
-from agentenv.agents.fake_model import create_app
-from agentenv.agents.models import ChatModel, ModelError
-from agentenv.agents.usage import summed
-from agentenv.config import ModelSettings
+from agent_env.agents.fake_model import create_app
+from agent_env.agents.models import ChatModel, ModelError
+from agent_env.agents.usage import summed
+from agent_env.config import ModelSettings
 
 PROVIDERS = {
     "openai-chat": {"provider": "openai", "api": "chat"},
@@ -134,8 +134,8 @@ async def test_a_slow_endpoint_times_out_with_a_clear_error(kind, fake):
 async def test_a_runs_usage_is_the_sum_of_what_the_endpoint_reported(kind, run_task):
     """A hosted llm agent (in the gateway's process) makes two model calls in its turn; the step's outputs and
     the run's usage (what `runs show` prints) add up what the endpoint reported, per model."""
-    from agentenv.cli.runs_cmd import run_usage
-    from agentenv.spec.run import RunStatus
+    from agent_env.cli.runs_cmd import run_usage
+    from agent_env.spec.run import RunStatus
 
     log: list[dict[str, Any]] = []
     async with serving(create_app(SCRIPTS, usage_log=log)) as base:  # another origin: it gets no key

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from agentenv.bundles import find_env
-from agentenv.envs import Ctx, ToolError
-from agentenv.envs.app_instance import AppInstance, load_app_class
-from agentenv.envs.builtin import APPS
-from agentenv.envs.builtin.payables import Payables
-from agentenv.gateway.roles import ToolEntry, allowed_tools
+from agent_env.bundles import find_env
+from agent_env.envs import Ctx, ToolError
+from agent_env.envs.app_instance import AppInstance, load_app_class
+from agent_env.envs.builtin import APPS
+from agent_env.envs.builtin.payables import Payables
+from agent_env.gateway.roles import ToolEntry, allowed_tools
 
-BUNDLE = Path(__file__).parents[1] / "agentenv" / "bundles" / "invoice-queue"
+BUNDLE = Path(__file__).parents[1] / "agent_env" / "bundles" / "invoice-queue"
 SAMPLE = json.loads((BUNDLE / "envs" / "payables" / "data.json").read_text())["payables"]
 EXPECTED = json.loads((BUNDLE / "expected.json").read_text())
 NOW = datetime(2026, 3, 13, 17, 0, tzinfo=UTC)

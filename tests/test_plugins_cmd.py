@@ -30,12 +30,12 @@ WITH_BROKEN = {
 
 
 def cli(*args: str, env: dict[str, str] = WITH_BROKEN, python: str | None = None) -> subprocess.CompletedProcess:
-    command = [python, "-m", "agentenv", *args] if python else [AGENT_ENV, *args]
+    command = [python, "-m", "agent_env", *args] if python else [AGENT_ENV, *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
 
 
 def by_name(plugins: list[dict]) -> dict[tuple[str, str, str], dict]:
-    return {(p["group"].removeprefix("agentenv."), p["name"], p["distribution"]): p for p in plugins}
+    return {(p["group"].removeprefix("agent_env."), p["name"], p["distribution"]): p for p in plugins}
 
 
 def test_plugin_list_shows_every_group_and_reports_broken_plugins_without_failing():
@@ -43,27 +43,33 @@ def test_plugin_list_shows_every_group_and_reports_broken_plugins_without_failin
     assert done.returncode == 0, done.stderr
     found = by_name(json.loads(done.stdout))
 
-    builtin = found["steps", "prompt_agent", "agentenv"]
+    builtin = found["task_steps", "prompt_agent", "agentenv-framework"]
     assert builtin["builtin"] and builtin["status"] == "ok" and builtin["version"]
-    echo = found["steps", "echo", "agentenv-teststeps"]
+    echo = found["task_steps", "echo", "agentenv-teststeps"]
     assert (echo["builtin"], echo["status"], echo["version"]) == (False, "ok", "0.1")
-    assert found["providers", "offline", "agentenv-teststeps"]["status"] == "ok"
+    assert found["sandbox_providers", "offline", "agentenv-teststeps"]["status"] == "ok"
     assert found["stores", "memory", "agentenv-teststeps"]["status"] == "ok"
-    assert found["stores", "local", "agentenv"]["builtin"]
+    assert found["stores", "local", "agentenv-framework"]["builtin"]
 
-    missing = found["steps", "broken", "agentenv-teststeps"]
+    missing = found["task_steps", "broken", "agentenv-teststeps"]
     assert missing["status"] == "error" and "agentenv_teststeps_missing" in missing["error"]
-    raising = found["steps", "explodes", "agentenv-brokenplugins"]
-    assert raising["error"] == "RuntimeError: explodes on import: AGENTENV_BROKEN_SETTING is not set"
-    assert "not a step type" in found["steps", "not_a_step", "agentenv-brokenplugins"]["error"]
-    assert "'shout_loud'" in found["steps", "misnamed", "agentenv-brokenplugins"]["error"]
-    assert "not a Provider subclass" in found["providers", "not_a_provider", "agentenv-brokenplugins"]["error"]
-    shadowed = found["steps", "check", "agentenv-brokenplugins"]
-    assert shadowed["status"] == "ignored" and "agentenv already provides 'check'" in shadowed["error"]
+    raising = found["task_steps", "explodes", "agentenv-brokenplugins"]
+    assert raising["error"] == "RuntimeError: explodes on import: AGENT_ENV_BROKEN_SETTING is not set"
+    assert "not a step type" in found["task_steps", "not_a_step", "agentenv-brokenplugins"]["error"]
+    assert "'shout_loud'" in found["task_steps", "misnamed", "agentenv-brokenplugins"]["error"]
+    assert "not a Provider subclass" in found["sandbox_providers", "not_a_provider", "agentenv-brokenplugins"]["error"]
+    shadowed = found["task_steps", "check", "agentenv-brokenplugins"]
+    assert shadowed["status"] == "ignored" and "agentenv-framework already provides 'check'" in shadowed["error"]
 
     text = cli("plugin", "list")
     assert text.returncode == 0, text.stderr
-    for expected in ("agentenv.steps", "agentenv.providers", "agentenv.stores", "built-in", "agentenv-teststeps 0.1"):
+    for expected in (
+        "agent_env.task_steps",
+        "agent_env.sandbox_providers",
+        "agent_env.stores",
+        "built-in",
+        "agentenv-teststeps 0.1",
+    ):
         assert expected in text.stdout
     assert "RuntimeError: explodes on import" in text.stdout
 
@@ -72,13 +78,13 @@ def test_plugin_check_exits_1_naming_each_broken_plugin_and_its_fix():
     done = cli("plugin", "check")
     assert done.returncode == 1
     out = done.stdout
-    assert "✓ agentenv.steps prompt_agent" in out and "✓ agentenv.steps echo" in out
+    assert "✓ agent_env.task_steps prompt_agent" in out and "✓ agent_env.task_steps echo" in out
     marks = {tuple(line.split()[2:4]): line[0] for line in out.splitlines() if line[:1] in ("✓", "✗")}
     broken = ("explodes", "not_a_step", "misnamed", "check", "not_a_provider")
     assert {name: marks[name, "(agentenv-brokenplugins)"] for name in broken} == dict.fromkeys(broken, "✗")
     assert marks["broken", "(agentenv-teststeps)"] == marks["broken-store", "(agentenv-teststeps)"] == "✗"
-    assert marks["check", "(agentenv)"] == "✓"
-    assert "fix: point the entry point at a function decorated with @agentenv.steps.step_type" in out
+    assert marks["check", "(agentenv-framework)"] == "✓"
+    assert "fix: point the entry point at a function decorated with @agent_env.steps.step_type" in out
     assert (
         "fix: fix or upgrade agentenv-brokenplugins, or remove it: agent-env plugin remove agentenv-brokenplugins"
         in out
@@ -116,7 +122,7 @@ def test_steps_list_prints_every_type_with_its_origin_and_traits():
 
 
 def test_steps_show_prints_fields_from_the_model_and_an_example_that_validates():
-    from agentenv.steps import registry
+    from agent_env.steps import registry
 
     done = cli("steps", "show", "prompt_agent")
     assert done.returncode == 0, done.stderr
@@ -167,11 +173,11 @@ def wheel(folder: Path, dist: str, module: str, source: str, entry_points: str) 
 
 @pytest.fixture
 def throwaway_python(tmp_path) -> str:
-    """A venv that sees this checkout's packages (agentenv, pip) but installs into its own site-packages."""
+    """A venv that sees this checkout's packages (agent-env, pip) but installs into its own site-packages."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "agentenv-0.1.0.dist-info").exists())
+    ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "agentenv_framework-0.1.0.dist-info").exists())
     (venv / "lib" / version / "site-packages" / "checkout.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
     return str(venv / "bin" / "python")
 
@@ -179,31 +185,33 @@ def throwaway_python(tmp_path) -> str:
 def test_plugin_add_installs_into_the_environment_agent_env_runs_from_and_remove_uninstalls(tmp_path, throwaway_python):
     env = {**os.environ, "PYTHONPATH": "", "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     source = (
-        "from agentenv.steps import step_type\n\n\n"
+        "from agent_env.steps import step_type\n\n\n"
         '@step_type("wave", local=True)\ndef wave(ctx, config):\n    """Wave back."""\n    return {"waved": True}\n'
     )
-    good = wheel(tmp_path, "agentenv_wave", "agentenv_wave", source, "[agentenv.steps]\nwave = agentenv_wave:wave\n")
+    good = wheel(
+        tmp_path, "agentenv_wave", "agentenv_wave", source, "[agent_env.task_steps]\nwave = agentenv_wave:wave\n"
+    )
 
     added = cli("plugin", "add", str(good), env=env, python=throwaway_python)
     assert added.returncode == 0, added.stdout + added.stderr
     assert "Successfully installed agentenv-wave-0.1" in added.stdout  # pip's own progress is shown
-    assert "agentenv-wave 0.1 adds: wave (steps)" in added.stdout
-    assert "✓ agentenv.steps wave  (agentenv-wave)" in added.stdout
+    assert "agentenv-wave 0.1 adds: wave (task_steps)" in added.stdout
+    assert "✓ agent_env.task_steps wave  (agentenv-wave)" in added.stdout
     listed = cli("steps", "list", env=env, python=throwaway_python)
     assert "Wave back." in listed.stdout
     assert "wave" not in cli("steps", "list", env=env).stdout  # the checkout's own venv is untouched
 
     broken = wheel(
-        tmp_path, "agentenv_oops", "agentenv_oops", "x = 1\n", "[agentenv.stores]\noops = agentenv_oops:nope\n"
+        tmp_path, "agentenv_oops", "agentenv_oops", "x = 1\n", "[agent_env.stores]\noops = agentenv_oops:nope\n"
     )
     added = cli("plugin", "add", str(broken), env=env, python=throwaway_python)
     assert added.returncode == 1
-    assert "✗ agentenv.stores oops" in added.stdout and "AttributeError" in added.stdout
+    assert "✗ agent_env.stores oops" in added.stdout and "AttributeError" in added.stdout
 
-    itself = cli("plugin", "remove", "agentenv", env=env, python=throwaway_python)
-    assert itself.returncode == 2 and "refusing to remove agentenv" in itself.stderr
+    itself = cli("plugin", "remove", "agentenv-framework", env=env, python=throwaway_python)
+    assert itself.returncode == 2 and "refusing to remove agentenv-framework" in itself.stderr
     unrelated = cli("plugin", "remove", "pip", env=env, python=throwaway_python)
-    assert unrelated.returncode == 2 and "refusing to remove pip: it provides no agentenv plugins" in unrelated.stderr
+    assert unrelated.returncode == 2 and "refusing to remove pip: it provides no agent-env plugins" in unrelated.stderr
     absent = cli("plugin", "remove", "agentenv-nothing", env=env, python=throwaway_python)
     assert absent.returncode == 2 and "no distribution 'agentenv-nothing' is installed" in absent.stderr
 

@@ -15,12 +15,12 @@ import pytest
 from conftest import free_port
 from gateway_util import mcp_client
 
-from agentenv import runner
-from agentenv.errors import BadInput
-from agentenv.gateway.embedded import connect as gateway_connect
-from agentenv.planning.tasks import parse_task
-from agentenv.spec.run import RunStatus, StepStatus
-from agentenv.spec.world_state import MAX_FIELD_BYTES, TriggerHit, clip_fields, json_size
+from agent_env import runner
+from agent_env.errors import BadInput
+from agent_env.gateway.embedded import connect as gateway_connect
+from agent_env.planning.tasks import parse_task
+from agent_env.spec.run import RunStatus, StepStatus
+from agent_env.spec.world_state import MAX_FIELD_BYTES, TriggerHit, clip_fields, json_size
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 BOX = {"id": "box", "type": "deploy_env", "config": {"env": "box", "agents": {"sam": "all", "dana": "all"}}}
@@ -46,7 +46,7 @@ def test_an_absurd_timeout_is_a_clear_error_not_a_traceback(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "AGENTENV_TASK_QUEUE": "agentenv-poison-tests"},
+        env={**os.environ, "AGENT_ENV_TASK_QUEUE": "agentenv-poison-tests"},
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "OverflowError" not in done.stderr
@@ -186,8 +186,8 @@ def test_clipped_matches_keep_their_shape_and_say_how_big_they_were():
 
 
 async def test_a_refused_hit_is_parked_with_its_error(client, settings, worker, tmp_path):
-    from agentenv.gateway.delivery import Delivery
-    from agentenv.stores.local import SqliteDocumentStore
+    from agent_env.gateway.delivery import Delivery
+    from agent_env.stores.local import SqliteDocumentStore
 
     gate = tmp_path / "gate"
     task = json.loads(json.dumps(PERSONA_TASK).replace("GATE", str(gate)))
@@ -221,7 +221,7 @@ async def test_a_slow_agent_turn_is_asked_exactly_once(client, settings, worker)
     import uvicorn
     from starlette.applications import Starlette
 
-    from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
+    from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
 
     class Slow(Agent):
         name = "slow"

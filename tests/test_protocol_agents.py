@@ -24,8 +24,8 @@ import httpx
 import pytest
 from conftest import free_port
 
-from agentenv.spec.run import RunStatus
-from agentenv.stores import open_stores
+from agent_env.spec.run import RunStatus
+from agent_env.stores import open_stores
 
 FRAMEWORK = "agentenv-framework-protocol"
 DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
@@ -110,7 +110,7 @@ def reference_python() -> Path:
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         shutil.rmtree(building, ignore_errors=True)
         why = f"needs {FRAMEWORK}[agent]=={version} in a side virtualenv (pip install failed: {e})"
-        if os.environ.get("CI") or os.environ.get("AGENTENV_REQUIRE_DOCKER"):
+        if os.environ.get("CI") or os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
             pytest.fail(why)  # CI runs every tier: it never skips
         pytest.skip(why)
     # run as bin/python, a virtualenv works where it is moved to; a racing build that got there first wins
@@ -234,7 +234,7 @@ async def test_an_interface_on_another_origin_is_refused_and_a_relative_one_reso
     from starlette.routing import Route
     from test_agents import serving
 
-    from agentenv.agents.client import AgentClient, AgentReplyInvalid
+    from agent_env.agents.client import AgentClient, AgentReplyInvalid
 
     card = {
         "name": "x",
@@ -277,8 +277,8 @@ async def test_an_agent_written_with_our_sdk_is_configured_as_the_reference_fram
     from starlette.applications import Starlette
     from test_agents import serving
 
-    from agentenv.agents.client import AgentClient
-    from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
+    from agent_env.agents.client import AgentClient
+    from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
 
     class Configurable(Agent):
         name = "configurable"
@@ -335,9 +335,9 @@ async def test_skill_artifacts_reach_an_agent_at_a_url_through_skill_config(clie
     from starlette.applications import Starlette
     from test_agents import serving
 
-    from agentenv import runner
-    from agentenv.agents.sdk import Agent, Answer, Turn, a2a_routes
-    from agentenv.planning.tasks import load_task
+    from agent_env import runner
+    from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
+    from agent_env.planning.tasks import load_task
 
     class Skilled(Agent):
         name = "skilled"
@@ -385,7 +385,7 @@ async def test_a_hostile_agents_huge_trajectory_is_not_read_whole(tmp_path):
     from starlette.routing import Route
     from test_agents import serving
 
-    from agentenv.agents.extensions import ENDPOINTS, MAX_TRAJECTORY_BYTES, TRAJECTORY, ExtensionClient
+    from agent_env.agents.extensions import ENDPOINTS, MAX_TRAJECTORY_BYTES, TRAJECTORY, ExtensionClient
 
     sent = []
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from conftest import free_port
 
-from agentenv.config import Settings
-from agentenv.errors import BadInput
-from agentenv.providers import registry
-from agentenv.providers.base import Network, ProviderUnavailable, SandboxFailed, SandboxSpec
+from agent_env.config import Settings
+from agent_env.errors import BadInput
+from agent_env.providers import registry
+from agent_env.providers.base import Network, ProviderUnavailable, SandboxFailed, SandboxSpec
 
 FAKES = Path(__file__).parent / "fakes"
 SDKS = ("modal", "e2b")
@@ -80,7 +80,7 @@ async def fetch(url: str) -> httpx.Response:
 
 def test_importing_the_providers_does_not_import_the_sdks():
     code = (
-        "import sys, agentenv.providers.modal, agentenv.providers.e2b; "
+        "import sys, agent_env.providers.modal, agent_env.providers.e2b; "
         "assert not {'modal', 'e2b'} & set(sys.modules), 'SDK imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -91,7 +91,7 @@ async def test_check_refuses_without_the_sdk(provider, settings, monkeypatch):
     monkeypatch.setitem(sys.modules, provider, None)  # `import <sdk>` now fails
     with pytest.raises(ProviderUnavailable) as e:
         await registry.load(provider, settings).check()
-    assert e.value.fix == f"pip install 'agentenv[{provider}]'"
+    assert e.value.fix == f"pip install 'agentenv-framework[{provider}]'"
 
 
 async def test_modal_check_needs_a_token(sdks, settings, monkeypatch, tmp_path):

@@ -16,12 +16,12 @@ from pathlib import Path
 import moto_util
 import pytest
 
-from agentenv.bundles import BUILTIN_ROOT
-from agentenv.config import Settings
-from agentenv.errors import BadInput, NotFound
-from agentenv.registry.bundle_items import read_bundle
-from agentenv.registry.store import Registry, open_registry
-from agentenv.stores import keys
+from agent_env.bundles import BUILTIN_ROOT
+from agent_env.config import Settings
+from agent_env.errors import BadInput, NotFound
+from agent_env.registry.bundle_items import read_bundle
+from agent_env.registry.store import Registry, open_registry
+from agent_env.stores import keys
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 endpoint = moto_util.endpoint  # moto's server for this module's AWS test (a fixture), started only if used
@@ -200,7 +200,7 @@ def cli(*args, env=None, cwd=None, timeout=90) -> subprocess.CompletedProcess:
         [AGENT_ENV, *args],
         capture_output=True,
         text=True,
-        env={**(env or os.environ), "AGENTENV_TASK_QUEUE": "agentenv-cli-tests"},
+        env={**(env or os.environ), "AGENT_ENV_TASK_QUEUE": "agentenv-cli-tests"},
         cwd=cwd,
         timeout=timeout,
     )
@@ -208,7 +208,7 @@ def cli(*args, env=None, cwd=None, timeout=90) -> subprocess.CompletedProcess:
 
 @pytest.mark.processes
 def test_cli_push_list_show_pull(tmp_path):
-    env = {**os.environ, "AGENTENV_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "AGENT_ENV_HOME": str(tmp_path / "home")}
     bundle = desk_bundle(tmp_path)
     pushed = cli("registry", "push", str(bundle), env=env)
     assert pushed.returncode == 0, pushed.stderr
@@ -253,7 +253,7 @@ def test_run_from_the_registry_after_the_folder_is_gone(server, tmp_path):
 
 @pytest.mark.processes
 def test_two_installs_sharing_aws_stores_see_the_same_items(tmp_path, request):
-    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv[aws]')")
+    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv-framework[aws]')")
     pytest.importorskip("moto.server", reason="sharing AWS stores is tested against moto's server (the dev extra)")
     import boto3
 

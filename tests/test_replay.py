@@ -16,8 +16,8 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from agentenv.spec.run import RunInput, RunState
-from agentenv.workflows.task_run import TaskRun
+from agent_env.spec.run import RunInput, RunState
+from agent_env.workflows.task_run import TaskRun
 
 HISTORIES = Path(__file__).parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
@@ -31,7 +31,7 @@ def history(path: Path) -> WorkflowHistory:
 
 
 def replayer(worker, workflows=None) -> Replayer:
-    """A replayer set up as the real worker is (agentenv/temporal/worker.py): its workflows, runners,
+    """A replayer set up as the real worker is (agent_env/temporal/worker.py): its workflows, runners,
     interceptors and the client's (pydantic) data converter."""
     config = worker.config()
     return Replayer(

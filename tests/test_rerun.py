@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from agentenv import runner
-from agentenv.bundles import BUILTIN_ROOT, resolve_target
-from agentenv.config import Settings
-from agentenv.errors import BadInput, NotFound
-from agentenv.planning.runs import json_digest, replan
-from agentenv.planning.tasks import load_task
-from agentenv.spec.run import RunState, RunStatus
-from agentenv.stores import keys, open_stores
+from agent_env import runner
+from agent_env.bundles import BUILTIN_ROOT, resolve_target
+from agent_env.config import Settings
+from agent_env.errors import BadInput, NotFound
+from agent_env.planning.runs import json_digest, replan
+from agent_env.planning.tasks import load_task
+from agent_env.spec.run import RunState, RunStatus
+from agent_env.stores import keys, open_stores
 
 
 def workplace_bundle(root: Path) -> Path:
@@ -46,7 +46,7 @@ def events(state):
 
 
 async def final_data(settings, state):
-    from agentenv.gateway.embedded import connect
+    from agent_env.gateway.embedded import connect
 
     async with connect(settings) as gateway:
         return (await gateway.data(state.steps["desk"].outputs["instance"], "data/get"))["parts"]

@@ -1,6 +1,6 @@
 """Sandbox steps in real runs: `put_files`, `sandbox_exec` and `collect_files` in a deployed app's sandbox and a
 sandboxed agent's, on the `local` provider (real processes) and on `docker` (the Docker tier: skipped naming
-what is missing, failing instead under AGENTENV_REQUIRE_DOCKER=1)."""
+what is missing, failing instead under AGENT_ENV_REQUIRE_DOCKER=1)."""
 
 from __future__ import annotations
 
@@ -18,20 +18,20 @@ from pydantic import ValidationError
 from test_agent_sandboxes import write_agent_bundle
 from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agentenv import runner
-from agentenv.bundles import BUILTIN_ROOT
-from agentenv.errors import AgentEnvError
-from agentenv.planning.tasks import load_task, parse_task
-from agentenv.providers import registry
-from agentenv.spec.run import RunStatus
-from agentenv.steps.builtin.sandbox_steps import (
+from agent_env import runner
+from agent_env.bundles import BUILTIN_ROOT
+from agent_env.errors import AgentEnvError
+from agent_env.planning.tasks import load_task, parse_task
+from agent_env.providers import registry
+from agent_env.spec.run import RunStatus
+from agent_env.steps.builtin.sandbox_steps import (
     CollectFilesConfig,
     PutFilesConfig,
     SandboxExecConfig,
     located,
     shell_pattern,
 )
-from agentenv.stores import open_stores
+from agent_env.stores import open_stores
 
 ECHO_SERVER = BUILTIN_ROOT / "echo-mcp" / "envs" / "echo" / "server"
 SECRET = "s3cr3t-value-4711"
@@ -298,9 +298,9 @@ async def test_a_sandboxed_agent_gets_files_skills_runs_commands_and_gives_files
 @pytest.mark.processes
 async def test_once_returns_the_first_result_when_a_step_is_retried(settings, tmp_path):
     """A retry of the same step (same idempotency key) finds the marker and does not run the command again."""
-    from agentenv.providers.base import SandboxSpec
-    from agentenv.steps import StepContext
-    from agentenv.steps.builtin.sandbox_steps import sandbox_exec
+    from agent_env.providers.base import SandboxSpec
+    from agent_env.steps import StepContext
+    from agent_env.steps.builtin.sandbox_steps import sandbox_exec
 
     provider, box = await registry.create(
         "local",

@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentenv.config import SandboxSettings, Settings
-from agentenv.errors import BadInput
-from agentenv.providers import ProviderUnavailable, SandboxFailed, SandboxInfo, SandboxSpec, registry
-from agentenv.providers.reaper import judge
-from agentenv.spec.env import EnvRecord
+from agent_env.config import SandboxSettings, Settings
+from agent_env.errors import BadInput
+from agent_env.providers import ProviderUnavailable, SandboxFailed, SandboxInfo, SandboxSpec, registry
+from agent_env.providers.reaper import judge
+from agent_env.spec.env import EnvRecord
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 SERVE = [
@@ -64,7 +64,7 @@ def alive(pid: int) -> bool:
 def test_providers_by_name_plugins_and_typos(home):
     assert {"local", "docker", "modal", "e2b", "offline"} <= set(registry.names())
     assert registry.load("local", home).name == "local"
-    assert registry.load("offline", home).name == "offline"  # from the agentenv.providers entry-point group
+    assert registry.load("offline", home).name == "offline"  # from the agent_env.providers entry-point group
     with pytest.raises(BadInput, match="did you mean 'docker'"):
         registry.load("dokcer", home)
     with pytest.raises(BadInput, match="plugin 'broken-provider' failed to load"):
@@ -260,8 +260,8 @@ def test_cli_lists_and_reaps_expired_sandboxes(tmp_path):
     settings = Settings(state_dir=tmp_path / "home", sandboxes=SandboxSettings())
     env = {
         **os.environ,
-        "AGENTENV_HOME": str(settings.state_dir),
-        "AGENTENV_SERVER_PORT": "1",
+        "AGENT_ENV_HOME": str(settings.state_dir),
+        "AGENT_ENV_SERVER_PORT": "1",
         "DOCKER_HOST": "unix:///nonexistent/docker.sock",
     }
 

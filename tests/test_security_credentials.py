@@ -22,18 +22,18 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from agentenv.agents.client import (
+from agent_env.agents.client import (
     AgentClient,
     AgentReplyInvalid,
     AgentUnreachable,
     OriginBearer,
     agent_client,
 )
-from agentenv.agents.sdk import Agent, a2a_routes
-from agentenv.gateway.client import GatewayClient
-from agentenv.gateway.http import create_app
-from agentenv.gateway.service import Gateway
-from agentenv.spec.run import RunStatus
+from agent_env.agents.sdk import Agent, a2a_routes
+from agent_env.gateway.client import GatewayClient
+from agent_env.gateway.http import create_app
+from agent_env.gateway.service import Gateway
+from agent_env.spec.run import RunStatus
 
 SCRIPTED = {"name": "sam", "type": "scripted", "config": {"turns": [[{"say": "said: ${prompt}"}]]}}
 
@@ -253,9 +253,9 @@ async def test_a_bundle_model_on_another_origin_gets_no_key_and_the_run_says_why
 async def test_a_model_url_override_leaves_the_key_behind_and_says_so(settings, capsys):
     """Attack: `agent-env run --model-url` (or a task's judge model) names another server, and the
     configured key went along. The key stays; the notice and the endpoint's refusal say why."""
-    from agentenv.agents.models import ChatModel, ModelError, resolve_key
-    from agentenv.cli.models_cmd import apply_overrides, parse_overrides
-    from agentenv.stores.secrets import SecretStore
+    from agent_env.agents.models import ChatModel, ModelError, resolve_key
+    from agent_env.cli.models_cmd import apply_overrides, parse_overrides
+    from agent_env.stores.secrets import SecretStore
 
     recorder = Recorder(status=401)
     async with serving(recorder.app()) as elsewhere:
@@ -316,7 +316,7 @@ async def test_an_sdk_agent_on_all_interfaces_names_no_url_from_the_request(tmp_
     script = tmp_path / "agent.py"
     script.write_text(
         textwrap.dedent(f"""
-        from agentenv.agents.sdk import Agent, serve
+        from agent_env.agents.sdk import Agent, serve
 
         class Echo(Agent):
             name = "echo"
@@ -327,7 +327,7 @@ async def test_an_sdk_agent_on_all_interfaces_names_no_url_from_the_request(tmp_
         serve(Echo(), "0.0.0.0", {port})
         """)
     )
-    env = {k: v for k, v in os.environ.items() if k != "AGENTENV_PUBLIC_URL"}
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_ENV_PUBLIC_URL"}
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:

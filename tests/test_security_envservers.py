@@ -21,7 +21,7 @@ from conftest import free_port
 from gateway_util import mcp_client, running_gateway
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
-ECHO_SERVER = Path(__file__).parent.parent / "agentenv" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
+ECHO_SERVER = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
 MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -288,14 +288,14 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
     calls its tools directly, bypassing the gateway's roles and trajectory."""
     if provider == "docker" and (problem := _docker_problem()):
         message = f"the Docker tier needs a Docker daemon and the base image (run scripts/docker-setup): {problem}"
-        if os.environ.get("AGENTENV_REQUIRE_DOCKER"):
+        if os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
             pytest.fail(message)  # CI: the tier must run
         pytest.skip(message)
     from test_durability import wait_until
 
-    from agentenv import runner
-    from agentenv.gateway import embedded as embedded_gateway
-    from agentenv.planning.tasks import load_task
+    from agent_env import runner
+    from agent_env.gateway import embedded as embedded_gateway
+    from agent_env.planning.tasks import load_task
 
     bundle = echo_bundle(tmp_path / "b", provider)
     handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))

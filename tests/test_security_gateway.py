@@ -17,8 +17,8 @@ from conftest import free_port
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from mcp.shared.exceptions import MCPError
 
-from agentenv.envs import App, tool
-from agentenv.gateway.client import GatewayRefused
+from agent_env.envs import App, tool
+from agent_env.gateway.client import GatewayRefused
 
 EVIL_HOST = "evil.example:4444"
 MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
@@ -188,8 +188,8 @@ async def test_a_forged_host_is_refused_everywhere_and_changes_nothing(desk, ser
 
 async def test_the_configured_public_url_is_this_servers_name(tmp_path):
     """A gateway behind a proxy at its public URL answers for that name (and that origin), not for others."""
-    from agentenv.gateway.http import create_app
-    from agentenv.gateway.service import Gateway
+    from agent_env.gateway.http import create_app
+    from agent_env.gateway.service import Gateway
 
     gateway = Gateway(tmp_path / "gw")
     port = free_port()
@@ -494,8 +494,8 @@ async def test_one_agent_cannot_hold_every_stream(tmp_path):
 async def test_the_episodes_server_checks_its_door(settings, server_errors):
     """The episodes server hands out role tokens: a forged Host (421), another site's Origin (403), a
     text/plain body (415) and every malformed credential (401) are refused before any episode starts."""
-    from agentenv.episodes.http import create_app
-    from agentenv.gateway import tokens
+    from agent_env.episodes.http import create_app
+    from agent_env.gateway import tokens
 
     admin = tokens.admin_token(tokens.load_or_create_key(settings.state_dir / "gateway" / "key"))
     port = free_port()
@@ -543,7 +543,7 @@ async def test_the_episodes_server_checks_its_door(settings, server_errors):
 
 
 async def test_gateway_client_still_works_through_the_door(desk):
-    """The clients agentenv itself uses (GatewayClient, the MCP SDK client) pass the checks unchanged."""
+    """The clients agent-env itself uses (GatewayClient, the MCP SDK client) pass the checks unchanged."""
     gateway, base, admin = desk
     sam = await admin.token("desk-1", "sam")
     assert {t["name"] for t in await admin.list_tools("desk-1", sam)} >= {"list_tickets"}
@@ -713,10 +713,10 @@ async def test_an_agents_token_dies_with_its_run_also_after_a_gateway_restart(cl
     was restarted; the operator reads the run's trajectory with the admin token."""
     from test_durability import wait_until
 
-    from agentenv import runner
-    from agentenv.gateway import embedded
-    from agentenv.planning.tasks import parse_task
-    from agentenv.spec.run import RunStatus
+    from agent_env import runner
+    from agent_env.gateway import embedded
+    from agent_env.planning.tasks import parse_task
+    from agent_env.spec.run import RunStatus
 
     gate = tmp_path / "gate"
     task = {

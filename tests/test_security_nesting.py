@@ -1,4 +1,4 @@
-"""JSON nested too deeply, against every server agentenv starts (SECURITY.md, "the door").
+"""JSON nested too deeply, against every server agent-env starts (SECURITY.md, "the door").
 
 The red team's finding: one tool call with an argument nested ~960 levels deep was recorded (refused or not),
 and every later read of the instance's trajectory was a 500 (RecursionError), so graders, `prompt_agent`,
@@ -31,10 +31,10 @@ from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentenv import json_depth
-from agentenv.envs import App, tool
-from agentenv.guard import HostGuard
-from agentenv.json_depth import JSON_RPC, MAX_DEPTH, DepthScanner, TooDeep
+from agent_env import json_depth
+from agent_env.envs import App, tool
+from agent_env.guard import HostGuard
+from agent_env.json_depth import JSON_RPC, MAX_DEPTH, DepthScanner, TooDeep
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 LEVELS = (960, 100_000)  # the finding's two: recorded then unreadable, and a 500 at once
@@ -308,13 +308,13 @@ async def test_the_fake_model_refuses_deep_json(tmp_path):
 async def test_an_agent_served_with_the_sdk_refuses_deep_json(tmp_path):
     """An agent of the SDK's `serve()` (a process): its A2A JSON-RPC (HTTP 200, -32700) and the open
     protocol's extension routes (400); it still answers a turn."""
-    from agentenv.agents.client import AgentClient
+    from agent_env.agents.client import AgentClient
 
     port = free_port()
     script = tmp_path / "agent.py"
     script.write_text(
         textwrap.dedent(f"""
-        from agentenv.agents.sdk import Agent, serve
+        from agent_env.agents.sdk import Agent, serve
 
         class Echo(Agent):
             name = "echo"
@@ -346,7 +346,7 @@ async def test_the_echo_mcp_server_answers_deep_json_with_a_parse_error(tmp_path
     reached only through the gateway's door): 100,000 levels are a JSON-RPC parse error, not a dropped
     connection and a traceback."""
     port = free_port()
-    script = Path(__file__).parent.parent / "agentenv/bundles/echo-mcp/envs/echo/server/server.py"
+    script = Path(__file__).parent.parent / "agent_env/bundles/echo-mcp/envs/echo/server/server.py"
     env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port)}
     base = f"http://127.0.0.1:{port}"
     with process([sys.executable, str(script)], f"{base}/mcp", tmp_path, env) as stderr:
@@ -364,8 +364,8 @@ async def test_the_episodes_server_refuses_deep_json(settings, server_errors):
     that reached an episode would fail on the missing state.)"""
     import uvicorn
 
-    from agentenv.episodes.http import create_app
-    from agentenv.gateway.embedded import admin_token
+    from agent_env.episodes.http import create_app
+    from agent_env.gateway.embedded import admin_token
 
     port = free_port()
     app = create_app(settings, worker=False)
@@ -398,9 +398,9 @@ async def test_the_explorer_never_parses_a_deep_body(tmp_path, server_errors):
     does not serve, never a 500, nothing logged."""
     from explorer_util import serving
 
-    from agentenv.config import Settings
-    from agentenv.explorer.auth import Door
-    from agentenv.explorer.server import create_app
+    from agent_env.config import Settings
+    from agent_env.explorer.auth import Door
+    from agent_env.explorer.server import create_app
 
     with serving(create_app(Settings(state_dir=tmp_path), Door())) as base:
         async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
@@ -525,11 +525,11 @@ async def test_entries_that_cannot_be_read_are_flagged_and_every_page_still_read
 async def test_kept_trajectories_with_unreadable_lines_still_read(tmp_path):
     """A run's trajectory kept in the object store (what `runs trajectory` and the explorer read once the
     run is over) with lines an older gateway wrote too deep: both list every call, the bad ones flagged."""
-    from agentenv.config import Settings
-    from agentenv.explorer.auth import Door
-    from agentenv.explorer.server import create_app
-    from agentenv.spec.run import RunState, RunStatus, StepState, StepStatus
-    from agentenv.stores import keys, open_stores
+    from agent_env.config import Settings
+    from agent_env.explorer.auth import Door
+    from agent_env.explorer.server import create_app
+    from agent_env.spec.run import RunState, RunStatus, StepState, StepStatus
+    from agent_env.stores import keys, open_stores
 
     settings = Settings(state_dir=tmp_path)
     stores = open_stores(settings)
@@ -561,7 +561,7 @@ async def test_kept_trajectories_with_unreadable_lines_still_read(tmp_path):
     try:
         stores.documents.put(keys.RUNS, run_id, state.model_dump(mode="json"))
         stores.objects.put(keys.trajectory(run_id, instance), ("\n".join(lines) + "\n").encode())
-        env = {**os.environ, "AGENTENV_HOME": str(tmp_path), "COLUMNS": "400"}
+        env = {**os.environ, "AGENT_ENV_HOME": str(tmp_path), "COLUMNS": "400"}
         shown = await asyncio.to_thread(cli, ["runs", "trajectory", run_id, "--jsonl"], env)
         assert shown.returncode == 0, shown.stderr
         printed = [json.loads(line) for line in shown.stdout.splitlines()]
@@ -589,8 +589,8 @@ async def test_a_run_survives_an_agent_sending_deep_calls(settings, client, work
     import uvicorn
     from test_episodes import REFUND_SCRIPT
 
-    from agentenv.episodes.http import create_app
-    from agentenv.gateway.embedded import admin_token, connect
+    from agent_env.episodes.http import create_app
+    from agent_env.gateway.embedded import admin_token, connect
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings, worker=False), host="127.0.0.1", port=port, log_level="warning"))  # fmt: skip
@@ -638,8 +638,8 @@ async def test_the_background_workers_control_socket_drops_a_deep_request(tmp_pa
     """The background worker's control socket (this user's only, one JSON request a line): a line nested
     30,000 levels deep is a malformed request like any other, dropped without an answer or an error logged,
     and the socket answers the next one."""
-    from agentenv.config import Settings
-    from agentenv.temporal.control import serve_control
+    from agent_env.config import Settings
+    from agent_env.temporal.control import serve_control
 
     path = tmp_path / "control.sock"
     async with serve_control(path, client=None, settings=Settings(state_dir=tmp_path), fingerprint="f"):  # type: ignore[arg-type]

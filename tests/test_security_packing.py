@@ -2,7 +2,7 @@
 
 The red team's finding: a symlink in a sandbox build folder was followed by `agent-env registry push`, and
 `agent-env registry pull` then handed back the file it pointed at (an operator's key). Everything that packs a
-folder now reads it through `agentenv.packing`: a symbolic link anywhere in it is refused, naming it, even
+folder now reads it through `agent_env.packing`: a symbolic link anywhere in it is refused, naming it, even
 one that stays inside (decided: refuse all links); FIFOs and devices are refused; a hard link is read as the
 regular file it is. Archives are unpacked only as regular files and folders at relative paths that stay
 inside. Each test's docstring names the attack it stands for; each checks that no byte of the outside file
@@ -29,17 +29,17 @@ from test_env_steps import NOTES_ENV, TASK, write_bundle
 from test_registry import desk_bundle
 from test_sandbox_steps import AGENT_STEPS, PUT_EXEC_COLLECT, with_skill, write_box_bundle
 
-from agentenv import packing, runner
-from agentenv.bundles import BUILTIN_ROOT
-from agentenv.config import Settings, load_settings
-from agentenv.errors import BadInput
-from agentenv.planning.tasks import load_task
-from agentenv.providers.apps import pin_build, unpack_build
-from agentenv.providers.docker import context_tar
-from agentenv.registry.bundle_file import export_bundle
-from agentenv.registry.bundle_items import read_bundle
-from agentenv.registry.store import open_registry
-from agentenv.stores import keys, open_stores
+from agent_env import packing, runner
+from agent_env.bundles import BUILTIN_ROOT
+from agent_env.config import Settings, load_settings
+from agent_env.errors import BadInput
+from agent_env.planning.tasks import load_task
+from agent_env.providers.apps import pin_build, unpack_build
+from agent_env.providers.docker import context_tar
+from agent_env.registry.bundle_file import export_bundle
+from agent_env.registry.bundle_items import read_bundle
+from agent_env.registry.store import open_registry
+from agent_env.stores import keys, open_stores
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 ECHO_BUNDLE = BUILTIN_ROOT / "echo-mcp"
@@ -61,7 +61,7 @@ def leaked(home: Path, secret: Path) -> list[str]:
 
 
 def cli(*args: str, home: Path, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AGENTENV_HOME": str(home), "AGENTENV_TASK_QUEUE": f"packing-{uuid.uuid4().hex[:8]}"}
+    env = {**os.environ, "AGENT_ENV_HOME": str(home), "AGENT_ENV_TASK_QUEUE": f"packing-{uuid.uuid4().hex[:8]}"}
     return subprocess.run([AGENT_ENV, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
 
 

@@ -1,9 +1,9 @@
 """Only this install's planners make its workers act: every workflow start, update and activity is sealed with the
-install's plan key, and workers check the seal before anything runs (agentenv/temporal/seals.py).
+install's plan key, and workers check the seal before anything runs (agent_env/temporal/seals.py).
 
 The attacker here is any local process that reaches the Temporal server (the embedded one listens on
 127.0.0.1, without authentication): it may read histories, so it holds every seal a run recorded, and it drives
-Temporal with the `temporal` CLI from an empty environment (no agentenv state, no plan key). Each test checks
+Temporal with the `temporal` CLI from an empty environment (no agent-env state, no plan key). Each test checks
 the attack fails, and that what it tried would have acted, had it been ours.
 """
 
@@ -25,14 +25,14 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from test_security_state import HITS_TASK, until_holding
 
-from agentenv import runner
-from agentenv.planning.tasks import load_task, parse_task
-from agentenv.spec.run import RunStatus, StepCall, StepStatus
-from agentenv.spec.world_state import TriggerHit
-from agentenv.temporal import seals
-from agentenv.temporal.server import binary_path
+from agent_env import runner
+from agent_env.planning.tasks import load_task, parse_task
+from agent_env.spec.run import RunStatus, StepCall, StepStatus
+from agent_env.spec.world_state import TriggerHit
+from agent_env.temporal import seals
+from agent_env.temporal.server import binary_path
 
-ECHO_SERVER = Path(__file__).parent.parent / "agentenv" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
+ECHO_SERVER = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
 
 
 def marked_bundle(root: Path, marker: Path) -> Path:
@@ -63,7 +63,7 @@ def marked_bundle(root: Path, marker: Path) -> Path:
 
 
 async def temporal(settings, *args: str) -> subprocess.CompletedProcess:
-    """The Temporal CLI as an outsider runs it: no agentenv variables, no home, only the server's address. (In a
+    """The Temporal CLI as an outsider runs it: no agent-env variables, no home, only the server's address. (In a
     thread: this test's loop also runs the worker.)"""
     return await asyncio.to_thread(
         subprocess.run,
@@ -308,7 +308,7 @@ def test_defaults_do_not_change_a_digest_but_values_do():
 
 
 def test_the_plan_key_is_private_and_a_broken_one_names_the_fix(tmp_path):
-    from agentenv.config import load_settings
+    from agent_env.config import load_settings
 
     settings = load_settings(tmp_path)
     settings.state_dir = tmp_path / "state"

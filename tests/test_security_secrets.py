@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from conftest import FAKE_MODEL_KEY
 
-from agentenv import runner
-from agentenv.bundles import BUILTIN_ROOT
-from agentenv.planning.tasks import load_task
-from agentenv.providers import SandboxSpec, registry
-from agentenv.spec.agent import AgentRecord
-from agentenv.spec.run import RunStatus
-from agentenv.stores.secrets import MissingSecret
+from agent_env import runner
+from agent_env.bundles import BUILTIN_ROOT
+from agent_env.planning.tasks import load_task
+from agent_env.providers import SandboxSpec, registry
+from agent_env.spec.agent import AgentRecord
+from agent_env.spec.run import RunStatus
+from agent_env.stores.secrets import MissingSecret
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -36,7 +36,7 @@ PROBE = """
 import json
 import os
 
-from agentenv.agents.sdk import Agent, serve
+from agent_env.agents.sdk import Agent, serve
 
 with open(os.environ["DUMP"], "w") as f:
     json.dump(dict(os.environ), f)
@@ -58,7 +58,7 @@ def canaries(monkeypatch) -> dict[str, str]:
     """Credentials the worker holds (the session's worker runs in this process, so it sees these)."""
     values = {
         var: f"canary-{var.lower()}-{os.urandom(6).hex()}"
-        for var in ("AGENTENV_SECRET_CANARY", "TEMPORAL_API_KEY", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY")
+        for var in ("AGENT_ENV_SECRET_CANARY", "TEMPORAL_API_KEY", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY")
     }
     for var, value in values.items():
         monkeypatch.setenv(var, value)
@@ -109,7 +109,7 @@ async def run(client, settings, task: Path, timeout: float = 120):
 
 async def test_a_local_sandbox_gets_none_of_the_workers_credentials(client, settings, worker, tmp_path, monkeypatch):
     """Attack: an agent in a `local` sandbox dumps its environment to harvest the worker's credentials
-    (AGENTENV_SECRET_*, TEMPORAL_API_KEY, cloud keys) and the model key it was never given."""
+    (AGENT_ENV_SECRET_*, TEMPORAL_API_KEY, cloud keys) and the model key it was never given."""
     planted = canaries(monkeypatch)
     dump = tmp_path / "env.json"
     task = write_task(write_probe(tmp_path / "b", dump, {"GREETING": "hello"}), DEPLOY_PROBE)
@@ -120,7 +120,7 @@ async def test_a_local_sandbox_gets_none_of_the_workers_credentials(client, sett
     text = json.dumps(seen)
     for var, value in planted.items():
         assert value not in text, f"the worker's {var} reached the sandbox"
-    assert FAKE_MODEL_KEY not in text, "the model's key (AGENTENV_SECRET_TEST_MODEL) reached the sandbox"
+    assert FAKE_MODEL_KEY not in text, "the model's key (AGENT_ENV_SECRET_TEST_MODEL) reached the sandbox"
     assert seen["GREETING"] == "hello" and seen["DUMP"] == str(dump), "what the spec declares is there"
     assert seen["HOST"] == "127.0.0.1" and seen["PORT"].isdigit()
     assert seen["PATH"] == os.environ["PATH"], "programs are found as in the worker's shell"
@@ -177,12 +177,12 @@ def test_sandbox_env_values_may_be_secret_references():
 def test_a_missing_sandbox_secret_fails_when_the_run_is_planned(settings, tmp_path, monkeypatch):
     """Attack on reliability: a run starts, deploys half its world and only then finds a key missing (or
     worse, starts the sandbox with the literal `secret:` string as its key)."""
-    monkeypatch.delenv("AGENTENV_SECRET_NEVER_SET", raising=False)
+    monkeypatch.delenv("AGENT_ENV_SECRET_NEVER_SET", raising=False)
     root = write_probe(tmp_path / "b", tmp_path / "env.json", {"API_KEY": "secret:never-set"})
     with pytest.raises(MissingSecret) as e:
         runner.plan(load_task(write_task(root, DEPLOY_PROBE)), "plan-missing", settings)
     assert "agent 'probe': env API_KEY references secret:never-set" in e.value.problem
-    assert "agent-env secrets set never-set" in e.value.fix and "AGENTENV_SECRET_NEVER_SET" in e.value.fix
+    assert "agent-env secrets set never-set" in e.value.fix and "AGENT_ENV_SECRET_NEVER_SET" in e.value.fix
 
 
 async def test_a_sandbox_that_prints_its_key_does_not_put_it_in_the_error(
@@ -191,7 +191,7 @@ async def test_a_sandbox_that_prints_its_key_does_not_put_it_in_the_error(
     """Attack: a hostile agent prints the key it was given and dies at start, so that the deploy's error
     (which quotes its last output) carries the key into the run's history."""
     value = f"sk-printed-{os.urandom(6).hex()}"
-    monkeypatch.setenv("AGENTENV_SECRET_PRINTED", value)
+    monkeypatch.setenv("AGENT_ENV_SECRET_PRINTED", value)
     root = write_probe(
         tmp_path / "b",
         tmp_path / "env.json",
@@ -243,7 +243,7 @@ def cli(*args: str) -> str:
 
 
 def temporal_history(settings, run_id: str) -> str:
-    from agentenv.temporal.server import binary_path
+    from agent_env.temporal.server import binary_path
 
     done = subprocess.run(
         [
@@ -298,7 +298,7 @@ async def test_no_secret_value_reaches_history_records_trajectories_or_logs(
     """Attack (the history scan): anyone who can read the Temporal UI, the run store, a trajectory export
     or a log file harvests the model's API key and the keys given to sandboxes."""
     sandbox_key = f"sk-sandbox-{os.urandom(8).hex()}"
-    monkeypatch.setenv("AGENTENV_SECRET_SANDBOX_CANARY", sandbox_key)
+    monkeypatch.setenv("AGENT_ENV_SECRET_SANDBOX_CANARY", sandbox_key)
     secrets = [FAKE_MODEL_KEY, sandbox_key]
     caplog.set_level(logging.DEBUG)
     dump = tmp_path / "env.json"
@@ -321,6 +321,6 @@ async def test_no_secret_value_reaches_history_records_trajectories_or_logs(
     ]:
         for value in secrets:
             assert value not in text, f"a secret value is in {where}"
-    home = Path(os.environ["AGENTENV_HOME"])
+    home = Path(os.environ["AGENT_ENV_HOME"])
     assert (home / "gateway").exists() or any(home.rglob("*.log")), "the scan covers the gateway's files"
     assert files_holding(home, secrets) == [], "a secret value is in a file of the state dir"

@@ -18,17 +18,17 @@ import pytest
 from conftest import free_port
 from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture (fails, not skips, in CI)
 
-from agentenv import runner
-from agentenv.config import Settings, TemporalSettings
-from agentenv.errors import AgentEnvError
-from agentenv.gateway import tokens
-from agentenv.planning.tasks import parse_task
-from agentenv.providers import SandboxSpec, registry
-from agentenv.providers.base import install_id
-from agentenv.providers.reaper import reap
-from agentenv.spec.run import RunStatus, StepStatus
-from agentenv.spec.world_state import TriggerHit
-from agentenv.stores.secrets import SecretStore
+from agent_env import runner
+from agent_env.config import Settings, TemporalSettings
+from agent_env.errors import AgentEnvError
+from agent_env.gateway import tokens
+from agent_env.planning.tasks import parse_task
+from agent_env.providers import SandboxSpec, registry
+from agent_env.providers.base import install_id
+from agent_env.providers.reaper import reap
+from agent_env.spec.run import RunStatus, StepStatus
+from agent_env.spec.world_state import TriggerHit
+from agent_env.stores.secrets import SecretStore
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -54,11 +54,11 @@ def test_state_dir_and_everything_a_run_writes_are_private(tmp_path):
     os.chmod(home, 0o755)
     env = {
         **os.environ,
-        "AGENTENV_HOME": str(home),
-        "AGENTENV_SERVER_PORT": str(free_port()),
-        "AGENTENV_UI_PORT": str(free_port()),
-        "AGENTENV_GATEWAY_PORT": str(free_port()),
-        "AGENTENV_TASK_QUEUE": "agentenv-security-tests",
+        "AGENT_ENV_HOME": str(home),
+        "AGENT_ENV_SERVER_PORT": str(free_port()),
+        "AGENT_ENV_UI_PORT": str(free_port()),
+        "AGENT_ENV_GATEWAY_PORT": str(free_port()),
+        "AGENT_ENV_TASK_QUEUE": "agentenv-security-tests",
     }
     old_umask = os.umask(0o022)  # the usual shell umask: our processes must not depend on it
     try:
@@ -81,9 +81,9 @@ def test_a_shared_state_dir_is_refused(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)
-    done = cli("secrets", "list", env={**os.environ, "AGENTENV_HOME": str(shared)})
+    done = cli("secrets", "list", env={**os.environ, "AGENT_ENV_HOME": str(shared)})
     assert done.returncode == 2
-    assert "not a private folder" in done.stderr and "AGENTENV_HOME" in done.stderr
+    assert "not a private folder" in done.stderr and "AGENT_ENV_HOME" in done.stderr
 
 
 # -- 2. concurrent secret writers --
@@ -91,7 +91,7 @@ def test_a_shared_state_dir_is_refused(tmp_path):
 WRITER = """
 import sys, time
 from pathlib import Path
-from agentenv.stores.secrets import SecretStore
+from agent_env.stores.secrets import SecretStore
 home, name, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 while not go.exists():
     time.sleep(0.001)
@@ -117,7 +117,7 @@ def test_fifty_concurrent_secret_writers_lose_nothing(tmp_path):
 
 def test_concurrent_cli_secret_writers_lose_nothing(tmp_path):
     """The same race through the real `agent-env secrets set` command, a dozen at once."""
-    env = {**os.environ, "AGENTENV_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "AGENT_ENV_HOME": str(tmp_path / "home")}
     names = [f"cli-{i}" for i in range(12)]
     procs = [
         subprocess.Popen(
@@ -161,7 +161,7 @@ def test_a_broken_gateway_key_is_an_error_naming_the_fix(tmp_path):
 def test_the_cli_refuses_an_empty_gateway_key(tmp_path):
     """The same attack seen from the command line: the gateway does not start on an empty key, and says why."""
     home = tmp_path / "home"
-    env = {**os.environ, "AGENTENV_HOME": str(home), "AGENTENV_GATEWAY_PORT": str(free_port())}
+    env = {**os.environ, "AGENT_ENV_HOME": str(home), "AGENT_ENV_GATEWAY_PORT": str(free_port())}
     (home / "gateway").mkdir(parents=True)
     (home / "gateway" / "key").write_bytes(b"")
     (home / "gateway" / "key").chmod(0o600)
@@ -209,7 +209,7 @@ async def test_the_reaper_leaves_other_installs_sandboxes_alone(tmp_path, client
 async def test_the_reaper_leaves_other_installs_containers_alone(docker_client, tmp_path, client):  # noqa: F811
     """The same attack on a shared Docker daemon, where every install sees every container; also, a
     container of another install that happens to have our sandbox's name is never adopted."""
-    from agentenv.providers.docker import BASE_IMAGE
+    from agent_env.providers.docker import BASE_IMAGE
 
     ours, theirs = Settings(state_dir=tmp_path / "ours"), Settings(state_dir=tmp_path / "theirs")
     tag = os.urandom(3).hex()
@@ -223,7 +223,7 @@ async def test_the_reaper_leaves_other_installs_containers_alone(docker_client, 
         theirs,
     )
     try:
-        with pytest.raises(AgentEnvError, match="this agentenv install did not start"):
+        with pytest.raises(AgentEnvError, match="this agent-env install did not start"):
             await registry.create(
                 "docker", SandboxSpec(name=f"sec-{tag}-theirs", run_id="gone", image=BASE_IMAGE, command=sleep), ours
             )

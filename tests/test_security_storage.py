@@ -22,9 +22,9 @@ from conftest import free_port
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from mcp.shared.exceptions import MCPError
 
-from agentenv.gateway import tokens
-from agentenv.gateway.client import GatewayClient, GatewayRefused
-from agentenv.gateway.service import Gateway
+from agent_env.gateway import tokens
+from agent_env.gateway.client import GatewayClient, GatewayRefused
+from agent_env.gateway.service import Gateway
 
 MIB = 1024 * 1024
 BUDGETS = ("max_app_data_mib", "max_trajectory_mib", "min_free_disk_mib")
@@ -97,7 +97,7 @@ async def test_a_write_flood_stops_at_the_instance_budget_while_reads_and_others
     an 8 MiB app-data budget: every connection ends refused (507, naming the setting), the instance's files stay
     near the budget however long it goes on, and its reads and another instance's writes are served. The
     operator's log says so once, not once per refused call."""
-    caplog.set_level(logging.WARNING, "agentenv.gateway")
+    caplog.set_level(logging.WARNING, "agent_env.gateway")
     budget = 8
     async with running_gateway(tmp_path / "gw", max_app_data_mib=budget) as (gateway, base, admin):
         sam = await deploy(admin, "desk-1", "run-1")
@@ -106,7 +106,7 @@ async def test_a_write_flood_stops_at_the_instance_budget_while_reads_and_others
         created, refusals = await flood(base, "desk-1", sam, "create_ticket", TICKET)
         for refusal in refusals:
             assert "'desk-1' is at its app data budget" in refusal, refusal
-            assert "max_app_data_mib" in refusal and "AGENTENV_GATEWAY_MAX_APP_DATA_MIB" in refusal, refusal
+            assert "max_app_data_mib" in refusal and "AGENT_ENV_GATEWAY_MAX_APP_DATA_MIB" in refusal, refusal
         assert created * len(DESCRIPTION) > (budget - 2) * MIB, "refused near the budget, not before"
 
         async with httpx2.AsyncClient(base_url=base, timeout=60) as http:
@@ -233,7 +233,7 @@ async def test_below_the_free_space_floor_writes_are_refused_and_ready_says_low_
 
 
 def test_the_budgets_are_gateway_settings_with_variables(tmp_path, monkeypatch):
-    from agentenv.config import load_settings
+    from agent_env.config import load_settings
 
     defaults = load_settings(tmp_path).gateway
     assert (defaults.max_app_data_mib, defaults.max_trajectory_mib, defaults.min_free_disk_mib) == (256, 512, 1024)
@@ -241,23 +241,23 @@ def test_the_budgets_are_gateway_settings_with_variables(tmp_path, monkeypatch):
     assert all(made[key].default == getattr(defaults, key) for key in BUDGETS)
     (tmp_path / ".agentenv").mkdir()
     (tmp_path / ".agentenv" / "config.toml").write_text("[gateway]\nmax_app_data_mib = 64\nmin_free_disk_mib = 0\n")
-    monkeypatch.setenv("AGENTENV_GATEWAY_MAX_TRAJECTORY_MIB", "128")
+    monkeypatch.setenv("AGENT_ENV_GATEWAY_MAX_TRAJECTORY_MIB", "128")
     settings = load_settings(tmp_path)
     g = settings.gateway
     assert (g.max_app_data_mib, g.max_trajectory_mib, g.min_free_disk_mib) == (64, 128, 0)
-    assert settings.origin("gateway", "max_trajectory_mib").name == "AGENTENV_GATEWAY_MAX_TRAJECTORY_MIB"
+    assert settings.origin("gateway", "max_trajectory_mib").name == "AGENT_ENV_GATEWAY_MAX_TRAJECTORY_MIB"
 
 
 @pytest.mark.processes
 async def test_a_gateway_process_takes_its_floor_from_the_config(tmp_path):
-    """`python -m agentenv.gateway` (what the embedded daemon runs) reads [gateway] min_free_disk_mib."""
+    """`python -m agent_env.gateway` (what the embedded daemon runs) reads [gateway] min_free_disk_mib."""
     config = tmp_path / "config.toml"
     above = shutil.disk_usage(tmp_path).free // MIB + 1024 * 1024
     config.write_text(f"[gateway]\nmin_free_disk_mib = {above}\n")
     port, root = free_port(), tmp_path / "gw"
-    env = {**os.environ, "AGENTENV_CONFIG": str(config)}
+    env = {**os.environ, "AGENT_ENV_CONFIG": str(config)}
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "agentenv.gateway", "--root", str(root), "--port", str(port)],
+        [sys.executable, "-m", "agent_env.gateway", "--root", str(root), "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

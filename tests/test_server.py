@@ -10,9 +10,9 @@ import subprocess
 import pytest
 from conftest import free_port
 
-from agentenv.config import ServerSettings, Settings
-from agentenv.errors import ServerError
-from agentenv.temporal import server
+from agent_env.config import ServerSettings, Settings
+from agent_env.errors import ServerError
+from agent_env.temporal import server
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_port_taken_by_another_program(own_settings):
     assert f"127.0.0.1:{own_settings.server.port} is already in use" in msg
     program = __import__("pathlib").Path(f"/proc/{os.getpid()}/comm").read_text().strip()
     assert f"by pid {os.getpid()} ({program})" in msg  # names the program holding it (this test process)
-    assert "AGENTENV_SERVER_PORT" in msg and "TEMPORAL_ADDRESS" in msg
+    assert "AGENT_ENV_SERVER_PORT" in msg and "TEMPORAL_ADDRESS" in msg
     assert not server.status(own_settings).running
     assert not (own_settings.state_dir / "temporal" / "server.json").exists(), "nothing left behind"
 
@@ -100,9 +100,9 @@ def test_server_exiting_at_start_shows_its_log(own_settings, monkeypatch, tmp_pa
 
 async def test_runs_survive_a_server_restart(own_settings):
     """Histories live in the SQLite file: a workflow started before a stop is there after a start."""
-    from agentenv import runner
-    from agentenv.bundles import resolve_target
-    from agentenv.temporal.client import connect
+    from agent_env import runner
+    from agent_env.bundles import resolve_target
+    from agent_env.temporal.client import connect
 
     server.start(own_settings)
     client = await connect(own_settings)

@@ -3,7 +3,7 @@
 A worker that builds an app's image pushes it to the configured image store (`build-NAME` at the context's
 digest); a worker on another machine, sharing the stores, pulls it instead of building. The store is a cache:
 when it cannot be reached, the worker builds locally and warns. The Docker tier: it needs a Docker daemon and
-the base image (`scripts/docker-setup`), and skips (or, with AGENTENV_REQUIRE_DOCKER=1, fails) naming them.
+the base image (`scripts/docker-setup`), and skips (or, with AGENT_ENV_REQUIRE_DOCKER=1, fails) naming them.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import pytest
 from test_agent_sandboxes import echo_bundle  # noqa: F401 - the echo agent's bundle, with its wheels
 from test_docker import ECHO_ENV, containers_of, docker_client, write_context  # noqa: F401 - a fixture
 
-from agentenv import runner
-from agentenv.bundles import resolve_target
-from agentenv.config import Settings
-from agentenv.planning.tasks import load_task
-from agentenv.providers import SandboxSpec
-from agentenv.providers.docker import DockerProvider, build_tag, context_tar, shared_build_image
-from agentenv.spec.run import RunStatus
-from agentenv.stores.backends import open_store
+from agent_env import runner
+from agent_env.bundles import resolve_target
+from agent_env.config import Settings
+from agent_env.planning.tasks import load_task
+from agent_env.providers import SandboxSpec
+from agent_env.providers.docker import DockerProvider, build_tag, context_tar, shared_build_image
+from agent_env.spec.run import RunStatus
+from agent_env.stores.backends import open_store
 
 NONCE = """
 FROM agentenv/base:bookworm
@@ -130,7 +130,7 @@ async def test_an_unreachable_image_store_builds_locally_and_warns(
     provider = DockerProvider(settings)
     builds = count_builds(provider)
     context = unique_context(tmp_path, "app")
-    caplog.set_level(logging.WARNING, logger="agentenv.providers.docker")
+    caplog.set_level(logging.WARNING, logger="agent_env.providers.docker")
     try:
         box = await provider.create(
             SandboxSpec(name="unreachable-1", run_id="run-unreachable", build=str(context), command=["sleep", "60"])

@@ -18,7 +18,7 @@ import moto_util
 import pytest
 from conftest import free_port
 
-from agentenv.bundles import BUILTIN_ROOT
+from agent_env.bundles import BUILTIN_ROOT
 
 pytestmark = pytest.mark.processes
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
@@ -58,11 +58,11 @@ def install(root: Path, name: str, stores: dict, temporal: str, queue: str, plan
     (project / ".agentenv" / "config.toml").write_text("\n".join(lines) + "\n")
     return {
         **os.environ,
-        "AGENTENV_HOME": str(root / f"{name}-home"),
-        **({"AGENTENV_SECRET_TEAM_PLAN_KEY": plan_key} if plan_key else {}),
-        "AGENTENV_GATEWAY_PORT": str(free_port()),
+        "AGENT_ENV_HOME": str(root / f"{name}-home"),
+        **({"AGENT_ENV_SECRET_TEAM_PLAN_KEY": plan_key} if plan_key else {}),
+        "AGENT_ENV_GATEWAY_PORT": str(free_port()),
         "TEMPORAL_ADDRESS": temporal,
-        "AGENTENV_TASK_QUEUE": queue,
+        "AGENT_ENV_TASK_QUEUE": queue,
         "PWD": str(project),
     }
 
@@ -78,7 +78,7 @@ def record_of(done: subprocess.CompletedProcess) -> dict:
 
 
 def test_installs_sharing_temporal_and_aws_stores_run_and_rerun_each_others_runs(server, settings, tmp_path, request):
-    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv[aws]')")
+    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv-framework[aws]')")
     pytest.importorskip("moto.server", reason="sharing AWS stores is tested against moto's server (the dev extra)")
     import boto3
 
@@ -126,7 +126,7 @@ def test_installs_sharing_temporal_and_aws_stores_run_and_rerun_each_others_runs
         assert again["pins"]["digests"] == first["pins"]["digests"], "the same versions from the registry"
         shown = cli(a, "registry", "show", "task", name)
         assert all(r["run_id"] in shown.stdout for r in (first, rerun, again)), "A sees B's runs of its task"
-        for home in (Path(a["AGENTENV_HOME"]), Path(b["AGENTENV_HOME"])):
+        for home in (Path(a["AGENT_ENV_HOME"]), Path(b["AGENT_ENV_HOME"])):
             assert not (home / "agentenv.sqlite").exists() and not (home / "objects").exists(), "no local stores"
     finally:
         for worker in workers:
@@ -137,7 +137,7 @@ def test_installs_sharing_temporal_and_aws_stores_run_and_rerun_each_others_runs
 
 
 def test_secrets_commands_use_the_configured_secret_store(tmp_path, request):
-    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv[aws]')")
+    pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv-framework[aws]')")
     pytest.importorskip("moto.server", reason="sharing AWS stores is tested against moto's server (the dev extra)")
     url = request.getfixturevalue("endpoint")
     stores = {"secrets": {"backend": "aws", "endpoint_url": url, "prefix": f"{moto_util.unique('t')}/"}}
@@ -149,9 +149,9 @@ def test_secrets_commands_use_the_configured_secret_store(tmp_path, request):
     assert "AWS Secrets Manager at " + url in done.stdout
     listed = cli(b, "secrets", "list", "--json")
     assert json.loads(listed.stdout)["names"] == ["team-key"], "B sees the secret A set"
-    shown = cli({**b, "AGENTENV_MODEL_API_KEY": "secret:team-key"}, "models", "show")
+    shown = cli({**b, "AGENT_ENV_MODEL_API_KEY": "secret:team-key"}, "models", "show")
     assert shown.returncode == 0, shown.stderr
     assert "not set" not in shown.stdout and "secret:team-key" in shown.stdout and value not in shown.stdout
-    assert not (Path(a["AGENTENV_HOME"]) / "secrets.json").exists(), "nothing written to A's local secret file"
+    assert not (Path(a["AGENT_ENV_HOME"]) / "secrets.json").exists(), "nothing written to A's local secret file"
     assert cli(b, "secrets", "delete", "team-key").returncode == 0
     assert json.loads(cli(a, "secrets", "list", "--json").stdout)["names"] == []

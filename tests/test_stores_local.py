@@ -9,10 +9,10 @@ import pytest
 from store_conformance import *  # noqa: F403 - the suite's tests, collected here against the local backends
 from store_conformance import docker_daemon
 
-from agentenv.errors import BadInput
-from agentenv.stores.local import FileObjectStore, SqliteDocumentStore
-from agentenv.stores.local_images import DockerImageStore
-from agentenv.stores.secrets import FileSecretStore
+from agent_env.errors import BadInput
+from agent_env.stores.local import FileObjectStore, SqliteDocumentStore
+from agent_env.stores.local_images import DockerImageStore
+from agent_env.stores.secrets import FileSecretStore
 
 
 @pytest.fixture

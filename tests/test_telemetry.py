@@ -24,9 +24,9 @@ import pytest
 from conftest import free_port
 from gateway_util import running_gateway
 
-from agentenv import runner, telemetry
-from agentenv.bundles import resolve_target
-from agentenv.spec.run import RunStatus
+from agent_env import runner, telemetry
+from agent_env.bundles import resolve_target
+from agent_env.spec.run import RunStatus
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -35,9 +35,9 @@ AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
 
 def test_tracing_is_set_from_the_file_or_opentelemetrys_own_variables(monkeypatch, tmp_path):
-    from agentenv.config import load_settings
+    from agent_env.config import load_settings
 
-    for var in ("AGENTENV_TRACES", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "AGENTENV_CONFIG"):
+    for var in ("AGENT_ENV_TRACES", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "AGENT_ENV_CONFIG"):
         monkeypatch.delenv(var, raising=False)
     assert load_settings(tmp_path).telemetry.traces is False  # off unless asked for
     (tmp_path / ".agentenv").mkdir()
@@ -56,13 +56,13 @@ def test_tracing_is_set_from_the_file_or_opentelemetrys_own_variables(monkeypatc
 
 
 def test_tracing_without_the_sdk_says_which_extra_to_install(monkeypatch, settings):
-    from agentenv.errors import BadInput
+    from agent_env.errors import BadInput
 
     traced = settings.model_copy(deep=True)
     traced.telemetry.traces = True
     monkeypatch.setattr(telemetry, "_tracer", None)
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.resources", None)  # as if the `otel` extra were missing
-    with pytest.raises(BadInput, match=r"agentenv\[otel\]"):
+    with pytest.raises(BadInput, match=r"agentenv-framework\[otel\]"):
         telemetry.setup(traced, "cli")
 
 
@@ -88,8 +88,8 @@ def spans_in_memory(settings):
 
 
 async def test_a_run_is_one_trace_from_its_start_to_the_agents_tool_calls(spans_in_memory, settings, server, tmp_path):
-    from agentenv.temporal.client import connect
-    from agentenv.temporal.worker import create_worker
+    from agent_env.temporal.client import connect
+    from agent_env.temporal.worker import create_worker
 
     in_gateway = settings.model_copy(deep=True)
     in_gateway.gateway.ip = "0.0.0.0"  # no fixed address: hosted agents' cards name the one each request came to
@@ -185,11 +185,11 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 def test_the_cli_and_the_gateway_export_one_trace_over_otlp(otlp_receiver, server, tmp_path):
     env = {
         **os.environ,
-        "AGENTENV_HOME": str(tmp_path / "home"),  # its own embedded gateway (this state dir's), traced from its start
-        "AGENTENV_GATEWAY_PORT": str(free_port()),
+        "AGENT_ENV_HOME": str(tmp_path / "home"),  # its own embedded gateway (this state dir's), traced from its start
+        "AGENT_ENV_GATEWAY_PORT": str(free_port()),
         "TEMPORAL_ADDRESS": f"{server.ip}:{server.port}",  # the session's Temporal server
-        "AGENTENV_TASK_QUEUE": f"otlp-{uuid.uuid4().hex[:8]}",
-        "AGENTENV_TRACES": "1",
+        "AGENT_ENV_TASK_QUEUE": f"otlp-{uuid.uuid4().hex[:8]}",
+        "AGENT_ENV_TRACES": "1",
         "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.url,
     }
     # A cluster (TEMPORAL_ADDRESS): `run` starts and follows; a worker of its own executes the run.
@@ -232,7 +232,7 @@ def _loaded_after(args: list[str], env: dict[str, str]) -> list[str]:
         "def exit_now(code): report(); real_exit(code)\n"
         "os._exit = exit_now  # the CLI skips interpreter teardown once temporalio is loaded\n"
         f"sys.argv = ['agent-env', *{args!r}]\n"
-        "from agentenv.cli import main\n"
+        "from agent_env.cli import main\n"
         "main()\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
@@ -247,8 +247,8 @@ def test_help_loads_no_opentelemetry():
 
 @pytest.mark.processes
 def test_a_run_without_tracing_loads_none_of_it(server):
-    env = {k: v for k, v in os.environ.items() if k not in ("AGENTENV_TRACES", "OTEL_EXPORTER_OTLP_ENDPOINT")}
-    env["AGENTENV_TASK_QUEUE"] = f"untraced-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENT_ENV_TRACES", "OTEL_EXPORTER_OTLP_ENDPOINT")}
+    env["AGENT_ENV_TASK_QUEUE"] = f"untraced-{uuid.uuid4().hex[:8]}"
     loaded = _loaded_after(["run", "hello"], env)
     assert loaded == []  # the CLI: not even OpenTelemetry's API
     # (The gateway's process has the API loaded, by FastAPI and the MCP SDK, with its no-op provider.)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentenv.spec.duration import format_duration, parse_duration
-from agentenv.spec.templates import TemplateError, referenced_steps, resolve
+from agent_env.spec.duration import format_duration, parse_duration
+from agent_env.spec.templates import TemplateError, referenced_steps, resolve
 
 SCOPE = {"steps": {"a": {"outputs": {"n": 2, "items": ["x", "y"], "who": {"name": "Ada"}}}}, "run": {"id": "r1"}}
 

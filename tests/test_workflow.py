@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from agentenv import runner
-from agentenv.planning.tasks import parse_task
-from agentenv.spec.run import RunState, RunStatus, StepStatus
+from agent_env import runner
+from agent_env.planning.tasks import parse_task
+from agent_env.spec.run import RunState, RunStatus, StepStatus
 
 
 def step(id, type="echo", **kw):
@@ -32,7 +32,7 @@ async def wait_for_state(handle, predicate, timeout=20.0) -> RunState:
 
 
 async def test_hello_passes_with_score_one(run_task):
-    from agentenv.bundles import resolve_target
+    from agent_env.bundles import resolve_target
 
     state = await run_task(resolve_target("hello").model_dump(mode="json"))
     assert state.status is RunStatus.PASSED
@@ -209,7 +209,7 @@ async def test_outputs_too_large_for_history_are_refused(run_task):
 
 
 async def test_query_cancel_and_records(client, settings, worker, tmp_path):
-    from agentenv.stores import open_stores
+    from agent_env.stores import open_stores
 
     spec = parse_task(
         task(
@@ -258,7 +258,7 @@ async def test_failed_run_still_returns_its_state_and_is_red_in_temporal(client,
 
 async def test_unknown_step_type_on_the_worker_fails_without_retrying(client, settings, worker):
     """A task validated where a plugin exists but run by a worker without it fails fast and clearly."""
-    from agentenv.spec.run import StepPlan
+    from agent_env.spec.run import StepPlan
 
     spec = parse_task(task(step("a")), "x")
     inp = runner.plan(spec, runner.new_run_id("t"), settings)

@@ -23,14 +23,14 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-import agentenv
-from agentenv.activities import RunActivities
-from agentenv.agents import conversation
-from agentenv.spec.run import NEW_TRAITS, RunInput, StepPlan, StepTraits, builtin_traits
-from agentenv.spec.verbs import VERBS
-from agentenv.spec.world import Action, TriggersAction
-from agentenv.steps import BUILTINS, registry
-from agentenv.workflows import contract
+import agent_env
+from agent_env.activities import RunActivities
+from agent_env.agents import conversation
+from agent_env.spec.run import NEW_TRAITS, RunInput, StepPlan, StepTraits, builtin_traits
+from agent_env.spec.verbs import VERBS
+from agent_env.spec.world import Action, TriggersAction
+from agent_env.steps import BUILTINS, registry
+from agent_env.workflows import contract
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -207,11 +207,11 @@ def _module_imports(path: Path) -> list[str]:
                 visit(node.body)
 
     visit(ast.parse(path.read_text()).body)
-    return [n for n in names if n.split(".")[0] == "agentenv"]
+    return [n for n in names if n.split(".")[0] == "agent_env"]
 
 
 def _module_file(name: str) -> Path | None:
-    base = Path(agentenv.__file__).parent.parent / Path(*name.split("."))
+    base = Path(agent_env.__file__).parent.parent / Path(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.exists():
             return candidate
@@ -222,7 +222,7 @@ def test_the_workflow_imports_no_steps_gateway_or_providers():
     """The workflow runs in every worker and replays histories: it loads the models it decides with, not the
     code that talks to environments, agents or sandboxes (HTTP clients, A2A, cloud SDKs)."""
     seen: set[str] = set()
-    todo = ["agentenv.workflows.task_run"]
+    todo = ["agent_env.workflows.task_run"]
     while todo:
         name = todo.pop()
         parts = name.split(".")
@@ -234,7 +234,7 @@ def test_the_workflow_imports_no_steps_gateway_or_providers():
                 todo.extend(_module_imports(path))
     heavy = sorted(m for m in seen if m.split(".")[1:2] in (["steps"], ["gateway"], ["providers"]))
     assert not heavy, f"the workflow imports {heavy}"
-    assert "agentenv.agents.conversation" in seen
+    assert "agent_env.agents.conversation" in seen
 
 
 def test_conversation_helpers_decide_turns():
@@ -282,7 +282,7 @@ class _Capture(Interceptor):
 async def test_replayed_activities_take_what_the_recorded_ones_took(path):
     """Replay compares commands, not their payloads: this compares the payloads (the shape activities of runs in
     flight receive), for the activities a history records the input of."""
-    from agentenv.workflows.task_run import TaskRun
+    from agent_env.workflows.task_run import TaskRun
 
     history = json.loads(path.read_text())
     recorded = [

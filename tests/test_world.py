@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from gateway_util import mcp_client
 
-from agentenv import runner
-from agentenv.bundles import resolve_target
-from agentenv.errors import BadInput
-from agentenv.gateway.embedded import connect as gateway_connect
-from agentenv.planning.tasks import parse_task
-from agentenv.spec.run import RunStatus, StepStatus
+from agent_env import runner
+from agent_env.bundles import resolve_target
+from agent_env.errors import BadInput
+from agent_env.gateway.embedded import connect as gateway_connect
+from agent_env.planning.tasks import parse_task
+from agent_env.spec.run import RunStatus, StepStatus
 
 
 async def run_spec(client, settings, spec, timeout=120):

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentenv.spec.world_state import ClockState, WorldSpec, WorldState
-from agentenv.workflows.world_rules import LEASE, World, WorldError
+from agent_env.spec.world_state import ClockState, WorldSpec, WorldState
+from agent_env.workflows.world_rules import LEASE, World, WorldError
 
 T0 = datetime(2026, 3, 2, 14, 0, tzinfo=UTC)  # 09:00 in New York
 REAL = datetime(2030, 1, 1, tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 Not collected by default (pytest's testpaths is `tests`). `pytest tests_live` runs them when the
 credentials are there: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or ~/.modal.toml) for modal, E2B_API_KEY
-for e2b, with the SDKs installed (`pip install 'agentenv[modal,e2b]'`). A provider that cannot be used is
+for e2b, with the SDKs installed (`pip install 'agentenv-framework[modal,e2b]'`). A provider that cannot be used is
 skipped, and the reason names the missing variable or package.
 """
 
@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from agentenv.config import Settings
-from agentenv.providers import registry
-from agentenv.providers.base import ProviderUnavailable, SandboxSpec
+from agent_env.config import Settings
+from agent_env.providers import registry
+from agent_env.providers.base import ProviderUnavailable, SandboxSpec
 
 
 @pytest.mark.parametrize("name", ["modal", "e2b"])

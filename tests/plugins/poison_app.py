@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentenv.envs import App, tool
+from agent_env.envs import App, tool
 
 
 class Poison(App):

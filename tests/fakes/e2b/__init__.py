@@ -1,4 +1,4 @@
-"""A fake of the part of the E2B SDK (e2b 2.x, `AsyncSandbox`) that agentenv's e2b provider uses.
+"""A fake of the part of the E2B SDK (e2b 2.x, `AsyncSandbox`) that agent-env's e2b provider uses.
 
 State lives in this process. A sandbox is a temp folder: commands run there as local `bash -c` subprocesses
 (a background server on the sandbox's port is reachable on localhost at that port, as in the SDK's debug

@@ -1,4 +1,4 @@
-"""Fakes of the Google Cloud clients agentenv's GCP stores use where no emulator installs here (Firestore's needs
+"""Fakes of the Google Cloud clients agent-env's GCP stores use where no emulator installs here (Firestore's needs
 Java and gcloud; Secret Manager and Artifact Registry have none): `firestore.Client`,
 `secretmanager.SecretManagerServiceClient` and `artifactregistry_v1.ArtifactRegistryClient`, the methods the
 stores call, with the SDKs' documented semantics and errors (`google.api_core.exceptions`). State lives in the

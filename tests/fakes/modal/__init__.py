@@ -1,4 +1,4 @@
-"""A fake of the part of the Modal SDK (modal 1.6, its blocking API) that agentenv's modal provider uses.
+"""A fake of the part of the Modal SDK (modal 1.6, its blocking API) that agent-env's modal provider uses.
 
 State lives in this process. A sandbox is a temp folder: its command runs there as a local subprocess, so a
 server on the sandbox's port is reachable on 127.0.0.1 at that port; `exec` runs local subprocesses; the

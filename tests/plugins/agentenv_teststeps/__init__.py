@@ -1,4 +1,4 @@
-"""Step types for agentenv's tests, loaded through the `agentenv.steps` entry-point group."""
+"""Step types for agent-env's tests, loaded through the `agent_env.task_steps` entry-point group."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentenv.steps import StepConfig, StepContext, StepFailed, step_type
+from agent_env.steps import StepConfig, StepContext, StepFailed, step_type
 from agentenv_teststeps.scratchpad import Scratchpad
 
 

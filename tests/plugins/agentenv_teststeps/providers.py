@@ -1,6 +1,6 @@
 """Sandbox provider plugins for the tests: one that is never usable here (to test fallback chains)."""
 
-from agentenv.providers import Capabilities, Provider, ProviderUnavailable
+from agent_env.providers import Capabilities, Provider, ProviderUnavailable
 
 
 class Offline(Provider):

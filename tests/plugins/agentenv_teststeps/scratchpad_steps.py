@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agentenv.steps import StepConfig, StepContext, step_type
+from agent_env.steps import StepConfig, StepContext, step_type
 from agentenv_teststeps.scratchpad import Scratchpad
 
 

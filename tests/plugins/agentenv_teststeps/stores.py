@@ -1,4 +1,4 @@
-"""A document store in memory, registered as the store backend "memory" through the `agentenv.stores`
+"""A document store in memory, registered as the store backend "memory" through the `agent_env.stores`
 entry-point group: proves a plugin backend opens from the config, and that the base class's offset paging
 meets the conformance suite."""
 
@@ -9,8 +9,8 @@ import json
 import threading
 from typing import Any
 
-from agentenv.errors import BadInput
-from agentenv.stores.base import DocumentStore, check_collection, check_field, check_where, field_value
+from agent_env.errors import BadInput
+from agent_env.stores.base import DocumentStore, check_collection, check_field, check_where, field_value
 
 
 class MemoryDocumentStore(DocumentStore):

@@ -1,6 +1,6 @@
 """Plugin targets that import fine but are not what their entry-point group requires."""
 
-from agentenv.steps import StepConfig, step_type
+from agent_env.steps import StepConfig, step_type
 
 
 def plain_function() -> None:

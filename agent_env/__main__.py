@@ -1,0 +1,3 @@
+from agent_env.cli import main
+
+main()

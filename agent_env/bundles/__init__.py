@@ -1,0 +1,185 @@
+"""Bundles: folders holding `tasks/` (and, with later capabilities, `envs/`, `agents/`, `artifacts/`).
+
+Built-in bundles live next to this file; `agent-env run NAME` finds them by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent_env.errors import NotFound
+from agent_env.spec.task import TaskSpec
+
+BUILTIN_ROOT = Path(__file__).parent
+
+
+@dataclass
+class Runnable:
+    name: str
+    path: Path
+    tasks: list[str]
+    builtin: bool
+
+
+def is_bundle(folder: Path) -> bool:
+    return (folder / "tasks").is_dir() and any((folder / "tasks").glob("*.toml"))
+
+
+def task_files(bundle: Path) -> dict[str, Path]:
+    return {p.stem: p for p in sorted((bundle / "tasks").glob("*.toml"))}
+
+
+def runnables(cwd: Path | None = None) -> list[Runnable]:
+    """Built-in bundles, then bundles in the working directory."""
+    found = [
+        Runnable(p.name, p, list(task_files(p)), True)
+        for p in sorted(BUILTIN_ROOT.iterdir())
+        if p.is_dir() and is_bundle(p)
+    ]
+    here = cwd or Path.cwd()
+    if is_bundle(here):
+        found.append(Runnable(".", here, list(task_files(here)), False))
+    for p in sorted(here.iterdir()) if here.is_dir() else []:
+        if p.is_dir() and not p.name.startswith(".") and is_bundle(p):
+            found.append(Runnable(p.name, p, list(task_files(p)), False))
+    return found
+
+
+def resolve_target(target: str, task: str | None = None) -> TaskSpec:
+    """A task from a .toml path, a bundle folder, or a built-in bundle's name."""
+    from agent_env.planning.tasks import load_task  # (planning checks tasks against bundles: imported here)
+
+    path = Path(target).expanduser()
+    if path.is_file() or target.endswith(".toml"):
+        return load_task(path)
+    if path.is_dir():
+        bundle = path
+    elif (BUILTIN_ROOT / target).is_dir() and is_bundle(BUILTIN_ROOT / target):
+        bundle = BUILTIN_ROOT / target
+    else:
+        from agent_env.registry.resolve import registry_task  # the last place to look: the shared stores
+
+        if (found := registry_task(target)) is not None:
+            return found
+        names = ", ".join(r.name for r in runnables())
+        raise NotFound(
+            f"'{target}' is not a built-in bundle, a bundle folder, a task file or a task in the registry",
+            f"run one of: {names}; or give the path of a bundle folder or a .toml task file "
+            "(`agent-env run` with no argument lists what can run; `agent-env registry list tasks` the registry's)",
+        )
+    if not is_bundle(bundle):
+        raise NotFound(f"{bundle} is not a bundle: it has no tasks/*.toml", "add a task file under tasks/")
+    files = task_files(bundle)
+    if task is None:
+        if bundle.name in files:  # the bundle's own task; its variants are chosen by name
+            task = bundle.name
+        elif len(files) > 1:
+            raise NotFound(
+                f"bundle {bundle.name} has {len(files)} tasks: {', '.join(files)}", "choose one with --task NAME"
+            )
+        else:
+            task = next(iter(files))
+    if task not in files:
+        raise NotFound(f"bundle {bundle.name} has no task '{task}'", f"choose one of: {', '.join(files)}")
+    return load_task(files[task])
+
+
+def find_env(bundle: Path | None, name: str):
+    """An environment by name: `envs/NAME/env.toml` of the task's bundle, else of a built-in bundle
+    (worlds are shared: `support-desk`), else a built-in app as a one-app environment.
+
+    Returns (EnvRecord, its folder or None). Data files must be regular files inside the record's folder,
+    reached without a link (see `agent_env.packing`).
+    """
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from agent_env import packing
+    from agent_env.envs.builtin import APPS
+    from agent_env.errors import BadInput, from_validation_error
+    from agent_env.planning.env_records import env_for_app, env_record
+
+    path = bundle / "envs" / name / "env.toml" if bundle else None
+    if path is None or not path.is_file():
+        path = next(
+            (
+                p / "envs" / name / "env.toml"
+                for p in sorted(BUILTIN_ROOT.iterdir())
+                if (p / "envs" / name / "env.toml").is_file()
+            ),
+            None,
+        )
+    if path is not None and path.is_file():
+        try:
+            record = env_record(tomllib.loads(path.read_text()))
+        except tomllib.TOMLDecodeError as e:
+            raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
+        except ValidationError as e:
+            raise from_validation_error(e, str(path)) from None
+        folder = path.parent
+        for file in record.data:  # read later without following links: no link, not even one that stays inside
+            try:
+                packing.check_file(folder, file)
+            except packing.NotInside:
+                raise BadInput(
+                    f"{path}: data file {file!r} is outside the environment's folder",
+                    "keep data files inside envs/<name>/",
+                ) from None
+            except BadInput as e:
+                raise BadInput(f"{path}: data file {file!r}: {e.problem}", e.fix) from None
+        return record, folder
+    if name in APPS:
+        return env_for_app(name), None
+    folders = ([bundle] if bundle else []) + sorted(BUILTIN_ROOT.iterdir())
+    known = sorted(
+        {p.name for f in folders if (f / "envs").is_dir() for p in (f / "envs").iterdir() if (p / "env.toml").is_file()}
+    )
+    raise NotFound(
+        f"no environment {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
+        "use one of: " + ", ".join(known + sorted(set(APPS) - set(known))),
+    )
+
+
+def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False):
+    """An agent by name: `agents/NAME/agent.toml` of the task's bundle, else of a built-in bundle.
+
+    With `with_folder`, returns (AgentRecord, its folder): a sandboxed agent's `build` is relative to it.
+    """
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from agent_env.errors import BadInput, from_validation_error
+    from agent_env.spec.agent import AgentRecord
+
+    folders = ([bundle] if bundle else []) + sorted(p for p in BUILTIN_ROOT.iterdir() if p.is_dir())
+    path = next(
+        (f / "agents" / name / "agent.toml" for f in folders if (f / "agents" / name / "agent.toml").is_file()), None
+    )
+    if path is None:
+        known = sorted(
+            {
+                p.name
+                for f in folders
+                if (f / "agents").is_dir()
+                for p in (f / "agents").iterdir()
+                if (p / "agent.toml").is_file()
+            }
+        )
+        raise NotFound(
+            f"no agent {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
+            "add agents/<name>/agent.toml to the bundle, give the record inline (`record`), or use one "
+            "of: " + (", ".join(known) or "none"),
+        )
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path} is not valid TOML: {e}", "fix the syntax at that line") from None
+    data.setdefault("name", name)
+    try:
+        record = AgentRecord.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, str(path)) from None
+    return (record, path.parent) if with_folder else record

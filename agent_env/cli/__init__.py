@@ -1,0 +1,46 @@
+"""The `agent-env` command. Only typer is imported up front; each command imports what it needs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    from agent_env.errors import AgentEnvError
+
+    os.umask(0o077)  # what any command creates (state, logs, secrets, daemons' files) is this user's alone
+
+    try:
+        args = sys.argv[1:] if argv is None else argv
+        fast = None
+        if args[:1] == ["run"]:  # through the background worker when it is up: no typer, no temporalio here
+            from agent_env.cli.run_client import run_via_worker
+
+            fast = run_via_worker(args[1:])
+        if fast is not None:
+            code = fast
+        else:
+            from agent_env.cli.commands import app
+
+            app(args=argv, prog_name="agent-env")
+            code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except AgentEnvError as e:
+        from agent_env.cli.output import print_error
+
+        print_error(e)
+        code = e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    if "temporalio" in sys.modules:
+        # temporalio can abort the interpreter at exit (exit 134) after a successful command;
+        # skip interpreter teardown once our output (and any batched trace spans) is flushed.
+        if telemetry := sys.modules.get("agent_env.telemetry"):
+            telemetry.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

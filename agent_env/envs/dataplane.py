@@ -1,0 +1,140 @@
+"""The JSON-RPC 2.0 data plane at `<base>/agentenv`: data/reset, data/add, data/get.
+
+Errors are JSON-RPC error objects with HTTP 200, as the protocol's reference client expects:
+-32700 unparseable (id null), -32600 malformed request, -32601 unknown method (id echoed),
+-32602 invalid params (`data: {"detail": ...}`), -32000 the operation failed (`data: {"code": ...}`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+from agent_env import json_depth
+
+PART_KINDS = ("text", "data", "file")
+META_APP = "agentenv.io/app"
+
+
+class InvalidParams(ValueError):
+    """The request's params are wrong (-32602): the message says what and how to fix it."""
+
+
+class DataPlane(Protocol):
+    operations: list[str]
+
+    async def reset(self) -> None: ...
+
+    async def add(self, parts: list[dict[str, Any]]) -> None: ...
+
+    async def get(self) -> list[dict[str, Any]]: ...
+
+
+def _error(id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": id_, "error": error}
+
+
+def check_parts(params: Any) -> list[dict[str, Any]]:
+    if not isinstance(params, dict):
+        raise InvalidParams("params must be an object with 'parts'")
+    parts = params.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise InvalidParams("'parts' must be a non-empty list of parts (kind: text, data or file)")
+    for i, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("kind") not in PART_KINDS:
+            raise InvalidParams(f"parts[{i}]: kind must be one of {', '.join(PART_KINDS)}")
+        if part["kind"] == "data" and not isinstance(part.get("data"), dict):
+            raise InvalidParams(f"parts[{i}]: a data part's 'data' must be an object")
+        if part["kind"] == "text" and not isinstance(part.get("text"), str):
+            raise InvalidParams(f"parts[{i}]: a text part needs 'text'")
+        if part["kind"] == "file":
+            file = part.get("file")
+            if not isinstance(file, dict) or not (file.get("bytes") or file.get("uri")):
+                raise InvalidParams(f"parts[{i}]: a file part needs file.bytes (base64) or file.uri")
+    return parts
+
+
+async def handle(body: bytes, plane: DataPlane) -> dict[str, Any]:
+    """One JSON-RPC request body in, one response object out (always sent with HTTP 200)."""
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return _error(None, -32700, "parse error")
+    if not isinstance(request, dict):
+        return _error(None, -32600, "invalid request: send one JSON-RPC 2.0 request object")
+    id_ = request.get("id")
+    method = request.get("method")
+    if request.get("jsonrpc") != "2.0" or not isinstance(method, str):
+        return _error(id_, -32600, 'invalid request: needs jsonrpc "2.0" and a method')
+    if method not in plane.operations:
+        return _error(id_, -32601, f"method not found: {method}")
+    params = request.get("params") or {}
+    step = method.split("/", 1)[1]
+    try:
+        if method == "data/reset":
+            await plane.reset()
+            result: dict[str, Any] = {}
+        elif method == "data/add":
+            await plane.add(check_parts(params))
+            result = {}
+        else:
+            result = {"parts": await plane.get()}
+    except InvalidParams as e:
+        return _error(id_, -32602, "invalid_request", {"detail": str(e)})
+    except Exception as e:  # noqa: BLE001 - reported to the caller; the server keeps serving
+        return _error(id_, -32000, str(e) or type(e).__name__, {"code": f"{step}_failed"})
+    return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+
+def part_payload(part: dict[str, Any], data_root: Path | None) -> tuple[dict[str, Any], str | None]:
+    """(JSON object carried by a part, the app it names in its metadata, if any).
+
+    File URIs must be file:// paths inside `data_root`: a part cannot read files outside it.
+    """
+    app = (part.get("metadata") or {}).get(META_APP)
+    kind = part["kind"]
+    if kind == "data":
+        return part["data"], app
+    if kind == "text":
+        raw: bytes | str = part["text"]
+    else:
+        file = part["file"]
+        if file.get("bytes"):
+            try:
+                raw = base64.b64decode(file["bytes"], validate=True)
+            except ValueError:
+                raise InvalidParams("file.bytes is not valid base64") from None
+        else:
+            raw = _read_file_uri(file["uri"], data_root)
+    try:
+        payload = json_depth.loads(raw)  # JSON inside a string: the door measured only the string
+    except json_depth.TooDeep as e:
+        raise InvalidParams(f"a {kind} part: {e}") from None
+    except ValueError:
+        raise InvalidParams(f"a {kind} part must carry a JSON object (app data as {{table: [rows]}})") from None
+    if not isinstance(payload, dict):
+        raise InvalidParams(f"a {kind} part must carry a JSON object, not {type(payload).__name__}")
+    return payload, app
+
+
+def _read_file_uri(uri: str, data_root: Path | None) -> bytes:
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        raise InvalidParams(f"file.uri {uri!r}: only file:// URIs are read here; send other data inline as bytes")
+    if data_root is None:
+        raise InvalidParams("this server reads no files: send the data inline (file.bytes or a data part)")
+    root = data_root.resolve()
+    path = Path(unquote(parsed.path))
+    target = (root / path).resolve() if not path.is_absolute() else path.resolve()
+    if not target.is_relative_to(root):
+        raise InvalidParams(f"file.uri {uri!r} is outside the data folder {root}; only files inside it can be loaded")
+    try:
+        return target.read_bytes()
+    except OSError as e:
+        raise InvalidParams(f"file.uri {uri!r}: {e.strerror}") from None

@@ -1,0 +1,313 @@
+"""Play agents from your own loop:
+
+    spec = EpisodeSpec.from_task(Task.get("refund"), trainer_agents=["refunds"], turn_timeout=900)
+    episode = await spec.start()
+    while (turn := await episode.next_turn()) is not None:
+        async with turn.tools() as tools:          # the env's tools (REST), called as this agent's role
+            ...                                    # your model reads turn.system_prompt and turn.prompt
+        await turn.end(response="Done.")
+    scores = await episode.result()                # every score the run recorded, by step id
+
+Turns travel as Temporal updates (an answer sent twice counts once; an answer also asks for the next turn, so
+a turn costs the run one workflow task); tool calls go straight to the
+gateway, over REST on a connection kept across turns (`turn.tools("mcp")` for MCP). One `Episodes` connection serves many episodes at once; many processes and machines can
+play against one Temporal cluster (`agent-env worker` runs the rest of each run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from agent_env.errors import AgentEnvError
+from agent_env.spec.run import RunState, TurnOffer
+
+if TYPE_CHECKING:
+    from temporalio.client import WorkflowUpdateHandle
+
+    from agent_env.config import Settings
+    from agent_env.episodes.spec import EpisodeSpec
+    from agent_env.gateway.client import GatewayClient
+    from agent_env.keepalive import KeepAliveClient
+    from agent_env.stores import Stores
+
+
+class EpisodeError(AgentEnvError):
+    """The run refused what the trainer sent (e.g. an answer to a turn that is not waiting)."""
+
+
+class Episodes:
+    """A trainer process's connection: Temporal, the gateway, and a worker (by default the embedded server's
+    background one, or one in this process with a cluster)."""
+
+    _default: Episodes | None = None
+
+    def __init__(self, client, settings: Settings, worker=None) -> None:
+        self.client, self.settings = client, settings
+        self._worker, self._worker_task = worker, None
+        if worker is not None:
+            self._worker_task = asyncio.create_task(worker.run())
+        self._gateway: GatewayClient | None = None
+        self._stores: Stores | None = None  # where runs are recorded as they start: opened once
+        self._tool_clients: dict[str, KeepAliveClient] = {}  # gateway origin -> trainers' tool calls, kept alive
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None, *, worker: bool | None = None) -> Episodes:
+        """`worker`: None (default) uses the embedded server's background worker (started if need be), or with
+        a cluster runs one in this process; True always runs one in this process; False: workers run elsewhere
+        (`agent-env worker`), e.g. on other machines."""
+        from agent_env.config import load_settings
+        from agent_env.temporal.client import connect
+
+        settings = settings or load_settings()
+        if settings.embedded:
+            from agent_env.temporal import server
+
+            await asyncio.to_thread(server.start, settings)
+        client = await connect(settings)
+        if worker is None:
+            worker = not settings.embedded
+            if settings.embedded:
+                from agent_env.temporal import background
+
+                await asyncio.to_thread(background.ensure, settings)
+        runner = None
+        if worker:
+            from agent_env.temporal.worker import create_worker
+
+            runner = create_worker(client, settings)
+        return cls(client, settings, runner)
+
+    @classmethod
+    async def default(cls) -> Episodes:
+        if cls._default is None:
+            cls._default = await cls.connect()
+        return cls._default
+
+    async def close(self) -> None:
+        if self._worker_task is not None:
+            self._worker_task.cancel()
+            await asyncio.gather(self._worker_task, return_exceptions=True)
+        if self._gateway is not None:
+            await self._gateway.aclose()
+        for tools in self._tool_clients.values():
+            await tools.aclose()
+        if self._stores is not None:
+            self._stores.close()
+
+    async def start(self, spec: EpisodeSpec, *, run_id: str | None = None) -> Episode:
+        """Start an episode of `spec`: its run starts and its first `next_turn` is asked in the same request
+        (the answer is kept for the first `next_turn()`)."""
+        from agent_env import runner
+
+        inp = spec.planned(self.settings, run_id or runner.new_run_id(spec.task.id))
+        if self._stores is None:
+            from agent_env.stores import open_stores
+
+            self._stores = open_stores(self.settings)
+        handle, first = await runner.start_with_update(
+            self.client, self.settings, inp, "next_turn", [None], stores=self._stores
+        )
+        return Episode(self, handle.id, first_turn=first)
+
+    async def start_group(self, spec: EpisodeSpec, size: int, *, seeds: list[int] | None = None, **kwargs: Any):
+        """`size` rollouts of `spec` from one start state (its envs deployed once, forked per rollout): an
+        `EpisodeGroup` (agent_env.episodes.group)."""
+        from agent_env.episodes.group import start_group
+
+        return await start_group(self, spec, size, seeds=seeds, **kwargs)
+
+    def episode(self, run_id: str) -> Episode:
+        """An episode already running (started here or elsewhere), by its run id."""
+        return Episode(self, run_id)
+
+    async def token(self, instance: str, agent: str) -> str:
+        """The agent's role token, from the gateway (never through Temporal)."""
+        if self._gateway is None:
+            from agent_env.gateway.embedded import connect
+
+            self._gateway = await asyncio.to_thread(connect, self.settings)
+        return await self._gateway.token(instance, agent)
+
+    def tools_client(self, origin: str) -> KeepAliveClient:
+        """The kept-alive client for a gateway's REST tools (one per gateway origin)."""
+        from agent_env.episodes.tools import client_for
+
+        return client_for(self._tool_clients, origin)
+
+
+class Episode:
+    def __init__(
+        self, episodes: Episodes, run_id: str, *, first_turn: WorkflowUpdateHandle[dict] | None = None
+    ) -> None:
+        self.episodes, self.run_id = episodes, run_id
+        # The next turn, asked already (for any agent): by the start (the first one) or by the last answer.
+        self._asked = first_turn
+        # No run id: updates follow the run through continue-as-new.
+        self.handle = episodes.client.get_workflow_handle(run_id, result_type=RunState)
+        self.state: RunState | None = None  # the final state, once result() returned
+        self._tokens: dict[tuple[str, str], str] = {}  # (instance, agent) -> role token: held by the episode only
+
+    async def token(self, instance: str, agent: str) -> str:
+        key = (instance, agent)
+        if key not in self._tokens:
+            self._tokens[key] = await self.episodes.token(instance, agent)
+        return self._tokens[key]
+
+    async def _send(
+        self, name: str, *args: Any, update_id: str | None = None, wait: bool = True
+    ) -> WorkflowUpdateHandle[dict] | None:
+        """Send an update: its handle once the run answered it (`wait=False`: once it accepted it), or None when
+        the run is over. A refusal raises EpisodeError at once, whatever the stage asked."""
+        from temporalio.client import WorkflowUpdateStage
+        from temporalio.service import RPCError, RPCStatusCode
+
+        stage = WorkflowUpdateStage.COMPLETED if wait else WorkflowUpdateStage.ACCEPTED
+        for attempt in range(50):
+            try:
+                handle = await self.handle.start_update(
+                    name, args=list(args), id=update_id, result_type=dict, wait_for_stage=stage
+                )
+            except RPCError as e:
+                if e.status is RPCStatusCode.NOT_FOUND or "already completed" in str(e).lower():
+                    return None
+                # The run was completing a workflow task (e.g. continuing as new) as the update came in:
+                # Temporal asks for the update again, which the run's next task takes.
+                if e.status is not RPCStatusCode.FAILED_PRECONDITION or attempt == 49:
+                    raise
+                await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
+                continue
+            if _refused(handle):
+                await self._outcome(name, handle)  # raises the refusal
+            return handle
+        return None
+
+    async def _outcome(self, name: str, handle: WorkflowUpdateHandle[dict]) -> dict[str, Any] | None:
+        """An update's answer, or None when its run is gone. Refusals become EpisodeError."""
+        from temporalio.client import WorkflowUpdateFailedError
+        from temporalio.service import RPCError, RPCStatusCode
+
+        try:
+            return await handle.result()
+        except WorkflowUpdateFailedError as e:
+            cause = e.cause or e
+            raise EpisodeError(f"run {self.run_id} refused {name}: {getattr(cause, 'message', cause)}") from None
+        except RPCError as e:
+            if e.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            return None
+
+    async def _update(self, name: str, *args: Any, update_id: str | None = None) -> dict[str, Any] | None:
+        """An update's answer, or None when the run is over. Refusals become EpisodeError."""
+        handle = await self._send(name, *args, update_id=update_id)
+        return None if handle is None else await self._outcome(name, handle)
+
+    async def _asked_turn(self, agent: str | None) -> dict[str, Any] | None:
+        """The answer to the next turn asked already, when it fits `agent`; else the run is asked now."""
+        asked, self._asked = self._asked, None
+        if asked is not None:
+            answer = await self._outcome("next_turn", asked)
+            offer = None if answer is None else answer.get("turn")
+            if offer is None or agent is None or offer.get("agent") == agent:
+                return answer
+        return await self._update("next_turn", agent)
+
+    async def next_turn(self, agent: str | None = None) -> EpisodeTurn | None:
+        """The next turn for the trainer (waits until there is one), or None when the episode is over."""
+        while True:
+            answer = await self._asked_turn(agent)
+            if answer is None:
+                return None
+            if "turn" in answer:
+                return EpisodeTurn(self, TurnOffer.model_validate(answer["turn"]))
+            if answer.get("closing") != "continued":
+                return None
+            await asyncio.sleep(0.01)  # the run continued as new: ask the next one
+
+    async def end_turn(self, turn_id: str, response: str) -> None:
+        """Answer a turn; returns once the run took the answer. The same update asks for the next turn (one
+        workflow task per turn), kept for `next_turn`. Its id makes a retried call (after a lost answer) count
+        once."""
+        asked = await self._send("answer", turn_id, response, None, update_id=f"answer:{turn_id}", wait=False)
+        if asked is None:
+            raise EpisodeError(
+                f"run {self.run_id} is over: turn {turn_id!r} was not taken",
+                "see why with `agent-env runs show " + self.run_id + "`",
+            )
+        self._asked = asked
+
+    async def abandon(self, reason: str) -> None:
+        """Give the episode up: the run stops, recorded as cancelled with the reason."""
+        await self._update("abandon", reason)
+
+    async def result(self) -> dict[str, float]:
+        """Waits for the run to end; every score it recorded, by step id (`self.state` has the rest)."""
+        from agent_env import runner
+
+        self.state = await runner.wait_result(self.handle)
+        return {sid: s.score.value for sid, s in self.state.steps.items() if s.score is not None}
+
+
+def _refused(handle: WorkflowUpdateHandle[dict]) -> bool:
+    # The SDK keeps the outcome a refusal came with; there is no public accessor for it (temporalio 1.x).
+    outcome = getattr(handle, "_known_outcome", None)
+    return outcome is not None and outcome.HasField("failure")
+
+
+@dataclass
+class EpisodeTurn:
+    episode: Episode
+    offer: TurnOffer
+
+    @property
+    def id(self) -> str:
+        return self.offer.id
+
+    @property
+    def agent(self) -> str:
+        return self.offer.agent
+
+    @property
+    def role(self) -> str | None:
+        return self.offer.role
+
+    @property
+    def prompt(self) -> str:
+        return self.offer.prompt
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self.offer.system_prompt
+
+    @property
+    def conversation(self) -> list[dict[str, Any]]:
+        return self.offer.conversation
+
+    async def token(self) -> str | None:
+        """This turn's agent's role token (fetched once per episode and agent)."""
+        if not self.offer.env:
+            return None
+        return await self.episode.token(self.offer.env, self.offer.agent)
+
+    @contextlib.asynccontextmanager
+    async def tools(self, transport: Literal["rest", "mcp"] = "rest"):
+        """The environment's tools, as this agent (its role decides what it sees and may call): over REST on
+        the connection's kept-alive pool (the fastest), or over an MCP session opened for this turn."""
+        if not self.offer.mcp_url:
+            raise EpisodeError(f"turn {self.id} came with no environment: it has no tools")
+        if transport == "rest":
+            from agent_env.episodes.tools import RestTools, tools_path
+
+            origin, path = tools_path(self.offer.mcp_url)
+            yield RestTools(self.episode.episodes.tools_client(origin), path, await self.token())
+            return
+        from agent_env.agents.sdk import Turn
+
+        turn = Turn(prompt=self.prompt, mcp_url=self.offer.mcp_url, token=await self.token())
+        async with turn.tools() as tools:
+            yield tools
+
+    async def end(self, response: str) -> None:
+        await self.episode.end_turn(self.offer.id, response)

@@ -1,0 +1,144 @@
+"""A Gymnasium-style adapter: one episode per `reset`, the trainer's agent acting through `step`.
+
+    env = EpisodeEnv(EpisodeSpec.from_task("refund", ["refunds"]))
+    observation, info = env.reset(seed=7)          # the first turn: prompt, system prompt, tools
+    observation, reward, terminated, truncated, info = env.step({"tool": "get_ticket",
+                                                                 "arguments": {"ticket_id": "TCK-1004"}})
+    ...                                            # observation["tool_result"] (or "tool_error")
+    observation, reward, terminated, truncated, info = env.step({"response": "Done."})
+    # the next turn's observation, or terminated=True with reward = the run's score and
+    # info["scores"] = every score by step id
+
+The API is synchronous (as Gymnasium's is): an event loop in a background thread runs the episode. It
+needs no Gymnasium install; with Gymnasium, wrap it or register it as you would any environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, Any
+
+from agent_env.episodes.spec import EpisodeSpec
+
+if TYPE_CHECKING:
+    from agent_env.episodes.client import Episode, Episodes, EpisodeTurn
+
+
+class EpisodeEnv:
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, spec: EpisodeSpec, *, agent: str | None = None, settings=None, worker: bool = True) -> None:
+        self.spec, self.agent = spec, agent
+        self._settings, self._worker = settings, worker
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="agentenv-episode", daemon=True)
+        self._thread.start()
+        self._episodes: Episodes | None = None
+        self._episode: Episode | None = None
+        self._turn: EpisodeTurn | None = None
+        self._rest = None  # the gateway's REST surface: tool calls hold no session across steps
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # -- the Gymnasium API --
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        return self._run(self._reset(seed))
+
+    def step(self, action: dict[str, Any]) -> tuple[dict, float, bool, bool, dict]:
+        return self._run(self._step(action))
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    # -- in the loop --
+
+    async def _reset(self, seed: int | None) -> tuple[dict, dict]:
+        from agent_env.episodes.client import Episodes
+
+        if self._episodes is None:
+            self._episodes = await Episodes.connect(self._settings, worker=self._worker)
+        if self._episode is not None and self._turn is not None:
+            await self._episode.abandon("reset before the episode ended")
+        spec = self.spec if seed is None else self.spec.with_seed(seed)
+        self._episode = await spec.start(self._episodes)
+        observation = await self._next()
+        return observation, {"run_id": self._episode.run_id}
+
+    async def _next(self) -> dict[str, Any]:
+        self._turn = await self._episode.next_turn(self.agent)  # type: ignore[union-attr]  # after _reset
+        if self._turn is None:
+            return {"turn": None}
+        offer = self._turn.offer
+        listed = []
+        if offer.env:
+            listed = [
+                {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
+                for t in await self._gateway().list_tools(offer.env, await self._turn.token())
+            ]
+        return {
+            "turn": {
+                "id": offer.id,
+                "agent": offer.agent,
+                "role": offer.role,
+                "prompt": offer.prompt,
+                "system_prompt": offer.system_prompt,
+                "conversation": offer.conversation,
+            },
+            "tools": listed,
+        }
+
+    def _gateway(self):
+        """The REST client of the gateway holding this turn's environment (in a pool, one of several)."""
+        from agent_env.gateway.client import GatewayClient
+        from agent_env.gateway.embedded import base_url
+
+        offer = self._turn.offer if self._turn is not None else None
+        base = offer.mcp_url.split("/envs/", 1)[0] if offer and offer.mcp_url else base_url(self._episodes.settings)
+        if self._rest is None or self._rest.base_url != base:
+            self._rest = GatewayClient(base)
+        return self._rest
+
+    async def _step(self, action: dict[str, Any]) -> tuple[dict, float, bool, bool, dict]:
+        from agent_env.gateway.client import GatewayRefused
+
+        if self._turn is None:
+            raise RuntimeError("the episode is over (or not started): call reset()")
+        if "tool" in action:
+            if not self._turn.offer.env:
+                return {"tool_error": "this turn has no environment"}, 0.0, False, False, {}
+            try:
+                result = await self._gateway().call_tool(
+                    self._turn.offer.env, await self._turn.token(), action["tool"], action.get("arguments") or {}
+                )
+                return {"tool_result": result}, 0.0, False, False, {}
+            except GatewayRefused as e:
+                return {"tool_error": str(e)}, 0.0, False, False, {}
+        if "response" not in action:
+            raise ValueError('an action is {"tool": NAME, "arguments": {...}} or {"response": TEXT}')
+        await self._turn.end(str(action["response"]))
+        observation = await self._next()
+        if self._turn is not None:
+            return observation, 0.0, False, False, {}
+        scores = await self._episode.result()
+        state = self._episode.state
+        return (
+            observation,
+            float(state.score or 0.0),
+            True,
+            False,
+            {"scores": scores, "status": state.status.value, "run_id": state.run_id},
+        )
+
+    async def _close(self) -> None:
+        if self._rest is not None:
+            await self._rest.aclose()
+        if self._episodes is not None:
+            await self._episodes.close()

@@ -1,0 +1,52 @@
+"""What a run leaves on the gateway, released: an instance retired (its trajectory kept in the object store
+first), and at the run's end everything else (instances closed, hosted agents deleted). Used by the
+teardown_env step, the run's release activity and the reaper. Both are idempotent: a retry finds the
+work done."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent_env.gateway.client import GatewayClient
+    from agent_env.stores import Stores
+
+
+def trajectory_key(run_id: str, instance: str) -> str:
+    from agent_env.stores import keys
+
+    return keys.trajectory(run_id, instance)
+
+
+def _jsonl(entries: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(e) + "\n" for e in entries).encode()
+
+
+async def retire_instance(
+    gateway: GatewayClient, stores: Stores, run_id: str, instance: str, *, keep_data: bool = False
+) -> dict[str, Any]:
+    """Keep the instance's trajectory in the object store, then stop serving it."""
+    from agent_env.gateway.client import GatewayRefused
+
+    key = trajectory_key(run_id, instance)
+    try:
+        entries = await gateway.trajectory(instance)
+    except GatewayRefused as e:
+        if e.status != 404:
+            raise
+        return {"instance": instance, "trajectory": key if stores.objects.exists(key) else None}
+    stores.objects.put(key, _jsonl(entries))
+    await gateway.delete_instance(instance, keep_data=keep_data)
+    return {"instance": instance, "trajectory": key, "calls": len(entries)}
+
+
+async def end_run(gateway: GatewayClient, stores: Stores, run_id: str) -> dict[str, Any]:
+    """The run is over: the gateway closes its instances and deletes its hosted agents; the instances'
+    trajectories are then kept in the object store (complete: closing wrote all)."""
+    ended = await gateway.end_run(run_id)
+    for instance in ended["instances"]:
+        entries = await gateway.trajectory(instance)
+        if entries:
+            stores.objects.put(trajectory_key(run_id, instance), _jsonl(entries))
+    return {"closed": len(ended["instances"]), "agents_deleted": len(ended["agents"])}

@@ -1,0 +1,380 @@
+"""An app served by its own process and reached like any remote env server: MCP for tools, the
+open agent-env protocol's data plane for data. Used for `run = "subprocess"` apps, sandboxed apps and
+apps at a URL. A plain MCP server (no agent-env card) has no data plane: it holds no data to load,
+reset, export or snapshot.
+
+A server the framework started (a subprocess, a sandbox) answers only requests carrying its token
+(SECURITY.md, "Roles"): RemoteApp sends it as a bearer on every MCP and data-plane request, and only to that
+server's own origin.
+
+The MCP session lives in one background task (the SDK's client must be entered and left in the same
+task); calls reach it through a queue and run concurrently inside it. A session that broke (the server
+restarted, the connection dropped) is opened again by the next call; a call that never reached the
+server (refused connection, unknown session) is sent once more on the new session.
+
+Every request has a deadline, per kind of operation (see the *_TIMEOUT constants below). A subprocess
+app dies with the gateway, however the gateway ends (on Linux: the parent-death signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+
+from agent_env import json_depth, telemetry, tls, waiting
+from agent_env.envs.app import ToolError, ToolInfo
+from agent_env.envs.card import META_HIDDEN_BY_DEFAULT
+from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
+from agent_env.envs.serve import SERVER_TOKEN_ENV
+from agent_env.providers.base import free_port
+
+START_TIMEOUT = 30.0  # for a server to start listening
+CONNECT_TIMEOUT = 10.0  # to open a TCP (TLS) connection to a server that listens
+PROBE_TIMEOUT = 10.0  # its card and /ready
+DATA_TIMEOUT = 300.0  # a data-plane call: load, reset, export (all of an app's data)
+CALL_TIMEOUT = 300.0  # one tool call, end to end
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_parent():
+    """A preexec_fn making the child get SIGKILL when the gateway dies (even by SIGKILL), on Linux; None
+    elsewhere. It runs after start_new_session's setsid(), which does not clear the setting."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork: nothing to import in the child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the gateway died before prctl: no signal would ever come
+            os._exit(1)
+
+    return preexec
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first real error inside task-group wrappers (what to tell the user)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+def _session_gone(error: BaseException) -> bool:
+    """The call never reached a server: no connection, or a session the (restarted) server does not know."""
+    error = _leaf(error)
+    if isinstance(error, httpx.ConnectError):
+        return True
+    text = str(error).lower()
+    return "session not found" in text or "session terminated" in text
+
+
+class ServerBearer(httpx.Auth):
+    """The server's token, on requests to its own origin only (not after a redirect elsewhere)."""
+
+    def __init__(self, token: str, base_url: str) -> None:
+        url = httpx.URL(base_url)
+        self.token, self.origin = token, (url.scheme, url.host, url.port)
+
+    def auth_flow(self, request):
+        if (request.url.scheme, request.url.host, request.url.port) == self.origin:
+            request.headers["authorization"] = f"Bearer {self.token}"
+        yield request
+
+
+class RemoteApp:
+    def __init__(
+        self, name: str, base_url: str, proc: subprocess.Popen | None, mcp_path: str = "/mcp", token: str | None = None
+    ) -> None:
+        self.name, self.base_url, self.proc, self.mcp_path = name, base_url.rstrip("/"), proc, mcp_path
+        self.data_plane = True
+        self.tools: dict[str, ToolInfo] = {}
+        self._auth = ServerBearer(token, self.base_url) if token else None
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            verify=tls.context(),
+            auth=self._auth,
+            timeout=httpx.Timeout(DATA_TIMEOUT, connect=CONNECT_TIMEOUT),
+            event_hooks=telemetry.HTTP_HOOKS,  # calls into env servers continue the caller's trace
+        )
+        self._calls: asyncio.Queue = asyncio.Queue()
+        self._session_task: asyncio.Task | None = None
+        self._pending: set[asyncio.Future] = set()  # answers the current session owes
+        self._connecting: asyncio.Lock = asyncio.Lock()
+
+    @classmethod
+    async def spawn(cls, target: str, name: str, folder: Path) -> RemoteApp:
+        """Start `agent-env env serve` for the app on a free local port and connect to it. Its token is
+        new for each process and handed over in its environment (a command line is public in `ps`)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        token = secrets.token_urlsafe(32)
+        with open(folder / "server.log", "ab") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "agent_env",
+                    "env",
+                    "serve",
+                    target,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--state",
+                    str(folder / "state"),
+                ],
+                env={**os.environ, SERVER_TOKEN_ENV: token},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=_dies_with_parent(),
+            )
+        app = cls(name, f"http://127.0.0.1:{port}", proc, token=token)
+        try:
+            await app._wait_ready(folder / "server.log")
+            await app._connect()
+        except BaseException:
+            await app.close()
+            raise
+        return app
+
+    @classmethod
+    async def connect(
+        cls, name: str, base_url: str, mcp_path: str = "/mcp", timeout: float = START_TIMEOUT, token: str | None = None
+    ) -> RemoteApp:
+        """Reach a running MCP server (e.g. in a sandbox), waiting up to `timeout` for it to listen;
+        `token`: the one it was started with."""
+        app = cls(name, base_url, None, mcp_path, token)
+        try:
+            try:
+                card = await waiting.until(
+                    lambda: app._http.get("/.well-known/agent-env.json", timeout=PROBE_TIMEOUT),
+                    what=f"app {name!r}",
+                    timeout=timeout,
+                    interval=0.02,
+                    retry_on=(httpx.TransportError,),
+                )
+            except waiting.TimedOut as e:
+                raise RuntimeError(
+                    f"app {name!r} did not answer at {app.base_url} within {timeout:.0f}s ({type(e.last).__name__})"
+                ) from None
+            if card.status_code == 401:
+                raise RuntimeError(
+                    f"app {name!r} at {app.base_url} refused the gateway's server token: was its "
+                    "sandbox started by this gateway's deploy_env? Redeploy the environment"
+                )
+            app.data_plane = card.status_code == 200
+            await app._connect()
+        except BaseException:
+            await app.close()
+            raise
+        return app
+
+    async def _wait_ready(self, log: Path) -> None:
+        async def ready() -> bool | None:
+            return (await self._http.get("/ready", timeout=PROBE_TIMEOUT)).status_code == 200 or None
+
+        async def still_running() -> None:
+            if self.proc is not None and self.proc.poll() is not None:
+                from agent_env.daemon import tail
+
+                raise RuntimeError(f"app {self.name!r} exited while starting:\n{tail(log)}")
+
+        try:
+            await waiting.until(
+                ready,
+                what=f"app {self.name!r}",
+                timeout=START_TIMEOUT,
+                interval=0.05,
+                retry_on=(httpx.TransportError,),
+                check=still_running,
+            )
+        except waiting.TimedOut:
+            raise RuntimeError(
+                f"app {self.name!r} did not answer at {self.base_url} within {START_TIMEOUT:.0f}s"
+            ) from None
+
+    async def _connect(self) -> None:
+        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._calls = asyncio.Queue()  # calls queued for a broken session are failed, not replayed
+        self._session_task = asyncio.create_task(self._hold_session(ready))
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                await ready
+        except TimeoutError:
+            await self._drop_session()
+            raise RuntimeError(
+                f"app {self.name!r} at {self.base_url} did not open an MCP session within {START_TIMEOUT:.0f}s"
+            ) from None
+
+    async def _drop_session(self) -> None:
+        task, self._session_task = self._session_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _session(self) -> None:
+        """A live MCP session: the current one, or a new one if it broke (the server restarted)."""
+        if self._session_task is not None and not self._session_task.done():
+            return
+        async with self._connecting:  # concurrent calls open one session, not one each
+            if self._session_task is None or self._session_task.done():
+                await self._drop_session()
+                try:
+                    await self._connect()
+                except Exception as e:
+                    leaf = _leaf(e)
+                    raise RuntimeError(
+                        f"app {self.name!r} at {self.base_url} is not reachable "
+                        f"({type(leaf).__name__}: {leaf}); is its server running?"
+                    ) from None
+
+    async def _hold_session(self, ready: asyncio.Future) -> None:
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        timeout = httpx.Timeout(CALL_TIMEOUT, connect=CONNECT_TIMEOUT)
+        try:
+            async with (
+                create_mcp_http_client(auth=self._auth, timeout=timeout) as http,
+                Client(streamable_http_client(f"{self.base_url}{self.mcp_path}", http_client=http)) as client,
+            ):
+                listed = (await client.list_tools()).tools
+                self.tools = {
+                    t.name: ToolInfo(
+                        name=t.name,
+                        app=self.name,
+                        description=t.description or "",
+                        input_schema=t.input_schema,
+                        read_only=bool(t.annotations and t.annotations.read_only_hint),
+                        hidden=bool((t.meta or {}).get(META_HIDDEN_BY_DEFAULT)),
+                    )
+                    for t in listed
+                }
+                ready.set_result(None)
+                async with asyncio.TaskGroup() as group:
+                    while True:
+                        name, arguments, meta, answer = await self._calls.get()
+                        group.create_task(self._serve(client, name, arguments, meta, answer))
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+            raise
+        finally:  # the session is over: nothing it owes will come (not resent: it may have reached the app)
+            for answer in list(self._pending):
+                if not answer.done():
+                    answer.set_exception(
+                        RuntimeError(
+                            f"the connection to app {self.name!r} at {self.base_url} "
+                            "broke before it answered; the next call reconnects"
+                        )
+                    )
+
+    async def _call_once(self, name: str, arguments: dict[str, Any], ctx: Ctx):
+        """Call on the live session; if the call never reached the server, reconnect and send it once more."""
+        for attempt in (1, 2):
+            await self._session()
+            answer: asyncio.Future = asyncio.get_running_loop().create_future()
+            self._pending.add(answer)
+            try:
+                await self._calls.put((name, arguments, ctx.to_meta(), answer))
+                return await answer
+            except Exception as e:
+                if not _session_gone(e):
+                    raise
+                await self._drop_session()  # the next call (or this one's retry) opens a new session
+                if attempt == 2:
+                    leaf = _leaf(e)
+                    raise RuntimeError(
+                        f"app {self.name!r} at {self.base_url} is not reachable "
+                        f"({type(leaf).__name__}: {leaf}); is its server running?"
+                    ) from None
+            finally:
+                self._pending.discard(answer)
+
+    @staticmethod
+    async def _serve(client, name: str, arguments: dict, meta: dict, answer: asyncio.Future) -> None:
+        try:
+            result = await client.call_tool(name, arguments, meta=meta)
+        except Exception as e:  # noqa: BLE001 - handed to the caller
+            if not answer.done():
+                answer.set_exception(e)
+            return
+        if not answer.done():
+            answer.set_result(result)
+
+    async def call_async(self, name: str, arguments: dict[str, Any], ctx: Ctx) -> Any:
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT):
+                result = await self._call_once(name, arguments, ctx)
+        except TimeoutError:
+            raise ToolError(f"app {self.name!r} did not answer {name!r} within {CALL_TIMEOUT:.0f}s") from None
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        if result.is_error:
+            raise ToolError(text or "the tool failed")
+        try:
+            return json_depth.loads(text)
+        except json_depth.TooDeep:  # nested deeper than an agent may send: kept as the text it came as
+            return text
+        except ValueError:
+            return result.structured_content if result.structured_content is not None else text
+
+    # -- data plane, over the protocol's JSON-RPC --
+
+    async def _rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not self.data_plane:
+            raise ToolError(f"app {self.name!r} is a plain MCP server: it has no data plane ({method})")
+        answer = (
+            await self._http.post(
+                "/agentenv",
+                timeout=DATA_TIMEOUT,
+                json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}},
+            )
+        ).json()
+        if "error" in answer:
+            error = answer["error"]
+            raise ToolError(f"{self.name}: {method} failed: {error['message']} {error.get('data') or ''}".strip())
+        return answer["result"]
+
+    async def reset(self) -> None:
+        if self.data_plane:
+            await self._rpc("data/reset")
+
+    async def load(self, data: dict[str, Any], *, key: str | None = None) -> None:
+        part: dict[str, Any] = {"kind": "data", "data": data}
+        if key:
+            part["metadata"] = {META_IDEMPOTENCY_KEY: key}
+        await self._rpc("data/add", {"parts": [part]})
+
+    async def export(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if not self.data_plane:
+            return data  # nothing the framework can see or restore
+        for part in (await self._rpc("data/get"))["parts"]:
+            if part.get("kind") == "data":
+                data.update(part["data"])
+        return data
+
+    async def close(self) -> None:
+        await self._drop_session()
+        await self._http.aclose()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                await asyncio.to_thread(self.proc.wait, 10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()

@@ -1,0 +1,433 @@
+"""Steps that act on environments through the gateway.
+
+An environment is deployed by a `deploy_env` step; later steps name that step in `env` (the instance
+is `<run id>.<step id>`). Setup calls carry the step's idempotency key, so a step retried after a
+crash takes effect once.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, cast
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from agent_env.gateway.pool import GatewayPool, Placement
+from agent_env.gateway.release import retire_instance
+from agent_env.planning.env_records import check_composition, env_for_app
+from agent_env.spec.env import EnvRecord, RoleSpec
+from agent_env.spec.run import Criterion, Score, apps_in_sandboxes
+from agent_env.spec.templates import TemplateError, lookup
+from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
+from agent_env.steps.builtin.check import Check
+from agent_env.stores import keys
+
+
+def instance_id(ctx: StepContext, env_step: str) -> str:
+    return f"{ctx.run_id}.{env_step}"
+
+
+def store_artifact(plan: PlanContext, data: bytes) -> str:
+    """Content-addressed: the same bytes always get the same key, stored once."""
+    key = keys.content(data, "json")
+    if not plan.stores.objects.exists(key):
+        plan.stores.objects.put(key, data)
+    return key
+
+
+class EnvStep(StepConfig):
+    env: str = Field(description="the id of the deploy_env step whose environment this step acts on")
+
+
+class ActorStep(EnvStep):
+    role: str | None = Field(None, description="act as this role (default: the environment's first role)")
+    agent: str | None = Field(None, description="act as this agent (with its current role)")
+
+
+# -- deploy --
+
+
+class DeployConfig(StepConfig):
+    env: str = Field(description="an environment of the bundle (envs/NAME/env.toml) or a built-in app")
+    agents: dict[str, str] = Field(default_factory=dict, description="agent -> role; default: one agent per role")
+    load_data: bool = Field(True, description="load the environment's default data")
+    now: datetime | None = Field(None, description="a fixed time for this world (RFC 3339)")
+    provider: str | None = Field(
+        None,
+        description='sandbox provider (or chain, "docker,local") for its '
+        "sandboxed apps; default: the app's, then [sandboxes] envs",
+    )
+    record: EnvRecord | None = Field(None, description="filled in when the run is planned")
+    artifacts: list[str] = Field(default_factory=list, description="filled in when the run is planned")
+    builds: dict[str, str] = Field(
+        default_factory=dict, description="filled in when the run is planned: app -> its build context's object key"
+    )
+    fork_from: str | None = Field(
+        None,
+        description="an instance of the same environment to copy instead of loading the data: the new instance "
+        "starts from its current state (a group of rollouts forks one prototype); gone, the data is loaded",
+    )
+
+    @field_validator("record")
+    @classmethod
+    def _record_composes(cls, record: EnvRecord | None) -> EnvRecord | None:
+        if record is not None:
+            check_composition(record.apps, record.roles)
+        return record
+
+    @model_validator(mode="after")
+    def _env_exists(self, info: ValidationInfo) -> DeployConfig:
+        if self.record is None:
+            from agent_env.bundles import find_env
+            from agent_env.errors import AgentEnvError
+
+            try:
+                record, _ = find_env((info.context or {}).get("bundle"), self.env)
+            except AgentEnvError as e:
+                raise ValueError(str(e).replace("\n  fix:", " —")) from None
+        else:
+            record = self.record
+        for agent, role in self.agents.items():
+            if role not in record.roles:
+                raise ValueError(
+                    f"agent {agent!r} has role {role!r}; the environment's roles are: {', '.join(record.roles)}"
+                )
+        return self
+
+
+def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    """Pin the environment record in the run, and its data files as artifacts in the object store."""
+    from agent_env import packing
+    from agent_env.bundles import find_env
+    from agent_env.providers.apps import check_secrets, pin_build
+
+    record, folder = find_env(plan.bundle, config["env"])
+    for app in record.apps:  # a missing secret fails here, before the run starts
+        if app.sandbox:
+            check_secrets(plan.settings, app.sandbox, f"app {app.name!r} of env {record.name}")
+    config["record"] = record.model_dump(mode="json")
+    config["artifacts"] = [store_artifact(plan, packing.read(folder, f)) for f in record.data] if folder else []
+    config["builds"] = {
+        app.name: pin_build(plan.stores, folder, app.sandbox.build)
+        for app in record.apps
+        if app.sandbox and app.sandbox.build and folder
+    }
+    return config
+
+
+def quick_deploy(config: dict[str, Any]) -> bool:
+    """Apps in the gateway's own process and little data: done in milliseconds, so a local activity."""
+    record = config.get("record") or {}
+    return (
+        all((app.get("run") or "in_process") == "in_process" and app.get("app") for app in record.get("apps", []))
+        and len(config.get("artifacts") or []) <= 1
+    )
+
+
+@step_type(
+    "deploy_env",
+    config=DeployConfig,
+    timeout="2m",
+    prepare=prepare_deploy,
+    quick=quick_deploy,
+    deploys_env=True,
+    sandboxes=apps_in_sandboxes,
+)
+async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
+    """Start an instance of an environment on the gateway and load its data (or fork `fork_from`); outputs
+    its URLs and agents."""
+    return await deploy(ctx, config)
+
+
+async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime | None = None) -> dict:
+    """What `deploy_env` does, for the step and for a group's prototype (`expires_at`: the gateway deletes it
+    then, even if no one released it)."""
+    record = config.record or env_for_app(config.env)
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, ctx.step_id)
+    apps, sandboxes, images = [], [], {}
+    for ref in record.apps:
+        if ref.sandbox is None:
+            apps.append(ref.model_dump(exclude_defaults=True))
+            continue
+        provider, sandbox = await _start_sandbox(ctx, config, gateway, instance, ref, record.name)
+        sandboxes.append({"app": ref.name, "provider": provider, "id": sandbox.info.id, "url": sandbox.url})
+        if sandbox.info.image_id:  # the exact image it ran, for the run's record
+            images[ref.name] = sandbox.info.image_id
+        apps.append({"name": ref.name, "url": sandbox.url, "path": ref.sandbox.path, "prefix": ref.prefix})
+    spec = {
+        "id": instance,
+        "run_id": ctx.run_id,
+        "env": record.name,
+        "apps": apps,
+        "roles": {name: role.model_dump() for name, role in record.roles.items()},
+        "agents": config.agents,
+        "now": config.now.isoformat() if config.now else None,
+        **({"expires_at": expires_at.isoformat()} if expires_at else {}),
+    }
+    data = config.artifacts if config.load_data else []
+    described = await _fork(gateway, config.fork_from, spec) if config.fork_from else None
+    if described is None:  # (what put and fork answer is what the data leaves as it is: apps, agents, paths)
+        described = await gateway.put_instance(spec)
+        if data:
+            parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in data]
+            await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
+    base = await gateway.url_for(instance)  # its gateway's (a pool places each instance on one)
+    if isinstance(gateway, GatewayPool):  # so another gateway can take the instance over if this one is lost
+        placement = Placement(spec=spec, gateway=base, data=data)
+        ctx.stores.objects.put(keys.placement(ctx.run_id, instance), placement.model_dump_json().encode())
+    return {
+        "instance": instance,
+        "gateway": base,
+        "apps": described["apps"],
+        "urls": {name: base + path for name, path in described["paths"].items()},
+        # Tokens are secrets and stay out of run history: these references are resolved when needed.
+        "agents": {
+            agent: {"role": role, "token_ref": f"gateway-token:{instance}/{agent}"}
+            for agent, role in described["agents"].items()
+        },
+        **({"sandboxes": sandboxes} if sandboxes else {}),
+        **({"images": images} if images else {}),
+    }
+
+
+async def _fork(gateway, source: str, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """Fork `source` into the new instance (its description); None when the source is gone (its group ended,
+    or it expired): the step then deploys the environment itself, from the same record and data."""
+    from agent_env.gateway.client import GatewayRefused
+
+    try:
+        return await gateway.fork(source, spec)
+    except GatewayRefused as e:
+        if e.status != 404 or source not in str(e):
+            raise
+        return None
+
+
+async def _start_sandbox(
+    ctx: StepContext, config: DeployConfig, gateway, instance: str, ref, record_name: str
+) -> tuple[str, Any]:
+    """Start the app's sandbox with the token its server must require: the gateway derives it from its
+    key (this worker may not hold the key), hands it over the admin API, and sends it on every call; it
+    lives in this activity's memory and the sandbox's environment, never in run history."""
+    from agent_env.providers import apps
+
+    provider, sandbox = await apps.start(
+        ctx.settings,
+        ctx.stores,
+        run_id=ctx.run_id,
+        owner=instance,
+        name=ref.name,
+        box=ref.sandbox,
+        build_key=config.builds.get(ref.name),
+        chain=config.provider or ref.sandbox.provider or ctx.settings.sandboxes.envs,
+        label=f"app {ref.name!r} of env {record_name}",
+        server_token=await gateway.server_token(instance, ref.name),
+    )
+    return provider.name, sandbox
+
+
+# -- data --
+
+
+class LoadDataConfig(EnvStep):
+    data: dict[str, Any] | None = Field(None, description="inline data: {app: {table: [rows]}}")
+    file: str | None = Field(None, description="a JSON file of the bundle, relative to its folder")
+    reset: bool = Field(False, description="empty every app first")
+    artifact: str | None = Field(None, description="filled in when the run is planned")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> LoadDataConfig:
+        if (self.data is None) == (self.file is None and self.artifact is None):
+            raise ValueError("give exactly one of `data` (inline) or `file` (a JSON file of the bundle)")
+        return self
+
+
+def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    from agent_env import packing
+    from agent_env.errors import BadInput
+
+    if config.get("file"):
+        if plan.bundle is None:
+            raise BadInput(
+                f"load_data file {config['file']!r}: a task outside a bundle has no files",
+                "put the task in a bundle (tasks/ beside the data) or give the data inline",
+            )
+        try:  # no link followed, not even one that stays inside (see agent_env.packing)
+            data = packing.read(plan.bundle, config["file"])
+        except packing.NotInside:
+            raise BadInput(
+                f"load_data file {config['file']!r} is not a file inside the bundle {plan.bundle}",
+                "name a JSON file inside the bundle's folder",
+            ) from None
+        except BadInput as e:
+            raise BadInput(f"load_data file {config['file']!r}: {e.problem}", e.fix) from None
+        config["artifact"] = store_artifact(plan, data)
+    return config
+
+
+@step_type("load_data", config=LoadDataConfig, timeout="10m", prepare=prepare_load, step_refs=("env",))
+async def load_data(ctx: StepContext, config: LoadDataConfig) -> dict:
+    """Load data into an environment's apps (once, even if the step is retried)."""
+    data = (
+        config.data if config.data is not None else json.loads(ctx.stores.objects.get(cast(str, config.artifact)))
+    )  # (`file`: an artifact once planned)
+    gateway = await ctx.gateway()
+    await gateway.load(
+        instance_id(ctx, config.env),
+        [{"kind": "data", "data": data}],
+        idempotency_key=ctx.idempotency_key,
+        reset=config.reset,
+    )
+    return {"apps": sorted(data)}
+
+
+@step_type("reset_env", config=EnvStep, local=True, timeout="1m", step_refs=("env",))
+async def reset_env(ctx: StepContext, config: EnvStep) -> dict:
+    """Empty every app of an environment."""
+    await (await ctx.gateway()).data(instance_id(ctx, config.env), "data/reset")
+    return {}
+
+
+# -- snapshots --
+
+
+class SnapshotConfig(EnvStep):
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="default: the step's id")
+
+
+def snapshot_key(run_id: str, name: str) -> str:
+    return keys.snapshot(run_id, name)
+
+
+@step_type("snapshot_env", config=SnapshotConfig, timeout="10m", step_refs=("env",))
+async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> dict:
+    """Save an environment's whole state in the object store."""
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, config.env)
+    blob = await gateway.snapshot(instance)
+    key = snapshot_key(ctx.run_id, config.name or ctx.step_id)
+    ctx.stores.objects.put(key, blob)
+    if isinstance(gateway, GatewayPool):  # the state a gateway taking the instance over starts from
+        gateway.snapshot_taken(ctx.stores, instance, key)
+    return {"snapshot": key, "bytes": len(blob)}
+
+
+class RestoreConfig(EnvStep):
+    snapshot: str = Field(description="a snapshot's name in this run, or its object key")
+
+
+@step_type("restore_env", config=RestoreConfig, timeout="10m", step_refs=("env",))
+async def restore_env(ctx: StepContext, config: RestoreConfig) -> dict:
+    """Put an environment back into a saved state."""
+    key = config.snapshot if "/" in config.snapshot else snapshot_key(ctx.run_id, config.snapshot)
+    if not ctx.stores.objects.exists(key):
+        raise StepFailed(f"no snapshot {config.snapshot!r} (looked for {key}); take one with a snapshot_env step")
+    await (await ctx.gateway()).restore(instance_id(ctx, config.env), ctx.stores.objects.get(key))
+    return {"restored": key}
+
+
+# -- roles and tools --
+
+
+class SetRoleConfig(EnvStep, RoleSpec):
+    """Replaces the role's rules (`tools`, `deny`). Unlike the trigger action `set_tools`, which changes them
+    (`enable`, `disable`, the rest kept): see agent_env.spec.verbs."""
+
+    role: str
+
+
+@step_type("set_role_tools", config=SetRoleConfig, local=True, timeout="1m", step_refs=("env",))
+async def set_role_tools(ctx: StepContext, config: SetRoleConfig) -> dict:
+    """Change which tools a role sees and may call (from the next call; agents are notified)."""
+    tools = await (await ctx.gateway()).set_role(instance_id(ctx, config.env), config.role, config.tools, config.deny)
+    return {"role": config.role, "tools": tools}
+
+
+class CallToolConfig(ActorStep):
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    expect_error: bool = Field(False, description="succeed when the tool answers with an error (and output it)")
+
+
+async def _call(ctx: StepContext, config: ActorStep, tool: str, arguments: dict[str, Any], key: str | None):
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, config.env)
+    role = config.role
+    if role is None and config.agent is None:
+        role = next(iter((await gateway.get_instance(instance))["roles"]))
+    return await gateway.call_as(instance, tool, arguments, role=role, agent=config.agent, idempotency_key=key)
+
+
+@step_type("call_tool", config=CallToolConfig, local=True, timeout="1m", step_refs=("env",))
+async def call_tool(ctx: StepContext, config: CallToolConfig) -> StepResult:
+    """Call a tool as a role or agent (setup and probes); its result becomes the step's output."""
+    outcome = await _call(ctx, config, config.tool, config.arguments, ctx.idempotency_key)
+    hits = outcome.get("hits", [])  # the call may fire triggers (an email to a persona...): the run applies them
+    if "error" in outcome:
+        if config.expect_error:
+            return StepResult(outputs={"error": outcome["error"]}, hits=hits)
+        raise StepFailed(f"{config.tool}: {outcome['error']}")
+    if config.expect_error:
+        raise StepFailed(f"{config.tool} succeeded, but the step expected an error")
+    return StepResult(outputs={"result": outcome["result"]}, hits=hits)
+
+
+class StateCheck(Check):
+    """A check whose value comes from a (read-only) tool call: `tool`, `arguments`, and a `path` into
+    the result (dots walk into objects and lists, e.g. `charges.0.status`)."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    path: str = Field("", description="where in the result the value is; empty for the whole result")
+
+
+class CheckStateConfig(ActorStep):
+    checks: list[StateCheck] = Field(min_length=1)
+    pass_threshold: float = Field(1.0, ge=0, le=1)
+
+
+@step_type("check_state", config=CheckStateConfig, local=True, timeout="1m", retries=1, step_refs=("env",))
+async def check_state(ctx: StepContext, config: CheckStateConfig) -> StepResult:
+    """Assertions over an environment's state, read through its tools; records the score."""
+    criteria, values = [], {}
+    for check in config.checks:
+        outcome = await _call(ctx, config, check.tool, check.arguments, None)
+        if "error" in outcome:
+            criteria.append(
+                Criterion(
+                    name=check.name,
+                    passed=False,
+                    weight=check.weight,
+                    detail=f"{check.tool} failed: {outcome['error']}",
+                )
+            )
+            continue
+        try:
+            value = lookup({"result": outcome["result"]}, "result" + (f".{check.path}" if check.path else ""))
+        except TemplateError as e:
+            criteria.append(Criterion(name=check.name, passed=False, weight=check.weight, detail=str(e)))
+            continue
+        values[check.name] = value
+        criteria.append(check.evaluate_on(value))
+    return StepResult(outputs={"values": values}, score=Score.from_criteria(criteria, config.pass_threshold))
+
+
+# -- teardown --
+
+
+class TeardownConfig(EnvStep):
+    keep_data: bool = Field(False, description="keep the apps' files (the instance still stops serving)")
+
+
+@step_type("teardown_env", config=TeardownConfig, timeout="5m", step_refs=("env",))
+async def teardown_env(ctx: StepContext, config: TeardownConfig) -> dict:
+    """Stop serving an environment and its sandboxes; its trajectory is kept in the object store first."""
+    from agent_env.providers.apps import remove_sandboxes
+
+    instance = instance_id(ctx, config.env)
+    outputs = await retire_instance(await ctx.gateway(), ctx.stores, ctx.run_id, instance, keep_data=config.keep_data)
+    if removed := await remove_sandboxes(ctx.settings, ctx.run_id, owner=instance):
+        outputs["sandboxes_removed"] = len(removed)
+    return outputs

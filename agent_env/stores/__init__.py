@@ -1,0 +1,64 @@
+"""The four stores (documents, objects, images, secrets). `open_stores` opens the backends the config names
+(`[stores.<kind>] backend`, see `backends.py`); the interfaces are in `base.py`."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agent_env.stores.base import DocumentStore, ImageStore, ObjectStore, Page, SecretStore
+
+if TYPE_CHECKING:
+    from agent_env.config import Settings
+
+__all__ = ["DocumentStore", "ImageStore", "ObjectStore", "Page", "SecretStore", "Stores", "open_secrets", "open_stores"]
+
+
+@dataclass
+class Stores:
+    documents: DocumentStore
+    objects: ObjectStore
+    images: ImageStore
+    secrets: SecretStore
+
+    def close(self) -> None:
+        for store in (self.documents, self.objects, self.images, self.secrets):
+            store.close()
+
+
+def open_stores(settings: Settings) -> Stores:
+    from agent_env.stores.backends import KINDS, open_store
+
+    opened: list = []
+    try:
+        for kind in KINDS:
+            opened.append(open_store(kind, settings))
+    except BaseException:
+        for store in opened:
+            with contextlib.suppress(Exception):
+                store.close()
+        raise
+    return Stores(**dict(zip(KINDS, opened, strict=True)))
+
+
+def open_secrets(settings: Settings) -> SecretStore:
+    """Only the secret store (for code that resolves a `secret:NAME` and needs nothing else)."""
+    from agent_env.stores.backends import open_store
+
+    store: SecretStore = open_store("secrets", settings)
+    return store
+
+
+def hex_secret(settings: Settings, name: str) -> bytes:
+    """The secret `name` as the bytes its hex digits spell (a key an install's machines share through the secret
+    store); b"" when it is not hex. MissingSecret when it is not set."""
+    store = open_secrets(settings)
+    try:
+        value = store.get(name).strip()
+    finally:
+        store.close()
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return b""

@@ -1,0 +1,145 @@
+"""Connect to the configured Temporal: a cluster (address set) or the embedded dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import TYPE_CHECKING
+
+from agent_env import telemetry, waiting
+from agent_env.config import Settings
+from agent_env.errors import ServerError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.runtime import Runtime
+
+
+def _tls(settings: Settings):
+    t = settings.temporal
+    if not (t.tls or t.tls_cert or t.tls_ca):
+        return bool(t.api_key) or False  # Temporal Cloud API keys need TLS
+    from temporalio.service import TLSConfig
+
+    def read(path):
+        if path is None:
+            return None
+        try:
+            return path.read_bytes()
+        except OSError as e:
+            raise ServerError(
+                f"cannot read TLS file {path}: {e.strerror}", "fix the tls_* paths in the config"
+            ) from None
+
+    return TLSConfig(
+        client_cert=read(t.tls_cert),
+        client_private_key=read(t.tls_key),
+        server_root_ca_cert=read(t.tls_ca),
+        domain=t.tls_server_name,
+    )
+
+
+async def connect(
+    settings: Settings, *, start_server: bool = True, on_notice=lambda msg: None, runtime: Runtime | None = None
+) -> Client:
+    """A client using the pydantic data converter. Starts the embedded server when none is configured.
+    `runtime`: the SDK runtime its workers record metrics in (a worker's health port); None: the default."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    if settings.embedded:
+        from agent_env.temporal import server
+
+        if start_server and not server.status(settings).running:
+            info = await asyncio.to_thread(server.start, settings, on_notice=on_notice)
+            on_notice(
+                f"started the embedded Temporal server at {info.address}; it keeps running in the "
+                "background for the next commands (stop it with `agent-env server stop`)"
+            )
+        elif start_server:
+            await asyncio.to_thread(server.start, settings, on_notice=on_notice)  # waits until it answers
+        elif not server.status(settings).running:
+            raise ServerError(
+                "the embedded Temporal server is not running",
+                "start it with `agent-env server start` (or let `agent-env run` start it)",
+            )
+    from agent_env.temporal import seals
+    from agent_env.temporal.sealing import SealingClient
+
+    target = settings.address
+    interceptors = telemetry.temporal_interceptors()  # tracing, when this process set it up: workers inherit it
+    # Every start and update this client sends is sealed with the install's plan key (read when first needed).
+    interceptors.append(SealingClient(settings.temporal.namespace, lambda: seals.load(settings)))
+
+    async def connected() -> Client:
+        return await asyncio.wait_for(
+            Client.connect(
+                target,
+                namespace=settings.temporal.namespace,
+                api_key=settings.temporal.api_key,
+                tls=_tls(settings),
+                data_converter=pydantic_data_converter,
+                interceptors=interceptors,
+                runtime=runtime,
+            ),
+            timeout=settings.temporal.connect_timeout,
+        )
+
+    # A freshly started dev server opens its port a moment before its frontend is healthy: keep
+    # trying it for a while. A configured cluster gets the configured timeout, once.
+    try:
+        return await waiting.until(
+            connected,
+            what=f"the Temporal server at {target}",
+            timeout=20.0 if settings.embedded else 0.0,
+            interval=0.05,
+            give_up_on=(ServerError,),
+        )  # any other failure gets the same clear message
+    except waiting.TimedOut as timed_out:
+        e = timed_out.last
+        reason = f"no answer within {settings.temporal.connect_timeout:g}s" if isinstance(e, TimeoutError) else e
+        if settings.embedded:
+            raise ServerError(
+                f"the embedded Temporal server at {target} did not answer ({reason})",
+                "run `agent-env server stop`, then try again; its log is under <state_dir>/temporal/server.log",
+            ) from None
+        raise ServerError(
+            f"the Temporal server at {target} (from {settings.describe_address_source()}) did not answer ({reason})",
+            "check that the server runs and the address, namespace and TLS settings are right, "
+            "or unset the address to use the embedded server",
+        ) from None
+
+
+# (client, namespace) -> whether our search attributes are usable: asked once per client, not per run started.
+_ATTRIBUTES_CHECKED: weakref.WeakKeyDictionary[Client, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> bool:
+    """Register our search attributes if missing. False if the cluster does not let us (e.g. Cloud API keys)."""
+    checked = _ATTRIBUTES_CHECKED.setdefault(client, {})
+    if namespace not in checked:
+        checked[namespace] = await _register_search_attributes(client, namespace)
+    return checked[namespace]
+
+
+async def _register_search_attributes(client: Client, namespace: str) -> bool:
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+    from temporalio.service import RPCError
+
+    from agent_env.workflows.attributes import ALL
+
+    try:
+        listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
+        missing = {k.name: k.indexed_value_type for k in ALL if k.name not in listed.custom_attributes}
+        if missing:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)  # type: ignore[arg-type]  # IntEnum of the proto's values
+            )
+        return True
+    except RPCError as e:
+        if "not found" in str(e).lower() and "namespace" in str(e).lower():
+            raise ServerError(
+                f"namespace '{namespace}' does not exist on this Temporal server",
+                "create it (`temporal operator namespace create`) or set [temporal] namespace in the config",
+            ) from None
+        return False

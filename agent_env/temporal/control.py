@@ -1,0 +1,225 @@
+"""The background worker's control socket: how its starters know it is up, and how `agent-env run` runs fast.
+
+A Unix socket in the worker's private folder (mode 0600: this user only), one JSON request per line, bounded
+in size, answered with JSON lines.
+
+- `ping` answers the worker's pid, so a starter never mistakes a draining predecessor for it.
+- `run` plans a task, starts the run and follows it, streaming what `agent-env run` would print, rendered for
+  the caller's terminal. The worker has Temporal's client, the planner and the step types loaded and
+  connected already, so the command needs none of them (`agent_env/cli/run_client.py`): it prints what
+  arrives. When the worker cannot serve it as the command itself would (another fingerprint, an unexpected
+  failure before the run started), it answers `fallback` before printing anything, and the command does it
+  all itself.
+
+The command imports nothing of this module: it writes the request's JSON itself (`RunRequest` validates it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from agent_env import json_depth
+from agent_env.cli.run_client import TERMINAL_ENV
+from agent_env.config import Settings
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from rich.console import Console
+    from temporalio.client import Client
+
+MAX_REQUEST = 64 * 1024  # bytes in one request line
+
+
+class Stream(BaseModel):
+    """One of the caller's output streams: a terminal (and how wide), or not (a pipe, a file)."""
+
+    tty: bool = False
+    width: int | None = Field(None, ge=20, le=10_000)
+
+
+class RunRequest(BaseModel):
+    """`agent-env run TARGET [--task T] [--json] [--detach]`, as the command was given it."""
+
+    op: str = "run"
+    target: str = Field(max_length=4096)  # a name, or an absolute path (the command resolves relative ones)
+    task: str | None = Field(None, max_length=256)
+    json_out: bool = False
+    detach: bool = False
+    fingerprint: str = Field(max_length=64)  # the caller's `background.fingerprint`: the same code and settings
+    stdout: Stream = Stream()
+    stderr: Stream = Stream()
+    env: dict[str, str] = Field(default_factory=dict)  # the caller's terminal variables (TERMINAL_ENV)
+
+
+@contextlib.asynccontextmanager
+async def serve_control(path: Path, client: Client, settings: Settings, fingerprint: str) -> AsyncIterator[None]:
+    """Answer on `path` while inside; leaving stops answering at once (a draining worker is no longer up)."""
+    import asyncio
+    import functools
+
+    from agent_env.temporal.background import unix_address
+
+    handle = functools.partial(_handle, client=client, settings=settings, fingerprint=fingerprint)
+    path.unlink(missing_ok=True)  # a predecessor's: it no longer answers there
+    with unix_address(path) as address:
+        server = await asyncio.start_unix_server(handle, path=address, limit=MAX_REQUEST)
+    os.chmod(path, 0o600)
+    try:
+        yield
+    finally:
+        server.close()
+
+
+async def _handle(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    *,
+    client: Client,
+    settings: Settings,
+    fingerprint: str,
+) -> None:
+    import asyncio
+
+    def send(message: dict[str, Any]) -> None:
+        if not writer.is_closing():
+            writer.write(json.dumps(message).encode() + b"\n")
+
+    try:
+        request = json_depth.loads(await reader.readline())  # (a deep line: a ValueError, like any bad one)
+        if not isinstance(request, dict):
+            send({"error": "unknown request"})
+        elif request.get("op") == "ping":
+            send({"pid": os.getpid()})
+        elif request.get("op") == "run":
+            run = RunRequest.model_validate(request)
+            if run.fingerprint != fingerprint:
+                send({"fallback": "the background worker runs other code or settings"})
+            else:
+                await _serve_run(run, reader, send, client, settings)
+        else:
+            send({"error": "unknown request"})
+        await writer.drain()
+    except (ValueError, ConnectionError, asyncio.LimitOverrunError):
+        pass  # a malformed or oversized request, or a caller gone: no answer
+    finally:
+        writer.close()
+
+
+async def _serve_run(
+    run: RunRequest,
+    reader: asyncio.StreamReader,
+    send: Callable[[dict[str, Any]], None],
+    client: Client,
+    settings: Settings,
+) -> None:
+    """Plan, start and follow one run for the command at the other end; it going away (Ctrl-C) stops the
+    following, never the run."""
+    import asyncio
+
+    from rich.markup import escape
+
+    from agent_env.cli.run_cmd import Terminal, start_and_follow
+    from agent_env.errors import AgentEnvError
+
+    wall_start = time.monotonic()
+    out, err = _console(run.stdout, "out", send, run.env), _console(run.stderr, "err", send, run.env)
+
+    def note(message: str) -> None:
+        err.print(f"[yellow]note:[/] {escape(message)}")
+
+    started: list[str] = []
+
+    def on_started(run_id: str) -> None:
+        started.append(run_id)
+        send({"run": run_id})  # the command says how to follow it if interrupted
+
+    term = Terminal(out, note, lambda text: send({"out": text + "\n"}), started=on_started)
+    try:
+        inp = await asyncio.to_thread(_plan, settings, run.target, run.task)
+        await asyncio.to_thread(_gateway_for, settings, inp, note)
+    except AgentEnvError as e:  # bad input: said as the command says it
+        err.print(f"[bold red]error:[/] {escape(e.problem)}")
+        if e.fix:
+            err.print(f"  [bold]fix:[/] {escape(e.fix)}")
+        send({"exit": e.exit_code})
+        return
+    except Exception as e:  # noqa: BLE001 - nothing printed yet: the command does it all itself, as it would
+        send({"fallback": f"{type(e).__name__}: {e}"})
+        return
+    follow = asyncio.create_task(
+        start_and_follow(
+            client, settings, inp, detach=run.detach, json_out=run.json_out, term=term, wall_start=wall_start
+        )
+    )
+    gone = asyncio.create_task(reader.read(1))  # EOF: the command went away (Ctrl-C)
+    await asyncio.wait({follow, gone}, return_when=asyncio.FIRST_COMPLETED)
+    gone.cancel()
+    if not follow.done():
+        follow.cancel()  # stops following; the run goes on
+        await asyncio.gather(follow, return_exceptions=True)
+        return
+    try:
+        send({"exit": follow.result()})
+    except Exception as e:  # noqa: BLE001
+        if not started:
+            send({"fallback": f"{type(e).__name__}: {e}"})
+        else:
+            err.print(f"[bold red]error:[/] {escape(str(e))}")
+            send({"exit": 1})
+
+
+def _console(stream: Stream, key: str, send: Callable[[dict[str, Any]], None], env: dict[str, str]) -> Console:
+    """A rich console rendering as the command's own would on that stream (`cli/output.py`)."""
+    from rich.console import Console
+
+    class Sink:
+        def write(self, text: str) -> int:
+            send({key: text})
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    width = (stream.width if stream.tty else 200) if key == "out" else (stream.width if stream.tty else None)
+    return Console(
+        file=Sink(),  # type: ignore[arg-type]
+        force_terminal=stream.tty,
+        force_interactive=False,
+        width=width,
+        highlight=False,
+        soft_wrap=True,
+        _environ={k: v for k, v in env.items() if k in TERMINAL_ENV},
+    )
+
+
+def _plan(settings: Settings, target: str, task: str | None):
+    from agent_env.bundles import resolve_target
+    from agent_env.runner import new_run_id, plan
+
+    spec = resolve_target(target, task)
+    return plan(spec, new_run_id(spec.id), settings)
+
+
+def _gateway_for(settings: Settings, inp, note: Callable[[str], None]) -> None:
+    """The embedded gateway, up before the first step that deploys an environment (as `agent-env run` does)."""
+    if settings.gateway.urls() or not any(s.deploys_env for s in inp.steps):
+        return
+    from agent_env.gateway import embedded
+
+    if embedded.status(settings).running:
+        return
+    info, started = embedded.start(settings, on_notice=note)
+    if started:
+        note(
+            f"started the embedded gateway at http://{info.address}; it keeps running in the background "
+            "(stop it with `agent-env gateway stop`)"
+        )

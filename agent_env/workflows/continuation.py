@@ -1,0 +1,216 @@
+"""How a run leaves its history: it continues as new (carrying its state) before the history or the update budget
+runs out, or it concludes (status, search attributes, memo, release, the record). Either way the state enters
+history (continue-as-new input, the run's result), so it is bounded first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from agent_env.spec.run import BEHAVIOUR, RunInput, RunState, StepStatus
+    from agent_env.spec.times import iso
+    from agent_env.spec.world_state import MAX_FIELD_BYTES, clip, json_size
+    from agent_env.workflows import attributes, details
+    from agent_env.workflows.contract import QUICK_RETRY, RECORD_RUN, RELEASE_SANDBOXES
+
+if TYPE_CHECKING:
+    from agent_env.workflows.task_run import TaskRun
+
+UPDATES_PER_RUN = 1500  # continue-as-new before this many updates (Temporal takes at most 2,000 per run)
+# The state goes into history (continue-as-new input, the run's result): bounded far below Temporal's 2 MB.
+MAX_STATE_BYTES = 1024 * 1024
+MAX_CARRIED_EVENTS = 1000  # world events carried across continue-as-new (the rest are counted by kind)
+# Patches (workflow.patched) keep histories recorded before these changes replaying.
+PATCH_BOUNDS = "poison-bounds"  # bounded state, events, hit updates counted
+PATCH_RELEASE_ALL = "release-all-at-end"  # a run's end releases its instances and hosted agents, not only sandboxes
+
+
+def changed(inp: RunInput, patch: str) -> bool:
+    """Whether this run takes the change `patch` names: runs planned with today's behaviour always do (no
+    marker in history); runs started before ask their history (workflow.patched)."""
+    return inp.behaviour >= BEHAVIOUR or workflow.patched(patch)
+
+
+def history_is_long(inp: RunInput, updates: int) -> bool:
+    info = workflow.info()
+    return (
+        info.is_continue_as_new_suggested()
+        or info.get_current_history_length() >= inp.continue_as_new_at
+        or updates >= UPDATES_PER_RUN
+    )
+
+
+async def drain_and_continue_as_new(run: TaskRun) -> None:
+    """Let running steps finish (no new ones start), then continue in a fresh history. Prompts played by a
+    trainer are not waited for: their progress is carried and they go on in the next run."""
+    for step_id in [sid for sid in run.running if sid in run.state.trainer]:
+        task = run.running.pop(step_id)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    while run.running:
+        await workflow.wait(list(run.running.values()), return_when=asyncio.FIRST_COMPLETED)
+        for step_id in [sid for sid, task in run.running.items() if task.done()]:
+            run.settle(step_id, run.running.pop(step_id))
+    await run.world_driver.apply_step_hits()
+    if run.state.error:
+        return  # the run is ending anyway
+    run.world_driver.stop_pacing()
+    run.trainer.close("continued")  # trainers waiting for a turn ask the next run
+    await workflow.wait_condition(workflow.all_handlers_finished)
+    if changed(run.inp, PATCH_BOUNDS):
+        bound_state(run.state, MAX_CARRIED_EVENTS)
+    workflow.continue_as_new(run.inp.model_copy(update={"carried": run.state}))
+
+
+async def conclude(run: TaskRun) -> None:
+    """The run is over: decide its status and score, make it findable, release what it holds, record it."""
+    state, world = run.state, run.world_driver.world
+    run.world_driver.stop_pacing()
+    run.trainer.close("ended")
+    await workflow.wait_condition(workflow.all_handlers_finished)  # hits being applied finish first
+    state.finished_at = workflow.now()
+    state.conclude()
+    if run.inp.search_attributes:
+        updates: list[SearchAttributeUpdate[Any]] = [attributes.STATUS.value_set(state.status.value)]
+        if state.score is not None:
+            updates.append(attributes.SCORE.value_set(state.score))
+        workflow.upsert_search_attributes(updates)
+    result: dict[str, Any] = {
+        "status": state.status.value,
+        "score": state.score,
+        "steps": {sid: s.status.value for sid, s in state.steps.items()},
+    }
+    if world is not None and world.state.clock is not None:
+        result["virtual_time"] = iso(world.now(run.world_driver.now_real()))
+        result["events"] = len(world.state.events) + sum(world.state.dropped.values())
+    workflow.upsert_memo({"result": result})
+    # Runs planned today release what holds no sandbox in the same local activity that records them (one
+    # hop less at every run's end); sandboxes are removed by a regular activity, with heartbeats.
+    quick = run.inp.behaviour >= BEHAVIOUR and not _started_sandboxes(run)
+    release = _release_all(run) if quick else None
+    if not quick:
+        await _release(run)
+    if changed(run.inp, PATCH_BOUNDS):
+        bound_state(state)
+    workflow.set_current_details(details.finished_details(state))
+    try:
+        await workflow.execute_local_activity(
+            RECORD_RUN.name,
+            args=[state, release],  # always both: the SDK drops the type hints when the count differs
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=QUICK_RETRY,
+            summary=f"record the run ({state.status.value})" + (" and release what it holds" if release else ""),
+        )
+    except ActivityError as e:
+        if release is None:
+            raise
+        # Recorded on its first attempt; what it holds on the gateway is the reaper's now (its run is over).
+        workflow.logger.warning("releasing the run's instances failed: %s", e.cause or e)
+
+
+def _started_sandboxes(run: TaskRun) -> list[str]:
+    plans, steps = run.plans, run.state.steps
+    return [
+        sid
+        for sid in plans
+        if plans[sid].sandboxes and steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)
+    ]
+
+
+def _release_all(run: TaskRun) -> list[str] | None:
+    """What the record activity releases: the run's id when it used the gateway (instances, hosted agents)."""
+    plans, steps = run.plans, run.state.steps
+    ran = [sid for sid in plans if steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
+    return [run.inp.run_id] if any(plans[sid].deploys_env or plans[sid].deploys_agent for sid in ran) else None
+
+
+async def _release(run: TaskRun) -> None:
+    """Sandboxes never outlive their run; if this fails the reaper removes them (their run is over)."""
+    plans = run.plans
+    ran = [sid for sid in plans if run.state.steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
+    started = [sid for sid in ran if plans[sid].sandboxes]
+    # Whatever else the run holds on the gateway (instances, hosted agents) is released too.
+    used_gateway = any(plans[sid].deploys_env or plans[sid].deploys_agent for sid in ran)
+    if not started and not (used_gateway and changed(run.inp, PATCH_RELEASE_ALL)):
+        return
+    # Env instances are retired on the gateway too; agents' sandboxes are only removed (with all the run's).
+    instances = [f"{run.inp.run_id}.{sid}" for sid in started if plans[sid].deploys_env]
+    try:
+        await workflow.execute_activity(
+            RELEASE_SANDBOXES.name,
+            args=[run.inp.run_id, instances, bool(started)],
+            result_type=RELEASE_SANDBOXES.returns,
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=20),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary="release what the run holds (instances, hosted agents, sandboxes)",
+        )
+    except ActivityError as e:
+        workflow.logger.warning("releasing sandboxes failed (the reaper will remove them): %s", e.cause or e)
+
+
+def bound_state(state: RunState, keep_events: int | None = None) -> None:
+    """Before the state enters history (continue-as-new, the result): the event log keeps its latest
+    `keep_events`, and past MAX_STATE_BYTES the largest parts are clipped, and the state says so."""
+    world = state.world
+    if world is not None and keep_events is not None:
+        world.trim_events(keep_events)
+    size = json_size(state.model_dump(mode="json"))
+    if size <= MAX_STATE_BYTES:
+        return
+    parts = sorted(_clippable(state), key=lambda p: -p[0])
+    for part_size, what, get, put in parts:
+        if size <= MAX_STATE_BYTES:
+            break
+        clipped = clip(get(), MAX_FIELD_BYTES)
+        put(clipped)
+        size -= part_size - json_size(clipped)
+        state.clipped.append(
+            f"{what}: {part_size} bytes clipped to a preview (the run's state is bounded at {MAX_STATE_BYTES} bytes)"
+        )
+    if size > MAX_STATE_BYTES and world is not None:
+        dropped = world.trim_events(min(len(world.events), 100))
+        state.clipped.append(f"{dropped} more world events dropped from the log (counted in `dropped`)")
+
+
+def _clippable(state: RunState) -> list[tuple[int, str, Any, Any]]:
+    """The state's parts that can be clipped: (size, name, get, put)."""
+    parts: list[tuple[int, str, Any, Any]] = []
+    for sid, step in state.steps.items():
+        for key in list(step.outputs):
+            parts.append(
+                (
+                    json_size(step.outputs[key]),
+                    f"steps.{sid}.outputs.{key}",
+                    lambda o=step.outputs, k=key: o[k],
+                    lambda v, o=step.outputs, k=key: o.__setitem__(k, v),
+                )
+            )
+    if state.world is not None:
+        for event in state.world.events:
+            parts.append(
+                (
+                    json_size(event.detail),
+                    f"world event {event.seq}",
+                    lambda e=event: e.detail,
+                    lambda v, e=event: setattr(e, "detail", v),
+                )
+            )
+    for sid, progress in state.trainer.items():
+        for i, entry in enumerate(progress.transcript[:-1]):  # the last one is being answered
+            parts.append(
+                (
+                    json_size(entry),
+                    f"steps.{sid} transcript entry {i}",
+                    lambda t=progress.transcript, i=i: t[i]["text"],
+                    lambda v, t=progress.transcript, i=i: t[i].__setitem__("text", str(v)),
+                )
+            )
+    return parts

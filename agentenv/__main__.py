@@ -1,3 +1,0 @@
-from agentenv.cli import main
-
-main()

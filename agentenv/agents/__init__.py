@@ -1,5 +1,0 @@
-"""Agents: anything that acts in an environment. A2A is the agent port.
-
-Built-in agents (scripted, llm, persona, human) run behind A2A like any other; `agentenv.agents.sdk`
-writes your own in a few lines.
-"""
