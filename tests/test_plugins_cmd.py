@@ -177,7 +177,9 @@ def throwaway_python(tmp_path) -> str:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "agentenv_framework-0.1.0.dist-info").exists())
+    ours = next(
+        p for p in sys.path if p.endswith("site-packages") and Path(p, "agentenv_framework-0.1.0.dist-info").exists()
+    )
     (venv / "lib" / version / "site-packages" / "checkout.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
     return str(venv / "bin" / "python")
 

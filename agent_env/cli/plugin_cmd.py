@@ -91,7 +91,8 @@ def add_command(spec: str) -> int:
 def remove_command(dist_name: str) -> int:
     if plugins.normalize(dist_name) == plugins.SELF:
         raise BadInput(
-            f"refusing to remove {plugins.SELF}: it is what `agent-env` runs from", "uninstall it with pip if you mean it"
+            f"refusing to remove {plugins.SELF}: it is what `agent-env` runs from",
+            "uninstall it with pip if you mean it",
         )
     dist = plugins.find_distribution(dist_name)
     if dist is None:
