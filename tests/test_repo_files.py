@@ -1,9 +1,15 @@
-"""The repository files the README names: .env.example lists exactly the environment variables agent-env reads,
-with their real defaults."""
+"""The repository files the README names: THIRD_PARTY_NOTICES.md matches what its script makes from the installed
+metadata, and .env.example lists exactly the environment variables agent-env reads, with their real defaults."""
 
 from __future__ import annotations
 
+import difflib
+import importlib.machinery
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +17,69 @@ import pytest
 from agent_env.config import ENV_VARIABLES, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
+NOTICES = ROOT / "THIRD_PARTY_NOTICES.md"
+NOTICES_SCRIPT = ROOT / "scripts" / "third-party-notices"
 ENV_EXAMPLE = ROOT / ".env.example"
+
+
+# --- THIRD_PARTY_NOTICES.md -----------------------------------------------------------------------------------
+
+
+def notices_script():
+    loader = importlib.machinery.SourceFileLoader("third_party_notices", str(NOTICES_SCRIPT))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_third_party_notices_are_what_the_script_makes():
+    script = notices_script()
+    checked_in = NOTICES.read_text()
+    if f"evaluated for {script.environment()}." not in checked_in:
+        pytest.skip(f"THIRD_PARTY_NOTICES.md was made for another Python or platform than {script.environment()}")
+    made = script.render()
+    diff = "".join(difflib.unified_diff(checked_in.splitlines(True), made.splitlines(True), "checked in", "made"))
+    assert made == checked_in, (
+        f"THIRD_PARTY_NOTICES.md differs from what the installed metadata gives: run `{script.FIX}`\n{diff[:4000]}"
+    )
+
+
+def sections(text: str) -> dict[str, set[str]]:
+    """The packages each section's table lists, by its heading."""
+    out: dict[str, set[str]] = {}
+    for part in text.split("\n## ")[1:]:
+        heading, _, body = part.partition("\n")
+        out[heading] = set(re.findall(r"^\| ([a-z0-9][a-z0-9.-]*) \|", body, re.M)) - {"package"}
+    return out
+
+
+def test_third_party_notices_list_the_base_closure_and_each_extra():
+    listed = sections(NOTICES.read_text())
+    base = listed["The base install: `pip install agentenv-framework`"]
+    # agent-env's own requirements, and what they bring in turn (pydantic's annotated-types, the protocol)
+    assert {"temporalio", "pydantic", "mcp", "a2a-sdk", "agentenv-framework-protocol", "annotated-types"} <= base
+    assert not {"pytest", "ruff", "mypy", "hypothesis", "moto", "selenium"} & base  # the dev extra's own
+    assert "colorama" not in base  # typer's, on Windows only: markers are evaluated
+    assert "boto3" not in base and "boto3" in listed["`agentenv-framework[aws]`"]
+    assert {"botocore", "s3transfer", "jmespath"} <= listed["`agentenv-framework[aws]`"]
+    assert {"opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"} <= listed["`agentenv-framework[otel]`"]
+    assert listed["`agentenv-framework[docker]`"] == {"docker"}
+    for extra in ("modal", "e2b"):  # not in the dev install: named, not walked
+        assert listed[f"`agentenv-framework[{extra}]`"] == set()
+    assert "| temporalio | MIT | agentenv-framework (`>=1.35,<2`) |" in NOTICES.read_text()
+
+
+@pytest.mark.processes
+def test_the_notices_command_works_as_the_fix_names_it(tmp_path):
+    """`scripts/third-party-notices > THIRD_PARTY_NOTICES.md` from a shell whose venv is not activated: the
+    script finds the checkout's .venv itself."""
+    venv_bin = str(Path(sys.prefix) / "bin")
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")} | {"PATH": path}
+    done = subprocess.run([str(NOTICES_SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    if f"evaluated for {notices_script().environment()}." in NOTICES.read_text():
+        assert done.stdout == NOTICES.read_text()
 
 
 # --- .env.example ---------------------------------------------------------------------------------------------
