@@ -22,6 +22,22 @@ NOTICES_SCRIPT = ROOT / "scripts" / "third-party-notices"
 ENV_EXAMPLE = ROOT / ".env.example"
 
 
+def test_the_files_the_readme_names_exist():
+    names = ["LICENSE", "NOTICE", "SECURITY.md", "CONTRIBUTING.md", "AGENTS.md", "CODE_OF_CONDUCT.md"]
+    names += ["CODEOWNERS", "THIRD_PARTY_NOTICES.md", ".env.example", ".agentenv/config.example.toml"]
+    assert [n for n in names if not (ROOT / n).is_file()] == []
+    contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    assert "AGENTS.md" in contributing and "CODE_OF_CONDUCT.md" in contributing
+
+
+def test_every_codeowners_pattern_names_something_that_exists():
+    """A rename leaves no area without its owners unnoticed."""
+    rules = [line.split() for line in (ROOT / "CODEOWNERS").read_text().splitlines() if line[:1] not in "#"]
+    assert rules[0][0] == "*" and all(len(rule) > 1 and rule[1].startswith("@") for rule in rules)
+    stale = [rule[0] for rule in rules[1:] if not any(ROOT.glob(rule[0].strip("/")))]
+    assert not stale, f"CODEOWNERS names paths that do not exist: {stale}"
+
+
 # --- THIRD_PARTY_NOTICES.md -----------------------------------------------------------------------------------
 
 
