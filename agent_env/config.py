@@ -3,7 +3,7 @@
 Sources, later ones win: defaults, `.agentenv/config.toml` (found upward from the working directory,
 or named by AGENT_ENV_CONFIG), then environment variables (AGENT_ENV_*, and the Temporal CLI's own
 TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS*, and OpenTelemetry's
-OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_SERVICE_NAME). Which source set each value is
+OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_SERVICE_NAME; every one is in ENV_VARIABLES). Which source set each value is
 recorded while loading (`Settings.origin`), so `agent-env config show` reports it instead of guessing.
 
 A file written for the reference system's shape (`[sandbox] default`, `agent_default`,
@@ -16,7 +16,7 @@ import contextlib
 import os
 import stat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -338,38 +338,71 @@ def find_config_file(start: Path | None = None) -> Path | None:
     return None
 
 
-_ENV_OVERRIDES: dict[str, tuple[str, str]] = {
-    "TEMPORAL_ADDRESS": ("temporal", "address"),
-    "TEMPORAL_NAMESPACE": ("temporal", "namespace"),
-    "TEMPORAL_API_KEY": ("temporal", "api_key"),
-    "TEMPORAL_TLS": ("temporal", "tls"),
-    "TEMPORAL_TLS_CERT": ("temporal", "tls_cert"),
-    "TEMPORAL_TLS_KEY": ("temporal", "tls_key"),
-    "TEMPORAL_TLS_CA": ("temporal", "tls_ca"),
-    "TEMPORAL_TLS_SERVER_NAME": ("temporal", "tls_server_name"),
-    "AGENT_ENV_TASK_QUEUE": ("temporal", "task_queue"),
-    "AGENT_ENV_PLAN_KEY_SECRET": ("temporal", "plan_key_secret"),
-    "AGENT_ENV_SERVER_PORT": ("server", "port"),
-    "AGENT_ENV_UI_PORT": ("server", "ui_port"),
-    "AGENT_ENV_UI": ("server", "ui"),
-    "AGENT_ENV_GATEWAY_URL": ("gateway", "url"),
-    "AGENT_ENV_GATEWAY_TOKEN": ("gateway", "admin_token"),
-    "AGENT_ENV_GATEWAY_PORT": ("gateway", "port"),
-    "AGENT_ENV_GATEWAY_MAX_APP_DATA_MIB": ("gateway", "max_app_data_mib"),
-    "AGENT_ENV_GATEWAY_MAX_TRAJECTORY_MIB": ("gateway", "max_trajectory_mib"),
-    "AGENT_ENV_GATEWAY_MIN_FREE_DISK_MIB": ("gateway", "min_free_disk_mib"),
-    "AGENT_ENV_ENV_PROVIDER": ("sandboxes", "envs"),
-    "AGENT_ENV_AGENT_PROVIDER": ("sandboxes", "agents"),
-    "AGENT_ENV_TRACES": ("telemetry", "traces"),
-    "OTEL_EXPORTER_OTLP_ENDPOINT": ("telemetry", "otlp_endpoint"),
-    "OTEL_SERVICE_NAME": ("telemetry", "service_name"),
-}
-_MODEL_ENV = {
-    "AGENT_ENV_MODEL_BASE_URL": "base_url",
-    "AGENT_ENV_MODEL": "model",
-    "AGENT_ENV_MODEL_API_KEY": "api_key",
-    "AGENT_ENV_MODEL_PROVIDER": "provider",
-}
+class EnvVar(NamedTuple):
+    """An environment variable agent-env reads: `setting` is the path in `Settings` it overrides (empty: a value
+    read where it is used, not a setting)."""
+
+    name: str
+    setting: tuple[str, ...] = ()
+
+
+# Every environment variable agent-env reads, the one list of them: `load_settings` applies those with a setting
+# from it, and `.env.example` documents each (tests/test_repo_files.py holds the file and the code to this list).
+ENV_VARIABLES: tuple[EnvVar, ...] = (
+    EnvVar("AGENT_ENV_HOME", ("state_dir",)),
+    EnvVar("XDG_STATE_HOME", ("state_dir",)),  # the state dir's parent when AGENT_ENV_HOME is unset
+    EnvVar("AGENT_ENV_CONFIG"),  # find_config_file
+    EnvVar("TEMPORAL_ADDRESS", ("temporal", "address")),
+    EnvVar("TEMPORAL_NAMESPACE", ("temporal", "namespace")),
+    EnvVar("TEMPORAL_API_KEY", ("temporal", "api_key")),
+    EnvVar("TEMPORAL_TLS", ("temporal", "tls")),
+    EnvVar("TEMPORAL_TLS_CERT", ("temporal", "tls_cert")),
+    EnvVar("TEMPORAL_TLS_KEY", ("temporal", "tls_key")),
+    EnvVar("TEMPORAL_TLS_CA", ("temporal", "tls_ca")),
+    EnvVar("TEMPORAL_TLS_SERVER_NAME", ("temporal", "tls_server_name")),
+    EnvVar("AGENT_ENV_TASK_QUEUE", ("temporal", "task_queue")),
+    EnvVar("AGENT_ENV_PLAN_KEY_SECRET", ("temporal", "plan_key_secret")),
+    EnvVar("AGENT_ENV_SERVER_PORT", ("server", "port")),
+    EnvVar("AGENT_ENV_UI_PORT", ("server", "ui_port")),
+    EnvVar("AGENT_ENV_UI", ("server", "ui")),
+    EnvVar("AGENT_ENV_GATEWAY_URL", ("gateway", "url")),
+    EnvVar("AGENT_ENV_GATEWAY_TOKEN", ("gateway", "admin_token")),
+    EnvVar("AGENT_ENV_GATEWAY_PORT", ("gateway", "port")),
+    EnvVar("AGENT_ENV_GATEWAY_MAX_APP_DATA_MIB", ("gateway", "max_app_data_mib")),
+    EnvVar("AGENT_ENV_GATEWAY_MAX_TRAJECTORY_MIB", ("gateway", "max_trajectory_mib")),
+    EnvVar("AGENT_ENV_GATEWAY_MIN_FREE_DISK_MIB", ("gateway", "min_free_disk_mib")),
+    EnvVar("AGENT_ENV_ENV_PROVIDER", ("sandboxes", "envs")),
+    EnvVar("AGENT_ENV_AGENT_PROVIDER", ("sandboxes", "agents")),
+    EnvVar("AGENT_ENV_TRACES", ("telemetry", "traces")),
+    EnvVar("OTEL_EXPORTER_OTLP_ENDPOINT", ("telemetry", "otlp_endpoint")),
+    EnvVar("OTEL_SERVICE_NAME", ("telemetry", "service_name")),
+    # The default model endpoint ([models.default]), e.g. a local server's.
+    EnvVar("AGENT_ENV_MODEL_BASE_URL", ("models", "default", "base_url")),
+    EnvVar("AGENT_ENV_MODEL", ("models", "default", "model")),
+    EnvVar("AGENT_ENV_MODEL_API_KEY", ("models", "default", "api_key")),
+    EnvVar("AGENT_ENV_MODEL_PROVIDER", ("models", "default", "provider")),
+    # Read where they are used:
+    EnvVar("AGENT_ENV_SECRET_<NAME>"),  # a secret's value, ahead of every store (stores/secrets.py)
+    EnvVar("AGENT_ENV_SERVER_TOKEN"),  # what an env server requires of callers (envs/serve.py, `env serve`)
+    EnvVar("AGENT_ENV_PUBLIC_URL"),  # where an A2A agent served by the SDK is reached (agents/sdk.py)
+    EnvVar("AGENT_ENV_WORKDIR"),  # the folder the CLI agent runs its command in (agents/cli_agent.py)
+)
+
+
+def _apply_env_overrides(data: dict[str, Any], origins: dict[tuple[str, ...], Origin]) -> None:
+    """Set every setting an environment variable overrides (a non-empty one) in the file's document."""
+    for var in ENV_VARIABLES:
+        if len(var.setting) < 2 or not (value := os.environ.get(var.name)):
+            continue  # the state dir is settled before; variables that are no setting are read where used
+        *tables, key = var.setting
+        table = data
+        for name in tables:
+            table = table.setdefault(name, {})
+            if not isinstance(table, dict):
+                break  # the file's own shape error is reported by validation
+        else:
+            table[key] = value
+            origins[var.setting] = Origin(source="env", name=var.name)
 
 
 def load_settings(cwd: Path | None = None) -> Settings:
@@ -391,19 +424,9 @@ def load_settings(cwd: Path | None = None) -> Settings:
             data["state_dir"] = str((path.parent.parent / Path(data["state_dir"]).expanduser()).resolve())
     if os.environ.get("AGENT_ENV_HOME") or "state_dir" not in data:
         data["state_dir"] = str(default_state_dir())
-        var = next((v for v in ("AGENT_ENV_HOME", "XDG_STATE_HOME") if os.environ.get(v)), None)
+        var = next((v.name for v in ENV_VARIABLES if v.setting == ("state_dir",) and os.environ.get(v.name)), None)
         origins[("state_dir",)] = Origin(source="env", name=var) if var else Origin()
-    for var, (section, key) in _ENV_OVERRIDES.items():
-        if value := os.environ.get(var):
-            data.setdefault(section, {})
-            if not isinstance(data[section], dict):
-                break  # the file's own shape error is reported below
-            data[section][key] = value
-            origins[(section, key)] = Origin(source="env", name=var)
-    for var, key in _MODEL_ENV.items():  # the default endpoint, e.g. for a local server
-        if value := os.environ.get(var):
-            data.setdefault("models", {}).setdefault("default", {})[key] = value
-            origins[("models", "default", key)] = Origin(source="env", name=var)
+    _apply_env_overrides(data, origins)
     try:
         settings = Settings.model_validate(data)
     except ValidationError as e:
