@@ -252,15 +252,16 @@ async def test_the_turn_loop_over_http(settings, client, worker):
             assert (await anonymous.post("/episodes", json={})).status_code == 401
         auth = {"authorization": f"Bearer {admin_token(settings)}"}
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=60) as http:
-            bad = await http.post("/episodes", json={"task": "refund"})
-            assert bad.status_code == 400 and "trainer_agents" in bad.json()["error"]
-            started = await http.post(
-                "/episodes", json={"task": "refund", "trainer_agents": ["refunds"], "turn_timeout": 60, "seed": 3}
-            )
+            bad = await http.post("/episodes", json={"task": "escalation"})  # it prompts two agents: name them
+            assert bad.status_code == 400 and "support (escalations, as sam), customer (morgan)" in bad.json()["error"]
+            assert "trainer_agents" in bad.json()["error"]
+            # refund prompts one agent: it is the one played, each turn with its prompt's own deadline (5m)
+            started = await http.post("/episodes", json={"task": "refund", "seed": 3})
             assert started.status_code == 201, started.text
             episode = started.json()["episode"]
             turn = (await http.post(f"/episodes/{episode}/next-turn", json={})).json()["turn"]
             assert turn["prompt"] == "Please handle ticket TCK-1004." and turn["token"].startswith("aet_")
+            assert (turn["agent"], turn["deadline_s"]) == ("refunds", 300)
             as_agent = {"authorization": f"Bearer {turn['token']}"}
             for name, arguments in REFUND_SCRIPT:  # straight to the gateway, as the agent
                 done = await http.post(f"{turn['tools_url']}/{name}", json=arguments, headers=as_agent)

@@ -534,7 +534,7 @@ async def test_the_episodes_server_checks_its_door(settings, server_errors):
             )
             assert plain.status_code == 415
             # the door itself lets the admin in: a bad body is the handler's 400 (no episode is started)
-            bad = await http.post("/episodes", json={"task": "refund"}, headers=auth)
+            bad = await http.post("/episodes", json={"task": "escalation"}, headers=auth)  # two agents: name one
             assert bad.status_code == 400 and "trainer_agents" in bad.json()["error"]
     finally:
         server.should_exit = True

@@ -385,7 +385,7 @@ async def test_the_episodes_server_refuses_deep_json(settings, server_errors):
                     ("/episodes/e1/abandon", {"reason": DEEP}),
                 ]:
                     refused(await http.post(path, content=body(template, levels)), "rest")
-            shallow = await http.post("/episodes", json={"task": "refund"})
+            shallow = await http.post("/episodes", json={"task": "escalation"})  # prompts two: name one
             assert shallow.status_code == 400 and "trainer_agents" in shallow.json()["error"]
     finally:
         server.should_exit = True

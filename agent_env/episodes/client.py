@@ -1,17 +1,24 @@
 """Play agents from your own loop:
 
-    spec = EpisodeSpec.from_task(Task.get("refund"), trainer_agents=["refunds"], turn_timeout=900)
+    from agent_env.task import EpisodeSpec, Task
+    spec = EpisodeSpec.from_task(Task.get("my-task"), turn_timeout=900)
     episode = await spec.start()
     while (turn := await episode.next_turn()) is not None:
-        async with turn.tools() as tools:          # the env's tools (REST), called as this agent's role
-            ...                                    # your model reads turn.system_prompt and turn.prompt
+        async with turn.tools() as tools:  # the agent's env tools, called as its role
+            ...  # your model reads turn.system_prompt and turn.prompt, and acts with tools.list() and tools.call()
         await turn.end(response="Done.")
-    scores = await episode.result()                # every score the run recorded, by step id
+    scores = await episode.result()  # every score the run recorded, by step id
+
+`from_task` plays the task's only prompted agent unless `trainer_agents=[...]` names them (it must when the task
+prompts several); `turn_timeout` replaces each played prompt's own `turn_deadline`. `episode.abandon(reason)` gives
+an episode up (its run is recorded cancelled, with the reason).
 
 Turns travel as Temporal updates (an answer sent twice counts once; an answer also asks for the next turn, so
-a turn costs the run one workflow task); tool calls go straight to the
-gateway, over REST on a connection kept across turns (`turn.tools("mcp")` for MCP). One `Episodes` connection serves many episodes at once; many processes and machines can
-play against one Temporal cluster (`agent-env worker` runs the rest of each run).
+a turn costs the run one workflow task); tool calls go straight to the gateway, over REST on a connection kept
+across turns (`turn.tools("mcp")` for MCP): `await tools.list()` gives the role's tool descriptions (`name`,
+`description`, `inputSchema`), `await tools.call(name, arguments)` a tool's JSON result (ToolFailed with its error
+text). One `Episodes` connection serves many episodes at once; many processes and machines can play against one
+Temporal cluster (`agent-env worker` runs the rest of each run).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A Gymnasium-style adapter: one episode per `reset`, the trainer's agent acting through `step`.
 
-    env = EpisodeEnv(EpisodeSpec.from_task("refund", ["refunds"]))
+    env = EpisodeEnv(EpisodeSpec.from_task("refund"))  # its only prompted agent played
     observation, info = env.reset(seed=7)          # the first turn: prompt, system prompt, tools
     observation, reward, terminated, truncated, info = env.step({"tool": "get_ticket",
                                                                  "arguments": {"ticket_id": "TCK-1004"}})

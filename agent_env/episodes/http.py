@@ -5,6 +5,8 @@ agents' role tokens. Bodies and answers are JSON.
 
     POST /episodes                          {"task": "refund", "trainer_agents": ["refunds"],
                                              "turn_timeout": 900, "seed": 7}        -> {"episode": ID}
+                                            (trainer_agents: by default the task's only prompted agent;
+                                             turn_timeout: by default each prompt's own turn_deadline)
     POST /episodes/{ID}/next-turn           {"agent": null}   waits for the next turn -> {"turn": {...}}
                                             or {"turn": null} once the episode is over
     POST /episodes/{ID}/turns/{TURN}/end    {"response": "Done."}                   -> {"ended": TURN}
@@ -55,8 +57,10 @@ class StartRequest(BaseModel):
         description="a built-in bundle's name, a bundle folder or task file on this server, or a task as JSON"
     )
     task_name: str | None = Field(None, description="which task of a bundle with several")
-    trainer_agents: list[str] = Field(min_length=1)
-    turn_timeout: float = Field(900, gt=0)
+    trainer_agents: list[str] | None = Field(
+        None, min_length=1, description="the agents played; default: the task's only prompted agent"
+    )
+    turn_timeout: float | None = Field(None, gt=0, description="each turn's deadline; default: each prompt's own")
     seed: int | None = None
 
 
@@ -139,12 +143,14 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
 
     async def start(request: Request) -> Response:
         body = await body_of(request, StartRequest, "episode")
-        started = keep(await state["episodes"].start(spec_of(body)))
+        spec = spec_of(body)  # a bad task or agent is refused before anything connects
+        started = keep(await state["episodes"].start(spec))
         return JSONResponse({"episode": started.run_id}, status_code=201)
 
     async def start_group(request: Request) -> Response:
         body = await body_of(request, StartGroupRequest, "group")
-        group = await state["episodes"].start_group(spec_of(body), body.size, seeds=body.seeds)
+        spec = spec_of(body)
+        group = await state["episodes"].start_group(spec, body.size, seeds=body.seeds)
         groups[group.id] = group
         for member in group.episodes:
             keep(member)

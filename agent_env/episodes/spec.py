@@ -1,13 +1,14 @@
 """An episode: a task run in which a trainer's model plays some of the agents.
 
-`EpisodeSpec.from_task` turns the named agents into trainer-played ones and refuses what an outside
-player cannot stand behind (naming the step). Everything else is the task as `agent-env run` runs it:
-the same workflow, so an episode's rewards are exactly the task's scores.
+`EpisodeSpec.from_task` turns the agents the trainer plays (by default the task's only prompted one) into
+trainer-played ones and refuses what an outside player cannot stand behind (naming the step). Everything else
+is the task as `agent-env run` runs it: the same workflow, so an episode's rewards are exactly the task's scores.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -24,7 +25,9 @@ class EpisodeSpec(BaseModel):
 
     task: TaskSpec
     trainer_agents: list[str] = Field(min_length=1, description="deploy_agent steps the trainer plays (their names)")
-    turn_timeout: float = Field(900, gt=0, description="seconds the run waits for each of the trainer's turns")
+    turn_timeout: float | None = Field(
+        None, gt=0, description="seconds the run waits for each of the trainer's turns (None: each prompt's own)"
+    )
     seed: int = Field(0, description="seeds everything seeded in the run; recorded on it")
     # The task planned once (records pinned, data stored) for the settings it was planned with: each episode
     # is that plan under a new run id, so starting one does no planning.
@@ -39,19 +42,29 @@ class EpisodeSpec(BaseModel):
 
     @classmethod
     def from_task(
-        cls, task: TaskSpec | str, trainer_agents: list[str], *, turn_timeout: float = 900, seed: int | None = None
+        cls,
+        task: TaskSpec | str,
+        trainer_agents: Sequence[str] | None = None,
+        *,
+        turn_timeout: float | None = None,
+        seed: int | None = None,
     ) -> EpisodeSpec:
-        """The task with `trainer_agents` (a deploy_agent step's id, its agent's name or its `as` name)
-        played by the trainer."""
-        from agent_env.planning.tasks import find_task, parse_task
+        """The task with `trainer_agents` played by the trainer: deploy_agent steps, each named by its id, its
+        agent's name or its `as` name; by default the one agent the task prompts (with several, name them).
+        `turn_timeout`: every played turn's deadline in seconds; by default each prompt's own `turn_deadline`."""
+        from agent_env.planning.tasks import Task, parse_task
 
         if isinstance(task, str):
-            task = find_task(task)
+            task = Task.get(task)
+        if turn_timeout is not None:
+            _check_turn_timeout(turn_timeout)
+        deployed = _deployed_agents(task)
+        names = _prompted_agent(task, deployed) if trainer_agents is None else _named(task, trainer_agents)
         data = task.model_dump(mode="json", exclude_none=True)
         if seed is not None:
             data["seed"] = seed
         steps = {s["id"]: s for s in data["steps"]}
-        played = _trainer_steps(task, trainer_agents)
+        played = _trainer_steps(task, names, deployed)
         for step_id, record in played.items():
             config = steps[step_id]["config"]
             config.pop("agent", None)
@@ -65,10 +78,12 @@ class EpisodeSpec(BaseModel):
         _refuse_what_a_trainer_cannot_play(task, played)
         for step in data["steps"]:
             if step["type"] == "prompt_agent" and _sides(step["config"]) & set(played):
-                step["config"]["turn_deadline"] = f"{turn_timeout:g}s"
-                step["timeout"] = _step_timeout(step["config"], turn_timeout)
+                if turn_timeout is not None:
+                    step["config"]["turn_deadline"] = f"{turn_timeout:g}s"
+                deadline = turn_timeout if turn_timeout is not None else _own_deadline(step)
+                step["timeout"] = _step_timeout(step["config"], deadline)
         spec = parse_task(data, f"task {task.id} as an episode", task.bundle)
-        return cls(task=spec, trainer_agents=trainer_agents, turn_timeout=turn_timeout, seed=spec.seed)
+        return cls(task=spec, trainer_agents=names, turn_timeout=turn_timeout, seed=spec.seed)
 
     def with_seed(self, seed: int) -> EpisodeSpec:
         """The same episode with another seed (e.g. a Gymnasium reset(seed=...))."""
@@ -94,8 +109,30 @@ class EpisodeSpec(BaseModel):
 
 
 def _sides(config: dict[str, Any]) -> set[str]:
+    return set(_prompted_sides(config))
+
+
+def _prompted_sides(config: dict[str, Any]) -> list[str]:
+    """The deploy_agent steps a prompt's config prompts: its agent, then its conversation's partner."""
     partner = (config.get("conversation") or {}).get("partner")
-    return cast(set[str], {config.get("agent"), partner} - {None})
+    return [side for side in (config.get("agent"), partner) if isinstance(side, str)]
+
+
+def _own_deadline(step: dict[str, Any]) -> float:
+    """A prompt step's own turn deadline, in seconds (the prompt_agent default when it sets none)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from agent_env.agents.conversation import PromptAgentConfig
+    from agent_env.spec.duration import Duration
+
+    value = step["config"].get("turn_deadline", PromptAgentConfig.model_fields["turn_deadline"].default)
+    try:
+        return TypeAdapter(Duration).validate_python(value).total_seconds()
+    except ValidationError:  # a ${...} reference: known only when the run resolves it
+        raise BadInput(
+            f"step {step['id']!r} sets its turn_deadline only when the run starts ({value!r})",
+            "give the episode its turns' deadline: EpisodeSpec.from_task(task, turn_timeout=SECONDS)",
+        ) from None
 
 
 def _step_timeout(config: dict[str, Any], turn_timeout: float) -> str:
@@ -104,34 +141,102 @@ def _step_timeout(config: dict[str, Any], turn_timeout: float) -> str:
     return f"{int(turn_timeout * turns + 600)}s"
 
 
-def _trainer_steps(task: TaskSpec, names: list[str]) -> dict[str, Any]:
-    """deploy_agent step id -> the agent's record, for each agent the trainer plays."""
+def _check_turn_timeout(turn_timeout: Any) -> None:
+    from agent_env.spec.duration import MAX_SECONDS
+
+    if (
+        isinstance(turn_timeout, bool)
+        or not isinstance(turn_timeout, int | float)
+        or not 0 < turn_timeout <= MAX_SECONDS
+    ):
+        raise BadInput(
+            f"turn_timeout must be a number of seconds above 0, not {turn_timeout!r}",
+            "give e.g. turn_timeout=900, or leave it out for each prompt's own turn_deadline",
+        )
+
+
+def _deployed_agents(task: TaskSpec) -> dict[str, Any]:
+    """deploy_agent step id -> the record of the agent it deploys."""
     from agent_env.bundles import find_agent
     from agent_env.spec.agent import AgentRecord
 
-    known: dict[str, tuple[str, Any]] = {}
-    for step in task.steps:
-        if step.type != "deploy_agent":
-            continue
-        config = step.config
-        record = (
-            AgentRecord.model_validate(config["record"])
-            if config.get("record")
-            else find_agent(task.bundle, config["agent"])
+    return {
+        step.id: (
+            AgentRecord.model_validate(step.config["record"])
+            if step.config.get("record")
+            else find_agent(task.bundle, step.config["agent"])
         )
-        for name in cast(set[str], {step.id, record.name, config.get("as")} - {None}):
-            known.setdefault(name, (step.id, record))
+        for step in task.steps
+        if step.type == "deploy_agent"
+    }
+
+
+def _described(task: TaskSpec, step_id: str, deployed: dict[str, Any]) -> str:
+    """`support (escalations, as sam)`: a deploy_agent step by every name a user may give it."""
+    alias = task.step(step_id).config.get("as")
+    names = [deployed[step_id].name] + ([f"as {alias}"] if alias else [])
+    return f"{step_id} ({', '.join(names)})"
+
+
+def _prompted_agent(task: TaskSpec, deployed: dict[str, Any]) -> list[str]:
+    """The trainer's agent when none is named: the one agent the task prompts."""
+    prompted = list(
+        dict.fromkeys(
+            side
+            for s in task.steps
+            if s.type == "prompt_agent"
+            for side in _prompted_sides(s.config)
+            if side in deployed
+        )
+    )
+    if len(prompted) == 1:
+        return prompted
+    if not prompted:
+        raise BadInput(
+            f"task {task.id!r} prompts no agent: an episode would have no turn for the trainer to play",
+            "add a prompt_agent step for the agent to play (and name it with trainer_agents=[...]), "
+            "or run the task as it is with `agent-env run`",
+        )
+    listed = ", ".join(_described(task, step_id, deployed) for step_id in prompted)
+    raise BadInput(
+        f"task {task.id!r} prompts {len(prompted)} agents: {listed}; the episode cannot tell which the trainer plays",
+        f"name the ones you play, e.g. EpisodeSpec.from_task(task, trainer_agents=[{prompted[0]!r}]); any of "
+        f"{', '.join(map(repr, prompted))} (or its agent's name or `as` name); the others stay hosted",
+    )
+
+
+def _named(task: TaskSpec, trainer_agents: Sequence[str]) -> list[str]:
+    if isinstance(trainer_agents, str) or not all(isinstance(n, str) for n in trainer_agents):
+        raise BadInput(
+            f"trainer_agents must be a list of agent names, not {trainer_agents!r}",
+            f"e.g. trainer_agents=[{trainer_agents!r}]" if isinstance(trainer_agents, str) else "e.g. ['agent']",
+        )
+    if not trainer_agents:
+        raise BadInput(
+            f"trainer_agents names no agent of task {task.id!r}",
+            "name the agents you play, or leave trainer_agents out when the task prompts one agent",
+        )
+    return list(dict.fromkeys(trainer_agents))
+
+
+def _trainer_steps(task: TaskSpec, names: list[str], deployed: dict[str, Any]) -> dict[str, Any]:
+    """deploy_agent step id -> the agent's record, for each agent the trainer plays (named by the step's id, its
+    agent's name or its `as` name)."""
+    known: dict[str, str] = {}
+    for step_id, record in deployed.items():
+        for name in (step_id, record.name, task.step(step_id).config.get("as")):
+            if name is not None:
+                known.setdefault(name, step_id)
     played: dict[str, Any] = {}
     for name in names:
         if name not in known:
-            listed = sorted({f"{sid} ({r.name})" for sid, r in known.values()})
+            listed = sorted(f"{sid} ({r.name})" for sid, r in deployed.items())
             raise BadInput(
                 f"task {task.id!r} deploys no agent {name!r}",
                 "name a deploy_agent step, its agent or its `as` name; the task's agents: "
                 + (", ".join(listed) or "none"),
             )
-        step_id, record = known[name]
-        played[step_id] = record
+        played[known[name]] = deployed[known[name]]
     return played
 
 

@@ -78,11 +78,16 @@ def find_task(target: str, task: str | None = None) -> TaskSpec:
 
 
 class Task(TaskSpec):
-    """`agent_env.Task`: a task spec that can be found by name, e.g. `Task.get("refund")`."""
+    """`agent_env.task.Task`: a task spec that can be found by its id, e.g. `Task.get("refund")`."""
 
     @classmethod
-    def get(cls, target: str, task: str | None = None) -> TaskSpec:
-        return find_task(target, task)
+    def get(cls, id: str, version: str | int | None = None) -> TaskSpec:
+        """The task `id` names: in the built-in bundles, the bundles in the working directory, then the registry
+        (its latest version, or `version`); a bundle folder's or task file's path works too. NotFound says where
+        it looked and how to put the task there."""
+        from agent_env.planning.task_lookup import task_by_id
+
+        return task_by_id(id, version)
 
 
 def task_problems(task: TaskSpec, bundle: Path | None) -> list[InitErrorDetails]:
