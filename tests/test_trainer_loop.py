@@ -16,7 +16,6 @@ from test_episodes import REFUND_SCRIPT
 
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.episodes import Episodes
-from agent_env.episodes.tools import RestTools
 from agent_env.errors import BadInput, NotFound
 from agent_env.spec.run import RunStatus, StepStatus
 
@@ -41,7 +40,9 @@ async def test_the_readme_trainer_loop_runs_verbatim(played_here):
         await turn.end(response="Done.")
     scores = await episode.result()  # every score the run recorded, by step id
 
-    assert isinstance(tools, RestTools)  # (the last turn's: the env's tools over REST, as its agent)
+    assert tools.list() and all(
+        {"name", "inputSchema"} <= set(t) for t in tools.list()
+    )  # (the last turn's: the env's tools, as its agent)
     assert scores == {"grade": pytest.approx(0.0)}, "the agent did nothing: the judge's rubric scores 0"
     assert spec.trainer_agents == ["agent"], "the task's only prompted agent is played"
     assert episode.state.status is RunStatus.FAILED and episode.state.steps["work"].status is StepStatus.SUCCEEDED
@@ -58,7 +59,7 @@ async def test_the_readme_loop_with_a_model_acting_scores_full_marks(played_here
     while (turn := await episode.next_turn()) is not None:
         turns.append(turn)
         async with turn.tools() as tools:
-            listed = await tools.list()
+            listed = tools.list()
             results = [await tools.call(name, arguments) for name, arguments in REFUND_SCRIPT]
         await turn.end(response="Refunded CH-5002 and solved TCK-1004.")
     scores = await episode.result()

@@ -15,8 +15,8 @@ an episode up (its run is recorded cancelled, with the reason).
 
 Turns travel as Temporal updates (an answer sent twice counts once; an answer also asks for the next turn, so
 a turn costs the run one workflow task); tool calls go straight to the gateway, over REST on a connection kept
-across turns (`turn.tools("mcp")` for MCP): `await tools.list()` gives the role's tool descriptions (`name`,
-`description`, `inputSchema`), `await tools.call(name, arguments)` a tool's JSON result (ToolFailed with its error
+across turns (`turn.tools("mcp")` for MCP): `tools.list()` gives the role's tool descriptions (`name`,
+`description`, `inputSchema`; listed as the block opens), `await tools.call(name, arguments)` a tool's JSON result (ToolFailed with its error
 text). One `Episodes` connection serves many episodes at once; many processes and machines can play against one
 Temporal cluster (`agent-env worker` runs the rest of each run).
 """
@@ -305,16 +305,17 @@ class EpisodeTurn:
         if not self.offer.mcp_url:
             raise EpisodeError(f"turn {self.id} came with no environment: it has no tools")
         if transport == "rest":
-            from agent_env.episodes.tools import RestTools, tools_path
+            from agent_env.episodes.tools import RestTools, TurnTools, tools_path
 
             origin, path = tools_path(self.offer.mcp_url)
-            yield RestTools(self.episode.episodes.tools_client(origin), path, await self.token())
+            rest = RestTools(self.episode.episodes.tools_client(origin), path, await self.token())
+            yield TurnTools(rest, await rest.list())
             return
         from agent_env.agents.sdk import Turn
 
         turn = Turn(prompt=self.prompt, mcp_url=self.offer.mcp_url, token=await self.token())
         async with turn.tools() as tools:
-            yield tools
+            yield TurnTools(tools, await tools.list())
 
     async def end(self, response: str) -> None:
         await self.episode.end_turn(self.offer.id, response)

@@ -71,3 +71,21 @@ class RestTools:
         result = reply.json()["result"]
         self.calls.append({"tool": name, "arguments": arguments, "result": result})
         return result
+
+
+class TurnTools:
+    """What `async with turn.tools() as tools` gives: the role's tools, listed once as the block opens (so
+    `tools.list()` is a plain call, as in the framework's loop), and `await tools.call(name, arguments)`."""
+
+    def __init__(self, transport: Any, listed: list[dict[str, Any]]) -> None:
+        self._transport, self._listed = transport, listed
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self._listed)
+
+    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        return await self._transport.call(name, arguments)
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return self._transport.calls
