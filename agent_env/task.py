@@ -13,9 +13,9 @@
 never imports this module: it pulls in the episode client and task planning.
 """
 
-from agent_env.episodes.client import Episode, EpisodeError, Episodes, EpisodeTurn
+from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
 from agent_env.episodes.group import EpisodeGroup
 from agent_env.episodes.spec import EpisodeSpec
 from agent_env.planning.tasks import Task
 
-__all__ = ["Episode", "EpisodeError", "EpisodeGroup", "EpisodeSpec", "EpisodeTurn", "Episodes", "Task"]
+__all__ = ["Episode", "EpisodeError", "EpisodeGroup", "EpisodeSpec", "Turn", "Episodes", "Task"]

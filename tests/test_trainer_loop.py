@@ -51,11 +51,11 @@ async def test_the_readme_trainer_loop_runs_verbatim(played_here):
 
 
 async def test_the_readme_loop_with_a_model_acting_scores_full_marks(played_here):
-    from agent_env.task import EpisodeSpec, EpisodeTurn, Task
+    from agent_env.task import EpisodeSpec, Task, Turn
 
     spec = EpisodeSpec.from_task(Task.get("refund"))
     episode = await spec.start()
-    turns: list[EpisodeTurn] = []
+    turns: list[Turn] = []
     while (turn := await episode.next_turn()) is not None:
         turns.append(turn)
         async with turn.tools() as tools:

@@ -1,7 +1,7 @@
 """Trainer episodes: play a task's agents from your own loop; rewards are the task's scores."""
 
-from agent_env.episodes.client import Episode, EpisodeError, Episodes, EpisodeTurn
+from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
 from agent_env.episodes.group import EpisodeGroup
 from agent_env.episodes.spec import EpisodeSpec
 
-__all__ = ["Episode", "EpisodeError", "EpisodeGroup", "EpisodeSpec", "EpisodeTurn", "Episodes"]
+__all__ = ["Episode", "EpisodeError", "EpisodeGroup", "EpisodeSpec", "Turn", "Episodes"]

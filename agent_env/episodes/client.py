@@ -221,14 +221,14 @@ class Episode:
                 return answer
         return await self._update("next_turn", agent)
 
-    async def next_turn(self, agent: str | None = None) -> EpisodeTurn | None:
+    async def next_turn(self, agent: str | None = None) -> Turn | None:
         """The next turn for the trainer (waits until there is one), or None when the episode is over."""
         while True:
             answer = await self._asked_turn(agent)
             if answer is None:
                 return None
             if "turn" in answer:
-                return EpisodeTurn(self, TurnOffer.model_validate(answer["turn"]))
+                return Turn(self, TurnOffer.model_validate(answer["turn"]))
             if answer.get("closing") != "continued":
                 return None
             await asyncio.sleep(0.01)  # the run continued as new: ask the next one
@@ -264,7 +264,7 @@ def _refused(handle: WorkflowUpdateHandle[dict]) -> bool:
 
 
 @dataclass
-class EpisodeTurn:
+class Turn:
     episode: Episode
     offer: TurnOffer
 
@@ -311,9 +311,9 @@ class EpisodeTurn:
             rest = RestTools(self.episode.episodes.tools_client(origin), path, await self.token())
             yield TurnTools(rest, await rest.list())
             return
-        from agent_env.agents.sdk import Turn
+        from agent_env.agents.sdk import Turn as AgentTurn
 
-        turn = Turn(prompt=self.prompt, mcp_url=self.offer.mcp_url, token=await self.token())
+        turn = AgentTurn(prompt=self.prompt, mcp_url=self.offer.mcp_url, token=await self.token())
         async with turn.tools() as tools:
             yield TurnTools(tools, await tools.list())
 

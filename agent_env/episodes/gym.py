@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from agent_env.episodes.spec import EpisodeSpec
 
 if TYPE_CHECKING:
-    from agent_env.episodes.client import Episode, Episodes, EpisodeTurn
+    from agent_env.episodes.client import Episode, Episodes, Turn
 
 
 class EpisodeEnv:
@@ -36,7 +36,7 @@ class EpisodeEnv:
         self._thread.start()
         self._episodes: Episodes | None = None
         self._episode: Episode | None = None
-        self._turn: EpisodeTurn | None = None
+        self._turn: Turn | None = None
         self._rest = None  # the gateway's REST surface: tool calls hold no session across steps
 
     def _run(self, coro):
