@@ -211,7 +211,7 @@ class EnvInstance:
         for app in self.apps.values():
             await _data(app, "reset")
 
-    async def add(self, parts: list[dict[str, Any]], *, key: str | None = None) -> None:
+    async def add(self, parts: list[dataplane.Part], *, key: str | None = None) -> None:
         """Load parts into their apps. With `key`, each (part, app) loads once however often it is sent."""
         for i, part in enumerate(parts):
             payload, app = dataplane.part_payload(part, None)
@@ -225,11 +225,8 @@ class EnvInstance:
             for name, data in targets.items():
                 await _data(self.apps[name], "load", data, key=f"{key}/{i}/{name}" if key else None)
 
-    async def get(self) -> list[dict[str, Any]]:
-        return [
-            {"kind": "data", "data": await _data(app, "export"), "metadata": {dataplane.META_APP: name}}
-            for name, app in self.apps.items()
-        ]
+    async def get(self) -> list[dataplane.Part]:
+        return [dataplane.app_part(name, await _data(app, "export")) for name, app in self.apps.items()]
 
     # -- snapshots: one tar of every app's state (its SQLite file; an export for remote apps) --
     async def snapshot(self) -> bytes:

@@ -33,7 +33,7 @@ import httpx2 as httpx
 
 from agent_env import json_depth, telemetry, tls, waiting
 from agent_env.envs.app import ToolError, ToolInfo
-from agent_env.envs.card import META_HIDDEN_BY_DEFAULT
+from agent_env.envs.card import HIDDEN_BY_DEFAULT_META_KEY
 from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
 from agent_env.envs.serve import SERVER_TOKEN_ENV
 from agent_env.providers.base import free_port
@@ -261,7 +261,7 @@ class RemoteApp:
                         description=t.description or "",
                         input_schema=t.input_schema,
                         read_only=bool(t.annotations and t.annotations.read_only_hint),
-                        hidden=bool((t.meta or {}).get(META_HIDDEN_BY_DEFAULT)),
+                        hidden=bool((t.meta or {}).get(HIDDEN_BY_DEFAULT_META_KEY)),
                     )
                     for t in listed
                 }
