@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from agent_env.envs import dataplane
 from agent_env.envs.app import ToolError, ToolInfo
 from agent_env.envs.app_instance import DB_FILE, AppInstance, load_app_class
+from agent_env.envs.card import OPERATIONS
 from agent_env.gateway import tokens
 from agent_env.gateway.mcp_tools import GET_TIME, get_time_spec
 from agent_env.gateway.remote import RemoteApp
@@ -205,7 +206,7 @@ class EnvInstance:
         return answer
 
     # -- data plane: fanned out to every app --
-    operations = ["data/reset", "data/add", "data/get"]
+    operations = OPERATIONS
 
     async def reset(self) -> None:
         for app in self.apps.values():
