@@ -52,7 +52,7 @@ def test_help_imports_nothing_heavy():
     probe = (
         "import atexit, sys\n"
         "heavy = ('temporalio', 'mcp', 'a2a', 'boto3', 'botocore', 'docker', 'modal', 'e2b', 'google', 'httpx', 'grpc',"
-        " 'openai', 'anthropic')\n"
+        " 'openai', 'anthropic', 'agentenv_protocol')\n"
         "atexit.register(lambda: print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))\n"
         "sys.argv = ['agent-env', '--help']\n"
         "from agent_env.cli import main\n"

@@ -1,61 +1,63 @@
-"""The environment card (`/.well-known/agent-env.json`) in the open agent-env protocol v1 shape.
+"""The environment card (`/.well-known/agent-env.json`) we serve, built from the open agent-env protocol's own
+models (`agentenv_protocol.types`): `agent-env env serve` and the gateway fill it in the same way.
 
-Field names are the wire keys (camelCase, except `children_environments`). Every key is always
-written, nulls included: `capabilities.operations: null` means "all three data operations" to
-older readers while `[]` means none, so nulls must not be dropped.
+Every key is always written, nulls included: `capabilities.operations: null` means "all three data
+operations" to older readers while `[]` means none, so nulls must not be dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from agentenv_protocol import (  # type: ignore[import-untyped, unused-ignore]  # (it ships no py.typed)
+    HIDDEN_BY_DEFAULT_META_KEY,
+    MCP_PATH,
+    MCP_TRANSPORT,
+    METHOD_ADD,
+    METHOD_GET,
+    METHOD_RESET,
+    RPC_PATH,
+    WELL_KNOWN_PATH,
+    EnvironmentCapabilities,
+    EnvironmentCard,
+    EnvironmentInterface,
+    EnvironmentTool,
+)
 
-PROTOCOL_VERSION = "1.0"
-CARD_PATH = "/.well-known/agent-env.json"
-RPC_PATH = "/agentenv"
-OPERATIONS = ["data/reset", "data/add", "data/get"]
-META_HIDDEN_BY_DEFAULT = "agentenv.io/hiddenByDefault"
+__all__ = [
+    "HIDDEN_BY_DEFAULT_META_KEY",
+    "OPERATIONS",
+    "RPC_PATH",
+    "WELL_KNOWN_PATH",
+    "EnvironmentCapabilities",
+    "EnvironmentCard",
+    "EnvironmentTool",
+    "environment_card",
+    "wire",
+]
 
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Interface(_Wire):
-    url: str
-    transport: str
-
-
-class CardTool(_Wire):
-    name: str
-    description: str | None = None
-    inputSchema: dict[str, Any] | None = None  # noqa: N815 - wire key
-
-
-class CardExtension(_Wire):
-    uri: str
-    description: str | None = None
-    params: dict[str, Any] | None = None
-    required: bool | None = None
-
-
-class CardCapabilities(_Wire):
-    tools: list[CardTool] | None = None
-    extensions: list[CardExtension] | None = None
-    operations: list[str] | None = None
+OPERATIONS = [METHOD_RESET, METHOD_ADD, METHOD_GET]  # the data plane's methods, all of which we serve
 
 
-class EnvironmentCard(_Wire):
-    name: str
-    protocolVersion: str = PROTOCOL_VERSION  # noqa: N815
-    url: str = RPC_PATH
-    preferredTransport: str = "JSONRPC"  # noqa: N815
-    additionalInterfaces: list[Interface] = Field(  # noqa: N815
-        default_factory=lambda: [Interface(url="/mcp", transport="mcp")]
+def environment_card(
+    name: str,
+    *,
+    tools: Iterable[EnvironmentTool],
+    operations: Iterable[str],
+    children: Iterable[EnvironmentCard] | None = None,
+) -> EnvironmentCard:
+    """An environment's card: its tools, its data operations, its MCP endpoint (at MCP_PATH) and, for a
+    composed environment, its apps' cards (`children`)."""
+    return EnvironmentCard(
+        name=name,
+        additionalInterfaces=[EnvironmentInterface(url=MCP_PATH, transport=MCP_TRANSPORT)],
+        capabilities=EnvironmentCapabilities(tools=list(tools), extensions=[], operations=list(operations)),
+        children_environments=None if children is None else list(children),
     )
-    capabilities: CardCapabilities = Field(default_factory=CardCapabilities)
-    children_environments: list[EnvironmentCard] | None = None
 
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+
+def wire(card: EnvironmentCard) -> dict[str, Any]:
+    """The card as sent: every key, nulls included (see above)."""
+    result: dict[str, Any] = card.model_dump(mode="json")
+    return result

@@ -1,5 +1,8 @@
 """The JSON-RPC 2.0 data plane at `<base>/agentenv`: data/reset, data/add, data/get.
 
+Params and results are the open protocol's own models (`agentenv_protocol.types`: AddDataRequest, its parts,
+GetDataResponse), so what we take and answer is what its clients send and read.
+
 Errors are JSON-RPC error objects with HTTP 200, as the protocol's reference client expects:
 -32700 unparseable (id null), -32600 malformed request, -32601 unknown method (id echoed),
 -32602 invalid params (`data: {"detail": ...}`), -32000 the operation failed (`data: {"code": ...}`).
@@ -13,10 +16,26 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from agent_env import json_depth
+from agentenv_protocol.types import (  # type: ignore[import-untyped, unused-ignore]  # (it ships no py.typed)
+    METHOD_ADD,
+    METHOD_RESET,
+    AddDataRequest,
+    AddDataResponse,
+    DataPart,
+    FileWithBytes,
+    GetDataResponse,
+    Part,
+    ResetDataResponse,
+    TextPart,
+)
+from pydantic import BaseModel, ValidationError
 
-PART_KINDS = ("text", "data", "file")
+from agent_env import json_depth
+from agent_env.errors import format_loc
+
 META_APP = "agentenv.io/app"
+PART_SHAPES = "a part is {kind: data, data: {...}}, {kind: text, text} or {kind: file, file: {bytes (base64) | uri}}"
+MAX_LISTED_PROBLEMS = 5
 
 
 class InvalidParams(ValueError):
@@ -28,9 +47,9 @@ class DataPlane(Protocol):
 
     async def reset(self) -> None: ...
 
-    async def add(self, parts: list[dict[str, Any]]) -> None: ...
+    async def add(self, parts: list[Part]) -> None: ...
 
-    async def get(self) -> list[dict[str, Any]]: ...
+    async def get(self) -> list[Part]: ...
 
 
 def _error(id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
@@ -40,23 +59,18 @@ def _error(id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any
     return {"jsonrpc": "2.0", "id": id_, "error": error}
 
 
-def check_parts(params: Any) -> list[dict[str, Any]]:
+def parse_parts(params: Any) -> list[Part]:
+    """data/add's params, read as the protocol's AddDataRequest: its parts, or InvalidParams naming each
+    field that is wrong."""
     if not isinstance(params, dict):
-        raise InvalidParams("params must be an object with 'parts'")
-    parts = params.get("parts")
-    if not isinstance(parts, list) or not parts:
-        raise InvalidParams("'parts' must be a non-empty list of parts (kind: text, data or file)")
-    for i, part in enumerate(parts):
-        if not isinstance(part, dict) or part.get("kind") not in PART_KINDS:
-            raise InvalidParams(f"parts[{i}]: kind must be one of {', '.join(PART_KINDS)}")
-        if part["kind"] == "data" and not isinstance(part.get("data"), dict):
-            raise InvalidParams(f"parts[{i}]: a data part's 'data' must be an object")
-        if part["kind"] == "text" and not isinstance(part.get("text"), str):
-            raise InvalidParams(f"parts[{i}]: a text part needs 'text'")
-        if part["kind"] == "file":
-            file = part.get("file")
-            if not isinstance(file, dict) or not (file.get("bytes") or file.get("uri")):
-                raise InvalidParams(f"parts[{i}]: a file part needs file.bytes (base64) or file.uri")
+        raise InvalidParams("params must be an object with 'parts' (a non-empty list of parts)")
+    try:
+        parts: list[Part] = AddDataRequest.model_validate(params).parts
+    except ValidationError as e:
+        problems = [f"{format_loc(tuple(p['loc']))}: {p['msg']}" for p in e.errors(include_url=False)]
+        if len(problems) > MAX_LISTED_PROBLEMS:
+            problems[MAX_LISTED_PROBLEMS:] = [f"and {len(problems) - MAX_LISTED_PROBLEMS} more"]
+        raise InvalidParams(f"{'; '.join(problems)} ({PART_SHAPES})") from None
     return parts
 
 
@@ -77,49 +91,53 @@ async def handle(body: bytes, plane: DataPlane) -> dict[str, Any]:
     params = request.get("params") or {}
     step = method.split("/", 1)[1]
     try:
-        if method == "data/reset":
+        result: BaseModel
+        if method == METHOD_RESET:
             await plane.reset()
-            result: dict[str, Any] = {}
-        elif method == "data/add":
-            await plane.add(check_parts(params))
-            result = {}
+            result = ResetDataResponse()
+        elif method == METHOD_ADD:
+            await plane.add(parse_parts(params))
+            result = AddDataResponse()
         else:
-            result = {"parts": await plane.get()}
+            result = GetDataResponse(parts=await plane.get())
     except InvalidParams as e:
         return _error(id_, -32602, "invalid_request", {"detail": str(e)})
     except Exception as e:  # noqa: BLE001 - reported to the caller; the server keeps serving
         return _error(id_, -32000, str(e) or type(e).__name__, {"code": f"{step}_failed"})
-    return {"jsonrpc": "2.0", "id": id_, "result": result}
+    return {"jsonrpc": "2.0", "id": id_, "result": result.model_dump(mode="json", exclude_none=True)}
 
 
-def part_payload(part: dict[str, Any], data_root: Path | None) -> tuple[dict[str, Any], str | None]:
+def app_part(app: str, data: dict[str, Any]) -> DataPart:
+    """An app's data as a data/get part, naming the app in its metadata."""
+    return DataPart(data=data, metadata={META_APP: app})
+
+
+def part_payload(part: Part, data_root: Path | None) -> tuple[dict[str, Any], str | None]:
     """(JSON object carried by a part, the app it names in its metadata, if any).
 
     File URIs must be file:// paths inside `data_root`: a part cannot read files outside it.
     """
-    app = (part.get("metadata") or {}).get(META_APP)
-    kind = part["kind"]
-    if kind == "data":
-        return part["data"], app
-    if kind == "text":
-        raw: bytes | str = part["text"]
+    app = (part.metadata or {}).get(META_APP)
+    if isinstance(part, DataPart):
+        return part.data, app
+    raw: bytes | str
+    if isinstance(part, TextPart):
+        raw = part.text
+    elif isinstance(part.file, FileWithBytes):
+        try:
+            raw = base64.b64decode(part.file.bytes, validate=True)
+        except ValueError:
+            raise InvalidParams("file.bytes is not valid base64") from None
     else:
-        file = part["file"]
-        if file.get("bytes"):
-            try:
-                raw = base64.b64decode(file["bytes"], validate=True)
-            except ValueError:
-                raise InvalidParams("file.bytes is not valid base64") from None
-        else:
-            raw = _read_file_uri(file["uri"], data_root)
+        raw = _read_file_uri(part.file.uri, data_root)
     try:
         payload = json_depth.loads(raw)  # JSON inside a string: the door measured only the string
     except json_depth.TooDeep as e:
-        raise InvalidParams(f"a {kind} part: {e}") from None
+        raise InvalidParams(f"a {part.kind} part: {e}") from None
     except ValueError:
-        raise InvalidParams(f"a {kind} part must carry a JSON object (app data as {{table: [rows]}})") from None
+        raise InvalidParams(f"a {part.kind} part must carry a JSON object (app data as {{table: [rows]}})") from None
     if not isinstance(payload, dict):
-        raise InvalidParams(f"a {kind} part must carry a JSON object, not {type(payload).__name__}")
+        raise InvalidParams(f"a {part.kind} part must carry a JSON object, not {type(payload).__name__}")
     return payload, app
 
 

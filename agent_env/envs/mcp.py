@@ -78,14 +78,14 @@ def mcp_tool(spec) -> types.Tool:
     """The MCP listing of an app tool (the card lists the same name, description and schema)."""
     import mcp.types as types
 
-    from agent_env.envs.card import META_HIDDEN_BY_DEFAULT
+    from agent_env.envs.card import HIDDEN_BY_DEFAULT_META_KEY
 
     return types.Tool(
         name=spec.name,
         description=spec.description,
         input_schema=spec.input_schema,
         annotations=types.ToolAnnotations(read_only_hint=spec.read_only),
-        meta={META_HIDDEN_BY_DEFAULT: True} if spec.hidden else None,
+        meta={HIDDEN_BY_DEFAULT_META_KEY: True} if spec.hidden else None,
     )
 
 

@@ -147,7 +147,7 @@ class SingleApp:
     async def reset(self) -> None:
         self.instance.reset()
 
-    async def add(self, parts: list[dict[str, Any]]) -> None:
+    async def add(self, parts: list[dataplane.Part]) -> None:
         name = self.instance.app_cls.name
         for part in parts:
             payload, app = dataplane.part_payload(part, self.data_root)
@@ -156,25 +156,21 @@ class SingleApp:
             if set(payload) == {name} and isinstance(payload[name], dict):
                 payload = payload[name]  # {app: {table: rows}} as a composed env would take it
             # A gateway loading data for a run marks the part with a key, so a retried load applies once.
-            key = (part.get("metadata") or {}).get(META_IDEMPOTENCY_KEY)
+            key = (part.metadata or {}).get(META_IDEMPOTENCY_KEY)
             self.instance.load(payload, key=key if isinstance(key, str) else None)
 
-    async def get(self) -> list[dict[str, Any]]:
-        name = self.instance.app_cls.name
-        return [{"kind": "data", "data": self.instance.export(), "metadata": {dataplane.META_APP: name}}]
+    async def get(self) -> list[dataplane.Part]:
+        return [dataplane.app_part(self.instance.app_cls.name, self.instance.export())]
 
     def card(self) -> cards.EnvironmentCard:
         app_cls = self.instance.app_cls
-        return cards.EnvironmentCard(
-            name=app_cls.name,
-            capabilities=cards.CardCapabilities(
-                tools=[
-                    cards.CardTool(name=t.name, description=t.description, inputSchema=t.input_schema)
-                    for t in app_cls.tools.values()
-                ],
-                extensions=[],
-                operations=list(self.operations),
+        return cards.environment_card(
+            app_cls.name,
+            tools=(
+                cards.EnvironmentTool(name=t.name, description=t.description, inputSchema=t.input_schema)
+                for t in app_cls.tools.values()
             ),
+            operations=self.operations,
         )
 
 
@@ -192,7 +188,7 @@ def create_app(
     instance = AppInstance(app_cls, folder)
     host = SingleApp(instance, data_root, token)
     endpoint = McpEndpoint(host, app_cls.name, app_cls.version, max_body_bytes=max_body_bytes)
-    card = host.card().wire()
+    card = cards.wire(host.card())
 
     async def get_card(request: Request) -> JSONResponse:
         return JSONResponse(card)
@@ -215,7 +211,7 @@ def create_app(
 
     app = Starlette(
         routes=[
-            Route(cards.CARD_PATH, get_card, methods=["GET"]),
+            Route(cards.WELL_KNOWN_PATH, get_card, methods=["GET"]),
             Route(cards.RPC_PATH, rpc, methods=["POST"]),
             Route("/ready", ready, methods=["GET"]),
             Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"]),

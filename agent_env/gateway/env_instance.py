@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from agent_env.envs import dataplane
 from agent_env.envs.app import ToolError, ToolInfo
 from agent_env.envs.app_instance import DB_FILE, AppInstance, load_app_class
+from agent_env.envs.card import OPERATIONS
 from agent_env.gateway import tokens
 from agent_env.gateway.mcp_tools import GET_TIME, get_time_spec
 from agent_env.gateway.remote import RemoteApp
@@ -205,13 +206,13 @@ class EnvInstance:
         return answer
 
     # -- data plane: fanned out to every app --
-    operations = ["data/reset", "data/add", "data/get"]
+    operations = OPERATIONS
 
     async def reset(self) -> None:
         for app in self.apps.values():
             await _data(app, "reset")
 
-    async def add(self, parts: list[dict[str, Any]], *, key: str | None = None) -> None:
+    async def add(self, parts: list[dataplane.Part], *, key: str | None = None) -> None:
         """Load parts into their apps. With `key`, each (part, app) loads once however often it is sent."""
         for i, part in enumerate(parts):
             payload, app = dataplane.part_payload(part, None)
@@ -225,11 +226,8 @@ class EnvInstance:
             for name, data in targets.items():
                 await _data(self.apps[name], "load", data, key=f"{key}/{i}/{name}" if key else None)
 
-    async def get(self) -> list[dict[str, Any]]:
-        return [
-            {"kind": "data", "data": await _data(app, "export"), "metadata": {dataplane.META_APP: name}}
-            for name, app in self.apps.items()
-        ]
+    async def get(self) -> list[dataplane.Part]:
+        return [dataplane.app_part(name, await _data(app, "export")) for name, app in self.apps.items()]
 
     # -- snapshots: one tar of every app's state (its SQLite file; an export for remote apps) --
     async def snapshot(self) -> bytes:

@@ -30,10 +30,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+from agentenv_protocol.types import (  # type: ignore[import-untyped, unused-ignore]  # (it ships no py.typed)
+    METHOD_ADD,
+    METHOD_GET,
+    METHOD_RESET,
+    RPC_PATH,
+    WELL_KNOWN_PATH,
+    AddDataRequest,
+    DataPart,
+    EnvironmentCard,
+    GetDataResponse,
+)
+from pydantic import ValidationError
 
 from agent_env import json_depth, telemetry, tls, waiting
 from agent_env.envs.app import ToolError, ToolInfo
-from agent_env.envs.card import META_HIDDEN_BY_DEFAULT
+from agent_env.envs.card import HIDDEN_BY_DEFAULT_META_KEY, OPERATIONS
 from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
 from agent_env.envs.serve import SERVER_TOKEN_ENV
 from agent_env.providers.base import free_port
@@ -96,7 +108,7 @@ class RemoteApp:
         self, name: str, base_url: str, proc: subprocess.Popen | None, mcp_path: str = "/mcp", token: str | None = None
     ) -> None:
         self.name, self.base_url, self.proc, self.mcp_path = name, base_url.rstrip("/"), proc, mcp_path
-        self.data_plane = True
+        self.operations: list[str] = list(OPERATIONS)  # the data-plane methods its card declares
         self.tools: dict[str, ToolInfo] = {}
         self._auth = ServerBearer(token, self.base_url) if token else None
         self._http = httpx.AsyncClient(
@@ -160,7 +172,7 @@ class RemoteApp:
         try:
             try:
                 card = await waiting.until(
-                    lambda: app._http.get("/.well-known/agent-env.json", timeout=PROBE_TIMEOUT),
+                    lambda: app._http.get(WELL_KNOWN_PATH, timeout=PROBE_TIMEOUT),
                     what=f"app {name!r}",
                     timeout=timeout,
                     interval=0.02,
@@ -175,12 +187,30 @@ class RemoteApp:
                     f"app {name!r} at {app.base_url} refused the gateway's server token: was its "
                     "sandbox started by this gateway's deploy_env? Redeploy the environment"
                 )
-            app.data_plane = card.status_code == 200
+            app.operations = app._declared_operations(card) if card.status_code == 200 else []
             await app._connect()
         except BaseException:
             await app.close()
             raise
         return app
+
+    @property
+    def data_plane(self) -> bool:
+        """Whether it has a data plane: a plain MCP server (no agent-env card) has none."""
+        return bool(self.operations)
+
+    def _declared_operations(self, answer: httpx.Response) -> list[str]:
+        """The data-plane methods of the card it answered, read as the protocol's EnvironmentCard (one without
+        `capabilities.operations`, as cards before that field, serves all three)."""
+        try:
+            card = EnvironmentCard.model_validate_json(answer.content)
+        except ValidationError as e:
+            raise RuntimeError(
+                f"app {self.name!r} at {self.base_url} answers {WELL_KNOWN_PATH} with no valid agent-env card "
+                f"({str(e)[:500]}): serve the protocol's EnvironmentCard there, or nothing (a plain MCP server)"
+            ) from None
+        declared = card.capabilities.operations
+        return list(OPERATIONS) if declared is None else [m for m in OPERATIONS if m in declared]
 
     async def _wait_ready(self, log: Path) -> None:
         async def ready() -> bool | None:
@@ -261,7 +291,7 @@ class RemoteApp:
                         description=t.description or "",
                         input_schema=t.input_schema,
                         read_only=bool(t.annotations and t.annotations.read_only_hint),
-                        hidden=bool((t.meta or {}).get(META_HIDDEN_BY_DEFAULT)),
+                        hidden=bool((t.meta or {}).get(HIDDEN_BY_DEFAULT_META_KEY)),
                     )
                     for t in listed
                 }
@@ -336,11 +366,15 @@ class RemoteApp:
     # -- data plane, over the protocol's JSON-RPC --
 
     async def _rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        if not self.data_plane:
-            raise ToolError(f"app {self.name!r} is a plain MCP server: it has no data plane ({method})")
+        if method not in self.operations:
+            raise ToolError(
+                f"app {self.name!r} is a plain MCP server: it has no data plane ({method})"
+                if not self.data_plane
+                else f"app {self.name!r} does not serve {method} (its card declares {', '.join(self.operations)})"
+            )
         answer = (
             await self._http.post(
-                "/agentenv",
+                RPC_PATH,
                 timeout=DATA_TIMEOUT,
                 json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}},
             )
@@ -348,25 +382,28 @@ class RemoteApp:
         if "error" in answer:
             error = answer["error"]
             raise ToolError(f"{self.name}: {method} failed: {error['message']} {error.get('data') or ''}".strip())
-        return answer["result"]
+        result: dict[str, Any] = answer["result"]
+        return result
 
     async def reset(self) -> None:
-        if self.data_plane:
-            await self._rpc("data/reset")
+        if METHOD_RESET in self.operations:  # (a server that declares none holds nothing to reset)
+            await self._rpc(METHOD_RESET)
 
     async def load(self, data: dict[str, Any], *, key: str | None = None) -> None:
-        part: dict[str, Any] = {"kind": "data", "data": data}
-        if key:
-            part["metadata"] = {META_IDEMPOTENCY_KEY: key}
-        await self._rpc("data/add", {"parts": [part]})
+        part = DataPart(data=data, metadata={META_IDEMPOTENCY_KEY: key} if key else None)
+        await self._rpc(METHOD_ADD, AddDataRequest(parts=[part]).model_dump(mode="json", exclude_none=True))
 
     async def export(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
-        if not self.data_plane:
+        if METHOD_GET not in self.operations:
             return data  # nothing the framework can see or restore
-        for part in (await self._rpc("data/get"))["parts"]:
-            if part.get("kind") == "data":
-                data.update(part["data"])
+        try:
+            answer = GetDataResponse.model_validate(await self._rpc(METHOD_GET))
+        except ValidationError as e:
+            raise ToolError(f"{self.name}: {METHOD_GET} answered no protocol GetDataResponse: {str(e)[:500]}") from None
+        for part in answer.parts:
+            if isinstance(part, DataPart):  # (an export as a file is the app's own format, not one we read)
+                data.update(part.data)
         return data
 
     async def close(self) -> None:

@@ -175,11 +175,11 @@ class _Budgeted:
     async def reset(self) -> None:
         await self.inst.reset()
 
-    async def add(self, parts: list[dict[str, Any]]) -> None:
+    async def add(self, parts: list[dataplane.Part]) -> None:
         self.gateway.admit_load(self.inst, self.size)
         await self.inst.add(parts)
 
-    async def get(self) -> list[dict[str, Any]]:
+    async def get(self) -> list[dataplane.Part]:
         return await self.inst.get()
 
 
@@ -196,7 +196,7 @@ def describe(inst: EnvInstance) -> dict[str, Any]:
         "paths": {
             "mcp": f"/envs/{inst.spec.id}/mcp",
             "tools": f"/envs/{inst.spec.id}/tools",
-            "card": f"/envs/{inst.spec.id}{cards.CARD_PATH}",
+            "card": f"/envs/{inst.spec.id}{cards.WELL_KNOWN_PATH}",
         },
     }
 
@@ -315,7 +315,7 @@ async def load(request: Request, instance: str, gateway: GatewayDep) -> Response
     inst = await gateway.get(instance)
     gateway.admit_load(inst, approx_bytes(body.parts))
     try:
-        parts = dataplane.check_parts({"parts": body.parts})
+        parts = dataplane.parse_parts({"parts": body.parts})
         if body.reset:
             await inst.reset()
         await inst.add(parts, key=body.idempotency_key)

@@ -73,7 +73,7 @@ async def call_tool(request: Request) -> Response:
     return JSONResponse({"error": outcome["error"]}, status_code=status)
 
 
-@router.get("/envs/{instance}" + cards.CARD_PATH)
+@router.get("/envs/{instance}" + cards.WELL_KNOWN_PATH)
 async def card(request: Request, instance: str) -> Response:
     """The instance's card: with the admin token every tool, with a role token the role's."""
     gateway = gateway_of(request)
@@ -86,19 +86,16 @@ async def card(request: Request, instance: str) -> Response:
     else:
         caller = await role_caller(request, instance)
         inst, listed = caller.instance, _listed(gateway.listing(caller))
-    body = cards.EnvironmentCard(
-        name=inst.spec.env,
-        capabilities=cards.CardCapabilities(
-            tools=[cards.CardTool(**t) for t in listed], extensions=[], operations=list(inst.operations)
-        ),
-        children_environments=[
-            cards.EnvironmentCard(
-                name=name, additionalInterfaces=[], capabilities=cards.CardCapabilities(operations=[])
-            )
+    body = cards.environment_card(
+        inst.spec.env,
+        tools=(cards.EnvironmentTool(**t) for t in listed),
+        operations=inst.operations,
+        children=(
+            cards.EnvironmentCard(name=name, capabilities=cards.EnvironmentCapabilities(operations=[]))
             for name in inst.apps
-        ],
+        ),
     )
-    return JSONResponse(body.wire())
+    return JSONResponse(cards.wire(body))
 
 
 # The REST tools' OpenAPI document of each (open instance, role), kept while the tool listing it was built
