@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agentenv_protocol import (  # type: ignore[import-untyped, unused-ignore]  # (it ships no py.typed)
+from agentenv_protocol import (
     HIDDEN_BY_DEFAULT_META_KEY,
     MCP_PATH,
     MCP_TRANSPORT,

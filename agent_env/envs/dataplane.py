@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from agentenv_protocol.types import (  # type: ignore[import-untyped, unused-ignore]  # (it ships no py.typed)
+from agentenv_protocol.types import (
     METHOD_ADD,
     METHOD_RESET,
     AddDataRequest,

@@ -9,6 +9,7 @@ JSON result, or `ToolFailed` with its error text.
 
 from __future__ import annotations
 
+import builtins
 import json
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -87,5 +88,5 @@ class TurnTools:
         return await self._transport.call(name, arguments)
 
     @property
-    def calls(self) -> list[dict[str, Any]]:
+    def calls(self) -> builtins.list[dict[str, Any]]:  # (`list` is the method above, in this class)
         return self._transport.calls

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
-from agentenv_protocol.types import (  # type: ignore[import-untyped, unused-ignore]  # (it ships no py.typed)
+from agentenv_protocol.types import (
     METHOD_ADD,
     METHOD_GET,
     METHOD_RESET,
