@@ -77,7 +77,7 @@ def test_compose_file_passes_docker_compose_validation(tmp_path):
     assert "gateway-state" in config["volumes"] and services["gateway"]["environment"]["AGENT_ENV_GATEWAY_URL"]
     for name in ("worker", "gateway"):  # both run the images deploy/build-images makes, from one config
         assert services[name]["image"].startswith(f"agentenv/{name}:")
-        assert services[name]["environment"]["AGENT_ENV_CONFIG"] == "/etc/agent_env/config.toml"
+        assert services[name]["environment"]["AGENT_ENV_CONFIG"] == "/etc/agentenv/config.toml"
 
 
 def rendered(kubectl: str, folder: Path) -> list[dict]:
@@ -214,10 +214,10 @@ def test_worker_and_gateway_images_run_hello_and_workplace(docker_client, server
                     network_mode="host",
                     environment={
                         **shared,
-                        "AGENT_ENV_CONFIG": "/etc/agent_env/config.toml",
+                        "AGENT_ENV_CONFIG": "/etc/agentenv/config.toml",
                         "HEALTH_PORT": str(free_port()),
                     },
-                    volumes={str(config): {"bind": "/etc/agent_env/config.toml", "mode": "ro"}},
+                    volumes={str(config): {"bind": "/etc/agentenv/config.toml", "mode": "ro"}},
                 )
             )
         gateway, worker = containers
