@@ -20,10 +20,12 @@ from pydantic import BaseModel
 STEPS = "agent_env.task_steps"
 PROVIDERS = "agent_env.sandbox_providers"
 STORES = "agent_env.stores"
+ENVS = "agent_env.envs"
 GROUPS = {
     STEPS: "step types: a function declared with agent_env.steps.step_type",
     PROVIDERS: "sandbox providers: a subclass of agent_env.providers.Provider",
     STORES: "store backends: a factory(kind, options, settings) returning a store",
+    ENVS: "env types (apps by name): a subclass of agent_env.envs.App",
 }
 SELF = "agentenv-framework"
 
@@ -56,6 +58,7 @@ def normalize(dist_name: str) -> str:
 
 def builtins() -> dict[str, dict[str, str]]:
     """The names each group serves without any plugin, from the loaders' own tables."""
+    from agent_env.envs.builtin import APPS
     from agent_env.providers.registry import BUILTIN as PROVIDER_BUILTINS
     from agent_env.steps import BUILTINS as STEP_BUILTINS
     from agent_env.stores.backends import CLOUD
@@ -64,6 +67,7 @@ def builtins() -> dict[str, dict[str, str]]:
         STEPS: dict(STEP_BUILTINS),
         PROVIDERS: dict(PROVIDER_BUILTINS),
         STORES: {"local": "agent_env.stores.backends:open_store", **CLOUD},
+        ENVS: dict(APPS),
     }
 
 
@@ -121,7 +125,7 @@ def check(plugin: Plugin) -> Plugin:
             obj = _load(plugin.target)
     except ModuleNotFoundError as e:
         missing = (e.name or "").split(".")[0]
-        if plugin.builtin and missing != SELF:
+        if plugin.builtin and missing != "agent_env":
             extra = plugin.target.split(":")[0].rsplit(".", 1)[-1]
             return _fail(
                 plugin, "needs extra", f"{missing} is not installed", f"pip install 'agentenv-framework[{extra}]'"
@@ -129,9 +133,9 @@ def check(plugin: Plugin) -> Plugin:
         return _fail(plugin, "error", _one_line(e), _fix_for(plugin))
     except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin may raise anything on import
         return _fail(plugin, "error", _one_line(e), _fix_for(plugin))
-    problem = {STEPS: _step_problem, PROVIDERS: _provider_problem, STORES: _store_problem}[plugin.group](
-        plugin.name, obj
-    )
+    problem = {STEPS: _step_problem, PROVIDERS: _provider_problem, STORES: _store_problem, ENVS: _app_problem}[
+        plugin.group
+    ](plugin.name, obj)
     if problem:
         return _fail(plugin, "error", *problem)
     return plugin
@@ -190,6 +194,22 @@ def _provider_problem(name: str, obj: Any) -> tuple[str, str] | None:
         f"is {_kind(obj)}, not a Provider subclass",
         "point the entry point at a class deriving from agent_env.providers.Provider",
     )
+
+
+def _app_problem(name: str, obj: Any) -> tuple[str, str] | None:
+    from agent_env.envs import App
+
+    if not (isinstance(obj, type) and issubclass(obj, App)):
+        return (
+            f"is {_kind(obj)}, not an App subclass",
+            "point the entry point at a class deriving from agent_env.envs.App",
+        )
+    if vars(obj).get("name") != name:
+        return (
+            f"the app {obj.__name__} is named {vars(obj).get('name')!r}, not {name!r}",
+            "use the same name in the entry point and in the class's `name`",
+        )
+    return None
 
 
 def _store_problem(name: str, obj: Any) -> tuple[str, str] | None:

@@ -181,3 +181,22 @@ async def test_load_data_files_cannot_escape_the_bundle(client, settings, worker
     path = write_bundle(tmp_path / "bundle", TASK.replace('file = "seed.json"', 'file = "../../etc/passwd"'), NOTES_ENV)
     with pytest.raises(BadInput, match="is not a file inside the bundle"):
         await runner.start_run(client, settings, load_task(path))
+
+
+async def test_an_app_from_a_plugin_deploys_by_its_name(client, settings, worker, tmp_path):
+    """`tally` comes from the test plugin package's `agent_env.envs` entry point: a task names it like a built-in."""
+    task = """
+id = "tally"
+[[steps]]
+id = "env"
+type = "deploy_env"
+config = { env = "tally" }
+[[steps]]
+id = "add"
+type = "call_tool"
+depends_on = ["env"]
+config = { env = "env", tool = "add", arguments = { amount = 3 } }
+"""
+    state = await run_spec(client, settings, load_task(write_bundle(tmp_path / "bundle", task)))
+    assert state.steps["add"].status is StepStatus.SUCCEEDED, state.steps["env"].error
+    assert state.steps["add"].outputs["result"] == {"total": 3}

@@ -50,6 +50,9 @@ def test_plugin_list_shows_every_group_and_reports_broken_plugins_without_failin
     assert found["sandbox_providers", "offline", "agentenv-teststeps"]["status"] == "ok"
     assert found["stores", "memory", "agentenv-teststeps"]["status"] == "ok"
     assert found["stores", "local", "agentenv-framework"]["builtin"]
+    assert found["envs", "notes", "agentenv-framework"]["builtin"]
+    assert found["envs", "tally", "agentenv-teststeps"]["status"] == "ok"
+    assert "not an App subclass" in found["envs", "not_an_app", "agentenv-brokenplugins"]["error"]
 
     missing = found["task_steps", "broken", "agentenv-teststeps"]
     assert missing["status"] == "error" and "agentenv_teststeps_missing" in missing["error"]

@@ -97,7 +97,7 @@ def find_env(bundle: Path | None, name: str):
     from pydantic import ValidationError
 
     from agent_env import packing
-    from agent_env.envs.builtin import APPS
+    from agent_env.envs.builtin import app_targets
     from agent_env.errors import BadInput, from_validation_error
     from agent_env.planning.env_records import env_for_app, env_record
 
@@ -130,7 +130,7 @@ def find_env(bundle: Path | None, name: str):
             except BadInput as e:
                 raise BadInput(f"{path}: data file {file!r}: {e.problem}", e.fix) from None
         return record, folder
-    if name in APPS:
+    if name in app_targets():
         return env_for_app(name), None
     folders = ([bundle] if bundle else []) + sorted(BUILTIN_ROOT.iterdir())
     known = sorted(
@@ -138,7 +138,7 @@ def find_env(bundle: Path | None, name: str):
     )
     raise NotFound(
         f"no environment {name!r}" + (f" in bundle {bundle.name}" if bundle else ""),
-        "use one of: " + ", ".join(known + sorted(set(APPS) - set(known))),
+        "use one of: " + ", ".join(known + sorted(set(app_targets()) - set(known))),
     )
 
 

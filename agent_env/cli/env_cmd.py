@@ -12,9 +12,9 @@ from agent_env.errors import BadInput
 
 def resolve_app(target: str):
     from agent_env.envs.app_instance import load_app_class
-    from agent_env.envs.builtin import APPS
+    from agent_env.envs.builtin import app_targets
 
-    return load_app_class(APPS.get(target, target))
+    return load_app_class(app_targets().get(target, target))
 
 
 def server_token(given: str | None) -> str | None:

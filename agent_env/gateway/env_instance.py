@@ -80,7 +80,7 @@ class EnvInstance:
     async def open(cls, spec: InstanceSpec, folder: Path, *, key: bytes | None = None) -> EnvInstance:
         """`key`: the gateway's, from which the token of each app at a URL (a sandbox deploy_env started
         with `tokens.server_token`) is derived; subprocess apps get a fresh token of their own."""
-        from agent_env.envs.builtin import APPS
+        from agent_env.envs.builtin import app_targets
 
         inst = cls(spec, folder)
         app: AppInstance | RemoteApp
@@ -99,7 +99,9 @@ class EnvInstance:
                     token = tokens.server_token(key, spec.id, name) if key else None
                     inst.apps[name] = app = await RemoteApp.connect(name, ref.url, ref.path, token=token)
                 else:
-                    target = cast(str, APPS.get(cast(str, ref.app), ref.app))  # (neither sandbox nor url: an app)
+                    target = cast(
+                        str, app_targets().get(cast(str, ref.app), ref.app)
+                    )  # (neither sandbox nor url: an app)
                     app_cls = load_app_class(target)
                     name = ref.name or app_cls.name
                     if name in inst.apps:

@@ -8,7 +8,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from agent_env.envs.app_instance import load_app_class
-from agent_env.envs.builtin import APPS
+from agent_env.envs.builtin import app_targets
 from agent_env.errors import BadInput
 from agent_env.gateway.roles import allowed_tools, tool_entries
 from agent_env.spec.env import AppRef, EnvRecord, RoleSpec
@@ -28,7 +28,7 @@ def env_record(data: Any) -> EnvRecord:
 
 def env_for_app(app: str) -> EnvRecord:
     """A one-app environment with a single role, `agent`, that sees every tool but hidden ones."""
-    return EnvRecord(name=load_app_class(APPS.get(app, app)).name.replace("_", "-"), apps=[AppRef(app=app)])
+    return EnvRecord(name=load_app_class(app_targets().get(app, app)).name.replace("_", "-"), apps=[AppRef(app=app)])
 
 
 def check_composition(apps: list[AppRef], roles: dict[str, RoleSpec]) -> None:
@@ -40,7 +40,7 @@ def check_composition(apps: list[AppRef], roles: dict[str, RoleSpec]) -> None:
             seen.add(cast(str, ref.name))
             continue
         try:
-            app_cls = load_app_class(APPS.get(ref.app, ref.app))
+            app_cls = load_app_class(app_targets().get(ref.app, ref.app))
         except BadInput as e:
             raise ValueError(f"{e.problem} — {e.fix}") from None
         name = ref.name or app_cls.name
@@ -59,5 +59,5 @@ def exposed_tools(record: EnvRecord) -> set[str] | None:
     """The tools an environment exposes; None when an app's tools are only known once it runs."""
     if any(ref.remote for ref in record.apps):
         return None
-    classes = [(ref, load_app_class(APPS.get(cast(str, ref.app), cast(str, ref.app)))) for ref in record.apps]
+    classes = [(ref, load_app_class(app_targets().get(cast(str, ref.app), cast(str, ref.app)))) for ref in record.apps]
     return set(tool_entries((ref.name or cls.name, ref.prefix, cls.tools.values()) for ref, cls in classes))
