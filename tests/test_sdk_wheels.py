@@ -92,6 +92,16 @@ def test_a_repacked_wheel_holds_the_installed_files_with_their_hashes(tmp_path):
     assert sdk_wheels.fingerprint([dist]) != before, "other installed files, another set"
 
 
+def test_an_editable_source_is_packed_without_caches_wheels_or_hidden_files(tmp_path):
+    """Attack (by accident): a checkout holds a `.env` with keys, or old wheels, inside the package folder; an
+    image built with its wheels must not carry them."""
+    root = tmp_path / "agent_env"
+    for name in ("a.py", "sub/b.toml", "__pycache__/a.cpython-311.pyc", ".env", "sub/.secrets/key", "old.whl"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+    assert [name for name, _ in sdk_wheels._tree([("agent_env", root)])] == ["agent_env/a.py", "agent_env/sub/b.toml"]
+
+
 def test_an_editable_package_other_than_agent_env_is_refused_naming_the_fix(tmp_path):
     info = tmp_path / "toy-1.0.dist-info"
     info.mkdir()

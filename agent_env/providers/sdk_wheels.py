@@ -137,13 +137,14 @@ def _editable_source(dist: metadata.Distribution) -> list[tuple[str, Path]] | No
 
 def _tree(source: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
     """The files of a package source folder as its built wheel holds them, in name order: no caches, compiled
-    files or wheels (git ignores them, so the build backend leaves them out)."""
+    files or wheels (git ignores them, so the build backend leaves them out), and no hidden files or folders (a
+    checkout's `.env` is never packed into an image)."""
     files = []
     for package, root in source:
         for folder, dirs, names in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
             for name in sorted(names):
-                if not name.endswith((".pyc", ".pyo", ".whl")):
+                if not name.startswith(".") and not name.endswith((".pyc", ".pyo", ".whl")):
                     path = Path(folder) / name
                     files.append(((PurePosixPath(package) / path.relative_to(root).as_posix()).as_posix(), path))
     return files
