@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +28,10 @@ NO_DOCKER = "unix:///nonexistent/docker.sock"
 
 
 @pytest.fixture(scope="module")
-def clone(tmp_path_factory) -> fresh_clone.FreshClone:
-    return fresh_clone.make(tmp_path_factory.mktemp("fresh") / "agent-env")
+def clone(tmp_path_factory) -> Iterator[fresh_clone.FreshClone]:
+    folder = tmp_path_factory.mktemp("fresh")
+    yield fresh_clone.make(folder / "agent-env")
+    shutil.rmtree(folder, ignore_errors=True)  # its venv is a few hundred MB
 
 
 def user_env(home: Path, **extra: str) -> dict[str, str]:
