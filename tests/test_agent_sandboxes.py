@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import subprocess
 import sys
 import textwrap
 import time
@@ -21,7 +19,7 @@ from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT, resolve_target
 from agent_env.errors import BadInput
 from agent_env.planning.tasks import load_task
-from agent_env.providers import registry
+from agent_env.providers import SandboxSpec, registry
 from agent_env.spec.agent import AgentRecord
 from agent_env.spec.run import RunStatus
 
@@ -228,23 +226,52 @@ async def test_a_step_overrides_the_agents_provider(client, settings, worker, tm
     assert "agent 'shout': offline: the offline provider never answers" in state.steps["agent"].error
 
 
+async def test_the_echo_agent_runs_locally_on_agent_envs_own_python(client, settings, worker, tmp_path, monkeypatch):
+    """Without Docker, the built-in echo agent's `python3 agent.py` runs as a local process on the interpreter
+    agent-env runs on, whatever `python3` the worker's PATH finds first (here one that is not agent-env's, as
+    the machine's is when the venv is not activated)."""
+    machine = tmp_path / "machine-bin"
+    machine.mkdir()
+    for name in ("python", "python3"):
+        (machine / name).write_text('#!/bin/sh\necho "the machine\'s $0: no agent_env here" >&2\nexit 3\n')
+        (machine / name).chmod(0o755)
+    venv_bin = str(Path(sys.prefix) / "bin")
+    rest = [p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin]
+    monkeypatch.setenv("PATH", os.pathsep.join([str(machine), *rest]))
+    spec = load_task(ECHO_AGENT / "tasks" / "echo-agent.toml")
+    next(s for s in spec.steps if s.id == "echo").config["provider"] = "local"
+    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 120)
+    assert state.status is RunStatus.PASSED, state.error or state.steps["echo"].error
+    assert state.steps["echo"].outputs["sandbox"]["provider"] == "local"
+    assert state.steps["ask"].outputs["answer"] == "echo: hello from the run (1 notes)", "it used a tool"
+
+
+async def test_a_local_sandbox_finds_agent_envs_python_first_on_its_path(settings, tmp_path, monkeypatch):
+    """A command the sandbox runs through a shell finds agent-env's venv first on PATH, as if it were activated."""
+    machine = tmp_path / "machine-bin"
+    machine.mkdir()
+    (machine / "python3").write_text("#!/bin/sh\nexit 3\n")
+    (machine / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(machine), "/usr/bin", "/bin"]))
+    spec = SandboxSpec(name="own-python", run_id="own-python", command=["python3", "-c", "import time; time.sleep(30)"])
+    provider, box = await registry.create("local", spec, settings)
+    try:
+        ran = await box.exec(["sh", "-c", "python3 -c 'import agent_env, sys; print(sys.executable)'"])
+        direct = await box.exec(["python3", "-c", "import agent_env, sys; print(sys.executable)"])
+    finally:
+        await provider.remove(box.info.id)
+    assert ran.exit_code == 0 and direct.exit_code == 0, ran.stderr + direct.stderr
+    assert direct.stdout.strip() == sys.executable
+    assert Path(ran.stdout.strip()).parent == Path(sys.prefix) / "bin"
+
+
 # -- Docker --
 
 
 @pytest.fixture(scope="module")
-def echo_bundle(docker_client, tmp_path_factory) -> Path:  # noqa: F811
-    """A copy of the echo-agent bundle with the wheels its image installs (made by scripts/agent-wheels)."""
-    copy = tmp_path_factory.mktemp("echo") / "echo-agent"
-    shutil.copytree(ECHO_AGENT, copy, ignore=shutil.ignore_patterns("wheels"))
-    made = subprocess.run(
-        [str(ROOT / "scripts" / "agent-wheels"), str(copy / "agents/echo/image/wheels")],
-        env={**os.environ, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
-    return copy
+def echo_bundle(docker_client) -> Path:  # noqa: F811
+    """The built-in echo-agent bundle, as it ships: its image gets agent-env from this install, no step first."""
+    return ECHO_AGENT
 
 
 async def test_the_echo_agent_runs_in_a_container_and_leaves_nothing(
@@ -254,33 +281,14 @@ async def test_the_echo_agent_runs_in_a_container_and_leaves_nothing(
     echo_bundle,
     docker_client,  # noqa: F811 (the fixture)
 ):
+    assert not (echo_bundle / "agents/echo/image/agent-env-wheels").exists(), "the wheels are not the bundle's"
     spec = load_task(echo_bundle / "tasks" / "echo-agent.toml")
-    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 120)
+    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 300)
     assert state.status is RunStatus.PASSED, state.error
     box = state.steps["echo"].outputs["sandbox"]
     assert box["provider"] == "docker" and box["url"].startswith("http://127.0.0.1:")
     assert state.steps["ask"].outputs["answer"] == "echo: hello from the run (1 notes)", "it used a tool"
     assert containers_of(docker_client, state.run_id) == [], "the run's end removes the agent's container"
-
-
-async def test_the_echo_agent_without_wheels_names_the_script(
-    client,
-    settings,
-    worker,
-    docker_client,  # noqa: F811
-    tmp_path,
-):
-    bundle = tmp_path / "echo-agent"
-    shutil.copytree(ECHO_AGENT, bundle, ignore=shutil.ignore_patterns("wheels"))
-    state = await asyncio.wait_for(
-        runner.wait_result(await runner.start_run(client, settings, load_task(bundle / "tasks" / "echo-agent.toml"))),
-        90,
-    )
-    assert state.status is RunStatus.ERROR
-    error = state.steps["echo"].error
-    assert "agent 'echo': building the image from image/Dockerfile failed" in error, error
-    assert "scripts/agent-wheels" in error
-    assert containers_of(docker_client, state.run_id) == []
 
 
 def test_the_builtin_bundle_is_runnable():

@@ -240,6 +240,60 @@ def test_a_worker_with_other_settings_or_code_is_replaced(env, tmp_path):
     assert _gone(new, 40) and _worker_pid(env) not in (None, new)
 
 
+def test_the_fingerprint_covers_what_the_worker_reads_from_its_environment(monkeypatch):
+    from agent_env.providers.local import INHERITED
+    from agent_env.temporal.background import WORKER_ENV, WORKER_ENV_PREFIXES, code_fingerprint
+
+    assert set(INHERITED) <= set(WORKER_ENV) and "LC_" in WORKER_ENV_PREFIXES, "what a local sandbox inherits"
+    base = code_fingerprint()
+    for var, value in [("DOCKER_HOST", "tcp://elsewhere:2375"), ("DOCKER_CERT_PATH", "/certs"), ("AWS_PROFILE", "x")]:
+        with monkeypatch.context() as changed:
+            changed.setenv(var, value)
+            assert code_fingerprint() != base, var
+        assert code_fingerprint() == base
+    monkeypatch.setenv("TERM", "something-else")  # how the terminal draws: nothing the worker does
+    assert code_fingerprint() == base
+
+
+SANDBOXED_ON_DOCKER = """
+name = "box"
+[[apps]]
+name = "box"
+[apps.sandbox]
+image = "agentenv/base:bookworm"
+provider = "docker"
+[roles.agent]
+tools = ["*"]
+"""
+
+
+def test_a_worker_started_under_another_docker_host_is_replaced(env, tmp_path):
+    """The user points DOCKER_HOST elsewhere after the worker started: the next command replaces the worker, as
+    a changed setting does, and the run's sandbox goes to the daemon the user names now, not the one before."""
+    bundle = tmp_path / "b"
+    (bundle / "envs" / "box").mkdir(parents=True)
+    (bundle / "envs" / "box" / "env.toml").write_text(SANDBOXED_ON_DOCKER)
+    (bundle / "tasks").mkdir()
+    task = _write(
+        bundle / "tasks", "t", 'id = "box"\n[[steps]]\nid = "box"\ntype = "deploy_env"\nconfig = { env = "box" }\n'
+    )
+    before = {**env, "DOCKER_HOST": "unix:///nonexistent/before.sock"}
+    now = {**env, "DOCKER_HOST": "unix:///nonexistent/now.sock"}
+
+    first = cli("run", str(task), env=before)  # also leaves the launch record `run`'s fast path follows
+    assert first.returncode != 0 and "no Docker daemon answers at unix:///nonexistent/before.sock" in first.stdout
+    pid = _worker_pid(before)
+    assert "out of date" in cli("worker", "status", env=now).stdout
+
+    done = cli("run", str(task), env=now)
+    assert f"background worker (pid {pid}) is out of date" in done.stderr, done.stderr
+    assert "no Docker daemon answers at unix:///nonexistent/now.sock" in done.stdout, done.stdout
+    assert "before.sock" not in done.stdout
+    assert _worker_pid(now) not in (None, pid)
+    again = cli("run", "hello", env=now)
+    assert again.returncode == 0 and "background worker" not in again.stderr, "the new one is current"
+
+
 def test_server_stop_stops_the_worker(env):
     assert cli("worker", "start", env=env).returncode == 0
     pid = _worker_pid(env)

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
-import shutil
 import struct
 import subprocess
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -176,8 +173,8 @@ def test_the_studio_runs_commands_in_its_folder_bounded(studio, tmp_path):
 
 @pytest.fixture(scope="module")
 def blender_bundle(docker_client, tmp_path_factory) -> Path:  # noqa: F811
-    """A copy of the blender bundle with the wheels its studio image installs; the Blender base image built
-    first when the daemon lacks it (debootstrap: about two minutes)."""
+    """The blender bundle; the Blender base image built first when the daemon lacks it (debootstrap: about two
+    minutes)."""
     if not docker_client.images.list(name=BLENDER_IMAGE):
         made = subprocess.run(
             [str(ROOT / "scripts" / "docker-base-image"), BLENDER_IMAGE, "blender"],
@@ -186,17 +183,7 @@ def blender_bundle(docker_client, tmp_path_factory) -> Path:  # noqa: F811
             timeout=1200,
         )
         assert made.returncode == 0, made.stderr[-3000:]
-    copy = tmp_path_factory.mktemp("blender") / "blender"
-    shutil.copytree(BUILTIN_ROOT / "blender", copy, ignore=shutil.ignore_patterns("wheels"))
-    made = subprocess.run(
-        [str(ROOT / "scripts" / "agent-wheels"), str(copy / "envs/studio/server/wheels")],
-        env={**os.environ, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
-    return copy
+    return BUILTIN_ROOT / "blender"  # as it ships: the studio's image gets agent-env from this install
 
 
 async def test_the_blender_cookbook_renders_and_checks_a_picture(

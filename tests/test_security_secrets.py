@@ -123,7 +123,8 @@ async def test_a_local_sandbox_gets_none_of_the_workers_credentials(client, sett
     assert FAKE_MODEL_KEY not in text, "the model's key (AGENT_ENV_SECRET_TEST_MODEL) reached the sandbox"
     assert seen["GREETING"] == "hello" and seen["DUMP"] == str(dump), "what the spec declares is there"
     assert seen["HOST"] == "127.0.0.1" and seen["PORT"].isdigit()
-    assert seen["PATH"] == os.environ["PATH"], "programs are found as in the worker's shell"
+    venv_first = os.pathsep.join([str(Path(sys.prefix) / "bin"), os.environ["PATH"]])
+    assert seen["PATH"] in (os.environ["PATH"], venv_first), "programs are found as in the worker's shell"
     inherited = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH"}
     extra = {k for k in seen if k not in inherited and not k.startswith("LC_")} - {"GREETING", "DUMP", "HOST", "PORT"}
     assert not extra, f"only the allowlist, the declared env and HOST/PORT: also got {sorted(extra)}"

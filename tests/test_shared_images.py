@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_agent_sandboxes import echo_bundle  # noqa: F401 - the echo agent's bundle, with its wheels
+from test_agent_sandboxes import echo_bundle  # noqa: F401 - the echo agent's bundle
 from test_docker import ECHO_ENV, containers_of, docker_client, write_context  # noqa: F401 - a fixture
 
 from agent_env import runner

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from agent_env.errors import BadInput, NotFound
+from agent_env.providers import sdk_wheels
 from agent_env.providers.base import (
     LABEL_INSTALL,
     LABEL_NAME,
@@ -77,6 +78,18 @@ def context_tar(root: Path, under: str = "") -> bytes:
                 data = packing.read(root, entry.path)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def with_files(context: bytes, files: dict[str, Path]) -> bytes:
+    """A build context (a tar from `context_tar`) with more regular files added at the given paths."""
+    buf = io.BytesIO(context)
+    with tarfile.open(fileobj=buf, mode="a") as tar:
+        for name, path in files.items():
+            data = path.read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
@@ -216,7 +229,8 @@ class DockerProvider(Provider):
         if not (folder / "Dockerfile").is_file():
             raise BadInput(f"{folder} has no Dockerfile", "put a Dockerfile in the app's `build` folder")
         context = context_tar(folder)
-        tag = build_tag(folder, context)
+        wheels = self._sdk_wheels(folder)  # (fingerprint, the distributions) when the Dockerfile installs agent-env
+        tag = build_tag(folder, context + (f"\0{sdk_wheels.FOLDER}\0{wheels[0]}".encode() if wheels else b""))
         try:
             self.client.images.get(tag)
             return tag  # built before from the very same context
@@ -224,6 +238,9 @@ class DockerProvider(Provider):
             pass
         if self._fetch_built(tag):
             return tag  # built by another worker, shared through the image store
+        if wheels:
+            made = sdk_wheels.made(Path(self.settings.state_dir) / "sandboxes" / "wheels", wheels[1], wheels[0])
+            context = with_files(context, {f"{sdk_wheels.FOLDER}/{p.name}": p for p in sorted(made.glob("*.whl"))})
         lines: list[str] = []
         try:
             for chunk in self.client.api.build(
@@ -243,13 +260,13 @@ class DockerProvider(Provider):
                     raise SandboxFailed(
                         f"building the image from {folder}/Dockerfile failed: "
                         f"{chunk['error'].strip()}\n  build log (last lines):\n{_tail(lines)}",
-                        self._build_fix(chunk["error"]),
+                        self._build_fix(chunk["error"], wheels=bool(wheels)),
                     )
         except docker.errors.APIError as e:
             raise SandboxFailed(
                 f"building the image from {folder}/Dockerfile failed: {e.explanation or e}\n"
                 f"  build log (last lines):\n{_tail(lines)}",
-                self._build_fix(str(e)),
+                self._build_fix(str(e), wheels=bool(wheels)),
             ) from None
         self._share_built(tag)
         return tag
@@ -318,9 +335,27 @@ class DockerProvider(Provider):
             self._client = None
 
     @staticmethod
-    def _build_fix(error: str) -> str:
+    def _sdk_wheels(folder: Path) -> tuple[str, list] | None:
+        """The fingerprint and distributions of the agent-env wheels its Dockerfile installs (None if it does not,
+        or brings its own folder of them)."""
+        dockerfile = (folder / "Dockerfile").read_text(errors="replace")
+        if not sdk_wheels.wanted(dockerfile) or (folder / sdk_wheels.FOLDER).exists():
+            return None
+        try:
+            dists = sdk_wheels.distributions()
+            return sdk_wheels.fingerprint(dists), dists
+        except sdk_wheels.WheelsUnavailable as e:
+            raise SandboxFailed(f"{folder}/Dockerfile installs {sdk_wheels.FOLDER}: {e.problem}", e.fix) from None
+
+    @staticmethod
+    def _build_fix(error: str, *, wheels: bool = False) -> str:
         if "pull access denied" in error or "not found" in error and "manifest" in error or "no such host" in error:
             return f"the FROM image is not on this daemon; for {BASE_IMAGE}, {BASE_IMAGE_FIX}"
+        if wheels and "is not a supported wheel on this platform" in error:
+            return (
+                f"the wheels in {sdk_wheels.FOLDER} are this install's, for {sdk_wheels.interpreter()}: base the image "
+                f"on one with that Python (as {BASE_IMAGE} is for CPython 3.11), or run agent-env with the image's Python"
+            )
         return "fix the Dockerfile at the step the log shows, then run again (unchanged contexts are not rebuilt)"
 
     # -- sandboxes --

@@ -6,6 +6,8 @@ Use it for trusted apps and development; use `docker` (or a cloud provider) for 
 Its environment is what its spec declares, $HOST and $PORT, and a few variables from the worker's own
 environment that programs need to run as they would in your shell (`INHERITED`) -- never the rest of it,
 which holds the worker's credentials (AGENT_ENV_SECRET_*, the gateway's token, TEMPORAL_API_KEY, cloud keys).
+Its Python is agent-env's: a command naming `python3` (or `python`) runs the interpreter agent-env runs on, and
+PATH has agent-env's venv first, so a sandboxed agent or app imports agent_env as it would in its image.
 
 A sandbox's port is a free host port handed to the process as $PORT (and $HOST=127.0.0.1); a build
 context is copied into the work folder (the Dockerfile itself is not interpreted: `command` says what
@@ -25,6 +27,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import cast
@@ -55,10 +58,35 @@ INHERITED = (
 )
 
 
+# A command naming Python by these names runs agent-env's own interpreter (see `own_python`).
+PYTHONS = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
+
+
+def own_python(command: list[str]) -> list[str]:
+    """`command` with a bare `python`/`python3` as the interpreter agent-env runs on: a local sandbox's Python
+    imports agent_env (its SDKs) and what is installed beside it, as a container's does from its image, whether
+    or not the shell that started the worker had the venv activated."""
+    if command and command[0] in PYTHONS and sys.executable:
+        return [sys.executable, *command[1:]]
+    return command
+
+
+def _venv_first(path: str | None) -> str | None:
+    """PATH with the bin folder of agent-env's venv first (as activating it does): a command the sandbox runs
+    itself (`sh -c "python3 ..."`) finds the same Python. Unchanged outside a venv."""
+    if sys.prefix == sys.base_prefix:
+        return path
+    own = str(Path(sys.prefix) / "bin")
+    entries = path.split(os.pathsep) if path else []
+    return path if entries[:1] == [own] else os.pathsep.join([own, *entries])
+
+
 def sandbox_env(declared: dict[str, str], port: int | None) -> dict[str, str]:
-    """A sandbox's whole environment: `INHERITED` and LC_* from the worker's, what its spec declares, and
-    where it serves."""
+    """A sandbox's whole environment: `INHERITED` and LC_* from the worker's (PATH with agent-env's venv first),
+    what its spec declares, and where it serves."""
     env = {k: v for k, v in os.environ.items() if k in INHERITED or k.startswith("LC_")}
+    if path := _venv_first(env.get("PATH")):
+        env["PATH"] = path
     env.update(declared)
     env["HOST"] = "127.0.0.1"
     if port:
@@ -158,7 +186,7 @@ class LocalSandbox(Sandbox):
 
     async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult:
         proc = await asyncio.create_subprocess_exec(
-            *command,
+            *own_python(command),
             cwd=self.work,
             env=self._env(),
             stdin=subprocess.DEVNULL,
@@ -260,6 +288,7 @@ class LocalProvider(Provider):
                 "free that port, or leave `host_port` unset to get a free one",
             )
         port = spec.host_port or (free_port() if spec.port else None)
+        command = own_python(spec.command)
         env = sandbox_env(spec.env, port)
         sealed = _sealing(self.root).encrypt(json.dumps(env).encode()).decode()  # a broken key fails before anything
         work = folder / "work"
@@ -269,7 +298,7 @@ class LocalProvider(Provider):
         with open(folder / "sandbox.log", "ab") as log:
             try:
                 proc = subprocess.Popen(
-                    spec.command,
+                    command,
                     cwd=work,
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -287,7 +316,7 @@ class LocalProvider(Provider):
             "started": _start_time(proc.pid),
             "labels": spec.labels(self.install),
             "url": f"http://127.0.0.1:{port}" if port else None,
-            "command": spec.command,
+            "command": command,
             "env": sealed,
         }
         tmp = folder / "sandbox.json.tmp"

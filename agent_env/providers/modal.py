@@ -163,7 +163,15 @@ class ModalProvider(Provider):
                     f"sandbox {spec.name!r}: no Dockerfile in {spec.build}",
                     "point `build` at a folder that holds a Dockerfile",
                 )
-            return modal.Image.from_dockerfile(dockerfile, context_dir=spec.build)
+            from agent_env.providers import sdk_wheels
+
+            try:  # with agent-env's wheels, when the Dockerfile installs them
+                context = sdk_wheels.context_folder(
+                    Path(spec.build), Path(self.settings.state_dir) / "sandboxes" / "wheels"
+                )
+            except sdk_wheels.WheelsUnavailable as e:
+                raise SandboxFailed(f"sandbox {spec.name!r}: {e.problem}", e.fix) from None
+            return modal.Image.from_dockerfile(context / "Dockerfile", context_dir=context)
         if spec.image and spec.image.startswith("im-"):  # a snapshot (Sandbox.snapshot) or another Modal image
             return modal.Image.from_id(spec.image)
         return modal.Image.from_registry(spec.image) if spec.image else None  # None: Modal's default image

@@ -6,10 +6,12 @@ background, one per namespace and task queue: started on demand (`agent-env run`
 a trainer's `Episodes.connect()`), stopped with the server (`agent-env server stop`: a worker without its
 server is useless). Stopping it drains it.
 
-It runs the code and the settings it was started with: the starter writes its settings next to the pidfile
-and records a fingerprint of all that decides what the worker runs (agent-env's version and source, the
-installed packages and plugins, the settings, the `secret:` values from the environment). A starter whose
-fingerprint differs replaces it: the old one drains, a new one starts.
+It runs the code, the settings and the environment it was started with: the starter writes its settings next
+to the pidfile and records a fingerprint of all that decides what the worker does (agent-env's version and
+source, the installed packages and plugins, the settings, and the variables of `WORKER_ENV`: the `secret:`
+values, where Docker and the clouds are, proxies, what local sandboxes inherit). A starter whose fingerprint
+differs replaces it: the old one drains, a new one starts. So a worker never keeps a DOCKER_HOST (a cloud
+account, a PATH) its user has since changed.
 
 It answers on a Unix socket in its folder (mode 0600; `control.py` serves it): a starter knows it is up
 when it answers with its pid. Nothing here imports temporalio: `status` and `stop` stay instant.
@@ -69,13 +71,27 @@ def _paths(root: Path, name: str) -> WorkerPaths:
     return WorkerPaths(daemon, root / f"{name}.sock", root / f"{name}.settings.json")
 
 
+# What the worker reads from its environment beyond the settings (which hold AGENT_ENV_* and TEMPORAL_*): a
+# variable whose name is here or starts with a prefix here is part of its fingerprint. Secrets given as
+# variables; the Docker daemon and its TLS (the Docker SDK reads DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH,
+# DOCKER_CONFIG); the clouds' SDKs (stores and sandbox providers); proxies and CA bundles (every HTTP client);
+# and what a local sandbox inherits (agent_env.providers.local.INHERITED, LC_*: a test holds the two together).
+WORKER_ENV_PREFIXES = ("AGENT_ENV_SECRET_", "DOCKER_", "AWS_", "GOOGLE_", "CLOUDSDK_", "MODAL_", "E2B_", "LC_")
+WORKER_ENV = (
+    *("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH"),
+    *("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"),
+    *("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"),
+)
+
+
 def fingerprint(settings: Settings) -> str:
     """What decides the code and configuration a worker runs; another one means it is out of date."""
     return _digest(code_fingerprint(), settings.model_dump_json())
 
 
 def code_fingerprint() -> str:
-    """The code part (no settings): cheap, and importable without pydantic (`agent-env run`'s fast path)."""
+    """All but the settings (the code and the environment): cheap, and importable without pydantic (`agent-env
+    run`'s fast path checks its launch record against it)."""
     from agent_env import __version__
 
     return _digest(
@@ -83,8 +99,7 @@ def code_fingerprint() -> str:
         sys.prefix,  # the environment (a venv), whichever of its interpreter's names started us
         str(_source_mtime(Path(__file__).parent.parent)),  # an edited checkout (editable installs)
         *(f"{p}={os.stat(p).st_mtime_ns}" for p in sys.path if p.endswith("-packages") and os.path.isdir(p)),
-        os.environ.get("PYTHONPATH", ""),  # where plugins outside site-packages come from
-        *sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("AGENT_ENV_SECRET_")),
+        *sorted(f"{k}={v}" for k, v in os.environ.items() if k in WORKER_ENV or k.startswith(WORKER_ENV_PREFIXES)),
     )
 
 
@@ -130,7 +145,9 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> tuple[DaemonInfo
     mark = fingerprint(settings)
 
     def out_of_date(info: DaemonInfo) -> str | None:
-        return None if info.extra.get("fingerprint") == mark else "agent-env, its plugins or the settings changed"
+        if info.extra.get("fingerprint") == mark:
+            return None
+        return "agent-env, its plugins, the settings or the environment (DOCKER_HOST, PATH, ...) changed"
 
     def write_settings() -> None:
         tmp = p.settings.with_suffix(".tmp")
