@@ -195,7 +195,8 @@ class DockerProvider(Provider):
                 import docker
             except ImportError:
                 raise ProviderUnavailable(
-                    "the docker provider needs the Docker SDK for Python", "pip install 'agentenv-framework[docker]'"
+                    "the docker provider needs the Docker SDK for Python",
+                    "reinstall agentenv-framework (the Docker SDK comes with it)",
                 ) from None
             try:
                 self._client = docker.from_env(timeout=120)

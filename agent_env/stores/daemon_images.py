@@ -80,7 +80,7 @@ class DaemonImageStore(ImageStore):
         except ImportError:
             raise BadInput(
                 f"pushing and pulling {self.registry} images needs the docker package",
-                "pip install 'agentenv-framework[docker]'",
+                "reinstall agentenv-framework (the Docker SDK comes with it)",
             ) from None
         try:
             return contextlib.closing(docker.from_env())

@@ -28,7 +28,7 @@ class DockerImageStore(ImageStore):
                 except ImportError:
                     raise BadInput(
                         "the local image store needs the docker package",
-                        "pip install 'agentenv-framework[docker]', or configure [stores.images] with another backend",
+                        "reinstall agentenv-framework (the Docker SDK comes with it), or configure [stores.images] with another backend",
                     ) from None
                 try:
                     client = docker.from_env()
