@@ -171,7 +171,7 @@ class ModalProvider(Provider):
                 )
             except sdk_wheels.WheelsUnavailable as e:
                 raise SandboxFailed(f"sandbox {spec.name!r}: {e.problem}", e.fix) from None
-            return modal.Image.from_dockerfile(context / "Dockerfile", context_dir=context)
+            return modal.Image.from_dockerfile(context / "Dockerfile", context_dir=str(context))
         if spec.image and spec.image.startswith("im-"):  # a snapshot (Sandbox.snapshot) or another Modal image
             return modal.Image.from_id(spec.image)
         return modal.Image.from_registry(spec.image) if spec.image else None  # None: Modal's default image
