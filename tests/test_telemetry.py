@@ -197,7 +197,7 @@ def test_the_cli_and_the_gateway_export_one_trace_over_otlp(otlp_receiver, serve
     try:
         done = subprocess.run([AGENT_ENV, "run", "refund"], env=env, capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
-        deadline = time.monotonic() + 45  # the gateway and the worker go on running: their batches come later (5 s apart; more on a busy machine)
+        deadline = time.monotonic() + 45  # the gateway and the worker go on running: their batches come later
         while True:
             roots = {t for t, name, process in otlp_receiver.spans if (name, process) == ("run refund", "cli")}
             of_run = [(name, process) for t, name, process in otlp_receiver.spans if t in roots]
