@@ -1,9 +1,9 @@
 """Where other packages plug into agent-env, and what is plugged in: each entry point, who provides it, whether it works.
 
-The entry-point group names live here, once, so `agent-env plugin` shows every place a package can plug in and
-the loaders (step registry, sandbox providers, store backends) read the same groups. Inspecting loads every
+Each loader (step registry, sandbox providers, store backends, apps) names the entry-point group it reads; this
+module gathers them, so `agent-env plugin` shows every place a package can plug in. Inspecting loads every
 plugin, catching whatever it raises: one broken package is reported with its error, never crashes the caller.
-Nothing here imports the loaders at module level (they import this module for the group names).
+Only `agent-env plugin` imports this module: it sits above the loaders and imports them.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-STEPS = "agent_env.task_steps"
-PROVIDERS = "agent_env.sandbox_providers"
-STORES = "agent_env.stores"
-ENVS = "agent_env.envs"
+from agent_env.envs.builtin import ENTRY_POINT_GROUP as ENVS
+from agent_env.providers.registry import ENTRY_POINT_GROUP as PROVIDERS
+from agent_env.steps import ENTRY_POINT_GROUP as STEPS
+from agent_env.stores.backends import ENTRY_POINT_GROUP as STORES
+
 GROUPS = {
     STEPS: "step types: a function declared with agent_env.steps.step_type",
     PROVIDERS: "sandbox providers: a subclass of agent_env.providers.Provider",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from agent_env import plugins
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.providers.base import Provider, ProviderConfig, ProviderUnavailable, Sandbox, SandboxInfo, SandboxSpec
 
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
 
     from agent_env.config import Settings
 
-ENTRY_POINT_GROUP = plugins.PROVIDERS
+ENTRY_POINT_GROUP = "agent_env.sandbox_providers"  # (the framework's name; `agent-env plugin` lists it)
 BUILTIN = {
     "local": "agent_env.providers.local:LocalProvider",
     "docker": "agent_env.providers.docker:DockerProvider",

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_env import plugins
 from agent_env.spec.duration import parse_duration
 from agent_env.spec.run import Score, StepTraits
 from agent_env.spec.verbs import WorldStepVerb
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from agent_env.gateway.client import GatewayClient
     from agent_env.stores import Stores
 
-ENTRY_POINT_GROUP = plugins.STEPS
+ENTRY_POINT_GROUP = "agent_env.task_steps"  # (the framework's name; `agent-env plugin` lists it)
 
 BUILTINS = {
     "check": "agent_env.steps.builtin.check:check",

@@ -11,14 +11,13 @@ import difflib
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from agent_env import plugins
 from agent_env.errors import BadInput
 from agent_env.stores.base import DocumentStore, ImageStore, ObjectStore, SecretStore
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
 
-ENTRY_POINT_GROUP = plugins.STORES
+ENTRY_POINT_GROUP = "agent_env.stores"  # (the framework's name; `agent-env plugin` lists it)
 KINDS: dict[str, type] = {
     "documents": DocumentStore,
     "objects": ObjectStore,
