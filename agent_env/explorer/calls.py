@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from agent_env.explorer.runs import instances
 from agent_env.gateway import trajectory
+from agent_env.gateway.client import GatewayRefused, GatewayUnavailable
 from agent_env.spec.run import RunState
 from agent_env.spec.world_state import clip
 from agent_env.stores import Stores, keys
@@ -103,8 +104,6 @@ class CallLog:
         return read
 
     async def _from_gateway(self, instance: str, known: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        from agent_env.gateway.client import GatewayRefused, GatewayUnavailable
-
         client = self.gateway()
         if client is None:
             return None

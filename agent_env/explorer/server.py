@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI
 from pydantic import BaseModel, ValidationError
@@ -345,7 +345,17 @@ def create_app(
     return HostGuard.serving(SecurityHeaders(app), urls or ())
 
 
-def registry_view(stores: Stores) -> dict[str, list[dict[str, Any]]]:
+class RegistryEntry(TypedDict):
+    """A name in the registry: its latest version, how many it has, what it says it is."""
+
+    name: str
+    latest: str
+    versions: int
+    description: str
+    pushed_at: str
+
+
+def registry_view(stores: Stores) -> dict[str, list[RegistryEntry]]:
     """The registry's envs, agents and tasks: each name, its latest version and what it says it is."""
     registry = Registry(stores.documents, stores.objects)  # not closed: the stores are the explorer's
     return {
