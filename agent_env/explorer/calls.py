@@ -16,7 +16,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -123,7 +123,19 @@ class CallLog:
         return found
 
 
-def page(calls: RunCalls, q: CallQuery) -> dict[str, Any]:
+class CallPage(TypedDict):
+    """`GET /api/runs/{run}/calls`: a page of the matching calls, and what the whole run holds."""
+
+    total: int
+    offset: int
+    limit: int
+    agents: list[str]
+    refused: int
+    unavailable: list[str]
+    calls: list[dict[str, Any]]  # trajectory entries (the gateway's), clipped
+
+
+def page(calls: RunCalls, q: CallQuery) -> CallPage:
     """A page of the calls matching the query, each clipped for the list (`n` finds the whole entry)."""
     chosen = calls.merged
     if q.agent is not None:
