@@ -6,7 +6,7 @@ history (continue-as-new input, the run's result), so it is bounded first.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeUpdate
@@ -30,6 +30,16 @@ MAX_CARRIED_EVENTS = 1000  # world events carried across continue-as-new (the re
 # Patches (workflow.patched) keep histories recorded before these changes replaying.
 PATCH_BOUNDS = "poison-bounds"  # bounded state, events, hit updates counted
 PATCH_RELEASE_ALL = "release-all-at-end"  # a run's end releases its instances and hosted agents, not only sandboxes
+
+
+class ResultMemo(TypedDict):
+    """The run's result in its memo (`temporal workflow describe` shows it without a query)."""
+
+    status: str
+    score: float | None
+    steps: dict[str, str]  # step id -> its status
+    virtual_time: NotRequired[str]  # with a clock: where it stopped, and how many world events there were
+    events: NotRequired[int]
 
 
 def changed(inp: RunInput, patch: str) -> bool:
@@ -78,7 +88,7 @@ async def conclude(inp: RunInput, dag: Dag, driver: WorldDriver, trainer: Traine
         if state.score is not None:
             updates.append(attributes.SCORE.value_set(state.score))
         workflow.upsert_search_attributes(updates)
-    result: dict[str, Any] = {
+    result: ResultMemo = {
         "status": state.status.value,
         "score": state.score,
         "steps": {sid: s.status.value for sid, s in state.steps.items()},

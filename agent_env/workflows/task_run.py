@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_env.spec.world_state import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, TriggerHit
     from agent_env.workflows import continuation, details, step_tasks, world_driver
     from agent_env.workflows.dag import Dag
+    from agent_env.workflows.scope import Scope, scope
     from agent_env.workflows.step_tasks import StepTasks
     from agent_env.workflows.trainer_turns import (
         AbandonReply,
@@ -211,7 +212,7 @@ class TaskRun:
     async def _execute(self) -> None:
         world = self.world_driver
         for plan in self.trainer.carried(self.tasks.running):
-            self.tasks.start(plan.id, self.trainer.prompt(plan, resolve(plan.config, self.scope())))
+            self.tasks.start(plan.id, self.trainer.prompt(plan, resolve(plan.config, dict(self.scope()))))
         while True:
             if continuation.history_is_long(self.inp, self.updates):
                 await continuation.drain_and_continue_as_new(
@@ -263,7 +264,7 @@ class TaskRun:
     def _start_ready_steps(self) -> None:
         for plan in self.dag.ready():
             try:
-                config = resolve(plan.config, self.scope())
+                config = resolve(plan.config, dict(self.scope()))
             except TemplateError as e:
                 self.dag.fail(plan.id, f"config: {e}", workflow.now())
                 continue
@@ -275,17 +276,9 @@ class TaskRun:
             else:
                 self.tasks.start(plan.id, self._call(plan, config))
 
-    def scope(self) -> dict[str, Any]:
+    def scope(self) -> Scope:
         """What ${...} references in configs and actions see."""
-        scope: dict[str, Any] = {
-            "steps": self.dag.views(),
-            "run": {"id": self.inp.run_id, "seed": self.inp.pins.get("seed", 0)},
-            "task": {"id": self.inp.task_id, "version": self.inp.task_version},
-        }
-        clock = self.world_driver.clock_scope()
-        if clock is not None:
-            scope["clock"] = clock
-        return scope
+        return scope(self.inp, self.dag, self.world_driver.clock_scope())
 
     async def _call(self, plan: StepPlan, config: dict[str, Any]) -> StepOutcome:
         await self.world_driver.watches_pushed()

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_env.workflows.contract import PACE, PUSH_WORLD, QUICK_RETRY, WORLD_ACTION, Hit, Paced
     from agent_env.workflows.dag import Dag
     from agent_env.workflows.details import summary
+    from agent_env.workflows.scope import ClockView, Scope
     from agent_env.workflows.world_rules import World, WorldError, checked_time
 
 PACE_CHUNK = 0.5  # real seconds per pacing wait: each renews the gateway's lease on the clock
@@ -47,7 +48,7 @@ class WorldDriver:
         dag: Dag,
         world: World | None,
         busy: Callable[[], bool],
-        scope: Callable[[], dict[str, Any]],
+        scope: Callable[[], Scope],
     ) -> None:
         self.run_id = run_id
         self.dag = dag
@@ -77,7 +78,7 @@ class WorldDriver:
         clock = self.world.state.clock
         return clock is not None and clock.mode != "frozen"
 
-    def clock_scope(self) -> dict[str, Any] | None:
+    def clock_scope(self) -> ClockView | None:
         """`${clock.now}` and `${clock.start}` for templates."""
         if self.world is None or self.world.state.clock is None:
             return None
