@@ -203,3 +203,27 @@ def test_an_instruction_goes_only_to_a_deployed_agent_step():
     with pytest.raises(ValueError, match="deployed 'support', not agent 'other'"):
         dag.deployed_agent("agent", "other")
     assert dag.deployed_agent("agent", "support")["url"] == "http://127.0.0.1:1/"
+
+
+def test_a_run_carried_across_continue_as_new_goes_on_where_it_was():
+    """continued.1 continued as new with greet_ada and greet_alan done: the next run starts verify, and only it."""
+    events = _history("continued.1")
+    carried = RunInput.model_validate(_payload(events[-1]["workflowExecutionContinuedAsNewEventAttributes"], "input"))
+    assert carried.carried is not None
+    dag = Dag({s.id: s for s in carried.steps}, carried.carried)
+    assert start_ready(dag) == ["verify"]
+
+
+def test_the_run_ends_cancelled_or_timed_out_whatever_its_steps_scored():
+    dag = dag_of(recorded_input("hello"))
+    start_ready(dag)
+    dag.completed("notes", T0, StepOutcome(score=Score(value=1.0)))
+    dag.cancel_run("abandoned by the trainer: enough")
+    dag.state.conclude()
+    assert (dag.state.status, dag.error) == (RunStatus.CANCELLED, "abandoned by the trainer: enough")
+
+    timed = dag_of(recorded_input("hello"))
+    timed.time_out("the run timed out (its limit is 1m)")
+    assert start_ready(timed) == []
+    timed.state.conclude()
+    assert (timed.state.status, timed.error) == (RunStatus.ERROR, "the run timed out (its limit is 1m)")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, TypedDict
 
-from agent_env.spec.run import RunState, StepOutcome, StepPlan, StepState, StepStatus
+from agent_env.spec.run import RunState, RunStatus, StepOutcome, StepPlan, StepState, StepStatus
 from agent_env.spec.task import FailurePolicy
 
 
@@ -36,6 +36,18 @@ class Dag:
 
     def fail_run(self, message: str) -> None:
         self.state.error = message
+
+    def time_out(self, message: str) -> None:
+        """The run's time limit passed: it ends in error (what ran is settled and skipped by the caller)."""
+        self.state.error = message
+        self.state.status = RunStatus.ERROR
+
+    def cancel_run(self, reason: str | None = None) -> None:
+        """The run is cancelled (from outside, or abandoned by its trainer with `reason`): it ends as cancelled,
+        whatever its steps scored."""
+        self.state.status = RunStatus.CANCELLED
+        if reason is not None:
+            self.state.error = reason
 
     def step(self, step_id: str) -> StepState:
         return self.state.steps[step_id]

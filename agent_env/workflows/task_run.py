@@ -162,7 +162,7 @@ class TaskRun:
                 await self._stop_quietly()
         except asyncio.CancelledError:
             await self.stop_running()
-            self.state.status = RunStatus.CANCELLED
+            self.dag.cancel_run()
             await self._conclude()
             raise
         await self._conclude()
@@ -175,8 +175,8 @@ class TaskRun:
         await continuation.conclude(self.inp, self.dag, self.world_driver, self.trainer)
 
     def _bad_data(self, e: BaseException, where: str) -> None:
-        if not self.state.error:
-            self.state.error = f"{where} failed on bad data: {type(e).__name__}: {str(e)[:1000]}"
+        if not self.dag.error:
+            self.dag.fail_run(f"{where} failed on bad data: {type(e).__name__}: {str(e)[:1000]}")
 
     async def _stop_quietly(self) -> None:
         try:
@@ -200,8 +200,7 @@ class TaskRun:
             execute.cancel()
             await asyncio.gather(execute, return_exceptions=True)
             await self.stop_running()
-            self.state.error = f"the run timed out (its limit is {format_duration(self.inp.timeout)})"
-            self.state.status = RunStatus.ERROR
+            self.dag.time_out(f"the run timed out (its limit is {format_duration(self.inp.timeout)})")
             return
         except asyncio.CancelledError:  # the run is cancelled: so is what it was doing
             execute.cancel()
@@ -220,13 +219,12 @@ class TaskRun:
                 )
             if self.trainer.abandoned is not None:
                 await self.stop_running()
-                self.state.status = RunStatus.CANCELLED
-                self.state.error = f"abandoned by the trainer: {self.trainer.abandoned}"
+                self.dag.cancel_run(f"abandoned by the trainer: {self.trainer.abandoned}")
                 return
             self._start_ready_steps()
             await world.advance()
             self._start_ready_steps()  # the world may have finished waits that others depend on
-            if self.state.error or world.ended:
+            if self.dag.error or world.ended:
                 await self.stop_running()
                 return
             if not self.tasks.busy() and not world.waiting and not world.can_go_on():
