@@ -3,6 +3,7 @@ deployed agent), and pushes of the run's clock and watches to the gateway."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from temporalio import activity
@@ -52,7 +53,7 @@ class WorldActivities(Activities):
         return {**clip_fields(outcome), "hits": hits}  # it is logged in the world's events, carried in history
 
     async def _world_action(
-        self, instance: str, action: dict[str, Any], key: str, cause: str, at: str | None
+        self, instance: str, action: Mapping[str, Any], key: str, cause: str, at: str | None
     ) -> dict[str, Any]:
         gateway = await self._gateway()
         kind = action["type"]
@@ -90,7 +91,7 @@ class WorldActivities(Activities):
                 out["fallback"] = said["fallback"]
         return out
 
-    async def _instruct_agent(self, gateway: GatewayClient, action: dict[str, Any], key: str) -> Said:
+    async def _instruct_agent(self, gateway: GatewayClient, action: Mapping[str, Any], key: str) -> Said:
         """Hand an instruction to a deployed agent (it acts with its tools). Answered once per key."""
         # (the A2A SDK loads with the first agent asked, not with the worker)
         from agent_env.agents.client import AgentReplyInvalid, AgentTimedOut, AgentUnreachable, ask_deployed

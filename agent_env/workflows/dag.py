@@ -7,7 +7,7 @@ DAG decides). Steps are looked at in the task's order, so the same run makes the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -143,7 +143,7 @@ class Dag:
         skipped = (StepStatus.PENDING, StepStatus.SKIPPED)
         return [plan for sid, plan in self.plans.items() if self.state.steps[sid].status not in skipped]
 
-    def deployed_agent(self, step_id: str, agent: str) -> dict[str, Any]:
+    def deployed_agent(self, step_id: str, agent: str) -> Mapping[str, Any]:
         """The outputs of the step that deployed `agent` (for an instruction sent to it); ValueError saying why
         `step_id` is no such step."""
         step = self.state.steps.get(step_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from datetime import timedelta
 from typing import Any, TypedDict
 
@@ -151,7 +151,7 @@ class TrainerTurns:
             if dag.step(step_id).status is StepStatus.RUNNING and step_id not in running
         ]
 
-    async def prompt(self, plan: StepPlan, raw: dict[str, Any]) -> StepOutcome:
+    async def prompt(self, plan: StepPlan, raw: Mapping[str, Any]) -> StepOutcome:
         """A prompt step with a side played by a trainer: the conversation is held here; the trainer's turns are
         offered (next_turn) and answered (end_turn); hosted agents answer through activities."""
         state = self.dag.state

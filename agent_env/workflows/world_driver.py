@@ -14,7 +14,7 @@ Deterministic workflow code: the order of what it awaits is the order of the run
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -335,7 +335,7 @@ class WorldDriver:
         self.waiting.clear()
 
 
-def world_step(driver: WorldDriver, plan: StepPlan, config: dict[str, Any]) -> None:
+def world_step(driver: WorldDriver, plan: StepPlan, config: Mapping[str, Any]) -> None:
     """Steps that change the world's rules run in the workflow, at once: they are decisions."""
     dag, world = driver.dag, driver.world
     if world is None:
@@ -378,7 +378,7 @@ def world_step(driver: WorldDriver, plan: StepPlan, config: dict[str, Any]) -> N
     dag.succeed(plan.id, workflow.now(), outputs)
 
 
-def _action_summary(trigger: str, action_type: str, spec: dict[str, Any], at: datetime) -> str:
+def _action_summary(trigger: str, action_type: str, spec: Mapping[str, Any], at: datetime) -> str:
     """`call_tool send_email on desk (trigger morning_rush, virtual 2026-03-02T14:30:00Z)`: names, never arguments."""
     target = str(spec.get("tool") or spec.get("agent") or spec.get("role") or "")[:80]  # what it acts on or as
     on = f" on {str(spec['env'])[:80]}" if spec.get("env") else ""
