@@ -94,7 +94,7 @@ async def _record_and_start(
 
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-    from agent_env.stores import open_stores
+    from agent_env.stores import in_thread, open_stores
     from agent_env.temporal.client import ensure_search_attributes
     from agent_env.workflows import attributes, details
 
@@ -122,14 +122,14 @@ async def _record_and_start(
     # Recorded before the workflow starts (never after: a fast run could already have recorded its
     # end), so a run is listed at once even if no worker has picked it up yet.
     opened = stores is None
-    stores = open_stores(settings) if stores is None else stores
-    stores.documents.put(keys.RUNS, run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
+    stores = await in_thread(open_stores, settings) if stores is None else stores
+    await stores.aio.documents.put(keys.RUNS, run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
     try:
         # The run's span: the workflow and its activities continue it (Temporal headers), wherever they run.
         with telemetry.span(f"run {inp.task_id}", run_id=run_id, task_version=inp.task_version):
             return await launch(options)
     except BaseException:
-        stores.documents.delete(keys.RUNS, run_id)
+        await stores.aio.documents.delete(keys.RUNS, run_id)
         raise
     finally:
         if opened:

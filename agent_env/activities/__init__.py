@@ -21,6 +21,7 @@ from agent_env.errors import format_loc
 from agent_env.spec.run import RunState, StepCall, StepOutcome
 from agent_env.spec.world_state import WorldPush, clip_fields
 from agent_env.steps import StepContext, StepFailed, registry
+from agent_env.stores import in_thread
 from agent_env.workflows import contract
 from agent_env.workflows.contract import AgentAnswer, AgentAsk, Hit, Paced, PromptFinish, Who
 
@@ -121,7 +122,7 @@ class RunActivities:
     async def record_run(self, state: RunState, release: list[str] | None) -> None:
         """Upsert the run's record: runs stay listable without Temporal and after its retention. With `release`
         (the run's id), then release what the run holds on the gateway (it started no sandbox: see `end_run`)."""
-        self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
+        await self.stores.aio.documents.put("runs", state.run_id, state.model_dump(mode="json"))
         if release:
             from agent_env.gateway.release import end_run
 
@@ -270,7 +271,7 @@ class RunActivities:
             raise _fatal(f"{ask.who['name']} could not answer ({reply.state}): {reply.text[:500]}", "StepFailed")
         turn = ask.turn if ask.turn is not None else turn_number(ask.transcript, ask.side)
         key = agents.message_key(ask.run_id, ask.step_id, ask.side, turn)
-        return AgentAnswer(entry=agents.kept_apart(self.stores, entry, key))
+        return AgentAnswer(entry=await in_thread(agents.kept_apart, self.stores, entry, key))
 
     @activity.defn(name=contract.PROMPT_FINISH.name)
     async def prompt_finish(self, done: PromptFinish) -> dict[str, Any]:

@@ -111,9 +111,9 @@ class Episodes:
 
         inp = spec.planned(self.settings, run_id or runner.new_run_id(spec.task.id))
         if self._stores is None:
-            from agent_env.stores import open_stores
+            from agent_env.stores import in_thread, open_stores
 
-            self._stores = open_stores(self.settings)
+            self._stores = await in_thread(open_stores, self.settings)
         handle, first = await runner.start_with_update(
             self.client, self.settings, inp, "next_turn", [None], stores=self._stores
         )

@@ -81,11 +81,11 @@ async def start_group(
     even if this group is never closed."""
     from agent_env import runner
     from agent_env.episodes.client import Episode
-    from agent_env.stores import open_stores
+    from agent_env.stores import in_thread, open_stores
 
     seeds = _check(size, seeds, spec.seed, ttl)
     group_id = runner.new_run_id(f"{spec.task.id}-group")
-    stores = open_stores(episodes.settings)
+    stores = await in_thread(open_stores, episodes.settings)
     try:
         forkable = _forkable_envs(spec.task)
         plans: dict[int, RunInput] = {}
