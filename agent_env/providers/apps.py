@@ -23,7 +23,7 @@ def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
     """Store the build context as a content-addressed tar (so any worker can build it, and an unchanged
     context maps to the same image); returns its object key. A link in it refuses the run (see `packing`)."""
     from agent_env import packing
-    from agent_env.providers.docker import context_tar
+    from agent_env.providers.docker_images import context_tar
 
     root = record_folder.resolve()
     try:
