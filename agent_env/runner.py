@@ -14,7 +14,7 @@ from agent_env.errors import BadInput, NotFound
 from agent_env.planning.runs import plan  # (also `runner.plan`, for callers that plan without starting)
 from agent_env.spec.run import RunInput, RunState
 from agent_env.spec.task import TaskSpec
-from agent_env.stores import keys
+from agent_env.stores import in_thread, keys
 
 T = TypeVar("T")
 
@@ -33,7 +33,8 @@ def new_run_id(task_id: str) -> str:
 
 async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_id: str | None = None) -> WorkflowHandle:
     """Plan `task` and start it."""
-    return await start(client, settings, plan(task, run_id or new_run_id(task.id), settings))
+    planned = await in_thread(plan, task, run_id or new_run_id(task.id), settings)  # (it stores the plan's document)
+    return await start(client, settings, planned)
 
 
 def replan(settings: Settings, run_id: str) -> RunInput:
@@ -94,7 +95,7 @@ async def _record_and_start(
 
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-    from agent_env.stores import in_thread, open_stores
+    from agent_env.stores import open_stores
     from agent_env.temporal.client import ensure_search_attributes
     from agent_env.workflows import attributes, details
 

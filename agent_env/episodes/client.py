@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agent_env.errors import AgentEnvError
 from agent_env.spec.run import RunState, TurnOffer
+from agent_env.stores import in_thread
 
 if TYPE_CHECKING:
     from temporalio.client import WorkflowUpdateHandle
@@ -109,9 +110,9 @@ class Episodes:
         (the answer is kept for the first `next_turn()`)."""
         from agent_env import runner
 
-        inp = spec.planned(self.settings, run_id or runner.new_run_id(spec.task.id))
+        inp = await in_thread(spec.planned, self.settings, run_id or runner.new_run_id(spec.task.id))
         if self._stores is None:
-            from agent_env.stores import in_thread, open_stores
+            from agent_env.stores import open_stores
 
             self._stores = await in_thread(open_stores, self.settings)
         handle, first = await runner.start_with_update(

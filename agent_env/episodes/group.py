@@ -91,7 +91,7 @@ async def start_group(
         plans: dict[int, RunInput] = {}
         for seed in dict.fromkeys(seeds):
             task = _forking(spec.with_seed(seed).task, {step: f"{group_id}.{step}" for step in forkable})
-            plans[seed] = runner.plan(task, f"{group_id}-0", episodes.settings)
+            plans[seed] = await in_thread(runner.plan, task, f"{group_id}-0", episodes.settings)
         expires_at = datetime.now(UTC) + timedelta(seconds=ttl)
         prototypes = await _deploy_prototypes(
             episodes, stores, group_id, spec.task.id, plans[seeds[0]], forkable, expires_at
