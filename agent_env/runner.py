@@ -14,7 +14,7 @@ from agent_env.errors import BadInput, NotFound
 from agent_env.planning.runs import plan  # (also `runner.plan`, for callers that plan without starting)
 from agent_env.spec.run import RunInput, RunState
 from agent_env.spec.task import TaskSpec
-from agent_env.stores import keys
+from agent_env.stores import in_thread, keys
 
 T = TypeVar("T")
 
@@ -33,7 +33,8 @@ def new_run_id(task_id: str) -> str:
 
 async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_id: str | None = None) -> WorkflowHandle:
     """Plan `task` and start it."""
-    return await start(client, settings, plan(task, run_id or new_run_id(task.id), settings))
+    planned = await in_thread(plan, task, run_id or new_run_id(task.id), settings)  # (it stores the plan's document)
+    return await start(client, settings, planned)
 
 
 def replan(settings: Settings, run_id: str) -> RunInput:
@@ -122,14 +123,14 @@ async def _record_and_start(
     # Recorded before the workflow starts (never after: a fast run could already have recorded its
     # end), so a run is listed at once even if no worker has picked it up yet.
     opened = stores is None
-    stores = open_stores(settings) if stores is None else stores
-    stores.documents.put(keys.RUNS, run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
+    stores = await in_thread(open_stores, settings) if stores is None else stores
+    await stores.aio.documents.put(keys.RUNS, run_id, RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"))
     try:
         # The run's span: the workflow and its activities continue it (Temporal headers), wherever they run.
         with telemetry.span(f"run {inp.task_id}", run_id=run_id, task_version=inp.task_version):
             return await launch(options)
     except BaseException:
-        stores.documents.delete(keys.RUNS, run_id)
+        await stores.aio.documents.delete(keys.RUNS, run_id)
         raise
     finally:
         if opened:

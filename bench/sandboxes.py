@@ -46,7 +46,7 @@ def _forget_image(provider, build: Path) -> None:
     """Remove the image built from this context, so the next create builds it again."""
     import docker.errors
 
-    from agent_env.providers.docker import build_tag, context_tar
+    from agent_env.providers.docker_images import build_tag, context_tar
 
     try:  # by id, so other tags of the same image (and its cached layers) go too
         image = provider.client.images.get(build_tag(build, context_tar(build)))
@@ -59,7 +59,7 @@ async def _raw_docker(provider, build: Path, n: int) -> tuple[float, float]:
     """Docker alone, no agent-env: run the built image, wait until it serves, then remove it."""
     import httpx2
 
-    from agent_env.providers.docker import build_tag, context_tar
+    from agent_env.providers.docker_images import build_tag, context_tar
 
     image = build_tag(build, context_tar(build))
     started = time.perf_counter()

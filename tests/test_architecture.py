@@ -204,10 +204,16 @@ def test_every_room_of_the_package_is_on_the_map():
     assert not gone, f"the layer map names rooms that do not exist: {gone}"
 
 
+# Held in tests/ratchet.toml but measured by the CI's test run, not here: scripts/coverage-by-room fails below it.
+MEASURED_BY_CI = {"coverage_percent_floor"}
+
+
 def test_the_ratchet_only_falls():
     recorded = tomllib.loads(RATCHET.read_text())
+    assert MEASURED_BY_CI <= set(recorded), f"tests/ratchet.toml should hold {sorted(MEASURED_BY_CI)} (the CI's floors)"
+    recorded = {name: value for name, value in recorded.items() if name not in MEASURED_BY_CI}
     now = measured()
-    assert set(recorded) == set(now), f"tests/ratchet.toml should hold exactly {sorted(now)}"
+    assert set(recorded) == set(now), f"tests/ratchet.toml should hold exactly {sorted(set(now) | MEASURED_BY_CI)}"
     risen = {name: (recorded[name], value) for name, value in now.items() if value > recorded[name]}
     fallen = {name: (recorded[name], value) for name, value in now.items() if value < recorded[name]}
     detail = []

@@ -27,7 +27,8 @@ from agent_env.gateway import embedded as embedded_gateway
 from agent_env.planning.tasks import load_task
 from agent_env.providers import ProviderUnavailable, SandboxFailed, SandboxSpec, registry
 from agent_env.providers.base import LABEL_RUN
-from agent_env.providers.docker import BASE_IMAGE, DockerProvider
+from agent_env.providers.docker import DockerProvider
+from agent_env.providers.docker_images import BASE_IMAGE
 from agent_env.spec.run import RunStatus
 from agent_env.temporal.client import connect
 

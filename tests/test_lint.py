@@ -16,7 +16,14 @@ def test_ruff():
 
 def test_ruff_format():
     """The code is as `ruff format` writes it (the pre-commit hook formats before each commit)."""
-    paths = ["agent_env", "tests", "bench", "scripts/record-histories", "scripts/third-party-notices"]
+    paths = [
+        "agent_env",
+        "tests",
+        "bench",
+        "scripts/record-histories",
+        "scripts/third-party-notices",
+        "scripts/coverage-by-room",
+    ]
     done = subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--check", *paths], cwd=ROOT, capture_output=True, text=True
     )

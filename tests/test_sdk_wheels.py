@@ -178,8 +178,8 @@ def test_an_image_naming_the_wheels_runs_this_installs_agent_env(tmp_path, docke
     )
     provider = DockerProvider(Settings(state_dir=tmp_path / "state"))
     try:
-        tag = provider._build(build)
-        assert provider._build(build) == tag, "an unchanged context and install: the same image, not rebuilt"
+        tag = provider.images.build(build)
+        assert provider.images.build(build) == tag, "an unchanged context and install: the same image, not rebuilt"
     finally:
         provider.close()
     probe = (

@@ -35,7 +35,7 @@ from agent_env.config import Settings, load_settings
 from agent_env.errors import BadInput
 from agent_env.planning.tasks import load_task
 from agent_env.providers.apps import pin_build, unpack_build
-from agent_env.providers.docker import context_tar
+from agent_env.providers.docker_images import context_tar
 from agent_env.registry.bundle_file import export_bundle
 from agent_env.registry.bundle_items import read_bundle
 from agent_env.registry.store import open_registry

@@ -209,7 +209,7 @@ async def test_the_reaper_leaves_other_installs_sandboxes_alone(tmp_path, client
 async def test_the_reaper_leaves_other_installs_containers_alone(docker_client, tmp_path, client):  # noqa: F811
     """The same attack on a shared Docker daemon, where every install sees every container; also, a
     container of another install that happens to have our sandbox's name is never adopted."""
-    from agent_env.providers.docker import BASE_IMAGE
+    from agent_env.providers.docker_images import BASE_IMAGE
 
     ours, theirs = Settings(state_dir=tmp_path / "ours"), Settings(state_dir=tmp_path / "theirs")
     tag = os.urandom(3).hex()

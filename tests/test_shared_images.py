@@ -23,7 +23,8 @@ from agent_env.bundles import resolve_target
 from agent_env.config import Settings
 from agent_env.planning.tasks import load_task
 from agent_env.providers import SandboxSpec
-from agent_env.providers.docker import DockerProvider, build_tag, context_tar, shared_build_image
+from agent_env.providers.docker import DockerProvider
+from agent_env.providers.docker_images import build_tag, context_tar, shared_build_image
 from agent_env.spec.run import RunStatus
 from agent_env.stores.backends import open_store
 

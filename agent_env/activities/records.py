@@ -16,6 +16,6 @@ class RecordActivities(Activities):
     async def record_run(self, state: RunState, release: list[str] | None) -> None:
         """Upsert the run's record: runs stay listable without Temporal and after its retention. With `release`
         (the run's id), then release what the run holds on the gateway (it started no sandbox: see `end_run`)."""
-        self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
+        await self.stores.aio.documents.put("runs", state.run_id, state.model_dump(mode="json"))
         if release:
             await end_run(await self._gateway(), self.stores, release[0])

@@ -11,6 +11,7 @@ from temporalio import activity
 from agent_env.activities.shared import HEARTBEAT_EVERY, Activities, fatal, keep_heartbeating, step_failed
 from agent_env.agents.conversation import turn_number
 from agent_env.steps import StepFailed
+from agent_env.stores import in_thread
 from agent_env.workflows import contract
 from agent_env.workflows.contract import AgentAnswer, AgentAsk, PromptFinish, Who
 
@@ -58,7 +59,7 @@ class TurnActivities(Activities):
             raise fatal(f"{ask.who['name']} could not answer ({reply.state}): {reply.text[:500]}", "StepFailed")
         turn = ask.turn if ask.turn is not None else turn_number(ask.transcript, ask.side)
         key = agents.message_key(ask.run_id, ask.step_id, ask.side, turn)
-        return AgentAnswer(entry=agents.kept_apart(self.stores, entry, key))
+        return AgentAnswer(entry=await in_thread(agents.kept_apart, self.stores, entry, key))
 
     @activity.defn(name=contract.PROMPT_FINISH.name)
     async def prompt_finish(self, done: PromptFinish) -> dict[str, Any]:

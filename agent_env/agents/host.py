@@ -22,6 +22,7 @@ from agent_env.agents.models import Endpoints
 from agent_env.config import ModelSettings, Settings
 from agent_env.spec.agent import AgentRecord, InlineSkill
 from agent_env.spec.times import utc_now_iso
+from agent_env.stores import in_thread
 
 if TYPE_CHECKING:
     from agent_env.agents.sdk import Turn
@@ -199,7 +200,9 @@ class AgentHost:
                     scope, receive, send
                 )
                 return
-            entry = self._apps[agent_id] = self._build(spec, self.card_url(agent_id, scope))
+            # Built on the stores' threads: a restarted gateway looks the keys up in the secret store again.
+            built = await in_thread(self._build, spec, self.card_url(agent_id, scope))
+            entry = self._apps.setdefault(agent_id, built)  # (of two first requests racing, one build is kept)
         await entry[0](scope, receive, send)
 
     def card_url(self, agent_id: str, scope) -> str:

@@ -35,7 +35,7 @@ from agent_env.episodes.tools import RestTools, TurnTools, client_for, tools_pat
 from agent_env.errors import AgentEnvError
 from agent_env.gateway import embedded
 from agent_env.spec.run import RunState, TurnOffer
-from agent_env.stores import open_stores
+from agent_env.stores import in_thread, open_stores
 from agent_env.temporal import background, server
 from agent_env.temporal.client import connect
 from agent_env.temporal.worker import create_worker
@@ -107,9 +107,9 @@ class Episodes:
     async def start(self, spec: EpisodeSpec, *, run_id: str | None = None) -> Episode:
         """Start an episode of `spec`: its run starts and its first `next_turn` is asked in the same request
         (the answer is kept for the first `next_turn()`)."""
-        inp = spec.planned(self.settings, run_id or runner.new_run_id(spec.task.id))
+        inp = await in_thread(spec.planned, self.settings, run_id or runner.new_run_id(spec.task.id))
         if self._stores is None:
-            self._stores = open_stores(self.settings)
+            self._stores = await in_thread(open_stores, self.settings)
         handle, first = await runner.start_with_update(
             self.client, self.settings, inp, "next_turn", [None], stores=self._stores
         )

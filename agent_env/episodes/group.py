@@ -37,7 +37,7 @@ from agent_env.planning.tasks import parse_task
 from agent_env.spec.env import EnvRecord
 from agent_env.steps import StepContext
 from agent_env.steps.builtin.envs import DeployConfig, deploy, instance_id
-from agent_env.stores import open_stores
+from agent_env.stores import in_thread, open_stores
 
 if TYPE_CHECKING:
     from agent_env.episodes.spec import EpisodeSpec
@@ -88,13 +88,13 @@ async def start_group(
     even if this group is never closed."""
     seeds = _check(size, seeds, spec.seed, ttl)
     group_id = runner.new_run_id(f"{spec.task.id}-group")
-    stores = open_stores(episodes.settings)
+    stores = await in_thread(open_stores, episodes.settings)
     try:
         forkable = _forkable_envs(spec.task)
         plans: dict[int, RunInput] = {}
         for seed in dict.fromkeys(seeds):
             task = _forking(spec.with_seed(seed).task, {step: f"{group_id}.{step}" for step in forkable})
-            plans[seed] = runner.plan(task, f"{group_id}-0", episodes.settings)
+            plans[seed] = await in_thread(runner.plan, task, f"{group_id}-0", episodes.settings)
         expires_at = datetime.now(UTC) + timedelta(seconds=ttl)
         prototypes = await _deploy_prototypes(
             episodes, stores, group_id, spec.task.id, plans[seeds[0]], forkable, expires_at

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from agent_env.gateway.client import GatewayClient, GatewayRefused, GatewayUnavailable
-from agent_env.stores import keys
+from agent_env.stores import in_thread, keys, open_stores
+from agent_env.stores.base import MissingObject
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -143,13 +144,9 @@ class GatewayPool(GatewayClient):
     def _stores(self) -> Stores | None:
         if self.settings is None:
             return None
-        from agent_env.stores import open_stores
-
         return open_stores(self.settings)
 
     def _placement(self, stores: Stores, instance: str) -> tuple[str, Placement] | None:
-        from agent_env.stores.base import MissingObject
-
         run_id = instance.rpartition(".")[0]
         key = keys.placement(run_id, instance) if run_id else None
         try:
@@ -169,20 +166,20 @@ class GatewayPool(GatewayClient):
         """Rebuild an instance whose gateway is no longer in the pool on another: its spec, then its last
         snapshot (or its deploy-time data). None when it was never placed by a pool, or its gateway still is
         in the pool (then it was deleted, not lost)."""
-        stores = self._stores()
+        stores = await in_thread(self._stores)
         if stores is None:
             return None
         try:
-            found = self._placement(stores, instance)
+            found = await in_thread(self._placement, stores, instance)
             if found is None or found[1].gateway in {c.base_url for c in self.clients}:
                 return None
             key, placement = found
             target = await self.place(placement.spec.get("run_id"))
             await target.put_instance(placement.spec)
             if placement.last_snapshot:
-                await target.restore(instance, stores.objects.get(placement.last_snapshot))
+                await target.restore(instance, await stores.aio.objects.get(placement.last_snapshot))
             elif placement.data:
-                parts = [{"kind": "data", "data": json.loads(stores.objects.get(k))} for k in placement.data]
+                parts = [{"kind": "data", "data": json.loads(await stores.aio.objects.get(k))} for k in placement.data]
                 await target.load(instance, parts, idempotency_key=f"{instance}/restored", reset=True)
             placement.restored.append(
                 Restored(
@@ -193,7 +190,7 @@ class GatewayPool(GatewayClient):
                 )
             )
             placement.gateway = target.base_url
-            stores.objects.put(key, placement.model_dump_json().encode())
+            await stores.aio.objects.put(key, placement.model_dump_json().encode())
         finally:
             stores.close()
         log.warning(

@@ -35,8 +35,8 @@ async def retire_instance(
     except GatewayRefused as e:
         if e.status != 404:
             raise
-        return {"instance": instance, "trajectory": key if stores.objects.exists(key) else None}
-    stores.objects.put(key, _jsonl(entries))
+        return {"instance": instance, "trajectory": key if await stores.aio.objects.exists(key) else None}
+    await stores.aio.objects.put(key, _jsonl(entries))
     await gateway.delete_instance(instance, keep_data=keep_data)
     return {"instance": instance, "trajectory": key, "calls": len(entries)}
 
@@ -48,5 +48,5 @@ async def end_run(gateway: GatewayClient, stores: Stores, run_id: str) -> dict[s
     for instance in ended["instances"]:
         entries = await gateway.trajectory(instance)
         if entries:
-            stores.objects.put(trajectory_key(run_id, instance), _jsonl(entries))
+            await stores.aio.objects.put(trajectory_key(run_id, instance), _jsonl(entries))
     return {"closed": len(ended["instances"]), "agents_deleted": len(ended["agents"])}

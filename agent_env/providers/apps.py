@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_env.errors import BadInput
 from agent_env.providers.base import Network, SandboxSpec, redact
-from agent_env.stores import keys
+from agent_env.stores import in_thread, keys
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -23,7 +23,7 @@ def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
     """Store the build context as a content-addressed tar (so any worker can build it, and an unchanged
     context maps to the same image); returns its object key. A link in it refuses the run (see `packing`)."""
     from agent_env import packing
-    from agent_env.providers.docker import context_tar
+    from agent_env.providers.docker_images import context_tar
 
     root = record_folder.resolve()
     try:
@@ -167,9 +167,9 @@ async def start(
     if box.build:
         if build_key is None:
             raise StepFailed(f"{label}: its build context was not pinned when the run was planned")
-        build = unpack_build(settings, stores, build_key, name)
+        build = await in_thread(unpack_build, settings, stores, build_key, name)
     spec = run_spec(settings, run_id, owner, sandbox_name(owner, name), box, build)
-    env = resolve_env(settings, box, label)
+    env = await in_thread(resolve_env, settings, box, label)  # (the secret store)
     secrets = tuple(env[var] for var in env_secrets(box) if env[var])
     if server_token:  # set after the bundle's env, so a bundle cannot choose its server's token
         from agent_env.envs.serve import SERVER_TOKEN_ENV

@@ -1,14 +1,12 @@
 """`docker`: sandboxes are containers on a Docker daemon (`DOCKER_HOST`, default the local socket).
 
-- Images come from `image`, or are built from a `build` folder with a Dockerfile, tagged by the hash of
-  the build context so an unchanged context is never rebuilt. Built images are shared through the configured
-  image store (`build-NAME` at the context's digest): a worker on another machine pulls what one built. The
-  store is a cache: when it cannot be reached, the worker builds locally and warns.
+- Images come from `image`, or are built from a `build` folder with a Dockerfile and shared through the image
+  store (docker_images.py).
 - A sandbox's info carries the id of the image it runs (`sha256:...`), so a run records exactly what ran.
 - A container's `port` is published on 127.0.0.1 (a free host port unless `host_port` is given).
 - Network: `open` (the default bridge), `none` (an internal network: no route out; the host reaches the
   container by its address), an allowlist (a bridge network whose egress is dropped in iptables'
-  DOCKER-USER chain except to the listed addresses; needs iptables on the daemon's host, as root), or
+  DOCKER-USER chain except to the listed addresses: docker_egress.py), or
   `host` (the host's network: it reaches services on the host's loopback, such as the gateway, and
   serves on a free port of it; files and processes stay isolated, the network does not).
 - Labels carry the run id and expiry, so `list` and the reaper find every container we started.
@@ -17,20 +15,15 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import io
 import logging
-import re
-import shlex
-import subprocess
 import tarfile
-import threading
 import time
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from agent_env.errors import BadInput, NotFound
-from agent_env.providers import sdk_wheels
+from agent_env.providers import docker_egress as egress
 from agent_env.providers.base import (
     LABEL_INSTALL,
     LABEL_NAME,
@@ -47,67 +40,12 @@ from agent_env.providers.base import (
     install_id,
     port_taken,
 )
-
-if TYPE_CHECKING:
-    from agent_env.stores.base import ImageStore
+from agent_env.providers.docker_egress import ALLOWLIST_SUBNET, NETWORK_ALLOWLIST
+from agent_env.providers.docker_images import BASE_IMAGE, BASE_IMAGE_FIX, DockerImages
 
 log = logging.getLogger("agent_env.providers.docker")
 
 NETWORK_NONE = "agentenv-none"
-NETWORK_ALLOWLIST = "agentenv-allowlist"
-ALLOWLIST_SUBNET = "172.30.0.0/16"
-BASE_IMAGE = "agentenv/base:bookworm"
-BASE_IMAGE_FIX = "build it with `scripts/docker-base-image` (images cannot be pulled on machines without internet)"
-
-
-def context_tar(root: Path, under: str = "") -> bytes:
-    """The build context `under` the folder `root` (all of it when empty) as a reproducible tar: sorted, no owners
-    or times, so equal trees hash equal. Read through `agent_env.packing`: a link in it is refused, never followed
-    (so no file outside the folder is packed), as are FIFOs, sockets and devices."""
-    from agent_env import packing
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for entry in packing.walk(root, under):
-            info = tarfile.TarInfo(PurePosixPath(entry.path).relative_to(PurePosixPath(under)).as_posix())
-            info.mode = 0o755 if entry.folder or entry.executable else 0o644
-            if entry.folder:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:  # a regular file, also when hard-linked: its bytes, never a link member
-                data = packing.read(root, entry.path)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def with_files(context: bytes, files: dict[str, Path]) -> bytes:
-    """A build context (a tar from `context_tar`) with more regular files added at the given paths."""
-    buf = io.BytesIO(context)
-    with tarfile.open(fileobj=buf, mode="a") as tar:
-        for name, path in files.items():
-            data = path.read_bytes()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def build_tag(folder: Path, context: bytes) -> str:
-    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in folder.name.lower()).strip("-.") or "app"
-    return f"agentenv-build/{name}:{hashlib.sha256(context).hexdigest()[:16]}"
-
-
-def shared_build_image(tag: str) -> tuple[str, str]:
-    """The (name, version) under which the image store keeps the image of build tag `tag`: `build-NAME` at the
-    context's digest, valid as a repository and a tag on every backend (see `check_image`)."""
-    repository, _, digest = tag.rpartition(":")
-    name = re.sub(r"[^a-z0-9]+", "-", repository.rsplit("/", 1)[-1].lower())
-    return f"build-{name}"[:128].strip("-"), digest
-
-
-def _tail(lines: list[str], count: int = 20) -> str:
-    return "\n".join("    " + line for line in lines[-count:])
 
 
 class DockerSandbox(Sandbox):
@@ -171,7 +109,7 @@ def _remove_container(container: Any) -> None:
         container.remove(force=True)  # sandboxes are disposable: their state was exported before teardown
     except docker.errors.NotFound:
         pass
-    _drop_rules(container.name)
+    egress.drop_rules(container.name)
 
 
 class DockerProvider(Provider):
@@ -184,9 +122,7 @@ class DockerProvider(Provider):
         self.settings = settings
         self.install = install_id(settings)
         self._client = None
-        self._image_store: ImageStore | None = None
-        self._image_store_tried = False
-        self._image_store_lock = threading.Lock()
+        self.images = DockerImages(settings, lambda: self.client)
 
     @property
     def client(self):
@@ -212,11 +148,11 @@ class DockerProvider(Provider):
         except Exception as e:  # noqa: BLE001 - any failure to talk to the daemon means "not usable"
             raise _no_daemon(e) from None
 
-    # -- images --
+    # -- images (docker_images.py) --
 
     async def image_for(self, spec: SandboxSpec) -> str:
         if spec.build:
-            return await asyncio.to_thread(self._build, Path(spec.build))
+            return await asyncio.to_thread(self.images.build, Path(spec.build))
         if not spec.image:
             raise BadInput(
                 f"sandbox {spec.name!r} names neither an `image` nor a `build` folder",
@@ -224,140 +160,12 @@ class DockerProvider(Provider):
             )
         return spec.image
 
-    def _build(self, folder: Path) -> str:
-        import docker.errors
-
-        if not (folder / "Dockerfile").is_file():
-            raise BadInput(f"{folder} has no Dockerfile", "put a Dockerfile in the app's `build` folder")
-        context = context_tar(folder)
-        wheels = self._sdk_wheels(folder)  # (fingerprint, the distributions) when the Dockerfile installs agent-env
-        tag = build_tag(folder, context + (f"\0{sdk_wheels.FOLDER}\0{wheels[0]}".encode() if wheels else b""))
-        try:
-            self.client.images.get(tag)
-            return tag  # built before from the very same context
-        except docker.errors.ImageNotFound:
-            pass
-        if self._fetch_built(tag):
-            return tag  # built by another worker, shared through the image store
-        if wheels:
-            made = sdk_wheels.made(Path(self.settings.state_dir) / "sandboxes" / "wheels", wheels[1], wheels[0])
-            context = with_files(context, {f"{sdk_wheels.FOLDER}/{p.name}": p for p in sorted(made.glob("*.whl"))})
-        lines: list[str] = []
-        try:
-            for chunk in self.client.api.build(
-                fileobj=io.BytesIO(context),
-                custom_context=True,
-                tag=tag,
-                rm=True,
-                forcerm=True,
-                pull=False,
-                decode=True,
-                labels={"agentenv.context": tag.rsplit(":", 1)[1]},
-            ):
-                if "stream" in chunk:
-                    lines.extend(chunk["stream"].rstrip("\n").splitlines())
-                if "error" in chunk:
-                    lines.append(chunk["error"].rstrip("\n"))
-                    raise SandboxFailed(
-                        f"building the image from {folder}/Dockerfile failed: "
-                        f"{chunk['error'].strip()}\n  build log (last lines):\n{_tail(lines)}",
-                        self._build_fix(chunk["error"], wheels=bool(wheels)),
-                    )
-        except docker.errors.APIError as e:
-            raise SandboxFailed(
-                f"building the image from {folder}/Dockerfile failed: {e.explanation or e}\n"
-                f"  build log (last lines):\n{_tail(lines)}",
-                self._build_fix(str(e), wheels=bool(wheels)),
-            ) from None
-        self._share_built(tag)
-        return tag
-
-    # -- built images in the image store: a cache shared by every worker; without it, each one builds --
-
-    def _shared_images(self) -> ImageStore | None:
-        """The configured image store, opened on first use; None (after a warning) when it cannot be opened."""
-        with self._image_store_lock:
-            if not self._image_store_tried:
-                self._image_store_tried = True
-                from agent_env.stores.backends import open_store
-
-                try:
-                    self._image_store = open_store("images", self.settings)
-                except Exception as e:  # noqa: BLE001 - a missing extra or bad options: build locally, say why
-                    self._store_warning("could not be opened", e, "images are built here, and not shared")
-            return self._image_store
-
-    def _fetch_built(self, tag: str) -> bool:
-        """Pull the image of build tag `tag` from the image store and tag it here; False if it is not there."""
-        store = self._shared_images()
-        if store is None:
-            return False
-        name, version = shared_build_image(tag)
-        try:
-            ref = store.pull(name, version)
-            repository, _, digest = tag.rpartition(":")
-            self.client.images.get(ref).tag(repository, digest)
-        except NotFound:
-            return False  # nobody built this context yet
-        except Exception as e:  # noqa: BLE001 - the store is a cache: an unreachable one costs a build, not the run
-            self._store_warning(f"could not provide {name}:{version}", e, "it is built here")
-            return False
-        log.info("pulled %s from the image store as %s (not rebuilt)", ref, tag)
-        return True
-
-    def _share_built(self, tag: str) -> None:
-        """Push a freshly built image to the image store, so the next worker anywhere pulls it."""
-        store = self._shared_images()
-        if store is None:
-            return
-        name, version = shared_build_image(tag)
-        try:
-            store.push(tag, name, version)
-        except Exception as e:  # noqa: BLE001 - the image is built and runs here; other workers will build it too
-            self._store_warning(f"could not store {tag} as {name}:{version}", e, "other workers will build it too")
-
-    def _store_warning(self, what: str, error: Exception, consequence: str) -> None:
-        log.warning(
-            "the image store ([stores.images] backend = %r) %s (%s), so %s; check [stores.images] in the config",
-            self.settings.stores.images.backend,
-            what,
-            (str(error).splitlines() or [type(error).__name__])[0][:300],
-            consequence,
-        )
-
     def close(self) -> None:
         """Release the image store and the daemon's connections (the provider can be used again after)."""
-        with self._image_store_lock:
-            if self._image_store is not None:
-                self._image_store.close()
-            self._image_store, self._image_store_tried = None, False
+        self.images.close()
         if self._client is not None:
             self._client.close()
             self._client = None
-
-    @staticmethod
-    def _sdk_wheels(folder: Path) -> tuple[str, list] | None:
-        """The fingerprint and distributions of the agent-env wheels its Dockerfile installs (None if it does not,
-        or brings its own folder of them)."""
-        dockerfile = (folder / "Dockerfile").read_text(errors="replace")
-        if not sdk_wheels.wanted(dockerfile) or (folder / sdk_wheels.FOLDER).exists():
-            return None
-        try:
-            dists = sdk_wheels.distributions()
-            return sdk_wheels.fingerprint(dists), dists
-        except sdk_wheels.WheelsUnavailable as e:
-            raise SandboxFailed(f"{folder}/Dockerfile installs {sdk_wheels.FOLDER}: {e.problem}", e.fix) from None
-
-    @staticmethod
-    def _build_fix(error: str, *, wheels: bool = False) -> str:
-        if "pull access denied" in error or "not found" in error and "manifest" in error or "no such host" in error:
-            return f"the FROM image is not on this daemon; for {BASE_IMAGE}, {BASE_IMAGE_FIX}"
-        if wheels and "is not a supported wheel on this platform" in error:
-            return (
-                f"the wheels in {sdk_wheels.FOLDER} are this install's, for {sdk_wheels.interpreter()}: base the image "
-                f"on one with that Python (as {BASE_IMAGE} is for CPython 3.11), or run agent-env with the image's Python"
-            )
-        return "fix the Dockerfile at the step the log shows, then run again (unchanged contexts are not rebuilt)"
 
     # -- sandboxes --
 
@@ -440,7 +248,7 @@ class DockerProvider(Provider):
             ) from None
         if mode == "allowlist":
             container.reload()
-            _allow(container.name, _address(container), spec.network.allow)
+            egress.allow(container.name, _address(container), spec.network.allow)
         return self._sandbox(container, spec.port)
 
     def _cleanup_failed(self, name: str) -> None:
@@ -464,11 +272,8 @@ class DockerProvider(Provider):
             except docker.errors.APIError as e:
                 if "already exists" not in str(e):
                     raise
-            if subnet:  # nothing leaves this network unless a sandbox's own rules allow it
-                _iptables(
-                    ["-I", "DOCKER-USER", "-s", subnet, "-j", "DROP", "-m", "comment", "--comment", f"agentenv:{name}"],
-                    check_exists=True,
-                )
+            if subnet:
+                egress.drop_all_from(subnet, name)
         return name
 
     def _sandbox(self, container: Any, port: int | None) -> DockerSandbox:
@@ -511,7 +316,7 @@ class DockerProvider(Provider):
             try:
                 container = self.client.containers.get(sandbox_id)
             except docker.errors.NotFound:
-                _drop_rules(sandbox_id)
+                egress.drop_rules(sandbox_id)
                 return False
             if LABEL_NAME not in container.labels:
                 raise BadInput(f"container {sandbox_id!r} is not an agent-env sandbox", "leave it alone")
@@ -553,56 +358,3 @@ def _no_daemon(error: Exception) -> ProviderUnavailable:
         "start it (`sudo dockerd &`, `sudo systemctl start docker`, or agent-env's "
         "`scripts/docker-setup`), or point DOCKER_HOST at one",
     )
-
-
-# -- allowlists, as iptables rules tagged with the container's name --
-
-
-def _iptables(args: list[str], *, check_exists: bool = False) -> None:
-    if check_exists:
-        probe = ["-C" if a == "-I" else a for a in args]
-        if subprocess.run(["iptables", *probe], capture_output=True).returncode == 0:
-            return
-    try:
-        done = subprocess.run(["iptables", *args], capture_output=True, text=True)
-    except FileNotFoundError:
-        raise SandboxFailed(
-            "network allowlists need iptables on this host", 'install iptables, or use network "none" / "open"'
-        ) from None
-    if done.returncode != 0:
-        raise SandboxFailed(
-            f"iptables {' '.join(args)} failed: {done.stderr.strip()}",
-            'allowlists need root on the Docker daemon\'s host; or use network "none" / "open"',
-        )
-
-
-def _allow(name: str, address: str, allow: list[str]) -> None:
-    tag = ["-m", "comment", "--comment", f"agentenv:{name}"]
-    # Inserted above the network-wide DROP: replies to the sandbox, then each allowed destination.
-    _iptables(
-        [
-            "-I",
-            "DOCKER-USER",
-            "-d",
-            address,
-            "-m",
-            "conntrack",
-            "--ctstate",
-            "RELATED,ESTABLISHED",
-            "-j",
-            "ACCEPT",
-            *tag,
-        ]
-    )
-    for cidr in allow:
-        _iptables(["-I", "DOCKER-USER", "-s", address, "-d", cidr, "-j", "ACCEPT", *tag])
-
-
-def _drop_rules(name: str) -> None:
-    try:
-        listed = subprocess.run(["iptables", "-S", "DOCKER-USER"], capture_output=True, text=True)
-    except FileNotFoundError:
-        return
-    for line in listed.stdout.splitlines():
-        if f"agentenv:{name}" in line and line.startswith("-A "):
-            subprocess.run(["iptables", "-D", *shlex.split(line)[1:]], capture_output=True)

@@ -100,7 +100,7 @@ async def retire_orphaned_instances(settings: Settings, client: Client) -> list[
     retire itself: keep their trajectories and stop serving them. Only a gateway that runs is asked."""
     from agent_env.gateway import embedded
     from agent_env.gateway.release import retire_instance
-    from agent_env.stores import open_stores
+    from agent_env.stores import in_thread, open_stores
 
     if not settings.gateway.urls() and not embedded.status(settings).running:
         return []
@@ -114,7 +114,7 @@ async def retire_orphaned_instances(settings: Settings, client: Client) -> list[
         if not instances:
             return []
         statuses = await run_statuses(client, {i["run_id"] for i in instances})
-        stores = open_stores(settings)
+        stores = await in_thread(open_stores, settings)
         try:
             for inst in instances:
                 if statuses.get(inst["run_id"], "running") != "running":

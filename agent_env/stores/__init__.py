@@ -5,14 +5,28 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
+from agent_env.stores.aio import AsyncStores, in_thread
+from agent_env.stores.backends import KINDS, open_store
 from agent_env.stores.base import DocumentStore, ImageStore, ObjectStore, Page, SecretStore
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
 
-__all__ = ["DocumentStore", "ImageStore", "ObjectStore", "Page", "SecretStore", "Stores", "open_secrets", "open_stores"]
+__all__ = [
+    "AsyncStores",
+    "DocumentStore",
+    "ImageStore",
+    "ObjectStore",
+    "Page",
+    "SecretStore",
+    "Stores",
+    "in_thread",
+    "open_secrets",
+    "open_stores",
+]
 
 
 @dataclass
@@ -22,14 +36,17 @@ class Stores:
     images: ImageStore
     secrets: SecretStore
 
+    @cached_property
+    def aio(self) -> AsyncStores:
+        """The same stores for async code: each call runs on the stores' threads (`stores/aio.py`)."""
+        return AsyncStores(self)
+
     def close(self) -> None:
         for store in (self.documents, self.objects, self.images, self.secrets):
             store.close()
 
 
 def open_stores(settings: Settings) -> Stores:
-    from agent_env.stores.backends import KINDS, open_store
-
     opened: list = []
     try:
         for kind in KINDS:
@@ -44,8 +61,6 @@ def open_stores(settings: Settings) -> Stores:
 
 def open_secrets(settings: Settings) -> SecretStore:
     """Only the secret store (for code that resolves a `secret:NAME` and needs nothing else)."""
-    from agent_env.stores.backends import open_store
-
     store: SecretStore = open_store("secrets", settings)
     return store
 

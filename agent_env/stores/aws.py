@@ -17,6 +17,8 @@ from botocore.exceptions import ClientError, ConnectionError, NoCredentialsError
 
 from agent_env.errors import BadInput
 from agent_env.spec.secret_refs import is_reference
+from agent_env.stores.base import Options
+from agent_env.stores.secrets import FileSecretStore
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -32,7 +34,7 @@ OPTIONS = {
 SERVICES = {"documents": "dynamodb", "objects": "s3", "images": "ecr", "secrets": "secretsmanager"}
 
 
-def open_aws(kind: str, options: dict[str, Any], settings: Settings) -> Any:
+def open_aws(kind: str, options: Options, settings: Settings) -> Any:
     """The `kind` store ("documents", "objects", "images" or "secrets") on AWS, from its `[stores.KIND]` options."""
     if kind not in OPTIONS:
         raise BadInput(f"AWS has no {kind!r} store", f"use one of: {', '.join(OPTIONS)}")
@@ -66,7 +68,7 @@ def open_aws(kind: str, options: dict[str, Any], settings: Settings) -> Any:
     return SecretsManagerStore(client, str(options.get("prefix", "agentenv/")))
 
 
-def make_client(service: str, options: dict[str, Any], settings: Settings) -> Any:
+def make_client(service: str, options: Options, settings: Settings) -> Any:
     """A boto3 client for `service`, whose connection and credential failures are BadInputs naming the fix."""
     session = boto3.session.Session(**_credentials(options, settings))
     region = options.get("region") or session.region_name or "us-east-1"
@@ -95,7 +97,7 @@ def make_client(service: str, options: dict[str, Any], settings: Settings) -> An
     return client
 
 
-def _credentials(options: dict[str, Any], settings: Settings) -> dict[str, str]:
+def _credentials(options: Options, settings: Settings) -> dict[str, str]:
     """Explicit keys only when configured (the key id in the clear, the secret as a `secret:` reference)."""
     key_id, secret = options.get("aws_access_key_id"), options.get("aws_secret_access_key")
     if not key_id and not secret:
@@ -110,9 +112,7 @@ def _credentials(options: dict[str, Any], settings: Settings) -> dict[str, str]:
             "aws_secret_access_key in the config file must be a reference, not the key itself",
             'store it with `agent-env secrets set NAME` and write aws_secret_access_key = "secret:NAME"',
         )
-    from agent_env.stores.secrets import FileSecretStore  # this install's own secrets: the key cannot live in AWS
-
-    return {
+    return {  # from this install's own secrets (a file): the key to AWS cannot live in AWS
         "aws_access_key_id": str(key_id),
         "aws_secret_access_key": FileSecretStore(settings.state_dir).resolve(secret),
     }

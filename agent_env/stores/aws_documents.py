@@ -15,10 +15,10 @@ from botocore.exceptions import ClientError
 
 from agent_env.errors import BadInput
 from agent_env.stores.aws import error_code, refused
-from agent_env.stores.base import (
-    check_collection,
-)
+from agent_env.stores.base import Document, check_collection
 from agent_env.stores.scanned import ScannedDocumentStore
+
+Wire = dict[str, Any]  # an item or a request as boto3 sends it (DynamoDB's attribute-value form)
 
 
 class DynamoDocumentStore(ScannedDocumentStore):
@@ -58,20 +58,20 @@ class DynamoDocumentStore(ScannedDocumentStore):
                 raise refused(e, f"creating the DynamoDB table {self.table!r}") from None
         return "CREATING"
 
-    def _item(self, collection: str, key: str, doc: dict[str, Any]) -> dict[str, Any]:
+    def _item(self, collection: str, key: str, doc: Document) -> Wire:
         return {
             "c": {"S": check_collection(collection)},
             "k": {"S": _check_key(key)},
             "d": {"S": json.dumps(doc, default=str)},
         }
 
-    def put(self, collection: str, key: str, doc: dict[str, Any]) -> None:
+    def put(self, collection: str, key: str, doc: Document) -> None:
         try:
             self.client.put_item(TableName=self.table, Item=self._item(collection, key, doc))
         except ClientError as e:
             raise refused(e, f"storing {collection}/{key}") from None
 
-    def create(self, collection: str, key: str, doc: dict[str, Any]) -> bool:
+    def create(self, collection: str, key: str, doc: Document) -> bool:
         try:
             self.client.put_item(
                 TableName=self.table,
@@ -84,7 +84,7 @@ class DynamoDocumentStore(ScannedDocumentStore):
                 return False
             raise refused(e, f"creating {collection}/{key}") from None
 
-    def get(self, collection: str, key: str) -> dict[str, Any] | None:
+    def get(self, collection: str, key: str) -> Document | None:
         item = self.client.get_item(TableName=self.table, Key=self._key(collection, key), ConsistentRead=True)
         return json.loads(item["Item"]["d"]["S"]) if "Item" in item else None
 
@@ -92,19 +92,19 @@ class DynamoDocumentStore(ScannedDocumentStore):
         gone = self.client.delete_item(TableName=self.table, Key=self._key(collection, key), ReturnValues="ALL_OLD")
         return "Attributes" in gone
 
-    def _key(self, collection: str, key: str) -> dict[str, Any]:
+    def _key(self, collection: str, key: str) -> Wire:
         return {"c": {"S": check_collection(collection)}, "k": {"S": _check_key(key)}}
 
     def _scan(
         self, collection: str, key_prefix: str | None, descending: bool, after_key: str | None
-    ) -> Iterator[tuple[str, dict[str, Any]]]:
+    ) -> Iterator[tuple[str, Document]]:
         """(key, doc) of a collection in key order, read a page (up to 1 MB) at a time."""
         condition = "c = :c"
-        values: dict[str, Any] = {":c": {"S": check_collection(collection)}}
+        values: Wire = {":c": {"S": check_collection(collection)}}
         if key_prefix:
             condition += " AND begins_with(k, :p)"
             values[":p"] = {"S": key_prefix}
-        request: dict[str, Any] = {
+        request: Wire = {
             "TableName": self.table,
             "KeyConditionExpression": condition,
             "ExpressionAttributeValues": values,

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 from agent_env.errors import BadInput
-from agent_env.stores.base import DocumentStore, ImageStore, ObjectStore, SecretStore
+from agent_env.stores.base import DocumentStore, ImageStore, ObjectStore, Options, SecretStore
+from agent_env.stores.local import FileObjectStore, SqliteDocumentStore
+from agent_env.stores.local_images import DockerImageStore
+from agent_env.stores.secrets import FileSecretStore
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -49,26 +53,18 @@ def names() -> list[str]:
     return sorted({"local", *CLOUD, *_plugins()})
 
 
-def _open_local(kind: str, options: dict[str, Any], settings: Settings) -> Any:
+def _open_local(kind: str, options: Options, settings: Settings) -> Any:
     if options:
         raise BadInput(
             f"the local {kind} store takes no options, but [stores.{kind}] sets {', '.join(sorted(options))}",
             f"remove them, or set the backend they belong to (backend = one of {', '.join(names())})",
         )
     if kind == "documents":
-        from agent_env.stores.local import SqliteDocumentStore
-
         return SqliteDocumentStore(settings.state_dir / "agentenv.sqlite")
     if kind == "objects":
-        from agent_env.stores.local import FileObjectStore
-
         return FileObjectStore(settings.state_dir / "objects")
     if kind == "images":
-        from agent_env.stores.local_images import DockerImageStore
-
         return DockerImageStore()
-    from agent_env.stores.secrets import FileSecretStore
-
     return FileSecretStore(settings.state_dir)
 
 
@@ -99,7 +95,5 @@ def _factory(kind: str, backend: str) -> Any:
         ) from None
 
 
-def _plugins() -> dict[str, Any]:
-    from importlib.metadata import entry_points
-
+def _plugins() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}

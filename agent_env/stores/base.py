@@ -12,17 +12,24 @@ import hashlib
 import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from agent_env.errors import BadInput, NotFound
+from agent_env.spec.secret_refs import NAME, PREFIX, is_reference
 
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _COLLECTION = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _IMAGE_NAME = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 _IMAGE_VERSION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+Document = dict[str, Any]  # a stored JSON object: any JSON the caller keeps (its shape is the caller's model)
+Where = Mapping[str, str | int | float | bool]  # equality filters: a (dotted) field -> the scalar it must equal
+Options = dict[str, Any]  # a backend's own keys under `[stores.<kind>]` (bucket, table, region...), it checks them
 
 
 class MissingObject(NotFound, KeyError):
@@ -36,7 +43,7 @@ class MissingSecret(BadInput):
 class Page(BaseModel):
     """One page of a query."""
 
-    items: list[dict[str, Any]]
+    items: list[Document]
     next: str | None = None  # opaque cursor for the next page; None = no more
 
 
@@ -46,15 +53,15 @@ class DocumentStore(ABC):
     in key order; `descending` reverses the whole order. So a query's order is stable, and pages can follow it."""
 
     @abstractmethod
-    def put(self, collection: str, key: str, doc: dict[str, Any]) -> None:
+    def put(self, collection: str, key: str, doc: Document) -> None:
         """Upsert."""
 
     @abstractmethod
-    def create(self, collection: str, key: str, doc: dict[str, Any]) -> bool:
+    def create(self, collection: str, key: str, doc: Document) -> bool:
         """Store `doc` only if the key is absent; False if it exists. Atomic: of racing creators, one wins."""
 
     @abstractmethod
-    def get(self, collection: str, key: str) -> dict[str, Any] | None: ...
+    def get(self, collection: str, key: str) -> Document | None: ...
 
     @abstractmethod
     def delete(self, collection: str, key: str) -> bool: ...
@@ -64,18 +71,18 @@ class DocumentStore(ABC):
         self,
         collection: str,
         *,
-        where: dict[str, Any] | None = None,
+        where: Where | None = None,
         key_prefix: str | None = None,
         order_by: str | None = None,
         descending: bool = False,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[Document]: ...
 
     def page(
         self,
         collection: str,
         *,
-        where: dict[str, Any] | None = None,
+        where: Where | None = None,
         key_prefix: str | None = None,
         order_by: str | None = None,
         descending: bool = False,
@@ -191,8 +198,6 @@ class SecretStore(ABC):
 
     def resolve(self, value: str) -> str:
         """The value of a `secret:NAME` reference; any other string is returned as it is."""
-        from agent_env.spec.secret_refs import PREFIX, is_reference
-
         return self.get(value[len(PREFIX) :]) if is_reference(value) else value
 
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
@@ -211,7 +216,7 @@ def check_field(name: str) -> str:
     return name
 
 
-def check_where(where: dict[str, Any] | None) -> dict[str, Any]:
+def check_where(where: Where | None) -> Where:
     """Equality filters: dotted field names to scalars (str, int, float, bool)."""
     for field, value in (where or {}).items():
         check_field(field)
@@ -250,8 +255,6 @@ def check_image(name: str, version: str) -> tuple[str, str]:
 
 
 def check_secret_name(name: str) -> str:
-    from agent_env.spec.secret_refs import NAME
-
     if not NAME.match(name):
         raise BadInput(f"secret name {name!r} is not valid", "use letters, digits, '.', '_' and '-' (max 64)")
     return name
@@ -262,7 +265,7 @@ def version_order(version: str) -> list[tuple[int, int | str]]:
     return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", version) if part]
 
 
-def field_value(doc: dict[str, Any], field: str) -> Any:
+def field_value(doc: Document, field: str) -> Any:
     """The value at a dotted field ('a.b' is doc['a']['b']); None where the path does not exist."""
     value: Any = doc
     for part in field.split("."):
@@ -278,7 +281,7 @@ def field_value(doc: dict[str, Any], field: str) -> Any:
 
 
 def query_shape(
-    collection: str, where: dict[str, Any] | None, key_prefix: str | None, order_by: str | None, descending: bool
+    collection: str, where: Where | None, key_prefix: str | None, order_by: str | None, descending: bool
 ) -> str:
     """A digest of everything that selects and orders a query's documents (not the page size)."""
     text = json.dumps([collection, where or {}, key_prefix or "", order_by or "", descending], sort_keys=True)

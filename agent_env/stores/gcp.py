@@ -21,6 +21,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.auth.exceptions import DefaultCredentialsError
 
 from agent_env.errors import BadInput
+from agent_env.stores.base import Options
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -41,7 +42,7 @@ SERVICES = {
 }
 
 
-def open_gcp(kind: str, options: dict[str, Any], settings: Settings) -> Any:
+def open_gcp(kind: str, options: Options, settings: Settings) -> Any:
     """The `kind` store ("documents", "objects", "images" or "secrets") on GCP, from its `[stores.KIND]` options."""
     if kind not in OPTIONS:
         raise BadInput(f"GCP has no {kind!r} store", f"use one of: {', '.join(OPTIONS)}")
@@ -63,7 +64,7 @@ def open_gcp(kind: str, options: dict[str, Any], settings: Settings) -> Any:
         ) from None
 
 
-def _open(kind: str, options: dict[str, Any]) -> Any:
+def _open(kind: str, options: Options) -> Any:
     endpoint = str(options.get("endpoint_url") or "") or None
     credentials, project = _credentials(kind, options, endpoint)
     client_options = {"api_endpoint": endpoint} if endpoint else None
@@ -114,7 +115,7 @@ def _open(kind: str, options: dict[str, Any]) -> Any:
     )
 
 
-def _credentials(kind: str, options: dict[str, Any], endpoint: str | None) -> tuple[Any, str | None]:
+def _credentials(kind: str, options: Options, endpoint: str | None) -> tuple[Any, str | None]:
     """(credentials, project): anonymous ones for an emulator, else Google's default chain."""
     project = str(options["project"]) if options.get("project") else None
     if endpoint:

@@ -25,9 +25,7 @@ from google.api_core.retry import Retry
 from google.cloud.firestore import FieldFilter, Query
 
 from agent_env.errors import BadInput
-from agent_env.stores.base import (
-    check_collection,
-)
+from agent_env.stores.base import Document, check_collection
 from agent_env.stores.gcp import explained
 from agent_env.stores.scanned import ScannedDocumentStore
 
@@ -57,12 +55,12 @@ class FirestoreDocumentStore(ScannedDocumentStore):
     def _ref(self, collection: str, key: str) -> Any:
         return self._collection(collection).document(_document_id(key))
 
-    def put(self, collection: str, key: str, doc: dict[str, Any]) -> None:
+    def put(self, collection: str, key: str, doc: Document) -> None:
         ref = self._ref(collection, key)
         with self._explained(f"storing {collection}/{key}"):
             ref.set({"k": key, "d": json.dumps(doc, default=str)}, **_CALL)
 
-    def create(self, collection: str, key: str, doc: dict[str, Any]) -> bool:
+    def create(self, collection: str, key: str, doc: Document) -> bool:
         ref = self._ref(collection, key)
         with self._explained(f"creating {collection}/{key}"):
             try:
@@ -71,7 +69,7 @@ class FirestoreDocumentStore(ScannedDocumentStore):
             except exceptions.AlreadyExists:
                 return False
 
-    def get(self, collection: str, key: str) -> dict[str, Any] | None:
+    def get(self, collection: str, key: str) -> Document | None:
         ref = self._ref(collection, key)
         with self._explained(f"reading {collection}/{key}"):
             snapshot = ref.get(**_CALL)
@@ -88,7 +86,7 @@ class FirestoreDocumentStore(ScannedDocumentStore):
 
     def _scan(
         self, collection: str, key_prefix: str | None, descending: bool, after_key: str | None
-    ) -> Iterator[tuple[str, dict[str, Any]]]:
+    ) -> Iterator[tuple[str, Document]]:
         """(key, doc) of a collection in key order, as Firestore streams them."""
         query = self._collection(collection).order_by(
             "k", direction=Query.DESCENDING if descending else Query.ASCENDING

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent_env.stores.base import (
+    Document,
     DocumentStore,
     MissingObject,
     ObjectStore,
@@ -62,7 +63,7 @@ class SqliteDocumentStore(DocumentStore):
             " ON documents (collection, json_extract(doc, '$.expires_at'), key)"
         )
 
-    def put(self, collection: str, key: str, doc: dict[str, Any]) -> None:
+    def put(self, collection: str, key: str, doc: Document) -> None:
         text = json.dumps(doc, default=str)
         with self._lock:
             self._db.execute(
@@ -70,7 +71,7 @@ class SqliteDocumentStore(DocumentStore):
                 (check_collection(collection), key, text),
             )
 
-    def create(self, collection: str, key: str, doc: dict[str, Any]) -> bool:
+    def create(self, collection: str, key: str, doc: Document) -> bool:
         text = json.dumps(doc, default=str)
         with self._lock:
             cur = self._db.execute(
@@ -79,7 +80,7 @@ class SqliteDocumentStore(DocumentStore):
             )
         return cur.rowcount == 1
 
-    def get(self, collection: str, key: str) -> dict[str, Any] | None:
+    def get(self, collection: str, key: str) -> Document | None:
         with self._lock:
             row = self._db.execute(
                 "SELECT doc FROM documents WHERE collection = ? AND key = ?", (check_collection(collection), key)

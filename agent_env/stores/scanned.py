@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from agent_env.stores.base import (
+    Document,
     DocumentStore,
     Page,
+    Where,
     check_field,
     check_limit,
     check_where,
@@ -31,18 +33,18 @@ class ScannedDocumentStore(DocumentStore):
     @abstractmethod
     def _scan(
         self, collection: str, key_prefix: str | None, descending: bool, after_key: str | None
-    ) -> Iterator[tuple[str, dict[str, Any]]]: ...
+    ) -> Iterator[tuple[str, Document]]: ...
 
     def query(
         self,
         collection: str,
         *,
-        where: dict[str, Any] | None = None,
+        where: Where | None = None,
         key_prefix: str | None = None,
         order_by: str | None = None,
         descending: bool = False,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Document]:
         if limit is not None and limit < 0:
             raise ValueError(f"limit {limit!r} must not be negative")
         docs = [doc for _, doc in self._ordered(collection, where, key_prefix, order_by, descending, limit)]
@@ -52,7 +54,7 @@ class ScannedDocumentStore(DocumentStore):
         self,
         collection: str,
         *,
-        where: dict[str, Any] | None = None,
+        where: Where | None = None,
         key_prefix: str | None = None,
         order_by: str | None = None,
         descending: bool = False,
@@ -64,7 +66,7 @@ class ScannedDocumentStore(DocumentStore):
         limit = check_limit(limit)
         shape = query_shape(collection, where, key_prefix, order_by, descending)
         start = cursor_position(read_cursor(after, shape)) if after else None
-        found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        found: list[tuple[tuple[Any, ...], Document]] = []
         for position, doc in self._ordered(collection, where, key_prefix, order_by, descending, None, start):
             found.append((position, doc))
             if len(found) > limit:
@@ -76,13 +78,13 @@ class ScannedDocumentStore(DocumentStore):
     def _ordered(
         self,
         collection: str,
-        where: dict[str, Any] | None,
+        where: Where | None,
         key_prefix: str | None,
         order_by: str | None,
         descending: bool,
         limit: int | None,
         after: tuple[Any, ...] | None = None,
-    ) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+    ) -> Iterator[tuple[tuple[Any, ...], Document]]:
         """(position, doc) in the query's order, strictly after `after`. A position is (key,) without
         `order_by`, else (rank, value, key): a total order, the same on every page and every backend."""
         where = check_where(where)
@@ -108,7 +110,7 @@ class ScannedDocumentStore(DocumentStore):
                 yield position, doc
 
 
-def matches_where(doc: dict[str, Any], where: dict[str, Any]) -> bool:
+def matches_where(doc: Document, where: Where) -> bool:
     for field, wanted in where.items():
         value = field_value(doc, field)
         # JSON booleans and numbers compare as SQLite's json_extract does: true == 1; a string never equals a number

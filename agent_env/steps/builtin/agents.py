@@ -38,7 +38,7 @@ from agent_env.spec.templates import ref
 from agent_env.spec.world_state import MAX_FIELD_BYTES, clip
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.envs import instance_id
-from agent_env.stores import keys
+from agent_env.stores import in_thread, keys
 
 MAX_ANSWER_CHARS = 16_000  # answers in step outputs (run history) are cut here; transcripts keep all
 AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
@@ -269,10 +269,10 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
         from agent_env.agents.models import resolve_key
         from agent_env.stores import open_secrets
 
-        secrets = open_secrets(ctx.settings)
-        keys = {p: k for p, m in config.models.items() if (k := resolve_key(m, secrets))}
+        secrets = await in_thread(open_secrets, ctx.settings)
+        keys = await in_thread(lambda: {p: k for p, m in config.models.items() if (k := resolve_key(m, secrets))})
         try:  # the SKILL.md texts are read here, in the activity: they go to the gateway, never into history
-            skills = _artifact_skills(ctx, config.skill_files)
+            skills = await in_thread(_artifact_skills, ctx, config.skill_files)
         except ValidationError as e:
             raise StepFailed(
                 f"agent {record.name!r}: one of its skills ({', '.join(record.skills)}) cannot be given to it: "
@@ -344,8 +344,8 @@ async def _configure(
         token = await gateway.token(instance, name)
         mcp = McpServer(url=mcp_url, name=f"agentenv-{instance}", headers={"authorization": f"Bearer {token}"})
     typed = record.typed_config()
-    skills = getattr(typed, "skills", []) + _artifact_skills(ctx, skill_files)
-    agent_config = typed.agent_config if record.type == "a2a" else _cli_settings(ctx, typed, models)
+    skills = getattr(typed, "skills", []) + await in_thread(_artifact_skills, ctx, skill_files)
+    agent_config = typed.agent_config if record.type == "a2a" else await in_thread(_cli_settings, ctx, typed, models)
     if skill_files and not client.has(SKILL_CONFIG) and typed.sandbox is None:
         raise StepFailed(
             f"agent {record.name!r} has skills ({', '.join(record.skills)}), but its card declares no "
@@ -625,7 +625,7 @@ async def finish_prompt(
     stores, gateway, run_id: str, step_id: str, transcript, marks, agent, partner, timed_out: str | None, seconds: float
 ) -> dict[str, Any]:
     """Keep the conversation and the tool calls both sides made meanwhile; the step's outputs."""
-    transcript = expanded(stores, transcript)
+    transcript = await in_thread(expanded, stores, transcript)
     names = {agent.get("name"), partner.get("name") if partner else None}
     calls = []
     for instance, after in marks.items():
@@ -639,7 +639,7 @@ async def finish_prompt(
         "tool_calls": calls,
         "timed_out": timed_out,
     }
-    stores.objects.put(transcript_key(run_id, step_id), json.dumps(doc, ensure_ascii=False).encode())
+    await stores.aio.objects.put(transcript_key(run_id, step_id), json.dumps(doc, ensure_ascii=False).encode())
     answers = [m["text"] for m in transcript if m["side"] == "agent"]
     answer = answers[-1] if answers else ""
     return {

@@ -21,7 +21,7 @@ from agent_env.spec.run import Criterion, Score, apps_in_sandboxes
 from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.check import Check
-from agent_env.stores import keys
+from agent_env.stores import in_thread, keys
 
 
 def instance_id(ctx: StepContext, env_step: str) -> str:
@@ -171,12 +171,12 @@ async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime
     if described is None:  # (what put and fork answer is what the data leaves as it is: apps, agents, paths)
         described = await gateway.put_instance(spec)
         if data:
-            parts = [{"kind": "data", "data": json.loads(ctx.stores.objects.get(key))} for key in data]
+            parts = [{"kind": "data", "data": json.loads(await ctx.stores.aio.objects.get(key))} for key in data]
             await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
     base = await gateway.url_for(instance)  # its gateway's (a pool places each instance on one)
     if isinstance(gateway, GatewayPool):  # so another gateway can take the instance over if this one is lost
         placement = Placement(spec=spec, gateway=base, data=data)
-        ctx.stores.objects.put(keys.placement(ctx.run_id, instance), placement.model_dump_json().encode())
+        await ctx.stores.aio.objects.put(keys.placement(ctx.run_id, instance), placement.model_dump_json().encode())
     return {
         "instance": instance,
         "gateway": base,
@@ -271,7 +271,9 @@ def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
 async def load_data(ctx: StepContext, config: LoadDataConfig) -> dict:
     """Load data into an environment's apps (once, even if the step is retried)."""
     data = (
-        config.data if config.data is not None else json.loads(ctx.stores.objects.get(cast(str, config.artifact)))
+        config.data
+        if config.data is not None
+        else json.loads(await ctx.stores.aio.objects.get(cast(str, config.artifact)))
     )  # (`file`: an artifact once planned)
     gateway = await ctx.gateway()
     await gateway.load(
@@ -308,9 +310,9 @@ async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> dict:
     instance = instance_id(ctx, config.env)
     blob = await gateway.snapshot(instance)
     key = snapshot_key(ctx.run_id, config.name or ctx.step_id)
-    ctx.stores.objects.put(key, blob)
+    await ctx.stores.aio.objects.put(key, blob)
     if isinstance(gateway, GatewayPool):  # the state a gateway taking the instance over starts from
-        gateway.snapshot_taken(ctx.stores, instance, key)
+        await in_thread(gateway.snapshot_taken, ctx.stores, instance, key)
     return {"snapshot": key, "bytes": len(blob)}
 
 
@@ -322,9 +324,9 @@ class RestoreConfig(EnvStep):
 async def restore_env(ctx: StepContext, config: RestoreConfig) -> dict:
     """Put an environment back into a saved state."""
     key = config.snapshot if "/" in config.snapshot else snapshot_key(ctx.run_id, config.snapshot)
-    if not ctx.stores.objects.exists(key):
+    if not await ctx.stores.aio.objects.exists(key):
         raise StepFailed(f"no snapshot {config.snapshot!r} (looked for {key}); take one with a snapshot_env step")
-    await (await ctx.gateway()).restore(instance_id(ctx, config.env), ctx.stores.objects.get(key))
+    await (await ctx.gateway()).restore(instance_id(ctx, config.env), await ctx.stores.aio.objects.get(key))
     return {"restored": key}
 
 

@@ -21,7 +21,7 @@ from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.check import Check
 from agent_env.steps.builtin.envs import instance_id, store_artifact
-from agent_env.stores import keys
+from agent_env.stores import in_thread, keys
 
 JUDGE_USER = "agentenv-judge"  # sent as the request's `user`: who is asking
 CRITERION_ID = r"^[A-Za-z0-9_.\-]{1,80}$"
@@ -224,9 +224,9 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
         material["transcripts"] = {}
         for step in config.transcripts:
             key = keys.transcript(ctx.run_id, step)
-            if not ctx.stores.objects.exists(key):
+            if not await ctx.stores.aio.objects.exists(key):
                 raise StepFailed(f"step {step!r} left no transcript (is it a prompt_agent step that ran?)")
-            doc = json.loads(ctx.stores.objects.get(key))
+            doc = json.loads(await ctx.stores.aio.objects.get(key))
             material["transcripts"][step] = {
                 "messages": [{"speaker": m["speaker"], "text": m["text"]} for m in doc["messages"]],
                 "tool_calls": [_call_summary(c) for c in doc["tool_calls"]],
@@ -244,7 +244,7 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
     if config.reference is not None:
         material["reference"] = config.reference
     elif config.reference_artifact:
-        raw = ctx.stores.objects.get(config.reference_artifact).decode()
+        raw = (await ctx.stores.aio.objects.get(config.reference_artifact)).decode()
         try:
             material["reference"] = json.loads(raw)
         except ValueError:
@@ -376,7 +376,7 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
     from agent_env.stores import open_secrets
 
     endpoint = cast(ModelSettings, config.model)  # filled in when the run is planned
-    model = ChatModel(endpoint, resolve_key(endpoint, open_secrets(ctx.settings)))
+    model = ChatModel(endpoint, await in_thread(lambda: resolve_key(endpoint, open_secrets(ctx.settings))))
     try:
         reply = await model.complete(messages, response_json=True, user=JUDGE_USER)
     except ModelError as e:
@@ -492,21 +492,21 @@ class CollectConfig(StepConfig):
 @step_type("collect_artifacts", config=CollectConfig, timeout="10m", step_refs=("envs",))
 async def collect_artifacts(ctx: StepContext, config: CollectConfig) -> dict:
     """Keep what a run produced in its artifact folder: trajectories, exported data, transcripts; with a manifest."""
-    objects = ctx.stores.objects
+    objects = ctx.stores.aio.objects
     kept: list[str] = []
     gateway = await ctx.gateway() if config.envs else None
     for env in config.envs:
         instance = instance_id(ctx, env)
         entries = await gateway.trajectory(instance)  # type: ignore[union-attr]  # (envs: a gateway)
         key = keys.artifact(ctx.run_id, env, "trajectory.jsonl")
-        objects.put(key, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode())
+        await objects.put(key, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode())
         kept.append(key)
         if config.data:
             exported = await gateway.data(instance, "data/get")  # type: ignore[union-attr]  # (envs: a gateway)
             key = keys.artifact(ctx.run_id, env, "data.json")
-            objects.put(key, json.dumps(exported, ensure_ascii=False, indent=1).encode())
+            await objects.put(key, json.dumps(exported, ensure_ascii=False, indent=1).encode())
             kept.append(key)
-    kept += [k for k in objects.list(keys.transcripts(ctx.run_id))]
+    kept += await objects.list(keys.transcripts(ctx.run_id))
     manifest = keys.artifact(ctx.run_id, "manifest.json")
-    objects.put(manifest, json.dumps({"run_id": ctx.run_id, "artifacts": kept}, indent=1).encode())
+    await objects.put(manifest, json.dumps({"run_id": ctx.run_id, "artifacts": kept}, indent=1).encode())
     return {"artifacts": kept, "manifest": manifest}

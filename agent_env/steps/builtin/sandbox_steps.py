@@ -31,7 +31,7 @@ from pydantic import Field, field_validator, model_validator
 
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
-from agent_env.stores import keys
+from agent_env.stores import in_thread, keys
 
 if TYPE_CHECKING:
     from agent_env.providers.base import ExecResult, Sandbox
@@ -217,7 +217,7 @@ async def sandbox_exec(ctx: StepContext, config: SandboxExecConfig) -> dict:
             raise StepFailed(f"the command did not finish within {config.timeout:g}s (raise `timeout`)") from None
         except AgentEnvError as e:
             raise _failed("the command could not run", e) from None
-        outputs = _exec_outputs(ctx, sandbox, result)
+        outputs = await in_thread(_exec_outputs, ctx, sandbox, result)
         if config.once:
             await sandbox.put_file(marker, json.dumps(outputs).encode())
     if config.expect_exit is not None and outputs["exit_code"] != config.expect_exit:
@@ -402,7 +402,7 @@ async def put_pinned(ctx: StepContext, sandbox: Sandbox, contents: Mapping[str, 
     put = []
     for path in sorted(contents):
         data = contents[path]
-        data = ctx.stores.objects.get(data) if isinstance(data, str) else data
+        data = await ctx.stores.aio.objects.get(data) if isinstance(data, str) else data
         try:
             await sandbox.put_file(path, data)
         except AgentEnvError as e:
@@ -484,7 +484,7 @@ async def collect_files(ctx: StepContext, config: CollectFilesConfig) -> dict:
         except AgentEnvError as e:
             raise _failed(f"could not read {path}", e) from None
         key = keys.artifact(ctx.run_id, ctx.step_id, path.lstrip("/"))
-        ctx.stores.objects.put(key, data)
+        await ctx.stores.aio.objects.put(key, data)
         ctx.heartbeat()
         files.append({"path": path, "key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     return {"files": files, **({"missing": missing} if missing else {})}
