@@ -136,9 +136,9 @@ def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()
 
             task = parse_task(body.task, "the posted task")
         else:
-            from agent_env.planning.tasks import find_task
+            from agent_env.task_lookup import resolve_target
 
-            task = find_task(body.task, body.task_name)
+            task = resolve_target(body.task, body.task_name)
         return EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
 
     async def start(request: Request) -> Response:

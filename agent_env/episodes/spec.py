@@ -52,7 +52,8 @@ class EpisodeSpec(BaseModel):
         """The task with `trainer_agents` played by the trainer: deploy_agent steps, each named by its id, its
         agent's name or its `as` name; by default the one agent the task prompts (with several, name them).
         `turn_timeout`: every played turn's deadline in seconds; by default each prompt's own `turn_deadline`."""
-        from agent_env.planning.tasks import Task, parse_task
+        from agent_env.planning.tasks import parse_task
+        from agent_env.task_lookup import Task
 
         if isinstance(task, str):
             task = Task.get(task)

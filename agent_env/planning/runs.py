@@ -21,7 +21,7 @@ from agent_env.errors import BadInput, NotFound
 from agent_env.spec.run import BEHAVIOUR, RunInput, StepPlan
 from agent_env.spec.task import TaskSpec
 from agent_env.spec.world_state import WorldSpec
-from agent_env.steps import registry
+from agent_env.step_types import PlanContext, catalog
 from agent_env.stores import keys
 
 if TYPE_CHECKING:
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: bool = True) -> RunInput:
     """Resolve each step's type into what the workflow needs (local or not, timeouts, retries), and let
     step types prepare their config (inline environment records, store data as artifacts)."""
-    from agent_env.steps import PlanContext
-
     context = PlanContext(run_id=run_id, settings=settings, bundle=task.bundle)
     try:
         inp = _plan(task, run_id, context, search_attributes)
@@ -46,7 +44,7 @@ def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: 
 def _plan(task: TaskSpec, run_id: str, context: Any, search_attributes: bool) -> RunInput:
     steps = []
     for s in task.steps:
-        st = registry.get(s.type)
+        st = catalog.get(s.type)
         config = st.prepare(dict(s.config), context) if st.prepare else s.config
         steps.append(
             StepPlan(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-import socket
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -20,6 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_env.errors import AgentEnvError, BadInput
+from agent_env.ports import free_port as free_port  # (docker.py imports it from here)
+from agent_env.ports import port_taken as port_taken
 from agent_env.spec.env import Network  # the sandbox's network as declared (re-exported)
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ class ProviderConfig(dict[str, Any]):
         if self.settings is None:
             raise BadInput(
                 f"{key} is a secret reference, and this provider config has no settings to resolve it with",
-                "construct it with the settings, as agent_env.providers.registry.load does",
+                "construct it with the settings, as agent_env.providers.by_name.load does",
             )
         from agent_env.stores import open_secrets
 
@@ -211,7 +212,7 @@ class ProviderConfig(dict[str, Any]):
 class Provider(ABC):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
-    # Its own settings ([sandboxes.providers.NAME]), set by the registry once the provider is constructed.
+    # Its own settings ([sandboxes.providers.NAME]), set by `by_name.load` once the provider is constructed.
     config: ProviderConfig = ProviderConfig()
 
     @abstractmethod
@@ -287,19 +288,3 @@ def _read_install_id(path: Path) -> str:
             "remove them with `docker rm`, or on the cloud provider's console)",
         )
     return value
-
-
-def free_port() -> int:
-    """A port nothing listens on now, on the host's loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_taken(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import cast
 
 from agent_env.errors import BadInput, NotFound
+from agent_env.ports import free_port, port_taken
 from agent_env.providers.base import (
     Capabilities,
     ExecResult,
@@ -41,9 +42,7 @@ from agent_env.providers.base import (
     SandboxFailed,
     SandboxInfo,
     SandboxSpec,
-    free_port,
     install_id,
-    port_taken,
 )
 
 # What a local sandbox takes from the worker's environment; each is a location or a locale, not a credential.

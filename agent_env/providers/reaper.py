@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agent_env.providers import by_name
 from agent_env.providers.base import SandboxInfo, install_id
 
 if TYPE_CHECKING:
@@ -78,9 +79,7 @@ async def reap(
     """Judge this install's sandboxes on every usable provider (`everything`: all of them are doomed); remove
     the doomed ones (unless dry_run), and retire the gateway's instances that were served by sandboxes of
     runs that are over."""
-    from agent_env.providers import registry
-
-    providers = {p.name: p for p in await registry.usable(settings)}
+    providers = {p.name: p for p in await by_name.usable(settings)}
     ours = install_id(settings)
     # Providers list only their install's sandboxes; checked again here for plugins that do not.
     sandboxes = [box for p in providers.values() for box in await p.list() if box.install == ours]

@@ -13,9 +13,9 @@ from typing import Any, cast
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from agent_env.envs.records import check_composition, env_for_app
 from agent_env.gateway.pool import GatewayPool, Placement
 from agent_env.gateway.release import retire_instance
-from agent_env.planning.env_records import check_composition, env_for_app
 from agent_env.spec.env import EnvRecord, RoleSpec
 from agent_env.spec.run import Criterion, Score, apps_in_sandboxes
 from agent_env.spec.templates import TemplateError, lookup

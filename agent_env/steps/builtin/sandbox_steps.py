@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import Field, field_validator, model_validator
 
 from agent_env.errors import AgentEnvError, BadInput
+from agent_env.providers import by_name
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
 from agent_env.stores import keys
 
@@ -102,11 +103,9 @@ def located(config: SandboxStep) -> tuple[str, str]:
 
 async def attach(ctx: StepContext, config: SandboxStep) -> Sandbox:
     """The sandbox, checked to be this run's: a step never reaches into another run's sandbox."""
-    from agent_env.providers import registry
-
     provider_name, sandbox_id = located(config)
     try:
-        sandbox = await registry.load(provider_name, ctx.settings).attach(sandbox_id)
+        sandbox = await by_name.load(provider_name, ctx.settings).attach(sandbox_id)
     except AgentEnvError as e:
         raise StepFailed(f"the sandbox of step {config.sandbox!r}: {e}") from None
     if sandbox.info.run_id != ctx.run_id:
