@@ -61,7 +61,7 @@ BUILTINS = {
     "register_triggers": "agent_env.steps.builtin.world_steps:register_triggers",
     "cancel_triggers": "agent_env.steps.builtin.world_steps:cancel_triggers",
     "wait_clock": "agent_env.steps.builtin.world_steps:wait_clock",
-    "deploy_agent": "agent_env.steps.builtin.agents:deploy_agent",
+    "deploy_agent": "agent_env.steps.builtin.agent_deploy:deploy_agent",
     "prompt_agent": "agent_env.steps.builtin.agents:prompt_agent",
     "check_response": "agent_env.steps.builtin.grading:check_response",
     "rubric_judge": "agent_env.steps.builtin.grading:rubric_judge",

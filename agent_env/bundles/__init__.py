@@ -5,10 +5,17 @@ Built-in bundles live next to this file; `agent-env run NAME` finds them by name
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_env.errors import NotFound
+from pydantic import ValidationError
+
+from agent_env import packing
+from agent_env.envs.builtin import app_targets
+from agent_env.envs.records import env_for_app, env_record
+from agent_env.errors import BadInput, NotFound, from_validation_error
+from agent_env.spec.agent import AgentRecord
 
 BUILTIN_ROOT = Path(__file__).parent
 
@@ -52,14 +59,6 @@ def find_env(bundle: Path | None, name: str):
     Returns (EnvRecord, its folder or None). Data files must be regular files inside the record's folder,
     reached without a link (see `agent_env.packing`).
     """
-    import tomllib
-
-    from pydantic import ValidationError
-
-    from agent_env import packing
-    from agent_env.envs.builtin import app_targets
-    from agent_env.envs.records import env_for_app, env_record
-    from agent_env.errors import BadInput, from_validation_error
 
     path = bundle / "envs" / name / "env.toml" if bundle else None
     if path is None or not path.is_file():
@@ -107,12 +106,6 @@ def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False):
 
     With `with_folder`, returns (AgentRecord, its folder): a sandboxed agent's `build` is relative to it.
     """
-    import tomllib
-
-    from pydantic import ValidationError
-
-    from agent_env.errors import BadInput, from_validation_error
-    from agent_env.spec.agent import AgentRecord
 
     folders = ([bundle] if bundle else []) + sorted(p for p in BUILTIN_ROOT.iterdir() if p.is_dir())
     path = next(

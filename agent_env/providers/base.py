@@ -22,6 +22,9 @@ from agent_env.errors import AgentEnvError, BadInput
 from agent_env.ports import free_port as free_port  # (docker.py imports it from here)
 from agent_env.ports import port_taken as port_taken
 from agent_env.spec.env import Network  # the sandbox's network as declared (re-exported)
+from agent_env.spec.secret_refs import is_reference
+from agent_env.stores import open_secrets
+from agent_env.stores.local import create_private_once
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -190,7 +193,6 @@ class ProviderConfig(dict[str, Any]):
 
     def resolved(self, key: str, default: Any = None) -> Any:
         """The value of `key`, a `secret:NAME` reference replaced by the secret (MissingSecret names the fix)."""
-        from agent_env.spec.secret_refs import is_reference
 
         value = self.get(key, default)
         if not is_reference(value):
@@ -200,7 +202,6 @@ class ProviderConfig(dict[str, Any]):
                 f"{key} is a secret reference, and this provider config has no settings to resolve it with",
                 "construct it with the settings, as agent_env.providers.by_name.load does",
             )
-        from agent_env.stores import open_secrets
 
         store = open_secrets(self.settings)
         try:
@@ -273,8 +274,6 @@ def install_id(settings: Settings) -> str:
     try:
         return _read_install_id(path)
     except FileNotFoundError:
-        from agent_env.stores.local import create_private_once
-
         create_private_once(path, ("s-" + secrets.token_hex(10)).encode())
         return _read_install_id(path)
 

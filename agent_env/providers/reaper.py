@@ -16,8 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agent_env.gateway import embedded
+from agent_env.gateway.release import retire_instance
 from agent_env.providers import by_name
 from agent_env.providers.base import SandboxInfo, install_id
+from agent_env.stores import open_stores
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -97,9 +100,6 @@ async def reap(
 async def retire_orphaned_instances(settings: Settings, client: Client) -> list[str]:
     """Instances served by remote apps (sandboxes, URLs) of a run that is over, which the run could not
     retire itself: keep their trajectories and stop serving them. Only a gateway that runs is asked."""
-    from agent_env.gateway import embedded
-    from agent_env.gateway.release import retire_instance
-    from agent_env.stores import open_stores
 
     if not settings.gateway.urls() and not embedded.status(settings).running:
         return []

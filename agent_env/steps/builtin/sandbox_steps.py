@@ -29,8 +29,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
-from agent_env.errors import AgentEnvError, BadInput
+from agent_env import packing
+from agent_env.errors import AgentEnvError, BadInput, NotFound
 from agent_env.providers import by_name
+from agent_env.registry.manifest import file_sha256
+from agent_env.registry.resolve import split_ref
+from agent_env.registry.store import Registry
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
 from agent_env.stores import keys
 
@@ -319,7 +323,6 @@ def _pin(plan: PlanContext, data: bytes) -> str:
 def _folder_files(bundle: Path, relative: str, what: str) -> list[tuple[str, bytes]]:
     """The file at `relative` in the bundle as [("", bytes)]; a folder as its files, by their path relative to it
     (bounded). Read through `packing`: a link in it is refused, naming it, and never followed."""
-    from agent_env import packing
 
     try:
         entries = packing.walk(bundle, relative)
@@ -350,8 +353,6 @@ def _bundle_files(plan: PlanContext, name: str) -> list[tuple[str, bytes]]:
 
 def _artifact_files(plan: PlanContext, ref: str) -> list[tuple[str, bytes]]:
     """The bundle's `artifacts/NAME` (unless a version is named), else the registry's version of it."""
-    from agent_env.errors import NotFound
-    from agent_env.registry.resolve import split_ref
 
     name, label = split_ref(ref)
     if label is None and plan.bundle is not None and os.path.lexists(plan.bundle / "artifacts" / name):
@@ -364,8 +365,6 @@ def _artifact_files(plan: PlanContext, ref: str) -> list[tuple[str, bytes]]:
 
 
 def _registry_files(plan: PlanContext, name: str, label: str | None) -> list[tuple[str, bytes]]:
-    from agent_env.registry.manifest import file_sha256
-    from agent_env.registry.store import Registry
 
     version = Registry(plan.stores.documents, plan.stores.objects).version("artifacts", name, label)
     prefix = f"artifacts/{name}"
@@ -384,7 +383,6 @@ def _registry_files(plan: PlanContext, name: str, label: str | None) -> list[tup
 
 def pin_skills(plan: PlanContext, refs: list[str]) -> dict[str, str]:
     """Each skill artifact's files, pinned, by where a sandboxed agent finds them: /skills/NAME/..."""
-    from agent_env.registry.resolve import split_ref
 
     pinned = {}
     for ref in refs:
