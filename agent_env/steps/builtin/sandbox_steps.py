@@ -25,7 +25,7 @@ import re
 import shlex
 from collections.abc import Awaitable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
@@ -248,6 +248,14 @@ def _exec_outputs(ctx: StepContext, sandbox: Sandbox, result: ExecResult) -> dic
 # -- put_files --
 
 
+class PutFile(TypedDict):
+    """One file a step put into a sandbox, as its outputs list it."""
+
+    path: str
+    size: int
+    sha256: str
+
+
 class FileSource(StepConfig):
     """Exactly one of: inline `text`, a registry `artifact`, or a `file` (or folder) of the bundle."""
 
@@ -394,9 +402,9 @@ def pin_skills(plan: PlanContext, refs: list[str]) -> dict[str, str]:
     return pinned
 
 
-async def put_pinned(ctx: StepContext, sandbox: Sandbox, contents: Mapping[str, bytes | str]) -> list[dict[str, Any]]:
+async def put_pinned(ctx: StepContext, sandbox: Sandbox, contents: Mapping[str, bytes | str]) -> list[PutFile]:
     """Put each file (its bytes, or the object key they were pinned under) at its path in the sandbox."""
-    put = []
+    put: list[PutFile] = []
     for path in sorted(contents):
         data = contents[path]
         data = ctx.stores.objects.get(data) if isinstance(data, str) else data
@@ -405,7 +413,7 @@ async def put_pinned(ctx: StepContext, sandbox: Sandbox, contents: Mapping[str, 
         except AgentEnvError as e:
             raise _failed(f"could not put {path}", e) from None
         ctx.heartbeat()
-        put.append({"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        put.append(PutFile(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest()))
     return put
 
 
