@@ -6,7 +6,7 @@ Kept import-light on purpose: the CLI imports this package on every invocation.
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Task": "agent_env.planning.tasks:Task",
+    "Task": "agent_env.task_lookup:Task",
     "EpisodeSpec": "agent_env.episodes:EpisodeSpec",
     "Episodes": "agent_env.episodes:Episodes",
 }

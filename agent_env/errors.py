@@ -53,3 +53,14 @@ def from_validation_error(err, where: str, label=format_loc) -> BadInput:
         lines.append(f"  {label(tuple(e['loc']))}: {msg}")
     n = len(lines)
     return BadInput(f"{where}: {n} problem{'s' if n > 1 else ''}\n" + "\n".join(lines))
+
+
+class StepFailed(Exception):
+    """Raise to fail a step with a clear message. Not retried unless `retryable=True`.
+
+    Step types import it from `agent_env.steps`; it lives here so what runs below the steps (sandboxed apps'
+    start, for one) can fail the step that asked for it."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable

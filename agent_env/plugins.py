@@ -1,6 +1,6 @@
 """Where other packages plug into agent-env, and what is plugged in: each entry point, who provides it, whether it works.
 
-Each loader (step registry, sandbox providers, store backends, apps) names the entry-point group it reads; this
+Each loader (the step types' catalog, sandbox providers by name, store backends, apps) names the entry-point group it reads; this
 module gathers them, so `agent-env plugin` shows every place a package can plug in. Inspecting loads every
 plugin, catching whatever it raises: one broken package is reported with its error, never crashes the caller.
 Only `agent-env plugin` imports this module: it sits above the loaders and imports them.
@@ -17,9 +17,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agent_env import __version__
+from agent_env.envs import App
+from agent_env.envs.builtin import APPS
 from agent_env.envs.builtin import ENTRY_POINT_GROUP as ENVS
-from agent_env.providers.registry import ENTRY_POINT_GROUP as PROVIDERS
-from agent_env.steps import ENTRY_POINT_GROUP as STEPS
+from agent_env.providers.base import Provider
+from agent_env.providers.by_name import BUILTIN as PROVIDER_BUILTINS
+from agent_env.providers.by_name import ENTRY_POINT_GROUP as PROVIDERS
+from agent_env.step_types import BUILTINS as STEP_BUILTINS
+from agent_env.step_types import ENTRY_POINT_GROUP as STEPS
+from agent_env.step_types import StepType
+from agent_env.stores.backends import CLOUD
 from agent_env.stores.backends import ENTRY_POINT_GROUP as STORES
 
 GROUPS = {
@@ -59,11 +67,6 @@ def normalize(dist_name: str) -> str:
 
 def builtins() -> dict[str, dict[str, str]]:
     """The names each group serves without any plugin, from the loaders' own tables."""
-    from agent_env.envs.builtin import APPS
-    from agent_env.providers.registry import BUILTIN as PROVIDER_BUILTINS
-    from agent_env.steps import BUILTINS as STEP_BUILTINS
-    from agent_env.stores.backends import CLOUD
-
     return {
         STEPS: dict(STEP_BUILTINS),
         PROVIDERS: dict(PROVIDER_BUILTINS),
@@ -86,8 +89,6 @@ def find_distribution(name: str) -> Distribution | None:
 
 def inspect_all(load: bool = True) -> list[Plugin]:
     """Every built-in and every entry point in agent-env's groups, each loaded and checked when `load`."""
-    from agent_env import __version__
-
     plugins = []
     for group, table in builtins().items():
         for name, target in table.items():
@@ -151,8 +152,6 @@ def _load(target: str) -> Any:
 
 
 def _step_problem(name: str, obj: Any) -> tuple[str, str] | None:
-    from agent_env.steps import StepType
-
     if not isinstance(obj, StepType):
         return (
             f"is a {type(obj).__name__}, not a step type",
@@ -187,8 +186,6 @@ def _step_problem(name: str, obj: Any) -> tuple[str, str] | None:
 
 
 def _provider_problem(name: str, obj: Any) -> tuple[str, str] | None:
-    from agent_env.providers.base import Provider
-
     if isinstance(obj, type) and issubclass(obj, Provider):
         return None
     return (
@@ -198,8 +195,6 @@ def _provider_problem(name: str, obj: Any) -> tuple[str, str] | None:
 
 
 def _app_problem(name: str, obj: Any) -> tuple[str, str] | None:
-    from agent_env.envs import App
-
     if not (isinstance(obj, type) and issubclass(obj, App)):
         return (
             f"is {_kind(obj)}, not an App subclass",

@@ -9,13 +9,13 @@
         await turn.end(response="Done.")
     scores = await episode.result()  # every score the run recorded, by step id
 
-`Task.get` finds a task by id (agent_env.planning.task_lookup); the episode API is agent_env.episodes. The CLI
+`Task.get` finds a task by id (agent_env.task_lookup); the episode API is agent_env.episodes. The CLI
 never imports this module: it pulls in the episode client and task planning.
 """
 
 from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
 from agent_env.episodes.group import EpisodeGroup
 from agent_env.episodes.spec import EpisodeSpec
-from agent_env.planning.tasks import Task
+from agent_env.task_lookup import Task
 
 __all__ = ["Episode", "EpisodeError", "EpisodeGroup", "EpisodeSpec", "Turn", "Episodes", "Task"]

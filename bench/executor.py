@@ -48,7 +48,7 @@ def chain(n: int, step_type: str):
 async def measure_async() -> dict:
     from agent_env import runner
     from agent_env.config import load_settings
-    from agent_env.steps import registry, step_type
+    from agent_env.steps import catalog, step_type
     from agent_env.temporal import server
     from agent_env.temporal.client import connect
     from agent_env.temporal.worker import create_worker
@@ -61,8 +61,8 @@ async def measure_async() -> dict:
     async def noop(ctx, config):
         return {}
 
-    registry.register(step_type("bench_noop", retries=0)(noop))
-    registry.register(step_type("bench_noop_local", local=True, retries=0)(noop))
+    catalog.register(step_type("bench_noop", retries=0)(noop))
+    catalog.register(step_type("bench_noop_local", local=True, retries=0)(noop))
     ours = create_worker(client, settings)
     bare_queue = f"bare-{uuid.uuid4().hex[:6]}"
     bare = Worker(client, task_queue=bare_queue, workflows=[BareChain], activities=[noop_activity])

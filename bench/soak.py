@@ -724,9 +724,9 @@ class Faults:
 
 
 async def faults_async(c: Cluster, n: int, seed: int, downtime: float, timeout: float) -> dict:
-    from agent_env.bundles import resolve_target
     from agent_env.episodes import Episodes, EpisodeSpec
     from agent_env.planning.tasks import parse_task
+    from agent_env.task_lookup import resolve_target
 
     rng = random.Random(seed)
     f = Faults(c, rng, downtime, timeout)

@@ -59,8 +59,8 @@ class Receiver:
 async def _runs_in_process(count: int) -> list[float]:
     """`count` runs of hello through one client and worker (this process's settings say whether it traces)."""
     from agent_env import runner, telemetry
-    from agent_env.bundles import resolve_target
     from agent_env.config import load_settings
+    from agent_env.task_lookup import resolve_target
     from agent_env.temporal.client import connect
     from agent_env.temporal.worker import create_worker
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from agent_env import runner
-from agent_env.bundles import resolve_target
 from agent_env.explorer.auth import COOKIE, KEY_HEADER, Door
 from agent_env.spec.run import RunState, RunStatus
+from agent_env.task_lookup import resolve_target
 
 _runs: list[tuple[RunState, RunState]] = []  # both modules' fixtures share one pair per session
 

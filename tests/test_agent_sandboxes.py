@@ -16,12 +16,13 @@ import pytest
 from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
 
 from agent_env import runner
-from agent_env.bundles import BUILTIN_ROOT, resolve_target
+from agent_env.bundles import BUILTIN_ROOT
 from agent_env.errors import BadInput
 from agent_env.planning.tasks import load_task
-from agent_env.providers import SandboxSpec, registry
+from agent_env.providers import SandboxSpec, by_name
 from agent_env.spec.agent import AgentRecord
 from agent_env.spec.run import RunStatus
+from agent_env.task_lookup import resolve_target
 
 ROOT = Path(__file__).parent.parent
 ECHO_AGENT = BUILTIN_ROOT / "echo-agent"
@@ -154,7 +155,7 @@ async def test_a_sandboxed_agent_is_prompted_with_its_tools_and_removed_at_the_e
     assert box["provider"] == "local" and box["id"] == f"{state.run_id}.agent.shout".lower()
     assert deployed["url"] == box["url"] + "/" and not deployed["hosted"]
     assert state.steps["ask"].outputs["tool_calls"] == 1
-    local = registry.load("local", settings)
+    local = by_name.load("local", settings)
     assert await local.list(state.run_id) == [], "the run's end removes the agent's sandbox"
 
 
@@ -177,7 +178,7 @@ async def test_an_agent_that_dies_at_start_fails_the_deploy_with_its_output(clie
     assert "agent 'shout' (a local sandbox" in error and "exited before serving A2A" in error, error
     assert "no model key for shout" in error, "its last output is in the error"
     assert time.monotonic() - started < 20, "a dead agent is noticed without waiting out the start timeout"
-    assert await registry.load("local", settings).list(state.run_id) == []
+    assert await by_name.load("local", settings).list(state.run_id) == []
 
 
 async def test_an_agent_whose_card_names_another_url_fails_the_deploy(client, settings, worker, tmp_path):
@@ -200,7 +201,7 @@ async def test_an_agent_whose_card_names_another_url_fails_the_deploy(client, se
     assert state.status is RunStatus.ERROR
     error = state.steps["agent"].error
     assert "but its card advertises http://0.0.0.0:1/" in error and "serve the card with the URL" in error, error
-    assert await registry.load("local", settings).list(state.run_id) == [], "a failed run removes it too"
+    assert await by_name.load("local", settings).list(state.run_id) == [], "a failed run removes it too"
 
 
 async def test_an_sdk_agent_bound_to_all_interfaces_names_the_url_it_is_reached_at(client, settings, worker, tmp_path):
@@ -254,7 +255,7 @@ async def test_a_local_sandbox_finds_agent_envs_python_first_on_its_path(setting
     (machine / "python3").chmod(0o755)
     monkeypatch.setenv("PATH", os.pathsep.join([str(machine), "/usr/bin", "/bin"]))
     spec = SandboxSpec(name="own-python", run_id="own-python", command=["python3", "-c", "import time; time.sleep(30)"])
-    provider, box = await registry.create("local", spec, settings)
+    provider, box = await by_name.create("local", spec, settings)
     try:
         ran = await box.exec(["sh", "-c", "python3 -c 'import agent_env, sys; print(sys.executable)'"])
         direct = await box.exec(["python3", "-c", "import agent_env, sys; print(sys.executable)"])

@@ -21,13 +21,14 @@ import pytest
 from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
 
 from agent_env import runner
-from agent_env.bundles import BUILTIN_ROOT, resolve_target
+from agent_env.bundles import BUILTIN_ROOT
 from agent_env.envs.app import ToolError
 from agent_env.envs.context import Ctx
 from agent_env.planning.tasks import load_task
 from agent_env.spec.run import RunStatus
 from agent_env.steps.builtin.image_check import CheckImageConfig, NotAnImage, grade, read_png
 from agent_env.stores import open_stores
+from agent_env.task_lookup import resolve_target
 
 ROOT = Path(__file__).parent.parent
 BLENDER_IMAGE = "agentenv/blender:bookworm"

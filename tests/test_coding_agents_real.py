@@ -47,7 +47,7 @@ def on_this_machine(preset: str, cli_bin: Path, **change):  # noqa: F811
 
 
 async def run_refund(client, settings, change):
-    from agent_env.bundles import resolve_target
+    from agent_env.task_lookup import resolve_target
 
     spec = resolve_target("refund", "refund-codex")
     change({s.id: s for s in spec.steps})

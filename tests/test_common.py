@@ -115,7 +115,7 @@ class _Tool:
 
 
 def test_an_environment_exposes_get_time_and_each_apps_tools_under_its_prefix():
-    from agent_env.gateway.roles import tool_entries
+    from agent_env.spec.roles import tool_entries
 
     entries = tool_entries(
         [("mail", "", [_Tool("send"), _Tool("purge", hidden=True)]), ("bank", "b_", [_Tool("send")])]
@@ -126,15 +126,15 @@ def test_an_environment_exposes_get_time_and_each_apps_tools_under_its_prefix():
 
 
 def test_a_tool_clash_names_both_tools_and_the_fix():
-    from agent_env.gateway.roles import ToolClash, tool_entries
+    from agent_env.spec.roles import ToolClash, tool_entries
 
     with pytest.raises(ToolClash, match=r"bank.send and mail.send are both exposed as 'send'; give one app a `prefix`"):
         tool_entries([("mail", "", [_Tool("send")]), ("bank", "", [_Tool("send")])])
 
 
 def test_a_role_always_sees_get_time_and_globs_skip_hidden_tools():
-    from agent_env.gateway.roles import RoleError, role_tools, tool_entries
     from agent_env.gateway.spec import RoleSpec
+    from agent_env.spec.roles import RoleError, role_tools, tool_entries
 
     entries = list(tool_entries([("mail", "", [_Tool("send"), _Tool("purge", hidden=True), _Tool("read")])]).values())
     assert role_tools("r", RoleSpec(tools=["mail.*"], deny=["read"]), entries) == {"get_time", "send"}

@@ -177,20 +177,20 @@ def test_seed_keys_we_do_not_read_are_refused(clean_env, tmp_path, text, problem
 
 
 def test_providers_get_their_own_config_and_resolve_references_only_when_used(clean_env, tmp_path):
-    from agent_env.providers import registry
+    from agent_env.providers import by_name
     from agent_env.stores.secrets import MissingSecret
 
     write_config(tmp_path, SEED_SHAPE + '[sandbox.providers.offline.config]\ntoken = "secret:offline-token"\n')
     clean_env.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     s = load_settings(tmp_path)
-    offline = registry.load("offline", s)  # the test plugin: its own __init__(settings), unchanged
+    offline = by_name.load("offline", s)  # the test plugin: its own __init__(settings), unchanged
     assert offline.settings is s and offline.config == {"token": "secret:offline-token"}
     with pytest.raises(MissingSecret, match="offline-token"):
         offline.config.resolved("token")
     clean_env.setenv("AGENT_ENV_SECRET_OFFLINE_TOKEN", "t0k")
     assert offline.config.resolved("token") == "t0k" and offline.config["token"] == "secret:offline-token"
     assert offline.config.resolved("absent", 3) == 3
-    assert registry.load("local", s).config == {}  # a provider without a table gets an empty one
+    assert by_name.load("local", s).config == {}  # a provider without a table gets an empty one
 
 
 # --- agent-env config show ----------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ import json
 import pytest
 
 from agent_env import runner
-from agent_env.bundles import BUILTIN_ROOT, resolve_target
+from agent_env.bundles import BUILTIN_ROOT
 from agent_env.spec.run import RunStatus
 from agent_env.stores import open_stores
+from agent_env.task_lookup import resolve_target
 
 
 async def run_bundle(client, settings, name: str, change=None):

@@ -21,15 +21,15 @@ from test_durability import AGENT_ENV, Cluster, wait_until
 from test_sandboxes import wait_http
 
 from agent_env import runner
-from agent_env.bundles import resolve_target
 from agent_env.config import Settings
 from agent_env.gateway import embedded as embedded_gateway
 from agent_env.planning.tasks import load_task
-from agent_env.providers import ProviderUnavailable, SandboxFailed, SandboxSpec, registry
+from agent_env.providers import ProviderUnavailable, SandboxFailed, SandboxSpec, by_name
 from agent_env.providers.base import LABEL_RUN
 from agent_env.providers.docker import DockerProvider
 from agent_env.providers.docker_images import BASE_IMAGE
 from agent_env.spec.run import RunStatus
+from agent_env.task_lookup import resolve_target
 from agent_env.temporal.client import connect
 
 ECHO_ENV = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo"
@@ -283,8 +283,8 @@ async def test_no_daemon_names_what_to_start(tmp_path, monkeypatch):
     assert "no Docker daemon answers at unix:///nonexistent/docker.sock" in e.value.problem
     assert "dockerd" in e.value.fix and "scripts/docker-setup" in e.value.fix
     with pytest.raises(ProviderUnavailable, match="no Docker daemon answers"):
-        await registry.create("docker", SandboxSpec(name="x", run_id="r", image=BASE_IMAGE), settings)
-    provider, box = await registry.create(
+        await by_name.create("docker", SandboxSpec(name="x", run_id="r", image=BASE_IMAGE), settings)
+    provider, box = await by_name.create(
         "docker,local", SandboxSpec(name="x", run_id="r", command=["sleep", "9"]), settings
     )
     assert provider.name == "local", "a chain falls back when Docker is not there"

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from agent_env import runner
-from agent_env.bundles import resolve_target
 from agent_env.errors import BadInput
 from agent_env.gateway.embedded import connect
 from agent_env.planning.tasks import load_task
 from agent_env.spec.run import RunStatus, StepStatus
+from agent_env.task_lookup import resolve_target
 
 
 async def run_spec(client, settings, spec):

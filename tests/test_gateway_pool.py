@@ -19,9 +19,9 @@ import pytest
 from conftest import free_port, plan_key_of
 
 from agent_env import runner
-from agent_env.bundles import resolve_target
 from agent_env.config import load_settings
 from agent_env.spec.run import RunStatus
+from agent_env.task_lookup import resolve_target
 from agent_env.waiting import until
 
 pytestmark = pytest.mark.processes

@@ -13,7 +13,7 @@ from agent_env.envs import Ctx, ToolError
 from agent_env.envs.app_instance import AppInstance, load_app_class
 from agent_env.envs.builtin import APPS
 from agent_env.envs.builtin.payables import Payables
-from agent_env.gateway.roles import ToolEntry, allowed_tools
+from agent_env.spec.roles import ToolEntry, allowed_tools
 
 BUNDLE = Path(__file__).parents[1] / "agent_env" / "bundles" / "invoice-queue"
 SAMPLE = json.loads((BUNDLE / "envs" / "payables" / "data.json").read_text())["payables"]

@@ -125,7 +125,7 @@ def test_steps_list_prints_every_type_with_its_origin_and_traits():
 
 
 def test_steps_show_prints_fields_from_the_model_and_an_example_that_validates():
-    from agent_env.steps import registry
+    from agent_env.steps import catalog
 
     done = cli("steps", "show", "prompt_agent")
     assert done.returncode == 0, done.stderr
@@ -137,7 +137,7 @@ def test_steps_show_prints_fields_from_the_model_and_an_example_that_validates()
     example = tomllib.loads(out.split("example:")[1])
     step = example["steps"][0]
     assert (step["id"], step["type"], sorted(step["config"])) == ("prompt_agent", "prompt_agent", ["agent", "prompt"])
-    registry.get("prompt_agent").config.model_validate(step["config"])
+    catalog.get("prompt_agent").config.model_validate(step["config"])
 
     plugin = cli("steps", "show", "flaky")
     assert plugin.returncode == 0 and "flaky (plugin)" in plugin.stdout

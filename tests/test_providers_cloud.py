@@ -19,7 +19,7 @@ from conftest import free_port
 
 from agent_env.config import Settings
 from agent_env.errors import BadInput
-from agent_env.providers import registry
+from agent_env.providers import by_name
 from agent_env.providers.base import Network, ProviderUnavailable, SandboxFailed, SandboxSpec
 
 FAKES = Path(__file__).parent / "fakes"
@@ -56,7 +56,7 @@ def settings(tmp_path):
 
 @pytest.fixture(params=SDKS)
 def cloud(request, sdks, settings):
-    return registry.load(request.param, settings)
+    return by_name.load(request.param, settings)
 
 
 def recorded(sdks, provider: str):
@@ -90,14 +90,14 @@ def test_importing_the_providers_does_not_import_the_sdks():
 async def test_check_refuses_without_the_sdk(provider, settings, monkeypatch):
     monkeypatch.setitem(sys.modules, provider, None)  # `import <sdk>` now fails
     with pytest.raises(ProviderUnavailable) as e:
-        await registry.load(provider, settings).check()
+        await by_name.load(provider, settings).check()
     assert e.value.fix == f"pip install 'agentenv-framework[{provider}]'"
 
 
 async def test_modal_check_needs_a_token(sdks, settings, monkeypatch, tmp_path):
     monkeypatch.delenv("MODAL_TOKEN_ID")
     monkeypatch.setenv("MODAL_CONFIG_PATH", str(tmp_path / "modal.toml"))
-    provider = registry.load("modal", settings)
+    provider = by_name.load("modal", settings)
     with pytest.raises(ProviderUnavailable) as e:
         await provider.check()
     assert "modal token new" in e.value.fix and "MODAL_TOKEN_ID" in e.value.fix
@@ -108,7 +108,7 @@ async def test_modal_check_needs_a_token(sdks, settings, monkeypatch, tmp_path):
 async def test_e2b_check_needs_an_api_key(sdks, settings, monkeypatch):
     monkeypatch.delenv("E2B_API_KEY")
     with pytest.raises(ProviderUnavailable) as e:
-        await registry.load("e2b", settings).check()
+        await by_name.load("e2b", settings).check()
     assert "E2B_API_KEY" in e.value.fix
 
 
@@ -165,7 +165,7 @@ async def test_exec_timeout_raises(cloud):  # as the local and docker providers 
 
 
 async def test_modal_network_resources_and_image(sdks, settings):
-    modal = registry.load("modal", settings)
+    modal = by_name.load("modal", settings)
     await modal.create(spec("modal", name="closed", network=Network.parse("none"), cpus=0.5, memory_mb=256))
     kwargs = recorded(sdks, "modal")
     assert (kwargs["block_network"], kwargs["outbound_cidr_allowlist"]) == (True, None)
@@ -183,7 +183,7 @@ async def test_modal_network_resources_and_image(sdks, settings):
 
 
 async def test_modal_builds_a_dockerfile(sdks, settings, tmp_path):
-    modal = registry.load("modal", settings)
+    modal = by_name.load("modal", settings)
     (tmp_path / "app").mkdir()
     with pytest.raises(SandboxFailed, match="no Dockerfile"):
         await modal.create(spec("modal", image=None, build=str(tmp_path / "app")))
@@ -197,7 +197,7 @@ async def test_modal_builds_a_dockerfile(sdks, settings, tmp_path):
 
 
 async def test_modal_snapshots_a_filesystem_a_new_sandbox_starts_from(sdks, settings):
-    modal = registry.load("modal", settings)
+    modal = by_name.load("modal", settings)
     first = await modal.create(spec("modal", name="first", command=["sleep", "30"]))
     await first.put_file("/data/state.txt", b"kept")
     image = await first.snapshot()
@@ -210,14 +210,14 @@ async def test_modal_snapshots_a_filesystem_a_new_sandbox_starts_from(sdks, sett
 
 
 async def test_e2b_cannot_snapshot(sdks, settings):
-    box = await registry.load("e2b", settings).create(spec("e2b", name="nosnap"))
+    box = await by_name.load("e2b", settings).create(spec("e2b", name="nosnap"))
     with pytest.raises(BadInput, match="the e2b provider cannot snapshot"):
         await box.snapshot()
     await box.stop()
 
 
 async def test_modal_shortens_long_names(sdks, settings):
-    modal = registry.load("modal", settings)
+    modal = by_name.load("modal", settings)
     long = spec("modal", name="x" * 100)
     sb = await modal.create(long)
     assert len(recorded(sdks, "modal")["name"]) == 64
@@ -226,7 +226,7 @@ async def test_modal_shortens_long_names(sdks, settings):
 
 
 async def test_e2b_template_network_and_background_command(sdks, settings):
-    e2b = registry.load("e2b", settings)
+    e2b = by_name.load("e2b", settings)
     await e2b.create(spec("e2b", name="closed", network=Network.parse("none")))
     kwargs = recorded(sdks, "e2b")
     assert (kwargs["template"], kwargs["allow_internet_access"], kwargs["timeout"]) == ("base", False, 6 * 3600)
@@ -239,12 +239,12 @@ async def test_e2b_template_network_and_background_command(sdks, settings):
 
 
 async def test_e2b_refuses_what_templates_fix(sdks, settings, tmp_path):
-    e2b = registry.load("e2b", settings)
+    e2b = by_name.load("e2b", settings)
     with pytest.raises(BadInput) as e:
         await e2b.create(spec("e2b", build=str(tmp_path)))
     assert "e2b template build" in str(e.value) and "image" in e.value.fix
     with pytest.raises(BadInput, match="cannot limit cpus or memory"):
-        await registry.create("e2b", spec("e2b", cpus=2), settings)
+        await by_name.create("e2b", spec("e2b", cpus=2), settings)
     with pytest.raises(BadInput, match="cannot enforce network 'allowlist'"):
-        await registry.create("e2b", spec("e2b", network=Network.parse(["10.0.0.0/8"])), settings)
+        await by_name.create("e2b", spec("e2b", network=Network.parse(["10.0.0.0/8"])), settings)
     assert sdks.e2b.sandboxes() == []

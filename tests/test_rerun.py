@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from agent_env import runner
-from agent_env.bundles import BUILTIN_ROOT, resolve_target
+from agent_env.bundles import BUILTIN_ROOT
 from agent_env.config import Settings
 from agent_env.errors import BadInput, NotFound
 from agent_env.planning.runs import json_digest, replan
 from agent_env.planning.tasks import load_task
 from agent_env.spec.run import RunState, RunStatus
 from agent_env.stores import keys, open_stores
+from agent_env.task_lookup import resolve_target
 
 
 def workplace_bundle(root: Path) -> Path:

@@ -22,7 +22,7 @@ from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.errors import AgentEnvError
 from agent_env.planning.tasks import load_task, parse_task
-from agent_env.providers import registry
+from agent_env.providers import by_name
 from agent_env.spec.run import RunStatus
 from agent_env.steps.builtin.sandbox_steps import (
     CollectFilesConfig,
@@ -150,7 +150,7 @@ async def test_put_exec_and_collect_in_a_local_app_sandbox(client, settings, wor
     assert files["/out/all.txt"]["sha256"] == hashlib.sha256(everything).hexdigest()
     assert files["/out/all.txt"]["key"] == f"runs/{state.run_id}/artifacts/collect/out/all.txt"
     assert state.pins["artifacts"], "bundle files and artifacts are pinned in the run as content-addressed objects"
-    assert await registry.load("local", settings).list(state.run_id) == []
+    assert await by_name.load("local", settings).list(state.run_id) == []
 
 
 FAILURES = """
@@ -302,7 +302,7 @@ async def test_once_returns_the_first_result_when_a_step_is_retried(settings, tm
     from agent_env.steps import StepContext
     from agent_env.steps.builtin.sandbox_steps import sandbox_exec
 
-    provider, box = await registry.create(
+    provider, box = await by_name.create(
         "local",
         SandboxSpec(name="once-box", run_id="once-run", command=["sleep", "60"]),
         settings,

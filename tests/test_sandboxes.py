@@ -1,4 +1,4 @@
-"""Sandbox providers that need nothing but this machine: the registry (names, plugins, fallback chains),
+"""Sandbox providers that need nothing but this machine: providers by name (names, plugins, fallback chains),
 the `local` provider, the reaper's judgement, sandboxed apps in env records, and the CLI."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from agent_env.config import SandboxSettings, Settings
 from agent_env.errors import BadInput
-from agent_env.providers import ProviderUnavailable, SandboxFailed, SandboxInfo, SandboxSpec, registry
+from agent_env.providers import ProviderUnavailable, SandboxFailed, SandboxInfo, SandboxSpec, by_name
 from agent_env.providers.reaper import judge
 from agent_env.spec.env import EnvRecord
 
@@ -58,37 +58,37 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-# -- registry --
+# -- providers by name --
 
 
 def test_providers_by_name_plugins_and_typos(home):
-    assert {"local", "docker", "modal", "e2b", "offline"} <= set(registry.names())
-    assert registry.load("local", home).name == "local"
-    assert registry.load("offline", home).name == "offline"  # from the agent_env.providers entry-point group
+    assert {"local", "docker", "modal", "e2b", "offline"} <= set(by_name.names())
+    assert by_name.load("local", home).name == "local"
+    assert by_name.load("offline", home).name == "offline"  # from the agent_env.providers entry-point group
     with pytest.raises(BadInput, match="did you mean 'docker'"):
-        registry.load("dokcer", home)
+        by_name.load("dokcer", home)
     with pytest.raises(BadInput, match="plugin 'broken-provider' failed to load"):
-        registry.load("broken-provider", home)
+        by_name.load("broken-provider", home)
     with pytest.raises(BadInput, match="empty sandbox provider"):
-        registry.parse_chain(" , ")
+        by_name.parse_chain(" , ")
 
 
 async def test_a_fallback_chain_uses_the_first_usable_provider(home):
-    provider, box = await registry.create("offline,local", spec("chain", command=["sleep", "30"]), home)
+    provider, box = await by_name.create("offline,local", spec("chain", command=["sleep", "30"]), home)
     try:
         assert provider.name == "local" and box.info.provider == "local"
     finally:
         await box.stop()
     with pytest.raises(ProviderUnavailable, match="the offline provider never answers") as e:
-        await registry.create("offline", spec("nowhere", command=["true"]), home)
+        await by_name.create("offline", spec("nowhere", command=["true"]), home)
     assert e.value.fix == "use another provider"
 
 
 async def test_a_provider_refuses_what_it_cannot_enforce(home):
     with pytest.raises(BadInput, match="cannot enforce network 'none'"):
-        await registry.create("local", spec("closed", command=["true"], network={"mode": "none"}), home)
+        await by_name.create("local", spec("closed", command=["true"], network={"mode": "none"}), home)
     with pytest.raises(BadInput, match="cannot limit cpus or memory"):
-        await registry.create("local", spec("limited", command=["true"], memory_mb=64), home)
+        await by_name.create("local", spec("limited", command=["true"], memory_mb=64), home)
 
 
 # -- local --
@@ -98,7 +98,7 @@ async def test_local_sandbox_runs_serves_and_stops(home, tmp_path):
     context = tmp_path / "ctx"
     context.mkdir()
     (context / "hello.txt").write_text("from the build folder")
-    provider, box = await registry.create("local", spec("web", port=8000, command=SERVE, build=str(context)), home)
+    provider, box = await by_name.create("local", spec("web", port=8000, command=SERVE, build=str(context)), home)
     meta = json.loads((provider.root / "web" / "sandbox.json").read_text())
     try:
         page = await wait_http(f"{box.url}/hello.txt")
@@ -131,16 +131,16 @@ async def test_local_port_clash_and_bad_command(home):
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(SandboxFailed, match=f"port 127.0.0.1:{port} is already in use") as e:
-            await registry.create("local", spec("clash", port=8000, host_port=port, command=SERVE), home)
+            await by_name.create("local", spec("clash", port=8000, host_port=port, command=SERVE), home)
         assert "leave `host_port` unset" in e.value.fix
     with pytest.raises(SandboxFailed, match="could not start '/no/such/program'"):
-        await registry.create("local", spec("bad", command=["/no/such/program"]), home)
+        await by_name.create("local", spec("bad", command=["/no/such/program"]), home)
     with pytest.raises(BadInput, match="has no `command`"):
-        await registry.create("local", spec("image-only", image="agentenv/base:bookworm"), home)
+        await by_name.create("local", spec("image-only", image="agentenv/base:bookworm"), home)
 
 
 async def test_a_reused_pid_is_not_mistaken_for_a_sandbox(home):
-    provider, box = await registry.create("local", spec("short", command=["sleep", "30"]), home)
+    provider, box = await by_name.create("local", spec("short", command=["sleep", "30"]), home)
     meta_path = provider.root / "short" / "sandbox.json"
     meta = json.loads(meta_path.read_text())
     meta["started"] = "1"  # as if the pid now belonged to a process started at another time
@@ -156,7 +156,7 @@ async def test_exec_in_a_local_sandbox_sees_its_declared_env_however_busy_the_ma
     process may still be starting then); and the declared values are in no file of the provider's in the
     clear."""
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 2))]
-    provider = registry.load("local", home)
+    provider = by_name.load("local", home)
     seen: list[bool] = []
     try:
         for i in range(200):
@@ -183,7 +183,7 @@ async def test_exec_sees_the_declared_env_whatever_the_sandbox_did_with_its_own(
     the server) changes nothing for a command exec'd in the sandbox: it gets the declared environment, also
     when another worker attaches. The record's key is private; a damaged one is an error naming the fix."""
     wrapped = spec("wrapped", command=["env", "-u", "TOKEN", "sleep", "30"], env={"TOKEN": "declared"})
-    provider, box = await registry.create("local", wrapped, home)
+    provider, box = await by_name.create("local", wrapped, home)
     try:
         pid = json.loads((provider.root / "wrapped" / "sandbox.json").read_text())["pid"]
         deadline = time.monotonic() + 10
@@ -191,7 +191,7 @@ async def test_exec_sees_the_declared_env_whatever_the_sandbox_did_with_its_own(
             assert time.monotonic() < deadline, "the wrapper never ran its server"
             await asyncio.sleep(0.01)
         assert b"TOKEN=" not in Path(f"/proc/{pid}/environ").read_bytes(), "the process dropped it"
-        for sandbox in (box, await registry.load("local", home).attach("wrapped")):
+        for sandbox in (box, await by_name.load("local", home).attach("wrapped")):
             assert "TOKEN=declared\n" in (await sandbox.exec(["env"])).stdout
     finally:
         await provider.remove("wrapped")
@@ -266,8 +266,8 @@ def test_cli_lists_and_reaps_expired_sandboxes(tmp_path):
     }
 
     async def make():
-        await registry.create("local", spec("old", command=["sleep", "60"], ttl=0.01), settings)
-        await registry.create("local", spec("young", command=["sleep", "60"]), settings)
+        await by_name.create("local", spec("old", command=["sleep", "60"], ttl=0.01), settings)
+        await by_name.create("local", spec("young", command=["sleep", "60"]), settings)
 
     asyncio.run(make())
     time.sleep(0.05)

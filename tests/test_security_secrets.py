@@ -24,7 +24,7 @@ from conftest import FAKE_MODEL_KEY
 from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.planning.tasks import load_task
-from agent_env.providers import SandboxSpec, registry
+from agent_env.providers import SandboxSpec, by_name
 from agent_env.spec.agent import AgentRecord
 from agent_env.spec.run import RunStatus
 from agent_env.stores.secrets import MissingSecret
@@ -138,7 +138,7 @@ async def test_a_command_run_in_a_local_sandbox_sees_its_env_not_the_workers(set
     spec = SandboxSpec(
         name="exec-env", run_id="secrets-exec", command=["sleep", "30"], port=8000, env={"DECLARED": declared}
     )
-    provider, box = await registry.create("local", spec, settings)
+    provider, box = await by_name.create("local", spec, settings)
     try:
         done = await box.exec(["env"])
     finally:

@@ -23,7 +23,7 @@ from agent_env.config import Settings, TemporalSettings
 from agent_env.errors import AgentEnvError
 from agent_env.gateway import tokens
 from agent_env.planning.tasks import parse_task
-from agent_env.providers import SandboxSpec, registry
+from agent_env.providers import SandboxSpec, by_name
 from agent_env.providers.base import install_id
 from agent_env.providers.reaper import reap
 from agent_env.spec.run import RunStatus, StepStatus
@@ -188,10 +188,10 @@ async def test_the_reaper_leaves_other_installs_sandboxes_alone(tmp_path, client
     theirs = other_install(ours)
     assert install_id(ours) != install_id(theirs) and install_id(ours) == install_id(ours)
     sleep = ["sleep", "60"]
-    await registry.create("local", SandboxSpec(name="ours-expired", run_id="r1", command=sleep, ttl=0.01), ours)
-    await registry.create("local", SandboxSpec(name="ours-orphan", run_id="no-such-run", command=sleep), ours)
+    await by_name.create("local", SandboxSpec(name="ours-expired", run_id="r1", command=sleep, ttl=0.01), ours)
+    await by_name.create("local", SandboxSpec(name="ours-orphan", run_id="no-such-run", command=sleep), ours)
     for name, ttl in (("theirs-expired", 0.01), ("theirs-live", 3600)):
-        await registry.create("local", SandboxSpec(name=name, run_id="their-run", command=sleep, ttl=ttl), theirs)
+        await by_name.create("local", SandboxSpec(name=name, run_id="their-run", command=sleep, ttl=ttl), theirs)
     time.sleep(0.05)
     try:
         verdicts = await reap(ours, client)  # our Temporal has never heard of their run
@@ -200,7 +200,7 @@ async def test_the_reaper_leaves_other_installs_sandboxes_alone(tmp_path, client
             "ours-orphan": "its run is unknown to Temporal",
         }
         assert await reap(ours, None, everything=True) == [], "--all is ours only"
-        left = {b.id: b.status for b in await registry.load("local", theirs).list()}
+        left = {b.id: b.status for b in await by_name.load("local", theirs).list()}
         assert left == {"theirs-expired": "running", "theirs-live": "running"}
     finally:
         await reap(theirs, None, everything=True)
@@ -214,22 +214,22 @@ async def test_the_reaper_leaves_other_installs_containers_alone(docker_client, 
     ours, theirs = Settings(state_dir=tmp_path / "ours"), Settings(state_dir=tmp_path / "theirs")
     tag = os.urandom(3).hex()
     sleep = ["sleep", "60"]
-    await registry.create(
+    await by_name.create(
         "docker", SandboxSpec(name=f"sec-{tag}-ours", run_id="gone", image=BASE_IMAGE, command=sleep), ours
     )
-    await registry.create(
+    await by_name.create(
         "docker",
         SandboxSpec(name=f"sec-{tag}-theirs", run_id="gone", image=BASE_IMAGE, command=sleep, ttl=0.01),
         theirs,
     )
     try:
         with pytest.raises(AgentEnvError, match="this agent-env install did not start"):
-            await registry.create(
+            await by_name.create(
                 "docker", SandboxSpec(name=f"sec-{tag}-theirs", run_id="gone", image=BASE_IMAGE, command=sleep), ours
             )
         verdicts = await reap(ours, client)
         assert [v.sandbox.name for v in verdicts if v.doomed] == [f"sec-{tag}-ours"]  # its run is unknown
-        assert [b.name for b in await registry.load("docker", theirs).list()] == [f"sec-{tag}-theirs"]
+        assert [b.name for b in await by_name.load("docker", theirs).list()] == [f"sec-{tag}-theirs"]
     finally:
         await reap(ours, None, everything=True)
         await reap(theirs, None, everything=True)

@@ -101,7 +101,7 @@ def test_server_exiting_at_start_shows_its_log(own_settings, monkeypatch, tmp_pa
 async def test_runs_survive_a_server_restart(own_settings):
     """Histories live in the SQLite file: a workflow started before a stop is there after a start."""
     from agent_env import runner
-    from agent_env.bundles import resolve_target
+    from agent_env.task_lookup import resolve_target
     from agent_env.temporal.client import connect
 
     server.start(own_settings)

@@ -19,7 +19,6 @@ from test_agent_sandboxes import echo_bundle  # noqa: F401 - the echo agent's bu
 from test_docker import ECHO_ENV, containers_of, docker_client, write_context  # noqa: F401 - a fixture
 
 from agent_env import runner
-from agent_env.bundles import resolve_target
 from agent_env.config import Settings
 from agent_env.planning.tasks import load_task
 from agent_env.providers import SandboxSpec
@@ -27,6 +26,7 @@ from agent_env.providers.docker import DockerProvider
 from agent_env.providers.docker_images import build_tag, context_tar, shared_build_image
 from agent_env.spec.run import RunStatus
 from agent_env.stores.backends import open_store
+from agent_env.task_lookup import resolve_target
 
 NONCE = """
 FROM agentenv/base:bookworm

@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from agent_env.bundles import resolve_target
 from agent_env.errors import BadInput
 from agent_env.planning.schema import task_schema
 from agent_env.planning.tasks import load_task, parse_task
+from agent_env.task_lookup import resolve_target
 
 
 def task(*steps, **extra):

@@ -25,8 +25,8 @@ from conftest import free_port
 from gateway_util import running_gateway
 
 from agent_env import runner, telemetry
-from agent_env.bundles import resolve_target
 from agent_env.spec.run import RunStatus
+from agent_env.task_lookup import resolve_target
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 

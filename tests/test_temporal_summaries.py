@@ -19,9 +19,9 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.converter import default as default_converter
 
 from agent_env import runner
-from agent_env.bundles import resolve_target
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus, StepStatus
+from agent_env.task_lookup import resolve_target
 from agent_env.workflows.details import MAX_SUMMARY
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # what the UI asks for a workflow's current details

@@ -32,7 +32,7 @@ async def wait_for_state(handle, predicate, timeout=20.0) -> RunState:
 
 
 async def test_hello_passes_with_score_one(run_task):
-    from agent_env.bundles import resolve_target
+    from agent_env.task_lookup import resolve_target
 
     state = await run_task(resolve_target("hello").model_dump(mode="json"))
     assert state.status is RunStatus.PASSED

@@ -29,7 +29,7 @@ from agent_env.agents import conversation
 from agent_env.spec.run import NEW_TRAITS, RunInput, StepPlan, StepTraits, builtin_traits
 from agent_env.spec.verbs import VERBS
 from agent_env.spec.world import Action, TriggersAction
-from agent_env.steps import BUILTINS, registry
+from agent_env.steps import BUILTINS, catalog
 from agent_env.workflows import contract
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -143,7 +143,7 @@ def test_plans_with_traits_keep_them():
 )
 def test_the_builtin_step_types_declare_the_traits_old_plans_are_given(config):
     for name in BUILTINS:
-        declared = registry.get(name).traits(config).model_dump(exclude={"in_workflow"})
+        declared = catalog.get(name).traits(config).model_dump(exclude={"in_workflow"})
         assert declared == StepTraits(**builtin_traits(name, config)).model_dump(exclude={"in_workflow"}), name
 
 
@@ -152,7 +152,7 @@ def test_recorded_plans_get_the_traits_their_types_declare_now(path):
     started = json.loads(path.read_text())["events"][0]["workflowExecutionStartedEventAttributes"]
     inp = RunInput.model_validate_json(base64.b64decode(started["input"]["payloads"][0]["data"]))
     for plan in inp.steps:
-        assert plan.model_dump(include=NEW_TRAITS) == registry.get(plan.type).traits(plan.config).model_dump(
+        assert plan.model_dump(include=NEW_TRAITS) == catalog.get(plan.type).traits(plan.config).model_dump(
             include=NEW_TRAITS
         ), plan.id
 
@@ -165,7 +165,7 @@ def test_trigger_actions_and_world_steps_are_verbs():
     assert action_types == {v.name for v in VERBS.values() if v.action}
     for verb in VERBS.values():
         if verb.step:
-            step_type = registry.get(verb.name)
+            step_type = catalog.get(verb.name)
             assert step_type.in_workflow == verb.in_workflow, verb.name
             assert step_type.verb == (verb.name if verb.in_workflow else None), verb.name
 

@@ -10,11 +10,11 @@ import pytest
 from gateway_util import mcp_client
 
 from agent_env import runner
-from agent_env.bundles import resolve_target
 from agent_env.errors import BadInput
 from agent_env.gateway.embedded import connect as gateway_connect
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus, StepStatus
+from agent_env.task_lookup import resolve_target
 
 
 async def run_spec(client, settings, spec, timeout=120):

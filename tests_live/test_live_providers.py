@@ -14,13 +14,13 @@ import uuid
 import pytest
 
 from agent_env.config import Settings
-from agent_env.providers import registry
+from agent_env.providers import by_name
 from agent_env.providers.base import ProviderUnavailable, SandboxSpec
 
 
 @pytest.mark.parametrize("name", ["modal", "e2b"])
 async def test_create_exec_remove(name, tmp_path):
-    provider = registry.load(name, Settings(state_dir=tmp_path))
+    provider = by_name.load(name, Settings(state_dir=tmp_path))
     try:
         await provider.check()
     except ProviderUnavailable as e:

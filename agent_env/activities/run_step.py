@@ -1,4 +1,4 @@
-"""Run one step: its type from the registry, its config checked, its code in a StepContext, its outputs bounded
+"""Run one step: its type from the catalog, its config checked, its code in a StepContext, its outputs bounded
 (they travel through history)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from temporalio import activity
 from agent_env.activities.shared import Activities, clipped_hits, fatal, keep_heartbeating, step_failed
 from agent_env.errors import format_loc
 from agent_env.spec.run import StepCall, StepOutcome
-from agent_env.steps import StepContext, StepFailed, registry
+from agent_env.steps import StepContext, StepFailed, catalog
 from agent_env.workflows import contract
 
 # Outputs travel through workflow history: keep them to decisions and small facts.
@@ -25,7 +25,7 @@ class StepActivities(Activities):
     async def run_step(self, call: StepCall) -> StepOutcome:
         info = activity.info()
         try:
-            step_type = registry.get(call.type)
+            step_type = catalog.get(call.type)
         except KeyError:
             raise fatal(f"unknown step type '{call.type}' on this worker", "UnknownStepType") from None
         except ImportError as e:

@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_env.agents.cli_presets import PRESETS, McpEndpoint, ModelEndpoint
 from agent_env.agents.sdk import Agent, Answer, Turn, serve
 
 MAX_OUTPUT = 4 * 1024 * 1024  # of each stream: a CLI printing without end does not fill the sandbox's memory
@@ -78,7 +79,6 @@ class CliAgent(Agent):
             )
         if settings.preset is None:
             return Answer(text=out.strip())
-        from agent_env.agents.cli_presets import PRESETS
 
         return Answer(text=PRESETS[settings.preset].final_answer(out))
 
@@ -98,7 +98,6 @@ class CliAgent(Agent):
                 "AGENT_ENV_MODEL_API_KEY": model.api_key or "",
             }
             return list(settings.command), {**base, **given}
-        from agent_env.agents.cli_presets import PRESETS, McpEndpoint, ModelEndpoint
 
         invocation = PRESETS[settings.preset].prepare(
             home=home,

@@ -19,6 +19,7 @@ from a2a.types import Message, Role, SendMessageRequest, TaskState
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH as CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError
 
+from agent_env import telemetry, tls
 from agent_env.agents.extensions import ExtensionClient
 from agent_env.agents.sdk import KEY, new_message_id
 from agent_env.config import url_origin
@@ -208,7 +209,6 @@ def forget_agent(url: str, *, hosted: bool = False) -> None:
 
 
 def _http(settings: Settings, hosted: bool) -> httpx.AsyncClient:
-    from agent_env import telemetry, tls
     from agent_env.gateway.embedded import admin_token, base_url
 
     gateways = tuple(settings.gateway.urls() or [base_url(settings)]) if hosted else ()
@@ -252,7 +252,6 @@ async def ask_deployed(
     }
     if who.get("env"):
         context.update(mcp_url=who["mcp_url"], token=await gateway.token(who["env"], who["name"]))
-    from agent_env import telemetry
 
     with telemetry.span(f"agent turn {who['name']}", agent=who["name"], turn=turn, hosted=bool(who["hosted"])):
         return await agent_client(settings, who["url"], hosted=who["hosted"]).ask(

@@ -22,7 +22,7 @@ from agent_env.agents.models import Endpoints
 from agent_env.config import ModelSettings, Settings
 from agent_env.spec.agent import AgentRecord, InlineSkill
 from agent_env.spec.times import utc_now_iso
-from agent_env.stores import in_thread
+from agent_env.stores import in_thread, open_secrets
 
 if TYPE_CHECKING:
     from agent_env.agents.sdk import Turn
@@ -166,8 +166,6 @@ class AgentHost:
         keys: dict[str, str | None] = dict(self._keys.get(spec.id, {}))
         missing = [p for p, config in spec.models.items() if p not in keys and config.api_key]
         if missing and self.secrets_from is not None:  # a restarted gateway looks keys up again
-            from agent_env.stores import open_secrets
-
             with contextlib.suppress(Exception):
                 secrets = open_secrets(self.secrets_from)
                 try:

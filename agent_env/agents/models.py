@@ -10,6 +10,7 @@ from agent_env.agents import usage
 from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
 from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
+from agent_env.stores.secrets import PREFIX, MissingSecret, env_var, is_reference
 
 __all__ = ["ChatModel", "ChatReply", "ModelError", "ToolCall", "Endpoints", "check_endpoint", "resolve_key"]
 
@@ -86,14 +87,11 @@ def check_endpoint(config: ModelSettings, purpose: str, secrets) -> None:
             "serves a local stand-in)",
         )
     if config.api_key:
-        from agent_env.stores.secrets import PREFIX, is_reference
-
         if not is_reference(config.api_key):
             raise BadInput(
                 f"the {purpose!r} model's api_key is written out in plain text",
                 f'store it with `agent-env secrets set NAME` and write api_key = "{PREFIX}NAME"',
             )
-        from agent_env.stores.secrets import MissingSecret, env_var
 
         name = config.api_key[len(PREFIX) :]
         try:

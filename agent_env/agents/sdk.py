@@ -40,7 +40,10 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.utils.constants import TransportProtocol
 
+from agent_env import telemetry, tls
 from agent_env.agents.extensions import Configured, card_extensions
+from agent_env.guard import HostGuard
+from agent_env.json_depth import JSON_RPC
 
 KEY = "agentenv"
 
@@ -79,8 +82,6 @@ class Turn:
         import httpx2
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
-
-        from agent_env import telemetry, tls
 
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         hooks = telemetry.HTTP_HOOKS  # the turn's trace continues in the gateway's tool calls
@@ -274,9 +275,6 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
 
     import uvicorn
     from starlette.applications import Starlette
-
-    from agent_env.guard import HostGuard
-    from agent_env.json_depth import JSON_RPC
 
     public_url = public_url or os.environ.get("AGENT_ENV_PUBLIC_URL") or None
     routes, handler = a2a_routes(agent, advertised_url(host, port, public_url), extensions=True)

@@ -5,11 +5,17 @@ Built-in bundles live next to this file; `agent-env run NAME` finds them by name
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_env.errors import NotFound
-from agent_env.spec.task import TaskSpec
+from pydantic import ValidationError
+
+from agent_env import packing
+from agent_env.envs.builtin import app_targets
+from agent_env.envs.records import env_for_app, env_record
+from agent_env.errors import BadInput, NotFound, from_validation_error
+from agent_env.spec.agent import AgentRecord
 
 BUILTIN_ROOT = Path(__file__).parent
 
@@ -46,45 +52,6 @@ def runnables(cwd: Path | None = None) -> list[Runnable]:
     return found
 
 
-def resolve_target(target: str, task: str | None = None) -> TaskSpec:
-    """A task from a .toml path, a bundle folder, or a built-in bundle's name."""
-    from agent_env.planning.tasks import load_task  # (planning checks tasks against bundles: imported here)
-
-    path = Path(target).expanduser()
-    if path.is_file() or target.endswith(".toml"):
-        return load_task(path)
-    if path.is_dir():
-        bundle = path
-    elif (BUILTIN_ROOT / target).is_dir() and is_bundle(BUILTIN_ROOT / target):
-        bundle = BUILTIN_ROOT / target
-    else:
-        from agent_env.registry.resolve import registry_task  # the last place to look: the shared stores
-
-        if (found := registry_task(target)) is not None:
-            return found
-        names = ", ".join(r.name for r in runnables())
-        raise NotFound(
-            f"'{target}' is not a built-in bundle, a bundle folder, a task file or a task in the registry",
-            f"run one of: {names}; or give the path of a bundle folder or a .toml task file "
-            "(`agent-env run` with no argument lists what can run; `agent-env registry list tasks` the registry's)",
-        )
-    if not is_bundle(bundle):
-        raise NotFound(f"{bundle} is not a bundle: it has no tasks/*.toml", "add a task file under tasks/")
-    files = task_files(bundle)
-    if task is None:
-        if bundle.name in files:  # the bundle's own task; its variants are chosen by name
-            task = bundle.name
-        elif len(files) > 1:
-            raise NotFound(
-                f"bundle {bundle.name} has {len(files)} tasks: {', '.join(files)}", "choose one with --task NAME"
-            )
-        else:
-            task = next(iter(files))
-    if task not in files:
-        raise NotFound(f"bundle {bundle.name} has no task '{task}'", f"choose one of: {', '.join(files)}")
-    return load_task(files[task])
-
-
 def find_env(bundle: Path | None, name: str):
     """An environment by name: `envs/NAME/env.toml` of the task's bundle, else of a built-in bundle
     (worlds are shared: `support-desk`), else a built-in app as a one-app environment.
@@ -92,14 +59,6 @@ def find_env(bundle: Path | None, name: str):
     Returns (EnvRecord, its folder or None). Data files must be regular files inside the record's folder,
     reached without a link (see `agent_env.packing`).
     """
-    import tomllib
-
-    from pydantic import ValidationError
-
-    from agent_env import packing
-    from agent_env.envs.builtin import app_targets
-    from agent_env.errors import BadInput, from_validation_error
-    from agent_env.planning.env_records import env_for_app, env_record
 
     path = bundle / "envs" / name / "env.toml" if bundle else None
     if path is None or not path.is_file():
@@ -147,12 +106,6 @@ def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False):
 
     With `with_folder`, returns (AgentRecord, its folder): a sandboxed agent's `build` is relative to it.
     """
-    import tomllib
-
-    from pydantic import ValidationError
-
-    from agent_env.errors import BadInput, from_validation_error
-    from agent_env.spec.agent import AgentRecord
 
     folders = ([bundle] if bundle else []) + sorted(p for p in BUILTIN_ROOT.iterdir() if p.is_dir())
     path = next(

@@ -46,8 +46,8 @@ def run_command(
         apply_overrides(settings, parse_overrides(list(models), list(urls)))
     if target is None:
         return _list_runnables()
-    from agent_env.bundles import resolve_target
     from agent_env.runner import new_run_id, plan
+    from agent_env.task_lookup import resolve_target
 
     spec = resolve_target(target, task)
     inp = plan(spec, new_run_id(spec.id), settings)

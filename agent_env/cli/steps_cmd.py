@@ -1,4 +1,4 @@
-"""`agent-env steps list|show TYPE`: the step registry, readably. Fields, types, defaults and the example come
+"""`agent-env steps list|show TYPE`: the step catalog, readably. Fields, types, defaults and the example come
 from each type's pydantic config model (the one source task files are validated against), never a second list."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic_core import PydanticUndefined
 
 from agent_env.cli.output import console
 from agent_env.errors import AgentEnvError, NotFound
-from agent_env.steps import BUILTINS, StepType, registry
+from agent_env.steps import BUILTINS, StepType, catalog
 
 
 def list_command() -> int:
@@ -23,10 +23,10 @@ def list_command() -> int:
     table = Table(box=None, pad_edge=False)
     for col in ("type", "from", "traits", "description"):
         table.add_column(col, overflow="fold")
-    for name in registry.names():
+    for name in catalog.names():
         origin = "built-in" if name in BUILTINS else "plugin"
         try:
-            st = registry.get(name)
+            st = catalog.get(name)
         except ImportError as e:  # one broken plugin must not hide the others
             cause = e.__cause__ or e
             table.add_row(escape(name), origin, "", f"[red]✗ does not load: {escape(str(cause))}[/]")
@@ -98,7 +98,7 @@ def example_toml(st: StepType) -> str:
 
 
 def _get(name: str) -> StepType:
-    names = registry.names()
+    names = catalog.names()
     if name not in names:
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
         raise NotFound(
@@ -106,7 +106,7 @@ def _get(name: str) -> StepType:
             "`agent-env steps list` shows every step type",
         )
     try:
-        return registry.get(name)
+        return catalog.get(name)
     except ImportError as e:
         raise AgentEnvError(str(e), f"`agent-env plugin check {name}` says what is wrong and how to fix it") from None
 

@@ -51,7 +51,8 @@ from agent_env.episodes.spec import EpisodeSpec
 from agent_env.errors import AgentEnvError, NotFound
 from agent_env.gateway.embedded import admin_token, base_url
 from agent_env.guard import HostGuard, bearer, tokens_equal
-from agent_env.planning.tasks import find_task, parse_task
+from agent_env.planning.tasks import parse_task
+from agent_env.task_lookup import resolve_target
 
 KEPT_GROUPS = 1024  # groups this server remembers (by id) for their result and close routes
 # Episodes this server remembers between requests: each keeps the next turn its start or last answer asked
@@ -174,7 +175,7 @@ def spec_of(body: StartRequest) -> EpisodeSpec:
     if isinstance(body.task, dict):
         task = parse_task(body.task, "the posted task")
     else:
-        task = find_task(body.task, body.task_name)
+        task = resolve_target(body.task, body.task_name)
     return EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
 
 

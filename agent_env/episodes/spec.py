@@ -17,11 +17,12 @@ from agent_env.bundles import find_agent
 from agent_env.episodes.client import Episodes
 from agent_env.errors import BadInput
 from agent_env.planning.runs import plan
-from agent_env.planning.tasks import Task, parse_task
+from agent_env.planning.tasks import parse_task
 from agent_env.spec.agent import AgentRecord
 from agent_env.spec.duration import MAX_SECONDS, Duration
 from agent_env.spec.run import RunInput
 from agent_env.spec.task import TaskSpec
+from agent_env.task_lookup import Task
 
 if TYPE_CHECKING:
     from agent_env.config import Settings

@@ -22,10 +22,10 @@ from agent_env.envs.card import OPERATIONS
 from agent_env.gateway import tokens
 from agent_env.gateway.mcp_tools import GET_TIME, get_time_spec
 from agent_env.gateway.remote import RemoteApp
-from agent_env.gateway.roles import GATEWAY_APP, ToolClash, ToolEntry, role_tools, tool_entries
 from agent_env.gateway.spec import InstanceSpec, RoleSpec
 from agent_env.gateway.storage import InstanceUsage
 from agent_env.gateway.watch import Watcher
+from agent_env.spec.roles import GATEWAY_APP, ToolClash, ToolEntry, role_tools, tool_entries
 from agent_env.spec.times import iso
 from agent_env.spec.world_state import WorldPush
 

@@ -44,11 +44,11 @@ from agent_env.envs.app import ToolError
 from agent_env.errors import BadInput
 from agent_env.gateway import routes_admin, routes_agents
 from agent_env.gateway.env_instance import CompositionError
-from agent_env.gateway.roles import RoleError
 from agent_env.gateway.routes_common import gateway_of
 from agent_env.gateway.service import Gateway, GatewayError
 from agent_env.guard import HostGuard
 from agent_env.json_depth import JSON_RPC, MCP
+from agent_env.spec.roles import RoleError
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:

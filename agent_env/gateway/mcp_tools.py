@@ -5,8 +5,9 @@ from __future__ import annotations
 from functools import cache
 
 from agent_env.envs.app import ToolOptions, build_tool_spec
+from agent_env.spec.roles import GET_TIME
 
-GET_TIME = "get_time"
+__all__ = ["GET_TIME", "get_time_spec"]
 
 
 class _GatewayTools:

@@ -48,7 +48,7 @@ from agent_env.envs.app import ToolError, ToolInfo
 from agent_env.envs.card import HIDDEN_BY_DEFAULT_META_KEY, OPERATIONS
 from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
 from agent_env.envs.serve import SERVER_TOKEN_ENV
-from agent_env.providers.base import free_port
+from agent_env.ports import free_port
 
 START_TIMEOUT = 30.0  # for a server to start listening
 CONNECT_TIMEOUT = 10.0  # to open a TCP (TLS) connection to a server that listens

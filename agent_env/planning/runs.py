@@ -16,13 +16,15 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from agent_env import __version__
 from agent_env.config import Settings
 from agent_env.errors import BadInput, NotFound
 from agent_env.spec.run import BEHAVIOUR, RunInput, StepPlan
 from agent_env.spec.task import TaskSpec
 from agent_env.spec.world_state import WorldSpec
-from agent_env.steps import registry
+from agent_env.step_types import PlanContext, catalog
 from agent_env.stores import keys
+from agent_env.stores.base import MissingObject
 
 if TYPE_CHECKING:
     from agent_env.stores import Stores
@@ -31,8 +33,6 @@ if TYPE_CHECKING:
 def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: bool = True) -> RunInput:
     """Resolve each step's type into what the workflow needs (local or not, timeouts, retries), and let
     step types prepare their config (inline environment records, store data as artifacts)."""
-    from agent_env.steps import PlanContext
-
     context = PlanContext(run_id=run_id, settings=settings, bundle=task.bundle)
     try:
         inp = _plan(task, run_id, context, search_attributes)
@@ -46,7 +46,7 @@ def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: 
 def _plan(task: TaskSpec, run_id: str, context: Any, search_attributes: bool) -> RunInput:
     steps = []
     for s in task.steps:
-        st = registry.get(s.type)
+        st = catalog.get(s.type)
         config = st.prepare(dict(s.config), context) if st.prepare else s.config
         steps.append(
             StepPlan(
@@ -88,7 +88,6 @@ def _plan(task: TaskSpec, run_id: str, context: Any, search_attributes: bool) ->
 def pin(task: TaskSpec, steps: list[StepPlan]) -> dict[str, Any]:
     """What this run used, recorded on it: the seed, the version of everything it was planned with, and the
     digest of each record, artifact and image build context (`digests`, `artifacts`, `images`)."""
-    from agent_env import __version__
 
     pins: dict[str, Any] = {"agentenv": __version__, "task": f"{task.id}@{task.version}", "seed": task.seed}
     digests = {"task": json_digest(task.model_dump(mode="json"))}
@@ -173,7 +172,6 @@ _RUN_OWN_PINS = {"plan", "rerun_of"}  # said of one run, not of its plan
 
 def replan(stores: Stores, record: dict[str, Any], run_id: str) -> RunInput:
     """A new run (`run_id`) of exactly the plan the run `record` pinned, checked against its digest."""
-    from agent_env.stores.base import MissingObject
 
     original = record.get("run_id", "?")
     digest = (record.get("pins") or {}).get("plan")

@@ -7,15 +7,15 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from agent_env.spec.task import TaskSpec
-from agent_env.steps import registry
+from agent_env.step_types import catalog
 
 
 def task_schema() -> dict[str, Any]:
     schema = TaskSpec.model_json_schema()
     types, broken = {}, []
-    for name in registry.names():
+    for name in catalog.names():
         try:
-            types[name] = registry.get(name)
+            types[name] = catalog.get(name)
         except ImportError as e:  # one broken plugin must not hide every other step type
             broken.append(str(e))
     refs, extra = models_json_schema(

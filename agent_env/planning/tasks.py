@@ -14,13 +14,13 @@ from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agent_env import bundles
+from agent_env.envs.records import exposed_tools
 from agent_env.errors import AgentEnvError, BadInput
-from agent_env.planning.env_records import exposed_tools
 from agent_env.spec.loader import bundle_of, read_task_file, task_problems_error, task_shape
 from agent_env.spec.task import StepSpec, TaskSpec, problem, reference_problems, suggest
 from agent_env.spec.templates import has_template
 from agent_env.spec.world import DeployedEnv, world_problems
-from agent_env.steps import registry
+from agent_env.step_types import catalog
 
 
 def parse_task(data: dict[str, Any], where: str, bundle: Path | None = None) -> TaskSpec:
@@ -72,24 +72,6 @@ def _all_problems_at_once(data: dict[str, Any], where: str, bundle: Path | None)
         raise task_problems_error(ValidationError.from_exception_data("TaskSpec", problems + extra), data, where)
 
 
-def find_task(target: str, task: str | None = None) -> TaskSpec:
-    """A task as `agent-env run` finds it: a built-in bundle's name, a bundle folder or a task file."""
-    return bundles.resolve_target(target, task)
-
-
-class Task(TaskSpec):
-    """`agent_env.task.Task`: a task spec that can be found by its id, e.g. `Task.get("refund")`."""
-
-    @classmethod
-    def get(cls, id: str, version: str | int | None = None) -> TaskSpec:
-        """The task `id` names: in the built-in bundles, the bundles in the working directory, then the registry
-        (its latest version, or `version`); a bundle folder's or task file's path works too. NotFound says where
-        it looked and how to put the task there."""
-        from agent_env.planning.task_lookup import task_by_id
-
-        return task_by_id(id, version)
-
-
 def task_problems(task: TaskSpec, bundle: Path | None) -> list[InitErrorDetails]:
     """Problems found against the installed step types, apps and bundles: each step's type and config
     first, then what configs name, then the world."""
@@ -112,13 +94,13 @@ def step_type_problems(step: StepSpec, context: dict[str, Any] | None = None) ->
     Values that hold ${...} references are checked after they resolve, when the step runs.
     """
     try:
-        step_type = registry.get(step.type)
+        step_type = catalog.get(step.type)
     except ImportError as e:
         return [
             problem(("type",), "broken_step_type", f"{e} — reinstall or fix the plugin that provides it", step.type)
         ]
     except KeyError:
-        names = registry.names()
+        names = catalog.names()
         return [
             problem(
                 ("type",),
@@ -160,7 +142,7 @@ def deployed_envs(task: TaskSpec, bundle: Path | None) -> dict[str, DeployedEnv]
 def _step_refs(step_type: str) -> tuple[str, ...]:
     """The config fields of a step type that name another step."""
     try:
-        return registry.get(step_type).step_refs
+        return catalog.get(step_type).step_refs
     except (KeyError, ImportError):
         return ()  # reported by the step's own validation
 

@@ -9,9 +9,13 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from agent_env.errors import BadInput
+from agent_env import packing
+from agent_env.errors import AgentEnvError, BadInput, StepFailed
+from agent_env.providers import by_name
 from agent_env.providers.base import Network, SandboxSpec, redact
-from agent_env.stores import in_thread, keys
+from agent_env.providers.docker_images import context_tar
+from agent_env.stores import in_thread, keys, open_secrets
+from agent_env.stores.secrets import PREFIX, MissingSecret, env_var, is_reference
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -22,9 +26,6 @@ if TYPE_CHECKING:
 def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
     """Store the build context as a content-addressed tar (so any worker can build it, and an unchanged
     context maps to the same image); returns its object key. A link in it refuses the run (see `packing`)."""
-    from agent_env import packing
-    from agent_env.providers.docker_images import context_tar
-
     root = record_folder.resolve()
     try:
         entries = packing.walk(root, build)
@@ -50,8 +51,6 @@ def pin_build(stores: Stores, record_folder: Path, build: str) -> str:
 
 def unpack_build(settings: Settings, stores: Stores, key: str, name: str) -> Path:
     """The context on this machine, unpacked once per content hash (files and folders only: see `packing`)."""
-    from agent_env import packing
-
     digest = keys.content_digest(key)
     folder = Path(settings.state_dir) / "sandboxes" / "contexts" / digest[:32] / name
     if not (folder / "Dockerfile").is_file():
@@ -81,16 +80,11 @@ def sandbox_name(instance: str, app: str) -> str:
 
 def env_secrets(box: SandboxRun) -> dict[str, str]:
     """env variable -> the secret its value references."""
-    from agent_env.stores.secrets import PREFIX, is_reference
-
     return {var: value[len(PREFIX) :] for var, value in box.env.items() if is_reference(value)}
 
 
 def check_secrets(settings: Settings, box: SandboxRun, label: str) -> None:
     """Fail when the run is planned, not when the sandbox starts, if a secret its env references is not set."""
-    from agent_env.stores import open_secrets
-    from agent_env.stores.secrets import MissingSecret, env_var
-
     store = open_secrets(settings)
     for var, name in env_secrets(box).items():
         if not store.has(name):
@@ -103,10 +97,6 @@ def check_secrets(settings: Settings, box: SandboxRun, label: str) -> None:
 def resolve_env(settings: Settings, box: SandboxRun, label: str) -> dict[str, str]:
     """The sandbox's env with its `secret:` references resolved: called in the activity, just before the
     provider starts it, and never logged or returned."""
-    from agent_env.steps import StepFailed
-    from agent_env.stores import open_secrets
-    from agent_env.stores.secrets import MissingSecret, env_var
-
     store, env = open_secrets(settings), dict(box.env)
     for var, name in env_secrets(box).items():
         try:
@@ -159,10 +149,6 @@ async def start(
     building its image from the pinned context if it has one. Returns (provider, sandbox); problems
     become one StepFailed naming `label` and the bundle's folder (not this worker's copy of it).
     `server_token`: for an env app, what its server must require of callers ($AGENT_ENV_SERVER_TOKEN)."""
-    from agent_env.errors import AgentEnvError
-    from agent_env.providers import registry
-    from agent_env.steps import StepFailed
-
     build = None
     if box.build:
         if build_key is None:
@@ -178,7 +164,7 @@ async def start(
         secrets += (server_token,)
     spec = spec.model_copy(update={"env": env})  # resolved here, at the last moment
     try:
-        provider, sandbox = await registry.create(chain, spec, settings)
+        provider, sandbox = await by_name.create(chain, spec, settings)
     except AgentEnvError as e:  # no usable provider, a broken Dockerfile, something it cannot enforce
         message = redact(str(e), secrets)
         if build is not None:
@@ -198,10 +184,8 @@ async def start(
 
 async def remove_sandboxes(settings: Settings, run_id: str, owner: str | None = None) -> list[dict[str, Any]]:
     """Remove the run's sandboxes (only those `owner` owns, if given) on every usable provider."""
-    from agent_env.providers import registry
-
     removed = []
-    for provider in await registry.usable(settings):
+    for provider in await by_name.usable(settings):
         for info in await provider.list(run_id):
             if owner is None or info.owner == owner:
                 await provider.remove(info.id)

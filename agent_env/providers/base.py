@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-import socket
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -21,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.spec.env import Network  # the sandbox's network as declared (re-exported)
+from agent_env.spec.secret_refs import is_reference
+from agent_env.stores import open_secrets
+from agent_env.stores.local import create_private_once
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -189,7 +191,6 @@ class ProviderConfig(dict[str, Any]):
 
     def resolved(self, key: str, default: Any = None) -> Any:
         """The value of `key`, a `secret:NAME` reference replaced by the secret (MissingSecret names the fix)."""
-        from agent_env.spec.secret_refs import is_reference
 
         value = self.get(key, default)
         if not is_reference(value):
@@ -197,9 +198,8 @@ class ProviderConfig(dict[str, Any]):
         if self.settings is None:
             raise BadInput(
                 f"{key} is a secret reference, and this provider config has no settings to resolve it with",
-                "construct it with the settings, as agent_env.providers.registry.load does",
+                "construct it with the settings, as agent_env.providers.by_name.load does",
             )
-        from agent_env.stores import open_secrets
 
         store = open_secrets(self.settings)
         try:
@@ -211,7 +211,7 @@ class ProviderConfig(dict[str, Any]):
 class Provider(ABC):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
-    # Its own settings ([sandboxes.providers.NAME]), set by the registry once the provider is constructed.
+    # Its own settings ([sandboxes.providers.NAME]), set by `by_name.load` once the provider is constructed.
     config: ProviderConfig = ProviderConfig()
 
     @abstractmethod
@@ -272,8 +272,6 @@ def install_id(settings: Settings) -> str:
     try:
         return _read_install_id(path)
     except FileNotFoundError:
-        from agent_env.stores.local import create_private_once
-
         create_private_once(path, ("s-" + secrets.token_hex(10)).encode())
         return _read_install_id(path)
 
@@ -287,19 +285,3 @@ def _read_install_id(path: Path) -> str:
             "remove them with `docker rm`, or on the cloud provider's console)",
         )
     return value
-
-
-def free_port() -> int:
-    """A port nothing listens on now, on the host's loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_taken(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False

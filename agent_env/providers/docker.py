@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_env.errors import BadInput, NotFound
+from agent_env.ports import free_port, port_taken
 from agent_env.providers import docker_egress as egress
 from agent_env.providers.base import (
     LABEL_INSTALL,
@@ -36,9 +37,7 @@ from agent_env.providers.base import (
     SandboxFailed,
     SandboxInfo,
     SandboxSpec,
-    free_port,
     install_id,
-    port_taken,
 )
 from agent_env.providers.docker_egress import ALLOWLIST_SUBNET, NETWORK_ALLOWLIST
 from agent_env.providers.docker_images import BASE_IMAGE, BASE_IMAGE_FIX, DockerImages

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import cast
 
 from agent_env.errors import BadInput, NotFound
+from agent_env.ports import free_port, port_taken
 from agent_env.providers.base import (
     Capabilities,
     ExecResult,
@@ -41,10 +42,9 @@ from agent_env.providers.base import (
     SandboxFailed,
     SandboxInfo,
     SandboxSpec,
-    free_port,
     install_id,
-    port_taken,
 )
+from agent_env.stores.local import create_private_once
 
 # What a local sandbox takes from the worker's environment; each is a location or a locale, not a credential.
 INHERITED = (
@@ -101,8 +101,6 @@ def _sealing(sandboxes: Path):
     """What seals the environments in the records of the local sandboxes under `sandboxes` (their folder):
     a Fernet key kept beside it, made on first use (mode 0600; the first of concurrent makers wins)."""
     from cryptography.fernet import Fernet
-
-    from agent_env.stores.local import create_private_once
 
     path = sandboxes.parent / KEY_FILE
     try:

@@ -16,7 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agent_env.gateway import embedded
+from agent_env.gateway.release import retire_instance
+from agent_env.providers import by_name
 from agent_env.providers.base import SandboxInfo, install_id
+from agent_env.stores import in_thread, open_stores
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -78,9 +82,7 @@ async def reap(
     """Judge this install's sandboxes on every usable provider (`everything`: all of them are doomed); remove
     the doomed ones (unless dry_run), and retire the gateway's instances that were served by sandboxes of
     runs that are over."""
-    from agent_env.providers import registry
-
-    providers = {p.name: p for p in await registry.usable(settings)}
+    providers = {p.name: p for p in await by_name.usable(settings)}
     ours = install_id(settings)
     # Providers list only their install's sandboxes; checked again here for plugins that do not.
     sandboxes = [box for p in providers.values() for box in await p.list() if box.install == ours]
@@ -98,10 +100,6 @@ async def reap(
 async def retire_orphaned_instances(settings: Settings, client: Client) -> list[str]:
     """Instances served by remote apps (sandboxes, URLs) of a run that is over, which the run could not
     retire itself: keep their trajectories and stop serving them. Only a gateway that runs is asked."""
-    from agent_env.gateway import embedded
-    from agent_env.gateway.release import retire_instance
-    from agent_env.stores import in_thread, open_stores
-
     if not settings.gateway.urls() and not embedded.status(settings).running:
         return []
     retired = []

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from agent_env import packing
+from agent_env.bundles import find_agent, find_env, is_bundle
 from agent_env.errors import AgentEnvError, BadInput
+from agent_env.planning.tasks import load_task
 from agent_env.registry.manifest import file_sha256
-from agent_env.registry.models import FileEntry, Item, Kind
+from agent_env.registry.models import KINDS, FileEntry, Item, Kind
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ITEM_FOLDERS = ("envs", "agents", "artifacts", "tasks")
@@ -32,7 +34,6 @@ ITEM_FOLDERS = ("envs", "agents", "artifacts", "tasks")
 def read_bundle(folder: Path) -> list[Item]:
     """The bundle's items, dependencies first (artifacts, envs, agents, then tasks); BadInput listing every
     invalid record when there is one."""
-    from agent_env.bundles import is_bundle
 
     folder = folder.expanduser().resolve()
     if not folder.is_dir():
@@ -116,7 +117,6 @@ def _toml(root: Path, path: Path) -> dict[str, Any]:
 
 
 def _env(root: Path, tree: list[packing.Entry], name: str) -> Item:
-    from agent_env.bundles import find_env
 
     path = root / "envs" / name / "env.toml"
     _checked_name("env", name, path.parent)
@@ -128,7 +128,6 @@ def _env(root: Path, tree: list[packing.Entry], name: str) -> Item:
 
 
 def _agent(root: Path, tree: list[packing.Entry], name: str) -> Item:
-    from agent_env.bundles import find_agent
 
     path = root / "agents" / name / "agent.toml"
     _checked_name("agent", name, path.parent)
@@ -154,7 +153,6 @@ def _artifact(root: Path, tree: list[packing.Entry], path: Path) -> Item:
 def _task(
     root: Path, tree: list[packing.Entry], path: Path, loose: list[FileEntry], deps: dict[str, dict[str, str]]
 ) -> Item:
-    from agent_env.planning.tasks import load_task
 
     name = _checked_name("task", path.stem, path)
     load_task(path)  # every problem of the task, against this bundle, as `agent-env run` reports them
@@ -184,7 +182,6 @@ def _strings(value: Any) -> set[str]:
 
 def kind_of(kind: str) -> Kind:
     """A kind as the CLI spells it (`env` or `envs`, ...); BadInput naming the kinds otherwise."""
-    from agent_env.registry.models import KINDS
 
     plural = kind if kind.endswith("s") else kind + "s"
     if plural not in KINDS:

@@ -9,7 +9,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from agent_env.config import load_settings
 from agent_env.errors import NotFound
+from agent_env.planning.tasks import load_task
+from agent_env.registry.store import open_registry
 from agent_env.spec.task import TaskSpec
 
 
@@ -21,10 +24,6 @@ def split_ref(target: str) -> tuple[str, str | None]:
 
 def registry_task(target: str) -> TaskSpec | None:
     """The task `target` names in the registry, ready to run; None when the registry has no task of that name."""
-    from agent_env.config import load_settings
-    from agent_env.planning.tasks import load_task
-    from agent_env.registry.store import open_registry
-
     name, label = split_ref(target)
     settings = load_settings()
     registry = open_registry(settings)

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from agent_env import packing
 from agent_env.errors import BadInput, NotFound
+from agent_env.registry.bundle_items import read_bundle
 from agent_env.registry.manifest import digest, file_sha256
 from agent_env.registry.models import SINGULAR, Item, Kind, PushResult, Version
 from agent_env.spec.times import iso
 from agent_env.stores import keys
+from agent_env.stores.backends import open_store
 from agent_env.stores.base import DocumentStore, ObjectStore, check_object_key, version_order
 
 Progress = Callable[[str], None]
@@ -40,7 +42,6 @@ class Registry:
     def push_bundle(self, folder: Path, progress: Progress | None = None) -> list[PushResult]:
         """Every item of a bundle, dependencies first. All records are validated, and every label checked
         against what is stored, before anything is written: a bundle with a conflict pushes nothing."""
-        from agent_env.registry.bundle_items import read_bundle
 
         items = read_bundle(folder)
         conflicts = [
@@ -225,7 +226,6 @@ def _next_label(label: str) -> str:
 
 def open_registry(settings) -> Registry:
     """The registry of the stores this install's settings name (only documents and objects are opened)."""
-    from agent_env.stores.backends import open_store
 
     documents = open_store("documents", settings)
     try:

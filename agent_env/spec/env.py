@@ -2,7 +2,7 @@
 
 In a bundle, `envs/NAME/env.toml` holds an `EnvRecord`; its data files live beside it. What needs the
 installed apps (do they load, do their tool names clash, does every role pattern name a tool) is checked
-by `agent_env.planning.env_records`, where records are loaded.
+by `agent_env.envs.records`, where records are loaded.
 """
 
 from __future__ import annotations

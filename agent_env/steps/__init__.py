@@ -1,6 +1,6 @@
-"""Step types by name: what each kind of task step does.
+"""Step types: the SDK a step type is written with, under the names plugin authors import, and the built-ins.
 
-A step type is an async function decorated with `@step_type`, with a pydantic model for its config:
+    from agent_env.steps import StepConfig, StepContext, StepFailed, step_type
 
     class GreetConfig(StepConfig):
         name: str
@@ -10,307 +10,41 @@ A step type is an async function decorated with `@step_type`, with a pydantic mo
         "Say hello."
         return {"greeting": f"Hello, {config.name}"}      # the step's outputs
 
-Plugins register theirs under the entry-point group `agent_env.steps` (name = step type, value =
-`module:attribute` of the decorated function). Step modules import heavy libraries inside the
-function, not at module level: task validation loads step types to check their config.
+The SDK and the catalog of step types by name live in `agent_env.step_types` (below planning, which checks
+tasks against it); what a running step sees, `StepContext`, in `agent_env.steps.context`; `StepFailed` in
+`agent_env.errors`. The built-in step types are `agent_env.steps.builtin`.
 """
 
-from __future__ import annotations
+from agent_env.errors import StepFailed
+from agent_env.step_types import (
+    BUILTINS,
+    ENTRY_POINT_GROUP,
+    EmptyConfig,
+    PlanContext,
+    PrepareFunction,
+    StepCatalog,
+    StepConfig,
+    StepFunction,
+    StepResult,
+    StepType,
+    catalog,
+    step_type,
+)
+from agent_env.steps.context import StepContext
 
-import asyncio
-import importlib
-import inspect
-import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import timedelta
-from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict
-
-from agent_env.spec.duration import parse_duration
-from agent_env.spec.run import Score, StepTraits
-from agent_env.spec.verbs import WorldStepVerb
-
-if TYPE_CHECKING:
-    from agent_env.config import Settings
-    from agent_env.gateway.client import GatewayClient
-    from agent_env.stores import Stores
-
-ENTRY_POINT_GROUP = "agent_env.task_steps"  # (the framework's name; `agent-env plugin` lists it)
-
-BUILTINS = {
-    "check": "agent_env.steps.builtin.check:check",
-    "sleep": "agent_env.steps.builtin.sleep:sleep",
-    "deploy_env": "agent_env.steps.builtin.envs:deploy_env",
-    "load_data": "agent_env.steps.builtin.envs:load_data",
-    "reset_env": "agent_env.steps.builtin.envs:reset_env",
-    "snapshot_env": "agent_env.steps.builtin.envs:snapshot_env",
-    "restore_env": "agent_env.steps.builtin.envs:restore_env",
-    "set_role_tools": "agent_env.steps.builtin.envs:set_role_tools",
-    "call_tool": "agent_env.steps.builtin.envs:call_tool",
-    "check_state": "agent_env.steps.builtin.envs:check_state",
-    "teardown_env": "agent_env.steps.builtin.envs:teardown_env",
-    "set_clock": "agent_env.steps.builtin.world_steps:set_clock",
-    "register_triggers": "agent_env.steps.builtin.world_steps:register_triggers",
-    "cancel_triggers": "agent_env.steps.builtin.world_steps:cancel_triggers",
-    "wait_clock": "agent_env.steps.builtin.world_steps:wait_clock",
-    "deploy_agent": "agent_env.steps.builtin.agents:deploy_agent",
-    "prompt_agent": "agent_env.steps.builtin.agents:prompt_agent",
-    "check_response": "agent_env.steps.builtin.grading:check_response",
-    "rubric_judge": "agent_env.steps.builtin.grading:rubric_judge",
-    "aggregate_scores": "agent_env.steps.builtin.grading:aggregate_scores",
-    "collect_artifacts": "agent_env.steps.builtin.grading:collect_artifacts",
-    "check_image": "agent_env.steps.builtin.image_check:check_image",
-    "sandbox_exec": "agent_env.steps.builtin.sandbox_steps:sandbox_exec",
-    "put_files": "agent_env.steps.builtin.sandbox_steps:put_files",
-    "collect_files": "agent_env.steps.builtin.sandbox_steps:collect_files",
-}
-
-
-class StepConfig(BaseModel):
-    """Base for step configs: unknown fields are errors, so typos are caught at validation."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class StepResult(BaseModel):
-    outputs: dict[str, Any] = {}
-    score: Score | None = None
-    hits: list[dict[str, Any]] = []  # trigger hits the step's own calls caused (the run applies them)
-
-
-class StepFailed(Exception):
-    """Raise to fail a step with a clear message. Not retried unless `retryable=True`."""
-
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-@dataclass
-class StepContext:
-    """What a step sees: who it is, where it may keep files, the stores, and a heartbeat."""
-
-    run_id: str
-    task_id: str
-    step_id: str
-    attempt: int
-    settings: Settings
-    heartbeat: Callable[..., None] = lambda *details: None
-    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("agent_env.steps"))
-    _stores: Stores | None = None
-
-    @property
-    def idempotency_key(self) -> str:
-        """Stable across retries of this step in this run: key every external effect with it."""
-        return f"{self.run_id}/{self.step_id}"
-
-    @cached_property
-    def work_dir(self) -> Path:
-        """A folder for this run's files (shared by its steps), kept under the state directory."""
-        path = self.settings.state_dir / "runs" / self.run_id
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    @property
-    def stores(self) -> Stores:
-        if self._stores is None:
-            from agent_env.stores import open_stores
-
-            self._stores = open_stores(self.settings)
-        return self._stores
-
-    async def gateway(self) -> GatewayClient:
-        """The gateway's admin client (starting the embedded gateway if this install uses one)."""
-        key = (str(self.settings.state_dir), tuple(self.settings.gateway.urls()))
-        client = _GATEWAYS.get(key)
-        if client is None:
-            from agent_env.gateway.embedded import connect
-
-            client = _GATEWAYS[key] = await asyncio.to_thread(connect, self.settings)
-        return client
-
-
-_GATEWAYS: dict[tuple[str, tuple[str, ...]], GatewayClient] = {}  # one client per worker process
-
-
-StepFunction = Callable[[StepContext, Any], Awaitable[StepResult | dict | None]]
-
-
-@dataclass
-class PlanContext:
-    """What `prepare` hooks see when a run is planned (client side, before it starts)."""
-
-    run_id: str
-    settings: Settings
-    bundle: Path | None  # the bundle folder the task came from, if any
-
-    @cached_property
-    def stores(self) -> Stores:
-        from agent_env.stores import open_stores
-
-        return open_stores(self.settings)
-
-
-PrepareFunction = Callable[[dict[str, Any], PlanContext], dict[str, Any]]
-
-
-class EmptyConfig(StepConfig):
-    pass
-
-
-@dataclass(frozen=True)
-class StepType:
-    name: str
-    run: StepFunction
-    config: type[BaseModel]
-    description: str
-    local: bool  # trivial and quick: run as a Temporal local activity (no extra round trip)
-    timeout: timedelta  # per attempt
-    retries: int
-    heartbeat_timeout: timedelta | None  # how soon a dead worker is noticed; None for local steps
-    prepare: PrepareFunction | None = None  # declared config -> executed config, at plan time
-    step_refs: tuple[str, ...] = ()  # config fields that name an upstream step
-    in_workflow: bool = False  # applied by the workflow itself (world steps): `run` is never called
-    quick: Callable[[dict[str, Any]], bool] | None = None  # given the planned config: quick enough to run local
-    # Traits: what the workflow needs to know of steps of this type (carried in their plans, see StepTraits).
-    verb: WorldStepVerb | None = None  # in_workflow: the world's verb it applies
-    deploys_env: bool = False
-    deploys_agent: bool = False
-    conversation: bool = False
-    sandboxes: Callable[[dict[str, Any]], bool] | None = None  # given the planned config: it starts sandboxes
-
-    def runs_local(self, config: dict[str, Any]) -> bool:
-        return self.local or (self.quick is not None and self.quick(config))
-
-    def traits(self, config: dict[str, Any]) -> StepTraits:
-        """The traits of a step of this type with this planned config."""
-        return StepTraits(
-            in_workflow=self.in_workflow,
-            verb=self.verb,
-            deploys_env=self.deploys_env,
-            deploys_agent=self.deploys_agent,
-            conversation=self.conversation,
-            sandboxes=self.sandboxes is not None and self.sandboxes(config),
-        )
-
-    async def __call__(self, ctx: StepContext, config: BaseModel) -> StepResult:
-        result = self.run(ctx, config)
-        if inspect.isawaitable(result):
-            result = await result  # type: ignore[assignment]  # (the awaited result, a StepResult | dict | None)
-        if result is None:
-            return StepResult()
-        if isinstance(result, StepResult):
-            return result
-        if isinstance(result, dict):
-            return StepResult(outputs=result)
-        raise TypeError(f"step type '{self.name}' returned {type(result).__name__}; return a dict or StepResult")
-
-
-def step_type(
-    name: str,
-    *,
-    config: type[BaseModel] = EmptyConfig,
-    local: bool = False,
-    timeout: str | float = "5m",
-    retries: int = 2,
-    heartbeat_timeout: str | float | None = "10s",
-    prepare: PrepareFunction | None = None,
-    step_refs: tuple[str, ...] = (),
-    in_workflow: bool = False,
-    quick: Callable[[dict[str, Any]], bool] | None = None,
-    verb: WorldStepVerb | None = None,
-    deploys_env: bool = False,
-    deploys_agent: bool = False,
-    conversation: bool = False,
-    sandboxes: Callable[[dict[str, Any]], bool] | None = None,
-) -> Callable[[StepFunction], StepType]:
-    """Declare a step type. Sync functions run in a thread so they cannot block the worker.
-
-    prepare: runs when a run is planned, turning the declared config into what the step executes
-    (e.g. inlining an environment record from the bundle), so the run pins what it used.
-    step_refs: config fields whose value is the id of an upstream step (checked with the task graph).
-    quick: decides from the planned config that this step is quick (a local activity, one hop less).
-    Traits tell the workflow what it must know of the step (the workflow never compares type names):
-    in_workflow + verb: a world step the workflow applies itself (agent_env.spec.verbs); deploys_env: its
-    `instance` output is an environment instance the world watches; deploys_agent: it deploys an agent;
-    conversation: a prompt a trainer may play a side of; sandboxes: decides from the planned config that
-    the step starts sandboxes (removed when the run ends).
-    """
-
-    def wrap(fn: Callable[..., Any]) -> StepType:
-        run = fn
-        if not inspect.iscoroutinefunction(fn):
-
-            async def run(ctx: StepContext, cfg: Any) -> Any:  # noqa: F811
-                return await asyncio.to_thread(fn, ctx, cfg)
-
-        return StepType(
-            name=name,
-            run=run,
-            config=config,
-            description=inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].replace("\n", " "),
-            local=local,
-            timeout=parse_duration(timeout),
-            retries=retries,
-            heartbeat_timeout=None if local or heartbeat_timeout is None else parse_duration(heartbeat_timeout),
-            prepare=prepare,
-            step_refs=step_refs,
-            in_workflow=in_workflow,
-            quick=quick,
-            verb=verb,
-            deploys_env=deploys_env,
-            deploys_agent=deploys_agent,
-            conversation=conversation,
-            sandboxes=sandboxes,
-        )
-
-    return wrap
-
-
-class StepRegistry:
-    """Built-in step types plus the `agent_env.steps` plugins, loaded on first use."""
-
-    def __init__(self, builtins: dict[str, str]) -> None:
-        self._targets = dict(builtins)
-        self._loaded: dict[str, StepType] = {}
-        self._plugins_scanned = False
-
-    def _scan_plugins(self) -> None:
-        if self._plugins_scanned:
-            return
-        self._plugins_scanned = True
-        from importlib.metadata import entry_points
-
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            self._targets.setdefault(ep.name, ep.value)
-
-    def names(self) -> list[str]:
-        self._scan_plugins()
-        return sorted(self._targets)
-
-    def register(self, st: StepType) -> None:
-        """Register a step type from code (tests, notebooks)."""
-        self._targets[st.name] = f"<registered {st.name}>"
-        self._loaded[st.name] = st
-
-    def get(self, name: str) -> StepType:
-        if name in self._loaded:
-            return self._loaded[name]
-        self._scan_plugins()
-        target = self._targets[name]  # KeyError: unknown step type
-        module_name, _, attr = target.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module_name), attr)
-        except Exception as e:
-            raise ImportError(f"step type '{name}' could not be loaded from {target}: {e}") from e
-        if not isinstance(obj, StepType):
-            raise ImportError(f"step type '{name}' at {target} is not declared with @step_type")
-        self._loaded[name] = obj
-        return obj
-
-
-registry = StepRegistry(BUILTINS)
+__all__ = [
+    "BUILTINS",
+    "ENTRY_POINT_GROUP",
+    "EmptyConfig",
+    "PlanContext",
+    "PrepareFunction",
+    "StepCatalog",
+    "StepConfig",
+    "StepContext",
+    "StepFailed",
+    "StepFunction",
+    "StepResult",
+    "StepType",
+    "catalog",
+    "step_type",
+]

@@ -202,8 +202,8 @@ def _console(stream: Stream, key: str, send: Callable[[dict[str, Any]], None], e
 
 
 def _plan(settings: Settings, target: str, task: str | None):
-    from agent_env.bundles import resolve_target
     from agent_env.runner import new_run_id, plan
+    from agent_env.task_lookup import resolve_target
 
     spec = resolve_target(target, task)
     return plan(spec, new_run_id(spec.id), settings)

@@ -13,9 +13,14 @@ from typing import Any, cast
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from agent_env import packing
+from agent_env.bundles import find_env
+from agent_env.envs.records import check_composition, env_for_app
+from agent_env.errors import AgentEnvError, BadInput
+from agent_env.gateway.client import GatewayRefused
 from agent_env.gateway.pool import GatewayPool, Placement
 from agent_env.gateway.release import retire_instance
-from agent_env.planning.env_records import check_composition, env_for_app
+from agent_env.providers import apps
 from agent_env.spec.env import EnvRecord, RoleSpec
 from agent_env.spec.run import Criterion, Score, apps_in_sandboxes
 from agent_env.spec.templates import TemplateError, lookup
@@ -79,9 +84,6 @@ class DeployConfig(StepConfig):
     @model_validator(mode="after")
     def _env_exists(self, info: ValidationInfo) -> DeployConfig:
         if self.record is None:
-            from agent_env.bundles import find_env
-            from agent_env.errors import AgentEnvError
-
             try:
                 record, _ = find_env((info.context or {}).get("bundle"), self.env)
             except AgentEnvError as e:
@@ -98,18 +100,15 @@ class DeployConfig(StepConfig):
 
 def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     """Pin the environment record in the run, and its data files as artifacts in the object store."""
-    from agent_env import packing
-    from agent_env.bundles import find_env
-    from agent_env.providers.apps import check_secrets, pin_build
 
     record, folder = find_env(plan.bundle, config["env"])
     for app in record.apps:  # a missing secret fails here, before the run starts
         if app.sandbox:
-            check_secrets(plan.settings, app.sandbox, f"app {app.name!r} of env {record.name}")
+            apps.check_secrets(plan.settings, app.sandbox, f"app {app.name!r} of env {record.name}")
     config["record"] = record.model_dump(mode="json")
     config["artifacts"] = [store_artifact(plan, packing.read(folder, f)) for f in record.data] if folder else []
     config["builds"] = {
-        app.name: pin_build(plan.stores, folder, app.sandbox.build)
+        app.name: apps.pin_build(plan.stores, folder, app.sandbox.build)
         for app in record.apps
         if app.sandbox and app.sandbox.build and folder
     }
@@ -195,7 +194,6 @@ async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime
 async def _fork(gateway, source: str, spec: dict[str, Any]) -> dict[str, Any] | None:
     """Fork `source` into the new instance (its description); None when the source is gone (its group ended,
     or it expired): the step then deploys the environment itself, from the same record and data."""
-    from agent_env.gateway.client import GatewayRefused
 
     try:
         return await gateway.fork(source, spec)
@@ -211,7 +209,6 @@ async def _start_sandbox(
     """Start the app's sandbox with the token its server must require: the gateway derives it from its
     key (this worker may not hold the key), hands it over the admin API, and sends it on every call; it
     lives in this activity's memory and the sandbox's environment, never in run history."""
-    from agent_env.providers import apps
 
     provider, sandbox = await apps.start(
         ctx.settings,
@@ -245,8 +242,6 @@ class LoadDataConfig(EnvStep):
 
 
 def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
-    from agent_env import packing
-    from agent_env.errors import BadInput
 
     if config.get("file"):
         if plan.bundle is None:
@@ -426,10 +421,9 @@ class TeardownConfig(EnvStep):
 @step_type("teardown_env", config=TeardownConfig, timeout="5m", step_refs=("env",))
 async def teardown_env(ctx: StepContext, config: TeardownConfig) -> dict:
     """Stop serving an environment and its sandboxes; its trajectory is kept in the object store first."""
-    from agent_env.providers.apps import remove_sandboxes
 
     instance = instance_id(ctx, config.env)
     outputs = await retire_instance(await ctx.gateway(), ctx.stores, ctx.run_id, instance, keep_data=config.keep_data)
-    if removed := await remove_sandboxes(ctx.settings, ctx.run_id, owner=instance):
+    if removed := await apps.remove_sandboxes(ctx.settings, ctx.run_id, owner=instance):
         outputs["sandboxes_removed"] = len(removed)
     return outputs

@@ -12,8 +12,11 @@ from typing import Any, Literal, cast
 
 from pydantic import Field, model_validator
 
+from agent_env import packing
+from agent_env.agents.models import ChatModel, ModelError, check_endpoint, resolve_key
 from agent_env.agents.usage import Usage, summed
 from agent_env.config import ModelSettings
+from agent_env.errors import BadInput
 from agent_env.spec.agent import ModelOverride
 from agent_env.spec.paths import walk
 from agent_env.spec.run import Criterion, Score
@@ -21,7 +24,7 @@ from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.check import Check
 from agent_env.steps.builtin.envs import instance_id, store_artifact
-from agent_env.stores import in_thread, keys
+from agent_env.stores import in_thread, keys, open_secrets
 
 JUDGE_USER = "agentenv-judge"  # sent as the request's `user`: who is asking
 CRITERION_ID = r"^[A-Za-z0-9_.\-]{1,80}$"
@@ -165,10 +168,6 @@ class RubricJudgeConfig(StepConfig):
 
 
 def prepare_judge(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
-    from agent_env import packing
-    from agent_env.agents.models import check_endpoint
-    from agent_env.errors import BadInput
-    from agent_env.stores import open_secrets
 
     if config.get("judge"):
         config["judge_deployed"] = ref(f"steps.{config['judge']}.outputs")
@@ -372,8 +371,6 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
             raise StepFailed(f"the judge agent could not answer: {answer.text[:300]}")
         used.update(summed([used, answer.data.get("usage")]))
         return answer.text
-    from agent_env.agents.models import ChatModel, ModelError, resolve_key
-    from agent_env.stores import open_secrets
 
     endpoint = cast(ModelSettings, config.model)  # filled in when the run is planned
     model = ChatModel(endpoint, await in_thread(lambda: resolve_key(endpoint, open_secrets(ctx.settings))))

@@ -25,11 +25,16 @@ import re
 import shlex
 from collections.abc import Awaitable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
-from agent_env.errors import AgentEnvError, BadInput
+from agent_env import packing
+from agent_env.errors import AgentEnvError, BadInput, NotFound
+from agent_env.providers import by_name
+from agent_env.registry.manifest import file_sha256
+from agent_env.registry.resolve import split_ref
+from agent_env.registry.store import Registry
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
 from agent_env.stores import in_thread, keys
 
@@ -102,11 +107,9 @@ def located(config: SandboxStep) -> tuple[str, str]:
 
 async def attach(ctx: StepContext, config: SandboxStep) -> Sandbox:
     """The sandbox, checked to be this run's: a step never reaches into another run's sandbox."""
-    from agent_env.providers import registry
-
     provider_name, sandbox_id = located(config)
     try:
-        sandbox = await registry.load(provider_name, ctx.settings).attach(sandbox_id)
+        sandbox = await by_name.load(provider_name, ctx.settings).attach(sandbox_id)
     except AgentEnvError as e:
         raise StepFailed(f"the sandbox of step {config.sandbox!r}: {e}") from None
     if sandbox.info.run_id != ctx.run_id:
@@ -245,6 +248,14 @@ def _exec_outputs(ctx: StepContext, sandbox: Sandbox, result: ExecResult) -> dic
 # -- put_files --
 
 
+class PutFile(TypedDict):
+    """One file a step put into a sandbox, as its outputs list it."""
+
+    path: str
+    size: int
+    sha256: str
+
+
 class FileSource(StepConfig):
     """Exactly one of: inline `text`, a registry `artifact`, or a `file` (or folder) of the bundle."""
 
@@ -320,7 +331,6 @@ def _pin(plan: PlanContext, data: bytes) -> str:
 def _folder_files(bundle: Path, relative: str, what: str) -> list[tuple[str, bytes]]:
     """The file at `relative` in the bundle as [("", bytes)]; a folder as its files, by their path relative to it
     (bounded). Read through `packing`: a link in it is refused, naming it, and never followed."""
-    from agent_env import packing
 
     try:
         entries = packing.walk(bundle, relative)
@@ -351,8 +361,6 @@ def _bundle_files(plan: PlanContext, name: str) -> list[tuple[str, bytes]]:
 
 def _artifact_files(plan: PlanContext, ref: str) -> list[tuple[str, bytes]]:
     """The bundle's `artifacts/NAME` (unless a version is named), else the registry's version of it."""
-    from agent_env.errors import NotFound
-    from agent_env.registry.resolve import split_ref
 
     name, label = split_ref(ref)
     if label is None and plan.bundle is not None and os.path.lexists(plan.bundle / "artifacts" / name):
@@ -365,8 +373,6 @@ def _artifact_files(plan: PlanContext, ref: str) -> list[tuple[str, bytes]]:
 
 
 def _registry_files(plan: PlanContext, name: str, label: str | None) -> list[tuple[str, bytes]]:
-    from agent_env.registry.manifest import file_sha256
-    from agent_env.registry.store import Registry
 
     version = Registry(plan.stores.documents, plan.stores.objects).version("artifacts", name, label)
     prefix = f"artifacts/{name}"
@@ -385,7 +391,6 @@ def _registry_files(plan: PlanContext, name: str, label: str | None) -> list[tup
 
 def pin_skills(plan: PlanContext, refs: list[str]) -> dict[str, str]:
     """Each skill artifact's files, pinned, by where a sandboxed agent finds them: /skills/NAME/..."""
-    from agent_env.registry.resolve import split_ref
 
     pinned = {}
     for ref in refs:
@@ -397,9 +402,9 @@ def pin_skills(plan: PlanContext, refs: list[str]) -> dict[str, str]:
     return pinned
 
 
-async def put_pinned(ctx: StepContext, sandbox: Sandbox, contents: Mapping[str, bytes | str]) -> list[dict[str, Any]]:
+async def put_pinned(ctx: StepContext, sandbox: Sandbox, contents: Mapping[str, bytes | str]) -> list[PutFile]:
     """Put each file (its bytes, or the object key they were pinned under) at its path in the sandbox."""
-    put = []
+    put: list[PutFile] = []
     for path in sorted(contents):
         data = contents[path]
         data = await ctx.stores.aio.objects.get(data) if isinstance(data, str) else data
@@ -408,7 +413,7 @@ async def put_pinned(ctx: StepContext, sandbox: Sandbox, contents: Mapping[str, 
         except AgentEnvError as e:
             raise _failed(f"could not put {path}", e) from None
         ctx.heartbeat()
-        put.append({"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        put.append(PutFile(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest()))
     return put
 
 

@@ -1,5 +1,6 @@
 """Which tools an environment exposes, and which of them each role sees: the one place that decides it
-(the spec's validation, the task's trigger checks and the gateway's instances all ask here).
+(environment records' checks, the task's trigger checks and the gateway's instances all ask here). Pure rules
+on declared roles, so they live with the specs, below everything that applies them.
 
 An environment exposes the gateway's own tools (`get_time`) and each app's tools under the app's prefix.
 A tool is known by its exposed name (what agents see, e.g. `issue_refund`) and its qualified name
@@ -15,10 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agent_env.gateway.mcp_tools import GET_TIME
-from agent_env.gateway.spec import RoleSpec
+from agent_env.spec.env import RoleSpec
 
 GATEWAY_APP = "gateway"  # the app name the gateway's own tools are qualified with
+GET_TIME = "get_time"  # the gateway's own tool, in every instance: every role may call it
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Environment records against the installed apps: do they load, do their tool names clash, does every
-role pattern name a real tool. `spec.env` holds the records' shape; this is what needs the apps."""
+role pattern name a real tool. `spec.env` holds the records' shape and `spec.roles` the role rules; this is
+what needs the apps."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pydantic import ValidationError
 from agent_env.envs.app_instance import load_app_class
 from agent_env.envs.builtin import app_targets
 from agent_env.errors import BadInput
-from agent_env.gateway.roles import allowed_tools, tool_entries
 from agent_env.spec.env import AppRef, EnvRecord, RoleSpec
+from agent_env.spec.roles import allowed_tools, tool_entries
 
 
 def env_record(data: Any) -> EnvRecord:

@@ -1,0 +1,391 @@
+"""Bringing an agent into a run: the `deploy_agent` step.
+
+The built-in types are hosted by the gateway at `/agents/<run id>.<step id>/`; an `a2a` agent is yours, at its
+own URL or started in a sandbox for the run; a `cli` agent runs a coding CLI in a sandbox. What the agent needs is
+pinned when the run is planned (its record, model endpoints, build context, skills) and checked then, so a missing
+key fails before the run starts. Talking to it afterwards is `agents.prompt_agent`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, cast
+
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+
+from agent_env import waiting
+from agent_env.agents.host import MAX_SKILLS
+from agent_env.agents.models import check_endpoint, resolve_key
+from agent_env.bundles import find_agent
+from agent_env.config import ModelSettings
+from agent_env.errors import AgentEnvError, BadInput
+from agent_env.gateway.client import GatewayRefused
+from agent_env.providers import apps
+from agent_env.spec.agent import AgentRecord, InlineSkill
+from agent_env.spec.env import AgentSandbox
+from agent_env.spec.run import agent_in_sandbox
+from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
+from agent_env.steps.builtin.envs import instance_id
+from agent_env.steps.builtin.sandbox_steps import pin_skills, put_pinned
+from agent_env.stores import in_thread, open_secrets
+
+AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
+PURPOSES = {"llm": "agent", "persona": "persona", "cli": "agent"}
+
+
+def agent_id(ctx: StepContext, step: str) -> str:
+    return f"{ctx.run_id}.{step}"
+
+
+class DeployAgentConfig(StepConfig):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    agent: str | None = Field(None, description="an agent of the bundle (agents/NAME/agent.toml)")
+    record: AgentRecord | None = Field(
+        None, description="the agent's record inline (filled in from `agent` when the run is planned)"
+    )
+    env: str | None = Field(None, description="the deploy_env step whose environment the agent works in")
+    as_: str | None = Field(
+        None,
+        alias="as",
+        pattern=r"^[A-Za-z0-9_.@\-]{1,64}$",
+        description="its name in the environment (default: the agent's name)",
+    )
+    role: str | None = Field(None, description="its role there (default: the record's role)")
+    models: dict[str, ModelSettings] = Field(default_factory=dict, description="filled in when the run is planned")
+    provider: str | None = Field(
+        None,
+        description='sandbox provider (or chain, "docker,local") for a sandboxed '
+        "a2a agent; default: the agent's, then [sandboxes] agents",
+    )
+    build: str | None = Field(
+        None, description="filled in when the run is planned: a sandboxed agent's build context's object key"
+    )
+    skill_files: dict[str, str] = Field(
+        default_factory=dict, description="filled in when the run is planned: its skills' files, path -> object key"
+    )
+
+    @model_validator(mode="after")
+    def _known(self, info: ValidationInfo) -> DeployAgentConfig:
+        if (self.agent is None) == (self.record is None):
+            if self.agent is not None and self.record is not None and self.record.name == self.agent:
+                return self  # as planned: the record inlined
+            raise ValueError("give `agent` (an agent of the bundle) or `record` (inline), not both")
+        if self.record is None:
+            try:
+                find_agent((info.context or {}).get("bundle"), cast(str, self.agent))  # (no record: an agent)
+            except AgentEnvError as e:
+                raise ValueError(str(e).replace("\n  fix:", " —")) from None
+        return self
+
+
+def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+    """Pin the agent's record and the model endpoints it will use in the run; check they are usable
+    now (a missing API key fails here, before the run starts, not minutes into it)."""
+    if config.get("record"):
+        record, folder = AgentRecord.model_validate(config["record"]), None
+    else:
+        record, folder = find_agent(plan.bundle, config["agent"], with_folder=True)
+    config["record"] = record.model_dump(mode="json")
+    config["agent"] = record.name
+    box = agent_sandbox(record)
+    if box is not None:
+        apps.check_secrets(plan.settings, box, f"agent {record.name!r}")
+    if box is not None and box.build and not config.get("build"):
+        if folder is None:
+            raise BadInput(
+                f"agent {record.name!r}: its sandbox's `build` folder is relative to the agent's folder, "
+                "and an inline record has none",
+                "put the agent in the bundle (agents/NAME/agent.toml), or give its sandbox an `image` or a `command`",
+            )
+        config["build"] = apps.pin_build(plan.stores, folder, box.build)  # every worker builds the very same context
+    if record.skills:
+        unread = {  # why these agents take no skills, and the fix
+            "human": ("a person reads their `instructions`", "put what they need in `instructions`"),
+            "trainer": ("a trainer's own loop prompts its model, not the run", "give them to the trainer's model"),
+        }
+        if record.type in unread:
+            why, fix = unread[record.type]
+            raise BadInput(
+                f"agent {record.name!r} ({record.type}) has skills: skills go to agents that run a model — llm and "
+                "persona agents (in their model's system prompt), a2a and cli agents (as files in a sandboxed agent's "
+                "sandbox, and through urn:agentenv:skill-config/v1 when its card declares it); scripted agents play "
+                f"their script without them; {why}",
+                f"remove `skills`: {fix}",
+            )
+        if record.type not in ("a2a", "cli") and len(record.skills) > MAX_SKILLS:
+            raise BadInput(
+                f"agent {record.name!r} has {len(record.skills)} skills; a hosted agent takes at most {MAX_SKILLS} "
+                "(each SKILL.md goes into its model's system prompt)",
+                "give it fewer skills, or merge some",
+            )
+        config["skill_files"] = pin_skills(plan, record.skills)
+    models = {}
+    if record.needs_model():
+        purpose = PURPOSES[record.type]
+        override = record.model_override()
+        endpoint = plan.settings.model(purpose, override.model_dump(exclude_none=True) if override else None)
+        check_endpoint(endpoint, purpose, open_secrets(plan.settings))
+        models[purpose] = endpoint.model_dump(mode="json")
+    config["models"] = models
+    return config
+
+
+def agent_sandbox(record: AgentRecord) -> AgentSandbox | None:
+    """The sandbox an a2a agent (if it is not at a URL of its own) or a cli agent runs in."""
+    return record.sandbox()
+
+
+def quick_deploy_agent(config: dict[str, Any]) -> bool:
+    """A card check or a registration on the gateway: a local activity. A sandbox may have an image to
+    build first: a normal, heartbeating activity."""
+    return not agent_in_sandbox(config)
+
+
+@step_type(
+    "deploy_agent",
+    config=DeployAgentConfig,
+    timeout="5m",
+    prepare=prepare_deploy_agent,
+    quick=quick_deploy_agent,
+    step_refs=("env",),
+    deploys_agent=True,
+    sandboxes=agent_in_sandbox,
+)
+async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
+    """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
+    from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
+
+    record = cast(AgentRecord, config.record)  # pinned when the run is planned
+    name = config.as_ or record.name
+    role = config.role or record.role
+    gateway = await ctx.gateway()
+    instance = instance_id(ctx, config.env) if config.env else None
+    if instance is not None:
+        try:
+            if role is not None:
+                await gateway.set_agent_role(instance, name, role)
+            else:  # the role the environment gives it
+                agents = (await gateway.get_instance(instance))["agents"]
+                if name not in agents:
+                    raise StepFailed(
+                        f"agent {name!r} has no role in environment {config.env!r} (its agents: "
+                        f"{', '.join(agents) or 'none'}) — give the step a `role`"
+                    )
+                role = agents[name]
+        except GatewayRefused as e:
+            raise StepFailed(f"agent {name!r}: {e}") from None
+    if record.type == "trainer":  # played from a trainer's loop: its turns are offered by the run itself
+        return {
+            "agent": record.name,
+            "type": record.type,
+            "name": name,
+            "role": role,
+            "env": instance,
+            "url": None,
+            "hosted": False,
+            "trainer": True,
+            "mcp_url": f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None,
+        }
+    sandbox, image_id = None, None
+    if (box := agent_sandbox(record)) is not None:
+        sandbox, url = await _start_agent_sandbox(ctx, config, record, box)
+        image_id = sandbox.pop("image_id", None)  # the exact image it ran, for the run's record
+        hosted = False
+    elif record.type == "a2a":
+        url = record.typed_config().url
+        client = agent_client(ctx.settings, url, hosted=False)
+        try:
+            await client.card()
+        except AgentReplyInvalid as e:  # a card pointing elsewhere: refused, and asking again will not help
+            forget_agent(url)
+            raise StepFailed(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - unreachable agents may still be starting: retried
+            raise StepFailed(str(e), retryable=True) from None
+        hosted = False
+    else:
+        secrets = await in_thread(open_secrets, ctx.settings)
+        keys = await in_thread(lambda: {p: k for p, m in config.models.items() if (k := resolve_key(m, secrets))})
+        try:  # the SKILL.md texts are read here, in the activity: they go to the gateway, never into history
+            skills = await in_thread(_artifact_skills, ctx, config.skill_files)
+        except ValidationError as e:
+            raise StepFailed(
+                f"agent {record.name!r}: one of its skills ({', '.join(record.skills)}) cannot be given to it: "
+                f"{e.errors()[0]['msg']} (a SKILL.md holds at most 100,000 characters)"
+            ) from None
+        await gateway.put_agent(
+            {
+                "id": agent_id(ctx, ctx.step_id),
+                "run_id": ctx.run_id,
+                "record": record.model_dump(mode="json"),
+                "models": {p: m.model_dump(mode="json") for p, m in config.models.items()},
+                "keys": keys,
+                "skills": [s.model_dump(mode="json") for s in skills],
+            }
+        )
+        url = f"{await gateway.agent_url_base(agent_id(ctx, ctx.step_id))}/agents/{agent_id(ctx, ctx.step_id)}/"
+        hosted = True
+    mcp_url = f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None
+    extensions = (
+        await _configure(ctx, gateway, record, url, instance, name, mcp_url, config.skill_files, config.models)
+        if record.type in ("a2a", "cli")
+        else []
+    )
+    return {
+        "agent": record.name,
+        "type": record.type,
+        "name": name,
+        "role": role,
+        "env": instance,
+        "url": url,
+        "hosted": hosted,
+        "mcp_url": mcp_url,
+        **({"extensions": extensions} if extensions else {}),
+        **({"sandbox": sandbox} if sandbox else {}),
+        **({"images": {record.name: image_id}} if image_id else {}),
+    }
+
+
+def _artifact_skills(ctx: StepContext, skill_files: dict[str, str]) -> list[InlineSkill]:
+    """The record's skill artifacts as skill-config/v1 takes them: each one's SKILL.md, described by its
+    `description:` line (front matter) or its first line."""
+    skills = []
+    for path, key in sorted(skill_files.items()):
+        name, _, rest = path.removeprefix("/skills/").partition("/")
+        if rest != "SKILL.md":
+            continue
+        text = ctx.stores.objects.get(key).decode(errors="replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() != "---"]
+        described = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("description:")), None)
+        description = (described or (lines[0].lstrip("# ") if lines else name))[:300]
+        skills.append(InlineSkill(name=name, description=description, skill_md=text))
+    return skills
+
+
+async def _configure(
+    ctx: StepContext, gateway, record: AgentRecord, url: str, instance, name: str, mcp_url, skill_files, models
+) -> list:
+    """Configure an a2a agent through the `urn:agentenv:*` extensions its card declares (the reference
+    framework's agents get their tools only this way). Done here, once: mcp-config has no update, and role
+    tokens never expire (derived from the gateway's key). The token is minted in this activity and sent only
+    to the agent's origin; the step's outputs (run history) name the extensions configured, never the token.
+    Returns the extension URIs the agent declares that runs use (trajectory/v1: read after each prompt)."""
+    from agent_env.agents.client import agent_client
+    from agent_env.agents.extensions import CONFIGURING, SKILL_CONFIG, ExtensionRefused, McpServer
+
+    client = await agent_client(ctx.settings, url, hosted=False).extensions()
+    mcp = None
+    if instance is not None:
+        token = await gateway.token(instance, name)
+        mcp = McpServer(url=mcp_url, name=f"agentenv-{instance}", headers={"authorization": f"Bearer {token}"})
+    typed = record.typed_config()
+    skills = getattr(typed, "skills", []) + await in_thread(_artifact_skills, ctx, skill_files)
+    agent_config = typed.agent_config if record.type == "a2a" else await in_thread(_cli_settings, ctx, typed, models)
+    if skill_files and not client.has(SKILL_CONFIG) and typed.sandbox is None:
+        raise StepFailed(
+            f"agent {record.name!r} has skills ({', '.join(record.skills)}), but its card declares no "
+            f"{SKILL_CONFIG} and it runs in no sandbox to put them in: give it a `sandbox`, or serve the extension"
+        )
+    try:
+        await client.configure(mcp=mcp, config=agent_config, skills=skills)
+    except ExtensionRefused as e:
+        raise StepFailed(f"agent {record.name!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
+        raise StepFailed(f"agent {record.name!r} could not be configured ({e})", retryable=True) from None
+    return [uri for uri in CONFIGURING if client.has(uri)]
+
+
+def _cli_settings(ctx: StepContext, typed, models: dict[str, Any]) -> dict[str, Any]:
+    """What a cli agent's bridge needs, sent through agent-config/v1: the CLI and its model endpoint with the key
+    resolved here, in the activity (it goes to the agent's sandbox only, never into the run's history)."""
+    from agent_env.agents.cli_agent import CliModel, CliSettings
+
+    endpoint = models["agent"]
+    settings = CliSettings(
+        preset=typed.preset,
+        command=typed.command,
+        executable=typed.executable,
+        turn_timeout_s=typed.turn_timeout.total_seconds(),
+        model=CliModel(
+            base_url=endpoint.base_url,
+            model=endpoint.model,
+            provider=endpoint.provider,
+            api=endpoint.api,
+            api_key=resolve_key(endpoint, open_secrets(ctx.settings)),
+        ),
+    )
+    return settings.model_dump(mode="json")
+
+
+async def _start_agent_sandbox(
+    ctx: StepContext, config: DeployAgentConfig, record: AgentRecord, box: AgentSandbox
+) -> tuple[dict[str, Any], str]:
+    """Start (or, on a retry, find) the agent's sandbox and wait for its card; returns (sandbox, agent URL).
+    The sandbox is the run's: its end (or the reaper) removes it."""
+    from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
+
+    owner = agent_id(ctx, ctx.step_id)
+    provider, sandbox = await apps.start(
+        ctx.settings,
+        ctx.stores,
+        run_id=ctx.run_id,
+        owner=owner,
+        name=record.name,
+        box=box,
+        build_key=config.build,
+        chain=config.provider or box.provider or ctx.settings.sandboxes.agents,
+        label=f"agent {record.name!r}",
+    )
+    if config.skill_files:  # under /skills/NAME/ (put again on a retry: the same bytes)
+        await put_pinned(ctx, sandbox, config.skill_files)
+    url = sandbox.url.rstrip("/") + box.path
+    where = f"agent {record.name!r} (a {provider.name} sandbox, {sandbox.info.id})"
+    forget_agent(url)  # an earlier sandbox may have had this port: forget its card
+    client = agent_client(ctx.settings, url, hosted=False)
+    misses = itertools.count(1)
+
+    async def still_running() -> None:
+        if next(misses) % 4 == 0 and await _exited(provider, ctx.run_id, sandbox.info.id):  # ~1/s: lists cost
+            raise StepFailed(f"{where} exited before serving A2A; its last output:\n{await _output_tail(sandbox)}")
+
+    try:  # still starting: ask again until it exits or time is up
+        card = await waiting.until(
+            client.card,
+            what=where,
+            timeout=AGENT_START_TIMEOUT,
+            interval=0.25,
+            give_up_on=(AgentReplyInvalid,),
+            check=still_running,
+        )
+    except AgentReplyInvalid as e:  # it answered, with a card pointing elsewhere: waiting will not help
+        forget_agent(url)
+        raise StepFailed(f"{where}: {e}") from None
+    except waiting.TimedOut as e:
+        raise StepFailed(
+            f"{where} did not answer with an A2A card at {url} within {AGENT_START_TIMEOUT:g}s "
+            f"({e.last}); its last output:\n{await _output_tail(sandbox)}"
+        ) from None
+    advertised = [i.url for i in card.supported_interfaces]  # resolved, and on the agent's origin (the client's rule)
+    if not any(u.rstrip("/") == url.rstrip("/") for u in advertised):  # clients would send turns there
+        forget_agent(url)
+        raise StepFailed(
+            f"{where} answers at {url}, but its card advertises {', '.join(advertised) or 'no URL'} "
+            "— serve the card with the URL it is reached at (agent_env.agents.sdk.serve on all interfaces "
+            "names a URL relative to its card; behind a proxy give it public_url or $AGENT_ENV_PUBLIC_URL)"
+        )
+    box_info = {"provider": provider.name, "id": sandbox.info.id, "url": sandbox.url, "image_id": sandbox.info.image_id}
+    return box_info, url
+
+
+async def _exited(provider, run_id: str, sandbox_id: str) -> bool:
+    return not any(i.id == sandbox_id and i.status not in ("exited", "dead") for i in await provider.list(run_id))
+
+
+async def _output_tail(sandbox, lines: int = 20) -> str:
+    """What the sandbox printed last, where its provider keeps it (it is gone once the run's sandboxes are
+    removed, so errors carry it)."""
+    try:
+        text = sandbox.redact(await sandbox.logs(lines))
+    except Exception:  # noqa: BLE001 - the output is a courtesy; the error stands without it
+        text = ""
+    return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (none)"
