@@ -107,14 +107,14 @@ class Episodes:
     async def start(self, spec: EpisodeSpec, *, run_id: str | None = None) -> Episode:
         """Start an episode of `spec`: its run starts and its first `next_turn` is asked in the same request
         (the answer is kept for the first `next_turn()`)."""
-        from agent_env import runner
+        from agent_env.temporal import launch
 
-        inp = spec.planned(self.settings, run_id or runner.new_run_id(spec.task.id))
+        inp = spec.planned(self.settings, run_id or launch.new_run_id(spec.task.id))
         if self._stores is None:
             from agent_env.stores import open_stores
 
             self._stores = open_stores(self.settings)
-        handle, first = await runner.start_with_update(
+        handle, first = await launch.start_with_update(
             self.client, self.settings, inp, "next_turn", [None], stores=self._stores
         )
         return Episode(self, handle.id, first_turn=first)
@@ -251,9 +251,9 @@ class Episode:
 
     async def result(self) -> dict[str, float]:
         """Waits for the run to end; every score it recorded, by step id (`self.state` has the rest)."""
-        from agent_env import runner
+        from agent_env.temporal import launch
 
-        self.state = await runner.wait_result(self.handle)
+        self.state = await launch.wait_result(self.handle)
         return {sid: s.score.value for sid, s in self.state.steps.items() if s.score is not None}
 
 

@@ -79,19 +79,19 @@ async def start_group(
     """Start `size` rollouts of `spec` from one start state. `seeds`: one per rollout (default: every rollout
     the spec's seed, the same start state); `ttl`: seconds after which the gateway deletes the prototype
     even if this group is never closed."""
-    from agent_env import runner
     from agent_env.episodes.client import Episode
     from agent_env.stores import open_stores
+    from agent_env.temporal import launch
 
     seeds = _check(size, seeds, spec.seed, ttl)
-    group_id = runner.new_run_id(f"{spec.task.id}-group")
+    group_id = launch.new_run_id(f"{spec.task.id}-group")
     stores = open_stores(episodes.settings)
     try:
         forkable = _forkable_envs(spec.task)
         plans: dict[int, RunInput] = {}
         for seed in dict.fromkeys(seeds):
             task = _forking(spec.with_seed(seed).task, {step: f"{group_id}.{step}" for step in forkable})
-            plans[seed] = runner.plan(task, f"{group_id}-0", episodes.settings)
+            plans[seed] = launch.plan(task, f"{group_id}-0", episodes.settings)
         expires_at = datetime.now(UTC) + timedelta(seconds=ttl)
         prototypes = await _deploy_prototypes(
             episodes, stores, group_id, spec.task.id, plans[seeds[0]], forkable, expires_at
@@ -101,7 +101,7 @@ async def start_group(
             run_ids = [f"{group_id}-{n}" for n in range(size)]
             await asyncio.gather(
                 *(
-                    runner.start(
+                    launch.start(
                         episodes.client,
                         episodes.settings,
                         plans[seed].model_copy(update={"run_id": rid}),

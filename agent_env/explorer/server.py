@@ -127,7 +127,7 @@ class Explorer:
         state = RunState.model_validate(record)
         if state.status.finished or self.temporal is None:
             return state, False
-        from agent_env.runner import query_state
+        from agent_env.temporal.launch import query_state
 
         try:
             return await query_state(self.temporal.get_workflow_handle(run_id, result_type=RunState), 3.0), True

@@ -143,3 +143,23 @@ async def _register_search_attributes(client: Client, namespace: str) -> bool:
                 "create it (`temporal operator namespace create`) or set [temporal] namespace in the config",
             ) from None
         return False
+
+
+async def workers_polling(client: Client, settings: Settings) -> bool:
+    """Whether a worker polled the task queue lately (Temporal lists its recent pollers). Unknown: True (the
+    caller only warns when none does)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    try:
+        answer = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=settings.temporal.namespace,
+                task_queue=TaskQueue(name=settings.temporal.task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+    except Exception:  # noqa: BLE001 - unknown: no warning
+        return True
+    return bool(answer.pollers)
