@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent_env import __version__
 from agent_env.daemon import Daemon, DaemonInfo, terminate
 
 if TYPE_CHECKING:
@@ -92,8 +93,6 @@ def fingerprint(settings: Settings) -> str:
 def code_fingerprint() -> str:
     """All but the settings (the code and the environment): cheap, and importable without pydantic (`agent-env
     run`'s fast path checks its launch record against it)."""
-    from agent_env import __version__
-
     return _digest(
         __version__,
         sys.prefix,  # the environment (a venv), whichever of its interpreter's names started us

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from agent_env import telemetry, waiting
 from agent_env.config import Settings
 from agent_env.errors import ServerError
+from agent_env.temporal import seals, server
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -48,8 +49,6 @@ async def connect(
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     if settings.embedded:
-        from agent_env.temporal import server
-
         if start_server and not server.status(settings).running:
             info = await asyncio.to_thread(server.start, settings, on_notice=on_notice)
             on_notice(
@@ -63,8 +62,7 @@ async def connect(
                 "the embedded Temporal server is not running",
                 "start it with `agent-env server start` (or let `agent-env run` start it)",
             )
-    from agent_env.temporal import seals
-    from agent_env.temporal.sealing import SealingClient
+    from agent_env.temporal.sealing import SealingClient  # (temporalio's interceptors)
 
     target = settings.address
     interceptors = telemetry.temporal_interceptors()  # tracing, when this process set it up: workers inherit it

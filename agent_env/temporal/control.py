@@ -7,9 +7,9 @@ in size, answered with JSON lines.
 - `run` plans a task, starts the run and follows it, streaming what `agent-env run` would print, rendered for
   the caller's terminal. The worker has Temporal's client, the planner and the step types loaded and
   connected already, so the command needs none of them (`control_client`): it sends the options it parsed
-  and prints what arrives. When the worker cannot serve it as the command itself would (another fingerprint, an unexpected
-  failure before the run started), it answers `fallback` before printing anything, and the command does it
-  all itself.
+  and prints what arrives. When the worker cannot serve it as the command itself would (another fingerprint,
+  an unexpected failure before the run started), it answers `fallback` before printing anything, and the
+  command does it all itself.
 
 The command imports nothing of this module: it writes the request's JSON itself (`RunRequest` validates it).
 """
