@@ -46,10 +46,9 @@ def chain(n: int, step_type: str):
 
 
 async def measure_async() -> dict:
-    from agent_env import runner
     from agent_env.config import load_settings
     from agent_env.steps import catalog, step_type
-    from agent_env.temporal import server
+    from agent_env.temporal import launch, server
     from agent_env.temporal.client import connect
     from agent_env.temporal.worker import create_worker
 
@@ -70,7 +69,7 @@ async def measure_async() -> dict:
 
     async def ours_once(spec) -> float:
         t = time.perf_counter()
-        state = await runner.wait_result(await runner.start_run(client, settings, spec))
+        state = await launch.wait_result(await launch.start_run(client, settings, spec))
         assert state.status == "passed", state
         return time.perf_counter() - t
 
@@ -102,8 +101,8 @@ async def measure_async() -> dict:
 
     spec = chain(1, "bench_noop")
     t = time.perf_counter()
-    handles = await asyncio.gather(*(runner.start_run(client, settings, spec) for _ in range(THROUGHPUT_RUNS)))
-    await asyncio.gather(*(runner.wait_result(h) for h in handles))
+    handles = await asyncio.gather(*(launch.start_run(client, settings, spec) for _ in range(THROUGHPUT_RUNS)))
+    await asyncio.gather(*(launch.wait_result(h) for h in handles))
     result["runs_per_s"] = THROUGHPUT_RUNS / (time.perf_counter() - t)
     t = time.perf_counter()
     await asyncio.gather(*(bare_once(1, False) for _ in range(THROUGHPUT_RUNS)))

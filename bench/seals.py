@@ -45,11 +45,10 @@ def _operations(inp):
 def measure() -> dict:
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from agent_env import runner
     from agent_env.bundles import BUILTIN_ROOT
     from agent_env.config import Settings
     from agent_env.planning.tasks import load_task
-    from agent_env.temporal import seals
+    from agent_env.temporal import launch, seals
 
     print(f"seals (in-process, {ROUNDS} rounds per bundle; what sealing adds to each run)")
     settings = Settings.model_validate({"state_dir": str(temp_dir("agentenv-bench-seals-"))})
@@ -58,7 +57,7 @@ def measure() -> dict:
     results = {}
     for bundle in BUNDLES:
         task = load_task(next((BUILTIN_ROOT / bundle / "tasks").glob("*.toml")))
-        inp = runner.plan(task, runner.new_run_id(task.id), settings)
+        inp = launch.plan(task, launch.new_run_id(task.id), settings)
         ops = list(_operations(inp))
         sealing = _timed(lambda ops=ops, run_id=inp.run_id: _seal_and_check(key, run_id, ops))
         baseline = _timed(lambda ops=ops: [converter.to_payloads(args) for _, _, args in ops])

@@ -642,24 +642,24 @@ class Faults:
                 await asyncio.sleep(0.5)
 
     async def wait_run(self, run_id: str, deadline: float, retries: list):
-        from agent_env import runner
         from agent_env.spec.run import RunState
+        from agent_env.temporal import launch
 
         async def once():
             handle = self.client.get_workflow_handle(run_id, result_type=RunState)
-            return await runner.wait_result(handle)
+            return await launch.wait_result(handle)
 
         return await self.retrying(once, deadline, retries)
 
     # a workplace run
 
     async def workplace(self, spec, kill: tuple[str, float] | None):
-        from agent_env import runner
+        from agent_env.temporal import launch
 
         t0 = time.monotonic()
         deadline = t0 + self.timeout
         retries: list[str] = []
-        handle = await runner.start_run(self.client, self.c.settings, spec)
+        handle = await launch.start_run(self.client, self.c.settings, spec)
         done = asyncio.Event()
         killer = asyncio.create_task(self.kill_and_restart(*kill, t0, done)) if kill else None
         seen = {"env": False, "sandbox": False}
@@ -691,7 +691,7 @@ class Faults:
         try:
             from temporalio.exceptions import WorkflowAlreadyStartedError
 
-            from agent_env.runner import new_run_id
+            from agent_env.temporal.launch import new_run_id
 
             run_id = new_run_id(spec.task.id)
 

@@ -58,9 +58,10 @@ class Receiver:
 
 async def _runs_in_process(count: int) -> list[float]:
     """`count` runs of hello through one client and worker (this process's settings say whether it traces)."""
-    from agent_env import runner, telemetry
+    from agent_env import telemetry
     from agent_env.config import load_settings
     from agent_env.task_lookup import resolve_target
+    from agent_env.temporal import launch
     from agent_env.temporal.client import connect
     from agent_env.temporal.worker import create_worker
 
@@ -71,7 +72,7 @@ async def _runs_in_process(count: int) -> list[float]:
     async with create_worker(client, settings):
         for _ in range(count + 1):  # the first one warms up (imports, the gateway's first instance)
             start = time.perf_counter()
-            state = await runner.wait_result(await runner.start_run(client, settings, resolve_target("hello")))
+            state = await launch.wait_result(await launch.start_run(client, settings, resolve_target("hello")))
             walls.append(time.perf_counter() - start)
             assert state.status.value == "passed", state
     telemetry.flush()

@@ -99,10 +99,10 @@ async def hit_latency(env: dict) -> dict:
 
     os.environ.update(env)  # after it: the daemons this starts are the isolated ones measure() stops
 
-    from agent_env import runner
     from agent_env.config import load_settings
     from agent_env.gateway.embedded import connect as gateway_connect
     from agent_env.planning.tasks import parse_task
+    from agent_env.temporal import launch
     from agent_env.temporal.client import connect
     from agent_env.temporal.worker import create_worker
 
@@ -111,8 +111,8 @@ async def hit_latency(env: dict) -> dict:
     # Shut down, not cancelled, at the end: a cancelled worker leaves its activity mid-cancel (a traceback on
     # stderr) and stays in the runtime's heartbeats after the server stops (a retry warning every second).
     async with create_worker(client, settings):
-        handle = await runner.start_run(client, settings, parse_task(tomllib.loads(HIT_TASK), "hits"))
-        while (state := await runner.query_state(handle)).steps["hold"].status != "running":
+        handle = await launch.start_run(client, settings, parse_task(tomllib.loads(HIT_TASK), "hits"))
+        while (state := await launch.query_state(handle)).steps["hold"].status != "running":
             await asyncio.sleep(0.05)
         instance = state.steps["pad"].outputs["instance"]
         async with gateway_connect(settings) as gateway:
@@ -133,7 +133,7 @@ async def hit_latency(env: dict) -> dict:
                     await asyncio.sleep(0.002)
                 effect.append(time.perf_counter() - t)
         await handle.cancel()
-        await runner.wait_result(handle)  # its cancelled step settles before the worker stops
+        await launch.wait_result(handle)  # its cancelled step settles before the worker stops
     ms = lambda xs: statistics.median(xs[3:]) * 1000  # noqa: E731 - the first calls warm connections
     return {
         "plain_call_ms": ms(plain),

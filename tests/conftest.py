@@ -124,13 +124,13 @@ async def worker(client, settings):
 @pytest.fixture
 def run_task(client, settings, worker):
     """Run a task (a dict as it would be written in TOML) to completion and return its final state."""
-    from agent_env import runner
     from agent_env.planning.tasks import parse_task
+    from agent_env.temporal import launch
 
     async def run(task: dict, timeout: float = 60):
         spec = parse_task(task, "test task")
-        handle = await runner.start_run(client, settings, spec)
-        return await asyncio.wait_for(runner.wait_result(handle), timeout)
+        handle = await launch.start_run(client, settings, spec)
+        return await asyncio.wait_for(launch.wait_result(handle), timeout)
 
     return run
 

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_env import runner
 from agent_env.explorer.auth import COOKIE, KEY_HEADER, Door
 from agent_env.spec.run import RunState, RunStatus
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 _runs: list[tuple[RunState, RunState]] = []  # both modules' fixtures share one pair per session
 
@@ -24,10 +24,10 @@ _runs: list[tuple[RunState, RunState]] = []  # both modules' fixtures share one 
 async def finished_runs(client, settings, worker) -> tuple[RunState, RunState]:
     """A passed workplace run and a refund run that failed because its agent's calls were refused."""
     if not _runs:
-        workplace = await runner.wait_result(await runner.start_run(client, settings, resolve_target("workplace")))
+        workplace = await launch.wait_result(await launch.start_run(client, settings, resolve_target("workplace")))
         spec = resolve_target("refund")
         {s.id: s for s in spec.steps}["agent"].config["role"] = "support"
-        refund = await runner.wait_result(await runner.start_run(client, settings, spec))
+        refund = await launch.wait_result(await launch.start_run(client, settings, spec))
         assert workplace.status is RunStatus.PASSED, workplace.error
         assert refund.status is RunStatus.FAILED, refund.error
         _runs.append((workplace, refund))

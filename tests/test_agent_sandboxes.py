@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.errors import BadInput
 from agent_env.planning.tasks import load_task
@@ -23,6 +22,7 @@ from agent_env.providers import SandboxSpec, by_name
 from agent_env.spec.agent import AgentRecord
 from agent_env.spec.run import RunStatus
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 ROOT = Path(__file__).parent.parent
 ECHO_AGENT = BUILTIN_ROOT / "echo-agent"
@@ -97,7 +97,7 @@ PROMPTED = """
 
 async def run(client, settings, bundle: Path, timeout: float = 60):
     return await asyncio.wait_for(
-        runner.wait_result(await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), timeout
+        launch.wait_result(await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), timeout
     )
 
 
@@ -120,11 +120,11 @@ def test_an_a2a_agent_has_a_url_or_a_sandbox():
 
 def test_only_sandboxed_agents_deploy_in_a_normal_activity(settings, tmp_path):
     bundle = write_agent_bundle(tmp_path / "b", PROMPTED)
-    planned = {s.id: s for s in runner.plan(load_task(bundle / "tasks" / "t.toml"), "plan-1", settings).steps}
+    planned = {s.id: s for s in launch.plan(load_task(bundle / "tasks" / "t.toml"), "plan-1", settings).steps}
     assert not planned["agent"].local and planned["agent"].heartbeat_timeout is not None
     assert planned["agent"].config["build"].startswith("artifacts/sha256-")
     hosted = load_task(ROOT / "agent_env" / "bundles" / "refund" / "tasks" / "refund.toml")
-    assert next(s for s in runner.plan(hosted, "plan-2", settings).steps if s.type == "deploy_agent").local
+    assert next(s for s in launch.plan(hosted, "plan-2", settings).steps if s.type == "deploy_agent").local
 
     inline = {
         "id": "t",
@@ -141,7 +141,7 @@ def test_only_sandboxed_agents_deploy_in_a_normal_activity(settings, tmp_path):
     from agent_env.planning.tasks import parse_task
 
     with pytest.raises(BadInput, match="an inline record has none"):
-        runner.plan(parse_task(inline, "inline"), "plan-3", settings)
+        launch.plan(parse_task(inline, "inline"), "plan-3", settings)
 
 
 # -- the local provider --
@@ -241,7 +241,7 @@ async def test_the_echo_agent_runs_locally_on_agent_envs_own_python(client, sett
     monkeypatch.setenv("PATH", os.pathsep.join([str(machine), *rest]))
     spec = load_task(ECHO_AGENT / "tasks" / "echo-agent.toml")
     next(s for s in spec.steps if s.id == "echo").config["provider"] = "local"
-    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 120)
+    state = await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, spec)), 120)
     assert state.status is RunStatus.PASSED, state.error or state.steps["echo"].error
     assert state.steps["echo"].outputs["sandbox"]["provider"] == "local"
     assert state.steps["ask"].outputs["answer"] == "echo: hello from the run (1 notes)", "it used a tool"
@@ -284,7 +284,7 @@ async def test_the_echo_agent_runs_in_a_container_and_leaves_nothing(
 ):
     assert not (echo_bundle / "agents/echo/image/agent-env-wheels").exists(), "the wheels are not the bundle's"
     spec = load_task(echo_bundle / "tasks" / "echo-agent.toml")
-    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 300)
+    state = await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, spec)), 300)
     assert state.status is RunStatus.PASSED, state.error
     box = state.steps["echo"].outputs["sandbox"]
     assert box["provider"] == "docker" and box["url"].startswith("http://127.0.0.1:")

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from agent_env import runner
 from agent_env.errors import BadInput
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.stores import open_stores
+from agent_env.temporal import launch
 
 DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
 
@@ -316,10 +316,10 @@ def test_a_missing_api_key_fails_before_the_run_starts(settings, monkeypatch):
         match=r"(?s)'judge' model's API key secret:nowhere is not set.*agent-env secrets set "
         r"nowhere.*AGENT_ENV_SECRET_NOWHERE",
     ):
-        runner.plan(spec, "r-1", mine)
+        launch.plan(spec, "r-1", mine)
     llm = parse_task(task({"id": "a", "type": "deploy_agent", "config": {"record": {"name": "x", "type": "llm"}}}), "t")
     with pytest.raises(BadInput, match="'agent' model's API key secret:nowhere"):
-        runner.plan(llm, "r-2", mine)
+        launch.plan(llm, "r-2", mine)
 
 
 PERSONA_WORLD = """
@@ -385,7 +385,7 @@ async def test_a_world_trigger_instructs_a_persona_agent_which_acts_or_falls_bac
     import tomllib
 
     spec = parse_task(tomllib.loads(PERSONA_WORLD.format(model=model)), "t")
-    state = await runner.wait_result(await runner.start_run(client, settings, spec))
+    state = await launch.wait_result(await launch.start_run(client, settings, spec))
     assert state.status is RunStatus.PASSED, state
     actions = [e.detail for e in state.world.events if e.kind == "action"]
     assert len(actions) == 1, [(e.kind, e.trigger, e.detail) for e in state.world.events]

@@ -121,7 +121,7 @@ def test_a_warm_run_goes_through_the_worker_and_says_what_the_command_says(env, 
     assert cli("run", "hello", env=env).returncode == 0
     probe = (
         "import atexit, sys\n"
-        "heavy = ('temporalio', 'typer', 'pydantic', 'rich', 'agent_env.runner', 'agent_env.planning')\n"
+        "heavy = ('temporalio', 'typer', 'pydantic', 'rich', 'agent_env.temporal.launch', 'agent_env.planning')\n"
         "atexit.register(lambda: print('LOADED', sorted(h for h in heavy if any(m == h or m.startswith(h + '.') "
         "for m in sys.modules))))\n"
         "sys.argv = ['agent-env', 'run', 'hello']\n"
@@ -148,24 +148,24 @@ def test_a_warm_run_goes_through_the_worker_and_says_what_the_command_says(env, 
 
 
 def test_the_fast_path_finds_the_settings_where_load_settings_does(tmp_path, monkeypatch):
-    from agent_env.cli import run_client
     from agent_env.config import default_state_dir, find_config_file
+    from agent_env.temporal import control_client
 
     monkeypatch.delenv("AGENT_ENV_CONFIG", raising=False)
     nested = tmp_path / "project" / "sub"
     nested.mkdir(parents=True)
     monkeypatch.chdir(nested)
-    assert run_client.config_file() is None is find_config_file()
+    assert control_client.config_file() is None is find_config_file()
     (tmp_path / "project" / ".agentenv").mkdir()
     (tmp_path / "project" / ".agentenv" / "config.toml").write_text("")
-    assert run_client.config_file() == find_config_file() == tmp_path / "project" / ".agentenv" / "config.toml"
+    assert control_client.config_file() == find_config_file() == tmp_path / "project" / ".agentenv" / "config.toml"
     for home in (str(tmp_path / "h"), None):
         if home:
             monkeypatch.setenv("AGENT_ENV_HOME", home)
         else:
             monkeypatch.delenv("AGENT_ENV_HOME")
             monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
-        assert run_client.default_state_dir() == default_state_dir()
+        assert control_client.default_state_dir() == default_state_dir()
 
 
 def test_run_prints_only_its_own_run(env, tmp_path):

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.envs.app import ToolError
 from agent_env.envs.context import Ctx
@@ -29,6 +28,7 @@ from agent_env.spec.run import RunStatus
 from agent_env.steps.builtin.image_check import CheckImageConfig, NotAnImage, grade, read_png
 from agent_env.stores import open_stores
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 ROOT = Path(__file__).parent.parent
 BLENDER_IMAGE = "agentenv/blender:bookworm"
@@ -195,7 +195,7 @@ async def test_the_blender_cookbook_renders_and_checks_a_picture(
     docker_client,  # noqa: F811
 ):
     spec = load_task(blender_bundle / "tasks" / "blender.toml")
-    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 600)
+    state = await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, spec)), 600)
     assert state.status is RunStatus.PASSED and state.score == 1, state
     assert state.steps["brief"].outputs["tool_calls"] == 3
     (render,) = state.steps["render"].outputs["files"]
@@ -216,7 +216,7 @@ async def test_a_render_of_the_wrong_size_scores_zero(
     spec = load_task(blender_bundle / "tasks" / "blender.toml")
     check = next(s for s in spec.steps if s.id == "check")
     check.config.update(width=640, height=480)  # the brief still asks for 320x240
-    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 600)
+    state = await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, spec)), 600)
     assert state.status is RunStatus.FAILED and state.score == 0, state
     failed = {c.name: c.detail for c in state.steps["check"].score.criteria if not c.passed}
     assert failed == {"of size 640x480": "it is 320x240"}

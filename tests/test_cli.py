@@ -309,3 +309,48 @@ def test_run_workplace(server):
     trajectory = cli("runs", "trajectory", run_id, "--jsonl")
     causes = {json.loads(line).get("cause") for line in trajectory.stdout.splitlines()}
     assert {"trigger dana_replies", "trigger lee_refunds"} <= causes, "the world's calls say which trigger made them"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["hello"],
+        ["hello", "--json"],
+        ["hello", "-d", "--json"],
+        ["--detach", "bundles/x"],
+        ["b", "--task", "t2"],
+        ["b", "-t", "t2", "--json"],
+        ["b", "--task=t2"],
+        ["b", "--task"],  # typer refuses: the full command says why
+        ["a", "b"],
+        ["hello", "--model", "m"],
+        ["hello", "--model-url", "default=http://x"],
+        [],
+        ["--help"],
+        ["hello", "--"],
+    ],
+)
+def test_the_fast_path_reads_run_as_typer_does_or_leaves_it_to_typer(args):
+    """`main` reads `run`'s options itself before typer loads (cli/run_args.py: typer here costs pydantic); what it
+    reads is what typer's `run` would be called with, and what it cannot read exactly so goes to typer."""
+    import typer
+
+    from agent_env.cli.commands import app
+    from agent_env.cli.run_args import parse_run
+
+    run = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    try:
+        params = run.make_context("run", list(args)).params
+    except Exception:  # noqa: BLE001 - typer refused them (a usage error), or printed help and exited
+        params = None
+    fast = parse_run(list(args))
+    if fast is None:
+        return  # typer's, whatever it says
+    assert params is not None, f"{args}: read by the fast path, refused by typer"
+    assert not params["model"] and not params["model_url"]
+    assert (fast.target, fast.task, fast.json_out, fast.detach) == (
+        params["target"],
+        params["task"],
+        params["json_out"],
+        params["detach"],
+    )

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from agent_env import runner
 from agent_env.agents import cli_agent
 from agent_env.agents.cli_agent import run_bounded
 from agent_env.planning.tasks import load_task
@@ -23,6 +22,7 @@ from agent_env.spec.agent import CLI_BRIDGE, CLI_IMAGE, AgentRecord
 from agent_env.spec.run import RunStatus
 from agent_env.steps.builtin.agents import expanded
 from agent_env.stores import open_stores
+from agent_env.temporal import launch
 
 # A CLI of the user's: reads the prompt on stdin, calls an environment tool with the token it was given, counts
 # its turns in its home (kept per conversation), and proves it got the model's key without printing it.
@@ -149,8 +149,8 @@ async def test_a_missing_cli_fails_the_turn_naming_it(tmp_path):
 
 async def test_a_command_of_yours_works_with_its_tools_turn_after_turn(client, settings, worker, tmp_path):
     bundle = write_bundle(tmp_path / "b")
-    handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
-    state = await asyncio.wait_for(runner.wait_result(handle), 90)
+    handle = await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
+    state = await asyncio.wait_for(launch.wait_result(handle), 90)
     assert state.status is RunStatus.PASSED, state.error
     key = hashlib.sha256(os.environ["AGENT_ENV_SECRET_TEST_MODEL"].encode()).hexdigest()[:12]
     transcript = json.loads(open_stores(settings).objects.get(state.steps["ask"].outputs["transcript"]))

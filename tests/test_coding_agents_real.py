@@ -15,10 +15,10 @@ import pytest
 from test_cli_presets import cli_bin  # noqa: F401 - the pinned CLIs, installed from npm once
 from test_docker import containers_of, docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agent_env import runner
 from agent_env.spec.agent import CLI_IMAGE
 from agent_env.spec.run import RunStatus
 from agent_env.stores import open_stores
+from agent_env.temporal import launch
 
 ROOT = Path(__file__).parent.parent
 
@@ -51,7 +51,7 @@ async def run_refund(client, settings, change):
 
     spec = resolve_target("refund", "refund-codex")
     change({s.id: s for s in spec.steps})
-    return await runner.wait_result(await runner.start_run(client, settings, spec))
+    return await launch.wait_result(await launch.start_run(client, settings, spec))
 
 
 def tools_called(settings, work: dict) -> list[tuple[str, bool]]:

@@ -7,18 +7,18 @@ import json
 
 import pytest
 
-from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.spec.run import RunStatus
 from agent_env.stores import open_stores
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 
 async def run_bundle(client, settings, name: str, change=None):
     spec = resolve_target(name)
     if change:
         change({s.id: s for s in spec.steps})
-    return await runner.wait_result(await runner.start_run(client, settings, spec))
+    return await launch.wait_result(await launch.start_run(client, settings, spec))
 
 
 async def test_refund(client, settings, worker):
@@ -103,6 +103,6 @@ async def test_escalation_graded_by_the_judge_model(client, settings, worker):
     from agent_env.planning.tasks import load_task
 
     spec = load_task(BUILTIN_ROOT / "escalation" / "tasks" / "escalation-model-judged.toml")
-    state = await runner.wait_result(await runner.start_run(client, settings, spec))
+    state = await launch.wait_result(await launch.start_run(client, settings, spec))
     assert state.status is RunStatus.PASSED and state.score == 1, state
     assert "judge" not in state.steps and state.steps["grade"].score.value == 1

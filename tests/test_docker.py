@@ -20,7 +20,6 @@ from gateway_util import mcp_client
 from test_durability import AGENT_ENV, Cluster, wait_until
 from test_sandboxes import wait_http
 
-from agent_env import runner
 from agent_env.config import Settings
 from agent_env.gateway import embedded as embedded_gateway
 from agent_env.planning.tasks import load_task
@@ -30,6 +29,7 @@ from agent_env.providers.docker import DockerProvider
 from agent_env.providers.docker_images import BASE_IMAGE
 from agent_env.spec.run import RunStatus
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 from agent_env.temporal.client import connect
 
 ECHO_ENV = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo"
@@ -296,7 +296,7 @@ async def test_no_daemon_names_what_to_start(tmp_path, monkeypatch):
 
 async def test_echo_mcp_runs_in_docker_and_leaves_nothing(client, settings, worker, docker_client):
     spec = resolve_target("echo-mcp")
-    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 120)
+    state = await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, spec)), 120)
     assert state.status is RunStatus.PASSED, state.error
     deployed = state.steps["echo"].outputs
     assert [(s["app"], s["provider"]) for s in deployed["sandboxes"]] == [("echo", "docker")]
@@ -309,10 +309,10 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
     client, settings, worker, docker_client, tmp_path
 ):
     bundle = write_bundle(tmp_path / "b", 'id = "hold"\n' + DEPLOY_AND_HOLD)
-    handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
+    handle = await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
 
     async def deployed():
-        return (await runner.query_state(handle)).steps["echo"].status == "succeeded"
+        return (await launch.query_state(handle)).steps["echo"].status == "succeeded"
 
     await wait_until(deployed, timeout=90, what="the container env to deploy")
     instance = f"{handle.id}.echo"
@@ -324,7 +324,7 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
         answer = await mcp.call_tool("whoami", {})
         assert not answer.is_error and answer.structured_content["python"].startswith("3.11")
     await handle.cancel()
-    state = await asyncio.wait_for(runner.wait_result(handle), 60)
+    state = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert state.status is RunStatus.CANCELLED
     assert containers_of(docker_client, handle.id) == [], "a cancelled run removes its containers"
     async with embedded_gateway.connect(settings) as admin:
@@ -346,7 +346,7 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
         """,
     )
     state = await asyncio.wait_for(
-        runner.wait_result(await runner.start_run(client, settings, load_task(failing / "tasks" / "t.toml"))), 90
+        launch.wait_result(await launch.start_run(client, settings, load_task(failing / "tasks" / "t.toml"))), 90
     )
     assert state.status is RunStatus.ERROR and "on purpose" in state.error
     assert state.steps["echo"].outputs["sandboxes"], "the container was started"
@@ -367,7 +367,7 @@ async def test_a_broken_dockerfile_fails_the_deploy_step_clearly(docker_client, 
     dockerfile = bundle / "envs" / "echo" / "server" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace("COPY server.py", "COPY no-such-file.py"))
     state = await asyncio.wait_for(
-        runner.wait_result(await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 90
+        launch.wait_result(await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 90
     )
     assert state.status is RunStatus.ERROR
     error = state.steps["echo"].error
@@ -383,7 +383,7 @@ async def test_the_reaper_removes_containers_of_a_run_that_died_with_its_worker(
     try:
         bundle = write_bundle(tmp_path / "b", 'id = "orphan"\n' + DEPLOY_AND_HOLD)
         client = await connect(cluster.settings)
-        handle = await runner.start_run(client, cluster.settings, load_task(bundle / "tasks" / "t.toml"))
+        handle = await launch.start_run(client, cluster.settings, load_task(bundle / "tasks" / "t.toml"))
         await wait_until(lambda: _has_containers(docker_client, handle.id), timeout=90, what="the container")
         worker.send_signal(signal.SIGKILL)
         worker.wait()
@@ -431,7 +431,7 @@ async def _no_containers(docker_client, run_id: str) -> bool:
 async def test_a_run_that_times_out_removes_its_containers(client, settings, worker, docker_client, tmp_path):
     bundle = write_bundle(tmp_path / "b", 'id = "slow"\ntimeout = "8s"\n' + DEPLOY_AND_HOLD)
     state = await asyncio.wait_for(
-        runner.wait_result(await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 60
+        launch.wait_result(await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))), 60
     )
     assert state.status is RunStatus.ERROR and "the run timed out (its limit is 8s)" in state.error, state.error
     assert state.steps["echo"].status == "succeeded" and state.steps["hold"].status == "cancelled"

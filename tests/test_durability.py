@@ -14,11 +14,10 @@ import pytest
 from agentenv_teststeps.scratchpad import Scratchpad
 from conftest import free_port
 
-from agent_env import runner
 from agent_env.config import GatewaySettings, ServerSettings, Settings
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunState, RunStatus
-from agent_env.temporal import server
+from agent_env.temporal import launch, server
 from agent_env.temporal.client import connect
 
 pytestmark = pytest.mark.durability
@@ -122,16 +121,16 @@ async def wait_until(predicate, timeout=30.0, what="condition"):
 
 async def run_interrupted(cluster: Cluster, kill_server: bool) -> RunState:
     client = await connect(cluster.settings)
-    baseline = await runner.wait_result(await runner.start_run(client, cluster.settings, parse_task(TASK, "t")))
+    baseline = await launch.wait_result(await launch.start_run(client, cluster.settings, parse_task(TASK, "t")))
     assert baseline.status is RunStatus.PASSED, baseline
 
-    handle = await runner.start_run(client, cluster.settings, parse_task(TASK, "t"))
+    handle = await launch.start_run(client, cluster.settings, parse_task(TASK, "t"))
     run_id = handle.id
 
     async def b_wrote_and_still_runs():
         if not (cluster.settings.state_dir / "runs" / run_id / "scratchpad.sqlite").exists():
             return False
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         return (
             state.steps["b"].status == "running"
             and state.steps["c"].status == "succeeded"
@@ -146,7 +145,7 @@ async def run_interrupted(cluster: Cluster, kill_server: bool) -> RunState:
         cluster.start_server()
         client = await connect(cluster.settings)
     cluster.start_worker()
-    final = await asyncio.wait_for(runner.wait_result(client.get_workflow_handle(run_id, result_type=RunState)), 90)
+    final = await asyncio.wait_for(launch.wait_result(client.get_workflow_handle(run_id, result_type=RunState)), 90)
 
     assert final.status is RunStatus.PASSED, final
     assert comparable(final) == comparable(baseline), "the result equals an uninterrupted run's"
@@ -209,13 +208,13 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
 
     task = parse_task(tomllib.loads(PACED_WORLD), "t")
     client = await connect(cluster.settings)
-    baseline = await runner.wait_result(await runner.start_run(client, cluster.settings, task))
+    baseline = await launch.wait_result(await launch.start_run(client, cluster.settings, task))
     assert baseline.status is RunStatus.PASSED, baseline
 
-    handle = await runner.start_run(client, cluster.settings, task)
+    handle = await launch.start_run(client, cluster.settings, task)
 
     async def two_ticks():
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         return state.world is not None and sum(e.kind == "fired" for e in state.world.events) >= 2
 
     await wait_until(two_ticks, what="two ticks")
@@ -225,7 +224,7 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
     os.kill(embedded_gateway.status(cluster.settings).info.pid, signal.SIGKILL)
     await asyncio.sleep(5)
     cluster.start_worker()  # its first environment call restarts the gateway
-    final = await asyncio.wait_for(runner.wait_result(client.get_workflow_handle(handle.id, result_type=RunState)), 90)
+    final = await asyncio.wait_for(launch.wait_result(client.get_workflow_handle(handle.id, result_type=RunState)), 90)
     after_kill = time.monotonic() - killed_at
 
     assert final.status is RunStatus.PASSED, final

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from agent_env import runner
 from agent_env.errors import BadInput
 from agent_env.gateway.embedded import connect
 from agent_env.planning.tasks import load_task
 from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 
 async def run_spec(client, settings, spec):
-    return await runner.wait_result(await runner.start_run(client, settings, spec))
+    return await launch.wait_result(await launch.start_run(client, settings, spec))
 
 
 async def test_support_desk_bundle(client, settings, worker):
@@ -180,7 +180,7 @@ config = { env = "env", tool = "list_notes" }
 async def test_load_data_files_cannot_escape_the_bundle(client, settings, worker, tmp_path):
     path = write_bundle(tmp_path / "bundle", TASK.replace('file = "seed.json"', 'file = "../../etc/passwd"'), NOTES_ENV)
     with pytest.raises(BadInput, match="is not a file inside the bundle"):
-        await runner.start_run(client, settings, load_task(path))
+        await launch.start_run(client, settings, load_task(path))
 
 
 async def test_an_app_from_a_plugin_deploys_by_its_name(client, settings, worker, tmp_path):

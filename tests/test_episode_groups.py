@@ -160,16 +160,16 @@ async def test_seeds_per_rollout_and_closing_a_group_early(episodes, admin, bund
 
 
 async def test_a_deploy_whose_prototype_is_gone_loads_the_data_itself(client, worker, settings, bundle):
-    from agent_env import runner
     from agent_env.spec.run import RunStatus
+    from agent_env.temporal import launch
 
     task = pad_task()
     task["steps"][0]["config"]["fork_from"] = "gone.pad"  # a group that ended (or expired) before this deploy
     task["steps"][3]["config"]["checks"][0]["equals"] = SEEDED
     del task["steps"][1:3]
     task["steps"][1]["depends_on"] = ["pad"]
-    handle = await runner.start_run(client, settings, parse_task(task, "t", bundle))
-    state = await asyncio.wait_for(runner.wait_result(handle), 60)
+    handle = await launch.start_run(client, settings, parse_task(task, "t", bundle))
+    state = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert state.status is RunStatus.PASSED, state
     assert load_keys(settings, f"{handle.id}.pad") == {f"{handle.id}/pad/0/notes"}
 

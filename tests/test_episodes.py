@@ -192,9 +192,9 @@ async def test_fifty_concurrent_episodes(episodes):
 
 
 async def test_long_episodes_continue_as_new_transparently(episodes, client, settings):
-    from agent_env import runner
     from agent_env.episodes.client import Episode
     from agent_env.planning.tasks import parse_task
+    from agent_env.temporal import launch
 
     task = json.loads(json.dumps(NOTES_TASK))
     task["steps"].insert(
@@ -210,9 +210,9 @@ async def test_long_episodes_continue_as_new_transparently(episodes, client, set
     task["steps"][3]["depends_on"] = ["writer", "boss"]
     task["steps"][3]["config"]["conversation"] = {"partner": "boss", "max_turns": 25}
     spec = EpisodeSpec.from_task(parse_task(task, "t"), ["writer"], turn_timeout=60)
-    inp = runner.plan(spec.task, runner.new_run_id("long-episode"), settings, search_attributes=False)
+    inp = launch.plan(spec.task, launch.new_run_id("long-episode"), settings, search_attributes=False)
     inp.continue_as_new_at = 40
-    first = await client.start_workflow(runner.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue)
+    first = await client.start_workflow(launch.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue)
     episode = Episode(episodes, inp.run_id)
     prompts = []
     while (turn := await episode.next_turn()) is not None:

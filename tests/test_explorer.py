@@ -19,12 +19,12 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from agent_env import runner
 from agent_env.config import Settings
 from agent_env.explorer.auth import CODE_TTL, COOKIE, IDLE_TTL, KEY_HEADER, SESSION_TTL, Door
 from agent_env.explorer.server import STATIC, create_app
 from agent_env.spec.run import RunState, RunStatus, StepState, StepStatus
 from agent_env.stores import keys, open_stores
+from agent_env.temporal import launch
 
 BASE = "http://127.0.0.1:8234"
 finished_runs = explorer_util.finished_runs  # the workplace and refund runs, once a session
@@ -201,7 +201,7 @@ async def test_a_running_run_is_read_live_from_its_workflow(explorer, client, se
     from agent_env.planning.tasks import parse_task
 
     nap = parse_task({"id": "explorer-nap", "steps": [{"id": "nap", "type": "sleep", "config": {"seconds": 2}}]}, "t")
-    handle = await runner.start_run(client, settings, nap)
+    handle = await launch.start_run(client, settings, nap)
     for _ in range(100):  # until the worker has started the step
         run = (await explorer.get(f"/api/runs/{handle.id}")).json()
         if run["steps"][0]["status"] == "running":
@@ -210,7 +210,7 @@ async def test_a_running_run_is_read_live_from_its_workflow(explorer, client, se
     assert run["live"] is True and run["status"] == "running" and run["steps"][0]["started_at"]
     listed = (await explorer.get("/api/runs", params={"status": "running", "task": "explorer-nap"})).json()
     assert handle.id in {r["run_id"] for r in listed["runs"]}
-    await runner.wait_result(handle)
+    await launch.wait_result(handle)
     done = (await explorer.get(f"/api/runs/{handle.id}")).json()
     assert done["live"] is False and done["status"] == "passed" and done["steps"][0]["took_ms"] >= 2000
 

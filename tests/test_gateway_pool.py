@@ -18,10 +18,10 @@ import httpx
 import pytest
 from conftest import free_port, plan_key_of
 
-from agent_env import runner
 from agent_env.config import load_settings
 from agent_env.spec.run import RunStatus
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 from agent_env.waiting import until
 
 pytestmark = pytest.mark.processes
@@ -109,8 +109,8 @@ async def pool_worker(pool, client):
 
 async def finish(client, settings, target: str, timeout: float = 120):
     spec = resolve_target(target)
-    handle = await runner.start_run(client, settings, spec)
-    return await asyncio.wait_for(runner.wait_result(handle), timeout)
+    handle = await launch.start_run(client, settings, spec)
+    return await asyncio.wait_for(launch.wait_result(handle), timeout)
 
 
 async def test_runs_spread_over_the_pool_and_each_instance_is_reached_on_its_own_gateway(pool, pool_worker, client):
@@ -161,19 +161,19 @@ async def test_a_role_token_works_only_on_the_gateway_holding_its_instance(pool,
 
 async def test_a_gateway_restarted_mid_run_and_the_run_completes(pool, pool_worker, client):
     spec = resolve_target("workplace")
-    handle = await runner.start_run(client, pool_worker, spec)
+    handle = await launch.start_run(client, pool_worker, spec)
 
     async def placed() -> str | None:
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         return (state.steps["desk"].outputs or {}).get("gateway")
 
     owner = await until(placed, what="the env placed", timeout=60, interval=0.1)
     n = pool.urls.index(owner)
     pool.stop(n, signal.SIGKILL)
-    assert not (await runner.query_state(handle)).status.finished, "killed mid-run"
+    assert not (await launch.query_state(handle)).status.finished, "killed mid-run"
     await asyncio.sleep(1)
     pool.start(n)
-    state = await asyncio.wait_for(runner.wait_result(handle), 180)
+    state = await asyncio.wait_for(launch.wait_result(handle), 180)
     assert state.status is RunStatus.PASSED and state.score == 1.0, state.error
 
 
@@ -216,10 +216,10 @@ async def test_an_instance_whose_gateway_is_gone_for_good_is_restored_on_another
 
     first = pool.settings()
     worker = asyncio.create_task(create_worker(client, first).run())
-    handle = await runner.start_run(client, first, parse_task(LOST, "test"))
+    handle = await launch.start_run(client, first, parse_task(LOST, "test"))
 
     async def waiting() -> str | None:
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         return state.steps["pad"].outputs.get("gateway") if state.steps["wait"].status == "running" else None
 
     lost = await until(waiting, what="the run waiting", timeout=60, interval=0.1)
@@ -234,7 +234,7 @@ async def test_an_instance_whose_gateway_is_gone_for_good_is_restored_on_another
     assert second.gateway.pool == [survivor]
     worker = asyncio.create_task(create_worker(client, second).run())
     try:
-        state = await asyncio.wait_for(runner.wait_result(handle), 120)
+        state = await asyncio.wait_for(launch.wait_result(handle), 120)
     finally:
         worker.cancel()
     assert state.status is RunStatus.PASSED, state.error

@@ -238,8 +238,8 @@ class WorkerProcess:
 
 @pytest.mark.processes
 async def test_worker_health_port_probes_sdk_metrics_and_drain(server, settings, client, tmp_path):
-    from agent_env import runner
     from agent_env.planning.tasks import parse_task
+    from agent_env.temporal import launch
 
     queue = f"health-{uuid.uuid4().hex[:8]}"
     on_queue = settings.model_copy(update={"temporal": settings.temporal.model_copy(update={"task_queue": queue})})
@@ -256,7 +256,7 @@ async def test_worker_health_port_probes_sdk_metrics_and_drain(server, settings,
         ).status_code == 200
 
         spec = parse_task({"id": "probe", "steps": [{"id": "say", "type": "echo", "config": {"value": 1}}]}, "t")
-        state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, on_queue, spec)), 60)
+        state = await asyncio.wait_for(launch.wait_result(await launch.start_run(client, on_queue, spec)), 60)
         assert state.status == "passed", state
 
         expected = {
@@ -283,10 +283,10 @@ async def test_worker_health_port_probes_sdk_metrics_and_drain(server, settings,
 
         # SIGTERM while an activity runs: not ready while it drains, alive, then it exits 0.
         nap = parse_task({"id": "nap", "steps": [{"id": "nap", "type": "sleep", "config": {"seconds": 3}}]}, "t")
-        napping = await runner.start_run(client, on_queue, nap)
+        napping = await launch.start_run(client, on_queue, nap)
 
         async def nap_running() -> bool:
-            return (await runner.query_state(napping)).steps["nap"].status == "running"
+            return (await launch.query_state(napping)).steps["nap"].status == "running"
 
         await worker.until(nap_running, "the nap step to run")
         worker.proc.send_signal(signal.SIGTERM)

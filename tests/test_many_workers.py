@@ -23,9 +23,9 @@ import pytest
 from conftest import free_port
 from test_gateway_pool import until_up
 
-from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.spec.run import RunState
+from agent_env.temporal import launch
 from agent_env.waiting import until
 
 pytestmark = pytest.mark.processes
@@ -170,11 +170,11 @@ def machines(cluster, tmp_path):
 
 
 async def state_of(client, run_id: str) -> RunState:
-    return await runner.query_state(client.get_workflow_handle(run_id), timeout=5.0)
+    return await launch.query_state(client.get_workflow_handle(run_id), timeout=5.0)
 
 
 async def finished(client, run_id: str, timeout: float = 180) -> RunState:
-    return await asyncio.wait_for(runner.wait_result(client.get_workflow_handle(run_id, result_type=RunState)), timeout)
+    return await asyncio.wait_for(launch.wait_result(client.get_workflow_handle(run_id, result_type=RunState)), timeout)
 
 
 def events(state: dict) -> list:

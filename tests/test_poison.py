@@ -15,12 +15,12 @@ import pytest
 from conftest import free_port
 from gateway_util import mcp_client
 
-from agent_env import runner
 from agent_env.errors import BadInput
 from agent_env.gateway.embedded import connect as gateway_connect
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.spec.world_state import MAX_FIELD_BYTES, TriggerHit, clip_fields, json_size
+from agent_env.temporal import launch
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 BOX = {"id": "box", "type": "deploy_env", "config": {"env": "box", "agents": {"sam": "all", "dana": "all"}}}
@@ -77,8 +77,8 @@ async def test_wait_clock_fed_an_absurd_number_fails_the_run_within_seconds(clie
         ],
     }
     started = time.monotonic()
-    handle = await runner.start_run(client, settings, task_of(task, tmp_path))
-    state = await asyncio.wait_for(runner.wait_result(handle), 10)
+    handle = await launch.start_run(client, settings, task_of(task, tmp_path))
+    state = await asyncio.wait_for(launch.wait_result(handle), 10)
     assert time.monotonic() - started < 10
     assert state.status is RunStatus.ERROR
     assert state.steps["wait"].status is StepStatus.FAILED
@@ -134,9 +134,9 @@ async def largest_event(handle) -> int:
 async def test_huge_results_and_emails_leave_the_run_healthy(client, settings, worker, tmp_path):
     gate = tmp_path / "gate"
     task = json.loads(json.dumps(PERSONA_TASK).replace("GATE", str(gate)))
-    handle = await runner.start_run(client, settings, task_of(task, tmp_path))
+    handle = await launch.start_run(client, settings, task_of(task, tmp_path))
     for _ in range(400):
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         if state.steps["hold"].status is StepStatus.RUNNING or state.status.finished:
             break
         await asyncio.sleep(0.05)
@@ -154,12 +154,12 @@ async def test_huge_results_and_emails_leave_the_run_healthy(client, settings, w
         big = await mcp.call_tool("big", {"megabytes": 5})  # a trigger matches this 5 MB result
         assert len(big.structured_content["text"]) == 5_000_000
         for _ in range(200):  # the e-mail's hit has no barrier: it comes soon after
-            fired = {e.trigger for e in (await runner.query_state(handle)).world.events if e.kind == "fired"}
+            fired = {e.trigger for e in (await launch.query_state(handle)).world.events if e.kind == "fired"}
             if {"dana_hears", "flood", "seen_big"} <= fired:
                 break
             await asyncio.sleep(0.05)
     gate.touch()
-    final = await asyncio.wait_for(runner.wait_result(handle), 60)
+    final = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert final.status is RunStatus.PASSED, final.error
     fired = {e.trigger: e for e in final.world.events if e.kind == "fired"}
     body = fired["dana_hears"].detail["match"]["arguments"]["body"]
@@ -191,9 +191,9 @@ async def test_a_refused_hit_is_parked_with_its_error(client, settings, worker, 
 
     gate = tmp_path / "gate"
     task = json.loads(json.dumps(PERSONA_TASK).replace("GATE", str(gate)))
-    handle = await runner.start_run(client, settings, task_of(task, tmp_path))
+    handle = await launch.start_run(client, settings, task_of(task, tmp_path))
     for _ in range(400):
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         if state.steps["hold"].status is StepStatus.RUNNING:
             break
         await asyncio.sleep(0.05)
@@ -211,7 +211,7 @@ async def test_a_refused_hit_is_parked_with_its_error(client, settings, worker, 
     finally:
         await delivery.close()
         gate.touch()
-    assert (await asyncio.wait_for(runner.wait_result(handle), 30)).status is RunStatus.PASSED
+    assert (await asyncio.wait_for(launch.wait_result(handle), 30)).status is RunStatus.PASSED
 
 
 @pytest.mark.slow
@@ -263,8 +263,8 @@ async def test_a_slow_agent_turn_is_asked_exactly_once(client, settings, worker)
                 },
             ],
         }
-        handle = await runner.start_run(client, settings, parse_task(task, "t"))
-        state = await asyncio.wait_for(runner.wait_result(handle), 150)
+        handle = await launch.start_run(client, settings, parse_task(task, "t"))
+        state = await asyncio.wait_for(launch.wait_result(handle), 150)
         assert state.status is RunStatus.PASSED, state.error
         assert state.steps["talk"].outputs["answer"] == "done, slowly"
         assert Slow.asked == 1, f"asked {Slow.asked} times"

@@ -335,9 +335,9 @@ async def test_skill_artifacts_reach_an_agent_at_a_url_through_skill_config(clie
     from starlette.applications import Starlette
     from test_agents import serving
 
-    from agent_env import runner
     from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
     from agent_env.planning.tasks import load_task
+    from agent_env.temporal import launch
 
     class Skilled(Agent):
         name = "skilled"
@@ -364,8 +364,8 @@ async def test_skill_artifacts_reach_an_agent_at_a_url_through_skill_config(clie
                 'config = { agent = "agent", prompt = "What can you do?" }\n'
             )
             spec = load_task(bundle / "tasks" / "t.toml")
-            handle = await runner.start_run(client, settings, spec)
-            states[extensions] = await asyncio.wait_for(runner.wait_result(handle), 60)
+            handle = await launch.start_run(client, settings, spec)
+            states[extensions] = await asyncio.wait_for(launch.wait_result(handle), 60)
             await handler.aclose()
     served_it, lacks_it = states[True], states[False]
     assert served_it.status is RunStatus.PASSED, served_it.error

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.config import Settings
 from agent_env.errors import BadInput, NotFound
@@ -20,6 +19,7 @@ from agent_env.planning.tasks import load_task
 from agent_env.spec.run import RunState, RunStatus
 from agent_env.stores import keys, open_stores
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 
 def workplace_bundle(root: Path) -> Path:
@@ -54,13 +54,13 @@ async def final_data(settings, state):
 
 
 async def finish(client, settings, inp):
-    return await asyncio.wait_for(runner.wait_result(await runner.start(client, settings, inp)), 120)
+    return await asyncio.wait_for(launch.wait_result(await launch.start(client, settings, inp)), 120)
 
 
 async def test_rerun_reproduces_workplace_after_its_bundle_changed(client, settings, worker, tmp_path):
     bundle = workplace_bundle(tmp_path)
     task = load_task(bundle / "tasks" / "workplace.toml")
-    original = await finish(client, settings, runner.plan(task, runner.new_run_id(task.id), settings))
+    original = await finish(client, settings, launch.plan(task, launch.new_run_id(task.id), settings))
     assert original.status is RunStatus.PASSED, original.error
     pins = original.pins
     assert pins["plan"].startswith("sha256:") and pins["seed"] == 42
@@ -69,12 +69,12 @@ async def test_rerun_reproduces_workplace_after_its_bundle_changed(client, setti
 
     edit_bundle(bundle)
     edited = await finish(
-        client, settings, runner.plan(load_task(bundle / "tasks" / "workplace.toml"), "edited-" + task.id, settings)
+        client, settings, launch.plan(load_task(bundle / "tasks" / "workplace.toml"), "edited-" + task.id, settings)
     )
     assert events(edited) != events(original), "the edit changes a fresh run (so the rerun proves something)"
     assert edited.pins["plan"] != pins["plan"] and edited.pins["digests"] != pins["digests"]
 
-    again = await finish(client, settings, runner.replan(settings, original.run_id))
+    again = await finish(client, settings, launch.replan(settings, original.run_id))
     assert again.run_id != original.run_id
     assert again.status is RunStatus.PASSED and again.score == original.score
     assert events(again) == events(original), "the same events, in the same order, at the same virtual times"
@@ -91,9 +91,9 @@ def stores(tmp_path):
 
 
 def kept_plan(state_dir: Path) -> tuple[dict, str]:
-    """A planned hello run's record (as `runner.start` writes it) and its plan's digest, kept in the stores
+    """A planned hello run's record (as `launch.start` writes it) and its plan's digest, kept in the stores
     of `state_dir`."""
-    inp = runner.plan(resolve_target("hello"), "hello-1", Settings.model_validate({"state_dir": str(state_dir)}))
+    inp = launch.plan(resolve_target("hello"), "hello-1", Settings.model_validate({"state_dir": str(state_dir)}))
     return RunState.start(inp, datetime.now(UTC)).model_dump(mode="json"), inp.pins["plan"]
 
 

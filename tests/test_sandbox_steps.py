@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from test_agent_sandboxes import write_agent_bundle
 from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture
 
-from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.errors import AgentEnvError
 from agent_env.planning.tasks import load_task, parse_task
@@ -32,6 +31,7 @@ from agent_env.steps.builtin.sandbox_steps import (
     shell_pattern,
 )
 from agent_env.stores import open_stores
+from agent_env.temporal import launch
 
 ECHO_SERVER = BUILTIN_ROOT / "echo-mcp" / "envs" / "echo" / "server"
 SECRET = "s3cr3t-value-4711"
@@ -70,7 +70,7 @@ def write_box_bundle(root: Path, steps: str, *, provider: str = "local") -> Path
 
 async def run(client, settings, bundle: Path, timeout: float = 90):
     task = load_task(bundle / "tasks" / "t.toml")
-    return await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, task)), timeout)
+    return await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, task)), timeout)
 
 
 def stored(settings, key: str) -> bytes:
@@ -391,17 +391,17 @@ def test_an_unknown_artifact_fails_the_plan(settings, tmp_path):
     with pytest.raises(
         AgentEnvError, match="artifact 'nothing-here' is in neither the bundle's artifacts/ nor the registry"
     ):
-        runner.plan(load_task(bundle / "tasks" / "t.toml"), "plan-x", settings)
+        launch.plan(load_task(bundle / "tasks" / "t.toml"), "plan-x", settings)
 
 
 def test_skills_are_artifact_folders_with_a_skill_md(settings, tmp_path):
     bundle = with_skill(write_agent_bundle(tmp_path / "b", AGENT_STEPS), skill_md=False)
     with pytest.raises(AgentEnvError, match="skill 'guide' has no SKILL.md"):
-        runner.plan(load_task(bundle / "tasks" / "t.toml"), "plan-s", settings)
+        launch.plan(load_task(bundle / "tasks" / "t.toml"), "plan-s", settings)
     person = {"name": "a", "type": "human", "skills": ["guide"]}
     task = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": person}}]}
     with pytest.raises(AgentEnvError, match="skills go to agents that run a model"):
-        runner.plan(parse_task(task, "t"), "plan-h", settings)
+        launch.plan(parse_task(task, "t"), "plan-h", settings)
 
 
 # -- Docker --

@@ -293,21 +293,21 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
         pytest.skip(message)
     from test_durability import wait_until
 
-    from agent_env import runner
     from agent_env.gateway import embedded as embedded_gateway
     from agent_env.planning.tasks import load_task
+    from agent_env.temporal import launch
 
     bundle = echo_bundle(tmp_path / "b", provider)
-    handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
+    handle = await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
     try:
 
         async def deployed():
-            state = await runner.query_state(handle)
+            state = await launch.query_state(handle)
             assert state.steps["echo"].status != "failed", state.steps["echo"]
             return state.steps["echo"].status == "succeeded"
 
         await wait_until(deployed, timeout=120, what=f"the {provider} sandbox to deploy")
-        outputs = (await runner.query_state(handle)).steps["echo"].outputs
+        outputs = (await launch.query_state(handle)).steps["echo"].outputs
         assert "aes_" not in json.dumps(outputs), "the server token stays out of run history"
         url = outputs["sandboxes"][0]["url"]
         async with httpx2.AsyncClient(timeout=10) as http:
@@ -327,4 +327,4 @@ async def test_a_sandboxed_mcp_server_answers_only_the_gateway(provider, client,
             assert not answer.is_error and answer.structured_content == {"text": "through the gateway"}
     finally:
         await handle.cancel()
-        await asyncio.wait_for(runner.wait_result(handle), 60)
+        await asyncio.wait_for(launch.wait_result(handle), 60)

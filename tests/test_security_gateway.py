@@ -713,10 +713,10 @@ async def test_an_agents_token_dies_with_its_run_also_after_a_gateway_restart(cl
     was restarted; the operator reads the run's trajectory with the admin token."""
     from test_durability import wait_until
 
-    from agent_env import runner
     from agent_env.gateway import embedded
     from agent_env.planning.tasks import parse_task
     from agent_env.spec.run import RunStatus
+    from agent_env.temporal import launch
 
     gate = tmp_path / "gate"
     task = {
@@ -726,10 +726,10 @@ async def test_an_agents_token_dies_with_its_run_also_after_a_gateway_restart(cl
             {"id": "hold", "type": "wait_file", "depends_on": ["notes"], "config": {"path": str(gate)}},
         ],
     }
-    handle = await runner.start_run(client, settings, parse_task(task, "t"))
+    handle = await launch.start_run(client, settings, parse_task(task, "t"))
 
     async def deployed() -> bool:
-        return (await runner.query_state(handle)).steps["notes"].status == "succeeded"
+        return (await launch.query_state(handle)).steps["notes"].status == "succeeded"
 
     await wait_until(deployed, what="the notes to deploy")
     instance = f"{handle.id}.notes"
@@ -741,7 +741,7 @@ async def test_an_agents_token_dies_with_its_run_also_after_a_gateway_restart(cl
     async with mcp_client(base, instance, token) as mcp:
         assert not (await mcp.call_tool("read_note", {"key": "k"})).is_error
     gate.touch()
-    assert (await asyncio.wait_for(runner.wait_result(handle), 60)).status is RunStatus.PASSED
+    assert (await asyncio.wait_for(launch.wait_result(handle), 60)).status is RunStatus.PASSED
 
     async def refused() -> None:
         async with httpx2.AsyncClient(base_url=base, timeout=30) as http:

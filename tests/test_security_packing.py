@@ -29,7 +29,7 @@ from test_env_steps import NOTES_ENV, TASK, write_bundle
 from test_registry import desk_bundle
 from test_sandbox_steps import AGENT_STEPS, PUT_EXEC_COLLECT, with_skill, write_box_bundle
 
-from agent_env import packing, runner
+from agent_env import packing
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.config import Settings, load_settings
 from agent_env.errors import BadInput
@@ -40,6 +40,7 @@ from agent_env.registry.bundle_file import export_bundle
 from agent_env.registry.bundle_items import read_bundle
 from agent_env.registry.store import open_registry
 from agent_env.stores import keys, open_stores
+from agent_env.temporal import launch
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 ECHO_BUNDLE = BUILTIN_ROOT / "echo-mcp"
@@ -287,7 +288,7 @@ def test_planning_refuses_links_in_every_file_a_run_pins(tmp_path, operator_key,
     link = bundle / where
     link.symlink_to(operator_key)
     with pytest.raises(BadInput, match=f"{link} is a symbolic link"):
-        runner.plan(
+        launch.plan(
             load_task(bundle / "tasks" / "t.toml"), f"plan-{uuid.uuid4().hex[:6]}", planner_at(tmp_path / "home")
         )
     assert leaked(tmp_path / "home", operator_key) == []

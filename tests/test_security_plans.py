@@ -25,11 +25,10 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from test_security_state import HITS_TASK, until_holding
 
-from agent_env import runner
 from agent_env.planning.tasks import load_task, parse_task
 from agent_env.spec.run import RunStatus, StepCall, StepStatus
 from agent_env.spec.world_state import TriggerHit
-from agent_env.temporal import seals
+from agent_env.temporal import launch, seals
 from agent_env.temporal.server import binary_path
 
 ECHO_SERVER = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
@@ -78,7 +77,7 @@ async def temporal(settings, *args: str) -> subprocess.CompletedProcess:
 async def start_from_cli(settings, workflow_id: str, plan_file: Path, *extra: str) -> subprocess.CompletedProcess:
     """`temporal workflow start` of the task run in `plan_file` on the install's task queue, as an outsider."""
     return await temporal(
-        settings, "workflow", "start", "--type", runner.WORKFLOW, "--task-queue", settings.temporal.task_queue,
+        settings, "workflow", "start", "--type", launch.WORKFLOW, "--task-queue", settings.temporal.task_queue,
         "--workflow-id", workflow_id, "--input-file", str(plan_file), *extra,
     )  # fmt: skip
 
@@ -110,7 +109,7 @@ async def test_a_run_started_from_the_temporal_cli_is_refused_before_any_step(cl
     it writes `id` to a file; it could be anything), on the install's task queue. The worker must not run it.
     The same plan started by this install's planner runs (the command writes the file)."""
     marker, task = marked
-    inp = runner.plan(task, runner.new_run_id("forged"), settings)
+    inp = launch.plan(task, launch.new_run_id("forged"), settings)
     plan_file = marker.parent / "plan.json"
     plan_file.write_text(inp.model_dump_json())
     started = await start_from_cli(settings, inp.run_id, plan_file)
@@ -119,8 +118,8 @@ async def test_a_run_started_from_the_temporal_cli_is_refused_before_any_step(cl
     assert "refused before any step ran: it carries no seal" in cause.message
     assert not marker.exists()
 
-    genuine = inp.model_copy(update={"run_id": runner.new_run_id("genuine")})
-    final = await asyncio.wait_for(runner.wait_result(await runner.start(client, settings, genuine)), 90)
+    genuine = inp.model_copy(update={"run_id": launch.new_run_id("genuine")})
+    final = await asyncio.wait_for(launch.wait_result(await launch.start(client, settings, genuine)), 90)
     assert final.status is RunStatus.PASSED, final.error
     assert marker.read_text().startswith("uid="), "the planner's own run of the plan acts"
 
@@ -129,8 +128,8 @@ async def test_a_copied_seal_is_worthless_on_another_id_or_an_altered_plan(clien
     """Attack: copy a real run's input and seal from its history (any local process can read histories), then
     start it again under another workflow id, or with one byte of the plan changed, under its own id."""
     marker, task = marked
-    handle = await runner.start_run(client, settings, task)
-    assert (await asyncio.wait_for(runner.wait_result(handle), 90)).status is RunStatus.PASSED
+    handle = await launch.start_run(client, settings, task)
+    assert (await asyncio.wait_for(launch.wait_result(handle), 90)).status is RunStatus.PASSED
     marker.unlink()
     start = started_event(await handle.fetch_history())
     seal = start.header.fields[seals.HEADER].data.decode()
@@ -155,7 +154,7 @@ async def test_a_forged_or_copied_trigger_hit_is_refused(client, settings, worke
     tool, instructs an agent), bare or with the seal of a real hit copied from the run's history under a new
     update id. Both are refused before they reach history; the run still takes the gateway's sealed hits."""
     gate = tmp_path / "gate"
-    handle = await runner.start_run(client, settings, parse_task(tomllib.loads(HITS_TASK.format(gate=gate)), "t"))
+    handle = await launch.start_run(client, settings, parse_task(tomllib.loads(HITS_TASK.format(gate=gate)), "t"))
     state = await until_holding(handle)
     hit = TriggerHit(
         trigger="later", instance=state.steps["pad"].outputs["instance"], virtual_time=datetime.now(UTC), match={}
@@ -181,7 +180,7 @@ async def test_a_forged_or_copied_trigger_hit_is_refused(client, settings, worke
     )  # fmt: skip
     assert copied.returncode != 0 and "its seal does not match" in copied.stderr + copied.stdout, copied
     gate.touch()
-    final = await asyncio.wait_for(runner.wait_result(handle), 60)
+    final = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert final.status is RunStatus.PASSED, final.error
     assert [e.trigger for e in final.world.events if e.kind == "fired"] == ["later"], "one hit, the sealed one"
 
@@ -191,8 +190,8 @@ async def test_an_activity_no_run_scheduled_does_nothing(client, settings, worke
     (Temporal 1.32 runs activities without a workflow), with a deploy step's planned config, bare or with a
     seal copied from a real run's activity. The worker refuses it; the command never runs."""
     marker, task = marked
-    handle = await runner.start_run(client, settings, task)
-    assert (await asyncio.wait_for(runner.wait_result(handle), 90)).status is RunStatus.PASSED
+    handle = await launch.start_run(client, settings, task)
+    assert (await asyncio.wait_for(launch.wait_result(handle), 90)).status is RunStatus.PASSED
     marker.unlink()
     history = await handle.fetch_history()
     scheduled = next(
@@ -201,7 +200,7 @@ async def test_an_activity_no_run_scheduled_does_nothing(client, settings, worke
         if e.HasField("activity_task_scheduled_event_attributes")
     )
     seal = scheduled.header.fields[seals.HEADER].data.decode()
-    inp = runner.plan(task, handle.id, settings)
+    inp = launch.plan(task, handle.id, settings)
     call = StepCall(run_id=handle.id, task_id=inp.task_id, step_id="env", type="deploy_env", config=inp.steps[0].config)
     for headers in ([], ["--headers", f"{seals.HEADER}={seal}"]):
         ran = await temporal(
@@ -224,7 +223,7 @@ async def test_a_step_completed_from_outside_fails_instead_of_taking_the_result(
             {"id": "nap", "type": "sleep", "config": {"seconds": 0.01}},  # a regular activity: its result is sealed
             {"id": "hold", "type": "wait_file", "depends_on": ["nap"], "config": {"path": str(gate)}},
         ]
-        handle = await runner.start_run(client, settings, parse_task({"id": "held", "steps": steps}, "t"))
+        handle = await launch.start_run(client, settings, parse_task({"id": "held", "steps": steps}, "t"))
         await until_holding(handle)
         forged = json.dumps({"outputs": {"forged": True}, "score": {"value": 1.0}})
         if copy:
@@ -240,7 +239,7 @@ async def test_a_step_completed_from_outside_fails_instead_of_taking_the_result(
             settings, "activity", "complete", "--workflow-id", handle.id, "--activity-id", "hold", "--result", forged
         )
         assert completed.returncode == 0, completed.stderr
-        final = await asyncio.wait_for(runner.wait_result(handle), 60)
+        final = await asyncio.wait_for(launch.wait_result(handle), 60)
         hold = final.steps["hold"]
         assert final.status is RunStatus.ERROR and hold.status is StepStatus.FAILED, (copy, final.status, hold)
         expected = "its seal does not match" if copy else "it carries no seal"
@@ -349,7 +348,7 @@ def test_the_embedded_servers_http_api_answers_only_this_machines_names(server):
         started = httpx.post(
             f"{base}/api/v1/namespaces/default/workflows/rebound-{uuid.uuid4().hex[:6]}",
             headers={"Host": host, "Content-Type": "application/json"},
-            json={"workflowType": {"name": runner.WORKFLOW}, "taskQueue": {"name": "agentenv"}},
+            json={"workflowType": {"name": launch.WORKFLOW}, "taskQueue": {"name": "agentenv"}},
             timeout=10,
         )
         assert started.status_code == 403, (host, started.text[:200])

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from conftest import FAKE_MODEL_KEY
 
-from agent_env import runner
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.planning.tasks import load_task
 from agent_env.providers import SandboxSpec, by_name
 from agent_env.spec.agent import AgentRecord
 from agent_env.spec.run import RunStatus
 from agent_env.stores.secrets import MissingSecret
+from agent_env.temporal import launch
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -100,8 +100,8 @@ DEPLOY_PROBE = """
 
 
 async def run(client, settings, task: Path, timeout: float = 120):
-    handle = await runner.start_run(client, settings, load_task(task))
-    return await asyncio.wait_for(runner.wait_result(handle), timeout)
+    handle = await launch.start_run(client, settings, load_task(task))
+    return await asyncio.wait_for(launch.wait_result(handle), timeout)
 
 
 # -- what a sandbox's environment holds --
@@ -181,7 +181,7 @@ def test_a_missing_sandbox_secret_fails_when_the_run_is_planned(settings, tmp_pa
     monkeypatch.delenv("AGENT_ENV_SECRET_NEVER_SET", raising=False)
     root = write_probe(tmp_path / "b", tmp_path / "env.json", {"API_KEY": "secret:never-set"})
     with pytest.raises(MissingSecret) as e:
-        runner.plan(load_task(write_task(root, DEPLOY_PROBE)), "plan-missing", settings)
+        launch.plan(load_task(write_task(root, DEPLOY_PROBE)), "plan-missing", settings)
     assert "agent 'probe': env API_KEY references secret:never-set" in e.value.problem
     assert "agent-env secrets set never-set" in e.value.fix and "AGENT_ENV_SECRET_NEVER_SET" in e.value.fix
 

@@ -18,7 +18,6 @@ import pytest
 from conftest import free_port
 from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture (fails, not skips, in CI)
 
-from agent_env import runner
 from agent_env.config import Settings, TemporalSettings
 from agent_env.errors import AgentEnvError
 from agent_env.gateway import tokens
@@ -29,6 +28,7 @@ from agent_env.providers.reaper import reap
 from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.spec.world_state import TriggerHit
 from agent_env.stores.secrets import SecretStore
+from agent_env.temporal import launch
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -269,7 +269,7 @@ config = {{ path = "{gate}" }}
 async def until_holding(handle):
     """The run's state once its `hold` step (waiting for a file) runs."""
     for _ in range(400):
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         if state.steps["hold"].status is StepStatus.RUNNING:
             return state
         await asyncio.sleep(0.05)
@@ -290,7 +290,7 @@ async def test_run_updates_refuse_what_is_not_the_runs(client, settings, worker,
     to bloat the run's history; or oversized trainer updates. Each is refused by a validator -- so it never
     enters history -- and the run goes on."""
     gate = tmp_path / "gate"
-    handle = await runner.start_run(client, settings, parse_task(tomllib.loads(HITS_TASK.format(gate=gate)), "t"))
+    handle = await launch.start_run(client, settings, parse_task(tomllib.loads(HITS_TASK.format(gate=gate)), "t"))
     state = await until_holding(handle)
     instance = state.steps["pad"].outputs["instance"]
     marker = "hostile-" + os.urandom(4).hex()
@@ -309,7 +309,7 @@ async def test_run_updates_refuse_what_is_not_the_runs(client, settings, worker,
     ack = await handle.execute_update("trigger_hit", hit("later", instance, {"agent": "agent"}), result_type=dict)
     assert ack["accepted"], ack  # the run still takes what is its own
     gate.touch()
-    final = await asyncio.wait_for(runner.wait_result(handle), 60)
+    final = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert final.status is RunStatus.PASSED, final.error
     assert [e.trigger for e in final.world.events if e.kind == "fired"] == ["later"]
     history = await handle.fetch_history()

@@ -100,13 +100,13 @@ def test_server_exiting_at_start_shows_its_log(own_settings, monkeypatch, tmp_pa
 
 async def test_runs_survive_a_server_restart(own_settings):
     """Histories live in the SQLite file: a workflow started before a stop is there after a start."""
-    from agent_env import runner
     from agent_env.task_lookup import resolve_target
+    from agent_env.temporal import launch
     from agent_env.temporal.client import connect
 
     server.start(own_settings)
     client = await connect(own_settings)
-    handle = await runner.start_run(client, own_settings, resolve_target("hello"))
+    handle = await launch.start_run(client, own_settings, resolve_target("hello"))
     server.stop(own_settings)
     server.start(own_settings)
     client = await connect(own_settings)

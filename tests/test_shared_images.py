@@ -18,7 +18,6 @@ import pytest
 from test_agent_sandboxes import echo_bundle  # noqa: F401 - the echo agent's bundle
 from test_docker import ECHO_ENV, containers_of, docker_client, write_context  # noqa: F401 - a fixture
 
-from agent_env import runner
 from agent_env.config import Settings
 from agent_env.planning.tasks import load_task
 from agent_env.providers import SandboxSpec
@@ -27,6 +26,7 @@ from agent_env.providers.docker_images import build_tag, context_tar, shared_bui
 from agent_env.spec.run import RunStatus
 from agent_env.stores.backends import open_store
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 NONCE = """
 FROM agentenv/base:bookworm
@@ -157,7 +157,7 @@ async def test_a_deployed_sandbox_records_the_exact_image_it_ran(
     docker_client,  # noqa: F811
 ):
     state = await asyncio.wait_for(
-        runner.wait_result(await runner.start_run(client, settings, resolve_target("echo-mcp"))), 120
+        launch.wait_result(await launch.start_run(client, settings, resolve_target("echo-mcp"))), 120
     )
     assert state.status is RunStatus.PASSED, state.error
     images = state.steps["echo"].outputs["images"]
@@ -173,7 +173,7 @@ async def test_a_deployed_agent_records_the_exact_image_it_ran(
     docker_client,  # noqa: F811
 ):
     spec = load_task(echo_bundle / "tasks" / "echo-agent.toml")
-    state = await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), 120)
+    state = await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, spec)), 120)
     assert state.status is RunStatus.PASSED, state.error
     deployed = state.steps["echo"].outputs
     [(agent, image_id)] = deployed["images"].items()

@@ -19,7 +19,6 @@ import pytest
 from pydantic import ValidationError
 from test_agents import serving
 
-from agent_env import runner
 from agent_env.agents.builtin import SKILLS_HEADING, with_skills
 from agent_env.agents.fake_model import create_app
 from agent_env.agents.host import MAX_SKILLS, HostedAgentSpec
@@ -27,6 +26,7 @@ from agent_env.errors import AgentEnvError
 from agent_env.planning.tasks import load_task, parse_task
 from agent_env.spec.agent import AgentRecord, InlineSkill
 from agent_env.spec.run import RunStatus
+from agent_env.temporal import launch
 
 TRIAGE_MD = '---\nname: triage\ndescription: Sort tickets by "urgency"\n---\n# Triage\nUrgent-first-7f3a9c.\n'
 TONE_MD = "# Be brief\nThree sentences at most, tone-marker-51e0b2.\n"
@@ -107,8 +107,8 @@ depends_on = ["agent"]
 config = {{ agent = "agent", prompt = "Sort TCK-1 and TCK-2." }}
 """,
         )
-        handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
-        state = await asyncio.wait_for(runner.wait_result(handle), 60)
+        handle = await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
+        state = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert state.status is RunStatus.PASSED, state.error or state.steps["agent"].error
     assert state.steps["ask"].outputs["answer"] == "Sorted."
     (prompt,) = system_prompts(bodies, "skilled")
@@ -164,8 +164,8 @@ depends_on = ["scripted"]
 config = {{ agent = "scripted", prompt = "Anything?" }}
 """,
         )
-        handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
-        state = await asyncio.wait_for(runner.wait_result(handle), 60)
+        handle = await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
+        state = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert state.status is RunStatus.PASSED, state.error
     assert state.steps["ask_persona"].outputs["answer"] == "Fine, thanks."
     (prompt,) = system_prompts(bodies, "person")
@@ -182,7 +182,7 @@ def test_human_and_trainer_agents_refuse_skills_when_the_run_is_planned(settings
     record = {"name": "a", "type": kind, "skills": ["tone"], "config": config}
     task = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": record}}]}
     with pytest.raises(AgentEnvError, match="skills go to agents that run a model") as refused:
-        runner.plan(parse_task(task, "t"), f"plan-{kind}", settings)
+        launch.plan(parse_task(task, "t"), f"plan-{kind}", settings)
     assert fix in str(refused.value)
 
 
@@ -191,7 +191,7 @@ def test_a_hosted_agent_takes_a_bounded_number_of_skills(settings):
     record = {"name": "a", "type": "llm", "skills": too_many}
     task = {"id": "t", "steps": [{"id": "a", "type": "deploy_agent", "config": {"record": record}}]}
     with pytest.raises(AgentEnvError, match=f"has {MAX_SKILLS + 1} skills; a hosted agent takes at most {MAX_SKILLS}"):
-        runner.plan(parse_task(task, "t"), "plan-many", settings)
+        launch.plan(parse_task(task, "t"), "plan-many", settings)
     skill = InlineSkill(name="s", description="d", skill_md="x")
     with pytest.raises(ValidationError, match=f"at most {MAX_SKILLS} items"):  # the gateway's bound, whoever asks
         HostedAgentSpec(id="a", record=AgentRecord.model_validate(record), skills=[skill] * (MAX_SKILLS + 1))
@@ -216,7 +216,7 @@ skills = ["triage"]
 """,
     )
     (bundle / "artifacts" / "triage" / "SKILL.md").write_text("# Triage\n" + "x" * 100_000)
-    handle = await runner.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
-    state = await asyncio.wait_for(runner.wait_result(handle), 60)
+    handle = await launch.start_run(client, settings, load_task(bundle / "tasks" / "t.toml"))
+    state = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert state.status is RunStatus.ERROR
     assert "one of its skills (triage) cannot be given to it" in (state.steps["agent"].error or ""), state.error

@@ -24,9 +24,10 @@ import pytest
 from conftest import free_port
 from gateway_util import running_gateway
 
-from agent_env import runner, telemetry
+from agent_env import telemetry
 from agent_env.spec.run import RunStatus
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -99,7 +100,7 @@ async def test_a_run_is_one_trace_from_its_start_to_the_agents_tool_calls(spans_
         traced.temporal.task_queue = f"traced-{uuid.uuid4().hex[:8]}"  # only this test's worker takes the run
         client = await connect(traced)  # with the tracing interceptor: tracing is on in this process
         async with create_worker(client, traced):
-            state = await runner.wait_result(await runner.start_run(client, traced, resolve_target("refund")))
+            state = await launch.wait_result(await launch.start_run(client, traced, resolve_target("refund")))
     assert state.status is RunStatus.PASSED, (state.error, {k: s.error for k, s in state.steps.items()})
     telemetry.flush()
 
@@ -111,7 +112,7 @@ async def test_a_run_is_one_trace_from_its_start_to_the_agents_tool_calls(spans_
     assert "RunWorkflow:agentenv.TaskRun" in names
     assert {"RunActivity:agentenv.run_step", "RunActivity:agentenv.record_run"} <= names, sorted(names)
     steps = {s.attributes["temporalActivityID"] for s in trace if s.name == "RunActivity:agentenv.run_step"}
-    local = {p.id for p in runner.plan(resolve_target("refund"), "plan-only", settings).steps if p.local}
+    local = {p.id for p in launch.plan(resolve_target("refund"), "plan-only", settings).steps if p.local}
     assert local and steps == {"desk", "case", "agent", "work", "grade"}  # local activities carry the trace too
     assert "agent turn refunds" in names  # the worker asked the hosted agent (A2A) ...
     server_spans = [s for s in trace if s.kind.name == "SERVER" and "url.path" in (s.attributes or {})]

@@ -18,10 +18,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.converter import default as default_converter
 
-from agent_env import runner
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 from agent_env.workflows.details import MAX_SUMMARY
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # what the UI asks for a workflow's current details
@@ -63,8 +63,8 @@ async def current_details(handle) -> str:
 
 async def test_a_workplace_run_names_every_step_and_world_action(client, settings, worker):
     spec = resolve_target("workplace")
-    handle = await runner.start_run(client, settings, spec)
-    state = await asyncio.wait_for(runner.wait_result(handle), 120)
+    handle = await launch.start_run(client, settings, spec)
+    state = await asyncio.wait_for(launch.wait_result(handle), 120)
     assert state.status is RunStatus.PASSED, state.error
 
     described = await handle.describe()
@@ -136,9 +136,9 @@ config = {{ seconds = 3600 }}
 async def test_a_waiting_run_shows_its_running_steps_and_virtual_time(client, settings, worker, tmp_path):
     gate = tmp_path / "gate"
     spec = parse_task(tomllib.loads(WAITING.format(gate=gate)), "named")
-    handle = await runner.start_run(client, settings, spec)
+    handle = await launch.start_run(client, settings, spec)
     for _ in range(400):
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         if state.steps["hold"].status is StepStatus.RUNNING:
             break
         await asyncio.sleep(0.05)
@@ -153,7 +153,7 @@ async def test_a_waiting_run_shows_its_running_steps_and_virtual_time(client, se
     assert spec.description in (await described.static_details() or "")
 
     gate.touch()
-    final = await asyncio.wait_for(runner.wait_result(handle), 60)
+    final = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert final.status is RunStatus.PASSED, final.error
     summaries = [s for _, _, s in await scheduled_activities(handle)]
     assert "hold (wait_file)" in summaries
@@ -168,8 +168,8 @@ async def test_the_runs_time_limit_is_a_named_timer(client, settings, worker):
         "timeout": "1s",
         "steps": [{"id": "long", "type": "sleep", "config": {"seconds": 60}}],
     }
-    handle = await runner.start_run(client, settings, parse_task(limited, "limited"))
-    state = await asyncio.wait_for(runner.wait_result(handle), 30)
+    handle = await launch.start_run(client, settings, parse_task(limited, "limited"))
+    state = await asyncio.wait_for(launch.wait_result(handle), 30)
     assert state.status is RunStatus.ERROR and state.error == "the run timed out (its limit is 1s)"
     timers = [
         summary_of(event)
@@ -204,8 +204,8 @@ depends_on = ["pad"]
 
 
 async def test_a_paced_clocks_waits_are_named(client, settings, worker):
-    handle = await runner.start_run(client, settings, parse_task(tomllib.loads(PACED), "paced"))
-    state = await asyncio.wait_for(runner.wait_result(handle), 60)
+    handle = await launch.start_run(client, settings, parse_task(tomllib.loads(PACED), "paced"))
+    state = await asyncio.wait_for(launch.wait_result(handle), 60)
     assert state.status is RunStatus.PASSED, state.error
     activities = await scheduled_activities(handle)
     paces = [s for kind, _, s in activities if kind == "agentenv.pace"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from agent_env import runner
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunState, RunStatus, StepStatus
+from agent_env.temporal import launch
 
 
 def step(id, type="echo", **kw):
@@ -24,7 +24,7 @@ def check(id, depends_on, *checks, **config):
 async def wait_for_state(handle, predicate, timeout=20.0) -> RunState:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         if predicate(state):
             return state
         assert asyncio.get_running_loop().time() < deadline, f"state never matched: {state}"
@@ -56,7 +56,7 @@ async def test_independent_steps_run_concurrently(client, settings, worker, tmp_
         ),
         "x",
     )
-    handle = await runner.start_run(client, settings, spec)
+    handle = await launch.start_run(client, settings, spec)
     # Both independent steps are running at the same time, and the dependent one waits for both.
     state = await wait_for_state(
         handle, lambda s: s.steps["a"].status == "running" and s.steps["b"].status == "running"
@@ -66,7 +66,7 @@ async def test_independent_steps_run_concurrently(client, settings, worker, tmp_
     state = await wait_for_state(handle, lambda s: s.steps["a"].status == "succeeded")
     assert state.steps["c"].status is StepStatus.PENDING, "c must wait for b too"
     gate_b.touch()
-    final = await runner.wait_result(handle)
+    final = await launch.wait_result(handle)
     assert final.steps["c"].status is StepStatus.SUCCEEDED
     assert final.steps["c"].started_at >= max(final.steps["a"].finished_at, final.steps["b"].finished_at)
 
@@ -219,13 +219,13 @@ async def test_query_cancel_and_records(client, settings, worker, tmp_path):
         ),
         "x",
     )
-    handle = await runner.start_run(client, settings, spec)
+    handle = await launch.start_run(client, settings, spec)
     live = await wait_for_state(handle, lambda s: s.steps["w"].status == "running")
     assert live.status is RunStatus.RUNNING
     stores = open_stores(settings)
     assert stores.documents.get("runs", handle.id)["status"] == "running", "recorded at start"
     await handle.cancel()
-    final = await runner.wait_result(handle)
+    final = await launch.wait_result(handle)
     assert final.status is RunStatus.CANCELLED
     assert final.steps["w"].status is StepStatus.CANCELLED and final.steps["after"].status is StepStatus.SKIPPED
     record = stores.documents.get("runs", handle.id)
@@ -261,12 +261,12 @@ async def test_unknown_step_type_on_the_worker_fails_without_retrying(client, se
     from agent_env.spec.run import StepPlan
 
     spec = parse_task(task(step("a")), "x")
-    inp = runner.plan(spec, runner.new_run_id("t"), settings)
+    inp = launch.plan(spec, launch.new_run_id("t"), settings)
     inp.steps = [StepPlan(**{**inp.steps[0].model_dump(), "type": "not_installed", "retries": 5})]
     handle = await client.start_workflow(
-        runner.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue, result_type=RunState
+        launch.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue, result_type=RunState
     )
-    state = await runner.wait_result(handle)
+    state = await launch.wait_result(handle)
     assert state.steps["a"].error == "unknown step type 'not_installed' on this worker"
 
 
@@ -287,12 +287,12 @@ async def test_long_runs_continue_as_new_and_keep_their_state(client, settings, 
             {"name": "first", "value": "${steps.s0.outputs.key}", "equals": "k0"},
         )
     )
-    inp = runner.plan(parse_task(task(*steps, id="long"), "x"), runner.new_run_id("long"), settings)
+    inp = launch.plan(parse_task(task(*steps, id="long"), "x"), launch.new_run_id("long"), settings)
     inp.continue_as_new_at = 20
     handle = await client.start_workflow(
-        runner.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue, result_type=RunState
+        launch.WORKFLOW, inp, id=inp.run_id, task_queue=settings.temporal.task_queue, result_type=RunState
     )
-    state = await runner.wait_result(client.get_workflow_handle(inp.run_id, result_type=RunState))
+    state = await launch.wait_result(client.get_workflow_handle(inp.run_id, result_type=RunState))
     assert state.status is RunStatus.PASSED, state
     assert [state.steps[f"s{i}"].outputs["key"] for i in range(12)] == [f"k{i}" for i in range(12)]
     latest = await client.get_workflow_handle(inp.run_id).describe()

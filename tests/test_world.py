@@ -9,16 +9,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from gateway_util import mcp_client
 
-from agent_env import runner
 from agent_env.errors import BadInput
 from agent_env.gateway.embedded import connect as gateway_connect
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.task_lookup import resolve_target
+from agent_env.temporal import launch
 
 
 async def run_spec(client, settings, spec, timeout=120):
-    return await asyncio.wait_for(runner.wait_result(await runner.start_run(client, settings, spec)), timeout)
+    return await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, spec)), timeout)
 
 
 def comparable_events(state):
@@ -91,11 +91,11 @@ config = {{ path = "{gate}" }}
 
 async def test_agents_calls_fire_triggers_through_the_run(client, settings, worker, tmp_path):
     gate = tmp_path / "gate"
-    handle = await runner.start_run(
+    handle = await launch.start_run(
         client, settings, parse_task(__import__("tomllib").loads(AGENT_TASK.format(gate=gate)), "t")
     )
     for _ in range(200):
-        state = await runner.query_state(handle)
+        state = await launch.query_state(handle)
         if state.steps["hold"].status is StepStatus.RUNNING:
             break
         await asyncio.sleep(0.05)
@@ -120,7 +120,7 @@ async def test_agents_calls_fire_triggers_through_the_run(client, settings, work
         assert later.structured_content["text"] == "2026-05-01T09:00:00Z"
         await mcp.call_tool("write_note", {"key": "later", "text": "again"})  # `later` fires once only
     gate.touch()
-    final = await runner.wait_result(handle)
+    final = await launch.wait_result(handle)
     assert final.status is RunStatus.PASSED
     fired = [e for e in final.world.events if e.kind == "fired"]
     assert [e.trigger for e in fired] == ["pong", "pong", "pong", "later"]

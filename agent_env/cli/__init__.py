@@ -15,9 +15,11 @@ def main(argv: list[str] | None = None) -> None:
         args = sys.argv[1:] if argv is None else argv
         fast = None
         if args[:1] == ["run"]:  # through the background worker when it is up: no typer, no temporalio here
-            from agent_env.cli.run_client import run_via_worker
+            from agent_env.cli.run_args import parse_run
+            from agent_env.temporal.control_client import run_via_worker
 
-            fast = run_via_worker(args[1:])
+            if (options := parse_run(args[1:])) is not None:
+                fast = run_via_worker(options)
         if fast is not None:
             code = fast
         else:

@@ -6,10 +6,11 @@ import asyncio
 import json
 
 from agent_env.cli import aio
-from agent_env.cli.output import RUN_STYLE, console, event_lines, notice, step_line, summary_line
+from agent_env.cli.output import console, notice
 from agent_env.config import load_settings
 from agent_env.errors import BadInput
 from agent_env.spec.run import RunState, RunStatus
+from agent_env.temporal.run_view import RUN_STYLE, event_lines, step_line, summary_line
 
 
 def list_command(limit: int, status: str | None, task: str | None, json_out: bool) -> int:
@@ -50,7 +51,7 @@ def list_command(limit: int, status: str | None, task: str | None, json_out: boo
 
 
 def show_command(run_id: str, json_out: bool) -> int:
-    from agent_env.runner import find_run
+    from agent_env.temporal.launch import find_run
 
     settings = load_settings()
     state = RunState.model_validate(find_run(settings, run_id))
@@ -168,15 +169,15 @@ def _parked_hits(settings, state: RunState) -> list[dict]:
 
 
 async def _live_state(settings, run_id: str) -> RunState:
-    from agent_env.runner import query_state
     from agent_env.temporal.client import connect
+    from agent_env.temporal.launch import query_state
 
     client = await connect(settings, start_server=False)
     return await query_state(client.get_workflow_handle(run_id, result_type=RunState), timeout=3.0)
 
 
 def cancel_command(run_id: str, wait: bool) -> int:
-    from agent_env.runner import find_run
+    from agent_env.temporal.launch import find_run
 
     settings = load_settings()
     record = find_run(settings, run_id)
@@ -189,8 +190,8 @@ def cancel_command(run_id: str, wait: bool) -> int:
 
 
 async def _cancel(settings, run_id: str, wait: bool) -> int:
-    from agent_env.runner import wait_result
     from agent_env.temporal.client import connect
+    from agent_env.temporal.launch import wait_result
     from agent_env.temporal.worker import create_worker
 
     client = await connect(settings, on_notice=notice)
@@ -212,8 +213,8 @@ async def _cancel(settings, run_id: str, wait: bool) -> int:
 
 def trajectory_command(run_id: str, jsonl: bool) -> int:
     from agent_env.gateway import trajectory
-    from agent_env.runner import find_run
     from agent_env.stores import keys, open_stores
+    from agent_env.temporal.launch import find_run
 
     settings = load_settings()
     state = RunState.model_validate(find_run(settings, run_id))

@@ -28,7 +28,6 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from agent_env import runner
 from agent_env.agents.sdk import Turn as AgentTurn
 from agent_env.config import load_settings
 from agent_env.episodes.tools import RestTools, TurnTools, client_for, tools_path
@@ -36,7 +35,7 @@ from agent_env.errors import AgentEnvError
 from agent_env.gateway import embedded
 from agent_env.spec.run import RunState, TurnOffer
 from agent_env.stores import in_thread, open_stores
-from agent_env.temporal import background, server
+from agent_env.temporal import background, launch, server
 from agent_env.temporal.client import connect
 from agent_env.temporal.worker import create_worker
 
@@ -107,10 +106,10 @@ class Episodes:
     async def start(self, spec: EpisodeSpec, *, run_id: str | None = None) -> Episode:
         """Start an episode of `spec`: its run starts and its first `next_turn` is asked in the same request
         (the answer is kept for the first `next_turn()`)."""
-        inp = await in_thread(spec.planned, self.settings, run_id or runner.new_run_id(spec.task.id))
+        inp = await in_thread(spec.planned, self.settings, run_id or launch.new_run_id(spec.task.id))
         if self._stores is None:
             self._stores = await in_thread(open_stores, self.settings)
-        handle, first = await runner.start_with_update(
+        handle, first = await launch.start_with_update(
             self.client, self.settings, inp, "next_turn", [None], stores=self._stores
         )
         return Episode(self, handle.id, first_turn=first)
@@ -243,7 +242,7 @@ class Episode:
 
     async def result(self) -> dict[str, float]:
         """Waits for the run to end; every score it recorded, by step id (`self.state` has the rest)."""
-        self.state = await runner.wait_result(self.handle)
+        self.state = await launch.wait_result(self.handle)
         return {sid: s.score.value for sid, s in self.state.steps.items() if s.score is not None}
 
 

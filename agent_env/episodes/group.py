@@ -29,7 +29,6 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from agent_env import runner
 from agent_env.bundles import find_env
 from agent_env.episodes.client import Episode, Episodes
 from agent_env.errors import BadInput
@@ -38,6 +37,7 @@ from agent_env.spec.env import EnvRecord
 from agent_env.steps import StepContext
 from agent_env.steps.builtin.envs import DeployConfig, deploy, instance_id
 from agent_env.stores import in_thread, open_stores
+from agent_env.temporal import launch
 
 if TYPE_CHECKING:
     from agent_env.episodes.spec import EpisodeSpec
@@ -87,14 +87,14 @@ async def start_group(
     the spec's seed, the same start state); `ttl`: seconds after which the gateway deletes the prototype
     even if this group is never closed."""
     seeds = _check(size, seeds, spec.seed, ttl)
-    group_id = runner.new_run_id(f"{spec.task.id}-group")
+    group_id = launch.new_run_id(f"{spec.task.id}-group")
     stores = await in_thread(open_stores, episodes.settings)
     try:
         forkable = _forkable_envs(spec.task)
         plans: dict[int, RunInput] = {}
         for seed in dict.fromkeys(seeds):
             task = _forking(spec.with_seed(seed).task, {step: f"{group_id}.{step}" for step in forkable})
-            plans[seed] = await in_thread(runner.plan, task, f"{group_id}-0", episodes.settings)
+            plans[seed] = await in_thread(launch.plan, task, f"{group_id}-0", episodes.settings)
         expires_at = datetime.now(UTC) + timedelta(seconds=ttl)
         prototypes = await _deploy_prototypes(
             episodes, stores, group_id, spec.task.id, plans[seeds[0]], forkable, expires_at
@@ -104,7 +104,7 @@ async def start_group(
             run_ids = [f"{group_id}-{n}" for n in range(size)]
             await asyncio.gather(
                 *(
-                    runner.start(
+                    launch.start(
                         episodes.client,
                         episodes.settings,
                         plans[seed].model_copy(update={"run_id": rid}),

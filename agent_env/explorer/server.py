@@ -48,10 +48,10 @@ from agent_env.explorer.auth import COOKIE, KEY_HEADER, Door
 from agent_env.gateway.embedded import connect
 from agent_env.guard import HostGuard
 from agent_env.registry.store import Registry
-from agent_env.runner import query_state
 from agent_env.spec.run import RunState
 from agent_env.spec.world_state import clip
 from agent_env.stores import Stores, keys, open_stores
+from agent_env.temporal.launch import query_state
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send

@@ -8,6 +8,9 @@ A hit the run refuses (its validator: too big, not this run's trigger or instanc
 is a poison hit: it is *parked* in the outbox with its error (`parked`, listed by `Delivery.parked()`), never
 retried forever and never dropped silently. Matches are clipped before anything else, so whatever an agent
 sends, a hit fits in history.
+
+How a hit reaches its run is the sender's (`HitSender`): Temporal's is `agent_env.temporal.hits.TemporalHits`, which
+the process building the gateway passes (until every builder does, it is the default).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 
 from agent_env.spec.times import utc_now_iso
 from agent_env.spec.world_state import HitAck, TriggerHit, clip_fields
@@ -25,23 +29,32 @@ log = logging.getLogger("agent_env.gateway")
 OUTBOX = "outbox"
 ATTEMPTS = 30  # sends of one hit (~2.5 min with backoff) before it is parked as failing
 
+HitSender = Callable[[str, str, TriggerHit], Awaitable[HitAck]]
+"""Sends a hit to its run (run id, update id, hit), answering the run's ack. Raises `HitRefused` when the run
+refuses it, `RunGone` when the run is over or gone; any other error is retried."""
+
+
+class HitRefused(Exception):
+    """The run refused the hit (its validator): sending it again cannot help. The message is the run's."""
+
+
+class RunGone(Exception):
+    """The run is over or gone: nothing will ever take the hit."""
+
 
 class Delivery:
-    def __init__(self, store: DocumentStore, settings=None) -> None:
+    def __init__(self, store: DocumentStore, settings=None, sender: HitSender | None = None) -> None:
         self.store = store
         self.settings = settings
-        self._client = None
-        self._lock = asyncio.Lock()
+        self._sender = sender
         self._background: set[asyncio.Task] = set()
 
-    async def _temporal(self):
-        async with self._lock:
-            if self._client is None:
-                from agent_env.config import load_settings
-                from agent_env.temporal.client import connect
+    def _send_update(self) -> HitSender:
+        if self._sender is None:
+            from agent_env.temporal.hits import TemporalHits  # (the default until the gateway's builders pass it)
 
-                self._client = await connect(self.settings or load_settings(), start_server=False)
-            return self._client
+            self._sender = TemporalHits(self.settings)
+        return self._sender
 
     async def send(self, run_id: str, hit: TriggerHit, barrier_s: float | None) -> HitAck | None:
         update_id = f"hit-{uuid.uuid4().hex}"
@@ -56,31 +69,22 @@ class Delivery:
         return None
 
     async def _deliver(self, update_id: str, run_id: str, hit: TriggerHit) -> HitAck | None:
-        from temporalio.client import WorkflowUpdateFailedError
-        from temporalio.service import RPCError
-
         delay = 0.2
         error = "not sent"
         for _ in range(ATTEMPTS):
             try:
-                client = await self._temporal()
-                handle = client.get_workflow_handle(run_id)
-                ack = await handle.execute_update("trigger_hit", hit, id=update_id, result_type=HitAck)
+                ack = await self._send_update()(run_id, update_id, hit)
                 self.store.delete(OUTBOX, update_id)
                 return ack
-            except WorkflowUpdateFailedError as e:  # refused by the run's validator (or failed in it)
-                self._park(update_id, run_id, hit, f"the run refused it: {_cause(e)}")
+            except HitRefused as e:
+                self._park(update_id, run_id, hit, f"the run refused it: {e}")
                 return None
-            except RPCError as e:
-                if "not found" in str(e).lower() or "completed" in str(e).lower():
-                    self.store.delete(OUTBOX, update_id)  # the run is over or gone: nothing will ever take it
-                    return None
-                error = str(e)
-                log.warning("delivering %s to run %s failed (%s); retrying", hit.trigger, run_id, e)
+            except RunGone:
+                self.store.delete(OUTBOX, update_id)  # the run is over or gone: nothing will ever take it
+                return None
             except Exception as e:  # noqa: BLE001 - keep trying: Temporal may be restarting
                 error = f"{type(e).__name__}: {e}"
                 log.warning("delivering %s to run %s failed (%s); retrying", hit.trigger, run_id, e)
-                self._client = None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
         self._park(update_id, run_id, hit, f"failed {ATTEMPTS} times, last: {error}")
@@ -116,9 +120,3 @@ class Delivery:
     async def close(self) -> None:
         for task in list(self._background):
             task.cancel()
-
-
-def _cause(e: BaseException) -> str:
-    """The run's own words (a validator's message), not the client's wrapper."""
-    cause = getattr(e, "cause", None) or e.__cause__
-    return str(getattr(cause, "message", None) or cause or e)[:2000]

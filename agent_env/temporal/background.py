@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent_env import __version__
 from agent_env.daemon import Daemon, DaemonInfo, terminate
 
 if TYPE_CHECKING:
@@ -92,8 +93,6 @@ def fingerprint(settings: Settings) -> str:
 def code_fingerprint() -> str:
     """All but the settings (the code and the environment): cheap, and importable without pydantic (`agent-env
     run`'s fast path checks its launch record against it)."""
-    from agent_env import __version__
-
     return _digest(
         __version__,
         sys.prefix,  # the environment (a venv), whichever of its interpreter's names started us
@@ -249,10 +248,11 @@ def _processes(root: Path) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     """The daemon: a worker with the settings its starter wrote, answering on its socket until SIGTERM."""
     import argparse
+    import asyncio
 
-    from agent_env.cli import aio
-    from agent_env.cli.run_cmd import run_worker
     from agent_env.config import Settings
+    from agent_env.temporal.control import serve_control  # (temporalio, pydantic: the daemon's, not its starters')
+    from agent_env.temporal.worker import run_worker
 
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     parser.add_argument("--socket", type=Path, required=True)
@@ -262,17 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     settings = Settings.model_validate_json(args.settings.read_text())
     settings.worker.health_port = 0  # probes are for supervised workers (`agent-env worker --health-port`)
-
-    from agent_env.temporal.control import serve_control
-
-    return aio.run(
-        run_worker(
-            settings,
-            identity=f"background-{os.getpid()}@{socket.gethostname()}",
-            start_server=False,
-            serving=lambda client: serve_control(args.socket, client, settings, args.fingerprint),
-        )
+    worker = run_worker(
+        settings,
+        identity=f"background-{os.getpid()}@{socket.gethostname()}",
+        start_server=False,
+        serving=lambda client: serve_control(args.socket, client, settings, args.fingerprint),
     )
+    loop = asyncio.new_event_loop()  # left behind, not torn down: the process exits right after (`os._exit`)
+    asyncio.set_event_loop(loop)
+    return loop.run_until_complete(worker)
 
 
 if __name__ == "__main__":

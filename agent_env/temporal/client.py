@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from agent_env import telemetry, waiting
 from agent_env.config import Settings
 from agent_env.errors import ServerError
+from agent_env.temporal import seals, server
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -48,8 +49,6 @@ async def connect(
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     if settings.embedded:
-        from agent_env.temporal import server
-
         if start_server and not server.status(settings).running:
             info = await asyncio.to_thread(server.start, settings, on_notice=on_notice)
             on_notice(
@@ -63,8 +62,7 @@ async def connect(
                 "the embedded Temporal server is not running",
                 "start it with `agent-env server start` (or let `agent-env run` start it)",
             )
-    from agent_env.temporal import seals
-    from agent_env.temporal.sealing import SealingClient
+    from agent_env.temporal.sealing import SealingClient  # (temporalio's interceptors)
 
     target = settings.address
     interceptors = telemetry.temporal_interceptors()  # tracing, when this process set it up: workers inherit it
@@ -143,3 +141,23 @@ async def _register_search_attributes(client: Client, namespace: str) -> bool:
                 "create it (`temporal operator namespace create`) or set [temporal] namespace in the config",
             ) from None
         return False
+
+
+async def workers_polling(client: Client, settings: Settings) -> bool:
+    """Whether a worker polled the task queue lately (Temporal lists its recent pollers). Unknown: True (the
+    caller only warns when none does)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    try:
+        answer = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=settings.temporal.namespace,
+                task_queue=TaskQueue(name=settings.temporal.task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+    except Exception:  # noqa: BLE001 - unknown: no warning
+        return True
+    return bool(answer.pollers)

@@ -6,17 +6,19 @@ in size, answered with JSON lines.
 - `ping` answers the worker's pid, so a starter never mistakes a draining predecessor for it.
 - `run` plans a task, starts the run and follows it, streaming what `agent-env run` would print, rendered for
   the caller's terminal. The worker has Temporal's client, the planner and the step types loaded and
-  connected already, so the command needs none of them (`agent_env/cli/run_client.py`): it prints what
-  arrives. When the worker cannot serve it as the command itself would (another fingerprint, an unexpected
-  failure before the run started), it answers `fallback` before printing anything, and the command does it
-  all itself.
+  connected already, so the command needs none of them (`control_client`): it sends the options it parsed
+  and prints what arrives. When the worker cannot serve it as the command itself would (another fingerprint,
+  an unexpected failure before the run started), it answers `fallback` before printing anything, and the
+  command does it all itself.
 
 The command imports nothing of this module: it writes the request's JSON itself (`RunRequest` validates it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
 import os
 import time
@@ -24,16 +26,18 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+from rich.console import Console
+from rich.markup import escape
 
 from agent_env import json_depth
-from agent_env.cli.run_client import TERMINAL_ENV
 from agent_env.config import Settings
+from agent_env.errors import AgentEnvError
+from agent_env.temporal.background import unix_address
+from agent_env.temporal.control_client import TERMINAL_ENV, RunOptions
+from agent_env.temporal.follow import Terminal, plan_target, start_and_follow, start_gateway
 
 if TYPE_CHECKING:
-    import asyncio
-
-    from rich.console import Console
     from temporalio.client import Client
 
 MAX_REQUEST = 64 * 1024  # bytes in one request line
@@ -47,27 +51,26 @@ class Stream(BaseModel):
 
 
 class RunRequest(BaseModel):
-    """`agent-env run TARGET [--task T] [--json] [--detach]`, as the command was given it."""
+    """`agent-env run TARGET [--task T] [--json] [--detach]`: the options the command parsed, and its terminal."""
 
     op: str = "run"
-    target: str = Field(max_length=4096)  # a name, or an absolute path (the command resolves relative ones)
-    task: str | None = Field(None, max_length=256)
-    json_out: bool = False
-    detach: bool = False
+    options: RunOptions
     fingerprint: str = Field(max_length=64)  # the caller's `background.fingerprint`: the same code and settings
     stdout: Stream = Stream()
     stderr: Stream = Stream()
     env: dict[str, str] = Field(default_factory=dict)  # the caller's terminal variables (TERMINAL_ENV)
 
+    @field_validator("options")
+    @classmethod
+    def _bounded(cls, options: RunOptions) -> RunOptions:
+        if len(options.target) > 4096 or len(options.task or "") > 256:
+            raise ValueError("options.target is at most 4096 characters, options.task at most 256")
+        return options
+
 
 @contextlib.asynccontextmanager
 async def serve_control(path: Path, client: Client, settings: Settings, fingerprint: str) -> AsyncIterator[None]:
     """Answer on `path` while inside; leaving stops answering at once (a draining worker is no longer up)."""
-    import asyncio
-    import functools
-
-    from agent_env.temporal.background import unix_address
-
     handle = functools.partial(_handle, client=client, settings=settings, fingerprint=fingerprint)
     path.unlink(missing_ok=True)  # a predecessor's: it no longer answers there
     with unix_address(path) as address:
@@ -87,8 +90,6 @@ async def _handle(
     settings: Settings,
     fingerprint: str,
 ) -> None:
-    import asyncio
-
     def send(message: dict[str, Any]) -> None:
         if not writer.is_closing():
             writer.write(json.dumps(message).encode() + b"\n")
@@ -123,13 +124,6 @@ async def _serve_run(
 ) -> None:
     """Plan, start and follow one run for the command at the other end; it going away (Ctrl-C) stops the
     following, never the run."""
-    import asyncio
-
-    from rich.markup import escape
-
-    from agent_env.cli.run_cmd import Terminal, start_and_follow
-    from agent_env.errors import AgentEnvError
-
     wall_start = time.monotonic()
     out, err = _console(run.stdout, "out", send, run.env), _console(run.stderr, "err", send, run.env)
 
@@ -144,8 +138,8 @@ async def _serve_run(
 
     term = Terminal(out, note, lambda text: send({"out": text + "\n"}), started=on_started)
     try:
-        inp = await asyncio.to_thread(_plan, settings, run.target, run.task)
-        await asyncio.to_thread(_gateway_for, settings, inp, note)
+        inp = await asyncio.to_thread(plan_target, settings, run.options.target, run.options.task)
+        await asyncio.to_thread(start_gateway, settings, inp, note)
     except AgentEnvError as e:  # bad input: said as the command says it
         err.print(f"[bold red]error:[/] {escape(e.problem)}")
         if e.fix:
@@ -157,7 +151,13 @@ async def _serve_run(
         return
     follow = asyncio.create_task(
         start_and_follow(
-            client, settings, inp, detach=run.detach, json_out=run.json_out, term=term, wall_start=wall_start
+            client,
+            settings,
+            inp,
+            detach=run.options.detach,
+            json_out=run.options.json_out,
+            term=term,
+            wall_start=wall_start,
         )
     )
     gone = asyncio.create_task(reader.read(1))  # EOF: the command went away (Ctrl-C)
@@ -179,7 +179,6 @@ async def _serve_run(
 
 def _console(stream: Stream, key: str, send: Callable[[dict[str, Any]], None], env: dict[str, str]) -> Console:
     """A rich console rendering as the command's own would on that stream (`cli/output.py`)."""
-    from rich.console import Console
 
     class Sink:
         def write(self, text: str) -> int:
@@ -199,27 +198,3 @@ def _console(stream: Stream, key: str, send: Callable[[dict[str, Any]], None], e
         soft_wrap=True,
         _environ={k: v for k, v in env.items() if k in TERMINAL_ENV},
     )
-
-
-def _plan(settings: Settings, target: str, task: str | None):
-    from agent_env.runner import new_run_id, plan
-    from agent_env.task_lookup import resolve_target
-
-    spec = resolve_target(target, task)
-    return plan(spec, new_run_id(spec.id), settings)
-
-
-def _gateway_for(settings: Settings, inp, note: Callable[[str], None]) -> None:
-    """The embedded gateway, up before the first step that deploys an environment (as `agent-env run` does)."""
-    if settings.gateway.urls() or not any(s.deploys_env for s in inp.steps):
-        return
-    from agent_env.gateway import embedded
-
-    if embedded.status(settings).running:
-        return
-    info, started = embedded.start(settings, on_notice=note)
-    if started:
-        note(
-            f"started the embedded gateway at http://{info.address}; it keeps running in the background "
-            "(stop it with `agent-env gateway stop`)"
-        )

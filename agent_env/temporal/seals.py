@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent_env.errors import AgentEnvError
+from agent_env.stores import hex_secret
+from agent_env.stores.base import MissingSecret
+from agent_env.stores.local import create_private_once, read_private
 
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload
@@ -149,8 +152,6 @@ def load(settings: Settings) -> PlanKey:
 
 
 def _file(path: Path) -> PlanKey:
-    from agent_env.stores.local import create_private_once, read_private
-
     remake = (
         f"delete {path} and stop this install's background services (`agent-env server stop`, `agent-env "
         "gateway stop`): the next command makes a new key, and runs in flight go on unchecked; or restore it "
@@ -178,9 +179,6 @@ def _file(path: Path) -> PlanKey:
 
 
 def _shared(settings: Settings, name: str) -> PlanKey:
-    from agent_env.stores import hex_secret
-    from agent_env.stores.base import MissingSecret
-
     try:
         secret = hex_secret(settings, name)
     except MissingSecret:

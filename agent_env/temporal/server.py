@@ -18,6 +18,7 @@ from pathlib import Path
 from agent_env.config import Settings
 from agent_env.daemon import Daemon, DaemonInfo, PortCheck
 from agent_env.errors import ServerError
+from agent_env.temporal import background
 
 START_TIMEOUT = 20.0
 
@@ -174,8 +175,6 @@ def free_port(ip: str) -> int:
 
 def stop(settings: Settings, timeout: float = 10.0) -> ServerInfo | None:
     """Stop the embedded server if it runs, and its background workers first. Returns what was stopped."""
-    from agent_env.temporal import background
-
     background.stop_all(settings)
     paths = Paths(settings)
     stopped = paths.daemon.stop(paths.markers, timeout)

@@ -1,17 +1,31 @@
-"""Workers: the task-run workflow and its activities on the orchestration task queue."""
+"""Workers: the task-run workflow and its activities on the orchestration task queue, and the loop a worker
+process runs until it is told to drain (`agent-env worker`, the background worker)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from temporalio.worker import Worker
+
+from agent_env import telemetry
+from agent_env.activities import RunActivities
 from agent_env.config import Settings
+from agent_env.providers.reaper import reap_forever
+from agent_env.temporal import seals
+from agent_env.temporal.client import connect
+from agent_env.temporal.drain import Draining
+from agent_env.temporal.sealed_worker import SealedWorker
+from agent_env.workflows.task_run import TaskRun
 
 if TYPE_CHECKING:
     from temporalio.client import Client
-    from temporalio.worker import Worker
-
-    from agent_env.temporal.drain import Draining
 
 
 def create_worker(
@@ -19,14 +33,6 @@ def create_worker(
 ) -> Worker:
     """`draining`: how long a shutdown lets running activities finish (`agent-env worker`'s is
     `[worker] drain_timeout`); without one, 5 s. Either way a shutdown hands back what is still running."""
-    from temporalio.worker import Worker
-
-    from agent_env.activities import RunActivities
-    from agent_env.temporal import seals
-    from agent_env.temporal.drain import Draining
-    from agent_env.temporal.sealed_worker import SealedWorker
-    from agent_env.workflows.task_run import TaskRun
-
     draining = draining or Draining(timedelta(seconds=5))
     activities = RunActivities(settings)
     return Worker(
@@ -53,21 +59,67 @@ def create_worker(
     )
 
 
-async def workers_polling(client: Client, settings: Settings) -> bool:
-    """Whether a worker polled the task queue lately (Temporal lists its recent pollers). Unknown: True (the
-    caller only warns when none does)."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+def say(line: str) -> None:
+    """What the worker tells its operator (its terminal, or the background worker's log)."""
+    print(line, flush=True)
 
+
+def note_to_stderr(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr, flush=True)
+
+
+async def run_worker(
+    settings: Settings,
+    identity: str | None,
+    *,
+    start_server: bool = True,
+    serving: Callable[[Client], contextlib.AbstractAsyncContextManager] | None = None,
+    note: Callable[[str], None] = note_to_stderr,
+) -> int:
+    """A worker until SIGTERM or Ctrl-C (which drain it). `serving`: what else to serve while it polls (the
+    background worker's control socket); it stops first, when the drain begins. `note`: where notices go."""
+    telemetry.setup(settings, "worker")
+    health = None  # the health port's server, when asked for: its metrics need the client's runtime
+    if settings.worker.health_port:
+        from agent_env.temporal.health import WorkerHealth  # (its HTTP server's modules: only when asked for)
+
+        health = WorkerHealth(settings.worker.health_host, settings.worker.health_port)
+    client = await connect(
+        settings, start_server=start_server, on_notice=note, runtime=health.runtime if health else None
+    )
+    draining = Draining(timedelta(seconds=settings.worker.drain_timeout))
+    worker = create_worker(client, settings, identity=identity, draining=draining)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # replaces the CLI's Ctrl-C handler: the first one drains
+        asyncio.get_running_loop().add_signal_handler(sig, _drain_or_exit, stop, sig)
+    say(
+        f"worker on task queue '{settings.temporal.task_queue}' at {settings.address} "
+        f"(namespace {settings.temporal.namespace}); Ctrl-C or SIGTERM drains it, a second one stops it at once"
+    )
+    reaper = None
+    if settings.sandboxes.reap_every > 0:
+        reaper = asyncio.create_task(reap_forever(settings, client, settings.sandboxes.reap_every, note))
     try:
-        answer = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=settings.temporal.namespace,
-                task_queue=TaskQueue(name=settings.temporal.task_queue),
-                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-            )
-        )
-    except Exception:  # noqa: BLE001 - unknown: no warning
-        return True
-    return bool(answer.pollers)
+        probes = health.serving(client, worker, draining=stop.is_set) if health else contextlib.nullcontext()
+        # Leaving shuts the worker down: no new tasks, running activities get the grace.
+        async with probes, worker, serving(client) if serving else contextlib.nullcontext():
+            await stop.wait()
+            say(draining.begin())
+    finally:
+        if reaper is not None:
+            reaper.cancel()
+    say(draining.outcome())
+    say("worker stopped")
+    return 0
+
+
+def _drain_or_exit(stop: asyncio.Event, sig: int) -> None:
+    """The first SIGTERM or Ctrl-C drains the worker; a second exits now. Activities still running then are
+    retried on another worker once their heartbeat (or start-to-close) timeout notices."""
+    if not stop.is_set():
+        stop.set()
+        return
+    say("stopping at once: activities still running go to other workers when their heartbeats lapse")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + sig)

@@ -151,7 +151,7 @@ class TaskRun:
     @workflow.run
     async def run(self, inp: RunInput) -> RunState:
         try:
-            # The run's record was written by whoever started it (runner.start_run); it is rewritten at the end.
+            # The run's record was written by whoever started it (launch.start_run); it is rewritten at the end.
             world = self.world_driver.world
             if inp.carried is None and world is not None:
                 world.start_clock(self.world_driver.now_real())

@@ -1,4 +1,6 @@
-"""Start runs, follow them, and read their results: what the CLI and Python callers use."""
+"""Launch runs and read them back: record and start a planned run's workflow (`start`, `start_run`, `replan`),
+its live state, its result, its stored record. What the CLI, the trainer's episodes and Python callers use;
+following a run on a terminal is `follow`."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agent_env import telemetry
 from agent_env.config import Settings
 from agent_env.errors import BadInput, NotFound
-from agent_env.planning.runs import plan  # (also `runner.plan`, for callers that plan without starting)
+from agent_env.planning.runs import plan  # (also `launch.plan`, for callers that plan without starting)
+from agent_env.planning.runs import replan as replan_record
 from agent_env.spec.run import RunInput, RunState
 from agent_env.spec.task import TaskSpec
-from agent_env.stores import in_thread, keys
+from agent_env.stores import in_thread, keys, open_stores
+from agent_env.temporal.client import ensure_search_attributes
+from agent_env.workflows import details
 
 T = TypeVar("T")
 
@@ -39,9 +44,6 @@ async def start_run(client: Client, settings: Settings, task: TaskSpec, *, run_i
 
 def replan(settings: Settings, run_id: str) -> RunInput:
     """A new run of exactly the plan an earlier run (by id or unique prefix) pinned: `agent-env runs rerun`."""
-    from agent_env.planning.runs import replan as replan_record
-    from agent_env.stores import open_stores
-
     record = find_run(settings, run_id)
     stores = open_stores(settings)
     try:
@@ -95,9 +97,7 @@ async def _record_and_start(
 
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-    from agent_env.stores import open_stores
-    from agent_env.temporal.client import ensure_search_attributes
-    from agent_env.workflows import attributes, details
+    from agent_env.workflows import attributes  # (temporalio's search attribute keys)
 
     run_id = inp.run_id
     inp.search_attributes = use_attributes = await ensure_search_attributes(client, settings.temporal.namespace)
@@ -161,8 +161,6 @@ async def wait_result(handle: WorkflowHandle) -> RunState:
 
 def find_run(settings: Settings, run_id: str) -> dict:
     """A run's stored record by id or unique id prefix."""
-    from agent_env.stores import open_stores
-
     stores = open_stores(settings)
     try:
         exact = stores.documents.get(keys.RUNS, run_id)

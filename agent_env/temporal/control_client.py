@@ -1,12 +1,12 @@
-"""`agent-env run` through the background worker: the fast path.
+"""`agent-env run` through the background worker: the fast path's client (the worker's end is `control`).
 
 With the embedded server, the background worker already has what a run needs loaded and connected (Temporal's
 client, the planner, the step types). So when it runs this install's code and settings (same fingerprint),
-`agent-env run TARGET [--task T] [--json] [--detach]` sends it the request over its control socket
-(`temporal/control.py`) and prints what comes back: neither temporalio nor typer nor the planner is imported
-here. Anything else (other options, a cluster, tracing on, no worker up, another fingerprint, a worker that
-answers `fallback`) returns None before printing anything, and the command does it all itself
-(`run_cmd.run_command`, which also starts what is not running).
+`agent-env run TARGET [--task T] [--json] [--detach]` sends it the options the CLI read (`RunOptions`) over its
+control socket and prints what comes back: neither temporalio nor typer nor pydantic nor the planner is imported
+here. Anything else (other options, a cluster, tracing on, no worker up, another fingerprint, a worker that answers
+`fallback`) returns None before printing anything, and the command does it all itself (`cli/run_cmd.py`, which
+also starts what is not running).
 
 Even loading the settings (pydantic) costs more than the rest of a warm `run hello`, so a command that reached
 the worker leaves a *launch record*: for exactly what its settings came from (the config file's path and
@@ -23,8 +23,12 @@ import json
 import os
 import socket
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from agent_env.errors import ServerError
+from agent_env.temporal import background
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -34,16 +38,25 @@ SETTINGS_ENV_PREFIXES = ("AGENT_ENV_", "TEMPORAL_", "OTEL_")  # what `load_setti
 SETTINGS_ENV = ("XDG_STATE_HOME", "HOME", "PYTHONPATH")
 
 
-def run_via_worker(args: list[str]) -> int | None:
+@dataclass(frozen=True)
+class RunOptions:
+    """`agent-env run`'s options, parsed: what the worker needs to run it as the command would (`control.RunRequest`
+    validates them, within limits)."""
+
+    target: str  # a name, or an absolute path (`run_via_worker` resolves a relative one: the worker runs elsewhere)
+    task: str | None = None
+    json_out: bool = False
+    detach: bool = False
+
+
+def run_via_worker(options: RunOptions) -> int | None:
     """The exit code, or None when the full command must run (nothing printed then)."""
-    request = _parse(args)
-    if request is None:
-        return None
-    target = os.path.expanduser(request["target"])
+    target = os.path.expanduser(options.target)
     if os.path.exists(target) or target.endswith(".toml"):
-        request["target"] = os.path.abspath(target)  # the worker runs elsewhere: relative paths are ours
-    request |= {
+        options = RunOptions(**(asdict(options) | {"target": os.path.abspath(target)}))
+    request = {
         "op": "run",
+        "options": asdict(options),
         "stdout": _stream(sys.stdout),
         "stderr": _stream(sys.stderr),
         "env": {k: os.environ[k] for k in TERMINAL_ENV if k in os.environ},
@@ -57,8 +70,7 @@ def run_via_worker(args: list[str]) -> int | None:
 
 
 def _via_settings(request: dict[str, Any], record_path: Path | None) -> int | None:
-    from agent_env.config import load_settings
-    from agent_env.temporal import background
+    from agent_env.config import load_settings  # (pydantic: only when no launch record names the worker)
 
     settings = load_settings()
     if not settings.embedded or settings.telemetry.traces:
@@ -73,11 +85,9 @@ def _via_settings(request: dict[str, Any], record_path: Path | None) -> int | No
 
 
 def _send(sock: Path, request: dict[str, Any], settings: Settings | None, accepted: list[bool] | None = None):
-    from agent_env.temporal.background import unix_address
-
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with unix_address(sock) as address:
+        with background.unix_address(sock) as address:
             conn.connect(address)
         conn.sendall(json.dumps(request).encode() + b"\n")
         return _relay(conn, settings, accepted if accepted is not None else [])
@@ -113,16 +123,16 @@ def _relay(conn: socket.socket, settings: Settings | None, accepted: list[bool])
         if run_id is None:
             raise
         conn.close()  # the worker stops following; the run goes on
-        from agent_env.cli.output import console
-        from agent_env.cli.run_cmd import interrupted_line
-        from agent_env.config import load_settings
+        from rich.console import Console
 
-        console().print(interrupted_line(settings or load_settings(), run_id))
+        from agent_env.config import load_settings
+        from agent_env.temporal.follow import interrupted_line
+
+        out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+        out.print(interrupted_line(settings or load_settings(), run_id))
         return 130
     if not printed:
         return None
-    from agent_env.errors import ServerError
-
     raise ServerError(
         "the background worker went away while following the run" + (f" {run_id}" if run_id else ""),
         (f"the run goes on when a worker runs: `agent-env runs show {run_id}`; " if run_id else "")
@@ -136,28 +146,6 @@ def _stream(stream) -> dict:
         return {"tty": tty, "width": os.get_terminal_size(stream.fileno()).columns if tty else None}
     except (OSError, ValueError, AttributeError):
         return {"tty": False, "width": None}
-
-
-def _parse(args: list[str]) -> dict | None:
-    """`TARGET [--task T | -t T | --task=T] [--json] [--detach | -d]`; anything else is the full command's."""
-    request: dict = {"target": None, "task": None, "json_out": False, "detach": False}
-    rest = iter(args)
-    for arg in rest:
-        if arg == "--json":
-            request["json_out"] = True
-        elif arg in ("--detach", "-d"):
-            request["detach"] = True
-        elif arg in ("--task", "-t"):
-            request["task"] = next(rest, None)
-            if request["task"] is None:
-                return None
-        elif arg.startswith("--task="):
-            request["task"] = arg.removeprefix("--task=")
-        elif arg.startswith("-") or request["target"] is not None:
-            return None
-        else:
-            request["target"] = arg
-    return request if request["target"] else None
 
 
 # -- launch records --
@@ -220,9 +208,7 @@ def _read_record(path: Path) -> dict[str, str] | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    from agent_env.temporal.background import code_fingerprint
-
-    if not isinstance(record, dict) or record.get("code") != code_fingerprint():
+    if not isinstance(record, dict) or record.get("code") != background.code_fingerprint():
         return None  # the code changed since: the full command replaces the worker
     return record
 
