@@ -156,7 +156,7 @@ class RunActivities:
     ) -> dict[str, Any]:
         """A trigger's action on an environment, once per key. Returns its outcome and the hits it caused.
         A refusal by the gateway is the action's outcome, not a reason to retry."""
-        from agent_env.gateway.client import GatewayRefused
+        from agent_env.gateway_client import GatewayRefused
 
         try:
             outcome = await self._world_action(instance, action, key, cause, at)

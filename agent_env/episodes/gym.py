@@ -97,17 +97,17 @@ class EpisodeEnv:
 
     def _gateway(self):
         """The REST client of the gateway holding this turn's environment (in a pool, one of several)."""
-        from agent_env.gateway.client import GatewayClient
         from agent_env.gateway.embedded import base_url
+        from agent_env.gateway_client.single import SingleGateway
 
         offer = self._turn.offer if self._turn is not None else None
         base = offer.mcp_url.split("/envs/", 1)[0] if offer and offer.mcp_url else base_url(self._episodes.settings)
         if self._rest is None or self._rest.base_url != base:
-            self._rest = GatewayClient(base)
+            self._rest = SingleGateway(base)
         return self._rest
 
     async def _step(self, action: dict[str, Any]) -> tuple[dict, float, bool, bool, dict]:
-        from agent_env.gateway.client import GatewayRefused
+        from agent_env.gateway_client import GatewayRefused
 
         if self._turn is None:
             raise RuntimeError("the episode is over (or not started): call reset()")

@@ -27,7 +27,7 @@ from agent_env.spec.world_state import clip
 from agent_env.stores import Stores, keys
 
 if TYPE_CHECKING:
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 MAX_PAGE = 500  # calls per page, at most
 FIELD_BYTES = 2048  # arguments, results and errors in a page; `GET .../calls/N` has the whole entry
@@ -103,7 +103,7 @@ class CallLog:
         return read
 
     async def _from_gateway(self, instance: str, known: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        from agent_env.gateway.client import GatewayRefused, GatewayUnavailable
+        from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
 
         client = self.gateway()
         if client is None:

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
     from temporalio.client import Client
 
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 STATIC = Path(__file__).parent / "static"
 SIGNIN = Path(__file__).parent / "signin.html"  # the sign-in answer's page, with its key: not a static file

@@ -11,7 +11,7 @@ from agent_env.daemon import Daemon, DaemonInfo, PortCheck
 from agent_env.errors import BadInput
 
 if TYPE_CHECKING:
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 
 def _daemon(settings: Settings) -> tuple[Daemon, list[str]]:
@@ -89,15 +89,15 @@ def base_url(settings: Settings) -> str:
 def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda msg: None) -> GatewayClient:
     """A client of the configured gateway (or pool of gateways) with its admin token; starts the embedded
     gateway if none is configured."""
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client.single import SingleGateway
 
     if urls := settings.gateway.urls():
         token = admin_token(settings)
         if not settings.gateway.pool:
-            return GatewayClient(urls[0], token)
-        from agent_env.gateway.pool import GatewayPool
+            return SingleGateway(urls[0], token)
+        from agent_env.gateway_client.pool import GatewayPool  # (the stores its placement records are in)
 
-        return GatewayPool([GatewayClient(url, token) for url in urls], settings)
+        return GatewayPool([SingleGateway(url, token) for url in urls], settings)
     if start_daemon:
         info, started = start(settings, on_notice=on_notice)
         if started:
@@ -105,7 +105,7 @@ def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda m
                 f"started the embedded gateway at http://{info.address}; it keeps running in the background "
                 "(stop it with `agent-env gateway stop`)"
             )
-    return GatewayClient(base_url(settings), admin_token(settings))
+    return SingleGateway(base_url(settings), admin_token(settings))
 
 
 def admin_token(settings: Settings) -> str:

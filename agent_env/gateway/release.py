@@ -9,7 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
     from agent_env.stores import Stores
 
 
@@ -27,7 +27,7 @@ async def retire_instance(
     gateway: GatewayClient, stores: Stores, run_id: str, instance: str, *, keep_data: bool = False
 ) -> dict[str, Any]:
     """Keep the instance's trajectory in the object store, then stop serving it."""
-    from agent_env.gateway.client import GatewayRefused
+    from agent_env.gateway_client import GatewayRefused
 
     key = trajectory_key(run_id, instance)
     try:

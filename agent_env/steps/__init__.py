@@ -36,7 +36,7 @@ from agent_env.spec.verbs import WorldStepVerb
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
     from agent_env.stores import Stores
 
 ENTRY_POINT_GROUP = "agent_env.task_steps"  # (the framework's name; `agent-env plugin` lists it)

@@ -214,7 +214,7 @@ def quick_deploy_agent(config: dict[str, Any]) -> bool:
 async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
     from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
-    from agent_env.gateway.client import GatewayRefused
+    from agent_env.gateway_client import GatewayRefused
 
     record = cast(AgentRecord, config.record)  # pinned when the run is planned
     name = config.as_ or record.name
