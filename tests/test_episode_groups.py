@@ -317,9 +317,9 @@ async def test_the_gateway_deletes_instances_past_their_expiry(tmp_path):
 async def test_the_expiry_sweep_reads_only_instances_that_expire(tmp_path, monkeypatch):
     """A gateway keeps every finished run's instances: the sweep pages through the few with an expiry (an
     index orders them first) and stops at the first without one, however many there are."""
-    from agent_env.gateway import service
+    from agent_env.gateway import releasing
 
-    monkeypatch.setattr(service, "EXPIRY_PAGE", 2)  # several pages of expiring instances
+    monkeypatch.setattr(releasing, "EXPIRY_PAGE", 2)  # several pages of expiring instances
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
         future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 from agent_env.config import Settings
 from agent_env.daemon import Daemon, DaemonInfo, PortCheck
 from agent_env.errors import BadInput
+from agent_env.gateway import tokens
+from agent_env.gateway_client.pool import GatewayPool
+from agent_env.gateway_client.single import SingleGateway
 
 if TYPE_CHECKING:
     from agent_env.gateway_client import GatewayClient
@@ -89,14 +92,10 @@ def base_url(settings: Settings) -> str:
 def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda msg: None) -> GatewayClient:
     """A client of the configured gateway (or pool of gateways) with its admin token; starts the embedded
     gateway if none is configured."""
-    from agent_env.gateway_client.single import SingleGateway
-
     if urls := settings.gateway.urls():
         token = admin_token(settings)
         if not settings.gateway.pool:
             return SingleGateway(urls[0], token)
-        from agent_env.gateway_client.pool import GatewayPool  # (the stores its placement records are in)
-
         return GatewayPool([SingleGateway(url, token) for url in urls], settings)
     if start_daemon:
         info, started = start(settings, on_notice=on_notice)
@@ -111,8 +110,6 @@ def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda m
 def admin_token(settings: Settings) -> str:
     """The admin token of the configured gateways: given (`[gateway] admin_token`), derived from the pool's
     shared key in the secret store (`[gateway] key_secret`), or the embedded gateway's own."""
-    from agent_env.gateway import tokens
-
     g = settings.gateway
     if g.admin_token:
         return g.admin_token
