@@ -56,3 +56,11 @@ def test_answers_are_parsed_into_their_shapes_and_keep_fields_they_do_not_name()
     assert wire.parse(wire.Hits, {"hits": [hit]}) == {"hits": [hit]}
     with pytest.raises(ValueError, match="run_instances"):
         wire.parse(wire.Load, {"instances": 1, "agents": 0})
+
+
+def test_answers_the_gateway_may_give_in_any_version_still_parse():
+    """A trajectory entry that cannot be read back is served as a note, and older gateways leave fields out:
+    both still parse, as they did when answers were plain dicts."""
+    page = {"entries": [{"seq": 1, "unreadable": "this entry cannot be read: ...", "bytes": 9}, {"seq": 2}]}
+    assert wire.parse(wire.TrajectoryPage, page) == page
+    assert wire.parse(wire.RunEnded, {"instances": [], "agents": []}) == {"instances": [], "agents": []}

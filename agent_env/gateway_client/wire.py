@@ -103,10 +103,12 @@ class SnapshotRestored(TypedDict):
 
 
 @with_config(OPEN)
-class TrajectoryEntry(TypedDict):
-    """One call as the gateway recorded it (`seq`: its place in the instance's trajectory, once stored)."""
+class TrajectoryEntry(TypedDict, total=False):
+    """One call as the gateway recorded it (`seq`: its place in the instance's trajectory, once stored). Every
+    field may be missing: an entry that cannot be read back is served as a note instead (`unreadable`, `bytes`),
+    never as an error, and entries recorded by older gateways may lack newer fields."""
 
-    seq: NotRequired[int]
+    seq: int
     instance: str
     run_id: str | None
     agent: str
@@ -114,13 +116,15 @@ class TrajectoryEntry(TypedDict):
     tool: str
     arguments: JsonObject
     via: str  # rest, mcp, run
-    result: NotRequired[Any]
-    error: NotRequired[str]
+    result: Any
+    error: str
     refused: bool
     virtual_time: str
     real_time: str
     duration_ms: float
-    cause: NotRequired[str]
+    cause: str
+    unreadable: str  # why this entry cannot be read (then only `bytes`, its size, comes with it)
+    bytes: int
 
 
 @with_config(OPEN)
@@ -135,7 +139,7 @@ class RunEnded(TypedDict):
 
     instances: list[str]
     agents: list[str]
-    sessions: int
+    sessions: NotRequired[int]  # MCP sessions ended (gateways before it was counted do not say)
 
 
 @with_config(OPEN)
