@@ -28,8 +28,17 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from agent_env import runner
+from agent_env.agents.sdk import Turn as AgentTurn
+from agent_env.config import load_settings
+from agent_env.episodes.tools import RestTools, TurnTools, client_for, tools_path
 from agent_env.errors import AgentEnvError
+from agent_env.gateway import embedded
 from agent_env.spec.run import RunState, TurnOffer
+from agent_env.stores import open_stores
+from agent_env.temporal import background, server
+from agent_env.temporal.client import connect
+from agent_env.temporal.worker import create_worker
 
 if TYPE_CHECKING:
     from temporalio.client import WorkflowUpdateHandle
@@ -65,25 +74,16 @@ class Episodes:
         """`worker`: None (default) uses the embedded server's background worker (started if need be), or with
         a cluster runs one in this process; True always runs one in this process; False: workers run elsewhere
         (`agent-env worker`), e.g. on other machines."""
-        from agent_env.config import load_settings
-        from agent_env.temporal.client import connect
-
         settings = settings or load_settings()
         if settings.embedded:
-            from agent_env.temporal import server
-
             await asyncio.to_thread(server.start, settings)
         client = await connect(settings)
         if worker is None:
             worker = not settings.embedded
             if settings.embedded:
-                from agent_env.temporal import background
-
                 await asyncio.to_thread(background.ensure, settings)
         runner = None
         if worker:
-            from agent_env.temporal.worker import create_worker
-
             runner = create_worker(client, settings)
         return cls(client, settings, runner)
 
@@ -107,12 +107,8 @@ class Episodes:
     async def start(self, spec: EpisodeSpec, *, run_id: str | None = None) -> Episode:
         """Start an episode of `spec`: its run starts and its first `next_turn` is asked in the same request
         (the answer is kept for the first `next_turn()`)."""
-        from agent_env import runner
-
         inp = spec.planned(self.settings, run_id or runner.new_run_id(spec.task.id))
         if self._stores is None:
-            from agent_env.stores import open_stores
-
             self._stores = open_stores(self.settings)
         handle, first = await runner.start_with_update(
             self.client, self.settings, inp, "next_turn", [None], stores=self._stores
@@ -122,7 +118,7 @@ class Episodes:
     async def start_group(self, spec: EpisodeSpec, size: int, *, seeds: list[int] | None = None, **kwargs: Any):
         """`size` rollouts of `spec` from one start state (its envs deployed once, forked per rollout): an
         `EpisodeGroup` (agent_env.episodes.group)."""
-        from agent_env.episodes.group import start_group
+        from agent_env.episodes.group import start_group  # (group.py imports this module)
 
         return await start_group(self, spec, size, seeds=seeds, **kwargs)
 
@@ -133,15 +129,11 @@ class Episodes:
     async def token(self, instance: str, agent: str) -> str:
         """The agent's role token, from the gateway (never through Temporal)."""
         if self._gateway is None:
-            from agent_env.gateway.embedded import connect
-
-            self._gateway = await asyncio.to_thread(connect, self.settings)
+            self._gateway = await asyncio.to_thread(embedded.connect, self.settings)
         return await self._gateway.token(instance, agent)
 
     def tools_client(self, origin: str) -> KeepAliveClient:
         """The kept-alive client for a gateway's REST tools (one per gateway origin)."""
-        from agent_env.episodes.tools import client_for
-
         return client_for(self._tool_clients, origin)
 
 
@@ -251,8 +243,6 @@ class Episode:
 
     async def result(self) -> dict[str, float]:
         """Waits for the run to end; every score it recorded, by step id (`self.state` has the rest)."""
-        from agent_env import runner
-
         self.state = await runner.wait_result(self.handle)
         return {sid: s.score.value for sid, s in self.state.steps.items() if s.score is not None}
 
@@ -305,14 +295,10 @@ class Turn:
         if not self.offer.mcp_url:
             raise EpisodeError(f"turn {self.id} came with no environment: it has no tools")
         if transport == "rest":
-            from agent_env.episodes.tools import RestTools, TurnTools, tools_path
-
             origin, path = tools_path(self.offer.mcp_url)
             rest = RestTools(self.episode.episodes.tools_client(origin), path, await self.token())
             yield TurnTools(rest, await rest.list())
             return
-        from agent_env.agents.sdk import Turn as AgentTurn
-
         turn = AgentTurn(prompt=self.prompt, mcp_url=self.offer.mcp_url, token=await self.token())
         async with turn.tools() as tools:
             yield TurnTools(tools, await tools.list())

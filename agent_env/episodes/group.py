@@ -29,10 +29,17 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from agent_env import runner
+from agent_env.bundles import find_env
+from agent_env.episodes.client import Episode, Episodes
 from agent_env.errors import BadInput
+from agent_env.planning.tasks import parse_task
+from agent_env.spec.env import EnvRecord
+from agent_env.steps import StepContext
+from agent_env.steps.builtin.envs import DeployConfig, deploy, instance_id
+from agent_env.stores import open_stores
 
 if TYPE_CHECKING:
-    from agent_env.episodes.client import Episode, Episodes
     from agent_env.episodes.spec import EpisodeSpec
     from agent_env.gateway_client import GatewayClient
     from agent_env.spec.run import RunInput
@@ -79,10 +86,6 @@ async def start_group(
     """Start `size` rollouts of `spec` from one start state. `seeds`: one per rollout (default: every rollout
     the spec's seed, the same start state); `ttl`: seconds after which the gateway deletes the prototype
     even if this group is never closed."""
-    from agent_env import runner
-    from agent_env.episodes.client import Episode
-    from agent_env.stores import open_stores
-
     seeds = _check(size, seeds, spec.seed, ttl)
     group_id = runner.new_run_id(f"{spec.task.id}-group")
     stores = open_stores(episodes.settings)
@@ -134,9 +137,6 @@ def _check(size: int, seeds: list[int] | None, seed: int, ttl: float) -> list[in
 
 def _forkable_envs(task: TaskSpec) -> list[str]:
     """The deploy_env steps whose apps all run in the gateway (those a prototype can serve)."""
-    from agent_env.bundles import find_env
-    from agent_env.spec.env import EnvRecord
-
     steps = []
     for step in task.steps:
         if step.type != "deploy_env":
@@ -150,8 +150,6 @@ def _forkable_envs(task: TaskSpec) -> list[str]:
 
 def _forking(task: TaskSpec, sources: dict[str, str]) -> TaskSpec:
     """The task with each of these deploy_env steps forking its prototype."""
-    from agent_env.planning.tasks import parse_task
-
     data = task.model_dump(mode="json", exclude_none=True)
     for step in data["steps"]:
         if step["id"] in sources:
@@ -170,9 +168,6 @@ async def _deploy_prototypes(
 ) -> list[str]:
     """Each forkable environment deployed once, as its deploy_env step would (planned record, data loaded),
     under the group's id; all of them deleted again if one fails."""
-    from agent_env.steps import StepContext
-    from agent_env.steps.builtin.envs import DeployConfig, deploy, instance_id
-
     deployed: list[str] = []
     gateway = await _gateway(episodes)
     try:
@@ -194,6 +189,4 @@ async def _deploy_prototypes(
 
 async def _gateway(episodes: Episodes) -> GatewayClient:
     """The gateway's admin client the steps of this process use (one per process; a pool when configured)."""
-    from agent_env.steps import StepContext
-
     return await StepContext(run_id="", task_id="", step_id="", attempt=0, settings=episodes.settings).gateway()

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agent_env.episodes.client import Episode, Episodes, Turn
 from agent_env.episodes.spec import EpisodeSpec
-
-if TYPE_CHECKING:
-    from agent_env.episodes.client import Episode, Episodes, Turn
+from agent_env.gateway.embedded import base_url
+from agent_env.gateway_client import GatewayRefused
+from agent_env.gateway_client.single import SingleGateway
 
 
 class EpisodeEnv:
@@ -61,8 +62,6 @@ class EpisodeEnv:
     # -- in the loop --
 
     async def _reset(self, seed: int | None) -> tuple[dict, dict]:
-        from agent_env.episodes.client import Episodes
-
         if self._episodes is None:
             self._episodes = await Episodes.connect(self._settings, worker=self._worker)
         if self._episode is not None and self._turn is not None:
@@ -97,9 +96,6 @@ class EpisodeEnv:
 
     def _gateway(self):
         """The REST client of the gateway holding this turn's environment (in a pool, one of several)."""
-        from agent_env.gateway.embedded import base_url
-        from agent_env.gateway_client.single import SingleGateway
-
         offer = self._turn.offer if self._turn is not None else None
         base = offer.mcp_url.split("/envs/", 1)[0] if offer and offer.mcp_url else base_url(self._episodes.settings)
         if self._rest is None or self._rest.base_url != base:
@@ -107,8 +103,6 @@ class EpisodeEnv:
         return self._rest
 
     async def _step(self, action: dict[str, Any]) -> tuple[dict, float, bool, bool, dict]:
-        from agent_env.gateway_client import GatewayRefused
-
         if self._turn is None:
             raise RuntimeError("the episode is over (or not started): call reset()")
         if "tool" in action:

@@ -25,31 +25,39 @@ agent acts: `mcp_url` (MCP, streamable HTTP) and `tools_url` (REST: GET lists, P
 with `token` as a bearer token. Tool calls go to the gateway directly, never through here.
 
 At the door (agent_env.guard.HostGuard): `Host` must be this server's, a browser's `Origin` its own, and
-bodies are JSON (`Content-Type: application/json`; text/plain and form types are refused with 415).
+bodies are JSON (`Content-Type: application/json`; text/plain and form types are refused with 415), at most
+16 MiB (413) and nested at most 64 levels (400). Every refusal is `{"error": ...}` with its status (401
+without the admin token, 400 for a bad body or task, 404 for an unknown episode or group); the app has the
+gateway's FastAPI shape (agent_env.http_app) and serves no documents.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Iterable
+from typing import Annotated, Any, TypedDict
 
-from pydantic import BaseModel, Field, ValidationError
-from starlette.applications import Starlette
+from fastapi import APIRouter, Depends, FastAPI
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
-from agent_env.episodes.group import MAX_SIZE
-from agent_env.errors import AgentEnvError, NotFound, from_validation_error
-from agent_env.guard import HostGuard, tokens_equal
+from agent_env import http_app
+from agent_env.config import Settings
+from agent_env.episodes.client import Episode, Episodes
+from agent_env.episodes.group import MAX_SIZE, EpisodeGroup
+from agent_env.episodes.spec import EpisodeSpec
+from agent_env.errors import AgentEnvError, NotFound
+from agent_env.gateway.embedded import admin_token, base_url
+from agent_env.guard import HostGuard, bearer, tokens_equal
+from agent_env.planning.tasks import find_task, parse_task
 
 KEPT_GROUPS = 1024  # groups this server remembers (by id) for their result and close routes
 # Episodes this server remembers between requests: each keeps the next turn its start or last answer asked
 # for (so a turn costs the run one update, as in Python); one not remembered is asked afresh, nothing is lost.
 KEPT_EPISODES = 4096
+MAX_BODY_BYTES = 16 * 1024 * 1024  # as the gateway's: a task posted whole may carry its envs' data
 
 
 class StartRequest(BaseModel):
@@ -81,155 +89,191 @@ class Abandon(BaseModel):
     reason: str = "abandoned over HTTP"
 
 
-def create_app(settings, *, worker: bool = True, urls: Iterable[str | None] = ()) -> HostGuard:
-    """The episodes ASGI app. `urls`: where it is reached besides 127.0.0.1 (the gateway URL's host is
-    allowed too: a trainer reaching a remote gateway by name reaches this server by that name as well)."""
-    from agent_env.episodes import Episodes, EpisodeSpec
-    from agent_env.gateway import embedded, tokens
-    from agent_env.gateway.embedded import base_url
+class Result(TypedDict):
+    """An ended episode's result, as `GET /episodes/{ID}/result` answers it."""
 
-    state: dict[str, Any] = {}
-    groups: OrderedDict[str, Any] = OrderedDict()  # group id -> EpisodeGroup started here (the newest kept)
-    playing: OrderedDict[str, Any] = OrderedDict()  # episode id -> Episode last used here (the newest kept)
-    admin = embedded.admin_token(settings)
-    gateway_base = base_url(settings)
+    status: str
+    score: float | None
+    scores: dict[str, float]
+    error: str | None
 
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status)
 
-    async def body_of(request: Request, model: type[BaseModel], what: str):
+class Served:
+    """What the routes share: the trainer's `Episodes` (connected at startup) and what this server remembers
+    (the newest groups and episodes, bounded)."""
+
+    def __init__(self, settings: Settings, worker: bool) -> None:
+        self.settings = settings
+        self.worker = worker
+        self.admin = admin_token(settings)
+        self.gateway_base = base_url(settings)
+        self._episodes: Episodes | None = None
+        self.groups: OrderedDict[str, EpisodeGroup] = OrderedDict()  # started here (the newest kept)
+        self.playing: OrderedDict[str, Episode] = OrderedDict()  # last used here (the newest kept)
+
+    @property
+    def episodes(self) -> Episodes:
+        if self._episodes is None:
+            raise AgentEnvError("the server is not connected to Temporal yet", "retry once it has started")
+        return self._episodes
+
+    @contextlib.asynccontextmanager
+    async def connected(self) -> AsyncIterator[None]:
+        self._episodes = await Episodes.connect(self.settings, worker=self.worker)
         try:
-            raw = await request.body()
-            return model.model_validate(json.loads(raw) if raw else {})
-        except ValueError as e:
-            if isinstance(e, ValidationError):
-                raise AgentEnvError(str(from_validation_error(e, what))) from None
-            raise AgentEnvError(f"{what}: the body is not JSON") from None
+            yield
+        finally:
+            await self._episodes.close()
 
-    def endpoint(handler):
-        async def run(request: Request) -> Response:
-            if not tokens_equal(tokens.bearer(request.headers.get("authorization")), admin):
-                return error(401, "this needs the gateway's admin token (Authorization: Bearer aea_...)")
-            try:
-                return await handler(request)
-            except NotFound as e:
-                return error(404, str(e))
-            except AgentEnvError as e:
-                return error(400, str(e))
-
-        return run
-
-    def keep(played):
-        playing[played.run_id] = played
-        playing.move_to_end(played.run_id)
-        while len(playing) > KEPT_EPISODES:
-            playing.popitem(last=False)
+    def keep(self, played: Episode) -> Episode:
+        self.playing[played.run_id] = played
+        self.playing.move_to_end(played.run_id)
+        while len(self.playing) > KEPT_EPISODES:
+            self.playing.popitem(last=False)
         return played
 
-    def episode(request: Request):
-        run_id = request.path_params["episode"]
-        return keep(playing.get(run_id) or state["episodes"].episode(run_id))
+    def episode(self, run_id: str) -> Episode:
+        return self.keep(self.playing.get(run_id) or self.episodes.episode(run_id))
 
-    def spec_of(body: StartRequest):
-        if isinstance(body.task, dict):
-            from agent_env.planning.tasks import parse_task
-
-            task = parse_task(body.task, "the posted task")
-        else:
-            from agent_env.planning.tasks import find_task
-
-            task = find_task(body.task, body.task_name)
-        return EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
-
-    async def start(request: Request) -> Response:
-        body = await body_of(request, StartRequest, "episode")
-        spec = spec_of(body)  # a bad task or agent is refused before anything connects
-        started = keep(await state["episodes"].start(spec))
-        return JSONResponse({"episode": started.run_id}, status_code=201)
-
-    async def start_group(request: Request) -> Response:
-        body = await body_of(request, StartGroupRequest, "group")
-        spec = spec_of(body)
-        group = await state["episodes"].start_group(spec, body.size, seeds=body.seeds)
-        groups[group.id] = group
-        for member in group.episodes:
-            keep(member)
-        while len(groups) > KEPT_GROUPS:  # the oldest is forgotten here; its prototype expires on the gateway
-            groups.popitem(last=False)
-        return JSONResponse({"group": group.id, "episodes": [e.run_id for e in group.episodes]}, status_code=201)
-
-    def group_of(request: Request):
-        group = groups.get(request.path_params["group"])
+    def group(self, group_id: str) -> EpisodeGroup:
+        group = self.groups.get(group_id)
         if group is None:
             raise NotFound(
-                f"no group {request.path_params['group']!r} was started by this server",
+                f"no group {group_id!r} was started by this server",
                 "start one with POST /episodes/groups (a server remembers its newest groups only)",
             )
         return group
 
-    async def group_result(request: Request) -> Response:
-        group = group_of(request)
-        await group.results()
-        return JSONResponse({"group": group.id, "results": [result_of(e) for e in group.episodes]})
+    def remember(self, group: EpisodeGroup) -> None:
+        self.groups[group.id] = group
+        for member in group.episodes:
+            self.keep(member)
+        while len(self.groups) > KEPT_GROUPS:  # the oldest is forgotten here; its prototype expires on the gateway
+            self.groups.popitem(last=False)
 
-    async def close_group(request: Request) -> Response:
-        group = group_of(request)
-        await group.close()
-        return JSONResponse({"closed": group.id})
 
-    async def next_turn(request: Request) -> Response:
-        body = await body_of(request, NextTurn, "next-turn")
-        turn = await episode(request).next_turn(body.agent)
-        if turn is None:
-            return JSONResponse({"turn": None})
-        offer = turn.offer.model_dump(mode="json")
-        if turn.offer.env:
-            offer["token"] = await turn.token()
-            base = turn.offer.mcp_url.split("/envs/", 1)[0] if turn.offer.mcp_url else gateway_base  # its gateway's
-            offer["tools_url"] = f"{base}/envs/{turn.offer.env}/tools"
-        return JSONResponse({"turn": offer})
+async def _served(request: Request) -> Served:  # async: a sync dependency costs a thread hop per request
+    served: Served = request.app.state.served
+    return served
 
-    async def end_turn(request: Request) -> Response:
-        body = await body_of(request, EndTurn, "end")
-        await episode(request).end_turn(request.path_params["turn"], body.response)
-        return JSONResponse({"ended": request.path_params["turn"]})
 
-    async def abandon(request: Request) -> Response:
-        body = await body_of(request, Abandon, "abandon")
-        await episode(request).abandon(body.reason)
-        return JSONResponse({"abandoned": body.reason})
+ServedDep = Annotated[Served, Depends(_served)]
 
-    def result_of(played) -> dict[str, Any]:
-        """An ended episode's result (its `result()` returned)."""
-        state = played.state
-        scores = {sid: s.score.value for sid, s in state.steps.items() if s.score is not None}
-        return {"status": state.status.value, "score": state.score, "scores": scores, "error": state.error}
 
-    async def result(request: Request) -> Response:
-        played = episode(request)
-        await played.result()
-        playing.pop(played.run_id, None)  # over: nothing more to ask
-        return JSONResponse(result_of(played))
+async def admin_only(request: Request, served: ServedDep) -> None:
+    """Turns hand out agents' role tokens: every route needs the gateway's admin token."""
+    if not tokens_equal(bearer(request.headers.get("authorization")), served.admin):
+        raise http_app.Refused(401, "this needs the gateway's admin token (Authorization: Bearer aea_...)")
+
+
+router = APIRouter(dependencies=[Depends(admin_only)])
+
+
+def spec_of(body: StartRequest) -> EpisodeSpec:
+    """The episode a start asks for; a bad task or agent is refused before anything connects."""
+    if isinstance(body.task, dict):
+        task = parse_task(body.task, "the posted task")
+    else:
+        task = find_task(body.task, body.task_name)
+    return EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
+
+
+def result_of(played: Episode) -> Result:
+    """An ended episode's result (its `result()` returned)."""
+    state = played.state
+    assert state is not None, "result() returned"
+    scores = {sid: s.score.value for sid, s in state.steps.items() if s.score is not None}
+    return {"status": state.status.value, "score": state.score, "scores": scores, "error": state.error}
+
+
+@router.post("/episodes", status_code=201)
+async def start(request: Request, served: ServedDep) -> JSONResponse:
+    body = await http_app.read_model(request, StartRequest, MAX_BODY_BYTES, "episode")
+    spec = spec_of(body)
+    started = served.keep(await served.episodes.start(spec))
+    return JSONResponse({"episode": started.run_id}, status_code=201)
+
+
+@router.post("/episodes/groups", status_code=201)
+async def start_group(request: Request, served: ServedDep) -> JSONResponse:
+    body = await http_app.read_model(request, StartGroupRequest, MAX_BODY_BYTES, "group")
+    spec = spec_of(body)
+    group = await served.episodes.start_group(spec, body.size, seeds=body.seeds)
+    served.remember(group)
+    return JSONResponse({"group": group.id, "episodes": [e.run_id for e in group.episodes]}, status_code=201)
+
+
+@router.get("/episodes/groups/{group}/result")
+async def group_result(group: str, served: ServedDep) -> JSONResponse:
+    found = served.group(group)
+    await found.results()
+    return JSONResponse({"group": found.id, "results": [result_of(e) for e in found.episodes]})
+
+
+@router.post("/episodes/groups/{group}/close")
+async def close_group(group: str, served: ServedDep) -> JSONResponse:
+    found = served.group(group)
+    await found.close()
+    return JSONResponse({"closed": found.id})
+
+
+@router.post("/episodes/{episode}/next-turn")
+async def next_turn(episode: str, request: Request, served: ServedDep) -> JSONResponse:
+    body = await http_app.read_model(request, NextTurn, MAX_BODY_BYTES, "next-turn")
+    turn = await served.episode(episode).next_turn(body.agent)
+    if turn is None:
+        return JSONResponse({"turn": None})
+    offer = turn.offer.model_dump(mode="json")
+    if turn.offer.env:
+        offer["token"] = await turn.token()
+        base = turn.offer.mcp_url.split("/envs/", 1)[0] if turn.offer.mcp_url else served.gateway_base  # its gateway's
+        offer["tools_url"] = f"{base}/envs/{turn.offer.env}/tools"
+    return JSONResponse({"turn": offer})
+
+
+@router.post("/episodes/{episode}/turns/{turn:path}/end")
+async def end_turn(episode: str, turn: str, request: Request, served: ServedDep) -> JSONResponse:
+    body = await http_app.read_model(request, EndTurn, MAX_BODY_BYTES, "end")
+    await served.episode(episode).end_turn(turn, body.response)
+    return JSONResponse({"ended": turn})
+
+
+@router.post("/episodes/{episode}/abandon")
+async def abandon(episode: str, request: Request, served: ServedDep) -> JSONResponse:
+    body = await http_app.read_model(request, Abandon, MAX_BODY_BYTES, "abandon")
+    await served.episode(episode).abandon(body.reason)
+    return JSONResponse({"abandoned": body.reason})
+
+
+@router.get("/episodes/{episode}/result")
+async def result(episode: str, served: ServedDep) -> JSONResponse:
+    played = served.episode(episode)
+    await played.result()
+    served.playing.pop(played.run_id, None)  # over: nothing more to ask
+    return JSONResponse(result_of(played))
+
+
+async def _not_found(request: Request, e: Exception) -> Response:
+    return http_app.error(404, str(e))
+
+
+async def _bad_input(request: Request, e: Exception) -> Response:  # a bad body, task or agent; an ended episode
+    return http_app.error(400, str(e))
+
+
+def create_app(settings: Settings, *, worker: bool = True, urls: Iterable[str | None] = ()) -> HostGuard:
+    """The episodes ASGI app. `urls`: where it is reached besides 127.0.0.1 (the gateway URL's host is
+    allowed too: a trainer reaching a remote gateway by name reaches this server by that name as well)."""
+    served = Served(settings, worker)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app):
-        state["episodes"] = await Episodes.connect(settings, worker=worker)
-        yield
-        await state["episodes"].close()
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with served.connected():
+            yield
 
-    return HostGuard.serving(
-        Starlette(
-            routes=[
-                Route("/episodes", endpoint(start), methods=["POST"]),
-                Route("/episodes/groups", endpoint(start_group), methods=["POST"]),
-                Route("/episodes/groups/{group}/result", endpoint(group_result), methods=["GET"]),
-                Route("/episodes/groups/{group}/close", endpoint(close_group), methods=["POST"]),
-                Route("/episodes/{episode}/next-turn", endpoint(next_turn), methods=["POST"]),
-                Route("/episodes/{episode}/turns/{turn:path}/end", endpoint(end_turn), methods=["POST"]),
-                Route("/episodes/{episode}/abandon", endpoint(abandon), methods=["POST"]),
-                Route("/episodes/{episode}/result", endpoint(result), methods=["GET"]),
-            ],
-            lifespan=lifespan,
-        ),
-        [*settings.gateway.urls(), *urls],
+    app = http_app.create(
+        "agent-env episodes", lifespan=lifespan, handlers={NotFound: _not_found, AgentEnvError: _bad_input}
     )
+    app.state.served = served
+    app.include_router(router)
+    return HostGuard.serving(app, [*settings.gateway.urls(), *urls])

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from agent_env.agents.conversation import PromptAgentConfig
+from agent_env.bundles import find_agent
+from agent_env.episodes.client import Episodes
 from agent_env.errors import BadInput
+from agent_env.planning.runs import plan
+from agent_env.planning.tasks import Task, parse_task
+from agent_env.spec.agent import AgentRecord
+from agent_env.spec.duration import MAX_SECONDS, Duration
 from agent_env.spec.run import RunInput
 from agent_env.spec.task import TaskSpec
 
@@ -35,8 +42,6 @@ class EpisodeSpec(BaseModel):
 
     def planned(self, settings: Settings, run_id: str) -> RunInput:
         if self._planned is None or self._planned[0] is not settings:
-            from agent_env.planning.runs import plan
-
             self._planned = (settings, plan(self.task, run_id, settings))
         return self._planned[1].model_copy(update={"run_id": run_id})
 
@@ -52,8 +57,6 @@ class EpisodeSpec(BaseModel):
         """The task with `trainer_agents` played by the trainer: deploy_agent steps, each named by its id, its
         agent's name or its `as` name; by default the one agent the task prompts (with several, name them).
         `turn_timeout`: every played turn's deadline in seconds; by default each prompt's own `turn_deadline`."""
-        from agent_env.planning.tasks import Task, parse_task
-
         if isinstance(task, str):
             task = Task.get(task)
         if turn_timeout is not None:
@@ -95,15 +98,11 @@ class EpisodeSpec(BaseModel):
 
     async def start(self, episodes=None, *, run_id: str | None = None):
         """Start the episode's run. `episodes`: an `Episodes` connection (default: this process's)."""
-        from agent_env.episodes.client import Episodes
-
         episodes = episodes or await Episodes.default()
         return await episodes.start(self, run_id=run_id)
 
     async def start_group(self, size: int, episodes=None, *, seeds: list[int] | None = None, **kwargs: Any):
         """`size` rollouts from one start state (agent_env.episodes.group): `.episodes`, `await .results()`."""
-        from agent_env.episodes.client import Episodes
-
         episodes = episodes or await Episodes.default()
         return await episodes.start_group(self, size, seeds=seeds, **kwargs)
 
@@ -122,9 +121,6 @@ def _own_deadline(step: dict[str, Any]) -> float:
     """A prompt step's own turn deadline, in seconds (the prompt_agent default when it sets none)."""
     from pydantic import TypeAdapter, ValidationError
 
-    from agent_env.agents.conversation import PromptAgentConfig
-    from agent_env.spec.duration import Duration
-
     value = step["config"].get("turn_deadline", PromptAgentConfig.model_fields["turn_deadline"].default)
     try:
         return TypeAdapter(Duration).validate_python(value).total_seconds()
@@ -142,8 +138,6 @@ def _step_timeout(config: dict[str, Any], turn_timeout: float) -> str:
 
 
 def _check_turn_timeout(turn_timeout: Any) -> None:
-    from agent_env.spec.duration import MAX_SECONDS
-
     if (
         isinstance(turn_timeout, bool)
         or not isinstance(turn_timeout, int | float)
@@ -155,11 +149,8 @@ def _check_turn_timeout(turn_timeout: Any) -> None:
         )
 
 
-def _deployed_agents(task: TaskSpec) -> dict[str, Any]:
+def _deployed_agents(task: TaskSpec) -> dict[str, AgentRecord]:
     """deploy_agent step id -> the record of the agent it deploys."""
-    from agent_env.bundles import find_agent
-    from agent_env.spec.agent import AgentRecord
-
     return {
         step.id: (
             AgentRecord.model_validate(step.config["record"])
@@ -171,14 +162,14 @@ def _deployed_agents(task: TaskSpec) -> dict[str, Any]:
     }
 
 
-def _described(task: TaskSpec, step_id: str, deployed: dict[str, Any]) -> str:
+def _described(task: TaskSpec, step_id: str, deployed: dict[str, AgentRecord]) -> str:
     """`support (escalations, as sam)`: a deploy_agent step by every name a user may give it."""
     alias = task.step(step_id).config.get("as")
     names = [deployed[step_id].name] + ([f"as {alias}"] if alias else [])
     return f"{step_id} ({', '.join(names)})"
 
 
-def _prompted_agent(task: TaskSpec, deployed: dict[str, Any]) -> list[str]:
+def _prompted_agent(task: TaskSpec, deployed: dict[str, AgentRecord]) -> list[str]:
     """The trainer's agent when none is named: the one agent the task prompts."""
     prompted = list(
         dict.fromkeys(
@@ -219,7 +210,7 @@ def _named(task: TaskSpec, trainer_agents: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(trainer_agents))
 
 
-def _trainer_steps(task: TaskSpec, names: list[str], deployed: dict[str, Any]) -> dict[str, Any]:
+def _trainer_steps(task: TaskSpec, names: list[str], deployed: dict[str, AgentRecord]) -> dict[str, AgentRecord]:
     """deploy_agent step id -> the agent's record, for each agent the trainer plays (named by the step's id, its
     agent's name or its `as` name)."""
     known: dict[str, str] = {}
@@ -227,7 +218,7 @@ def _trainer_steps(task: TaskSpec, names: list[str], deployed: dict[str, Any]) -
         for name in (step_id, record.name, task.step(step_id).config.get("as")):
             if name is not None:
                 known.setdefault(name, step_id)
-    played: dict[str, Any] = {}
+    played: dict[str, AgentRecord] = {}
     for name in names:
         if name not in known:
             listed = sorted(f"{sid} ({r.name})" for sid, r in deployed.items())
@@ -240,7 +231,7 @@ def _trainer_steps(task: TaskSpec, names: list[str], deployed: dict[str, Any]) -
     return played
 
 
-def _refuse_what_a_trainer_cannot_play(task: TaskSpec, played: dict[str, Any]) -> None:
+def _refuse_what_a_trainer_cannot_play(task: TaskSpec, played: dict[str, AgentRecord]) -> None:
     for step in task.steps:
         if step.type == "rubric_judge" and step.config.get("judge") in played:
             raise BadInput(

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 from urllib.parse import quote, urlsplit
 
-from agent_env import telemetry
+from agent_env import telemetry, tls
 from agent_env.agents.sdk import ToolFailed
 from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
 from agent_env.keepalive import KeepAliveClient, Reply
@@ -22,6 +22,15 @@ from agent_env.keepalive import KeepAliveClient, Reply
 # What a tool call's refusal looks like over REST: unknown tool, not the role's, bad arguments or its own error.
 TOOL_REFUSALS = (403, 404, 422)
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+Arguments = dict[str, Any]  # a tool's arguments: the JSON object its input schema describes
+
+
+class ToolInfo(TypedDict):
+    """A tool of the role, as the gateway lists it (and MCP's tools/list)."""
+
+    name: str
+    description: str
+    inputSchema: dict[str, object]  # a JSON Schema
 
 
 def tools_path(mcp_url: str) -> tuple[str, str]:
@@ -35,17 +44,24 @@ def tools_path(mcp_url: str) -> tuple[str, str]:
 
 def client_for(clients: dict[str, KeepAliveClient], origin: str) -> KeepAliveClient:
     if origin not in clients:
-        from agent_env import tls
-
         clients[origin] = KeepAliveClient(origin, ssl_context=tls.context(), max_body=MAX_ANSWER_BYTES)
     return clients[origin]
+
+
+class ToolCall(TypedDict):
+    """A call the trainer's agent made this turn: its tool, its arguments, and its result or error."""
+
+    tool: str
+    arguments: Arguments
+    result: NotRequired[Any]
+    error: NotRequired[str]
 
 
 class RestTools:
     def __init__(self, http: KeepAliveClient, path: str, token: str | None) -> None:
         self._http, self._path = http, path
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[ToolCall] = []
 
     async def _send(self, method: str, path: str, body: bytes = b"") -> Reply:
         headers = {**self._headers, "content-type": "application/json"} if body else self._headers
@@ -54,13 +70,13 @@ class RestTools:
         except (OSError, TimeoutError) as e:
             raise GatewayUnavailable(f"the gateway at {self._http.origin} did not answer ({e!r})") from None
 
-    async def list(self) -> list[dict[str, Any]]:
+    async def list(self) -> list[ToolInfo]:
         reply = await self._send("GET", self._path)
         if reply.status >= 400:
             raise GatewayRefused(reply.status, reply.error())
         return reply.json()["tools"]
 
-    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+    async def call(self, name: str, arguments: Arguments | None = None) -> Any:
         arguments = arguments or {}
         reply = await self._send("POST", f"{self._path}/{quote(name, safe='')}", json.dumps(arguments).encode())
         if reply.status in TOOL_REFUSALS:
@@ -78,15 +94,15 @@ class TurnTools:
     """What `async with turn.tools() as tools` gives: the role's tools, listed once as the block opens (so
     `tools.list()` is a plain call, as in the framework's loop), and `await tools.call(name, arguments)`."""
 
-    def __init__(self, transport: Any, listed: list[dict[str, Any]]) -> None:
+    def __init__(self, transport: Any, listed: list[ToolInfo]) -> None:
         self._transport, self._listed = transport, listed
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> list[ToolInfo]:
         return list(self._listed)
 
-    async def call(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+    async def call(self, name: str, arguments: Arguments | None = None) -> Any:
         return await self._transport.call(name, arguments)
 
     @property
-    def calls(self) -> builtins.list[dict[str, Any]]:  # (`list` is the method above, in this class)
+    def calls(self) -> builtins.list[ToolCall]:  # (`list` is the method above, in this class)
         return self._transport.calls

@@ -5,13 +5,21 @@ served, and always as an attachment: a file an agent wrote never renders as a pa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from agent_env.errors import NotFound
 from agent_env.stores import Stores, keys
 
 
-def listing(stores: Stores, run_id: str) -> list[dict[str, Any]]:
+class Artifact(TypedDict):
+    """A file the run kept: its store key, its path under the run, and its kind (the path's first part)."""
+
+    key: str
+    path: str
+    kind: str
+
+
+def listing(stores: Stores, run_id: str) -> list[Artifact]:
     prefix = keys.run(run_id)
     return [
         {"key": key, "path": key.removeprefix(prefix), "kind": key.removeprefix(prefix).split("/", 1)[0]}

@@ -16,12 +16,13 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import BaseModel, Field
 
 from agent_env.explorer.runs import instances
 from agent_env.gateway import trajectory
+from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
 from agent_env.spec.run import RunState
 from agent_env.spec.world_state import clip
 from agent_env.stores import Stores, keys
@@ -103,8 +104,6 @@ class CallLog:
         return read
 
     async def _from_gateway(self, instance: str, known: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
-
         client = self.gateway()
         if client is None:
             return None
@@ -124,7 +123,19 @@ class CallLog:
         return found
 
 
-def page(calls: RunCalls, q: CallQuery) -> dict[str, Any]:
+class CallPage(TypedDict):
+    """`GET /api/runs/{run}/calls`: a page of the matching calls, and what the whole run holds."""
+
+    total: int
+    offset: int
+    limit: int
+    agents: list[str]
+    refused: int
+    unavailable: list[str]
+    calls: list[dict[str, Any]]  # trajectory entries (the gateway's), clipped
+
+
+def page(calls: RunCalls, q: CallQuery) -> CallPage:
     """A page of the calls matching the query, each clipped for the list (`n` finds the whole entry)."""
     chosen = calls.merged
     if q.agent is not None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from pydantic import BaseModel, Field, field_validator
 
+from agent_env.explorer.artifacts import Artifact
 from agent_env.spec.run import RunState, RunStatus, StepState
 from agent_env.spec.world_state import clip
 from agent_env.stores import Stores, keys
@@ -50,7 +51,62 @@ class RunFilter(BaseModel):
         return self.since is not None and datetime.fromisoformat(record["started_at"]) < self.since
 
 
-def run_row(record: dict[str, Any]) -> dict[str, Any]:
+class RunRow(TypedDict):
+    """A run in the list."""
+
+    run_id: str
+    task_id: str | None
+    task_version: str | None
+    description: str
+    status: str | None
+    score: float | None
+    started_at: str | None
+    finished_at: str | None
+    took_s: float | None
+    error: str | None
+    episode: bool
+
+
+class RunList(TypedDict):
+    runs: list[RunRow]
+    next: str | None  # the cursor of the next page
+
+
+class StepView(TypedDict):
+    """A step on the run's page: where it sits in the DAG, how it went, what it gave."""
+
+    id: str
+    type: str
+    depends_on: list[str]
+    depth: int
+    status: str
+    attempts: int
+    started_at: str | None
+    finished_at: str | None
+    took_ms: float | None
+    duration_ms: float | None
+    outputs: Any
+    score: Any
+    error: str | None
+    transcript: str | None
+
+
+class RunView(RunRow):
+    """One run whole (`GET /api/runs/{run}`); `artifacts` is added by the server."""
+
+    live: bool
+    temporal_url: str | None
+    steps: list[StepView]
+    scores: dict[str, Any]
+    world: Any
+    instances: list[str]
+    pins: Any
+    clipped: Any
+    trainer: dict[str, Any]
+    artifacts: NotRequired[list[Artifact]]
+
+
+def run_row(record: dict[str, Any]) -> RunRow:
     """A run in the list: what `agent-env runs list` prints, and whether a trainer played in it."""
     started, finished = record.get("started_at"), record.get("finished_at")
     took = (
@@ -73,11 +129,11 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def list_runs(stores: Stores, f: RunFilter) -> dict[str, Any]:
+def list_runs(stores: Stores, f: RunFilter) -> RunList:
     """Newest first. Equality filters go to the store; score and time filter the pages it returns, so a
     page may hold fewer than `limit` rows while `next` still says there is more."""
     where = {k: v for k, v in (("task_id", f.task), ("status", f.status.value if f.status else None)) if v}
-    rows: list[dict[str, Any]] = []
+    rows: list[RunRow] = []
     cursor, scanned = f.cursor, 0
     while True:
         page = stores.documents.page(
@@ -109,7 +165,7 @@ def depths(steps: dict[str, StepState]) -> dict[str, int]:
     return found
 
 
-def step_view(step: StepState, depth: int) -> dict[str, Any]:
+def step_view(step: StepState, depth: int) -> StepView:
     took = (step.finished_at - step.started_at).total_seconds() * 1000 if step.started_at and step.finished_at else None
     outputs = (
         step.outputs if len(json.dumps(step.outputs, default=str)) <= OUTPUT_BYTES else clip(step.outputs, OUTPUT_BYTES)
@@ -132,7 +188,7 @@ def step_view(step: StepState, depth: int) -> dict[str, Any]:
     }
 
 
-def run_view(state: RunState, *, live: bool, temporal_url: str | None, real_now: datetime) -> dict[str, Any]:
+def run_view(state: RunState, *, live: bool, temporal_url: str | None, real_now: datetime) -> RunView:
     """One run: its summary, its steps as a layered DAG, the scores that decide it, its world's clock."""
     layer = depths(state.steps)
     world = None
@@ -173,7 +229,7 @@ def instances(state: RunState) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def episodes(stores: Stores, limit: int) -> list[dict[str, Any]]:
+def episodes(stores: Stores, limit: int) -> list[RunRow]:
     """Recent runs in which a trainer played (recorded when they end)."""
     records = stores.documents.query(keys.RUNS, order_by="started_at", descending=True, limit=SCAN_LIMIT)
     return [run_row(r) for r in records if r.get("trainer")][:limit]

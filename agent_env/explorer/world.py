@@ -9,7 +9,7 @@ cancelled), `ended`, `ignored`. The log is bounded across continue-as-new: what 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -53,9 +53,32 @@ def summary(event: WorldEvent, kind: str) -> str:
     return f"{event.kind} {d.get('reason', '')}".strip()
 
 
+class Entry(TypedDict):
+    """An event of the world's log as the page shows it."""
+
+    seq: int
+    virtual_time: str
+    kind: str
+    logged_as: str
+    trigger: str | None
+    firing: Any
+    summary: str
+    detail: Any
+
+
+class Timeline(TypedDict):
+    """`GET /api/runs/{run}/world`: a page of the log; `dropped` (what the run let go) is added by the server."""
+
+    total: int
+    offset: int
+    limit: int
+    events: list[Entry]
+    dropped: NotRequired[Any]
+
+
 def timeline(
     events: list[WorldEvent], personas: frozenset[str], *, kind: str | None, offset: int, limit: int
-) -> dict[str, Any]:
+) -> Timeline:
     """A page of the log in order, each entry with its virtual time, kind, one-line summary and detail."""
     entries = [(e, kind_of(e, personas)) for e in events]
     if kind:

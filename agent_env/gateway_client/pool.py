@@ -212,7 +212,7 @@ class GatewayPool:
     async def change_role(self, instance: str, role: str, enable: list[str], disable: list[str]) -> list[str]:
         return await self._at(instance, lambda c: c.change_role(instance, role, enable, disable))
 
-    async def push_world(self, instance: str, push: JsonObject) -> list[wire.Hit]:
+    async def push_world(self, instance: str, push: JsonObject) -> list[JsonObject]:
         return await self._at(instance, lambda c: c.push_world(instance, push))
 
     async def set_agent_role(self, instance: str, agent: str, role: str) -> None:

@@ -126,8 +126,9 @@ class SingleGateway:
             "tools"
         ]
 
-    async def push_world(self, instance: str, push: JsonObject) -> list[wire.Hit]:
-        return (await self._answer(wire.Hits, "PUT", f"/admin/instances/{instance}/world", json=push))["hits"]
+    async def push_world(self, instance: str, push: JsonObject) -> list[JsonObject]:
+        hits = (await self._answer(wire.Hits, "PUT", f"/admin/instances/{instance}/world", json=push))["hits"]
+        return cast(list[JsonObject], hits)  # (the run validates each as a TriggerHit itself)
 
     async def set_agent_role(self, instance: str, agent: str, role: str) -> None:
         await self._answer(wire.AgentRoleSet, "PUT", f"/admin/instances/{instance}/agents/{agent}", json={"role": role})

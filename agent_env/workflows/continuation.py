@@ -5,23 +5,23 @@ history (continue-as-new input, the run's result), so it is bounded first.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, NotRequired, TypedDict
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from agent_env.spec.run import BEHAVIOUR, RunInput, RunState, StepStatus
+    from agent_env.spec.run import BEHAVIOUR, RunInput, RunState, StepPlan
     from agent_env.spec.times import iso
     from agent_env.spec.world_state import MAX_FIELD_BYTES, clip, json_size
     from agent_env.workflows import attributes, details
     from agent_env.workflows.contract import QUICK_RETRY, RECORD_RUN, RELEASE_SANDBOXES
-
-if TYPE_CHECKING:
-    from agent_env.workflows.task_run import TaskRun
+    from agent_env.workflows.dag import Dag
+    from agent_env.workflows.step_tasks import StepTasks
+    from agent_env.workflows.trainer_turns import TrainerTurns
+    from agent_env.workflows.world_driver import WorldDriver
 
 UPDATES_PER_RUN = 1500  # continue-as-new before this many updates (Temporal takes at most 2,000 per run)
 # The state goes into history (continue-as-new input, the run's result): bounded far below Temporal's 2 MB.
@@ -30,6 +30,16 @@ MAX_CARRIED_EVENTS = 1000  # world events carried across continue-as-new (the re
 # Patches (workflow.patched) keep histories recorded before these changes replaying.
 PATCH_BOUNDS = "poison-bounds"  # bounded state, events, hit updates counted
 PATCH_RELEASE_ALL = "release-all-at-end"  # a run's end releases its instances and hosted agents, not only sandboxes
+
+
+class ResultMemo(TypedDict):
+    """The run's result in its memo (`temporal workflow describe` shows it without a query)."""
+
+    status: str
+    score: float | None
+    steps: dict[str, str]  # step id -> its status
+    virtual_time: NotRequired[str]  # with a clock: where it stopped, and how many world events there were
+    events: NotRequired[int]
 
 
 def changed(inp: RunInput, patch: str) -> bool:
@@ -47,57 +57,54 @@ def history_is_long(inp: RunInput, updates: int) -> bool:
     )
 
 
-async def drain_and_continue_as_new(run: TaskRun) -> None:
+async def drain_and_continue_as_new(
+    inp: RunInput, dag: Dag, tasks: StepTasks, world: WorldDriver, trainer: TrainerTurns
+) -> None:
     """Let running steps finish (no new ones start), then continue in a fresh history. Prompts played by a
     trainer are not waited for: their progress is carried and they go on in the next run."""
-    for step_id in [sid for sid in run.running if sid in run.state.trainer]:
-        task = run.running.pop(step_id)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    while run.running:
-        await workflow.wait(list(run.running.values()), return_when=asyncio.FIRST_COMPLETED)
-        for step_id in [sid for sid, task in run.running.items() if task.done()]:
-            run.settle(step_id, run.running.pop(step_id))
-    await run.world_driver.apply_step_hits()
-    if run.state.error:
+    state = dag.state
+    await tasks.drain(leave=state.trainer)
+    await world.apply_step_hits()
+    if dag.error:
         return  # the run is ending anyway
-    run.world_driver.stop_pacing()
-    run.trainer.close("continued")  # trainers waiting for a turn ask the next run
+    world.stop_pacing()
+    trainer.close("continued")  # trainers waiting for a turn ask the next run
     await workflow.wait_condition(workflow.all_handlers_finished)
-    if changed(run.inp, PATCH_BOUNDS):
-        bound_state(run.state, MAX_CARRIED_EVENTS)
-    workflow.continue_as_new(run.inp.model_copy(update={"carried": run.state}))
+    if changed(inp, PATCH_BOUNDS):
+        bound_state(state, MAX_CARRIED_EVENTS)
+    workflow.continue_as_new(inp.model_copy(update={"carried": state}))
 
 
-async def conclude(run: TaskRun) -> None:
+async def conclude(inp: RunInput, dag: Dag, driver: WorldDriver, trainer: TrainerTurns) -> None:
     """The run is over: decide its status and score, make it findable, release what it holds, record it."""
-    state, world = run.state, run.world_driver.world
-    run.world_driver.stop_pacing()
-    run.trainer.close("ended")
+    state, world = dag.state, driver.world
+    driver.stop_pacing()
+    trainer.close("ended")
     await workflow.wait_condition(workflow.all_handlers_finished)  # hits being applied finish first
     state.finished_at = workflow.now()
     state.conclude()
-    if run.inp.search_attributes:
+    if inp.search_attributes:
         updates: list[SearchAttributeUpdate[Any]] = [attributes.STATUS.value_set(state.status.value)]
         if state.score is not None:
             updates.append(attributes.SCORE.value_set(state.score))
         workflow.upsert_search_attributes(updates)
-    result: dict[str, Any] = {
+    result: ResultMemo = {
         "status": state.status.value,
         "score": state.score,
         "steps": {sid: s.status.value for sid, s in state.steps.items()},
     }
     if world is not None and world.state.clock is not None:
-        result["virtual_time"] = iso(world.now(run.world_driver.now_real()))
+        result["virtual_time"] = iso(world.now(driver.now_real()))
         result["events"] = len(world.state.events) + sum(world.state.dropped.values())
     workflow.upsert_memo({"result": result})
     # Runs planned today release what holds no sandbox in the same local activity that records them (one
     # hop less at every run's end); sandboxes are removed by a regular activity, with heartbeats.
-    quick = run.inp.behaviour >= BEHAVIOUR and not _started_sandboxes(run)
-    release = _release_all(run) if quick else None
+    ran = dag.ran()
+    quick = inp.behaviour >= BEHAVIOUR and not any(plan.sandboxes for plan in ran)
+    release = _release_all(inp.run_id, ran) if quick else None
     if not quick:
-        await _release(run)
-    if changed(run.inp, PATCH_BOUNDS):
+        await _release(inp, ran)
+    if changed(inp, PATCH_BOUNDS):
         bound_state(state)
     workflow.set_current_details(details.finished_details(state))
     try:
@@ -115,37 +122,24 @@ async def conclude(run: TaskRun) -> None:
         workflow.logger.warning("releasing the run's instances failed: %s", e.cause or e)
 
 
-def _started_sandboxes(run: TaskRun) -> list[str]:
-    plans, steps = run.plans, run.state.steps
-    return [
-        sid
-        for sid in plans
-        if plans[sid].sandboxes and steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)
-    ]
-
-
-def _release_all(run: TaskRun) -> list[str] | None:
+def _release_all(run_id: str, ran: list[StepPlan]) -> list[str] | None:
     """What the record activity releases: the run's id when it used the gateway (instances, hosted agents)."""
-    plans, steps = run.plans, run.state.steps
-    ran = [sid for sid in plans if steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
-    return [run.inp.run_id] if any(plans[sid].deploys_env or plans[sid].deploys_agent for sid in ran) else None
+    return [run_id] if any(plan.deploys_env or plan.deploys_agent for plan in ran) else None
 
 
-async def _release(run: TaskRun) -> None:
+async def _release(inp: RunInput, ran: list[StepPlan]) -> None:
     """Sandboxes never outlive their run; if this fails the reaper removes them (their run is over)."""
-    plans = run.plans
-    ran = [sid for sid in plans if run.state.steps[sid].status not in (StepStatus.PENDING, StepStatus.SKIPPED)]
-    started = [sid for sid in ran if plans[sid].sandboxes]
+    started = [plan for plan in ran if plan.sandboxes]
     # Whatever else the run holds on the gateway (instances, hosted agents) is released too.
-    used_gateway = any(plans[sid].deploys_env or plans[sid].deploys_agent for sid in ran)
-    if not started and not (used_gateway and changed(run.inp, PATCH_RELEASE_ALL)):
+    used_gateway = any(plan.deploys_env or plan.deploys_agent for plan in ran)
+    if not started and not (used_gateway and changed(inp, PATCH_RELEASE_ALL)):
         return
     # Env instances are retired on the gateway too; agents' sandboxes are only removed (with all the run's).
-    instances = [f"{run.inp.run_id}.{sid}" for sid in started if plans[sid].deploys_env]
+    instances = [f"{inp.run_id}.{plan.id}" for plan in started if plan.deploys_env]
     try:
         await workflow.execute_activity(
             RELEASE_SANDBOXES.name,
-            args=[run.inp.run_id, instances, bool(started)],
+            args=[inp.run_id, instances, bool(started)],
             result_type=RELEASE_SANDBOXES.returns,
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(seconds=20),

@@ -5,32 +5,40 @@ Independent steps run concurrently. A step starts when everything it depends on 
 ${...} references are resolved here, deterministically, from earlier results. History carries only step inputs
 and outcomes and the world's decisions, never the traffic of environments.
 
-This module is the DAG loop and the workflow's face (its query and updates). The run owns three helpers:
-the world driver (world_driver.py: clock, triggers, pushes, pacing), the trainer's turns (trainer_turns.py:
-prompts a trainer plays) and how a history ends (continuation.py: continue-as-new, conclusion, bounds).
-What it schedules is declared in contract.py. Steps are told apart by their traits (StepPlan), never by name.
+This module is the run's loop and the workflow's face (its query and updates). The state of the run's steps has
+one owner, the DAG (dag.py: what is ready, what an end does to the rest, pure); the loop drives it with the steps
+in flight (step_tasks.py: their activities, how each ends), the world driver (world_driver.py: clock, triggers,
+pushes, pacing), the trainer's turns (trainer_turns.py: prompts a trainer plays) and how a history ends
+(continuation.py: continue-as-new, conclusion, bounds). Each helper is handed the narrow parts it needs, never the
+workflow. What it schedules is declared in contract.py. Steps are told apart by their traits (StepPlan), never by
+name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError, TimeoutError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agent_env.spec.duration import format_duration
-    from agent_env.spec.run import RunInput, RunState, RunStatus, StepCall, StepOutcome, StepPlan, StepStatus
-    from agent_env.spec.task import FailurePolicy
+    from agent_env.spec.run import RunInput, RunState, RunStatus, StepOutcome, StepPlan
     from agent_env.spec.templates import TemplateError, resolve
     from agent_env.spec.world_state import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, TriggerHit
-    from agent_env.workflows import continuation, details
-    from agent_env.workflows.contract import RUN_STEP
-    from agent_env.workflows.trainer_turns import TrainerTurns, played_by_trainer
+    from agent_env.workflows import continuation, details, step_tasks, world_driver
+    from agent_env.workflows.dag import Dag
+    from agent_env.workflows.scope import Scope, scope
+    from agent_env.workflows.step_tasks import StepTasks
+    from agent_env.workflows.trainer_turns import (
+        AbandonReply,
+        EndTurnReply,
+        TrainerTurns,
+        TurnReply,
+        played_by_trainer,
+    )
     from agent_env.workflows.world_driver import WorldDriver
     from agent_env.workflows.world_rules import World, WorldError
 
@@ -45,15 +53,15 @@ class TaskRun:
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
         self.inp = inp
-        self.plans: dict[str, StepPlan] = {s.id: s for s in inp.steps}
         # After a continue-as-new, the run goes on from the state it carried.
         self.state = inp.carried or RunState.start(inp, workflow.info().start_time)
-        self.running: dict[str, asyncio.Task[StepOutcome]] = {}
+        self.dag = Dag({s.id: s for s in inp.steps}, self.state)
+        self.tasks = StepTasks(self.dag, self._succeeded)
         self.wake = asyncio.Event()  # an update arrived: the loop looks again
         self.updates = 0  # updates this run has taken (it continues as new before Temporal's limit)
         world = World(inp.world, self.state.world) if inp.world and self.state.world is not None else None
-        self.world_driver = WorldDriver(self, world)
-        self.trainer = TrainerTurns(self)
+        self.world_driver = WorldDriver(inp.run_id, self.dag, world, self.tasks.busy, self.scope)
+        self.trainer = TrainerTurns(inp.run_id, self.dag, self.wake, lambda patch: continuation.changed(inp, patch))
 
     # -- the workflow's face: updates come from outside (the gateway for agents' calls, trainers) --
 
@@ -95,7 +103,7 @@ class TaskRun:
             )
 
     @workflow.update(name="next_turn")
-    async def next_turn(self, agent: str | None = None) -> dict[str, Any]:
+    async def next_turn(self, agent: str | None = None) -> TurnReply:
         """The next turn waiting for the trainer (`agent`: only that agent's), once there is one; or
         {"closing": "ended"} when no more will come, {"closing": "continued"} to ask the next run."""
         self.updates += 1
@@ -106,7 +114,7 @@ class TaskRun:
         self.trainer.check_agent(agent)
 
     @workflow.update(name="end_turn")
-    async def end_turn(self, turn_id: str, response: str) -> dict[str, Any]:
+    async def end_turn(self, turn_id: str, response: str) -> EndTurnReply:
         """The trainer's answer to a turn. Sent again (a retried call), it changes nothing."""
         self.updates += 1
         return self.trainer.end_turn(turn_id, response)
@@ -116,7 +124,7 @@ class TaskRun:
         self.trainer.check_answer(turn_id, response)
 
     @workflow.update(name="answer")
-    async def answer(self, turn_id: str, response: str, agent: str | None = None) -> dict[str, Any]:
+    async def answer(self, turn_id: str, response: str, agent: str | None = None) -> TurnReply:
         """`end_turn` then `next_turn` in one update, so a trainer's turn costs one workflow task, not two: the
         answer ("ended": as end_turn's), then the next turn as next_turn gives it."""
         self.updates += 1
@@ -129,7 +137,7 @@ class TaskRun:
         self.trainer.check_agent(agent)
 
     @workflow.update(name="abandon")
-    async def abandon(self, reason: str) -> dict[str, Any]:
+    async def abandon(self, reason: str) -> AbandonReply:
         """The trainer gives the episode up: running steps are cancelled, the run ends as cancelled."""
         self.updates += 1
         return self.trainer.abandon(reason)
@@ -154,18 +162,21 @@ class TaskRun:
                 await self._stop_quietly()
         except asyncio.CancelledError:
             await self.stop_running()
-            self.state.status = RunStatus.CANCELLED
-            await continuation.conclude(self)
+            self.dag.cancel_run()
+            await self._conclude()
             raise
-        await continuation.conclude(self)
+        await self._conclude()
         if self.state.status is RunStatus.ERROR:
             # Fail the workflow so the UI shows it red; the details carry the full run state.
             raise ApplicationError(self.state.error or "run failed", self.state, type="RunError", non_retryable=True)
         return self.state
 
+    async def _conclude(self) -> None:
+        await continuation.conclude(self.inp, self.dag, self.world_driver, self.trainer)
+
     def _bad_data(self, e: BaseException, where: str) -> None:
-        if not self.state.error:
-            self.state.error = f"{where} failed on bad data: {type(e).__name__}: {str(e)[:1000]}"
+        if not self.dag.error:
+            self.dag.fail_run(f"{where} failed on bad data: {type(e).__name__}: {str(e)[:1000]}")
 
     async def _stop_quietly(self) -> None:
         try:
@@ -189,8 +200,7 @@ class TaskRun:
             execute.cancel()
             await asyncio.gather(execute, return_exceptions=True)
             await self.stop_running()
-            self.state.error = f"the run timed out (its limit is {format_duration(self.inp.timeout)})"
-            self.state.status = RunStatus.ERROR
+            self.dag.time_out(f"the run timed out (its limit is {format_duration(self.inp.timeout)})")
             return
         except asyncio.CancelledError:  # the run is cancelled: so is what it was doing
             execute.cancel()
@@ -200,32 +210,33 @@ class TaskRun:
 
     async def _execute(self) -> None:
         world = self.world_driver
-        self.trainer.resume()
+        for plan in self.trainer.carried(self.tasks.running):
+            self.tasks.start(plan.id, self.trainer.prompt(plan, resolve(plan.config, dict(self.scope()))))
         while True:
             if continuation.history_is_long(self.inp, self.updates):
-                await continuation.drain_and_continue_as_new(self)
+                await continuation.drain_and_continue_as_new(
+                    self.inp, self.dag, self.tasks, self.world_driver, self.trainer
+                )
             if self.trainer.abandoned is not None:
                 await self.stop_running()
-                self.state.status = RunStatus.CANCELLED
-                self.state.error = f"abandoned by the trainer: {self.trainer.abandoned}"
+                self.dag.cancel_run(f"abandoned by the trainer: {self.trainer.abandoned}")
                 return
             self._start_ready_steps()
             await world.advance()
             self._start_ready_steps()  # the world may have finished waits that others depend on
-            if self.state.error or world.ended:
+            if self.dag.error or world.ended:
                 await self.stop_running()
                 return
-            if not self.running and not world.waiting and not world.can_go_on():
+            if not self.tasks.busy() and not world.waiting and not world.can_go_on():
                 return
             self.show()
             await self._wait()
-            for step_id in [sid for sid, task in self.running.items() if task.done()]:
-                self.settle(step_id, self.running.pop(step_id))
+            self.tasks.settle_done()
             await world.apply_step_hits()
 
     async def _wait(self) -> None:
         """Until a step finishes, an update arrives, or (paced) the clock may have reached an event."""
-        waiters: list[asyncio.Future[Any]] = list(self.running.values())
+        waiters: list[asyncio.Future[Any]] = list(self.tasks.running.values())
         pacing = self.world_driver.pacing()
         if pacing is not None:
             waiters.append(pacing)
@@ -240,7 +251,7 @@ class TaskRun:
     def show(self) -> None:
         """The run right now as the Temporal UI's current details (held in memory: no workflow task, no event)."""
         driver = self.world_driver
-        running = [*self.running, *sorted(driver.waiting)]
+        running = [*self.tasks.running, *sorted(driver.waiting)]
         turns = [p.offer.id for p in self.state.trainer.values() if p.offer is not None]
         workflow.set_current_details(
             details.current_details(self.state, running, driver.world, driver.now_real(), turns)
@@ -249,155 +260,35 @@ class TaskRun:
     # -- steps --
 
     def _start_ready_steps(self) -> None:
-        progressed = True
-        while progressed and not self.state.error:
-            progressed = False
-            for step_id, step in self.state.steps.items():
-                if step.status is not StepStatus.PENDING:
-                    continue
-                deps = [self.state.steps[d] for d in step.depends_on]
-                if not all(d.status.finished for d in deps):
-                    continue
-                progressed = True
-                blocker = next((d for d in deps if self._blocks_dependents(d.id)), None)
-                if blocker is not None:
-                    step.status = StepStatus.SKIPPED
-                    step.error = f"skipped: '{blocker.id}' {blocker.status.value}"
-                    continue
-                plan = self.plans[step_id]
-                try:
-                    config = resolve(plan.config, self.scope())
-                except TemplateError as e:
-                    self.fail(step_id, f"config: {e}")
-                    continue
-                step.status = StepStatus.RUNNING
-                step.started_at = workflow.now()
-                if plan.in_workflow:
-                    self.world_driver.world_step(plan, config)
-                elif played_by_trainer(plan, config):
-                    self.running[step_id] = asyncio.create_task(self.trainer.prompt(plan, config))
-                else:
-                    self.running[step_id] = asyncio.create_task(self._call(plan, config))
+        for plan in self.dag.ready():
+            try:
+                config = resolve(plan.config, dict(self.scope()))
+            except TemplateError as e:
+                self.dag.fail(plan.id, f"config: {e}", workflow.now())
+                continue
+            self.dag.start(plan.id, workflow.now())
+            if plan.in_workflow:
+                world_driver.world_step(self.world_driver, plan, config)
+            elif played_by_trainer(plan, config):
+                self.tasks.start(plan.id, self.trainer.prompt(plan, config))
+            else:
+                self.tasks.start(plan.id, self._call(plan, config))
 
-    def _blocks_dependents(self, step_id: str) -> bool:
-        status = self.state.steps[step_id].status
-        if status is StepStatus.FAILED:
-            return self.plans[step_id].on_failure is not FailurePolicy.CONTINUE
-        return status in (StepStatus.SKIPPED, StepStatus.CANCELLED)
-
-    def scope(self) -> dict[str, Any]:
+    def scope(self) -> Scope:
         """What ${...} references in configs and actions see."""
-        scope: dict[str, Any] = {
-            "steps": {
-                sid: {
-                    "outputs": s.outputs,
-                    "status": s.status.value,
-                    "score": s.score.value if s.score else None,
-                    "passed": s.score.passed if s.score else None,
-                }
-                for sid, s in self.state.steps.items()
-            },
-            "run": {"id": self.inp.run_id, "seed": self.inp.pins.get("seed", 0)},
-            "task": {"id": self.inp.task_id, "version": self.inp.task_version},
-        }
-        clock = self.world_driver.clock_scope()
-        if clock is not None:
-            scope["clock"] = clock
-        return scope
+        return scope(self.inp, self.dag, self.world_driver.clock_scope())
 
     async def _call(self, plan: StepPlan, config: dict[str, Any]) -> StepOutcome:
         await self.world_driver.watches_pushed()
-        call = StepCall(
-            run_id=self.inp.run_id,
-            task_id=self.inp.task_id,
-            step_id=plan.id,
-            type=plan.type,
-            config=config,
-            heartbeat_timeout=plan.heartbeat_timeout,
-        )
-        retry = RetryPolicy(
-            maximum_attempts=plan.retries + 1,
-            initial_interval=timedelta(seconds=1),
-            maximum_interval=timedelta(seconds=30),
-        )
-        outcome: StepOutcome
-        if plan.local:
-            outcome = await workflow.execute_local_activity(
-                RUN_STEP.name,
-                call,
-                result_type=RUN_STEP.returns,
-                start_to_close_timeout=plan.timeout,
-                retry_policy=retry,
-                activity_id=plan.id,
-                summary=details.step_summary(plan.id, plan.type),
-            )
-            return outcome
-        outcome = await workflow.execute_activity(
-            RUN_STEP.name,
-            call,
-            result_type=RUN_STEP.returns,
-            start_to_close_timeout=plan.timeout,
-            heartbeat_timeout=plan.heartbeat_timeout,
-            retry_policy=retry,
-            activity_id=plan.id,
-            summary=details.step_summary(plan.id, plan.type),
-        )
-        return outcome
+        return await step_tasks.run_step(self.inp.run_id, self.inp.task_id, plan, config)
 
-    def settle(self, step_id: str, task: asyncio.Task[StepOutcome]) -> None:
-        """Record how a step's task ended."""
-        step = self.state.steps[step_id]
-        try:
-            outcome = task.result()
-        except asyncio.CancelledError:
-            step.status, step.finished_at = StepStatus.CANCELLED, workflow.now()
-            return
-        except FailureError as e:  # activities wrap the cause in ActivityError; local activities may not
-            cause = e.cause if isinstance(e, ActivityError) else e
-            if isinstance(cause, CancelledError):
-                step.status, step.finished_at = StepStatus.CANCELLED, workflow.now()
-            else:
-                self.fail(step_id, _describe(cause, self.plans[step_id]))
-            return
-        step.status = StepStatus.SUCCEEDED
-        step.finished_at = workflow.now()
-        step.attempts = outcome.attempt
-        step.duration_ms = round(outcome.duration_ms, 3)
-        step.outputs = outcome.outputs
-        step.score = outcome.score
-        self.world_driver.step_hits += outcome.hits
-        self.world_driver.instance_deployed(self.plans[step_id], outcome.outputs)
-
-    def fail(self, step_id: str, message: str) -> None:
-        step = self.state.steps[step_id]
-        step.status, step.error, step.finished_at = StepStatus.FAILED, message, workflow.now()
-        if self.plans[step_id].on_failure is FailurePolicy.FAIL and not self.state.error:
-            self.state.error = f"step '{step_id}' failed: {message}"
+    def _succeeded(self, plan: StepPlan, outcome: StepOutcome) -> None:
+        self.world_driver.step_succeeded(plan, outcome)
 
     async def stop_running(self) -> None:
         """Cancel steps still running and mark everything not started as skipped."""
-        for task in self.running.values():
-            task.cancel()
-        if self.running:
-            await asyncio.gather(*self.running.values(), return_exceptions=True)
-        for step_id in list(self.running):
-            self.settle(step_id, self.running.pop(step_id))
+        await self.tasks.stop()
         ended = self.world_driver.ended
         reason = f"the world ended: {ended}" if ended else None
         self.world_driver.cancel_waits(reason)
-        for step in self.state.steps.values():
-            if step.status is StepStatus.PENDING:
-                step.status = StepStatus.SKIPPED
-                step.error = f"skipped: {reason}" if reason else "skipped: the run stopped"
-
-
-def _describe(cause: BaseException | None, plan: StepPlan) -> str:
-    if isinstance(cause, TimeoutError):
-        kind = cause.type.name.lower().replace("_", "-") if cause.type else "timeout"
-        limit = format_duration(
-            plan.heartbeat_timeout if "heartbeat" in kind and plan.heartbeat_timeout else plan.timeout
-        )
-        return f"timed out ({kind}, limit {limit})"
-    if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause)
+        self.dag.skip_pending(reason)

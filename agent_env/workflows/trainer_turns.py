@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+from collections.abc import Callable, Container, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypedDict
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -20,8 +21,6 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from agent_env.agents import conversation
     from agent_env.spec.run import StepOutcome, StepPlan, StepStatus, TrainerProgress, TurnOffer
-    from agent_env.spec.templates import resolve
-    from agent_env.workflows.continuation import changed
     from agent_env.workflows.contract import (
         AGENT_ASK,
         PROMPT_FINISH,
@@ -31,10 +30,8 @@ with workflow.unsafe.imports_passed_through():
         PromptFinish,
         Who,
     )
+    from agent_env.workflows.dag import Dag
     from agent_env.workflows.details import summary
-
-if TYPE_CHECKING:
-    from agent_env.workflows.task_run import TaskRun
 
 MAX_RESPONSE_BYTES = 64 * 1024
 MAX_REASON_CHARS = 2000
@@ -43,20 +40,46 @@ MAX_ASK_TRANSCRIPT_BYTES = 256 * 1024  # the recent conversation an agent asked 
 PATCH_ASK_TAIL = "agent-ask-tail"  # (workflow.patched) agents are asked with the conversation's tail
 
 
+class EndTurnReply(TypedDict, total=False):
+    """`end_turn`'s answer: the turn answered (`duplicate`: it already was, the answer sent again changed nothing)."""
+
+    turn: str
+    duplicate: bool
+
+
+class TurnReply(TypedDict, total=False):
+    """`next_turn`'s answer: the turn waiting (a TurnOffer as JSON), or why none will come ("ended", "continued");
+    `answer` adds the answer it took first (`ended`)."""
+
+    turn: dict[str, object]
+    closing: str | None
+    ended: EndTurnReply
+
+
+class AbandonReply(TypedDict):
+    abandoned: str | None  # the reason the episode was given up for
+
+
 def played_by_trainer(plan: StepPlan, config: dict[str, Any]) -> bool:
     return plan.conversation and conversation.played_by_trainer(config)
 
 
 class TrainerTurns:
-    def __init__(self, run: TaskRun) -> None:
-        self.run = run
+    """The conversations are the run's state (`RunState.trainer`, through its DAG); `wake` tells the run's loop to
+    look again, `changed` whether the run takes a patched behaviour (continuation.changed)."""
+
+    def __init__(self, run_id: str, dag: Dag, wake: asyncio.Event, changed: Callable[[str], bool]) -> None:
+        self.run_id = run_id
+        self.dag = dag
+        self.wake = wake
+        self.changed = changed
         self.closing: str | None = None  # "continued" or "ended": trainers waiting for a turn are told
         self.abandoned: str | None = None  # the trainer's reason, when it abandoned the episode
 
     # -- the updates (their handlers and validators are declared on TaskRun) --
 
-    async def next_turn(self, agent: str | None) -> dict[str, Any]:
-        self.run.wake.set()
+    async def next_turn(self, agent: str | None) -> TurnReply:
+        self.wake.set()
         await workflow.wait_condition(lambda: self._offer(agent) is not None or self.closing is not None)
         offer = self._offer(agent) if self.closing is None else None
         return {"turn": offer.model_dump(mode="json")} if offer else {"closing": self.closing}
@@ -66,12 +89,12 @@ class TrainerTurns:
         if agent is not None and (not isinstance(agent, str) or not agent or len(agent) > MAX_NAME_CHARS):
             raise ValueError(f"`agent` is an agent's name (at most {MAX_NAME_CHARS} characters), or none")
 
-    def end_turn(self, turn_id: str, response: str) -> dict[str, Any]:
+    def end_turn(self, turn_id: str, response: str) -> EndTurnReply:
         progress = self._progress_of(turn_id)
         if turn_id in progress.answers:
             return {"turn": turn_id, "duplicate": True}
         progress.answers[turn_id] = response
-        self.run.wake.set()
+        self.wake.set()
         return {"turn": turn_id}
 
     def check_answer(self, turn_id: str, response: str) -> None:
@@ -83,10 +106,10 @@ class TrainerTurns:
         if len(response.encode(errors="replace")) > MAX_RESPONSE_BYTES:
             raise ValueError(f"the response is over the limit of {MAX_RESPONSE_BYTES} bytes: shorten it")
 
-    def abandon(self, reason: str) -> dict[str, Any]:
-        if self.abandoned is None and not self.run.state.status.finished:
+    def abandon(self, reason: str) -> AbandonReply:
+        if self.abandoned is None and not self.dag.state.status.finished:
             self.abandoned = reason or "no reason given"
-            self.run.wake.set()
+            self.wake.set()
         return {"abandoned": self.abandoned}
 
     @staticmethod
@@ -98,11 +121,11 @@ class TrainerTurns:
         """No more turns in this run: "continued" (trainers ask the next run) or "ended" (offers withdrawn)."""
         self.closing = how
         if how == "ended":
-            for progress in self.run.state.trainer.values():
+            for progress in self.dag.state.trainer.values():
                 progress.offer = None
 
     def _offer(self, agent: str | None) -> TurnOffer | None:
-        for progress in self.run.state.trainer.values():
+        for progress in self.dag.state.trainer.values():
             offer = progress.offer
             if offer is not None and offer.id not in progress.answers and (agent is None or offer.agent == agent):
                 return offer
@@ -110,7 +133,7 @@ class TrainerTurns:
 
     def _progress_of(self, turn_id: str) -> TrainerProgress:
         step = turn_id.split("/", 1)[0]
-        progress = self.run.state.trainer.get(step)
+        progress = self.dag.state.trainer.get(step)
         if progress is None or (
             turn_id not in progress.answers and (progress.offer is None or progress.offer.id != turn_id)
         ):
@@ -119,19 +142,19 @@ class TrainerTurns:
 
     # -- the prompts a trainer plays --
 
-    def resume(self) -> None:
-        """After a continue-as-new: prompts a trainer was playing go on from their carried progress."""
-        run = self.run
-        for step_id in run.state.trainer:
-            if run.state.steps[step_id].status is StepStatus.RUNNING and step_id not in run.running:
-                plan = run.plans[step_id]
-                config = resolve(plan.config, run.scope())
-                run.running[step_id] = asyncio.create_task(self.prompt(plan, config))
+    def carried(self, running: Container[str]) -> list[StepPlan]:
+        """After a continue-as-new: the prompts a trainer was playing, to go on from their carried progress."""
+        dag = self.dag
+        return [
+            dag.plans[step_id]
+            for step_id in dag.state.trainer
+            if dag.step(step_id).status is StepStatus.RUNNING and step_id not in running
+        ]
 
-    async def prompt(self, plan: StepPlan, raw: dict[str, Any]) -> StepOutcome:
+    async def prompt(self, plan: StepPlan, raw: Mapping[str, Any]) -> StepOutcome:
         """A prompt step with a side played by a trainer: the conversation is held here; the trainer's turns are
         offered (next_turn) and answered (end_turn); hosted agents answer through activities."""
-        state = self.run.state
+        state = self.dag.state
         config = conversation.PromptAgentConfig.model_validate(raw)
         agent, partner = config.deployed, config.partner_deployed
         deadline = config.turn_deadline.total_seconds()
@@ -157,13 +180,13 @@ class TrainerTurns:
                     who=who,
                     side=side,
                     transcript=progress.transcript,
-                    run_id=self.run.inp.run_id,
+                    run_id=self.run_id,
                     step_id=plan.id,
                     system_prompt=conversation.system_prompt_for(config, side),
                     deadline=deadline,
                     seed=config.seed,
                 )
-                if changed(self.run.inp, PATCH_ASK_TAIL):  # not the whole transcript on every turn
+                if self.changed(PATCH_ASK_TAIL):  # not the whole transcript on every turn
                     ask.transcript = conversation.tail(progress.transcript, MAX_ASK_TRANSCRIPT_BYTES)
                     ask.turn = conversation.turn_number(progress.transcript, side)
                 answer = await workflow.execute_activity(
@@ -184,7 +207,7 @@ class TrainerTurns:
         outputs = await workflow.execute_local_activity(
             PROMPT_FINISH.name,
             PromptFinish(
-                run_id=self.run.inp.run_id,
+                run_id=self.run_id,
                 step_id=plan.id,
                 transcript=progress.transcript,
                 marks=progress.marks,

@@ -14,34 +14,46 @@ Deterministic workflow code: the order of what it awaits is the order of the run
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agent_env.spec.duration import checked_seconds
-    from agent_env.spec.run import StepPlan, StepStatus
+    from agent_env.spec.run import StepOutcome, StepPlan
     from agent_env.spec.templates import TemplateError, resolve
     from agent_env.spec.times import iso, iso_or_none
     from agent_env.spec.verbs import VERBS
     from agent_env.spec.world_state import HitAck, Scheduled, TriggerHit, WorldPush
     from agent_env.workflows.contract import PACE, PUSH_WORLD, QUICK_RETRY, WORLD_ACTION, Hit, Paced
+    from agent_env.workflows.dag import Dag
     from agent_env.workflows.details import summary
+    from agent_env.workflows.scope import ClockView, Scope
     from agent_env.workflows.world_rules import World, WorldError, checked_time
-
-if TYPE_CHECKING:
-    from agent_env.workflows.task_run import TaskRun
 
 PACE_CHUNK = 0.5  # real seconds per pacing wait: each renews the gateway's lease on the clock
 EARLY = 0.010  # paced: an event this close (real seconds) counts as reached; it absorbs the wake-up hop
 
 
 class WorldDriver:
-    """The run's world (None when the task declares no clock or triggers: then hits are refused, world steps fail)."""
+    """The run's world (None when the task declares no clock or triggers: then hits are refused, world steps fail).
+    It reads and ends steps through the run's DAG, asks `busy` whether steps are in flight (an event-driven clock
+    jumps only when none is) and `scope` what templates see."""
 
-    def __init__(self, run: TaskRun, world: World | None) -> None:
-        self.run = run
+    def __init__(
+        self,
+        run_id: str,
+        dag: Dag,
+        world: World | None,
+        busy: Callable[[], bool],
+        scope: Callable[[], Scope],
+    ) -> None:
+        self.run_id = run_id
+        self.dag = dag
+        self.busy = busy
+        self.scope = scope
         self.world = world
         self.waiting: set[str] = set()  # wait_clock steps, completed by the world's queue
         self.pace: asyncio.Task[Paced] | None = None
@@ -66,7 +78,7 @@ class WorldDriver:
         clock = self.world.state.clock
         return clock is not None and clock.mode != "frozen"
 
-    def clock_scope(self) -> dict[str, Any] | None:
+    def clock_scope(self) -> ClockView | None:
         """`${clock.now}` and `${clock.start}` for templates."""
         if self.world is None or self.world.state.clock is None:
             return None
@@ -123,23 +135,23 @@ class WorldDriver:
         """Fire what is due (jumping an event-driven clock when no step is in flight), then tell the gateway."""
         if self.world is None:
             return
-        state = self.run.state
+        dag = self.dag
         if self.push_needed:
             await self.push()
-        while not self.world.state.ended and not state.error:
+        while not self.world.state.ended and not dag.error:
             real = self.now_real()
             self.world.arrive_early(real, EARLY)
             item = self.world.due(real)
             if item is None:
-                if self.run.running or not self.world.jump(real):
+                if self.busy() or not self.world.jump(real):
                     break
                 self.push_needed = True
                 continue
             try:
                 await self._handle(item)
             except WorldError as e:
-                state.error = f"the world failed: {e}"
-        if self.push_needed and not state.error:
+                dag.fail_run(f"the world failed: {e}")
+        if self.push_needed and not dag.error:
             await self.push()
 
     async def _handle(self, item: Scheduled) -> None:
@@ -164,10 +176,8 @@ class WorldDriver:
     async def _apply(self, item: Scheduled) -> None:
         if item.kind == "wake":
             assert item.step is not None  # (a wake names its step)
-            step = self.run.state.steps[item.step]
             self.waiting.discard(item.step)
-            step.status, step.finished_at = StepStatus.SUCCEEDED, workflow.now()
-            step.outputs, step.attempts = {"now": iso(item.at)}, 1
+            self.dag.succeed(item.step, workflow.now(), {"now": iso(item.at)})
         elif item.kind == "trigger":
             assert self.world is not None and item.trigger is not None  # (a trigger item: a run with a world)
             firing, immediate = self.world.fire(item.trigger, item.at, {"at": iso(item.at)})
@@ -213,7 +223,7 @@ class WorldDriver:
         real = self.now_real()
         at = world.now(real)
         scope = {
-            **self.run.scope(),
+            **self.scope(),
             "match": match,
             "trigger": {"id": trigger, "fires": world.state.triggers[trigger].fires},
         }
@@ -226,7 +236,7 @@ class WorldDriver:
                 if instance is None:
                     raise WorldError(f"environment {spec['env']!r} is not deployed (yet)")
                 if action.type == "instruct" and spec.get("by"):
-                    spec["deployed"] = self._deployed_agent(spec["by"], spec["agent"])
+                    spec["deployed"] = self.dag.deployed_agent(spec["by"], spec["agent"])
                 if self.watches_added or (spec.get("deployed") and self.push_needed):
                     await self.push()  # conditions the gateway does not know yet; the clock an agent reads
                 answer = await workflow.execute_local_activity(
@@ -234,7 +244,7 @@ class WorldDriver:
                     args=[
                         instance,
                         spec,
-                        f"{self.run.inp.run_id}/world/{firing}/{index}",
+                        f"{self.run_id}/world/{firing}/{index}",
                         f"trigger {trigger}",
                         iso(at),
                     ],
@@ -269,17 +279,6 @@ class WorldDriver:
         for hit in hits:
             await self.on_hit(TriggerHit.model_validate(hit))
 
-    def _deployed_agent(self, step_id: str, agent: str) -> dict[str, Any]:
-        """The outputs of the step that deployed the agent an instruction goes to (it must have deployed `agent`)."""
-        step = self.run.state.steps.get(step_id)
-        if step is None or not self.run.plans[step_id].deploys_agent:
-            raise WorldError(f"`by` names {step_id!r}, which is not a deploy_agent step")
-        if step.status is not StepStatus.SUCCEEDED:
-            raise WorldError(f"step {step_id!r} has not deployed its agent (it is {step.status.value})")
-        if step.outputs.get("name") != agent:
-            raise WorldError(f"step {step_id!r} deployed {step.outputs.get('name')!r}, not agent {agent!r}")
-        return step.outputs
-
     # -- the gateway's copy --
 
     def _pushes(self) -> list[tuple[str, WorldPush]]:
@@ -287,7 +286,7 @@ class WorldDriver:
         return [
             (
                 instance,
-                WorldPush(run_id=self.run.inp.run_id, clock=self.world.state.clock, watches=self.world.watches(step)),
+                WorldPush(run_id=self.run_id, clock=self.world.state.clock, watches=self.world.watches(step)),
             )
             for step, instance in self.world.state.instances.items()
         ]
@@ -321,64 +320,65 @@ class WorldDriver:
 
     # -- steps and the world --
 
-    def instance_deployed(self, plan: StepPlan, outputs: dict[str, Any]) -> None:
-        """A step that deploys an environment succeeded: its instance is the world's to watch."""
-        if self.world is not None and plan.deploys_env and "instance" in outputs:
-            self.world.state.instances[plan.id] = outputs["instance"]
+    def step_succeeded(self, plan: StepPlan, outcome: StepOutcome) -> None:
+        """A step's own calls may have fired triggers (applied before its dependents start); a step that deploys
+        an environment makes its instance the world's to watch."""
+        self.step_hits += outcome.hits
+        if self.world is not None and plan.deploys_env and "instance" in outcome.outputs:
+            self.world.state.instances[plan.id] = outcome.outputs["instance"]
             self.push_needed = self.watches_added = True
-
-    def world_step(self, plan: StepPlan, config: dict[str, Any]) -> None:
-        """Steps that change the world's rules run here, in the workflow: they are decisions."""
-        step = self.run.state.steps[plan.id]
-        if self.world is None:
-            self.run.fail(plan.id, f"{plan.type} needs the task to declare a [clock] or [[triggers]]")
-            return
-        real = self.now_real()
-        self.world.begin(real)
-        try:
-            if plan.verb == "set_clock":
-                self.world.set_clock(
-                    real,
-                    time=config.get("time"),
-                    rate=config.get("rate"),
-                    mode=config.get("mode"),
-                    cause=f"step {plan.id}",
-                )
-                outputs: dict[str, Any] = {"now": iso(self.world.now(real))}
-            elif plan.verb == "register_triggers":
-                outputs = {"registered": self.world.register(config.get("triggers") or ["*"], real)}
-                self.watches_added = True
-            elif plan.verb == "cancel_triggers":
-                outputs = {"cancelled": self.world.cancel(config["triggers"], real, cause=f"step {plan.id}")}
-            elif plan.verb == "wait_clock":
-                now = self.world.now(real)
-                # `seconds` or `until` may come from outputs (a tool's result): checked before date arithmetic.
-                target = (
-                    checked_time(config["until"], self.world.start)
-                    if config.get("until") is not None
-                    else now + timedelta(seconds=checked_seconds(config.get("seconds"), "`seconds`"))
-                )
-                self.world.wake_at(plan.id, max(target, now), real)
-                self.waiting.add(plan.id)
-                return
-            else:
-                raise WorldError(f"unknown world step type {plan.type!r}")
-        except (WorldError, ValueError, ArithmeticError) as e:
-            self.run.fail(plan.id, str(e))
-            return
-        self.push_needed = True
-        step.status, step.finished_at, step.outputs, step.attempts = StepStatus.SUCCEEDED, workflow.now(), outputs, 1
 
     def cancel_waits(self, reason: str | None) -> None:
         """The run stops: steps waiting for the clock are cancelled."""
         for step_id in list(self.waiting):
-            step = self.run.state.steps[step_id]
-            step.status, step.finished_at = StepStatus.CANCELLED, workflow.now()
-            step.error = reason
+            self.dag.cancel(step_id, workflow.now(), reason)
         self.waiting.clear()
 
 
-def _action_summary(trigger: str, action_type: str, spec: dict[str, Any], at: datetime) -> str:
+def world_step(driver: WorldDriver, plan: StepPlan, config: Mapping[str, Any]) -> None:
+    """Steps that change the world's rules run in the workflow, at once: they are decisions."""
+    dag, world = driver.dag, driver.world
+    if world is None:
+        dag.fail(plan.id, f"{plan.type} needs the task to declare a [clock] or [[triggers]]", workflow.now())
+        return
+    real = driver.now_real()
+    world.begin(real)
+    try:
+        if plan.verb == "set_clock":
+            world.set_clock(
+                real,
+                time=config.get("time"),
+                rate=config.get("rate"),
+                mode=config.get("mode"),
+                cause=f"step {plan.id}",
+            )
+            outputs: dict[str, Any] = {"now": iso(world.now(real))}
+        elif plan.verb == "register_triggers":
+            outputs = {"registered": world.register(config.get("triggers") or ["*"], real)}
+            driver.watches_added = True
+        elif plan.verb == "cancel_triggers":
+            outputs = {"cancelled": world.cancel(config["triggers"], real, cause=f"step {plan.id}")}
+        elif plan.verb == "wait_clock":
+            now = world.now(real)
+            # `seconds` or `until` may come from outputs (a tool's result): checked before date arithmetic.
+            target = (
+                checked_time(config["until"], world.start)
+                if config.get("until") is not None
+                else now + timedelta(seconds=checked_seconds(config.get("seconds"), "`seconds`"))
+            )
+            world.wake_at(plan.id, max(target, now), real)
+            driver.waiting.add(plan.id)
+            return
+        else:
+            raise WorldError(f"unknown world step type {plan.type!r}")
+    except (WorldError, ValueError, ArithmeticError) as e:
+        dag.fail(plan.id, str(e), workflow.now())
+        return
+    driver.push_needed = True
+    dag.succeed(plan.id, workflow.now(), outputs)
+
+
+def _action_summary(trigger: str, action_type: str, spec: Mapping[str, Any], at: datetime) -> str:
     """`call_tool send_email on desk (trigger morning_rush, virtual 2026-03-02T14:30:00Z)`: names, never arguments."""
     target = str(spec.get("tool") or spec.get("agent") or spec.get("role") or "")[:80]  # what it acts on or as
     on = f" on {str(spec['env'])[:80]}" if spec.get("env") else ""

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from agent_env.spec.world import (
     MAX_RATE,
     ClockSpec,
+    PersonaSpec,
     PersonaWhen,
     RandomInterval,
     StateWhen,
@@ -341,34 +342,35 @@ class World:
             elif isinstance(when, StateWhen) and when.env == env_step:
                 out.append(Watch(trigger=tid, kind="state", spec=when.model_dump(mode="json")))
             elif isinstance(when, PersonaWhen) and when.env == env_step:
-                out += [Watch(trigger=tid, kind="tool_call", spec=s) for s in self._persona_matches(when)]
+                persona = self.spec.personas[when.persona]
+                out += [Watch(trigger=tid, kind="tool_call", spec=s) for s in persona_matches(persona, when)]
             elif isinstance(when, TimeWhen) and when.unless is not None and when.unless.env == env_step:
                 out.append(Watch(trigger=f"{tid}#unless", kind="tool_call", spec=when.unless.model_dump(mode="json")))
         return out
 
-    def _persona_matches(self, when: PersonaWhen) -> list[dict[str, Any]]:
-        """What counts as saying something to the persona: an email to their address, a DM to their handle."""
-        persona = self.spec.personas[when.persona]
-        says = when.says.model_dump(exclude_none=True)
-        common = {"env": when.env, "agents": when.from_agents, "outcome": "success"}
-        out = []
-        if persona.email:
-            out.append(
-                {
-                    **common,
-                    "tool": "send_email",
-                    "where": [{"path": "arguments.to", "contains": persona.email}, {"path": "arguments.body", **says}],
-                }
-            )
-        if persona.chat:
-            out.append(
-                {
-                    **common,
-                    "tool": "send_direct_message",
-                    "where": [
-                        {"path": "arguments.recipient", "equals": persona.chat},
-                        {"path": "arguments.text", **says},
-                    ],
-                }
-            )
-        return out
+
+def persona_matches(persona: PersonaSpec, when: PersonaWhen) -> list[dict[str, Any]]:
+    """What counts as saying something to the persona: an email to their address, a DM to their handle."""
+    says = when.says.model_dump(exclude_none=True)
+    common = {"env": when.env, "agents": when.from_agents, "outcome": "success"}
+    out = []
+    if persona.email:
+        out.append(
+            {
+                **common,
+                "tool": "send_email",
+                "where": [{"path": "arguments.to", "contains": persona.email}, {"path": "arguments.body", **says}],
+            }
+        )
+    if persona.chat:
+        out.append(
+            {
+                **common,
+                "tool": "send_direct_message",
+                "where": [
+                    {"path": "arguments.recipient", "equals": persona.chat},
+                    {"path": "arguments.text", **says},
+                ],
+            }
+        )
+    return out

@@ -1,0 +1,21 @@
+"""Record a run: its state upserted in the document store, so runs stay listable without Temporal and after its
+retention."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from agent_env.activities.shared import Activities
+from agent_env.gateway.release import end_run
+from agent_env.spec.run import RunState
+from agent_env.workflows import contract
+
+
+class RecordActivities(Activities):
+    @activity.defn(name=contract.RECORD_RUN.name)
+    async def record_run(self, state: RunState, release: list[str] | None) -> None:
+        """Upsert the run's record: runs stay listable without Temporal and after its retention. With `release`
+        (the run's id), then release what the run holds on the gateway (it started no sandbox: see `end_run`)."""
+        self.stores.documents.put("runs", state.run_id, state.model_dump(mode="json"))
+        if release:
+            await end_run(await self._gateway(), self.stores, release[0])
