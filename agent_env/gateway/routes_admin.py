@@ -203,18 +203,18 @@ def describe(inst: EnvInstance) -> wire.InstanceView:
     }
 
 
-@router.get("/admin/instances", tags=["instances"], response_model=wire.Instances)
+@router.get("/admin/instances", tags=["instances"], response_model=wire.model_of(wire.Instances))
 async def list_instances(gateway: GatewayDep) -> Response:
     return JSONResponse({"instances": gateway.list_instances()})
 
 
-@router.get("/admin/load", tags=["instances"], response_model=wire.Load)
+@router.get("/admin/load", tags=["instances"], response_model=wire.model_of(wire.Load))
 async def busy(gateway: GatewayDep, run: str | None = None) -> Response:
     """How busy this gateway is (a pool places new instances by it), and which instances of `run` it holds."""
     return JSONResponse(gateway.busy(run))
 
 
-@router.get("/admin/instances/{instance}", tags=["instances"], response_model=wire.InstanceView)
+@router.get("/admin/instances/{instance}", tags=["instances"], response_model=wire.model_of(wire.InstanceView))
 async def get_instance(instance: str, gateway: GatewayDep) -> Response:
     return JSONResponse(describe(await gateway.get(instance)))
 
@@ -223,7 +223,7 @@ async def get_instance(instance: str, gateway: GatewayDep) -> Response:
     "/admin/instances/{instance}",
     tags=["instances"],
     openapi_extra=json_body(InstanceSpec),
-    response_model=wire.InstanceView,
+    response_model=wire.model_of(wire.InstanceView),
 )
 async def put_instance(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """Create or replace an instance (the body's `id` defaults to the path's)."""
@@ -239,7 +239,7 @@ async def put_instance(request: Request, instance: str, gateway: GatewayDep) -> 
     "/admin/instances/{instance}/fork",
     tags=["instances"],
     openapi_extra=json_body(ForkRequest),
-    response_model=wire.InstanceView,
+    response_model=wire.model_of(wire.InstanceView),
 )
 async def fork_instance(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """A new instance (the body's `id`) starting from this one's current state: in-process apps copied with
@@ -251,19 +251,21 @@ async def fork_instance(request: Request, instance: str, gateway: GatewayDep) ->
     return JSONResponse({**describe(forked), "forked_from": instance})
 
 
-@router.delete("/admin/instances/{instance}", tags=["instances"], response_model=wire.Deleted)
+@router.delete("/admin/instances/{instance}", tags=["instances"], response_model=wire.model_of(wire.Deleted))
 async def delete_instance(instance: str, gateway: GatewayDep, keep_data: str | None = None) -> Response:
     keep = keep_data in ("1", "true")
     return JSONResponse({"deleted": await gateway.delete(instance, keep_data=keep)})
 
 
-@router.get("/admin/instances/{instance}/tokens/{agent}", tags=["instances"], response_model=wire.Token)
+@router.get("/admin/instances/{instance}/tokens/{agent}", tags=["instances"], response_model=wire.model_of(wire.Token))
 async def agent_token(instance: str, agent: str, gateway: GatewayDep) -> Response:
     """An agent's role token."""
     return JSONResponse({"token": await gateway.token(instance, agent)})
 
 
-@router.get("/admin/instances/{instance}/servers/{app}/token", tags=["instances"], response_model=wire.Token)
+@router.get(
+    "/admin/instances/{instance}/servers/{app}/token", tags=["instances"], response_model=wire.model_of(wire.Token)
+)
 async def server_token(instance: str, app: str, gateway: GatewayDep) -> Response:
     """The token of an app server a sandbox runs for this instance (deploy_env passes it on)."""
     return JSONResponse({"token": tokens.server_token(gateway.key, instance, app)})
@@ -273,7 +275,7 @@ async def server_token(instance: str, app: str, gateway: GatewayDep) -> Response
     "/admin/instances/{instance}/roles/{role}",
     tags=["instances"],
     openapi_extra=json_body(RoleSpec),
-    response_model=wire.RoleTools,
+    response_model=wire.model_of(wire.RoleTools),
 )
 async def set_role(request: Request, instance: str, role: str, gateway: GatewayDep) -> Response:
     allowed = await gateway.set_role(instance, role, parse(RoleSpec, await json_of(request), "role"))
@@ -284,7 +286,7 @@ async def set_role(request: Request, instance: str, role: str, gateway: GatewayD
     "/admin/instances/{instance}/roles/{role}",
     tags=["instances"],
     openapi_extra=json_body(RoleChange),
-    response_model=wire.RoleTools,
+    response_model=wire.model_of(wire.RoleTools),
 )
 async def change_role(request: Request, instance: str, role: str, gateway: GatewayDep) -> Response:
     change = parse(RoleChange, await json_of(request), "role change")
@@ -296,7 +298,7 @@ async def change_role(request: Request, instance: str, role: str, gateway: Gatew
     "/admin/instances/{instance}/world",
     tags=["instances"],
     openapi_extra=json_body(WorldPush),
-    response_model=wire.Hits,
+    response_model=wire.model_of(wire.Hits),
 )
 async def push_world(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """The run's world (clock, triggers) as the gateway should stamp and match it."""
@@ -308,7 +310,7 @@ async def push_world(request: Request, instance: str, gateway: GatewayDep) -> Re
     "/admin/instances/{instance}/agents/{agent}",
     tags=["instances"],
     openapi_extra=json_body(AgentRole),
-    response_model=wire.AgentRoleSet,
+    response_model=wire.model_of(wire.AgentRoleSet),
 )
 async def set_agent_role(request: Request, instance: str, agent: str, gateway: GatewayDep) -> Response:
     body = parse(AgentRole, await json_of(request), "agent")
@@ -320,7 +322,7 @@ async def set_agent_role(request: Request, instance: str, agent: str, gateway: G
     "/admin/instances/{instance}/call",
     tags=["instances"],
     openapi_extra=json_body(CallRequest),
-    response_model=wire.CallOutcome,
+    response_model=wire.model_of(wire.CallOutcome),
 )
 async def run_call(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """A tool call of the run's own (default: as the first role)."""
@@ -349,7 +351,7 @@ async def run_call(request: Request, instance: str, gateway: GatewayDep) -> Resp
     "/admin/instances/{instance}/load",
     tags=["instances"],
     openapi_extra=json_body(LoadRequest),
-    response_model=wire.Loaded,
+    response_model=wire.model_of(wire.Loaded),
 )
 async def load(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """data/add with an idempotency key (and optionally a reset first). A ToolError is a 422."""
@@ -376,7 +378,7 @@ async def snapshot(instance: str, gateway: GatewayDep) -> Response:
     "/admin/instances/{instance}/snapshot",
     tags=["instances"],
     openapi_extra={"requestBody": {"required": True, **TAR}},
-    response_model=wire.SnapshotRestored,
+    response_model=wire.model_of(wire.SnapshotRestored),
 )
 async def restore(request: Request, instance: str, gateway: GatewayDep) -> Response:
     inst = await gateway.get(instance)
@@ -389,7 +391,9 @@ async def restore(request: Request, instance: str, gateway: GatewayDep) -> Respo
     return JSONResponse({"restored": inst.spec.id})
 
 
-@router.get("/admin/instances/{instance}/trajectory", tags=["instances"], response_model=wire.TrajectoryPage)
+@router.get(
+    "/admin/instances/{instance}/trajectory", tags=["instances"], response_model=wire.model_of(wire.TrajectoryPage)
+)
 async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last: str | None = None) -> Response:
     """Trajectory entries after seq `after`, a page at a time (`more`: a full page, ask again after its last
     seq), or only the last one."""
@@ -404,13 +408,13 @@ async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last:
 # -- runs --
 
 
-@router.post("/admin/runs/{run_id}/end", tags=["runs"], response_model=wire.RunEnded)
+@router.post("/admin/runs/{run_id}/end", tags=["runs"], response_model=wire.model_of(wire.RunEnded))
 async def end_run(run_id: str, gateway: GatewayDep) -> Response:
     """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted."""
     return JSONResponse(await gateway.end_run(run_id))
 
 
-@router.get("/admin/runs/{run_id}/parked", tags=["runs"], response_model=wire.Parked)
+@router.get("/admin/runs/{run_id}/parked", tags=["runs"], response_model=wire.model_of(wire.Parked))
 async def parked_hits(run_id: str, gateway: GatewayDep) -> Response:
     """Trigger hits the run refused or could not take (with the error)."""
     return JSONResponse({"parked": gateway.delivery.parked(run_id)})
@@ -419,7 +423,7 @@ async def parked_hits(run_id: str, gateway: GatewayDep) -> Response:
 # -- hosted agents and people's turns --
 
 
-@router.get("/admin/agents", tags=["agents"], response_model=wire.Agents)
+@router.get("/admin/agents", tags=["agents"], response_model=wire.model_of(wire.Agents))
 async def list_agents(gateway: GatewayDep) -> Response:
     return JSONResponse({"agents": gateway.agents.list()})
 
@@ -443,12 +447,12 @@ async def deploy_agent(request: Request, agent_id: str, gateway: GatewayDep) -> 
     return JSONResponse({**spec.model_dump(mode="json"), "path": f"/agents/{spec.id}/"})
 
 
-@router.delete("/admin/agents/{agent_id}", tags=["agents"], response_model=wire.Deleted)
+@router.delete("/admin/agents/{agent_id}", tags=["agents"], response_model=wire.model_of(wire.Deleted))
 async def delete_agent(agent_id: str, gateway: GatewayDep) -> Response:
     return JSONResponse({"deleted": await gateway.agents.delete(agent_id)})
 
 
-@router.get("/admin/human", tags=["agents"], response_model=wire.Turns)
+@router.get("/admin/human", tags=["agents"], response_model=wire.model_of(wire.Turns))
 async def human_turns(gateway: GatewayDep) -> Response:
     """People's turns waiting for an answer."""
     return JSONResponse({"turns": gateway.agents.pending()})

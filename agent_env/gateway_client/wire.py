@@ -1,22 +1,19 @@
 """The gateway's answers as its clients read them: one definition shared by the server (the routes declare them
 as `response_model`, so `GET /admin/openapi.json` documents every answer) and the clients (which parse into
-them). TypedDicts: what crosses the wire stays a plain JSON object, so callers that index it keep working, and
+them, through `model_of`). TypedDicts: what crosses the wire stays a plain JSON object, so callers that index it keep working, and
 the routes return their `JSONResponse` as before (FastAPI validates nothing on that path: the hot path pays
 nothing for the documentation). Each allows fields it does not name (a newer gateway may add some)."""
 
-from __future__ import annotations
+import functools
+from typing import Any, NotRequired, TypedDict, TypeVar, cast, get_args, get_origin, get_type_hints, is_typeddict
 
-from typing import Any, NotRequired, TypeVar
-
-from pydantic import ConfigDict, TypeAdapter, with_config
-from typing_extensions import TypedDict
+from pydantic import BaseModel, ConfigDict, create_model
 
 OPEN = ConfigDict(extra="allow")
 T = TypeVar("T")
 JsonObject = dict[str, Any]  # a JSON object whose shape another room owns: a tool's arguments, a spec, a data part
 
 
-@with_config(OPEN)
 class Hit(TypedDict):
     """A trigger hit (spec.world_state.TriggerHit as JSON): the run validates it itself."""
 
@@ -26,7 +23,6 @@ class Hit(TypedDict):
     match: JsonObject
 
 
-@with_config(OPEN)
 class InstanceView(TypedDict):
     """An instance as the gateway serves it (`forked_from`: a fork's source)."""
 
@@ -39,12 +35,10 @@ class InstanceView(TypedDict):
     forked_from: NotRequired[str]
 
 
-@with_config(OPEN)
 class Instances(TypedDict):
     instances: list[JsonObject]  # the stored specs
 
 
-@with_config(OPEN)
 class Load(TypedDict):
     """How busy a gateway is (a pool places by it), and which instances of the asked run it holds."""
 
@@ -53,34 +47,28 @@ class Load(TypedDict):
     run_instances: list[str]
 
 
-@with_config(OPEN)
 class Deleted(TypedDict):
     deleted: bool
 
 
-@with_config(OPEN)
 class Token(TypedDict):
     token: str
 
 
-@with_config(OPEN)
 class RoleTools(TypedDict):
     role: str
     tools: list[str]
 
 
-@with_config(OPEN)
 class Hits(TypedDict):
     hits: list[Hit]
 
 
-@with_config(OPEN)
 class AgentRoleSet(TypedDict):
     agent: str
     role: str
 
 
-@with_config(OPEN)
 class CallOutcome(TypedDict, total=False):
     """A tool call's outcome: `result`, or `error` (`refused`: the role may not call it; `unknown`: no such
     tool); `hits`: trigger hits of the run's own call, which it applies in order."""
@@ -92,17 +80,14 @@ class CallOutcome(TypedDict, total=False):
     hits: list[Hit]
 
 
-@with_config(OPEN)
 class Loaded(TypedDict):
     loaded: int
 
 
-@with_config(OPEN)
 class SnapshotRestored(TypedDict):
     restored: str
 
 
-@with_config(OPEN)
 class TrajectoryEntry(TypedDict, total=False):
     """One call as the gateway recorded it (`seq`: its place in the instance's trajectory, once stored). Every
     field may be missing: an entry that cannot be read back is served as a note instead (`unreadable`, `bytes`),
@@ -127,13 +112,11 @@ class TrajectoryEntry(TypedDict, total=False):
     bytes: int
 
 
-@with_config(OPEN)
 class TrajectoryPage(TypedDict):
     entries: list[TrajectoryEntry]
     more: NotRequired[bool]  # a full page: ask again after its last seq (a gateway that does not say: ask)
 
 
-@with_config(OPEN)
 class RunEnded(TypedDict):
     """What a run's end released on a gateway."""
 
@@ -142,39 +125,48 @@ class RunEnded(TypedDict):
     sessions: NotRequired[int]  # MCP sessions ended (gateways before it was counted do not say)
 
 
-@with_config(OPEN)
 class Parked(TypedDict):
     parked: list[JsonObject]
 
 
-@with_config(OPEN)
 class Agents(TypedDict):
     agents: list[JsonObject]
 
 
-@with_config(OPEN)
 class Turns(TypedDict):
     turns: list[JsonObject]
 
 
-@with_config(OPEN)
 class ToolList(TypedDict):
     role: str
     tools: list[JsonObject]
 
 
-@with_config(OPEN)
 class ToolResult(TypedDict):
     result: Any
 
 
-_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+@functools.cache
+def model_of(shape: Any) -> Any:
+    """The pydantic model of a shape (and of the shapes inside it), allowing fields it does not name: what
+    validates an answer and what the routes declare as `response_model`. (Pydantic reads `typing.TypedDict`
+    itself only from Python 3.12.)"""
+    if is_typeddict(shape):
+        hints = get_type_hints(shape)
+        fields: Any = {  # name -> (its type, its default: ... when required)
+            name: (model_of(kind), ... if name in shape.__required_keys__ else None) for name, kind in hints.items()
+        }
+        model: type[BaseModel] = create_model(shape.__name__, __config__=OPEN, **fields)
+        model.__doc__ = shape.__doc__
+        return model
+    if get_origin(shape) in (list, dict):
+        return get_origin(shape)[tuple(model_of(arg) for arg in get_args(shape))]
+    return shape
 
 
 def parse(shape: type[T], data: Any) -> T:
-    """`data` checked as `shape` (a ValidationError names what the gateway sent wrong)."""
-    adapter = _ADAPTERS.get(shape)
-    if adapter is None:
-        adapter = _ADAPTERS[shape] = TypeAdapter(shape)
-    result: T = adapter.validate_python(data)
-    return result
+    """`data` checked as `shape` (a ValidationError names what the gateway sent wrong), as the plain object it
+    came as: only the fields it had, those it does not name kept."""
+    model: Any = model_of(cast(Any, shape))
+    checked: T = model.model_validate(data).model_dump(exclude_unset=True)
+    return checked
