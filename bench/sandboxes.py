@@ -29,9 +29,9 @@ async def _gateway(root: Path):
     import uvicorn
     from common import free_port
 
-    from agent_env.gateway.client import GatewayClient
     from agent_env.gateway.http import create_app
     from agent_env.gateway.service import Gateway
+    from agent_env.gateway_client.single import SingleGateway
 
     gateway = Gateway(root / "gateway")
     port = free_port()
@@ -39,7 +39,7 @@ async def _gateway(root: Path):
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
-    return server, task, GatewayClient(f"http://127.0.0.1:{port}", gateway.admin_token)
+    return server, task, SingleGateway(f"http://127.0.0.1:{port}", gateway.admin_token)
 
 
 def _forget_image(provider, build: Path) -> None:

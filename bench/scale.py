@@ -115,7 +115,7 @@ class Variant:
 
         self.env = isolated_env()
         root = Path(self.env["AGENT_ENV_HOME"])
-        # The gateways form one pool (placement and ownership, agent_env/gateway/pool.py); their shared key
+        # The gateways form one pool (placement and ownership, agent_env/gateway_client/pool.py); their shared key
         # comes from the secret store (here the local one, reading AGENT_ENV_SECRET_POOL_KEY).
         urls = [f"http://127.0.0.1:{free_port()}" for _ in range(self.gateways)]
         config = root / "config.toml"

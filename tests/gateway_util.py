@@ -13,9 +13,9 @@ from conftest import free_port
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from agent_env.gateway.client import GatewayClient
 from agent_env.gateway.http import create_app
 from agent_env.gateway.service import Gateway
+from agent_env.gateway_client.single import SingleGateway
 
 SUPPORT_DATA = (
     Path(__file__).parent.parent / "agent_env" / "bundles" / "support-desk" / "envs" / "support-desk" / "data.json"
@@ -32,7 +32,7 @@ async def running_gateway(root: Path, **kwargs):
         assert not task.done(), "the gateway did not start"
         await asyncio.sleep(0.01)
     base = f"http://127.0.0.1:{port}"
-    admin = GatewayClient(base, gateway.admin_token)
+    admin = SingleGateway(base, gateway.admin_token)
     try:
         yield gateway, base, admin
     finally:

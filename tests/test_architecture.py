@@ -40,7 +40,7 @@ def layer_map() -> dict[str, int]:
 
 
 def room_of(module: str) -> str:
-    """`agent_env.gateway.client` -> `gateway`; the package itself (its lazy names, its version) -> ``."""
+    """`agent_env.gateway.embedded` -> `gateway`; the package itself (its lazy names, its version) -> ``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 

@@ -14,7 +14,7 @@ from gateway_util import running_gateway, support_data, support_spec
 
 from agent_env.episodes import EpisodeGroup, Episodes, EpisodeSpec
 from agent_env.errors import BadInput
-from agent_env.gateway.client import GatewayRefused
+from agent_env.gateway_client import GatewayRefused
 from agent_env.planning.tasks import parse_task
 
 SEEDED = 300  # notes the environment's data file loads
@@ -317,9 +317,9 @@ async def test_the_gateway_deletes_instances_past_their_expiry(tmp_path):
 async def test_the_expiry_sweep_reads_only_instances_that_expire(tmp_path, monkeypatch):
     """A gateway keeps every finished run's instances: the sweep pages through the few with an expiry (an
     index orders them first) and stops at the first without one, however many there are."""
-    from agent_env.gateway import service
+    from agent_env.gateway import releasing
 
-    monkeypatch.setattr(service, "EXPIRY_PAGE", 2)  # several pages of expiring instances
+    monkeypatch.setattr(releasing, "EXPIRY_PAGE", 2)  # several pages of expiring instances
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
         future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
@@ -339,8 +339,8 @@ async def test_the_expiry_sweep_reads_only_instances_that_expire(tmp_path, monke
 async def test_a_pool_forks_on_the_gateway_holding_the_source(tmp_path):
     import os
 
-    from agent_env.gateway.client import GatewayClient
-    from agent_env.gateway.pool import GatewayPool
+    from agent_env.gateway_client.pool import GatewayPool
+    from agent_env.gateway_client.single import SingleGateway
 
     key = os.urandom(32)
     async with (
@@ -350,7 +350,7 @@ async def test_a_pool_forks_on_the_gateway_holding_the_source(tmp_path):
         await admin_b.put_instance({"id": "proto", "run_id": "g", "apps": [{"app": "notes"}]})
         await admin_b.call_as("proto", "write_note", {"key": "a", "text": "start state"})
         token = gateway_b.admin_token
-        async with GatewayPool([GatewayClient(base_a, token), GatewayClient(base_b, token)]) as pool:
+        async with GatewayPool([SingleGateway(base_a, token), SingleGateway(base_b, token)]) as pool:
             await pool.fork("proto", {"id": "run-1.pad", "run_id": "run-1"})
             assert (await pool.owner("run-1.pad")).base_url == base_b
             read = await pool.call_as("run-1.pad", "read_note", {"key": "a"})

@@ -11,7 +11,7 @@ from agentenv_protocol.types import EnvironmentCard as ReferenceCard
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from mcp.shared.exceptions import MCPError
 
-from agent_env.gateway.client import GatewayRefused
+from agent_env.gateway_client import GatewayRefused
 
 
 @pytest.fixture
@@ -374,7 +374,7 @@ from pathlib import Path
 
 import uvicorn
 
-from agent_env.gateway.client import GatewayClient
+from agent_env.gateway_client.single import SingleGateway
 from agent_env.gateway.http import create_app
 from agent_env.gateway.service import Gateway
 
@@ -388,7 +388,7 @@ async def main(root):
     while not server.started:
         await asyncio.sleep(0.01)
     base = "http://127.0.0.1:%d" % server.servers[0].sockets[0].getsockname()[1]
-    admin = GatewayClient(base, gateway.admin_token)
+    admin = SingleGateway(base, gateway.admin_token)
     seen = {"started": loaded()}
     await admin.put_instance({"id": "pad", "apps": [{"app": "notes"}], "agents": {"ada": "agent"}})
     await admin.call_as("pad", "write_note", {"key": "k", "text": "hi"}, agent="ada")

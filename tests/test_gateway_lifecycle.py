@@ -19,7 +19,7 @@ from conftest import free_port
 from gateway_util import mcp_client, running_gateway
 
 from agent_env.gateway import tokens
-from agent_env.gateway.client import GatewayUnavailable
+from agent_env.gateway_client import GatewayUnavailable
 from agent_env.spec.run import RunStatus
 
 SMALL_TASK = {
@@ -208,9 +208,9 @@ async def test_a_killed_gateway_takes_its_subprocess_apps_along(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        from agent_env.gateway.client import GatewayClient
+        from agent_env.gateway_client.single import SingleGateway
 
-        admin = GatewayClient(
+        admin = SingleGateway(
             f"http://127.0.0.1:{port}",
             tokens.admin_token(tokens.load_or_create_key(root / "key"))
             if await wait_until(lambda: (root / "key").exists())

@@ -148,3 +148,32 @@ def test_schema_definitions_move_into_the_components():
     assert moved["properties"]["items"]["items"] == {"$ref": "#/components/schemas/order.Item"}
     assert components == {"order.Item": schema["$defs"]["Item"]}
     assert json.dumps(routes_agents._hoisted({"type": "object"}, "x", components)) == '{"type": "object"}'
+
+
+async def test_the_admin_api_document_describes_its_answers_and_the_gateway_gives_them(desk):
+    """The answers are documented (the shapes the clients parse, `gateway_client.wire`), and what the gateway
+    sends has every field its document requires."""
+    gateway, http, admin, tokens = desk
+    doc = (await http.get("/admin/openapi.json", headers=bearer(gateway.admin_token))).json()
+    schemas = doc["components"]["schemas"]
+
+    def answer_schema(path: str, method: str) -> dict:
+        schema = doc["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+        return schemas[schema["$ref"].rsplit("/", 1)[-1]] if "$ref" in schema else schema
+
+    described = answer_schema("/admin/instances/{instance}", "get")
+    assert {"id", "apps", "agents", "roles", "paths"} <= set(described["required"])
+    sent = (await http.get("/admin/instances/desk-1", headers=bearer(gateway.admin_token))).json()
+    assert set(described["required"]) <= set(sent)
+    load = answer_schema("/admin/load", "get")
+    assert set(load["required"]) == {"instances", "agents", "run_instances"}
+    call = answer_schema("/admin/instances/{instance}/call", "post")
+    assert {"result", "error", "refused", "hits"} <= set(call["properties"])
+    for path, method in [
+        ("/admin/instances/{instance}/world", "put"),
+        ("/admin/instances/{instance}/trajectory", "get"),
+        ("/admin/runs/{run_id}/end", "post"),
+        ("/admin/instances/{instance}/tokens/{agent}", "get"),
+    ]:
+        assert answer_schema(path, method).get("properties"), f"{method} {path}: its answer is not documented"
+    assert unresolved_refs(doc) == []

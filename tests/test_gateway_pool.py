@@ -247,8 +247,8 @@ async def test_an_instance_whose_gateway_is_gone_for_good_is_restored_on_another
 
 async def test_a_remembered_owner_that_lost_the_instance_is_forgotten(pool, pool_worker):
     """An instance deleted on one gateway and put again on the other: the pool asks again instead of failing."""
-    from agent_env.gateway.client import GatewayClient
     from agent_env.gateway.embedded import admin_token, connect
+    from agent_env.gateway_client.single import SingleGateway
 
     spec = {"id": f"moved-{uuid.uuid4().hex[:6]}", "run_id": "moved-run", "apps": [{"app": "notes"}]}
     async with connect(pool_worker) as gateway:
@@ -256,8 +256,8 @@ async def test_a_remembered_owner_that_lost_the_instance_is_forgotten(pool, pool
         first = await gateway.url_for(spec["id"])
         other = next(u for u in pool.urls if u != first)
         async with (
-            GatewayClient(first, admin_token(pool_worker)) as there,
-            GatewayClient(other, admin_token(pool_worker)) as here,
+            SingleGateway(first, admin_token(pool_worker)) as there,
+            SingleGateway(other, admin_token(pool_worker)) as here,
         ):
             assert await there.delete_instance(spec["id"])
             await here.put_instance(spec)

@@ -26,7 +26,7 @@ from gateway_util import running_gateway, support_spec
 
 from agent_env.cli.env_cmd import resolve_app
 from agent_env.envs.serve import create_app
-from agent_env.gateway.client import GatewayRefused
+from agent_env.gateway_client import GatewayRefused
 
 CARD = "/.well-known/agent-env.json"
 CLERK = {"roles": {"clerk": {"tools": ["*"]}}, "agents": {"ann": "clerk"}}

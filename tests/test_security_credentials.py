@@ -30,9 +30,9 @@ from agent_env.agents.client import (
     agent_client,
 )
 from agent_env.agents.sdk import Agent, a2a_routes
-from agent_env.gateway.client import GatewayClient
 from agent_env.gateway.http import create_app
 from agent_env.gateway.service import Gateway
+from agent_env.gateway_client.single import SingleGateway
 from agent_env.spec.run import RunStatus
 
 SCRIPTED = {"name": "sam", "type": "scripted", "config": {"turns": [[{"say": "said: ${prompt}"}]]}}
@@ -115,7 +115,7 @@ async def configured_gateway(root, settings):
     s.gateway.admin_token = gateway.admin_token
     try:
         async with serving(create_app(gateway), port) as base:
-            async with contextlib.aclosing(GatewayClient(base, gateway.admin_token)) as admin:
+            async with contextlib.aclosing(SingleGateway(base, gateway.admin_token)) as admin:
                 yield base, admin, s
     finally:
         gateway.close()

@@ -18,7 +18,7 @@ from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from mcp.shared.exceptions import MCPError
 
 from agent_env.envs import App, tool
-from agent_env.gateway.client import GatewayRefused
+from agent_env.gateway_client import GatewayRefused
 
 EVIL_HOST = "evil.example:4444"
 MCP_ACCEPT = {"accept": "application/json, text/event-stream"}

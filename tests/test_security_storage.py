@@ -23,8 +23,9 @@ from gateway_util import mcp_client, running_gateway, support_data, support_spec
 from mcp.shared.exceptions import MCPError
 
 from agent_env.gateway import tokens
-from agent_env.gateway.client import GatewayClient, GatewayRefused
 from agent_env.gateway.service import Gateway
+from agent_env.gateway_client import GatewayRefused
+from agent_env.gateway_client.single import SingleGateway
 
 MIB = 1024 * 1024
 BUDGETS = ("max_app_data_mib", "max_trajectory_mib", "min_free_disk_mib")
@@ -271,7 +272,7 @@ async def test_a_gateway_process_takes_its_floor_from_the_config(tmp_path):
                 assert gateway.poll() is None, "the gateway exited"
                 await asyncio.sleep(0.05)
             assert ready.status_code == 503 and f"floor of {above} MiB" in ready.json()["disk"], ready.text
-        async with GatewayClient(f"http://127.0.0.1:{port}", tokens.admin_token((root / "key").read_bytes())) as admin:
+        async with SingleGateway(f"http://127.0.0.1:{port}", tokens.admin_token((root / "key").read_bytes())) as admin:
             with pytest.raises(GatewayRefused, match="min_free_disk_mib"):
                 await admin.put_instance(support_spec())
     finally:

@@ -17,7 +17,7 @@ from agent_env.stores import Stores, open_stores
 from agent_env.workflows.contract import Hit
 
 if TYPE_CHECKING:
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 HEARTBEAT_EVERY = 5.0  # seconds, for activities that wait on others (an agent's turn)
 

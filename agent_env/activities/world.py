@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from temporalio import activity
 
 from agent_env.activities.shared import Activities, clipped_hits
-from agent_env.gateway.client import GatewayRefused
+from agent_env.gateway_client import GatewayRefused
 from agent_env.spec.world_state import WorldPush, clip_fields
 from agent_env.workflows import contract
 from agent_env.workflows.contract import Hit
 
 if TYPE_CHECKING:
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 
 class Said(TypedDict, total=False):

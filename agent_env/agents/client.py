@@ -26,7 +26,7 @@ from agent_env.config import url_origin
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 
 class AgentUnreachable(Exception):

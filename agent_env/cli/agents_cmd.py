@@ -16,7 +16,7 @@ from agent_env.errors import BadInput, NotFound
 def _connect():
     """A client of the configured gateway; a clear error when the embedded one is not running."""
     from agent_env.gateway import embedded
-    from agent_env.gateway.client import GatewayUnavailable
+    from agent_env.gateway_client import GatewayUnavailable
 
     settings = load_settings()
     if not settings.gateway.urls() and not embedded.status(settings).running:
@@ -117,7 +117,7 @@ def _match(turns: list[dict], given: str) -> str:
 
 
 def answer_command(turn_id: str, text: str) -> int:
-    from agent_env.gateway.client import GatewayRefused
+    from agent_env.gateway_client import GatewayRefused
 
     if not text.strip():
         raise BadInput("the answer is empty", 'give the text to answer with: agent-env agents answer ID "..."')

@@ -132,7 +132,7 @@ def _pin_lines(pins: dict) -> list[str]:
 
 def _restorations(settings, run_id: str) -> list[str]:
     """Instances of the run that a gateway pool rebuilt on another gateway after theirs was lost."""
-    from agent_env.gateway.pool import Placement
+    from agent_env.gateway_client.placement import Placement
     from agent_env.stores import keys, open_stores
 
     stores = open_stores(settings)
@@ -229,7 +229,7 @@ def trajectory_command(run_id: str, jsonl: bool) -> int:
         async with connect(settings, start_daemon=False) as client:
             return await client.trajectory(instance)
 
-    from agent_env.gateway.client import GatewayRefused, GatewayUnavailable
+    from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
 
     entries: list[dict] = []
     for instance in instances:

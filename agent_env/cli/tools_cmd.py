@@ -17,8 +17,8 @@ from agent_env.errors import BadInput
 
 
 async def _client_and_instance(instance: str):
-    from agent_env.gateway.client import GatewayRefused
     from agent_env.gateway.embedded import connect
+    from agent_env.gateway_client import GatewayRefused
 
     client = connect(load_settings())
     try:
@@ -128,7 +128,7 @@ def _convert(kind: str, value: str, flag: str) -> Any:
 
 
 def call_command(instance: str, tool: str, agent: str | None, raw_json: str | None, argv: list[str]) -> int:
-    from agent_env.gateway.client import GatewayRefused
+    from agent_env.gateway_client import GatewayRefused
 
     async def go() -> int:
         client, described = await _client_and_instance(instance)

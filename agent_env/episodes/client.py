@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from agent_env.config import Settings
     from agent_env.episodes.spec import EpisodeSpec
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
     from agent_env.keepalive import KeepAliveClient
     from agent_env.stores import Stores
 

@@ -41,7 +41,7 @@ from agent_env.temporal import launch
 
 if TYPE_CHECKING:
     from agent_env.episodes.spec import EpisodeSpec
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
     from agent_env.spec.run import RunInput
     from agent_env.spec.task import TaskSpec
     from agent_env.stores import Stores

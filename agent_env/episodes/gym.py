@@ -21,8 +21,9 @@ from typing import Any
 
 from agent_env.episodes.client import Episode, Episodes, Turn
 from agent_env.episodes.spec import EpisodeSpec
-from agent_env.gateway.client import GatewayClient, GatewayRefused
 from agent_env.gateway.embedded import base_url
+from agent_env.gateway_client import GatewayRefused
+from agent_env.gateway_client.single import SingleGateway
 
 
 class EpisodeEnv:
@@ -98,7 +99,7 @@ class EpisodeEnv:
         offer = self._turn.offer if self._turn is not None else None
         base = offer.mcp_url.split("/envs/", 1)[0] if offer and offer.mcp_url else base_url(self._episodes.settings)
         if self._rest is None or self._rest.base_url != base:
-            self._rest = GatewayClient(base)
+            self._rest = SingleGateway(base)
         return self._rest
 
     async def _step(self, action: dict[str, Any]) -> tuple[dict, float, bool, bool, dict]:

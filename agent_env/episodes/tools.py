@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 
 from agent_env import telemetry, tls
 from agent_env.agents.sdk import ToolFailed
-from agent_env.gateway.client import GatewayRefused, GatewayUnavailable
+from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
 from agent_env.keepalive import KeepAliveClient, Reply
 
 # What a tool call's refusal looks like over REST: unknown tool, not the role's, bad arguments or its own error.

@@ -22,13 +22,13 @@ from pydantic import BaseModel, Field
 
 from agent_env.explorer.runs import instances
 from agent_env.gateway import trajectory
-from agent_env.gateway.client import GatewayRefused, GatewayUnavailable
+from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
 from agent_env.spec.run import RunState
 from agent_env.spec.world_state import clip
 from agent_env.stores import Stores, keys
 
 if TYPE_CHECKING:
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 MAX_PAGE = 500  # calls per page, at most
 FIELD_BYTES = 2048  # arguments, results and errors in a page; `GET .../calls/N` has the whole entry

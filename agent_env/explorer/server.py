@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
     from temporalio.client import Client
 
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 M = TypeVar("M", bound=BaseModel)
 

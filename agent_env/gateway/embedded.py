@@ -9,9 +9,12 @@ from typing import TYPE_CHECKING
 from agent_env.config import Settings
 from agent_env.daemon import Daemon, DaemonInfo, PortCheck
 from agent_env.errors import BadInput
+from agent_env.gateway import tokens
+from agent_env.gateway_client.pool import GatewayPool
+from agent_env.gateway_client.single import SingleGateway
 
 if TYPE_CHECKING:
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 
 def _daemon(settings: Settings) -> tuple[Daemon, list[str]]:
@@ -89,15 +92,11 @@ def base_url(settings: Settings) -> str:
 def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda msg: None) -> GatewayClient:
     """A client of the configured gateway (or pool of gateways) with its admin token; starts the embedded
     gateway if none is configured."""
-    from agent_env.gateway.client import GatewayClient
-
     if urls := settings.gateway.urls():
         token = admin_token(settings)
         if not settings.gateway.pool:
-            return GatewayClient(urls[0], token)
-        from agent_env.gateway.pool import GatewayPool
-
-        return GatewayPool([GatewayClient(url, token) for url in urls], settings)
+            return SingleGateway(urls[0], token)
+        return GatewayPool([SingleGateway(url, token) for url in urls], settings)
     if start_daemon:
         info, started = start(settings, on_notice=on_notice)
         if started:
@@ -105,14 +104,12 @@ def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda m
                 f"started the embedded gateway at http://{info.address}; it keeps running in the background "
                 "(stop it with `agent-env gateway stop`)"
             )
-    return GatewayClient(base_url(settings), admin_token(settings))
+    return SingleGateway(base_url(settings), admin_token(settings))
 
 
 def admin_token(settings: Settings) -> str:
     """The admin token of the configured gateways: given (`[gateway] admin_token`), derived from the pool's
     shared key in the secret store (`[gateway] key_secret`), or the embedded gateway's own."""
-    from agent_env.gateway import tokens
-
     g = settings.gateway
     if g.admin_token:
         return g.admin_token

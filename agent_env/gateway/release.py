@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from agent_env.gateway_client import GatewayRefused
+from agent_env.stores import keys
+
 if TYPE_CHECKING:
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
     from agent_env.stores import Stores
 
 
 def trajectory_key(run_id: str, instance: str) -> str:
-    from agent_env.stores import keys
-
     return keys.trajectory(run_id, instance)
 
 
@@ -27,8 +28,6 @@ async def retire_instance(
     gateway: GatewayClient, stores: Stores, run_id: str, instance: str, *, keep_data: bool = False
 ) -> dict[str, Any]:
     """Keep the instance's trajectory in the object store, then stop serving it."""
-    from agent_env.gateway.client import GatewayRefused
-
     key = trajectory_key(run_id, instance)
     try:
         entries = await gateway.trajectory(instance)

@@ -20,12 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import os
 import secrets
-import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +40,11 @@ from agentenv_protocol.types import (
 from pydantic import ValidationError
 
 from agent_env import json_depth, telemetry, tls, waiting
+from agent_env.daemon import tail
 from agent_env.envs.app import ToolError, ToolInfo
 from agent_env.envs.card import HIDDEN_BY_DEFAULT_META_KEY, OPERATIONS
 from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
-from agent_env.envs.serve import SERVER_TOKEN_ENV
+from agent_env.gateway.app_process import start_server
 from agent_env.ports import free_port
 
 START_TIMEOUT = 30.0  # for a server to start listening
@@ -55,23 +52,6 @@ CONNECT_TIMEOUT = 10.0  # to open a TCP (TLS) connection to a server that listen
 PROBE_TIMEOUT = 10.0  # its card and /ready
 DATA_TIMEOUT = 300.0  # a data-plane call: load, reset, export (all of an app's data)
 CALL_TIMEOUT = 300.0  # one tool call, end to end
-PR_SET_PDEATHSIG = 1
-
-
-def _dies_with_parent():
-    """A preexec_fn making the child get SIGKILL when the gateway dies (even by SIGKILL), on Linux; None
-    elsewhere. It runs after start_new_session's setsid(), which does not clear the setting."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork: nothing to import in the child
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the gateway died before prctl: no signal would ever come
-            os._exit(1)
-
-    return preexec
 
 
 def _leaf(error: BaseException) -> BaseException:
@@ -130,29 +110,7 @@ class RemoteApp:
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
         token = secrets.token_urlsafe(32)
-        with open(folder / "server.log", "ab") as log:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "agent_env",
-                    "env",
-                    "serve",
-                    target,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--state",
-                    str(folder / "state"),
-                ],
-                env={**os.environ, SERVER_TOKEN_ENV: token},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=_dies_with_parent(),
-            )
+        proc = start_server(target, port, folder, token)
         app = cls(name, f"http://127.0.0.1:{port}", proc, token=token)
         try:
             await app._wait_ready(folder / "server.log")
@@ -218,8 +176,6 @@ class RemoteApp:
 
         async def still_running() -> None:
             if self.proc is not None and self.proc.poll() is not None:
-                from agent_env.daemon import tail
-
                 raise RuntimeError(f"app {self.name!r} exited while starting:\n{tail(log)}")
 
         try:

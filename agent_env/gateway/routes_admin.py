@@ -1,8 +1,9 @@
 """The run's side of the gateway (admin token): instances, roles, the world, the data plane, hosted agents.
 
 Every route here sits behind one guard, the router's `admin_only` dependency, so no handler can forget it.
-`GET /admin/openapi.json` is this router's OpenAPI document, generated from these routes and their body
-models, and served behind the same guard (the app serves no public /docs or /openapi.json).
+`GET /admin/openapi.json` is this router's OpenAPI document, generated from these routes, their body
+models and their answers (`response_model`: the shapes of `gateway_client.wire`, which the clients parse; the
+handlers still return their `JSONResponse`, which FastAPI passes on unchecked), and served behind the same guard (the app serves no public /docs or /openapi.json).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from agent_env.gateway.routes_common import GatewayDep, bounded_body, gateway_of
 from agent_env.gateway.service import Caller, Gateway, GatewayError
 from agent_env.gateway.spec import AppRef, InstanceSpec, RoleSpec
 from agent_env.gateway.storage import approx_bytes
+from agent_env.gateway_client import wire
 from agent_env.spec.world_state import WorldPush
 
 ADMIN_ONLY = "this needs the gateway's admin token"
@@ -186,7 +188,7 @@ class _Budgeted:
 # -- instances --
 
 
-def describe(inst: EnvInstance) -> dict[str, Any]:
+def describe(inst: EnvInstance) -> wire.InstanceView:
     return {
         "id": inst.spec.id,
         "env": inst.spec.env,
@@ -201,23 +203,28 @@ def describe(inst: EnvInstance) -> dict[str, Any]:
     }
 
 
-@router.get("/admin/instances", tags=["instances"])
+@router.get("/admin/instances", tags=["instances"], response_model=wire.model_of(wire.Instances))
 async def list_instances(gateway: GatewayDep) -> Response:
     return JSONResponse({"instances": gateway.list_instances()})
 
 
-@router.get("/admin/load", tags=["instances"])
+@router.get("/admin/load", tags=["instances"], response_model=wire.model_of(wire.Load))
 async def busy(gateway: GatewayDep, run: str | None = None) -> Response:
     """How busy this gateway is (a pool places new instances by it), and which instances of `run` it holds."""
     return JSONResponse(gateway.busy(run))
 
 
-@router.get("/admin/instances/{instance}", tags=["instances"])
+@router.get("/admin/instances/{instance}", tags=["instances"], response_model=wire.model_of(wire.InstanceView))
 async def get_instance(instance: str, gateway: GatewayDep) -> Response:
     return JSONResponse(describe(await gateway.get(instance)))
 
 
-@router.put("/admin/instances/{instance}", tags=["instances"], openapi_extra=json_body(InstanceSpec))
+@router.put(
+    "/admin/instances/{instance}",
+    tags=["instances"],
+    openapi_extra=json_body(InstanceSpec),
+    response_model=wire.model_of(wire.InstanceView),
+)
 async def put_instance(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """Create or replace an instance (the body's `id` defaults to the path's)."""
     spec = await named_body(request, InstanceSpec, instance, "instance")
@@ -228,7 +235,12 @@ async def put_instance(request: Request, instance: str, gateway: GatewayDep) -> 
     return JSONResponse(describe(await gateway.put(spec)))
 
 
-@router.post("/admin/instances/{instance}/fork", tags=["instances"], openapi_extra=json_body(ForkRequest))
+@router.post(
+    "/admin/instances/{instance}/fork",
+    tags=["instances"],
+    openapi_extra=json_body(ForkRequest),
+    response_model=wire.model_of(wire.InstanceView),
+)
 async def fork_instance(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """A new instance (the body's `id`) starting from this one's current state: in-process apps copied with
     SQLite's online backup, the others through export -> load. Idempotent on the new id."""
@@ -239,52 +251,79 @@ async def fork_instance(request: Request, instance: str, gateway: GatewayDep) ->
     return JSONResponse({**describe(forked), "forked_from": instance})
 
 
-@router.delete("/admin/instances/{instance}", tags=["instances"])
+@router.delete("/admin/instances/{instance}", tags=["instances"], response_model=wire.model_of(wire.Deleted))
 async def delete_instance(instance: str, gateway: GatewayDep, keep_data: str | None = None) -> Response:
     keep = keep_data in ("1", "true")
     return JSONResponse({"deleted": await gateway.delete(instance, keep_data=keep)})
 
 
-@router.get("/admin/instances/{instance}/tokens/{agent}", tags=["instances"])
+@router.get("/admin/instances/{instance}/tokens/{agent}", tags=["instances"], response_model=wire.model_of(wire.Token))
 async def agent_token(instance: str, agent: str, gateway: GatewayDep) -> Response:
     """An agent's role token."""
     return JSONResponse({"token": await gateway.token(instance, agent)})
 
 
-@router.get("/admin/instances/{instance}/servers/{app}/token", tags=["instances"])
+@router.get(
+    "/admin/instances/{instance}/servers/{app}/token", tags=["instances"], response_model=wire.model_of(wire.Token)
+)
 async def server_token(instance: str, app: str, gateway: GatewayDep) -> Response:
     """The token of an app server a sandbox runs for this instance (deploy_env passes it on)."""
     return JSONResponse({"token": tokens.server_token(gateway.key, instance, app)})
 
 
-@router.put("/admin/instances/{instance}/roles/{role}", tags=["instances"], openapi_extra=json_body(RoleSpec))
+@router.put(
+    "/admin/instances/{instance}/roles/{role}",
+    tags=["instances"],
+    openapi_extra=json_body(RoleSpec),
+    response_model=wire.model_of(wire.RoleTools),
+)
 async def set_role(request: Request, instance: str, role: str, gateway: GatewayDep) -> Response:
     allowed = await gateway.set_role(instance, role, parse(RoleSpec, await json_of(request), "role"))
     return JSONResponse({"role": role, "tools": sorted(allowed)})
 
 
-@router.patch("/admin/instances/{instance}/roles/{role}", tags=["instances"], openapi_extra=json_body(RoleChange))
+@router.patch(
+    "/admin/instances/{instance}/roles/{role}",
+    tags=["instances"],
+    openapi_extra=json_body(RoleChange),
+    response_model=wire.model_of(wire.RoleTools),
+)
 async def change_role(request: Request, instance: str, role: str, gateway: GatewayDep) -> Response:
     change = parse(RoleChange, await json_of(request), "role change")
     allowed = await gateway.change_role(instance, role, change.enable, change.disable)
     return JSONResponse({"role": role, "tools": sorted(allowed)})
 
 
-@router.put("/admin/instances/{instance}/world", tags=["instances"], openapi_extra=json_body(WorldPush))
+@router.put(
+    "/admin/instances/{instance}/world",
+    tags=["instances"],
+    openapi_extra=json_body(WorldPush),
+    response_model=wire.model_of(wire.Hits),
+)
 async def push_world(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """The run's world (clock, triggers) as the gateway should stamp and match it."""
     push = parse(WorldPush, await json_of(request), "world")
     return JSONResponse({"hits": await gateway.push_world(instance, push)})
 
 
-@router.put("/admin/instances/{instance}/agents/{agent}", tags=["instances"], openapi_extra=json_body(AgentRole))
+@router.put(
+    "/admin/instances/{instance}/agents/{agent}",
+    tags=["instances"],
+    openapi_extra=json_body(AgentRole),
+    response_model=wire.model_of(wire.AgentRoleSet),
+)
 async def set_agent_role(request: Request, instance: str, agent: str, gateway: GatewayDep) -> Response:
     body = parse(AgentRole, await json_of(request), "agent")
     await gateway.set_agent_role(instance, agent, body.role)
     return JSONResponse({"agent": agent, "role": body.role})
 
 
-@router.post("/admin/instances/{instance}/call", tags=["instances"], openapi_extra=json_body(CallRequest))
+@router.post(
+    "/admin/instances/{instance}/call",
+    tags=["instances"],
+    openapi_extra=json_body(CallRequest),
+    response_model=wire.model_of(wire.CallOutcome),
+)
 async def run_call(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """A tool call of the run's own (default: as the first role)."""
     body = parse(CallRequest, await json_of(request), "call")
@@ -308,7 +347,12 @@ async def run_call(request: Request, instance: str, gateway: GatewayDep) -> Resp
     )
 
 
-@router.post("/admin/instances/{instance}/load", tags=["instances"], openapi_extra=json_body(LoadRequest))
+@router.post(
+    "/admin/instances/{instance}/load",
+    tags=["instances"],
+    openapi_extra=json_body(LoadRequest),
+    response_model=wire.model_of(wire.Loaded),
+)
 async def load(request: Request, instance: str, gateway: GatewayDep) -> Response:
     """data/add with an idempotency key (and optionally a reset first). A ToolError is a 422."""
     body = parse(LoadRequest, await json_of(request), "load")
@@ -331,7 +375,10 @@ async def snapshot(instance: str, gateway: GatewayDep) -> Response:
 
 
 @router.put(
-    "/admin/instances/{instance}/snapshot", tags=["instances"], openapi_extra={"requestBody": {"required": True, **TAR}}
+    "/admin/instances/{instance}/snapshot",
+    tags=["instances"],
+    openapi_extra={"requestBody": {"required": True, **TAR}},
+    response_model=wire.model_of(wire.SnapshotRestored),
 )
 async def restore(request: Request, instance: str, gateway: GatewayDep) -> Response:
     inst = await gateway.get(instance)
@@ -344,7 +391,9 @@ async def restore(request: Request, instance: str, gateway: GatewayDep) -> Respo
     return JSONResponse({"restored": inst.spec.id})
 
 
-@router.get("/admin/instances/{instance}/trajectory", tags=["instances"])
+@router.get(
+    "/admin/instances/{instance}/trajectory", tags=["instances"], response_model=wire.model_of(wire.TrajectoryPage)
+)
 async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last: str | None = None) -> Response:
     """Trajectory entries after seq `after`, a page at a time (`more`: a full page, ask again after its last
     seq), or only the last one."""
@@ -359,13 +408,13 @@ async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last:
 # -- runs --
 
 
-@router.post("/admin/runs/{run_id}/end", tags=["runs"])
+@router.post("/admin/runs/{run_id}/end", tags=["runs"], response_model=wire.model_of(wire.RunEnded))
 async def end_run(run_id: str, gateway: GatewayDep) -> Response:
     """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted."""
     return JSONResponse(await gateway.end_run(run_id))
 
 
-@router.get("/admin/runs/{run_id}/parked", tags=["runs"])
+@router.get("/admin/runs/{run_id}/parked", tags=["runs"], response_model=wire.model_of(wire.Parked))
 async def parked_hits(run_id: str, gateway: GatewayDep) -> Response:
     """Trigger hits the run refused or could not take (with the error)."""
     return JSONResponse({"parked": gateway.delivery.parked(run_id)})
@@ -374,7 +423,7 @@ async def parked_hits(run_id: str, gateway: GatewayDep) -> Response:
 # -- hosted agents and people's turns --
 
 
-@router.get("/admin/agents", tags=["agents"])
+@router.get("/admin/agents", tags=["agents"], response_model=wire.model_of(wire.Agents))
 async def list_agents(gateway: GatewayDep) -> Response:
     return JSONResponse({"agents": gateway.agents.list()})
 
@@ -398,12 +447,12 @@ async def deploy_agent(request: Request, agent_id: str, gateway: GatewayDep) -> 
     return JSONResponse({**spec.model_dump(mode="json"), "path": f"/agents/{spec.id}/"})
 
 
-@router.delete("/admin/agents/{agent_id}", tags=["agents"])
+@router.delete("/admin/agents/{agent_id}", tags=["agents"], response_model=wire.model_of(wire.Deleted))
 async def delete_agent(agent_id: str, gateway: GatewayDep) -> Response:
     return JSONResponse({"deleted": await gateway.agents.delete(agent_id)})
 
 
-@router.get("/admin/human", tags=["agents"])
+@router.get("/admin/human", tags=["agents"], response_model=wire.model_of(wire.Turns))
 async def human_turns(gateway: GatewayDep) -> Response:
     """People's turns waiting for an answer."""
     return JSONResponse({"turns": gateway.agents.pending()})

@@ -12,7 +12,10 @@ import hmac
 import secrets
 from pathlib import Path
 
+from agent_env import guard
 from agent_env.errors import AgentEnvError
+from agent_env.stores import hex_secret
+from agent_env.stores.local import create_private_once, read_private
 
 PREFIX = "aet_"
 
@@ -30,16 +33,12 @@ def load_or_create_key(path: Path) -> bytes:
     try:
         return _checked_key(path)
     except FileNotFoundError:
-        from agent_env.stores.local import create_private_once
-
         create_private_once(path, secrets.token_bytes(KEY_BYTES))
         return _checked_key(path)
 
 
 def _checked_key(path: Path) -> bytes:
     """The key in `path`, if it can be trusted (FileNotFoundError when there is none yet)."""
-    from agent_env.stores.local import read_private
-
     remake = "delete it to make a new one (every agent and admin token changes), or restore it from a backup"
     key = read_private(path, what="the gateway key file", remake=remake, error=BrokenKey)
     if len(key) < KEY_BYTES:
@@ -54,8 +53,6 @@ def _checked_key(path: Path) -> bytes:
 def shared_key(settings) -> bytes:
     """The key a pool of gateways shares, from the secret store (`[gateway] key_secret`): 64 hex digits.
     Kept there, not in files or run history, so every gateway and worker of the install reads the same one."""
-    from agent_env.stores import hex_secret
-
     name = settings.gateway.key_secret
     key = hex_secret(settings, name)
     if len(key) < KEY_BYTES:
@@ -85,6 +82,4 @@ def admin_token(key: bytes) -> str:
 
 def bearer(header: str | None) -> str | None:
     """The token of an `Authorization: Bearer ...` header (one parser for every server: agent_env.guard)."""
-    from agent_env.guard import bearer as parse
-
-    return parse(header)
+    return guard.bearer(header)

@@ -16,6 +16,7 @@ import queue
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,12 @@ class TrajectoryWriter:
         self.max_open = max_open
         self.failure: str | None = None
         self.lost = 0
-        self._queue: queue.Queue[tuple[Path, dict[str, Any]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Path, Mapping[str, Any]] | None] = queue.Queue()
         self._connections: OrderedDict[Path, sqlite3.Connection] = OrderedDict()  # the writer thread's only
         self._thread = threading.Thread(target=self._run, name="trajectory-writer", daemon=True)
         self._thread.start()
 
-    def record(self, path: Path, entry: dict[str, Any]) -> None:
+    def record(self, path: Path, entry: Mapping[str, Any]) -> None:
         """Queue an entry; serialising and clipping happen on the writer thread, off the call's path."""
         self._queue.put((path, entry))
 

@@ -18,7 +18,7 @@ from agent_env.stores import Stores, open_stores
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
-    from agent_env.gateway.client import GatewayClient
+    from agent_env.gateway_client import GatewayClient
 
 
 @dataclass

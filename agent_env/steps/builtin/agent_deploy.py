@@ -19,7 +19,7 @@ from agent_env.agents.models import check_endpoint, resolve_key
 from agent_env.bundles import find_agent
 from agent_env.config import ModelSettings
 from agent_env.errors import AgentEnvError, BadInput
-from agent_env.gateway.client import GatewayRefused
+from agent_env.gateway_client import GatewayRefused
 from agent_env.providers import apps
 from agent_env.spec.agent import AgentRecord, InlineSkill
 from agent_env.spec.env import AgentSandbox

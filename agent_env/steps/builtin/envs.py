@@ -17,9 +17,10 @@ from agent_env import packing
 from agent_env.bundles import find_env
 from agent_env.envs.records import check_composition, env_for_app
 from agent_env.errors import AgentEnvError, BadInput
-from agent_env.gateway.client import GatewayRefused
-from agent_env.gateway.pool import GatewayPool, Placement
 from agent_env.gateway.release import retire_instance
+from agent_env.gateway_client import GatewayRefused, wire
+from agent_env.gateway_client.placement import Placement
+from agent_env.gateway_client.pool import GatewayPool
 from agent_env.providers import apps
 from agent_env.spec.env import EnvRecord, RoleSpec
 from agent_env.spec.run import Criterion, Score, apps_in_sandboxes
@@ -191,7 +192,7 @@ async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime
     }
 
 
-async def _fork(gateway, source: str, spec: dict[str, Any]) -> dict[str, Any] | None:
+async def _fork(gateway, source: str, spec: dict[str, Any]) -> wire.InstanceView | None:
     """Fork `source` into the new instance (its description); None when the source is gone (its group ended,
     or it expired): the step then deploys the environment itself, from the same record and data."""
 

@@ -1,13 +1,15 @@
-"""A client of the gateway's admin API (what runs use) and of its agent REST API (what the CLI uses)."""
+"""One gateway's client: its admin API (what runs use) and its agent REST API (what the CLI uses)."""
 
 from __future__ import annotations
 
 from json import dumps
-from typing import Any
-from urllib.parse import urlencode
+from typing import Any, Self, TypeVar, cast
+from urllib.parse import urlencode, urlsplit
 
 from agent_env import telemetry, tls
-from agent_env.errors import AgentEnvError
+from agent_env.gateway_client import wire
+from agent_env.gateway_client.api import GatewayRefused, GatewayUnavailable
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.keepalive import KeepAliveClient, Reply
 
 MAX_ANSWER = 1024 * 1024 * 1024 + 1024  # the largest answer: a snapshot (the gateway's own limit on them)
@@ -16,32 +18,23 @@ MAX_ANSWER = 1024 * 1024 * 1024 + 1024  # the largest answer: a snapshot (the ga
 FORK_FIELDS = ("id", "run_id", "agents", "now", "apps")  # what a fork takes of a new instance's spec
 
 
-class GatewayUnavailable(AgentEnvError):
-    exit_code = 3
+T = TypeVar("T")
 
 
-class GatewayRefused(AgentEnvError):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class GatewayClient:
-    """Every call is a small JSON request to one origin, many per run: a keep-alive client (agent_env.keepalive)
+class SingleGateway:
+    """`api.GatewayClient` over one gateway. Every call is a small JSON request to one origin, many per run: a keep-alive client (agent_env.keepalive)
     carries them; the admin token goes only to this gateway."""
 
     def __init__(self, base_url: str, admin_token: str | None = None, *, timeout: float = 60.0) -> None:
-        from urllib.parse import urlsplit
-
         self.base_url = base_url.rstrip("/")
         self._prefix = urlsplit(self.base_url).path  # a gateway served under a path (behind a proxy)
         self._headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
         self._http = KeepAliveClient(self.base_url, timeout=timeout, ssl_context=tls.context(), max_body=MAX_ANSWER)
 
-    async def __aenter__(self) -> GatewayClient:
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -53,7 +46,7 @@ class GatewayClient:
         path: str,
         *,
         json: Any = None,
-        params: dict[str, Any] | None = None,
+        params: JsonObject | None = None,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> Reply:
@@ -76,28 +69,32 @@ class GatewayClient:
     async def _json(self, method: str, path: str, **kwargs) -> Any:
         return (await self._request(method, path, **kwargs)).json()
 
+    async def _answer(self, shape: type[T], method: str, path: str, **kwargs) -> T:
+        """The answer, checked as the shape the gateway declares for it (`wire`)."""
+        return wire.parse(shape, await self._json(method, path, **kwargs))
+
     # -- admin --
-    async def put_instance(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return await self._json("PUT", f"/admin/instances/{spec['id']}", json=spec)
+    async def put_instance(self, spec: JsonObject) -> wire.InstanceView:
+        return await self._answer(wire.InstanceView, "PUT", f"/admin/instances/{spec['id']}", json=spec)
 
-    async def get_instance(self, instance: str) -> dict[str, Any]:
-        return await self._json("GET", f"/admin/instances/{instance}")
+    async def get_instance(self, instance: str) -> wire.InstanceView:
+        return await self._answer(wire.InstanceView, "GET", f"/admin/instances/{instance}")
 
-    async def fork(self, source: str, spec: dict[str, Any]) -> dict[str, Any]:
+    async def fork(self, source: str, spec: JsonObject) -> wire.InstanceView:
         """A new instance (`spec`'s id, run, agents, time and apps at URLs) starting from `source`'s current
         state, on the gateway holding it. Idempotent on the new id."""
         body = {k: spec[k] for k in FORK_FIELDS if k in spec}
-        return await self._json("POST", f"/admin/instances/{source}/fork", json=body)
+        return await self._answer(wire.InstanceView, "POST", f"/admin/instances/{source}/fork", json=body)
 
-    async def list_instances(self) -> list[dict[str, Any]]:
-        return (await self._json("GET", "/admin/instances"))["instances"]
+    async def list_instances(self) -> list[JsonObject]:
+        return (await self._answer(wire.Instances, "GET", "/admin/instances"))["instances"]
 
-    async def list_agents(self) -> list[dict[str, Any]]:
-        return (await self._json("GET", "/admin/agents"))["agents"]
+    async def list_agents(self) -> list[JsonObject]:
+        return (await self._answer(wire.Agents, "GET", "/admin/agents"))["agents"]
 
-    async def busy(self, run_id: str | None = None) -> dict[str, Any]:
+    async def busy(self, run_id: str | None = None) -> wire.Load:
         """Open instances and hosted agents here, and the instances of `run_id` this gateway holds."""
-        return await self._json("GET", "/admin/load", params={"run": run_id} if run_id else {})
+        return await self._answer(wire.Load, "GET", "/admin/load", params={"run": run_id} if run_id else {})
 
     async def url_for(self, instance: str) -> str:
         """The base URL agents reach `instance` at (one gateway: its own; a pool: the owner's)."""
@@ -108,41 +105,46 @@ class GatewayClient:
 
     async def delete_instance(self, instance: str, *, keep_data: bool = False) -> bool:
         params = {"keep_data": "1"} if keep_data else {}
-        return (await self._json("DELETE", f"/admin/instances/{instance}", params=params))["deleted"]
+        return (await self._answer(wire.Deleted, "DELETE", f"/admin/instances/{instance}", params=params))["deleted"]
 
     async def token(self, instance: str, agent: str) -> str:
-        return (await self._json("GET", f"/admin/instances/{instance}/tokens/{agent}"))["token"]
+        return (await self._answer(wire.Token, "GET", f"/admin/instances/{instance}/tokens/{agent}"))["token"]
 
     async def server_token(self, instance: str, app: str) -> str:
         """The token the sandbox of `app` must be started with (only the gateway reaches it then)."""
-        return (await self._json("GET", f"/admin/instances/{instance}/servers/{app}/token"))["token"]
+        return (await self._answer(wire.Token, "GET", f"/admin/instances/{instance}/servers/{app}/token"))["token"]
 
     async def set_role(self, instance: str, role: str, tools: list[str], deny: list[str] | None = None) -> list[str]:
         body = {"tools": tools, "deny": deny or []}
-        return (await self._json("PUT", f"/admin/instances/{instance}/roles/{role}", json=body))["tools"]
+        return (await self._answer(wire.RoleTools, "PUT", f"/admin/instances/{instance}/roles/{role}", json=body))[
+            "tools"
+        ]
 
     async def change_role(self, instance: str, role: str, enable: list[str], disable: list[str]) -> list[str]:
         body = {"enable": enable, "disable": disable}
-        return (await self._json("PATCH", f"/admin/instances/{instance}/roles/{role}", json=body))["tools"]
+        return (await self._answer(wire.RoleTools, "PATCH", f"/admin/instances/{instance}/roles/{role}", json=body))[
+            "tools"
+        ]
 
-    async def push_world(self, instance: str, push: dict[str, Any]) -> list[dict[str, Any]]:
-        return (await self._json("PUT", f"/admin/instances/{instance}/world", json=push))["hits"]
+    async def push_world(self, instance: str, push: JsonObject) -> list[JsonObject]:
+        hits = (await self._answer(wire.Hits, "PUT", f"/admin/instances/{instance}/world", json=push))["hits"]
+        return cast(list[JsonObject], hits)  # (the run validates each as a TriggerHit itself)
 
     async def set_agent_role(self, instance: str, agent: str, role: str) -> None:
-        await self._json("PUT", f"/admin/instances/{instance}/agents/{agent}", json={"role": role})
+        await self._answer(wire.AgentRoleSet, "PUT", f"/admin/instances/{instance}/agents/{agent}", json={"role": role})
 
     async def call_as(
         self,
         instance: str,
         tool: str,
-        arguments: dict[str, Any],
+        arguments: JsonObject,
         *,
         role: str | None = None,
         agent: str | None = None,
         idempotency_key: str | None = None,
         cause: str | None = None,
         at: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> wire.CallOutcome:
         body = {
             "tool": tool,
             "arguments": arguments,
@@ -152,12 +154,13 @@ class GatewayClient:
             "cause": cause,
             "at": at,
         }
-        return await self._json("POST", f"/admin/instances/{instance}/call", json=body)
+        return await self._answer(wire.CallOutcome, "POST", f"/admin/instances/{instance}/call", json=body)
 
     async def load(
-        self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None, reset: bool = False
+        self, instance: str, parts: list[JsonObject], *, idempotency_key: str | None = None, reset: bool = False
     ) -> None:
-        await self._json(
+        await self._answer(
+            wire.Loaded,
             "POST",
             f"/admin/instances/{instance}/load",
             json={"parts": parts, "idempotency_key": idempotency_key, "reset": reset},
@@ -169,46 +172,51 @@ class GatewayClient:
     async def restore(self, instance: str, blob: bytes) -> None:
         await self._request("PUT", f"/admin/instances/{instance}/snapshot", content=blob)
 
-    async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
+    async def trajectory(self, instance: str, after: int = 0) -> list[JsonObject]:
         """Every entry after `after`, however many: the gateway answers a page at a time."""
-        entries: list[dict[str, Any]] = []
+        entries: list[JsonObject] = []
         while True:
-            reply = await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"after": after})
-            entries += reply["entries"]
+            reply = await self._answer(
+                wire.TrajectoryPage, "GET", f"/admin/instances/{instance}/trajectory", params={"after": after}
+            )
+            entries += cast(list[JsonObject], reply["entries"])  # (plain objects: their readers take any entry)
             if not reply["entries"] or not reply.get("more", True):  # a gateway that does not say: ask again
                 return entries
             after = reply["entries"][-1]["seq"]
 
-    async def parked_hits(self, run_id: str) -> list[dict[str, Any]]:
+    async def parked_hits(self, run_id: str) -> list[JsonObject]:
         """Trigger hits of the run that the gateway stopped delivering, each with its error."""
-        return (await self._json("GET", f"/admin/runs/{run_id}/parked"))["parked"]
+        return (await self._answer(wire.Parked, "GET", f"/admin/runs/{run_id}/parked"))["parked"]
 
-    async def end_run(self, run_id: str) -> dict[str, Any]:
+    async def end_run(self, run_id: str) -> wire.RunEnded:
         """Release what the run holds on the gateway: close its instances (kept), delete its hosted agents."""
-        return await self._json("POST", f"/admin/runs/{run_id}/end")
+        return await self._answer(wire.RunEnded, "POST", f"/admin/runs/{run_id}/end")
 
     async def last_seq(self, instance: str) -> int:
         """Where the instance's trajectory ends now: read `after` it for what happens next."""
-        entries = (await self._json("GET", f"/admin/instances/{instance}/trajectory", params={"last": 1}))["entries"]
+        last = await self._answer(
+            wire.TrajectoryPage, "GET", f"/admin/instances/{instance}/trajectory", params={"last": 1}
+        )
+        entries = last["entries"]
         return entries[0]["seq"] if entries else 0
 
     # -- hosted agents --
-    async def put_agent(self, spec: dict[str, Any]) -> dict[str, Any]:
+    async def put_agent(self, spec: JsonObject) -> JsonObject:
         return await self._json("PUT", f"/admin/agents/{spec['id']}", json=spec)
 
-    async def get_agent(self, agent_id: str) -> dict[str, Any]:
+    async def get_agent(self, agent_id: str) -> JsonObject:
         return await self._json("GET", f"/admin/agents/{agent_id}")
 
     async def delete_agent(self, agent_id: str) -> bool:
-        return (await self._json("DELETE", f"/admin/agents/{agent_id}"))["deleted"]
+        return (await self._answer(wire.Deleted, "DELETE", f"/admin/agents/{agent_id}"))["deleted"]
 
-    async def human_turns(self) -> list[dict[str, Any]]:
-        return (await self._json("GET", "/admin/human"))["turns"]
+    async def human_turns(self) -> list[JsonObject]:
+        return (await self._answer(wire.Turns, "GET", "/admin/human"))["turns"]
 
-    async def answer_human_turn(self, turn_id: str, answer: str) -> dict[str, Any]:
+    async def answer_human_turn(self, turn_id: str, answer: str) -> JsonObject:
         return await self._json("POST", f"/admin/human/{turn_id}", json={"answer": answer})
 
-    async def data(self, instance: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
         answer = await self._json("POST", f"/envs/{instance}/agentenv", json=body)
         if "error" in answer:
@@ -218,10 +226,11 @@ class GatewayClient:
         return answer["result"]
 
     # -- agents (REST) --
-    async def list_tools(self, instance: str, token: str) -> list[dict[str, Any]]:
+    async def list_tools(self, instance: str, token: str) -> list[JsonObject]:
         headers = {"authorization": f"Bearer {token}"}
-        return (await self._json("GET", f"/envs/{instance}/tools", headers=headers))["tools"]
+        return (await self._answer(wire.ToolList, "GET", f"/envs/{instance}/tools", headers=headers))["tools"]
 
-    async def call_tool(self, instance: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+    async def call_tool(self, instance: str, token: str, tool: str, arguments: JsonObject) -> Any:
         headers = {"authorization": f"Bearer {token}"}
+        # (the agents' hot path: read as it comes, not checked against `wire.ToolResult`)
         return (await self._json("POST", f"/envs/{instance}/tools/{tool}", json=arguments, headers=headers))["result"]

@@ -23,63 +23,40 @@ placement and ownership (docs/architecture.md, "Gateway pool"):
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 from collections import OrderedDict
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from pydantic import BaseModel
-
-from agent_env.gateway.client import GatewayClient, GatewayRefused, GatewayUnavailable
-from agent_env.stores import in_thread, keys, open_stores
-from agent_env.stores.base import MissingObject
+from agent_env.gateway_client import placement, wire
+from agent_env.gateway_client.api import GatewayRefused, GatewayUnavailable
+from agent_env.gateway_client.single import SingleGateway
+from agent_env.gateway_client.wire import JsonObject
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
     from agent_env.stores import Stores
 
-log = logging.getLogger("agent_env.gateway.pool")
-
 CACHED_OWNERS = 4096  # instances and agents whose gateway a long-lived worker remembers (oldest forgotten)
+T = TypeVar("T")
 
 
-class Restored(BaseModel):
-    """An instance rebuilt on another gateway after its own left the pool."""
+class GatewayPool:
+    """`api.GatewayClient` over several gateways: each request goes to the one gateway it concerns (routed), or
+    to all of them (run-wide)."""
 
-    lost: str  # the gateway it was on
-    on: str  # the gateway it is on now
-    snapshot: str | None  # the snapshot it was restored from (None: its deploy-time data)
-    at: str
-
-
-class Placement(BaseModel):
-    """Where an instance of a run was placed, and what rebuilds it elsewhere (`keys.placement`)."""
-
-    spec: dict[str, Any]  # what deploy_env put (no secrets: apps, roles, agents)
-    gateway: str
-    data: list[str] = []  # the object keys of its deploy-time data
-    last_snapshot: str | None = None
-    restored: list[Restored] = []
-
-
-class GatewayPool(GatewayClient):
-    """The interface of `GatewayClient`, over several gateways (every method is routed: none reaches the base
-    class's own HTTP client, which a pool does not have)."""
-
-    def __init__(self, clients: list[GatewayClient], settings: Settings | None = None) -> None:  # (no HTTP client)
+    def __init__(self, clients: list[SingleGateway], settings: Settings | None = None) -> None:
         if not clients:
             raise ValueError("a pool needs at least one gateway")
         self.clients = clients
         self.settings = settings  # for the stores that hold placement records (none: nothing is restored)
         self.base_url = clients[0].base_url  # (for messages; instances and agents have their own gateway's)
-        self._owners: OrderedDict[tuple[str, str], GatewayClient] = OrderedDict()  # (kind, id) -> gateway
+        self._owners: OrderedDict[tuple[str, str], SingleGateway] = OrderedDict()  # (kind, id) -> gateway
         self._turn = 0  # who wins the next tie
 
-    async def __aenter__(self) -> GatewayPool:
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -88,18 +65,18 @@ class GatewayPool(GatewayClient):
 
     # -- ownership --
 
-    def _remember(self, kind: str, key: str, client: GatewayClient) -> GatewayClient:
+    def _remember(self, kind: str, key: str, client: SingleGateway) -> SingleGateway:
         self._owners[(kind, key)] = client
         self._owners.move_to_end((kind, key))
         while len(self._owners) > CACHED_OWNERS:
             self._owners.popitem(last=False)
         return client
 
-    async def owner(self, instance: str) -> GatewayClient:
+    async def owner(self, instance: str) -> SingleGateway:
         """The gateway holding `instance`; a 404 `GatewayRefused` when none does."""
         return await self._find("instance", instance, lambda c: c.get_instance(instance))
 
-    async def _at(self, instance: str, call):
+    async def _at(self, instance: str, call: Callable[[SingleGateway], Awaitable[T]]) -> T:
         """`call(owner)`; when the remembered owner no longer holds the instance (404), forget it and ask the
         pool again, once (it was deleted and put again elsewhere, or rebuilt after its gateway was lost)."""
         remembered = ("instance", instance) in self._owners
@@ -111,13 +88,13 @@ class GatewayPool(GatewayClient):
         self._owners.pop(("instance", instance), None)
         return await call(await self.owner(instance))
 
-    async def _find(self, kind: str, key: str, probe) -> GatewayClient:
+    async def _find(self, kind: str, key: str, probe: Callable[[SingleGateway], Awaitable[Any]]) -> SingleGateway:
         cached = self._owners.get((kind, key))
         if cached is not None:
             return cached
         down: list[GatewayUnavailable] = []
 
-        async def holds(client: GatewayClient) -> bool:
+        async def holds(client: SingleGateway) -> bool:
             try:
                 await probe(client)
                 return True
@@ -135,77 +112,20 @@ class GatewayPool(GatewayClient):
                 return self._remember(kind, key, client)
         if down:  # it may be on the gateway that does not answer: worth retrying, not a 404
             raise down[0]
-        if kind == "instance" and (restored := await self._take_over(key)) is not None:
-            return self._remember(kind, key, restored)
+        if kind == "instance":  # a gateway gone for good: its instance rebuilt on another (placement.py)
+            members = {c.base_url for c in self.clients}
+            if (restored := await placement.take_over(self.settings, key, members, self.place)) is not None:
+                return self._remember(kind, key, restored)
         raise GatewayRefused(404, f"no gateway of the pool holds {kind} {key!r}")
-
-    # -- a gateway gone for good --
-
-    def _stores(self) -> Stores | None:
-        if self.settings is None:
-            return None
-        return open_stores(self.settings)
-
-    def _placement(self, stores: Stores, instance: str) -> tuple[str, Placement] | None:
-        run_id = instance.rpartition(".")[0]
-        key = keys.placement(run_id, instance) if run_id else None
-        try:
-            return (key, Placement.model_validate_json(stores.objects.get(key))) if key else None
-        except MissingObject:
-            return None
 
     def snapshot_taken(self, stores: Stores, instance: str, snapshot: str) -> None:
         """Note `snapshot` as the state another gateway would restore `instance` from."""
-        found = self._placement(stores, instance)
-        if found is not None:
-            key, placement = found
-            placement.last_snapshot = snapshot
-            stores.objects.put(key, placement.model_dump_json().encode())
+        placement.snapshot_taken(stores, instance, snapshot)
 
-    async def _take_over(self, instance: str) -> GatewayClient | None:
-        """Rebuild an instance whose gateway is no longer in the pool on another: its spec, then its last
-        snapshot (or its deploy-time data). None when it was never placed by a pool, or its gateway still is
-        in the pool (then it was deleted, not lost)."""
-        stores = await in_thread(self._stores)
-        if stores is None:
-            return None
-        try:
-            found = await in_thread(self._placement, stores, instance)
-            if found is None or found[1].gateway in {c.base_url for c in self.clients}:
-                return None
-            key, placement = found
-            target = await self.place(placement.spec.get("run_id"))
-            await target.put_instance(placement.spec)
-            if placement.last_snapshot:
-                await target.restore(instance, await stores.aio.objects.get(placement.last_snapshot))
-            elif placement.data:
-                parts = [{"kind": "data", "data": json.loads(await stores.aio.objects.get(k))} for k in placement.data]
-                await target.load(instance, parts, idempotency_key=f"{instance}/restored", reset=True)
-            placement.restored.append(
-                Restored(
-                    lost=placement.gateway,
-                    on=target.base_url,
-                    snapshot=placement.last_snapshot,
-                    at=datetime.now(UTC).isoformat(timespec="seconds"),
-                )
-            )
-            placement.gateway = target.base_url
-            await stores.aio.objects.put(key, placement.model_dump_json().encode())
-        finally:
-            stores.close()
-        log.warning(
-            "instance %s: its gateway %s left the pool; restored on %s from %s",
-            instance,
-            placement.restored[-1].lost,
-            target.base_url,
-            placement.last_snapshot or "its deploy-time data",
-        )
-        return target
-
-    async def place(self, run_id: str | None) -> GatewayClient:
+    async def place(self, run_id: str | None) -> SingleGateway:
         """Where a new instance or hosted agent of `run_id` goes: with its run's instances, else the least
         loaded gateway that answers."""
-        loads: list[tuple[int, int, GatewayClient]] = []
+        loads: list[tuple[int, int, SingleGateway]] = []
         for n, client in enumerate(self.clients):
             try:
                 load = await client.busy(run_id)
@@ -222,7 +142,7 @@ class GatewayPool(GatewayClient):
         self._turn += 1
         return min(loads, key=lambda entry: entry[:2])[2]
 
-    async def busy(self, run_id: str | None = None) -> dict[str, Any]:
+    async def busy(self, run_id: str | None = None) -> wire.Load:
         parts = await asyncio.gather(*(c.busy(run_id) for c in self.clients))
         return {
             "instances": sum(p["instances"] for p in parts),
@@ -237,12 +157,12 @@ class GatewayPool(GatewayClient):
     async def agent_url_base(self, agent_id: str) -> str:
         return (await self._agent_owner(agent_id)).base_url
 
-    async def _agent_owner(self, agent_id: str) -> GatewayClient:
+    async def _agent_owner(self, agent_id: str) -> SingleGateway:
         return await self._find("agent", agent_id, lambda c: c.get_agent(agent_id))
 
     # -- admin: per instance --
 
-    async def _placed(self, instance: str, run_id: str | None) -> GatewayClient:
+    async def _placed(self, instance: str, run_id: str | None) -> SingleGateway:
         """The owner of `instance`, or, for a new one, the gateway it is placed on (remembered until created)."""
         try:
             return await self.owner(instance)  # a retry, or an update: where it already is
@@ -251,16 +171,16 @@ class GatewayPool(GatewayClient):
                 raise
         return self._remember("instance", instance, await self.place(run_id))
 
-    async def put_instance(self, spec: dict[str, Any]) -> dict[str, Any]:
+    async def put_instance(self, spec: JsonObject) -> wire.InstanceView:
         return await (await self._placed(spec["id"], spec.get("run_id"))).put_instance(spec)
 
-    async def get_instance(self, instance: str) -> dict[str, Any]:
+    async def get_instance(self, instance: str) -> wire.InstanceView:
         return await self._at(instance, lambda c: c.get_instance(instance))
 
-    async def fork(self, source: str, spec: dict[str, Any]) -> dict[str, Any]:
+    async def fork(self, source: str, spec: JsonObject) -> wire.InstanceView:
         """On the gateway holding `source` (a fork copies its data there); the new instance is remembered there."""
 
-        async def fork_on(client: GatewayClient) -> dict[str, Any]:
+        async def fork_on(client: SingleGateway) -> wire.InstanceView:
             forked = await client.fork(source, spec)
             self._remember("instance", spec["id"], client)
             return forked
@@ -292,17 +212,33 @@ class GatewayPool(GatewayClient):
     async def change_role(self, instance: str, role: str, enable: list[str], disable: list[str]) -> list[str]:
         return await self._at(instance, lambda c: c.change_role(instance, role, enable, disable))
 
-    async def push_world(self, instance: str, push: dict[str, Any]) -> list[dict[str, Any]]:
+    async def push_world(self, instance: str, push: JsonObject) -> list[JsonObject]:
         return await self._at(instance, lambda c: c.push_world(instance, push))
 
     async def set_agent_role(self, instance: str, agent: str, role: str) -> None:
         await self._at(instance, lambda c: c.set_agent_role(instance, agent, role))
 
-    async def call_as(self, instance: str, tool: str, arguments: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return await self._at(instance, lambda c: c.call_as(instance, tool, arguments, **kwargs))
+    async def call_as(
+        self,
+        instance: str,
+        tool: str,
+        arguments: JsonObject,
+        *,
+        role: str | None = None,
+        agent: str | None = None,
+        idempotency_key: str | None = None,
+        cause: str | None = None,
+        at: str | None = None,
+    ) -> wire.CallOutcome:
+        return await self._at(
+            instance,
+            lambda c: c.call_as(
+                instance, tool, arguments, role=role, agent=agent, idempotency_key=idempotency_key, cause=cause, at=at
+            ),
+        )
 
     async def load(
-        self, instance: str, parts: list[dict[str, Any]], *, idempotency_key: str | None = None, reset: bool = False
+        self, instance: str, parts: list[JsonObject], *, idempotency_key: str | None = None, reset: bool = False
     ) -> None:
         await self._at(instance, lambda c: c.load(instance, parts, idempotency_key=idempotency_key, reset=reset))
 
@@ -312,25 +248,25 @@ class GatewayPool(GatewayClient):
     async def restore(self, instance: str, blob: bytes) -> None:
         await self._at(instance, lambda c: c.restore(instance, blob))
 
-    async def trajectory(self, instance: str, after: int = 0) -> list[dict[str, Any]]:
+    async def trajectory(self, instance: str, after: int = 0) -> list[JsonObject]:
         return await self._at(instance, lambda c: c.trajectory(instance, after))
 
     async def last_seq(self, instance: str) -> int:
         return await self._at(instance, lambda c: c.last_seq(instance))
 
-    async def data(self, instance: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject:
         return await self._at(instance, lambda c: c.data(instance, method, params))
 
-    async def list_tools(self, instance: str, token: str) -> list[dict[str, Any]]:
+    async def list_tools(self, instance: str, token: str) -> list[JsonObject]:
         return await self._at(instance, lambda c: c.list_tools(instance, token))
 
-    async def call_tool(self, instance: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+    async def call_tool(self, instance: str, token: str, tool: str, arguments: JsonObject) -> Any:
         return await self._at(instance, lambda c: c.call_tool(instance, token, tool, arguments))
 
     # -- admin: run-wide, on every gateway --
 
-    async def end_run(self, run_id: str) -> dict[str, Any]:
-        ended: dict[str, Any] = {"instances": [], "agents": [], "sessions": 0}
+    async def end_run(self, run_id: str) -> wire.RunEnded:
+        ended: wire.RunEnded = {"instances": [], "agents": [], "sessions": 0}
         for part in await asyncio.gather(*(c.end_run(run_id) for c in self.clients)):
             ended["instances"] += part["instances"]
             ended["agents"] += part["agents"]
@@ -339,19 +275,19 @@ class GatewayPool(GatewayClient):
             del self._owners[key]
         return ended
 
-    async def list_instances(self) -> list[dict[str, Any]]:
+    async def list_instances(self) -> list[JsonObject]:
         return [i for part in await asyncio.gather(*(c.list_instances() for c in self.clients)) for i in part]
 
-    async def list_agents(self) -> list[dict[str, Any]]:
+    async def list_agents(self) -> list[JsonObject]:
         return [a for part in await asyncio.gather(*(c.list_agents() for c in self.clients)) for a in part]
 
-    async def parked_hits(self, run_id: str) -> list[dict[str, Any]]:
+    async def parked_hits(self, run_id: str) -> list[JsonObject]:
         return [hit for part in await asyncio.gather(*(c.parked_hits(run_id) for c in self.clients)) for hit in part]
 
-    async def human_turns(self) -> list[dict[str, Any]]:
+    async def human_turns(self) -> list[JsonObject]:
         return [turn for part in await asyncio.gather(*(c.human_turns() for c in self.clients)) for turn in part]
 
-    async def answer_human_turn(self, turn_id: str, answer: str) -> dict[str, Any]:
+    async def answer_human_turn(self, turn_id: str, answer: str) -> JsonObject:
         for client in self.clients:
             try:
                 return await client.answer_human_turn(turn_id, answer)
@@ -362,7 +298,7 @@ class GatewayPool(GatewayClient):
 
     # -- hosted agents --
 
-    async def put_agent(self, spec: dict[str, Any]) -> dict[str, Any]:
+    async def put_agent(self, spec: JsonObject) -> JsonObject:
         try:
             client = await self._agent_owner(spec["id"])
         except GatewayRefused as e:
@@ -371,7 +307,7 @@ class GatewayPool(GatewayClient):
             client = self._remember("agent", spec["id"], await self.place(spec.get("run_id")))
         return await client.put_agent(spec)
 
-    async def get_agent(self, agent_id: str) -> dict[str, Any]:
+    async def get_agent(self, agent_id: str) -> JsonObject:
         return await (await self._agent_owner(agent_id)).get_agent(agent_id)
 
     async def delete_agent(self, agent_id: str) -> bool:
