@@ -30,7 +30,7 @@ class ConnectionLost(OSError):
 
 
 @dataclass
-class Reply:
+class HttpReply:
     status: int
     headers: list[tuple[bytes, bytes]]
     body: bytes
@@ -55,7 +55,7 @@ class _Connection:
         self.used = False  # served a request before: the server may have closed it since
         self.loop = asyncio.get_running_loop()  # streams belong to the loop that opened them
 
-    async def exchange(self, request: h11.Request, body: bytes, max_body: int) -> Reply:
+    async def exchange(self, request: h11.Request, body: bytes, max_body: int) -> HttpReply:
         self.writer.write(
             self.http.send(request) + self.http.send(h11.Data(data=body)) + self.http.send(h11.EndOfMessage())
         )
@@ -80,7 +80,7 @@ class _Connection:
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 assert response is not None
-                return Reply(response.status_code, list(response.headers), b"".join(chunks))
+                return HttpReply(response.status_code, list(response.headers), b"".join(chunks))
             elif isinstance(event, h11.ConnectionClosed):
                 raise ConnectionLost("the server closed the connection mid-answer")
 
@@ -117,7 +117,7 @@ class KeepAliveClient:
 
     async def request(
         self, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes = b""
-    ) -> Reply:
+    ) -> HttpReply:
         """`path` is on this client's origin (it starts with "/")."""
         if not path.startswith("/"):
             raise ValueError(f"a path on {self.origin} starts with '/': {path!r}")

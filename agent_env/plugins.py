@@ -21,7 +21,7 @@ from agent_env import __version__
 from agent_env.envs import App
 from agent_env.envs.builtin import APPS
 from agent_env.envs.builtin import ENTRY_POINT_GROUP as ENVS
-from agent_env.providers.base import Provider
+from agent_env.providers.base import SandboxProvider
 from agent_env.providers.by_name import BUILTIN as PROVIDER_BUILTINS
 from agent_env.providers.by_name import ENTRY_POINT_GROUP as PROVIDERS
 from agent_env.step_types import BUILTINS as STEP_BUILTINS
@@ -32,7 +32,7 @@ from agent_env.stores.backends import ENTRY_POINT_GROUP as STORES
 
 GROUPS = {
     STEPS: "step types: a function declared with agent_env.steps.step_type",
-    PROVIDERS: "sandbox providers: a subclass of agent_env.providers.Provider",
+    PROVIDERS: "sandbox providers: a subclass of agent_env.providers.SandboxProvider",
     STORES: "store backends: a factory(kind, options, settings) returning a store",
     ENVS: "env types (apps by name): a subclass of agent_env.envs.App",
 }
@@ -186,11 +186,11 @@ def _step_problem(name: str, obj: Any) -> tuple[str, str] | None:
 
 
 def _provider_problem(name: str, obj: Any) -> tuple[str, str] | None:
-    if isinstance(obj, type) and issubclass(obj, Provider):
+    if isinstance(obj, type) and issubclass(obj, SandboxProvider):
         return None
     return (
-        f"is {_kind(obj)}, not a Provider subclass",
-        "point the entry point at a class deriving from agent_env.providers.Provider",
+        f"is {_kind(obj)}, not a SandboxProvider subclass",
+        "point the entry point at a class deriving from agent_env.providers.SandboxProvider",
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent_env.gateway.watch import Watcher
-from agent_env.spec.agent import Reply
+from agent_env.spec.agent import ReplyRule
 from agent_env.spec.predicates import OPERATORS, Operators, TextTest
 from agent_env.spec.world import Predicate, Says, StateWhen
 from agent_env.spec.world_state import WorldSpec, WorldState
@@ -96,8 +96,8 @@ def test_text_tests_ignore_case_and_name_their_field():
     assert StopWhen(contains="DONE").hit("we are done")
     assert StopWhen(matches="^ok").hit("OK then")
     assert not StopWhen(contains="x").hit("y")
-    assert Reply(say="hi").hit("anything") is False, "a reply without rules never answers"
-    assert Reply(contains="a", matches="b", say="hi").hit("B")
+    assert ReplyRule(say="hi").hit("anything") is False, "a reply without rules never answers"
+    assert ReplyRule(contains="a", matches="b", say="hi").hit("B")
     for model, field in [(StopWhen, "stop_when"), (Says, "says")]:
         assert issubclass(model, TextTest)
         with pytest.raises(ValidationError, match=f"`{field}` needs exactly one of `contains` or `matches`"):

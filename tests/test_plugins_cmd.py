@@ -60,7 +60,10 @@ def test_plugin_list_shows_every_group_and_reports_broken_plugins_without_failin
     assert raising["error"] == "RuntimeError: explodes on import: AGENT_ENV_BROKEN_SETTING is not set"
     assert "not a step type" in found["task_steps", "not_a_step", "agentenv-brokenplugins"]["error"]
     assert "'shout_loud'" in found["task_steps", "misnamed", "agentenv-brokenplugins"]["error"]
-    assert "not a Provider subclass" in found["sandbox_providers", "not_a_provider", "agentenv-brokenplugins"]["error"]
+    assert (
+        "not a SandboxProvider subclass"
+        in found["sandbox_providers", "not_a_provider", "agentenv-brokenplugins"]["error"]
+    )
     shadowed = found["task_steps", "check", "agentenv-brokenplugins"]
     assert shadowed["status"] == "ignored" and "agentenv-framework already provides 'check'" in shadowed["error"]
 

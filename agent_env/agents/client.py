@@ -42,7 +42,7 @@ class AgentReplyInvalid(Exception):
 
 
 @dataclass
-class Reply:
+class AgentReply:
     text: str
     data: dict[str, Any] = field(default_factory=dict)
     failed: bool = False
@@ -128,7 +128,7 @@ class AgentClient:
 
     async def ask(
         self, prompt: str, context: dict[str, Any], *, context_id: str, deadline_s: float, message_id: str | None = None
-    ) -> Reply:
+    ) -> AgentReply:
         """Send one turn; wait at most `deadline_s` for the answer. Resend a turn with its first message id."""
         client = await self._connect()
         message = Message(
@@ -164,7 +164,7 @@ class AgentClient:
         state = TaskState.Name(task.status.state)
         reply = task.status.message
         data: Any = next((d[KEY] for d in get_data_parts(reply.parts) if isinstance(d, dict) and KEY in d), {})
-        return Reply(
+        return AgentReply(
             text=get_message_text(reply),
             data=data or {},
             failed=state != "TASK_STATE_COMPLETED",
@@ -237,7 +237,7 @@ async def ask_deployed(
     context_id: str,
     message_id: str,
     **context: Any,
-) -> Reply:
+) -> AgentReply:
     """One turn of an agent a run deployed (`who`: its deploy_agent step's outputs), answered once per
     `message_id`. The turn tells it who it is and its deadline (and `context`: a system prompt, the
     conversation, ...); in an environment, also where the tools are and its role token, minted now (tokens

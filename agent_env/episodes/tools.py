@@ -17,7 +17,7 @@ from urllib.parse import quote, urlsplit
 from agent_env import telemetry, tls
 from agent_env.agents.sdk import ToolFailed
 from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
-from agent_env.keepalive import KeepAliveClient, Reply
+from agent_env.keepalive import HttpReply, KeepAliveClient
 
 # What a tool call's refusal looks like over REST: unknown tool, not the role's, bad arguments or its own error.
 TOOL_REFUSALS = (403, 404, 422)
@@ -63,7 +63,7 @@ class RestTools:
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
         self.calls: list[ToolCall] = []
 
-    async def _send(self, method: str, path: str, body: bytes = b"") -> Reply:
+    async def _send(self, method: str, path: str, body: bytes = b"") -> HttpReply:
         headers = {**self._headers, "content-type": "application/json"} if body else self._headers
         try:
             return await self._http.request(method, path, headers=telemetry.trace_headers(headers), body=body)

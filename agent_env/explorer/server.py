@@ -43,7 +43,7 @@ from starlette.staticfiles import StaticFiles
 from agent_env import http_app
 from agent_env.config import Settings
 from agent_env.errors import AgentEnvError, NotFound
-from agent_env.explorer import artifacts, calls, runs, world
+from agent_env.explorer import artifacts, calls, runs, timeline
 from agent_env.explorer.auth import COOKIE, KEY_HEADER, Door
 from agent_env.gateway.embedded import connect
 from agent_env.guard import HostGuard
@@ -218,10 +218,10 @@ async def run_detail(run: str, explorer: ExplorerDep) -> JSONResponse:
 
 @api.get("/runs/{run}/world")
 async def world_page(run: str, request: Request, explorer: ExplorerDep) -> JSONResponse:
-    q = query(world.WorldQuery, request)
+    q = query(timeline.WorldQuery, request)
     state, _ = await explorer.state(run)
-    personas = world.personas_of(await asyncio.to_thread(explorer.plan, state))
-    body = world.timeline(
+    personas = timeline.personas_of(await asyncio.to_thread(explorer.plan, state))
+    body = timeline.timeline(
         state.world.events if state.world else [], personas, kind=q.kind, offset=q.offset, limit=q.limit
     )
     body["dropped"] = state.world.dropped if state.world else {}

@@ -10,7 +10,7 @@ from agent_env import telemetry, tls
 from agent_env.gateway_client import wire
 from agent_env.gateway_client.api import GatewayRefused, GatewayUnavailable
 from agent_env.gateway_client.wire import JsonObject
-from agent_env.keepalive import KeepAliveClient, Reply
+from agent_env.keepalive import HttpReply, KeepAliveClient
 
 MAX_ANSWER = 1024 * 1024 * 1024 + 1024  # the largest answer: a snapshot (the gateway's own limit on them)
 
@@ -49,7 +49,7 @@ class SingleGateway:
         params: JsonObject | None = None,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
-    ) -> Reply:
+    ) -> HttpReply:
         headers = {**self._headers, **(headers or {})}
         body = content or b""
         if json is not None:

@@ -10,12 +10,12 @@ from agent_env.providers.base import (
     Capabilities,
     ExecResult,
     Network,
-    Provider,
     ProviderConfig,
     ProviderUnavailable,
     Sandbox,
     SandboxFailed,
     SandboxInfo,
+    SandboxProvider,
     SandboxSpec,
 )
 
@@ -23,7 +23,7 @@ __all__ = [
     "Capabilities",
     "ExecResult",
     "Network",
-    "Provider",
+    "SandboxProvider",
     "ProviderConfig",
     "ProviderUnavailable",
     "Sandbox",

@@ -208,7 +208,7 @@ class ProviderConfig(dict[str, Any]):
             store.close()
 
 
-class Provider(ABC):
+class SandboxProvider(ABC):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     # Its own settings ([sandboxes.providers.NAME]), set by `by_name.load` once the provider is constructed.

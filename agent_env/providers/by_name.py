@@ -11,7 +11,14 @@ import functools
 from typing import TYPE_CHECKING
 
 from agent_env.errors import AgentEnvError, BadInput
-from agent_env.providers.base import Provider, ProviderConfig, ProviderUnavailable, Sandbox, SandboxInfo, SandboxSpec
+from agent_env.providers.base import (
+    ProviderConfig,
+    ProviderUnavailable,
+    Sandbox,
+    SandboxInfo,
+    SandboxProvider,
+    SandboxSpec,
+)
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -38,7 +45,7 @@ def names() -> list[str]:
     return sorted({*BUILTIN, *_plugins()})
 
 
-def load(name: str, settings: Settings) -> Provider:
+def load(name: str, settings: Settings) -> SandboxProvider:
     """One provider by name, constructed for these settings."""
     name = name.strip()
     if name in BUILTIN:
@@ -61,12 +68,12 @@ def load(name: str, settings: Settings) -> Provider:
             f"no sandbox provider named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
             f"use one of: {', '.join(names())}, or install a plugin in the {ENTRY_POINT_GROUP!r} entry-point group",
         )
-    if not (isinstance(cls, type) and issubclass(cls, Provider)):
+    if not (isinstance(cls, type) and issubclass(cls, SandboxProvider)):
         raise BadInput(
-            f"sandbox provider {name!r} is not a Provider subclass",
-            "its entry point must name a class deriving from agent_env.providers.Provider",
+            f"sandbox provider {name!r} is not a SandboxProvider subclass",
+            "its entry point must name a class deriving from agent_env.providers.SandboxProvider",
         )
-    provider = cls(settings)  # type: ignore[call-arg]  # Provider declares no __init__; providers take their settings
+    provider = cls(settings)  # type: ignore[call-arg]  # SandboxProvider declares no __init__; providers take their settings
     provider.config = ProviderConfig(settings.sandboxes.providers.get(name), settings)
     return provider
 
@@ -78,7 +85,7 @@ def parse_chain(value: str) -> list[str]:
     return chain
 
 
-async def create(chain: str, spec: SandboxSpec, settings: Settings) -> tuple[Provider, Sandbox]:
+async def create(chain: str, spec: SandboxSpec, settings: Settings) -> tuple[SandboxProvider, Sandbox]:
     """Create the sandbox on the first provider of the chain that is usable here and can enforce what the
     spec asks (network, limits)."""
     refusals: list[tuple[str, AgentEnvError]] = []
@@ -105,7 +112,7 @@ async def create(chain: str, spec: SandboxSpec, settings: Settings) -> tuple[Pro
     )
 
 
-async def usable(settings: Settings, names_: list[str] | None = None) -> list[Provider]:
+async def usable(settings: Settings, names_: list[str] | None = None) -> list[SandboxProvider]:
     """The providers that can be asked about their sandboxes here (for `sandboxes list` and the reaper)."""
     found = []
     for name in names_ or names():

@@ -31,11 +31,11 @@ from agent_env.providers.base import (
     LABEL_RUN,
     Capabilities,
     ExecResult,
-    Provider,
     ProviderUnavailable,
     Sandbox,
     SandboxFailed,
     SandboxInfo,
+    SandboxProvider,
     SandboxSpec,
     install_id,
 )
@@ -111,7 +111,7 @@ def _remove_container(container: Any) -> None:
     egress.drop_rules(container.name)
 
 
-class DockerProvider(Provider):
+class DockerProvider(SandboxProvider):
     name = "docker"
     capabilities = Capabilities(
         isolated=True, build=True, network=["open", "none", "allowlist", "host"], resources=True, snapshot=True

@@ -21,10 +21,10 @@ from agent_env.providers.base import (
     LABEL_RUN,
     Capabilities,
     ExecResult,
-    Provider,
     ProviderUnavailable,
     Sandbox,
     SandboxInfo,
+    SandboxProvider,
     SandboxSpec,
     install_id,
 )
@@ -68,7 +68,7 @@ class E2BSandbox(Sandbox):
         await self._sb.kill()
 
 
-class E2BProvider(Provider):
+class E2BProvider(SandboxProvider):
     name = "e2b"
     capabilities = Capabilities(isolated=True, build=False, network=["open", "none"], resources=False, snapshot=False)
 

@@ -37,10 +37,10 @@ from agent_env.ports import free_port, port_taken
 from agent_env.providers.base import (
     Capabilities,
     ExecResult,
-    Provider,
     Sandbox,
     SandboxFailed,
     SandboxInfo,
+    SandboxProvider,
     SandboxSpec,
     install_id,
 )
@@ -247,7 +247,7 @@ def _stop_folder(folder: Path, grace: float = 3.0) -> bool:
     return existed
 
 
-class LocalProvider(Provider):
+class LocalProvider(SandboxProvider):
     name = "local"
     capabilities = Capabilities(isolated=False, build=False, network=["open", "host"], resources=False)
 

@@ -24,11 +24,11 @@ from agent_env.providers.base import (
     Capabilities,
     ExecResult,
     Network,
-    Provider,
     ProviderUnavailable,
     Sandbox,
     SandboxFailed,
     SandboxInfo,
+    SandboxProvider,
     SandboxSpec,
     install_id,
 )
@@ -81,7 +81,7 @@ class ModalSandbox(Sandbox):
         return image.object_id
 
 
-class ModalProvider(Provider):
+class ModalProvider(SandboxProvider):
     name = "modal"
     capabilities = Capabilities(
         isolated=True, build=True, network=["open", "none", "allowlist"], resources=True, snapshot=True

@@ -74,7 +74,7 @@ class LlmConfig(_Spec):
     time_budget: Duration = Field(timedelta(minutes=5), description="per turn")
 
 
-class Reply(_Spec, TextTest):
+class ReplyRule(_Spec, TextTest):
     """A templated reply: when what was said contains or matches (ignoring case), say this (`${message}` is
     what was said). With neither rule it never answers."""
 
@@ -91,7 +91,7 @@ class PersonaConfig(_Spec):
     brief: str = Field("", description="who they are, what they want, how they talk")
     llm: bool = False
     model: ModelOverride | None = None
-    replies: list[Reply] = Field(default_factory=list)
+    replies: list[ReplyRule] = Field(default_factory=list)
     default_reply: str = "I see. Can you tell me more?"
 
 

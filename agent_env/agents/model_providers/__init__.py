@@ -16,7 +16,7 @@ from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
 
 
-class Provider(Protocol):
+class ModelProvider(Protocol):
     async def complete(
         self,
         messages: list[dict[str, Any]],
@@ -28,7 +28,7 @@ class Provider(Protocol):
     ) -> ChatReply: ...
 
 
-def open_provider(config: ModelSettings, api_key: str | None) -> Provider:
+def open_provider(config: ModelSettings, api_key: str | None) -> ModelProvider:
     if config.provider == "anthropic" and importlib.util.find_spec("anthropic") is None:
         raise BadInput(
             'a model endpoint has provider = "anthropic", but the Anthropic SDK is not installed',

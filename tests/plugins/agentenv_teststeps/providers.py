@@ -1,9 +1,9 @@
 """Sandbox provider plugins for the tests: one that is never usable here (to test fallback chains)."""
 
-from agent_env.providers import Capabilities, Provider, ProviderUnavailable
+from agent_env.providers import Capabilities, ProviderUnavailable, SandboxProvider
 
 
-class Offline(Provider):
+class Offline(SandboxProvider):
     name = "offline"
     capabilities = Capabilities(isolated=True)
 

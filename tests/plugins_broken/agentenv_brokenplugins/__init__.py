@@ -4,7 +4,7 @@ from agent_env.steps import StepConfig, step_type
 
 
 def plain_function() -> None:
-    """Neither a step type nor a Provider subclass."""
+    """Neither a step type nor a SandboxProvider subclass."""
 
 
 class ShoutConfig(StepConfig):
