@@ -65,6 +65,7 @@ class Facts:
     any_dicts: int = 0
     module_lines: dict[str, int] = field(default_factory=dict)
     class_lines: dict[str, int] = field(default_factory=dict)
+    class_homes: dict[str, list[str]] = field(default_factory=dict)  # public module-level class name -> modules
 
 
 def _is_room(name: str) -> bool:
@@ -112,6 +113,9 @@ def facts() -> Facts:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 out.class_lines[f"{rel}:{node.name}"] = (node.end_lineno or node.lineno) - node.lineno + 1
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                out.class_homes.setdefault(node.name, []).append(rel)
     return out
 
 
@@ -193,7 +197,13 @@ def measured() -> dict[str, int]:
         "dict_str_any": f.any_dicts,
         "largest_module_lines": max(f.module_lines.values()),
         "largest_class_lines": max(f.class_lines.values()),
+        "class_names_shared": len(shared_class_names(f)),
     }
+
+
+def shared_class_names(f: Facts) -> dict[str, list[str]]:
+    """Public classes of the same name in two modules: one name, two meanings (a reader must check which)."""
+    return {name: homes for name, homes in f.class_homes.items() if len(homes) > 1}
 
 
 def test_every_room_of_the_package_is_on_the_map():
@@ -221,6 +231,8 @@ def test_the_ratchet_only_falls():
         detail += ["arrows against the layer map:", *arrows_against_the_map(facts().imports)]
     if "rooms_in_cycles" in risen:
         detail += [f"rooms that import each other: {group}" for group in rooms_in_cycles(facts().imports)]
+    if "class_names_shared" in risen:
+        detail += [f"class {name} in {homes}" for name, homes in shared_class_names(facts()).items()]
     if "largest_module_lines" in risen or "largest_class_lines" in risen:
         f = facts()
         detail += [
