@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from agent_env.spec.duration import parse_duration
-from agent_env.spec.run import Score, StepTraits
+from agent_env.spec.run import PlannedConfig, Score, StepTraits
 from agent_env.spec.verbs import WorldStepVerb
 from agent_env.stores import Stores, open_stores
 
@@ -102,7 +102,7 @@ class PlanContext:
         return open_stores(self.settings)
 
 
-PrepareFunction = Callable[[dict[str, Any], PlanContext], dict[str, Any]]
+PrepareFunction = Callable[[PlannedConfig, PlanContext], PlannedConfig]
 
 
 class EmptyConfig(StepConfig):
@@ -122,18 +122,18 @@ class StepType:
     prepare: PrepareFunction | None = None  # declared config -> executed config, at plan time
     step_refs: tuple[str, ...] = ()  # config fields that name an upstream step
     in_workflow: bool = False  # applied by the workflow itself (world steps): `run` is never called
-    quick: Callable[[dict[str, Any]], bool] | None = None  # given the planned config: quick enough to run local
+    quick: Callable[[PlannedConfig], bool] | None = None  # given the planned config: quick enough to run local
     # Traits: what the workflow needs to know of steps of this type (carried in their plans, see StepTraits).
     verb: WorldStepVerb | None = None  # in_workflow: the world's verb it applies
     deploys_env: bool = False
     deploys_agent: bool = False
     conversation: bool = False
-    sandboxes: Callable[[dict[str, Any]], bool] | None = None  # given the planned config: it starts sandboxes
+    sandboxes: Callable[[PlannedConfig], bool] | None = None  # given the planned config: it starts sandboxes
 
-    def runs_local(self, config: dict[str, Any]) -> bool:
+    def runs_local(self, config: PlannedConfig) -> bool:
         return self.local or (self.quick is not None and self.quick(config))
 
-    def traits(self, config: dict[str, Any]) -> StepTraits:
+    def traits(self, config: PlannedConfig) -> StepTraits:
         """The traits of a step of this type with this planned config."""
         return StepTraits(
             in_workflow=self.in_workflow,
@@ -168,12 +168,12 @@ def step_type(
     prepare: PrepareFunction | None = None,
     step_refs: tuple[str, ...] = (),
     in_workflow: bool = False,
-    quick: Callable[[dict[str, Any]], bool] | None = None,
+    quick: Callable[[PlannedConfig], bool] | None = None,
     verb: WorldStepVerb | None = None,
     deploys_env: bool = False,
     deploys_agent: bool = False,
     conversation: bool = False,
-    sandboxes: Callable[[dict[str, Any]], bool] | None = None,
+    sandboxes: Callable[[PlannedConfig], bool] | None = None,
 ) -> Callable[[StepFunction], StepType]:
     """Declare a step type. Sync functions run in a thread so they cannot block the worker.
 

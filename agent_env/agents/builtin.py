@@ -9,6 +9,7 @@ from typing import Any
 
 from agent_env.agents.models import Endpoints, ModelError, mcp_tools_as_functions
 from agent_env.agents.sdk import Agent, Answer, ToolFailed, Turn
+from agent_env.agents.wire import Wire
 from agent_env.errors import BadInput
 from agent_env.spec.agent import AgentRecord, HumanConfig, InlineSkill, LlmConfig, PersonaConfig, ScriptedConfig
 
@@ -67,7 +68,7 @@ class LlmAgent(Agent):
 
     async def answer(self, turn: Turn) -> Answer:
         model = self.endpoints.open("agent")
-        messages: list[dict[str, Any]] = [
+        messages: list[Wire] = [
             {"role": "system", "content": with_skills(turn.system_prompt or self.config.system_prompt, self.skills)}
         ]
         for m in turn.conversation:
@@ -86,9 +87,7 @@ class LlmAgent(Agent):
             await model.aclose()
 
 
-async def tool_loop(
-    model, messages: list[dict[str, Any]], tools, max_calls: int, user: str, seed: int | None = None
-) -> Answer:
+async def tool_loop(model, messages: list[Wire], tools, max_calls: int, user: str, seed: int | None = None) -> Answer:
     """Ask the model; run the tool calls it makes; repeat until it answers (or its calls run out)."""
     functions = mcp_tools_as_functions(await tools.list()) if tools else None
     calls = 0

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from agent_env.agents.wire import Wire
+
 SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")  # no `_`: Gemini splits `mcp_SERVER_TOOL` at the first one
 MODEL_KEY_VAR = "AGENT_ENV_MODEL_API_KEY"
 MCP_TOKEN_VAR = "AGENT_ENV_MCP_TOKEN"
@@ -101,7 +103,7 @@ class Codex(Preset):
     ) -> Invocation:
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
-        provider: dict[str, Any] = {
+        provider: Wire = {
             "name": "agentenv",
             "base_url": model.base_url or "https://api.openai.com/v1",
             "wire_api": "responses",
@@ -112,7 +114,7 @@ class Codex(Preset):
         if model.api_key:
             provider["env_key"] = MODEL_KEY_VAR
             env[MODEL_KEY_VAR] = model.api_key
-        config: dict[str, Any] = {
+        config: Wire = {
             "model": model.model,
             "model_provider": "agentenv",
             "approval_policy": "never",
@@ -123,7 +125,7 @@ class Codex(Preset):
             "model_providers": {"agentenv": provider},
         }
         if mcp is not None:
-            server: dict[str, Any] = {
+            server: Wire = {
                 "url": mcp.url,
                 "default_tools_approval_mode": "approve",
                 "startup_timeout_sec": 30,
@@ -191,9 +193,9 @@ class ClaudeCode(Preset):
             env["ANTHROPIC_API_KEY"] = model.api_key
         argv = [executable or self.executable, "-p", "--output-format", "json", "--model", model.model]
         argv += ["--dangerously-skip-permissions"]
-        servers: dict[str, Any] = {}
+        servers: Wire = {}
         if mcp is not None:
-            server: dict[str, Any] = {"type": "http", "url": mcp.url}
+            server: Wire = {"type": "http", "url": mcp.url}
             if mcp.token:
                 server["headers"] = {"Authorization": f"Bearer ${{{MCP_TOKEN_VAR}}}"}
                 env[MCP_TOKEN_VAR] = mcp.token
@@ -234,7 +236,7 @@ class Gemini(Preset):
         resume: bool,
         executable: str | None = None,
     ) -> Invocation:
-        settings: dict[str, Any] = {
+        settings: Wire = {
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
             "privacy": {"usageStatisticsEnabled": False},
             "telemetry": {"enabled": False},
@@ -251,7 +253,7 @@ class Gemini(Preset):
         if model.api_key:
             env["GEMINI_API_KEY"] = model.api_key
         if mcp is not None:
-            server: dict[str, Any] = {"httpUrl": mcp.url, "trust": True}
+            server: Wire = {"httpUrl": mcp.url, "trust": True}
             if mcp.token:
                 server["headers"] = {"Authorization": f"Bearer ${MCP_TOKEN_VAR}"}
                 env[MCP_TOKEN_VAR] = mcp.token
@@ -274,7 +276,7 @@ class Gemini(Preset):
 PRESETS: dict[str, Preset] = {p.name: p for p in (Codex(), ClaudeCode(), Gemini())}
 
 
-def _json_lines(text: str) -> list[dict[str, Any]]:
+def _json_lines(text: str) -> list[Wire]:
     """The JSON objects among the lines of `text` (CLIs print warnings and progress between them)."""
     found = []
     for line in text.splitlines():
@@ -288,7 +290,7 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def _json_object(text: str) -> Wire:
     """The one (pretty-printed) JSON object in `text`, from its first `{` to its last `}`; {} when there is none."""
     try:
         value = json.loads(text[text.index("{") : text.rindex("}") + 1])
@@ -297,7 +299,7 @@ def _json_object(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _toml(table: dict[str, Any], prefix: str = "") -> str:
+def _toml(table: Wire, prefix: str = "") -> str:
     """TOML for the nested tables of string, number and boolean values Codex's config needs: plain keys first, then
     each sub-table under its dotted `[header]` (keys are quoted, strings JSON-escaped, which TOML accepts)."""
     lines = [f"{json.dumps(k)} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_env.spec.duration import Duration
 from agent_env.spec.predicates import TextTest
-from agent_env.spec.run import Criterion, Score
+from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.spec.world_state import json_size
 
 
@@ -53,7 +53,7 @@ class PromptAgentConfig(_Config):
     seed: int | None = Field(None, description="filled in when the run is planned (the run's seed, for agents)")
 
 
-def played_by_trainer(config: dict[str, Any]) -> bool:
+def played_by_trainer(config: PlannedConfig) -> bool:
     """Whether a trainer plays a side of this (resolved) prompt config: then the run holds the conversation."""
     sides = (config.get("deployed"), config.get("partner_deployed"))
     return any(isinstance(who, dict) and who.get("trainer") for who in sides)

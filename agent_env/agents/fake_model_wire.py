@@ -15,7 +15,7 @@ from typing import Any, NotRequired, TypedDict
 
 from starlette.responses import StreamingResponse
 
-Wire = dict[str, Any]  # another API's JSON object, as it is on the wire (OpenAI's, Anthropic's)
+from agent_env.agents.wire import Wire
 
 
 class FunctionCall(TypedDict):

@@ -8,6 +8,7 @@ from typing import Any
 
 from agent_env.agents import usage
 from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
+from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
 from agent_env.stores.secrets import PREFIX, MissingSecret, env_var, is_reference
@@ -34,8 +35,8 @@ class ChatModel:
 
     async def complete(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
+        messages: list[Wire],
+        tools: list[Wire] | None = None,
         *,
         response_json: bool = False,
         user: str | None = None,
@@ -46,7 +47,7 @@ class ChatModel:
         return reply
 
 
-def mcp_tools_as_functions(tools: list[Any]) -> list[dict[str, Any]]:
+def mcp_tools_as_functions(tools: list[Any]) -> list[Wire]:
     """MCP tool listings in the chat-completions `tools` shape."""
     return [
         {

@@ -23,7 +23,7 @@ import contextlib
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from a2a.helpers import (
     get_data_parts,
@@ -47,6 +47,10 @@ from agent_env.json_depth import JSON_RPC
 
 KEY = "agentenv"
 
+# One earlier message of the conversation as this agent sees it: "agent" is its own, "user" the other side's
+# (the prompt's sender: the run, or the partner playing the user). Made by agent_env.agents.conversation.
+Said = TypedDict("Said", {"from": Literal["user", "agent"], "text": str})
+
 
 @dataclass
 class Turn:
@@ -58,7 +62,7 @@ class Turn:
     agent: str | None = None
     run_id: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
-    conversation: list[dict[str, Any]] = field(default_factory=list)  # [{"from": "user"|"agent", "text": ...}]
+    conversation: list[Said] = field(default_factory=list)  # what was said before the prompt, oldest first
     context_id: str = ""
     message_id: str = ""  # the same for a resent turn: hosts answer it once
     deadline_s: float | None = None  # how long the framework waits for this answer

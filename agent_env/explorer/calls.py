@@ -16,13 +16,14 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from pydantic import BaseModel, Field
 
 from agent_env.explorer.runs import instances
 from agent_env.gateway import trajectory
 from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
+from agent_env.gateway_client.wire import JsonObject  # trajectory entries: the gateway records their shape
 from agent_env.spec.run import RunState
 from agent_env.spec.world_state import clip
 from agent_env.stores import Stores, keys
@@ -48,13 +49,13 @@ class RunCalls:
     """A run's calls as read so far: per instance its entries (in `seq` order), and all of them merged in
     time order, each numbered (`n`). A dataclass, not a model: 10,000 entries are not validated again."""
 
-    entries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    entries: dict[str, list[JsonObject]] = field(default_factory=dict)
     final: bool = False
     unavailable: list[str] = field(default_factory=list)  # instances neither the gateway nor the store had
-    merged: list[dict[str, Any]] = field(default_factory=list)
+    merged: list[JsonObject] = field(default_factory=list)
 
 
-def _ordered(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ordered(entries: list[JsonObject]) -> list[JsonObject]:
     merged = sorted(entries, key=lambda e: (e.get("real_time", ""), e.get("seq", 0)))
     for n, entry in enumerate(merged):
         entry["n"] = n
@@ -103,7 +104,7 @@ class CallLog:
         read.merged = _ordered([e for found in read.entries.values() for e in found])
         return read
 
-    async def _from_gateway(self, instance: str, known: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    async def _from_gateway(self, instance: str, known: list[JsonObject]) -> list[JsonObject] | None:
         client = self.gateway()
         if client is None:
             return None
@@ -113,8 +114,8 @@ class CallLog:
         except (GatewayRefused, GatewayUnavailable):
             return None
 
-    def _from_transcripts(self, state: RunState) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
+    def _from_transcripts(self, state: RunState) -> list[JsonObject]:
+        found: list[JsonObject] = []
         for step in state.steps.values():
             key = step.outputs.get("transcript")
             if isinstance(key, str) and self.stores.objects.exists(key):
@@ -132,7 +133,7 @@ class CallPage(TypedDict):
     agents: list[str]
     refused: int
     unavailable: list[str]
-    calls: list[dict[str, Any]]  # trajectory entries (the gateway's), clipped
+    calls: list[JsonObject]  # trajectory entries (the gateway's), clipped
 
 
 def page(calls: RunCalls, q: CallQuery) -> CallPage:
@@ -155,7 +156,7 @@ def page(calls: RunCalls, q: CallQuery) -> CallPage:
     }
 
 
-def listed(entry: dict[str, Any]) -> dict[str, Any]:
+def listed(entry: JsonObject) -> JsonObject:
     shown = {k: v for k, v in entry.items() if k not in ("arguments", "result", "error")}
     shown["refused"] = bool(entry.get("refused"))
     for name in ("arguments", "result", "error"):

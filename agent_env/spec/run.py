@@ -107,14 +107,19 @@ class StepPlan(StepTraits):
 
 NEW_TRAITS = {"verb", "deploys_env", "deploys_agent", "conversation", "sandboxes"}
 
+# A step's config as planned: the task file's table for the step, `${...}` references in it resolved when the step
+# starts. Its shape is its step type's (a built-in's or a plugin's config model, which validates it then): the
+# planning code reads only the few keys it knows of the types it knows.
+PlannedConfig = dict[str, Any]
 
-def apps_in_sandboxes(config: dict[str, Any]) -> bool:
+
+def apps_in_sandboxes(config: PlannedConfig) -> bool:
     """A planned deploy_env config (its record inlined) with an app in a sandbox."""
     record = config.get("record") or {}
     return any(isinstance(app, dict) and app.get("sandbox") for app in record.get("apps", []))
 
 
-def agent_in_sandbox(config: dict[str, Any]) -> bool:
+def agent_in_sandbox(config: PlannedConfig) -> bool:
     """A planned deploy_agent config of an agent started in a sandbox: an a2a agent given one, any cli agent."""
     record = config.get("record") or {}
     return record.get("type") == "cli" or (
@@ -122,7 +127,7 @@ def agent_in_sandbox(config: dict[str, Any]) -> bool:
     )
 
 
-def builtin_traits(step_type: Any, config: dict[str, Any]) -> dict[str, Any]:
+def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
     """The traits the built-in step type of this name declares (agent_env.steps.builtin), from its config."""
     if step_type == "deploy_env":
         return {"deploys_env": True, "sandboxes": apps_in_sandboxes(config)}

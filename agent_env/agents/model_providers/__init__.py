@@ -9,9 +9,10 @@ translates them into its own API: `openai_chat` (OpenAI and every OpenAI-compati
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Protocol
+from typing import Protocol
 
 from agent_env.agents.model_providers.reply import ChatReply
+from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
 
@@ -19,8 +20,8 @@ from agent_env.errors import BadInput
 class ModelProvider(Protocol):
     async def complete(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
+        messages: list[Wire],
+        tools: list[Wire] | None,
         *,
         response_json: bool,
         user: str | None,

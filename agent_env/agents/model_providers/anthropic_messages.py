@@ -12,6 +12,7 @@ import anthropic
 from agent_env.agents.model_providers.clients import NO_KEY, shared
 from agent_env.agents.model_providers.errors import explained
 from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
+from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 
 JSON_ONLY = "Answer with one JSON object and nothing else."  # Messages has no JSON mode
@@ -34,14 +35,14 @@ def client(config: ModelSettings, api_key: str | None) -> anthropic.AsyncAnthrop
     )
 
 
-def as_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+def as_messages(messages: list[Wire]) -> tuple[str, list[Wire]]:
     """(system prompt, messages) for a chat-completions conversation."""
     system = "\n\n".join(m["content"] for m in messages if m["role"] == "system" and m.get("content"))
-    out: list[dict[str, Any]] = []
+    out: list[Wire] = []
     for m in messages:
         if m["role"] == "system":
             continue
-        blocks: list[dict[str, Any]] = []
+        blocks: list[Wire] = []
         if m["role"] == "tool":
             blocks.append({"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]})
         elif m.get("content"):
@@ -59,7 +60,7 @@ def as_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any
     return system, out
 
 
-def as_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def as_tools(tools: list[Wire]) -> list[Wire]:
     return [
         {
             "name": t["function"]["name"],
@@ -76,8 +77,8 @@ class AnthropicMessages:
 
     async def complete(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
+        messages: list[Wire],
+        tools: list[Wire] | None,
         *,
         response_json: bool,
         user: str | None,
@@ -86,7 +87,7 @@ class AnthropicMessages:
         system, converted = as_messages(messages)
         if response_json:
             system = f"{system}\n\n{JSON_ONLY}".strip()
-        extra: dict[str, Any] = {}
+        extra: Wire = {}
         if system:
             extra["system"] = system
         if user:
@@ -120,6 +121,6 @@ class AnthropicMessages:
         )
 
 
-def _args(arguments: Any) -> dict[str, Any]:
+def _args(arguments: Any) -> Wire:
     value = json.loads(arguments) if isinstance(arguments, str) else arguments
     return value if isinstance(value, dict) else {}

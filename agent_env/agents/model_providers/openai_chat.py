@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import openai
 
 from agent_env.agents.model_providers.clients import NO_KEY, shared
 from agent_env.agents.model_providers.errors import explained
 from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
+from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 
 
@@ -34,14 +34,14 @@ class OpenAIChat:
 
     async def complete(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
+        messages: list[Wire],
+        tools: list[Wire] | None,
         *,
         response_json: bool,
         user: str | None,
         seed: int | None,
     ) -> ChatReply:
-        extra: dict[str, Any] = {}
+        extra: Wire = {}
         if user:
             extra["user"] = user  # who is asking (the standard field); the local fake picks its script by it
         if tools:

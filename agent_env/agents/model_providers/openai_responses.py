@@ -4,20 +4,20 @@ becomes input items: system text the instructions, tool calls `function_call`, r
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import openai
 
 from agent_env.agents.model_providers.errors import explained
 from agent_env.agents.model_providers.openai_chat import client
 from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
+from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 
 
-def as_input(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+def as_input(messages: list[Wire]) -> tuple[str | None, list[Wire]]:
     """(instructions, input items) for a chat-completions conversation."""
     instructions = "\n\n".join(m["content"] for m in messages if m["role"] == "system" and m.get("content")) or None
-    items: list[dict[str, Any]] = []
+    items: list[Wire] = []
     for m in messages:
         if m["role"] == "tool":
             items.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
@@ -37,7 +37,7 @@ def as_input(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str,
     return instructions, items
 
 
-def as_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def as_tools(tools: list[Wire]) -> list[Wire]:
     return [{"type": "function", **t["function"]} for t in tools]
 
 
@@ -47,15 +47,15 @@ class OpenAIResponses:
 
     async def complete(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
+        messages: list[Wire],
+        tools: list[Wire] | None,
         *,
         response_json: bool,
         user: str | None,
         seed: int | None,  # the Responses API has no seed
     ) -> ChatReply:
         instructions, items = as_input(messages)
-        extra: dict[str, Any] = {}
+        extra: Wire = {}
         if instructions:
             extra["instructions"] = instructions
         if user:

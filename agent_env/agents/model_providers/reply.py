@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from agent_env.agents.wire import Wire
 
 
 class ModelError(Exception):
@@ -14,7 +15,7 @@ class ModelError(Exception):
 class ToolCall:
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: Wire
 
 
 @dataclass

@@ -23,7 +23,7 @@ from agent_env.gateway_client import GatewayRefused
 from agent_env.providers import apps
 from agent_env.spec.agent import AgentRecord, InlineSkill
 from agent_env.spec.env import AgentSandbox
-from agent_env.spec.run import agent_in_sandbox
+from agent_env.spec.run import PlannedConfig, agent_in_sandbox
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
 from agent_env.steps.builtin.envs import instance_id
 from agent_env.steps.builtin.sandbox_steps import pin_skills, put_pinned
@@ -79,7 +79,7 @@ class DeployAgentConfig(StepConfig):
         return self
 
 
-def prepare_deploy_agent(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+def prepare_deploy_agent(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     """Pin the agent's record and the model endpoints it will use in the run; check they are usable
     now (a missing API key fails here, before the run starts, not minutes into it)."""
     if config.get("record"):
@@ -136,7 +136,7 @@ def agent_sandbox(record: AgentRecord) -> AgentSandbox | None:
     return record.sandbox()
 
 
-def quick_deploy_agent(config: dict[str, Any]) -> bool:
+def quick_deploy_agent(config: PlannedConfig) -> bool:
     """A card check or a registration on the gateway: a local activity. A sandbox may have an image to
     build first: a normal, heartbeating activity."""
     return not agent_in_sandbox(config)

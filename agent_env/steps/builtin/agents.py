@@ -24,6 +24,7 @@ from agent_env.agents.conversation import (  # noqa: F401 - StopWhen, Conversati
     turn_number,
 )
 from agent_env.agents.usage import summed
+from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
 from agent_env.spec.world_state import MAX_FIELD_BYTES, clip
 from agent_env.steps import PlanContext, StepContext, StepFailed, StepResult, step_type
@@ -70,7 +71,7 @@ def expanded(stores, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # agent_env.agents.conversation: the workflow holds prompts a trainer plays with the same functions.
 
 
-def prepare_prompt(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+def prepare_prompt(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     """The deploy steps' outputs, resolved by the workflow when this step starts."""
     config["deployed"] = ref(f"steps.{config['agent']}.outputs")
     config["seed"] = ref("run.seed")

@@ -23,7 +23,7 @@ from agent_env.gateway_client.placement import Placement
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.providers import apps
 from agent_env.spec.env import EnvRecord, RoleSpec
-from agent_env.spec.run import Criterion, Score, apps_in_sandboxes
+from agent_env.spec.run import Criterion, PlannedConfig, Score, apps_in_sandboxes
 from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.check import Check
@@ -99,7 +99,7 @@ class DeployConfig(StepConfig):
         return self
 
 
-def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+def prepare_deploy(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     """Pin the environment record in the run, and its data files as artifacts in the object store."""
 
     record, folder = find_env(plan.bundle, config["env"])
@@ -116,7 +116,7 @@ def prepare_deploy(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
     return config
 
 
-def quick_deploy(config: dict[str, Any]) -> bool:
+def quick_deploy(config: PlannedConfig) -> bool:
     """Apps in the gateway's own process and little data: done in milliseconds, so a local activity."""
     record = config.get("record") or {}
     return (
@@ -242,7 +242,7 @@ class LoadDataConfig(EnvStep):
         return self
 
 
-def prepare_load(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+def prepare_load(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
 
     if config.get("file"):
         if plan.bundle is None:

@@ -19,7 +19,7 @@ from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
 from agent_env.spec.agent import ModelOverride
 from agent_env.spec.paths import walk
-from agent_env.spec.run import Criterion, Score
+from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.check import Check
@@ -167,7 +167,7 @@ class RubricJudgeConfig(StepConfig):
         return self
 
 
-def prepare_judge(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+def prepare_judge(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
 
     if config.get("judge"):
         config["judge_deployed"] = ref(f"steps.{config['judge']}.outputs")
@@ -425,7 +425,7 @@ class AggregateConfig(StepConfig):
         return [i if isinstance(i, AggregateInput) else AggregateInput(step=i) for i in self.inputs]
 
 
-def prepare_aggregate(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+def prepare_aggregate(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     inputs = AggregateConfig.model_validate(config).steps()
     config["scores"] = [
         {

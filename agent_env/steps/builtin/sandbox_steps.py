@@ -35,6 +35,7 @@ from agent_env.providers import by_name
 from agent_env.registry.manifest import file_sha256
 from agent_env.registry.resolve import split_ref
 from agent_env.registry.store import Registry
+from agent_env.spec.run import PlannedConfig
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
 from agent_env.stores import in_thread, keys
 
@@ -76,7 +77,7 @@ class SandboxStep(StepConfig):
     )
 
 
-def prepare_sandbox(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+def prepare_sandbox(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     config["deployed"] = f"${{steps.{config['sandbox']}.outputs}}"  # resolved by the run, once the deploy is done
     return config
 
@@ -304,7 +305,7 @@ class PutFilesConfig(SandboxStep):
         return sandbox_path(path)
 
 
-def prepare_put(config: dict[str, Any], plan: PlanContext) -> dict[str, Any]:
+def prepare_put(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     """Pin every bundle file and artifact as a content-addressed object, keyed by where it goes."""
     config = prepare_sandbox(config, plan)
     checked = PutFilesConfig.model_validate({k: v for k, v in config.items() if k != "deployed"})
