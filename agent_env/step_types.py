@@ -41,6 +41,7 @@ from agent_env.stores import Stores, open_stores
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
+    from agent_env.gateway_client.wire import JsonObject
     from agent_env.steps.context import StepContext
 
 ENTRY_POINT_GROUP = "agent_env.task_steps"  # (the framework's name; `agent-env plugin` lists it)
@@ -86,7 +87,7 @@ class StepResult(BaseModel):
     hits: list[dict[str, Any]] = []  # trigger hits the step's own calls caused (the run applies them)
 
 
-StepFunction = Callable[["StepContext", Any], Awaitable[StepResult | dict | None]]
+StepFunction = Callable[["StepContext", Any], Awaitable["StepResult | JsonObject | None"]]
 
 
 @dataclass

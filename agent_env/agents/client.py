@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 import httpx
-from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, Client, ClientCallContext, ClientConfig, ClientFactory
 from a2a.helpers import get_data_parts, get_message_text, new_data_part, new_text_part
-from a2a.types import Message, Role, SendMessageRequest, TaskState
+from a2a.types import AgentCard, Message, Role, SendMessageRequest, TaskState
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH as CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError
 
@@ -77,13 +77,13 @@ class AgentClient:
     def __init__(self, url: str, http: httpx.AsyncClient) -> None:
         self.url = url.rstrip("/") + "/"
         self.http = http
-        self._client = None
+        self._client: Client | None = None
 
     @property
     def card_url(self) -> str:
         return self.url + CARD_WELL_KNOWN_PATH.lstrip("/")
 
-    async def _connect(self):
+    async def _connect(self) -> Client:
         if self._client is None:
             try:
                 card = await A2ACardResolver(self.http, self.url.rstrip("/")).get_agent_card()
@@ -97,7 +97,7 @@ class AgentClient:
             self._card, self._client = card, client
         return self._client
 
-    def _same_origin(self, card):
+    def _same_origin(self, card: AgentCard) -> AgentCard:
         """The card with its interfaces' URLs resolved against the card's own URL (a relative one is a path
         on the agent's origin); only those on the origin the card came from are kept. None left: refused."""
         origin = url_origin(self.url)
@@ -121,7 +121,7 @@ class AgentClient:
         card.supported_interfaces.extend(kept)
         return card
 
-    async def card(self):
+    async def card(self) -> AgentCard:
         """The agent's card (fetched once): AgentUnreachable if nothing answers as an A2A agent."""
         await self._connect()
         return self._card

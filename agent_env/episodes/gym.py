@@ -38,7 +38,7 @@ class EpisodeEnv:
         self._episodes: Episodes | None = None
         self._episode: Episode | None = None
         self._turn: Turn | None = None
-        self._rest = None  # the gateway's REST surface: tool calls hold no session across steps
+        self._rest: SingleGateway | None = None  # the gateway's REST surface: tool calls hold no session across steps
 
     def _run(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -80,7 +80,9 @@ class EpisodeEnv:
         if offer.env:
             listed = [
                 {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
-                for t in await self._gateway().list_tools(offer.env, await self._turn.token())
+                for t in await self._gateway().list_tools(
+                    offer.env, await self._turn.episode.token(offer.env, offer.agent)
+                )
             ]
         return {
             "turn": {
@@ -94,8 +96,10 @@ class EpisodeEnv:
             "tools": listed,
         }
 
-    def _gateway(self):
+    def _gateway(self) -> SingleGateway:
         """The REST client of the gateway holding this turn's environment (in a pool, one of several)."""
+        if self._episodes is None:  # a turn comes only from a started episode
+            raise RuntimeError("the episode is over (or not started): call reset()")
         offer = self._turn.offer if self._turn is not None else None
         base = offer.mcp_url.split("/envs/", 1)[0] if offer and offer.mcp_url else base_url(self._episodes.settings)
         if self._rest is None or self._rest.base_url != base:
@@ -106,11 +110,13 @@ class EpisodeEnv:
         if self._turn is None:
             raise RuntimeError("the episode is over (or not started): call reset()")
         if "tool" in action:
-            if not self._turn.offer.env:
+            offer = self._turn.offer
+            if not offer.env:
                 return {"tool_error": "this turn has no environment"}, 0.0, False, False, {}
             try:
+                token = await self._turn.episode.token(offer.env, offer.agent)  # (the turn's token(), its env known)
                 result = await self._gateway().call_tool(
-                    self._turn.offer.env, await self._turn.token(), action["tool"], action.get("arguments") or {}
+                    offer.env, token, action["tool"], action.get("arguments") or {}
                 )
                 return {"tool_result": result}, 0.0, False, False, {}
             except GatewayRefused as e:

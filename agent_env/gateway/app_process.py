@@ -8,14 +8,16 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from agent_env.envs.serve import SERVER_TOKEN_ENV
 
 PR_SET_PDEATHSIG = 1
+AppProcess = subprocess.Popen[bytes]  # an app's server, its output to a log file
 
 
-def start_server(target: str, port: int, folder: Path, token: str) -> subprocess.Popen:
+def start_server(target: str, port: int, folder: Path, token: str) -> AppProcess:
     """Start the app's server; its output goes to `folder/server.log`, its token in its environment (a command
     line is public in `ps`)."""
     with open(folder / "server.log", "ab") as log:
@@ -44,7 +46,7 @@ def start_server(target: str, port: int, folder: Path, token: str) -> subprocess
     return proc
 
 
-def _dies_with_parent():
+def _dies_with_parent() -> Callable[[], None] | None:
     """A preexec_fn making the child get SIGKILL when the gateway dies (even by SIGKILL), on Linux; None
     elsewhere. It runs after start_new_session's setsid(), which does not clear the setting."""
     if not sys.platform.startswith("linux"):

@@ -74,7 +74,7 @@ class CallerLimits:
             if not counts[key]:
                 del counts[key]
 
-    def calling(self, key: CallerKey, via: str):
+    def calling(self, key: CallerKey, via: str) -> contextlib.AbstractContextManager[None]:
         return self._hold(
             self._calls,
             key,
@@ -84,7 +84,7 @@ class CallerLimits:
             via,
         )
 
-    def requesting(self, key: CallerKey):
+    def requesting(self, key: CallerKey) -> contextlib.AbstractContextManager[None]:
         return self._hold(
             self._requests,
             key,

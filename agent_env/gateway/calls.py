@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from agent_env import telemetry
-from agent_env.envs.app import ToolError, ToolSpec
+from agent_env.envs.app import ToolError, ToolInfo, ToolSpec
 from agent_env.envs.context import Ctx
 from agent_env.envs.mcp import ChangeChannel, mcp_tool, owned_by, refuse, tool_error, tool_result
 from agent_env.gateway import trajectory
 from agent_env.gateway.callers import Caller, GatewayError
-from agent_env.gateway.env_instance import EnvInstance
+from agent_env.gateway.env_instance import EnvInstance, Route
 from agent_env.gateway.state import COLLECTION
 from agent_env.gateway.world import WorldPushes
 from agent_env.gateway_client import wire
@@ -24,11 +24,15 @@ from agent_env.spec.times import iso, utc_now_iso
 from agent_env.spec.world_state import TriggerHit
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import mcp.types as types
+    from starlette.requests import Request
+    from starlette.types import Message, Receive, Scope, Send
 
 
 class Calls(WorldPushes):
-    async def serve_mcp(self, caller: Caller, scope, receive, send) -> None:
+    async def serve_mcp(self, caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one MCP request of `caller` within its limits; a refusal (429) is raised before anything is sent.
         Its MCP session is the caller's alone: another agent, another run's or no token cannot use or end it."""
         owned_by(scope, json.dumps([caller.instance.spec.id, caller.instance.spec.run_id, caller.agent]))
@@ -38,7 +42,7 @@ class Calls(WorldPushes):
                 return
             with self.limits.opening(caller.key, self._session_alive) as opened:
 
-                async def watch(message) -> None:
+                async def watch(message: Message) -> None:
                     if message["type"] == "http.response.start":
                         sid = _header(message.get("headers") or [], b"mcp-session-id")
                         if sid:
@@ -50,7 +54,7 @@ class Calls(WorldPushes):
     def _session_alive(self, session_id: str) -> bool:
         return session_id in self.mcp.sessions
 
-    def channel(self, request) -> ChangeChannel:
+    def channel(self, request: Request) -> ChangeChannel:
         return self._channels[request.scope["agentenv.caller"].instance.spec.id]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
@@ -67,10 +71,12 @@ class Calls(WorldPushes):
             ]
         return tools
 
-    async def list_tools(self, request) -> list[types.Tool]:
+    async def list_tools(self, request: Request) -> list[types.Tool]:
         return self.listing(request.scope["agentenv.caller"])
 
-    async def call_tool(self, request, name: str, arguments: dict[str, Any], meta: dict[str, Any]):
+    async def call_tool(
+        self, request: Request, name: str, arguments: dict[str, Any], meta: dict[str, Any]
+    ) -> types.CallToolResult:
         caller: Caller = request.scope["agentenv.caller"]
         try:
             with self.limits.calling(caller.key, "mcp"):
@@ -160,7 +166,13 @@ class Calls(WorldPushes):
         return outcome
 
     async def _watch(
-        self, inst: EnvInstance, route, entry: wire.TrajectoryEntry, outcome: wire.CallOutcome, vnow: datetime, via: str
+        self,
+        inst: EnvInstance,
+        route: Route,
+        entry: wire.TrajectoryEntry,
+        outcome: wire.CallOutcome,
+        vnow: datetime,
+        via: str,
     ) -> None:
         """Match the call against the run's conditions. The run's own calls get their hits back in the
         answer (it applies them in order); agents' calls have them delivered as updates."""
@@ -187,11 +199,11 @@ class Calls(WorldPushes):
         return trajectory.read(self.folder(instance_id) / "trajectory.sqlite", after, last=last)
 
 
-def _header(headers, name: bytes) -> str | None:
+def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
     return next((v.decode("latin-1") for k, v in headers if k.lower() == name), None)
 
 
-def _opens_session(scope) -> bool:
+def _opens_session(scope: Scope) -> bool:
     """A request the MCP SDK answers by opening a session: handshake era, and no session named yet."""
     from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
@@ -202,7 +214,7 @@ def _opens_session(scope) -> bool:
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
-def _exposed(route):
+def _exposed(route: Route) -> ToolInfo:
     """The tool as agents see it: its exposed name (app prefix applied)."""
     if route.spec.name == route.exposed:
         return route.spec

@@ -20,10 +20,14 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from agent_env.spec.times import utc_now_iso
 from agent_env.spec.world_state import HitAck, TriggerHit, clip_fields
-from agent_env.stores.base import DocumentStore
+from agent_env.stores.base import Document, DocumentStore
+
+if TYPE_CHECKING:
+    from agent_env.config import Settings
 
 log = logging.getLogger("agent_env.gateway")
 OUTBOX = "outbox"
@@ -43,11 +47,11 @@ class RunGone(Exception):
 
 
 class Delivery:
-    def __init__(self, store: DocumentStore, settings=None, sender: HitSender | None = None) -> None:
+    def __init__(self, store: DocumentStore, settings: Settings | None = None, sender: HitSender | None = None) -> None:
         self.store = store
         self.settings = settings
         self._sender = sender
-        self._background: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task[HitAck | None]] = set()
 
     def _send_update(self) -> HitSender:
         if self._sender is None:
@@ -104,7 +108,7 @@ class Delivery:
             },
         )
 
-    def parked(self, run_id: str | None = None) -> list[dict]:
+    def parked(self, run_id: str | None = None) -> list[Document]:
         """Hits parked with an error (for a run, or all): what a listing of the outbox shows."""
         return [d for d in self.store.query(OUTBOX) if d.get("parked") and (run_id is None or d["run_id"] == run_id)]
 

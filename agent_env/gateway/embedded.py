@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ def status(settings: Settings) -> GatewayStatus:
     return GatewayStatus(info is not None, info, stale)
 
 
-def start(settings: Settings, *, on_notice=lambda msg: None) -> tuple[DaemonInfo, bool]:
+def start(settings: Settings, *, on_notice: Callable[[str], None] = lambda msg: None) -> tuple[DaemonInfo, bool]:
     daemon, markers = _daemon(settings)
     g = settings.gateway
     command = [
@@ -89,7 +90,9 @@ def base_url(settings: Settings) -> str:
     return (g.url or (g.pool[0] if g.pool else None) or f"http://{g.ip}:{g.port}").rstrip("/")
 
 
-def connect(settings: Settings, *, start_daemon: bool = True, on_notice=lambda msg: None) -> GatewayClient:
+def connect(
+    settings: Settings, *, start_daemon: bool = True, on_notice: Callable[[str], None] = lambda msg: None
+) -> GatewayClient:
     """A client of the configured gateway (or pool of gateways) with its admin token; starts the embedded
     gateway if none is configured."""
     if urls := settings.gateway.urls():

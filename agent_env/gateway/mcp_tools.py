@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from functools import cache
 
-from agent_env.envs.app import ToolOptions, build_tool_spec
+from agent_env.envs.app import ToolOptions, ToolSpec, build_tool_spec
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.spec.roles import GET_TIME
 
 __all__ = ["GET_TIME", "get_time_spec"]
 
 
 class _GatewayTools:
-    def get_time(self, zone: str | None = None) -> dict:
+    def get_time(self, zone: str | None = None) -> JsonObject:
         """The current time in this world (the same for every app and agent).
 
         Args:
@@ -21,5 +22,5 @@ class _GatewayTools:
 
 
 @cache  # the same for every instance: built once
-def get_time_spec():
+def get_time_spec() -> ToolSpec:
     return build_tool_spec("gateway", _GatewayTools.get_time, ToolOptions(None, read_only=True, hidden=False))

@@ -22,8 +22,9 @@ import asyncio
 import contextlib
 import secrets
 import subprocess
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx2 as httpx
 from agentenv_protocol.types import (
@@ -44,8 +45,17 @@ from agent_env.daemon import tail
 from agent_env.envs.app import ToolError, ToolInfo
 from agent_env.envs.card import HIDDEN_BY_DEFAULT_META_KEY, OPERATIONS
 from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
-from agent_env.gateway.app_process import start_server
+from agent_env.gateway.app_process import AppProcess, start_server
 from agent_env.ports import free_port
+
+if TYPE_CHECKING:  # mcp is imported where a session opens (it is heavy)
+    from mcp import Client
+    from mcp.types import CallToolResult, RequestParamsMeta
+
+    from agent_env.gateway_client.wire import JsonObject
+
+    _Call = tuple[str, JsonObject, RequestParamsMeta, asyncio.Future[CallToolResult]]
+    """A tool call queued for the session: name, arguments, _meta, where its result goes."""
 
 START_TIMEOUT = 30.0  # for a server to start listening
 CONNECT_TIMEOUT = 10.0  # to open a TCP (TLS) connection to a server that listens
@@ -77,7 +87,7 @@ class ServerBearer(httpx.Auth):
         url = httpx.URL(base_url)
         self.token, self.origin = token, (url.scheme, url.host, url.port)
 
-    def auth_flow(self, request):
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         if (request.url.scheme, request.url.host, request.url.port) == self.origin:
             request.headers["authorization"] = f"Bearer {self.token}"
         yield request
@@ -85,7 +95,7 @@ class ServerBearer(httpx.Auth):
 
 class RemoteApp:
     def __init__(
-        self, name: str, base_url: str, proc: subprocess.Popen | None, mcp_path: str = "/mcp", token: str | None = None
+        self, name: str, base_url: str, proc: AppProcess | None, mcp_path: str = "/mcp", token: str | None = None
     ) -> None:
         self.name, self.base_url, self.proc, self.mcp_path = name, base_url.rstrip("/"), proc, mcp_path
         self.operations: list[str] = list(OPERATIONS)  # the data-plane methods its card declares
@@ -98,9 +108,9 @@ class RemoteApp:
             timeout=httpx.Timeout(DATA_TIMEOUT, connect=CONNECT_TIMEOUT),
             event_hooks=telemetry.HTTP_HOOKS,  # calls into env servers continue the caller's trace
         )
-        self._calls: asyncio.Queue = asyncio.Queue()
-        self._session_task: asyncio.Task | None = None
-        self._pending: set[asyncio.Future] = set()  # answers the current session owes
+        self._calls: asyncio.Queue[_Call] = asyncio.Queue()
+        self._session_task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Future[CallToolResult]] = set()  # answers the current session owes
         self._connecting: asyncio.Lock = asyncio.Lock()
 
     @classmethod
@@ -193,7 +203,7 @@ class RemoteApp:
             ) from None
 
     async def _connect(self) -> None:
-        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._calls = asyncio.Queue()  # calls queued for a broken session are failed, not replayed
         self._session_task = asyncio.create_task(self._hold_session(ready))
         try:
@@ -228,7 +238,7 @@ class RemoteApp:
                         f"({type(leaf).__name__}: {leaf}); is its server running?"
                     ) from None
 
-    async def _hold_session(self, ready: asyncio.Future) -> None:
+    async def _hold_session(self, ready: asyncio.Future[None]) -> None:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
@@ -255,7 +265,7 @@ class RemoteApp:
                 async with asyncio.TaskGroup() as group:
                     while True:
                         name, arguments, meta, answer = await self._calls.get()
-                        group.create_task(self._serve(client, name, arguments, meta, answer))
+                        group.create_task(_serve(client, name, arguments, meta, answer))
         except BaseException as e:
             if not ready.done():
                 ready.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
@@ -270,14 +280,16 @@ class RemoteApp:
                         )
                     )
 
-    async def _call_once(self, name: str, arguments: dict[str, Any], ctx: Ctx):
+    async def _call_once(self, name: str, arguments: dict[str, Any], ctx: Ctx) -> CallToolResult:
         """Call on the live session; if the call never reached the server, reconnect and send it once more."""
         for attempt in (1, 2):
             await self._session()
-            answer: asyncio.Future = asyncio.get_running_loop().create_future()
+            answer: asyncio.Future[CallToolResult] = asyncio.get_running_loop().create_future()
             self._pending.add(answer)
+            # our keys are the _meta's extra items (it allows any): none of MCP's own
+            meta = cast("RequestParamsMeta", ctx.to_meta())
             try:
-                await self._calls.put((name, arguments, ctx.to_meta(), answer))
+                await self._calls.put((name, arguments, meta, answer))
                 return await answer
             except Exception as e:
                 if not _session_gone(e):
@@ -291,17 +303,7 @@ class RemoteApp:
                     ) from None
             finally:
                 self._pending.discard(answer)
-
-    @staticmethod
-    async def _serve(client, name: str, arguments: dict, meta: dict, answer: asyncio.Future) -> None:
-        try:
-            result = await client.call_tool(name, arguments, meta=meta)
-        except Exception as e:  # noqa: BLE001 - handed to the caller
-            if not answer.done():
-                answer.set_exception(e)
-            return
-        if not answer.done():
-            answer.set_result(result)
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def call_async(self, name: str, arguments: dict[str, Any], ctx: Ctx) -> Any:
         try:
@@ -371,3 +373,21 @@ class RemoteApp:
                 await asyncio.to_thread(self.proc.wait, 10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+async def _serve(
+    client: Client,
+    name: str,
+    arguments: JsonObject,
+    meta: RequestParamsMeta,
+    answer: asyncio.Future[CallToolResult],
+) -> None:
+    """Make one queued call on the session; its result (or error) goes to `answer`."""
+    try:
+        result = await client.call_tool(name, arguments, meta=meta)
+    except Exception as e:  # noqa: BLE001 - handed to the caller
+        if not answer.done():
+            answer.set_exception(e)
+        return
+    if not answer.done():
+        answer.set_result(result)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_env.agents.host import AgentHost, public_base
 from agent_env.envs.mcp import McpEndpoint
@@ -21,6 +21,9 @@ from agent_env.gateway.state import COLLECTION
 from agent_env.gateway.storage import Storage, StorageLimits
 from agent_env.stores.local import SqliteDocumentStore
 
+if TYPE_CHECKING:
+    from agent_env.config import Settings
+
 
 class Gateway(Calls):
     def __init__(
@@ -28,7 +31,7 @@ class Gateway(Calls):
         root: Path,
         *,
         max_body_bytes: int = 16 * 1024 * 1024,
-        settings=None,
+        settings: Settings | None = None,
         max_calls_per_agent: int = 32,
         max_sessions_per_agent: int = 16,
         max_mcp_requests_per_agent: int | None = None,

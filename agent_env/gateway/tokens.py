@@ -11,11 +11,15 @@ import hashlib
 import hmac
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent_env import guard
-from agent_env.errors import AgentEnvError
+from agent_env.errors import AgentEnvError, BadInput
 from agent_env.stores import hex_secret
 from agent_env.stores.local import create_private_once, read_private
+
+if TYPE_CHECKING:
+    from agent_env.config import Settings
 
 PREFIX = "aet_"
 
@@ -50,10 +54,12 @@ def _checked_key(path: Path) -> bytes:
     return key
 
 
-def shared_key(settings) -> bytes:
+def shared_key(settings: Settings) -> bytes:
     """The key a pool of gateways shares, from the secret store (`[gateway] key_secret`): 64 hex digits.
     Kept there, not in files or run history, so every gateway and worker of the install reads the same one."""
     name = settings.gateway.key_secret
+    if not name:  # (its callers ask for it only when it is set)
+        raise BadInput("[gateway] key_secret is not set: no shared key to read", "name the pool's key secret there")
     key = hex_secret(settings, name)
     if len(key) < KEY_BYTES:
         raise BrokenKey(

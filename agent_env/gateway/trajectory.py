@@ -113,7 +113,7 @@ class TrajectoryWriter:
                 self._connections.clear()
                 return
 
-    def _write(self, batch: list, flushes: list[threading.Event]) -> bool:
+    def _write(self, batch: list[tuple[Path, Mapping[str, Any]] | None], flushes: list[threading.Event]) -> bool:
         """Write one batch; returns whether the writer was told to stop."""
         rows: dict[Path, list[tuple[str]]] = {}
         releases: list[Path] = []
@@ -128,10 +128,9 @@ class TrajectoryWriter:
             elif "__release__" in entry:
                 releases.append(path)
             else:
-                for key in ("arguments", "result"):
-                    if key in entry:
-                        entry[key] = _clip(entry[key])
-                rows.setdefault(path, []).append((json.dumps(entry, ensure_ascii=False, default=str),))
+                # the recorder's own copy, clipped (the same keys in the same order: the same row)
+                row = {**entry, **{key: _clip(entry[key]) for key in ("arguments", "result") if key in entry}}
+                rows.setdefault(path, []).append((json.dumps(row, ensure_ascii=False, default=str),))
         for path, values in rows.items():
             try:
                 db = self._connection(path)

@@ -66,12 +66,36 @@ class SingleGateway:
             raise GatewayRefused(reply.status, reply.error())
         return reply
 
-    async def _json(self, method: str, path: str, **kwargs) -> Any:
-        return (await self._request(method, path, **kwargs)).json()
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: JsonObject | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """The answer, as any JSON (the callers know its shape)."""
+        return (await self._request(method, path, json=json, params=params, headers=headers)).json()
 
-    async def _answer(self, shape: type[T], method: str, path: str, **kwargs) -> T:
+    async def _object(self, method: str, path: str, *, json: Any = None) -> JsonObject:
+        """An answer the gateway gives as a JSON object whose shape another room owns (an agent's record, a
+        JSON-RPC reply): not checked here."""
+        answer: JsonObject = await self._json(method, path, json=json)
+        return answer
+
+    async def _answer(
+        self,
+        shape: type[T],
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: JsonObject | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> T:
         """The answer, checked as the shape the gateway declares for it (`wire`)."""
-        return wire.parse(shape, await self._json(method, path, **kwargs))
+        return wire.parse(shape, await self._json(method, path, json=json, params=params, headers=headers))
 
     # -- admin --
     async def put_instance(self, spec: JsonObject) -> wire.InstanceView:
@@ -202,10 +226,10 @@ class SingleGateway:
 
     # -- hosted agents --
     async def put_agent(self, spec: JsonObject) -> JsonObject:
-        return await self._json("PUT", f"/admin/agents/{spec['id']}", json=spec)
+        return await self._object("PUT", f"/admin/agents/{spec['id']}", json=spec)
 
     async def get_agent(self, agent_id: str) -> JsonObject:
-        return await self._json("GET", f"/admin/agents/{agent_id}")
+        return await self._object("GET", f"/admin/agents/{agent_id}")
 
     async def delete_agent(self, agent_id: str) -> bool:
         return (await self._answer(wire.Deleted, "DELETE", f"/admin/agents/{agent_id}"))["deleted"]
@@ -214,16 +238,17 @@ class SingleGateway:
         return (await self._answer(wire.Turns, "GET", "/admin/human"))["turns"]
 
     async def answer_human_turn(self, turn_id: str, answer: str) -> JsonObject:
-        return await self._json("POST", f"/admin/human/{turn_id}", json={"answer": answer})
+        return await self._object("POST", f"/admin/human/{turn_id}", json={"answer": answer})
 
     async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
-        answer = await self._json("POST", f"/envs/{instance}/agentenv", json=body)
+        answer = await self._object("POST", f"/envs/{instance}/agentenv", json=body)
         if "error" in answer:
             error = answer["error"]
             detail = (error.get("data") or {}).get("detail")
             raise GatewayRefused(400, f"{method}: {error['message']}" + (f" ({detail})" if detail else ""))
-        return answer["result"]
+        result: JsonObject = answer["result"]  # the data plane answers every method with an object
+        return result
 
     # -- agents (REST) --
     async def list_tools(self, instance: str, token: str) -> list[JsonObject]:

@@ -22,6 +22,7 @@ from agent_env.stores.base import (
     MissingObject,
     ObjectStore,
     Page,
+    Where,
     check_collection,
     check_field,
     check_limit,
@@ -94,7 +95,16 @@ class SqliteDocumentStore(DocumentStore):
             )
         return cur.rowcount > 0
 
-    def query(self, collection, *, where=None, key_prefix=None, order_by=None, descending=False, limit=None):
+    def query(
+        self,
+        collection: str,
+        *,
+        where: Where | None = None,
+        key_prefix: str | None = None,
+        order_by: str | None = None,
+        descending: bool = False,
+        limit: int | None = None,
+    ) -> list[Document]:
         rows = self._select(collection, where, key_prefix, order_by, descending, limit, None)
         return [json.loads(doc) for _, doc, _ in rows]
 

@@ -9,7 +9,7 @@ key fails before the run starts. Talking to it afterwards is `agents.prompt_agen
 from __future__ import annotations
 
 import itertools
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
@@ -19,15 +19,19 @@ from agent_env.agents.models import check_endpoint, resolve_key
 from agent_env.bundles import find_agent
 from agent_env.config import ModelSettings
 from agent_env.errors import AgentEnvError, BadInput
-from agent_env.gateway_client import GatewayRefused
+from agent_env.gateway_client import GatewayClient, GatewayRefused
 from agent_env.providers import apps
-from agent_env.spec.agent import AgentRecord, InlineSkill
+from agent_env.spec.agent import AgentRecord, CliConfig, InlineSkill
 from agent_env.spec.env import AgentSandbox
 from agent_env.spec.run import PlannedConfig, agent_in_sandbox
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
 from agent_env.steps.builtin.envs import instance_id
 from agent_env.steps.builtin.sandbox_steps import pin_skills, put_pinned
 from agent_env.stores import in_thread, open_secrets
+
+if TYPE_CHECKING:
+    from agent_env.providers.base import Sandbox, SandboxProvider
+from agent_env.gateway_client.wire import JsonObject
 
 AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
 PURPOSES = {"llm": "agent", "persona": "persona", "cli": "agent"}
@@ -152,7 +156,7 @@ def quick_deploy_agent(config: PlannedConfig) -> bool:
     deploys_agent=True,
     sandboxes=agent_in_sandbox,
 )
-async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> dict:
+async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObject:
     """Bring an agent in: give it its role in the environment and start serving it (or check yours answers)."""
     from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
 
@@ -263,8 +267,16 @@ def _artifact_skills(ctx: StepContext, skill_files: dict[str, str]) -> list[Inli
 
 
 async def _configure(
-    ctx: StepContext, gateway, record: AgentRecord, url: str, instance, name: str, mcp_url, skill_files, models
-) -> list:
+    ctx: StepContext,
+    gateway: GatewayClient,
+    record: AgentRecord,
+    url: str,
+    instance: str | None,
+    name: str,
+    mcp_url: str | None,
+    skill_files: dict[str, str],
+    models: dict[str, ModelSettings],
+) -> list[str]:
     """Configure an a2a agent through the `urn:agentenv:*` extensions its card declares (the reference
     framework's agents get their tools only this way). Done here, once: mcp-config has no update, and role
     tokens never expire (derived from the gateway's key). The token is minted in this activity and sent only
@@ -275,7 +287,7 @@ async def _configure(
 
     client = await agent_client(ctx.settings, url, hosted=False).extensions()
     mcp = None
-    if instance is not None:
+    if instance is not None and mcp_url is not None:  # (the caller gives both or neither)
         token = await gateway.token(instance, name)
         mcp = McpServer(url=mcp_url, name=f"agentenv-{instance}", headers={"authorization": f"Bearer {token}"})
     typed = record.typed_config()
@@ -295,7 +307,7 @@ async def _configure(
     return [uri for uri in CONFIGURING if client.has(uri)]
 
 
-def _cli_settings(ctx: StepContext, typed, models: dict[str, Any]) -> dict[str, Any]:
+def _cli_settings(ctx: StepContext, typed: CliConfig, models: dict[str, Any]) -> dict[str, Any]:
     """What a cli agent's bridge needs, sent through agent-config/v1: the CLI and its model endpoint with the key
     resolved here, in the activity (it goes to the agent's sandbox only, never into the run's history)."""
     from agent_env.agents.cli_agent import CliModel, CliSettings
@@ -377,11 +389,11 @@ async def _start_agent_sandbox(
     return box_info, url
 
 
-async def _exited(provider, run_id: str, sandbox_id: str) -> bool:
+async def _exited(provider: SandboxProvider, run_id: str, sandbox_id: str) -> bool:
     return not any(i.id == sandbox_id and i.status not in ("exited", "dead") for i in await provider.list(run_id))
 
 
-async def _output_tail(sandbox, lines: int = 20) -> str:
+async def _output_tail(sandbox: Sandbox, lines: int = 20) -> str:
     """What the sandbox printed last, where its provider keeps it (it is gone once the run's sandboxes are
     removed, so errors carry it)."""
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_env.agents.conversation import (  # noqa: F401 - StopWhen, Conversation, tail: imported from here too
     Conversation,
@@ -30,6 +30,13 @@ from agent_env.spec.world_state import MAX_FIELD_BYTES, clip
 from agent_env.steps import PlanContext, StepContext, StepFailed, StepResult, step_type
 from agent_env.stores import in_thread, keys
 
+if TYPE_CHECKING:
+    from agent_env.agents.client import AgentReply
+    from agent_env.config import Settings
+    from agent_env.gateway_client import GatewayClient
+    from agent_env.gateway_client.wire import JsonObject
+    from agent_env.stores import Stores
+
 MAX_ANSWER_CHARS = 16_000  # answers in step outputs (run history) are cut here; transcripts keep all
 
 
@@ -41,7 +48,7 @@ def message_key(run_id: str, step: str, side: str, turn: int) -> str:
     return keys.message(run_id, step, side, turn)
 
 
-def kept_apart(stores, entry: dict[str, Any], key: str) -> dict[str, Any]:
+def kept_apart(stores: Stores, entry: dict[str, Any], key: str) -> dict[str, Any]:
     """A transcript entry small enough for history: a long text goes to the object store (`text_key`) and
     the entry keeps its start; large data is clipped. finish_prompt puts the whole text back."""
     out = dict(entry)
@@ -54,7 +61,7 @@ def kept_apart(stores, entry: dict[str, Any], key: str) -> dict[str, Any]:
     return out
 
 
-def expanded(stores, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def expanded(stores: Stores, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The transcript with the texts kept apart put back."""
     out = []
     for entry in transcript:
@@ -149,8 +156,8 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
 
 
 async def ask(
-    settings,
-    gateway,
+    settings: Settings,
+    gateway: GatewayClient,
     who: dict[str, Any],
     *,
     side: str,
@@ -161,7 +168,7 @@ async def ask(
     deadline: float,
     seed: int | None = None,
     turn: int | None = None,
-):
+) -> tuple[JsonObject, AgentReply]:
     """One turn of a hosted or A2A agent: it answers the transcript's last message. Returns (entry, reply);
     raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline.
     `turn`: the side's turn number, when `transcript` is only the conversation's tail."""
@@ -212,7 +219,7 @@ async def ask(
     return entry, reply
 
 
-async def trajectory_marks(gateway, agent: dict[str, Any], partner: dict[str, Any]) -> dict[str, int]:
+async def trajectory_marks(gateway: GatewayClient, agent: dict[str, Any], partner: dict[str, Any]) -> dict[str, int]:
     """Where each environment's trajectory ends now: the prompt's tool calls are what comes after."""
     marks: dict[str, int] = {}
     for who in filter(None, (agent, partner)):
@@ -226,7 +233,16 @@ def _agent_trajectories(transcript: list[dict[str, Any]]) -> list[Any]:
 
 
 async def finish_prompt(
-    stores, gateway, run_id: str, step_id: str, transcript, marks, agent, partner, timed_out: str | None, seconds: float
+    stores: Stores,
+    gateway: GatewayClient,
+    run_id: str,
+    step_id: str,
+    transcript: list[JsonObject],
+    marks: dict[str, int],
+    agent: JsonObject,
+    partner: JsonObject | None,
+    timed_out: str | None,
+    seconds: float,
 ) -> dict[str, Any]:
     """Keep the conversation and the tool calls both sides made meanwhile; the step's outputs."""
     transcript = await in_thread(expanded, stores, transcript)

@@ -18,11 +18,12 @@ from agent_env.bundles import find_env
 from agent_env.envs.records import check_composition, env_for_app
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.gateway.release import retire_instance
-from agent_env.gateway_client import GatewayRefused, wire
+from agent_env.gateway_client import GatewayClient, GatewayRefused, wire
 from agent_env.gateway_client.placement import Placement
 from agent_env.gateway_client.pool import GatewayPool
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import apps
-from agent_env.spec.env import EnvRecord, RoleSpec
+from agent_env.spec.env import AppRef, EnvRecord, RoleSpec
 from agent_env.spec.run import Criterion, PlannedConfig, Score, apps_in_sandboxes
 from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
@@ -134,13 +135,13 @@ def quick_deploy(config: PlannedConfig) -> bool:
     deploys_env=True,
     sandboxes=apps_in_sandboxes,
 )
-async def deploy_env(ctx: StepContext, config: DeployConfig) -> dict:
+async def deploy_env(ctx: StepContext, config: DeployConfig) -> JsonObject:
     """Start an instance of an environment on the gateway and load its data (or fork `fork_from`); outputs
     its URLs and agents."""
     return await deploy(ctx, config)
 
 
-async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime | None = None) -> dict:
+async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime | None = None) -> JsonObject:
     """What `deploy_env` does, for the step and for a group's prototype (`expires_at`: the gateway deletes it
     then, even if no one released it)."""
     record = config.record or env_for_app(config.env)
@@ -192,7 +193,7 @@ async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime
     }
 
 
-async def _fork(gateway, source: str, spec: dict[str, Any]) -> wire.InstanceView | None:
+async def _fork(gateway: GatewayClient, source: str, spec: dict[str, Any]) -> wire.InstanceView | None:
     """Fork `source` into the new instance (its description); None when the source is gone (its group ended,
     or it expired): the step then deploys the environment itself, from the same record and data."""
 
@@ -205,23 +206,25 @@ async def _fork(gateway, source: str, spec: dict[str, Any]) -> wire.InstanceView
 
 
 async def _start_sandbox(
-    ctx: StepContext, config: DeployConfig, gateway, instance: str, ref, record_name: str
+    ctx: StepContext, config: DeployConfig, gateway: GatewayClient, instance: str, ref: AppRef, record_name: str
 ) -> tuple[str, Any]:
     """Start the app's sandbox with the token its server must require: the gateway derives it from its
     key (this worker may not hold the key), hands it over the admin API, and sends it on every call; it
     lives in this activity's memory and the sandbox's environment, never in run history."""
-
+    box, name = ref.sandbox, ref.name
+    if box is None or name is None:  # (the caller passes sandboxed apps; AppRef requires their names)
+        raise ValueError(f"app {ref.name!r} of env {record_name} is no named sandboxed app")
     provider, sandbox = await apps.start(
         ctx.settings,
         ctx.stores,
         run_id=ctx.run_id,
         owner=instance,
-        name=ref.name,
-        box=ref.sandbox,
-        build_key=config.builds.get(ref.name),
-        chain=config.provider or ref.sandbox.provider or ctx.settings.sandboxes.envs,
-        label=f"app {ref.name!r} of env {record_name}",
-        server_token=await gateway.server_token(instance, ref.name),
+        name=name,
+        box=box,
+        build_key=config.builds.get(name),
+        chain=config.provider or box.provider or ctx.settings.sandboxes.envs,
+        label=f"app {name!r} of env {record_name}",
+        server_token=await gateway.server_token(instance, name),
     )
     return provider.name, sandbox
 
@@ -264,7 +267,7 @@ def prepare_load(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
 
 
 @step_type("load_data", config=LoadDataConfig, timeout="10m", prepare=prepare_load, step_refs=("env",))
-async def load_data(ctx: StepContext, config: LoadDataConfig) -> dict:
+async def load_data(ctx: StepContext, config: LoadDataConfig) -> JsonObject:
     """Load data into an environment's apps (once, even if the step is retried)."""
     data = (
         config.data
@@ -282,7 +285,7 @@ async def load_data(ctx: StepContext, config: LoadDataConfig) -> dict:
 
 
 @step_type("reset_env", config=EnvStep, local=True, timeout="1m", step_refs=("env",))
-async def reset_env(ctx: StepContext, config: EnvStep) -> dict:
+async def reset_env(ctx: StepContext, config: EnvStep) -> JsonObject:
     """Empty every app of an environment."""
     await (await ctx.gateway()).data(instance_id(ctx, config.env), "data/reset")
     return {}
@@ -300,7 +303,7 @@ def snapshot_key(run_id: str, name: str) -> str:
 
 
 @step_type("snapshot_env", config=SnapshotConfig, timeout="10m", step_refs=("env",))
-async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> dict:
+async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> JsonObject:
     """Save an environment's whole state in the object store."""
     gateway = await ctx.gateway()
     instance = instance_id(ctx, config.env)
@@ -317,7 +320,7 @@ class RestoreConfig(EnvStep):
 
 
 @step_type("restore_env", config=RestoreConfig, timeout="10m", step_refs=("env",))
-async def restore_env(ctx: StepContext, config: RestoreConfig) -> dict:
+async def restore_env(ctx: StepContext, config: RestoreConfig) -> JsonObject:
     """Put an environment back into a saved state."""
     key = config.snapshot if "/" in config.snapshot else snapshot_key(ctx.run_id, config.snapshot)
     if not await ctx.stores.aio.objects.exists(key):
@@ -337,7 +340,7 @@ class SetRoleConfig(EnvStep, RoleSpec):
 
 
 @step_type("set_role_tools", config=SetRoleConfig, local=True, timeout="1m", step_refs=("env",))
-async def set_role_tools(ctx: StepContext, config: SetRoleConfig) -> dict:
+async def set_role_tools(ctx: StepContext, config: SetRoleConfig) -> JsonObject:
     """Change which tools a role sees and may call (from the next call; agents are notified)."""
     tools = await (await ctx.gateway()).set_role(instance_id(ctx, config.env), config.role, config.tools, config.deny)
     return {"role": config.role, "tools": tools}
@@ -349,7 +352,9 @@ class CallToolConfig(ActorStep):
     expect_error: bool = Field(False, description="succeed when the tool answers with an error (and output it)")
 
 
-async def _call(ctx: StepContext, config: ActorStep, tool: str, arguments: dict[str, Any], key: str | None):
+async def _call(
+    ctx: StepContext, config: ActorStep, tool: str, arguments: dict[str, Any], key: str | None
+) -> wire.CallOutcome:
     gateway = await ctx.gateway()
     instance = instance_id(ctx, config.env)
     role = config.role
@@ -362,7 +367,8 @@ async def _call(ctx: StepContext, config: ActorStep, tool: str, arguments: dict[
 async def call_tool(ctx: StepContext, config: CallToolConfig) -> StepResult:
     """Call a tool as a role or agent (setup and probes); its result becomes the step's output."""
     outcome = await _call(ctx, config, config.tool, config.arguments, ctx.idempotency_key)
-    hits = outcome.get("hits", [])  # the call may fire triggers (an email to a persona...): the run applies them
+    # the call may fire triggers (an email to a persona...): the run applies them (StepResult keeps them as JSON)
+    hits = cast(list[JsonObject], outcome.get("hits", []))
     if "error" in outcome:
         if config.expect_error:
             return StepResult(outputs={"error": outcome["error"]}, hits=hits)
@@ -420,7 +426,7 @@ class TeardownConfig(EnvStep):
 
 
 @step_type("teardown_env", config=TeardownConfig, timeout="5m", step_refs=("env",))
-async def teardown_env(ctx: StepContext, config: TeardownConfig) -> dict:
+async def teardown_env(ctx: StepContext, config: TeardownConfig) -> JsonObject:
     """Stop serving an environment and its sandboxes; its trajectory is kept in the object store first."""
 
     instance = instance_id(ctx, config.env)

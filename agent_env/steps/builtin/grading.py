@@ -17,6 +17,8 @@ from agent_env.agents.models import ChatModel, ModelError, check_endpoint, resol
 from agent_env.agents.usage import Usage, summed
 from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
+from agent_env.gateway_client import GatewayClient
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.spec.agent import ModelOverride
 from agent_env.spec.paths import walk
 from agent_env.spec.run import Criterion, PlannedConfig, Score
@@ -237,7 +239,7 @@ async def rubric_judge(ctx: StepContext, config: RubricJudgeConfig) -> StepResul
             "result", {"error": outcome.get("error")}
         )
     shortfall = None
-    if config.each_call is not None:
+    if config.each_call is not None and gateway is not None:  # (a gateway was got for it above)
         per_call, shortfall = await _each_call_criteria(ctx, gateway, config.each_call)
         criteria += per_call
     if config.reference is not None:
@@ -275,7 +277,7 @@ def _call_summary(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _each_call_criteria(
-    ctx: StepContext, gateway, each: EachCall
+    ctx: StepContext, gateway: GatewayClient, each: EachCall
 ) -> tuple[list[RubricCriterion], Criterion | None]:
     entries = await gateway.trajectory(instance_id(ctx, each.env))
     calls = [
@@ -288,7 +290,7 @@ async def _each_call_criteria(
     out = []
     for n, call in enumerate(calls, 1):
 
-        def fill(m: re.Match, call=call) -> str:
+        def fill(m: re.Match[str], call: JsonObject = call) -> str:
             try:
                 value = walk(call, m.group(1))
             except KeyError:
@@ -309,7 +311,7 @@ async def _each_call_criteria(
 
 async def _judge(
     ctx: StepContext, config: RubricJudgeConfig, request: dict[str, Any], used: Usage
-) -> tuple[list[dict], int]:
+) -> tuple[list[JsonObject], int]:
     """Ask until the answer is usable (every criterion, a pass/fail verdict each), at most `attempts` times."""
     ids = [c["id"] for c in request["criteria"]]
     if not ids:
@@ -384,7 +386,7 @@ async def _ask_judge(ctx: StepContext, config: RubricJudgeConfig, messages: list
     return reply.content or ""
 
 
-def _parse_verdicts(text: str, ids: list[str]) -> tuple[list[dict] | None, str]:
+def _parse_verdicts(text: str, ids: list[str]) -> tuple[list[JsonObject] | None, str]:
     try:
         data = json_in(text)
     except ValueError:
@@ -392,7 +394,7 @@ def _parse_verdicts(text: str, ids: list[str]) -> tuple[list[dict] | None, str]:
     rows = data.get("criteria") if isinstance(data, dict) else None
     if not isinstance(rows, list):
         return None, 'it has no "criteria" list'
-    found: dict[str, dict] = {}
+    found: dict[str, JsonObject] = {}
     for row in rows:
         if not isinstance(row, dict) or row.get("id") not in ids:
             continue
@@ -487,7 +489,7 @@ class CollectConfig(StepConfig):
 
 
 @step_type("collect_artifacts", config=CollectConfig, timeout="10m", step_refs=("envs",))
-async def collect_artifacts(ctx: StepContext, config: CollectConfig) -> dict:
+async def collect_artifacts(ctx: StepContext, config: CollectConfig) -> JsonObject:
     """Keep what a run produced in its artifact folder: trajectories, exported data, transcripts; with a manifest."""
     objects = ctx.stores.aio.objects
     kept: list[str] = []

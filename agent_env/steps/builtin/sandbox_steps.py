@@ -31,6 +31,7 @@ from pydantic import Field, field_validator, model_validator
 
 from agent_env import packing
 from agent_env.errors import AgentEnvError, BadInput, NotFound
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import by_name
 from agent_env.registry.manifest import file_sha256
 from agent_env.registry.resolve import split_ref
@@ -208,12 +209,12 @@ def tail(text: str, limit: int = TAIL_BYTES) -> str:
     prepare=prepare_sandbox,
     step_refs=("sandbox",),
 )
-async def sandbox_exec(ctx: StepContext, config: SandboxExecConfig) -> dict:
+async def sandbox_exec(ctx: StepContext, config: SandboxExecConfig) -> JsonObject:
     """Run a command in a deployed app's or agent's sandbox; outputs its exit code and the tails of its output."""
     sandbox = await attach(ctx, config)
     marker = f"{ONCE_DIR}/{hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:32]}.json"
     if config.once and await _files_matching(sandbox, marker):
-        outputs = json.loads(await sandbox.get_file(marker))
+        outputs: JsonObject = json.loads(await sandbox.get_file(marker))  # what this step wrote there
     else:
         try:
             result = await heartbeating(ctx, sandbox.exec(command_line(sandbox, config), timeout=config.timeout))
@@ -419,7 +420,7 @@ async def put_pinned(ctx: StepContext, sandbox: Sandbox, contents: Mapping[str, 
 
 
 @step_type("put_files", config=PutFilesConfig, timeout="10m", prepare=prepare_put, step_refs=("sandbox",))
-async def put_files(ctx: StepContext, config: PutFilesConfig) -> dict:
+async def put_files(ctx: StepContext, config: PutFilesConfig) -> JsonObject:
     """Put files into a deployed app's or agent's sandbox: inline text, bundle files, registry artifacts."""
     sandbox = await attach(ctx, config)
     texts = {config.target(p): s.text.encode() for p, s in config.files.items() if s.text is not None}
@@ -467,7 +468,7 @@ async def _files_matching(sandbox: Sandbox, pattern: str) -> list[tuple[str, int
 
 
 @step_type("collect_files", config=CollectFilesConfig, timeout="10m", prepare=prepare_sandbox, step_refs=("sandbox",))
-async def collect_files(ctx: StepContext, config: CollectFilesConfig) -> dict:
+async def collect_files(ctx: StepContext, config: CollectFilesConfig) -> JsonObject:
     """Copy files out of a deployed app's or agent's sandbox into the run's artifacts; outputs their keys."""
     sandbox = await attach(ctx, config)
     matched: dict[str, int] = {}

@@ -7,6 +7,7 @@ import time
 
 from pydantic import Field
 
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.steps import StepConfig, StepContext, step_type
 
 
@@ -15,7 +16,7 @@ class SleepConfig(StepConfig):
 
 
 @step_type("sleep", config=SleepConfig, timeout="25h", retries=3)
-async def sleep(ctx: StepContext, config: SleepConfig) -> dict:
+async def sleep(ctx: StepContext, config: SleepConfig) -> JsonObject:
     """Wait the given number of real seconds."""
     deadline = time.monotonic() + config.seconds
     while (left := deadline - time.monotonic()) > 0:

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from agent_env.spec.duration import MAX_SECONDS
 from agent_env.spec.verbs import VERBS, WorldStepVerb
 from agent_env.spec.world import MAX_RATE, TimeValue
-from agent_env.steps import StepConfig, StepContext, step_type
+from agent_env.steps import StepConfig, StepContext, StepType, step_type
 
 
 class SetClockConfig(StepConfig):
@@ -50,7 +50,7 @@ class WaitClockConfig(StepConfig):
         return self
 
 
-def _world_step(verb: WorldStepVerb, config: type[StepConfig]):
+def _world_step(verb: WorldStepVerb, config: type[StepConfig]) -> StepType:
     async def applied_by_the_workflow(ctx: StepContext, cfg: StepConfig) -> None:
         raise RuntimeError("world steps are applied by the workflow, not run as activities")
 
