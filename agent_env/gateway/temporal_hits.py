@@ -11,7 +11,7 @@ from temporalio.service import RPCError
 from agent_env.config import Settings, load_settings
 from agent_env.gateway.delivery import HitRefused, RunGone
 from agent_env.spec.world_state import HitAck, TriggerHit
-from agent_env.temporal.client import connect
+from agent_env.temporal_client.client import connect
 
 
 class TemporalHits:
