@@ -95,8 +95,8 @@ class HumanInbox:
 
 
 class AgentHost:
-    """`public_url`: the gateway's configured base URL (`gateway_client.configured.public_base`); hosted agents' cards name it.
-    None (an in-process gateway without settings): the address of the socket a request came in on."""
+    """`public_url`: the gateway's configured base URL (`gateway_client.configured.public_base`); hosted agents'
+    cards name it. None (an in-process gateway without settings): the address of the socket a request came in on."""
 
     def __init__(self, store, public_url: str | None = None) -> None:
         self.store = store
