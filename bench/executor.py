@@ -111,7 +111,8 @@ async def measure_async() -> dict:
 
     for task in tasks:
         task.cancel()
-    background.stop_server(settings)
+    background.stop_all(settings)
+    server.stop(settings)
 
     print("executor")
     for kind in ("activity", "local"):

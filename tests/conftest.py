@@ -100,7 +100,8 @@ def server(settings):
 
     info = embedded.start(settings)
     yield info
-    background.stop_server(settings)  # its background workers first, as `agent-env server stop` does
+    background.stop_all(settings)  # its background workers first, as `agent-env server stop` does
+    embedded.stop(settings)
     gateway.stop(settings)  # started on demand by the first environment step
 
 

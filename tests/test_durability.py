@@ -95,7 +95,8 @@ class Cluster:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        background.stop_server(self.settings)
+        background.stop_all(self.settings)
+        server.stop(self.settings)
         subprocess.run([AGENT_ENV, "gateway", "stop"], env=self.env, capture_output=True, timeout=30)
 
 

@@ -20,7 +20,8 @@ from agent_env.temporal_client import server
 def own_settings(tmp_path):
     s = Settings(state_dir=tmp_path / "home", server=ServerSettings(port=free_port(), ui_port=free_port(), ui=False))
     yield s
-    background.stop_server(s)
+    background.stop_all(s)
+    server.stop(s)
 
 
 def test_start_reuse_status_stop(own_settings):

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 
 from agent_env import __version__
 from agent_env.daemon import Daemon, DaemonInfo, terminate
-from agent_env.temporal_client import server
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -231,13 +230,6 @@ def stop_all(settings: Settings) -> list[DaemonInfo]:
     for pid in _processes(root):
         terminate(pid, timeout)
     return stopped
-
-
-def stop_server(settings: Settings, timeout: float = 10.0) -> server.ServerInfo | None:
-    """Stop the embedded server if it runs, and this state dir's background workers first (a worker without its
-    server is useless). Returns what server was stopped."""
-    stop_all(settings)
-    return server.stop(settings, timeout)
 
 
 def _processes(root: Path) -> list[int]:

@@ -174,7 +174,7 @@ def free_port(ip: str) -> int:
 
 def stop(settings: Settings, timeout: float = 10.0) -> ServerInfo | None:
     """Stop the embedded server if it runs. Returns what was stopped. Its background workers are the worker side's
-    to stop first (`agent_env.temporal.background.stop_server` stops both)."""
+    to stop first (`agent_env.temporal.background.stop_all`, as `agent-env server stop` does)."""
     paths = Paths(settings)
     stopped = paths.daemon.stop(paths.markers, timeout)
     return ServerInfo.of(stopped) if stopped else None
