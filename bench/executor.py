@@ -48,9 +48,10 @@ def chain(n: int, step_type: str):
 async def measure_async() -> dict:
     from agent_env.config import load_settings
     from agent_env.steps import catalog, step_type
-    from agent_env.temporal import launch, server
-    from agent_env.temporal.client import connect
+    from agent_env.temporal import background, launch
     from agent_env.temporal.worker import create_worker
+    from agent_env.temporal_client import server
+    from agent_env.temporal_client.client import connect
 
     os.environ.update(isolated_env())
     settings = load_settings()
@@ -110,6 +111,7 @@ async def measure_async() -> dict:
 
     for task in tasks:
         task.cancel()
+    background.stop_all(settings)
     server.stop(settings)
 
     print("executor")

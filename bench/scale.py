@@ -111,7 +111,7 @@ class Variant:
 
     def start(self) -> None:
         from agent_env.config import load_settings
-        from agent_env.temporal import server
+        from agent_env.temporal_client import server
 
         self.env = isolated_env()
         root = Path(self.env["AGENT_ENV_HOME"])

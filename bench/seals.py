@@ -1,4 +1,4 @@
-"""Seals: what sealing and checking costs per run (agent_env/temporal/seals.py), on the plans of the built-in bundles.
+"""Seals: what sealing and checking costs per run (agent_env/temporal_client/seals.py), on the plans of the built-in bundles.
 
 A run costs one start seal (made by the planner, checked by the worker) and, for each step run as a regular
 activity, one activity seal (made by the worker's workflow code, checked by the activity worker) and one seal of
@@ -48,7 +48,8 @@ def measure() -> dict:
     from agent_env.bundles import BUILTIN_ROOT
     from agent_env.config import Settings
     from agent_env.planning.tasks import load_task
-    from agent_env.temporal import launch, seals
+    from agent_env.temporal import launch
+    from agent_env.temporal_client import seals
 
     print(f"seals (in-process, {ROUNDS} rounds per bundle; what sealing adds to each run)")
     settings = Settings.model_validate({"state_dir": str(temp_dir("agentenv-bench-seals-"))})
@@ -78,7 +79,7 @@ def measure() -> dict:
 
 
 def _seal_and_check(key, run_id: str, ops) -> None:
-    from agent_env.temporal import seals
+    from agent_env.temporal_client import seals
 
     now = datetime.now(UTC)
     for what, name, args in ops:

@@ -169,7 +169,7 @@ class Cluster:
         return st.info.pid if st.running else None
 
     def server_pid(self) -> int | None:
-        from agent_env.temporal import server
+        from agent_env.temporal_client import server
 
         st = server.status(self.settings)
         return st.info.pid if st.running else None
@@ -561,7 +561,7 @@ class Faults:
         self.last_kill = ""
 
     async def connect(self):
-        from agent_env.temporal.client import connect
+        from agent_env.temporal_client.client import connect
 
         self.client = await connect(self.c.settings)
         return self.client

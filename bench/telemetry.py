@@ -62,8 +62,8 @@ async def _runs_in_process(count: int) -> list[float]:
     from agent_env.config import load_settings
     from agent_env.task_lookup import resolve_target
     from agent_env.temporal import launch
-    from agent_env.temporal.client import connect
     from agent_env.temporal.worker import create_worker
+    from agent_env.temporal_client.client import connect
 
     settings = load_settings()
     telemetry.setup(settings, "bench")

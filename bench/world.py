@@ -103,8 +103,8 @@ async def hit_latency(env: dict) -> dict:
     from agent_env.gateway.embedded import connect as gateway_connect
     from agent_env.planning.tasks import parse_task
     from agent_env.temporal import launch
-    from agent_env.temporal.client import connect
     from agent_env.temporal.worker import create_worker
+    from agent_env.temporal_client.client import connect
 
     settings = load_settings()
     client = await connect(settings)

@@ -35,7 +35,7 @@ def free_port() -> int:
 def plan_key_of(settings) -> dict[str, str]:
     """The environment that gives another install (a worker or gateway in its own state dir) the plan key of
     `settings`' install, as a shared secret, as a team shares one: what one plans, the other then executes."""
-    from agent_env.temporal import seals
+    from agent_env.temporal_client import seals
 
     return {
         "AGENT_ENV_PLAN_KEY_SECRET": "shared-plan-key",
@@ -95,17 +95,19 @@ def settings():
 @pytest.fixture(scope="session")
 def server(settings):
     from agent_env.gateway import embedded as gateway
-    from agent_env.temporal import server as embedded
+    from agent_env.temporal import background
+    from agent_env.temporal_client import server as embedded
 
     info = embedded.start(settings)
     yield info
+    background.stop_all(settings)  # its background workers first, as `agent-env server stop` does
     embedded.stop(settings)
     gateway.stop(settings)  # started on demand by the first environment step
 
 
 @pytest.fixture(scope="session")
 async def client(settings, server):
-    from agent_env.temporal.client import connect
+    from agent_env.temporal_client.client import connect
 
     return await connect(settings)
 

@@ -30,7 +30,7 @@ from agent_env.providers.docker_images import BASE_IMAGE
 from agent_env.spec.run import RunStatus
 from agent_env.task_lookup import resolve_target
 from agent_env.temporal import launch
-from agent_env.temporal.client import connect
+from agent_env.temporal_client.client import connect
 
 ECHO_ENV = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo"
 SERVE = [

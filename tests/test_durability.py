@@ -17,8 +17,9 @@ from conftest import free_port
 from agent_env.config import GatewaySettings, ServerSettings, Settings
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunState, RunStatus
-from agent_env.temporal import launch, server
-from agent_env.temporal.client import connect
+from agent_env.temporal import background, launch
+from agent_env.temporal_client import server
+from agent_env.temporal_client.client import connect
 
 pytestmark = pytest.mark.durability
 
@@ -94,6 +95,7 @@ class Cluster:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+        background.stop_all(self.settings)
         server.stop(self.settings)
         subprocess.run([AGENT_ENV, "gateway", "stop"], env=self.env, capture_output=True, timeout=30)
 

@@ -1,5 +1,5 @@
 """Only this install's planners make its workers act: every workflow start, update and activity is sealed with the
-install's plan key, and workers check the seal before anything runs (agent_env/temporal/seals.py).
+install's plan key, and workers check the seal before anything runs (agent_env/temporal_client/seals.py).
 
 The attacker here is any local process that reaches the Temporal server (the embedded one listens on
 127.0.0.1, without authentication): it may read histories, so it holds every seal a run recorded, and it drives
@@ -28,8 +28,9 @@ from test_security_state import HITS_TASK, until_holding
 from agent_env.planning.tasks import load_task, parse_task
 from agent_env.spec.run import RunStatus, StepCall, StepStatus
 from agent_env.spec.world_state import TriggerHit
-from agent_env.temporal import launch, seals
-from agent_env.temporal.server import binary_path
+from agent_env.temporal import launch
+from agent_env.temporal_client import seals
+from agent_env.temporal_client.server import binary_path
 
 ECHO_SERVER = Path(__file__).parent.parent / "agent_env" / "bundles" / "echo-mcp" / "envs" / "echo" / "server"
 

@@ -244,7 +244,7 @@ def cli(*args: str) -> str:
 
 
 def temporal_history(settings, run_id: str) -> str:
-    from agent_env.temporal.server import binary_path
+    from agent_env.temporal_client.server import binary_path
 
     done = subprocess.run(
         [

@@ -12,13 +12,15 @@ from conftest import free_port
 
 from agent_env.config import ServerSettings, Settings
 from agent_env.errors import ServerError
-from agent_env.temporal import server
+from agent_env.temporal import background
+from agent_env.temporal_client import server
 
 
 @pytest.fixture
 def own_settings(tmp_path):
     s = Settings(state_dir=tmp_path / "home", server=ServerSettings(port=free_port(), ui_port=free_port(), ui=False))
     yield s
+    background.stop_all(s)
     server.stop(s)
 
 
@@ -102,7 +104,7 @@ async def test_runs_survive_a_server_restart(own_settings):
     """Histories live in the SQLite file: a workflow started before a stop is there after a start."""
     from agent_env.task_lookup import resolve_target
     from agent_env.temporal import launch
-    from agent_env.temporal.client import connect
+    from agent_env.temporal_client.client import connect
 
     server.start(own_settings)
     client = await connect(own_settings)

@@ -89,8 +89,8 @@ def spans_in_memory(settings):
 
 
 async def test_a_run_is_one_trace_from_its_start_to_the_agents_tool_calls(spans_in_memory, settings, server, tmp_path):
-    from agent_env.temporal.client import connect
     from agent_env.temporal.worker import create_worker
+    from agent_env.temporal_client.client import connect
 
     in_gateway = settings.model_copy(deep=True)
     in_gateway.gateway.ip = "0.0.0.0"  # no fixed address: hosted agents' cards name the one each request came to

@@ -23,6 +23,7 @@ from agent_env import telemetry, tls
 from agent_env.agents.extensions import ExtensionClient
 from agent_env.agents.sdk import KEY, new_message_id
 from agent_env.config import url_origin
+from agent_env.gateway_client.configured import admin_token, base_url
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -209,8 +210,6 @@ def forget_agent(url: str, *, hosted: bool = False) -> None:
 
 
 def _http(settings: Settings, hosted: bool) -> httpx.AsyncClient:
-    from agent_env.gateway.embedded import admin_token, base_url
-
     gateways = tuple(settings.gateway.urls() or [base_url(settings)]) if hosted else ()
     http = _HTTP.get((hosted, gateways))
     if http is None:

@@ -95,8 +95,8 @@ class HumanInbox:
 
 
 class AgentHost:
-    """`public_url`: the gateway's configured base URL (see `public_base`); hosted agents' cards name it.
-    None (an in-process gateway without settings): the address of the socket a request came in on."""
+    """`public_url`: the gateway's configured base URL (`gateway_client.configured.public_base`); hosted agents'
+    cards name it. None (an in-process gateway without settings): the address of the socket a request came in on."""
 
     def __init__(self, store, public_url: str | None = None) -> None:
         self.store = store
@@ -207,20 +207,6 @@ class AgentHost:
         """Where the card says the agent is: configuration, never the request's `Host` (a forged one would
         send the worker's next turn, and the credentials on it, elsewhere)."""
         return f"{self.public_url or _socket_base(scope)}/agents/{agent_id}/"
-
-
-def public_base(settings) -> str | None:
-    """The gateway's public base URL from its settings: [gateway] url, else its address unless it listens on
-    all interfaces (then no one address is its own: each request's socket address is used)."""
-    if settings is None:
-        return None
-    if settings.gateway.url:
-        return settings.gateway.url.rstrip("/")
-    if settings.gateway.ip in ("0.0.0.0", "::", ""):
-        return None
-    from agent_env.gateway.embedded import base_url
-
-    return base_url(settings)
 
 
 def _socket_base(scope) -> str:

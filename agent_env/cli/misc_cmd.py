@@ -38,7 +38,7 @@ def _require_embedded(settings) -> None:
 
 
 def server_start_command() -> int:
-    from agent_env.temporal import server
+    from agent_env.temporal_client import server
 
     settings = load_settings()
     _require_embedded(settings)
@@ -53,7 +53,7 @@ def server_start_command() -> int:
 
 
 def server_stop_command() -> int:
-    from agent_env.temporal import server
+    from agent_env.temporal_client import server
 
     settings = load_settings()
     _require_embedded(settings)
@@ -70,7 +70,7 @@ def server_stop_command() -> int:
 
 
 def server_status_command() -> int:
-    from agent_env.temporal import server
+    from agent_env.temporal_client import server
 
     settings = load_settings()
     if not settings.embedded:

@@ -114,7 +114,7 @@ def background_command(action: str) -> int:
             "run `agent-env worker` (in the foreground, under your supervisor) where runs should execute",
         )
     if action == "start":
-        from agent_env.temporal import server
+        from agent_env.temporal_client import server
 
         server.start(settings, on_notice=notice)
         info, started = background.start(settings, on_notice=notice)

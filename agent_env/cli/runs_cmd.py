@@ -169,8 +169,8 @@ def _parked_hits(settings, state: RunState) -> list[dict]:
 
 
 async def _live_state(settings, run_id: str) -> RunState:
-    from agent_env.temporal.client import connect
     from agent_env.temporal.launch import query_state
+    from agent_env.temporal_client.client import connect
 
     client = await connect(settings, start_server=False)
     return await query_state(client.get_workflow_handle(run_id, result_type=RunState), timeout=3.0)
@@ -190,9 +190,9 @@ def cancel_command(run_id: str, wait: bool) -> int:
 
 
 async def _cancel(settings, run_id: str, wait: bool) -> int:
-    from agent_env.temporal.client import connect
     from agent_env.temporal.launch import wait_result
     from agent_env.temporal.worker import create_worker
+    from agent_env.temporal_client.client import connect
 
     client = await connect(settings, on_notice=notice)
     handle = client.get_workflow_handle(run_id, result_type=RunState)

@@ -16,7 +16,7 @@ from agent_env.errors import AgentEnvError
 async def _client(settings):
     """Temporal, to ask whether runs are over; None (with a note) when it does not answer, in which case
     only sandboxes past their TTL are judged doomed."""
-    from agent_env.temporal.client import connect
+    from agent_env.temporal_client.client import connect
 
     try:
         return await connect(settings, start_server=False)

@@ -52,8 +52,8 @@ async def _up(settings: Settings, sock: socket.socket, open_browser: bool) -> in
 
     from agent_env.explorer.auth import Door
     from agent_env.explorer.server import create_app
-    from agent_env.temporal.client import connect, workers_polling
     from agent_env.temporal.worker import create_worker
+    from agent_env.temporal_client.client import connect, workers_polling
 
     client = await connect(settings, on_notice=notice)
     if not settings.gateway.urls():

@@ -35,9 +35,10 @@ from agent_env.errors import AgentEnvError
 from agent_env.gateway import embedded
 from agent_env.spec.run import RunState, TurnOffer
 from agent_env.stores import in_thread, open_stores
-from agent_env.temporal import background, launch, server
-from agent_env.temporal.client import connect
+from agent_env.temporal import background, launch
 from agent_env.temporal.worker import create_worker
+from agent_env.temporal_client import server
+from agent_env.temporal_client.client import connect
 
 if TYPE_CHECKING:
     from temporalio.client import WorkflowUpdateHandle

@@ -9,8 +9,8 @@ is a poison hit: it is *parked* in the outbox with its error (`parked`, listed b
 retried forever and never dropped silently. Matches are clipped before anything else, so whatever an agent
 sends, a hit fits in history.
 
-How a hit reaches its run is the sender's (`HitSender`): Temporal's is `agent_env.temporal.hits.TemporalHits`, which
-the process building the gateway passes (until every builder does, it is the default).
+How a hit reaches its run is the sender's (`HitSender`): by default Temporal's (`temporal_hits.TemporalHits`, which
+connects as every client does, through `agent_env.temporal_client`); a test or another builder may pass its own.
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ class Delivery:
 
     def _send_update(self) -> HitSender:
         if self._sender is None:
-            from agent_env.temporal.hits import TemporalHits  # (the default until the gateway's builders pass it)
+            from agent_env.gateway.temporal_hits import (
+                TemporalHits,
+            )  # (temporalio, and it imports this module's errors)
 
             self._sender = TemporalHits(self.settings)
         return self._sender

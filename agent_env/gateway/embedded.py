@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from agent_env.config import Settings
 from agent_env.daemon import Daemon, DaemonInfo, PortCheck
-from agent_env.errors import BadInput
-from agent_env.gateway import tokens
+from agent_env.gateway_client.configured import admin_token as admin_token
+from agent_env.gateway_client.configured import base_url as base_url
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.single import SingleGateway
 
@@ -84,12 +84,6 @@ def stop(settings: Settings) -> DaemonInfo | None:
     return daemon.stop(markers)
 
 
-def base_url(settings: Settings) -> str:
-    """The configured gateway's URL (a pool's first; a pool gateway's own `url`), else the embedded one's."""
-    g = settings.gateway
-    return (g.url or (g.pool[0] if g.pool else None) or f"http://{g.ip}:{g.port}").rstrip("/")
-
-
 def connect(
     settings: Settings, *, start_daemon: bool = True, on_notice: Callable[[str], None] = lambda msg: None
 ) -> GatewayClient:
@@ -108,20 +102,3 @@ def connect(
                 "(stop it with `agent-env gateway stop`)"
             )
     return SingleGateway(base_url(settings), admin_token(settings))
-
-
-def admin_token(settings: Settings) -> str:
-    """The admin token of the configured gateways: given (`[gateway] admin_token`), derived from the pool's
-    shared key in the secret store (`[gateway] key_secret`), or the embedded gateway's own."""
-    g = settings.gateway
-    if g.admin_token:
-        return g.admin_token
-    if g.key_secret:
-        return tokens.admin_token(tokens.shared_key(settings))
-    if g.urls():
-        raise BadInput(
-            f"gateways are configured ({', '.join(g.urls())}) but no admin token",
-            "set AGENT_ENV_GATEWAY_TOKEN (or [gateway] admin_token) to their admin token, or [gateway] key_secret "
-            "to the secret holding a pool's shared key",
-        )
-    return tokens.admin_token(tokens.load_or_create_key(settings.state_dir / "gateway" / "key"))

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent_env.agents.host import AgentHost, public_base
+from agent_env.agents.host import AgentHost
 from agent_env.envs.mcp import McpEndpoint
 from agent_env.gateway import tokens, trajectory
 from agent_env.gateway.callers import Caller, CallerLimits, GatewayError
@@ -19,6 +19,7 @@ from agent_env.gateway.mcp_tools import GET_TIME
 from agent_env.gateway.metrics import GatewayMetrics
 from agent_env.gateway.state import COLLECTION
 from agent_env.gateway.storage import Storage, StorageLimits
+from agent_env.gateway_client.configured import public_base
 from agent_env.stores.local import SqliteDocumentStore
 
 if TYPE_CHECKING:

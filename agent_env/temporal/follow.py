@@ -19,8 +19,8 @@ from agent_env.gateway import embedded
 from agent_env.spec.run import RunInput, RunState, RunStatus
 from agent_env.task_lookup import resolve_target
 from agent_env.temporal import background, launch
-from agent_env.temporal.client import connect, workers_polling
 from agent_env.temporal.run_view import Progress, summary_line
+from agent_env.temporal_client.client import connect, workers_polling
 
 if TYPE_CHECKING:
     from rich.console import Console

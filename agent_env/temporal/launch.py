@@ -18,7 +18,7 @@ from agent_env.planning.runs import replan as replan_record
 from agent_env.spec.run import RunInput, RunState
 from agent_env.spec.task import TaskSpec
 from agent_env.stores import in_thread, keys, open_stores
-from agent_env.temporal.client import ensure_search_attributes
+from agent_env.temporal_client.client import ensure_search_attributes
 from agent_env.workflows import details
 
 T = TypeVar("T")
@@ -97,7 +97,7 @@ async def _record_and_start(
 
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-    from agent_env.workflows import attributes  # (temporalio's search attribute keys)
+    from agent_env.temporal_client import attributes  # (temporalio's search attribute keys)
 
     run_id = inp.run_id
     inp.search_attributes = use_attributes = await ensure_search_attributes(client, settings.temporal.namespace)

@@ -1,4 +1,4 @@
-"""Workers' side of seals (agent_env/temporal/seals.py says what a seal is; planners seal in sealing.py).
+"""Workers' side of seals (agent_env/temporal_client/seals.py says what a seal is; planners seal in sealing.py).
 
 A worker checks a run's start before its workflow code runs, and fails the run at once, naming why, when the
 seal does not hold; refuses an update whose seal does not hold (in the update's validator stage: nothing reaches
@@ -36,8 +36,8 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from agent_env.temporal import seals
-from agent_env.temporal.seals import ACTIVITY, RESULT, START, UPDATE, PlanKey
+from agent_env.temporal_client import seals
+from agent_env.temporal_client.seals import ACTIVITY, RESULT, START, UPDATE, PlanKey
 
 UNSEALED = "UnsealedPlan"  # the ApplicationError type a refused run or activity fails with
 

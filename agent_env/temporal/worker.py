@@ -18,10 +18,10 @@ from agent_env import telemetry
 from agent_env.activities import RunActivities
 from agent_env.config import Settings
 from agent_env.providers.reaper import reap_forever
-from agent_env.temporal import seals
-from agent_env.temporal.client import connect
 from agent_env.temporal.drain import Draining
 from agent_env.temporal.sealed_worker import SealedWorker
+from agent_env.temporal_client import seals
+from agent_env.temporal_client.client import connect
 from agent_env.workflows.task_run import TaskRun
 
 if TYPE_CHECKING:

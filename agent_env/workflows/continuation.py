@@ -16,7 +16,8 @@ with workflow.unsafe.imports_passed_through():
     from agent_env.spec.run import BEHAVIOUR, RunInput, RunState, StepPlan
     from agent_env.spec.times import iso
     from agent_env.spec.world_state import MAX_FIELD_BYTES, clip, json_size
-    from agent_env.workflows import attributes, details
+    from agent_env.temporal_client import attributes
+    from agent_env.workflows import details
     from agent_env.workflows.contract import QUICK_RETRY, RECORD_RUN, RELEASE_SANDBOXES
     from agent_env.workflows.dag import Dag
     from agent_env.workflows.step_tasks import StepTasks

@@ -1,4 +1,4 @@
-"""Planners' side of seals (agent_env/temporal/seals.py says what a seal is): every client `connect` makes seals
+"""Planners' side of seals (agent_env/temporal_client/seals.py says what a seal is): every client `connect` makes seals
 each workflow start and update it sends. Workers check them (agent_env/temporal/sealed_worker.py).
 """
 
@@ -19,8 +19,8 @@ from temporalio.client import (
     WorkflowUpdateHandle,
 )
 
-from agent_env.temporal import seals
-from agent_env.temporal.seals import START, UPDATE, PlanKey
+from agent_env.temporal_client import seals
+from agent_env.temporal_client.seals import START, UPDATE, PlanKey
 
 
 class SealingClient(Interceptor):

@@ -18,7 +18,6 @@ from pathlib import Path
 from agent_env.config import Settings
 from agent_env.daemon import Daemon, DaemonInfo, PortCheck
 from agent_env.errors import ServerError
-from agent_env.temporal import background
 
 START_TIMEOUT = 20.0
 
@@ -174,8 +173,8 @@ def free_port(ip: str) -> int:
 
 
 def stop(settings: Settings, timeout: float = 10.0) -> ServerInfo | None:
-    """Stop the embedded server if it runs, and its background workers first. Returns what was stopped."""
-    background.stop_all(settings)
+    """Stop the embedded server if it runs. Returns what was stopped. Its background workers are the worker side's
+    to stop first (`agent_env.temporal.background.stop_all`, as `agent-env server stop` does)."""
     paths = Paths(settings)
     stopped = paths.daemon.stop(paths.markers, timeout)
     return ServerInfo.of(stopped) if stopped else None

@@ -11,7 +11,7 @@ from temporalio.service import RPCError
 from agent_env.config import Settings, load_settings
 from agent_env.gateway.delivery import HitRefused, RunGone
 from agent_env.spec.world_state import HitAck, TriggerHit
-from agent_env.temporal.client import connect
+from agent_env.temporal_client.client import connect
 
 
 class TemporalHits:
@@ -32,7 +32,8 @@ class TemporalHits:
     async def __call__(self, run_id: str, update_id: str, hit: TriggerHit) -> HitAck:
         try:
             handle = (await self._temporal()).get_workflow_handle(run_id)
-            return await handle.execute_update("trigger_hit", hit, id=update_id, result_type=HitAck)
+            ack: HitAck = await handle.execute_update("trigger_hit", hit, id=update_id, result_type=HitAck)
+            return ack
         except WorkflowUpdateFailedError as e:  # refused by the run's validator (or failed in it)
             raise HitRefused(_cause(e)) from e
         except RPCError as e:

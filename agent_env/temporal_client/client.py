@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from agent_env import telemetry, waiting
 from agent_env.config import Settings
 from agent_env.errors import ServerError
-from agent_env.temporal import seals, server
+from agent_env.temporal_client import seals, server
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -62,7 +62,7 @@ async def connect(
                 "the embedded Temporal server is not running",
                 "start it with `agent-env server start` (or let `agent-env run` start it)",
             )
-    from agent_env.temporal.sealing import SealingClient  # (temporalio's interceptors)
+    from agent_env.temporal_client.sealing import SealingClient  # (temporalio's interceptors)
 
     target = settings.address
     interceptors = telemetry.temporal_interceptors()  # tracing, when this process set it up: workers inherit it
@@ -124,7 +124,7 @@ async def _register_search_attributes(client: Client, namespace: str) -> bool:
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
     from temporalio.service import RPCError
 
-    from agent_env.workflows.attributes import ALL
+    from agent_env.temporal_client.attributes import ALL
 
     try:
         listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
