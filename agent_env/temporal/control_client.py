@@ -126,7 +126,7 @@ def _relay(conn: socket.socket, settings: Settings | None, accepted: list[bool])
         from rich.console import Console
 
         from agent_env.config import load_settings
-        from agent_env.temporal.follow import interrupted_line
+        from agent_env.temporal.run_view import interrupted_line  # (light: no Temporal SDK to load after Ctrl-C)
 
         out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
         out.print(interrupted_line(settings or load_settings(), run_id))

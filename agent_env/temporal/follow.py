@@ -19,7 +19,7 @@ from agent_env.gateway import embedded
 from agent_env.spec.run import RunInput, RunState, RunStatus
 from agent_env.task_lookup import resolve_target
 from agent_env.temporal import background, launch
-from agent_env.temporal.run_view import Progress, summary_line
+from agent_env.temporal.run_view import Progress, interrupted_line, summary_line, who_executes
 from agent_env.temporal_client.client import connect, workers_polling
 
 if TYPE_CHECKING:
@@ -72,19 +72,6 @@ async def prepare(settings: Settings, inp: RunInput, *, install: Settings, note:
         )
     await gateway_ready
     return client
-
-
-def who_executes(settings: Settings) -> str:
-    if settings.embedded:
-        return "the background worker (`agent-env worker status`)"
-    return f"a worker on task queue '{settings.temporal.task_queue}' (`agent-env worker` if none runs)"
-
-
-def interrupted_line(settings: Settings, run_id: str) -> str:
-    return (
-        f"\n[yellow]interrupted:[/] run {run_id} goes on: {who_executes(settings)} executes it. "
-        f"Follow it with `agent-env runs show {run_id}`, cancel it with `agent-env runs cancel {run_id}`."
-    )
 
 
 async def start_and_follow(

@@ -13,6 +13,8 @@ from agent_env.spec.times import iso
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from agent_env.config import Settings
+
 ICONS = {
     StepStatus.SUCCEEDED: ("✓", "green"),
     StepStatus.FAILED: ("✗", "red"),
@@ -135,3 +137,16 @@ class Progress:
             ):
                 self.out.print(f"  [cyan]…[/] {step.id:<{self.width}}  [dim]{step.type} running[/]")
                 self.shown[step.id] = StepStatus.RUNNING
+
+
+def who_executes(settings: Settings) -> str:
+    if settings.embedded:
+        return "the background worker (`agent-env worker status`)"
+    return f"a worker on task queue '{settings.temporal.task_queue}' (`agent-env worker` if none runs)"
+
+
+def interrupted_line(settings: Settings, run_id: str) -> str:
+    return (
+        f"\n[yellow]interrupted:[/] run {run_id} goes on: {who_executes(settings)} executes it. "
+        f"Follow it with `agent-env runs show {run_id}`, cancel it with `agent-env runs cancel {run_id}`."
+    )
