@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from agent_env.json_depth import JsonBodies
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
@@ -150,3 +151,22 @@ class HostGuard:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+class BodyTooLarge(Exception):
+    """A request body over its server's limit (each server answers it 413 in its own shape)."""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (BodyTooLarge) past `limit` bytes without reading the rest: the one reader of
+    every server's bodies (a declared length over the limit is refused before a byte is read)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agent_env import json_depth
+from agent_env import guard, json_depth
 from agent_env.errors import from_validation_error
 
 M = TypeVar("M", bound=BaseModel)
@@ -43,17 +43,10 @@ class Refused(Exception):
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused (413) past `limit` bytes without reading the rest."""
-    too_large = Refused(413, f"request body over the {limit // 1024} KiB limit; send a smaller one")
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        return await guard.read_body(request, limit)
+    except guard.BodyTooLarge:
+        raise Refused(413, f"request body over the {limit // 1024} KiB limit; send a smaller one") from None
 
 
 async def read_json(request: Request, limit: int, *, empty: Any = None) -> Any:

@@ -40,6 +40,7 @@ from agent_env.envs.app import App, ToolError
 from agent_env.envs.app_instance import AppInstance, UnknownTool
 from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
 from agent_env.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
+from agent_env.guard import BodyTooLarge, read_body
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 # How the gateway hands a managed server its token: an environment variable, never the command line
@@ -47,24 +48,6 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 SERVER_TOKEN_ENV = "AGENT_ENV_SERVER_TOKEN"
 OPEN_PATHS = frozenset({"/ready"})  # what a managed server answers without its token
 FROM_GATEWAY = "agentenv.from_gateway"  # scope key: this request carried the server's token
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing (413) more than `limit` bytes without reading them all."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def too_large(limit: int) -> JSONResponse:

@@ -15,9 +15,9 @@ from fastapi import Depends
 from pydantic import BaseModel, ValidationError
 from starlette.requests import HTTPConnection, Request
 
-from agent_env.envs.serve import BodyTooLarge, read_body
 from agent_env.errors import from_validation_error
 from agent_env.gateway.service import Gateway, GatewayError
+from agent_env.guard import BodyTooLarge, read_body
 
 M = TypeVar("M", bound=BaseModel)
 
