@@ -72,6 +72,12 @@ BUILTINS = {
     "sandbox_exec": "agent_env.steps.builtin.sandbox_steps:sandbox_exec",
     "put_files": "agent_env.steps.builtin.sandbox_steps:put_files",
     "collect_files": "agent_env.steps.builtin.sandbox_steps:collect_files",
+    # A2A agent extension validators (issue 31; the checks are agent_env.validators.a2a_extension*)
+    "verify_a2a_peer_agents": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_peer_agents",
+    "verify_a2a_install": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_install",
+    "verify_a2a_skill_config": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_skill_config",
+    "verify_a2a_snapshot": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_snapshot",
+    "verify_a2a_trajectory": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_trajectory",
 }
 
 

@@ -1,0 +1,300 @@
+"""The A2A agent extension validators (`verify_a2a_peer_agents`, `verify_a2a_install`, `verify_a2a_skill_config`,
+`verify_a2a_snapshot`, `verify_a2a_trajectory`), run as step types against real agents on 127.0.0.1: they pass
+on an agent written with the protocol's reference framework (in its side virtualenv) and on one written with
+our SDK, and fail, naming the check, on agents with one fault each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import httpx
+import pytest
+import test_protocol_agents
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from test_agents import serving
+from test_protocol_agents import reference_agent, reference_python  # noqa: F401  (a fixture, by import)
+
+from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
+from agent_env.spec.run import RunStatus
+from agent_env.steps import catalog
+
+VALIDATORS = (
+    "verify_a2a_peer_agents",
+    "verify_a2a_install",
+    "verify_a2a_skill_config",
+    "verify_a2a_snapshot",
+    "verify_a2a_trajectory",
+)
+
+# A reference-framework agent declaring all five (trajectory with its cursor reads), as the framework's docs
+# write one; its snapshot operations take the protocol's requests and keep nothing.
+ALL_FIVE = """
+import sys
+
+from agentenv_protocol.a2a_agent import (
+    INSTALL_V1, PEER_AGENTS_V1, SKILL_CONFIG_V1, SNAPSHOT_V1, TRAJECTORY_V1, AgentEnvAgent, AgentIdentity,
+    BundleSkillRequest, InlineSkillRequest, ObjectSnapshotLoadRequest, ObjectSnapshotSaveRequest, TaskRequest,
+    TaskResult, a2a_agent, enable, extension,
+)
+
+
+@a2a_agent(
+    identity=AgentIdentity(name="all-five", description="declares the five extensions", version="1"),
+    extensions=[
+        SKILL_CONFIG_V1,
+        enable(TRAJECTORY_V1, live=True),
+        PEER_AGENTS_V1,
+        enable(
+            INSTALL_V1,
+            install_commands=["tar -xzf {agent_ctx_tar} -C {work_dir}", "docker exec {container} serve {a2a_port}"],
+            required_params=["agent_ctx_tar", "work_dir", "container", "a2a_port"],
+            a2a_port=8000,
+        ),
+        SNAPSHOT_V1,
+    ],
+)
+class AllFive(AgentEnvAgent):
+    @extension(SKILL_CONFIG_V1.add.inline)
+    async def add_skill(self, request: InlineSkillRequest):
+        return {"name": request.name}
+
+    @extension(SKILL_CONFIG_V1.add.bundle)
+    async def add_bundle(self, request: BundleSkillRequest):
+        return {"name": request.name}
+
+    @extension(SNAPSHOT_V1.save)
+    async def save(self, request: ObjectSnapshotSaveRequest):
+        raise RuntimeError("not reached: the validator sends no objects")
+
+    @extension(SNAPSHOT_V1.load)
+    async def load(self, request: ObjectSnapshotLoadRequest):
+        raise RuntimeError("not reached: the validator sends no objects")
+
+    async def run(self, request: TaskRequest) -> TaskResult:
+        request.trajectory.set_format("validator-probe/1")
+        request.trajectory.append({"event": "prompt", "task": request.task_id})
+        return TaskResult.text("checked")
+
+
+if __name__ == "__main__":
+    AllFive().serve(host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+async def validate(name: str, url: str, **config: Any):
+    """One validator run as its step type runs it in a task (it uses nothing of the step's context)."""
+    step = catalog.get(name)
+    return await step(None, step.config(url=url, **config))  # type: ignore[arg-type]
+
+
+def failed(result) -> list[str]:
+    return [c["name"] for c in result.outputs["checks"] if not c["passed"]]
+
+
+def required_failures(result) -> list[str]:
+    return [c["name"] for c in result.outputs["checks"] if not c["passed"] and c["required"]]
+
+
+class Plain(Agent):
+    name = "plain"
+
+    async def answer(self, turn: Turn) -> Answer:
+        return Answer(text=f"you said {turn.prompt}")
+
+
+@contextlib.asynccontextmanager
+async def sdk_agent(*overrides: Route, card: dict[str, Any] | None = None):
+    """An agent of our SDK (extensions on), with `overrides` answering before its own routes; yields its URL."""
+    app = Starlette()
+    async with serving(app) as url:
+        served, handler = a2a_routes(Plain(), url + "/", extensions=True)
+        app.router.routes.extend([*overrides, *served])
+        try:
+            yield url + "/"
+        finally:
+            await handler.aclose()
+
+
+def hand_card(extensions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A card (A2A 0.3 JSON, as the reference framework serves) declaring `extensions`, for agents with no turns."""
+    return {
+        "name": "hand",
+        "description": "a hand-written card",
+        "version": "1",
+        "protocolVersion": "0.3.0",
+        "preferredTransport": "JSONRPC",
+        "url": "/a2a",
+        "capabilities": {"extensions": extensions},
+        "defaultInputModes": ["text"],
+        "defaultOutputModes": ["text"],
+        "skills": [],
+    }
+
+
+@contextlib.asynccontextmanager
+async def card_only(extensions: list[dict[str, Any]], *routes: Route):
+    async def card(request: Request) -> JSONResponse:
+        return JSONResponse(hand_card(extensions))
+
+    app = Starlette(routes=[Route("/.well-known/agent-card.json", card), *routes])
+    async with serving(app) as url:
+        yield url + "/"
+
+
+PEER_AGENTS = {
+    "uri": "urn:agentenv:peer-agents/v1",
+    "params": {
+        "endpoint": "/ext/peer-agents",
+        "methods": {"set": {"method": "POST"}, "list": {"method": "GET", "response": {"required": ["peers"]}}},
+    },
+}
+
+
+# -- good agents --
+
+
+async def test_a_reference_framework_agent_passes_all_five(reference_python, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(test_protocol_agents, "REFERENCE_AGENT", ALL_FIVE)  # reference_agent serves this script
+    with reference_agent(reference_python, tmp_path) as url:
+        results = {name: await validate(name, url) for name in VALIDATORS}
+        async with httpx.AsyncClient() as http:
+            peers = (await http.get(url + "ext/peer-agents")).json()["peers"]
+    for name, result in results.items():
+        assert result.outputs["passed"] and result.score.passed, result.outputs["report"]
+        assert not any(n.endswith(".declared") for n in failed(result)), name  # each was declared, and checked
+    assert peers == []  # what it listed before the probe, set back
+    checks = {c["name"] for r in results.values() for c in r.outputs["checks"] if c["passed"]}
+    assert {
+        "peer_agents.round_trip",
+        "skill_config.list_shows_added",
+        "trajectory.well_formed",
+        "trajectory.events",
+        "install.install_commands.placeholders",
+        "install.a2a_port",
+        "snapshot.save",
+        "snapshot.load",
+    } <= checks
+    # what needs object grants is said to be not checked, never passed silently
+    assert set(failed(results["verify_a2a_skill_config"])) == {"skill_config.add_bundle"}
+    assert set(failed(results["verify_a2a_snapshot"])) == {"snapshot.round_trip"}
+    assert "not checked" in results["verify_a2a_snapshot"].outputs["report"]
+
+
+async def test_an_agent_of_our_sdk_passes_what_it_declares_and_is_told_what_it_does_not():
+    async with sdk_agent() as url:
+        results = {name: await validate(name, url) for name in VALIDATORS}
+    for result in results.values():
+        assert result.outputs["passed"] and result.score.passed, result.outputs["report"]
+    assert failed(results["verify_a2a_skill_config"]) == failed(results["verify_a2a_trajectory"]) == []
+    for name, prefix in (("verify_a2a_peer_agents", "peer_agents"), ("verify_a2a_install", "install")):
+        checks = results[name].outputs["checks"]  # not declared: one optional finding, and nothing called
+        assert [(c["name"], c["passed"], c["required"]) for c in checks] == [(f"{prefix}.declared", False, False)]
+        assert "not declared" in checks[0]["problem"] and checks[0]["fix"]
+
+
+async def test_the_validators_run_as_steps_of_a_task(run_task):
+    async with sdk_agent() as url:
+        state = await run_task(
+            {
+                "id": "validate-agent",
+                "steps": [{"id": name, "type": name, "config": {"url": url}} for name in VALIDATORS],
+            }
+        )
+    assert state.status is RunStatus.PASSED, state.error
+    assert all(state.steps[name].score.passed for name in VALIDATORS)
+    assert "✓ trajectory.well_formed" in state.steps["verify_a2a_trajectory"].outputs["report"]
+
+
+# -- agents with one fault each --
+
+
+async def test_skill_config_fails_when_list_never_shows_the_added_skill():
+    async def forgetful(request: Request) -> JSONResponse:
+        return JSONResponse({"skills": {"its-own": {"description": "always there"}}})
+
+    async with sdk_agent(Route("/ext/skill-config", forgetful, methods=["GET"])) as url:
+        result = await validate("verify_a2a_skill_config", url)
+    assert not result.score.passed and not result.outputs["passed"]
+    assert required_failures(result) == ["skill_config.list_shows_added"]
+    assert "its-own" in result.outputs["report"]  # what it listed instead, in the problem
+
+
+async def test_trajectory_fails_when_the_trajectory_is_malformed():
+    async def malformed(request: Request) -> JSONResponse:
+        return JSONResponse({"trajectory": {"events": "none kept"}})
+
+    async with sdk_agent(Route("/ext/trajectory", malformed, methods=["POST"])) as url:
+        result = await validate("verify_a2a_trajectory", url)
+    assert not result.score.passed
+    assert required_failures(result) == ["trajectory.well_formed"]
+    assert "unknown_task" in " ".join(failed(result))  # (it answers 200 for any task: optional, noted)
+
+
+async def test_peer_agents_fails_when_the_declared_extension_is_not_served():
+    async with card_only([PEER_AGENTS]) as url:
+        result = await validate("verify_a2a_peer_agents", url)
+    assert not result.score.passed
+    assert {"peer_agents.set", "peer_agents.list"} <= set(required_failures(result))
+    problems = " ".join(c["problem"] for c in result.outputs["checks"])
+    assert f"POST {url}ext/peer-agents answered 404" in problems
+
+
+async def test_peer_agents_fails_when_list_does_not_show_the_peer_set():
+    async def accept(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "updated"})
+
+    async def stale(request: Request) -> JSONResponse:
+        return JSONResponse({"peers": [{"name": "someone-else", "url": "http://elsewhere.invalid/"}]})
+
+    routes = (Route("/ext/peer-agents", accept, methods=["POST"]), Route("/ext/peer-agents", stale, methods=["GET"]))
+    async with card_only([PEER_AGENTS], *routes) as url:
+        result = await validate("verify_a2a_peer_agents", url)
+    assert required_failures(result) == ["peer_agents.round_trip"]
+
+
+async def test_an_operation_on_another_origin_is_a_finding_and_never_called():
+    called = []
+
+    async def elsewhere(request: Request) -> JSONResponse:
+        called.append(request.url.path)
+        return JSONResponse({"peers": []})
+
+    async with serving(Starlette(routes=[Route("/ext/peer-agents", elsewhere, methods=["GET", "POST"])])) as other:
+        moved = {"uri": PEER_AGENTS["uri"], "params": {"endpoint": other + "/ext/peer-agents"}}
+        async with card_only([moved]) as url:
+            result = await validate("verify_a2a_peer_agents", url)
+    assert required_failures(result) == ["peer_agents.origin"] and called == []
+
+
+async def test_install_fails_on_a_command_using_a_parameter_it_does_not_list():
+    install = {
+        "uri": "urn:agentenv:install/v1",
+        "params": {"install_commands": ["docker cp {agent_ctx_tar} {container}:/agent"], "a2a_port": 70000},
+    }
+    async with card_only([install]) as url:
+        result = await validate("verify_a2a_install", url)
+    assert set(required_failures(result)) == {"install.install_commands.placeholders", "install.a2a_port"}
+    assert "['agent_ctx_tar', 'container']" in result.outputs["report"]
+
+
+async def test_snapshot_fails_when_its_operations_are_not_served():
+    snapshot = {"uri": "urn:agentenv:snapshot/v1", "params": {"endpoint": "/ext/snapshot"}}
+
+    async def accepts_anything(request: Request) -> JSONResponse:
+        return JSONResponse({"context_id": "c"})
+
+    async with card_only([snapshot], Route("/ext/snapshot", accepts_anything, methods=["PUT"])) as url:
+        result = await validate("verify_a2a_snapshot", url)
+    assert set(required_failures(result)) == {"snapshot.save", "snapshot.load"}
+    report = result.outputs["report"]
+    assert "not served" in report and "accepted a request without objects" in report
+
+
+async def test_a_url_that_is_not_http_is_refused_by_the_config():
+    with pytest.raises(ValueError, match="url"):
+        catalog.get("verify_a2a_install").config(url="file:///etc/passwd")
