@@ -295,6 +295,38 @@ async def test_snapshot_fails_when_its_operations_are_not_served():
     assert "not served" in report and "accepted a request without objects" in report
 
 
+async def test_a_hostile_agents_endless_or_deeply_nested_answers_are_findings_read_to_a_bound():
+    """An agent answering list with an endless body, or JSON nested past any parser's depth: each is a finding
+    naming the operation, the body is read no further than the bound, and the validator neither hangs nor
+    crashes."""
+    import asyncio
+
+    from starlette.responses import Response, StreamingResponse
+
+    from agent_env.validators.a2a_extension_probe import MAX_ANSWER_BYTES
+
+    sent = []
+
+    async def endless(request: Request) -> StreamingResponse:
+        async def body():
+            for _ in range(4096):  # 256 MiB, if nobody stops reading
+                sent.append(1)
+                yield b"x" * 65536
+                await asyncio.sleep(0)
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    async def deep(request: Request) -> Response:
+        return Response(b'{"skills": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", media_type="application/json")
+
+    for hostile, said in ((endless, f"answered over {MAX_ANSWER_BYTES} bytes"), (deep, "answered 200")):
+        async with sdk_agent(Route("/ext/skill-config", hostile, methods=["GET"])) as url:
+            result = await validate("verify_a2a_skill_config", url)
+        assert required_failures(result) == ["skill_config.list"]
+        assert said in result.outputs["report"]
+    assert len(sent) < 4096, "the endless answer was read to its end"
+
+
 async def test_a_url_that_is_not_http_is_refused_by_the_config():
     with pytest.raises(ValueError, match="url"):
         catalog.get("verify_a2a_install").config(url="file:///etc/passwd")
