@@ -22,6 +22,7 @@ from test_protocol_agents import reference_agent, reference_python  # noqa: F401
 from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
 from agent_env.spec.run import RunStatus
 from agent_env.steps import catalog
+from agent_env.validators.report import ValidationReport
 
 VALIDATORS = (
     "verify_a2a_peer_agents",
@@ -92,12 +93,21 @@ async def validate(name: str, url: str, **config: Any):
     return await step(None, step.config(url=url, **config))  # type: ignore[arg-type]
 
 
+def checks(result) -> list[dict[str, Any]]:
+    return result.outputs["report"]["checks"]
+
+
+def text(result) -> str:
+    """The report as `agent-env a2a-agent validate` prints it."""
+    return ValidationReport.model_validate(result.outputs["report"]).report()
+
+
 def failed(result) -> list[str]:
-    return [c["name"] for c in result.outputs["checks"] if not c["passed"]]
+    return [c["name"] for c in checks(result) if not c["passed"]]
 
 
 def required_failures(result) -> list[str]:
-    return [c["name"] for c in result.outputs["checks"] if not c["passed"] and c["required"]]
+    return [c["name"] for c in checks(result) if not c["passed"] and c["required"]]
 
 
 class Plain(Agent):
@@ -165,10 +175,10 @@ async def test_a_reference_framework_agent_passes_all_five(reference_python, tmp
         async with httpx.AsyncClient() as http:
             peers = (await http.get(url + "ext/peer-agents")).json()["peers"]
     for name, result in results.items():
-        assert result.outputs["passed"] and result.score.passed, result.outputs["report"]
+        assert result.outputs["passed"] and result.score.passed, text(result)
         assert not any(n.endswith(".declared") for n in failed(result)), name  # each was declared, and checked
     assert peers == []  # what it listed before the probe, set back
-    checks = {c["name"] for r in results.values() for c in r.outputs["checks"] if c["passed"]}
+    passed = {c["name"] for r in results.values() for c in checks(r) if c["passed"]}
     assert {
         "peer_agents.round_trip",
         "skill_config.list_shows_added",
@@ -178,23 +188,23 @@ async def test_a_reference_framework_agent_passes_all_five(reference_python, tmp
         "install.a2a_port",
         "snapshot.save",
         "snapshot.load",
-    } <= checks
+    } <= passed
     # what needs object grants is said to be not checked, never passed silently
     assert set(failed(results["verify_a2a_skill_config"])) == {"skill_config.add_bundle"}
     assert set(failed(results["verify_a2a_snapshot"])) == {"snapshot.round_trip"}
-    assert "not checked" in results["verify_a2a_snapshot"].outputs["report"]
+    assert "not checked" in text(results["verify_a2a_snapshot"])
 
 
 async def test_an_agent_of_our_sdk_passes_what_it_declares_and_is_told_what_it_does_not():
     async with sdk_agent() as url:
         results = {name: await validate(name, url) for name in VALIDATORS}
     for result in results.values():
-        assert result.outputs["passed"] and result.score.passed, result.outputs["report"]
+        assert result.outputs["passed"] and result.score.passed, text(result)
     assert failed(results["verify_a2a_skill_config"]) == failed(results["verify_a2a_trajectory"]) == []
     for name, prefix in (("verify_a2a_peer_agents", "peer_agents"), ("verify_a2a_install", "install")):
-        checks = results[name].outputs["checks"]  # not declared: one optional finding, and nothing called
-        assert [(c["name"], c["passed"], c["required"]) for c in checks] == [(f"{prefix}.declared", False, False)]
-        assert "not declared" in checks[0]["problem"] and checks[0]["fix"]
+        found = checks(results[name])  # not declared: one optional finding, and nothing called
+        assert [(c["name"], c["passed"], c["required"]) for c in found] == [(f"{prefix}.declared", False, False)]
+        assert "not declared" in found[0]["problem"] and found[0]["fix"]
 
 
 async def test_the_validators_run_as_steps_of_a_task(run_task):
@@ -207,7 +217,10 @@ async def test_the_validators_run_as_steps_of_a_task(run_task):
         )
     assert state.status is RunStatus.PASSED, state.error
     assert all(state.steps[name].score.passed for name in VALIDATORS)
-    assert "✓ trajectory.well_formed" in state.steps["verify_a2a_trajectory"].outputs["report"]
+    assert (
+        "✓ trajectory.well_formed"
+        in ValidationReport.model_validate(state.steps["verify_a2a_trajectory"].outputs["report"]).report()
+    )
 
 
 # -- agents with one fault each --
@@ -221,7 +234,7 @@ async def test_skill_config_fails_when_list_never_shows_the_added_skill():
         result = await validate("verify_a2a_skill_config", url)
     assert not result.score.passed and not result.outputs["passed"]
     assert required_failures(result) == ["skill_config.list_shows_added"]
-    assert "its-own" in result.outputs["report"]  # what it listed instead, in the problem
+    assert "its-own" in text(result)  # what it listed instead, in the problem
 
 
 async def test_trajectory_fails_when_the_trajectory_is_malformed():
@@ -240,7 +253,7 @@ async def test_peer_agents_fails_when_the_declared_extension_is_not_served():
         result = await validate("verify_a2a_peer_agents", url)
     assert not result.score.passed
     assert {"peer_agents.set", "peer_agents.list"} <= set(required_failures(result))
-    problems = " ".join(c["problem"] for c in result.outputs["checks"])
+    problems = " ".join(c["problem"] for c in checks(result))
     assert f"POST {url}ext/peer-agents answered 404" in problems
 
 
@@ -279,7 +292,7 @@ async def test_install_fails_on_a_command_using_a_parameter_it_does_not_list():
     async with card_only([install]) as url:
         result = await validate("verify_a2a_install", url)
     assert set(required_failures(result)) == {"install.install_commands.placeholders", "install.a2a_port"}
-    assert "['agent_ctx_tar', 'container']" in result.outputs["report"]
+    assert "['agent_ctx_tar', 'container']" in text(result)
 
 
 async def test_snapshot_fails_when_its_operations_are_not_served():
@@ -291,7 +304,7 @@ async def test_snapshot_fails_when_its_operations_are_not_served():
     async with card_only([snapshot], Route("/ext/snapshot", accepts_anything, methods=["PUT"])) as url:
         result = await validate("verify_a2a_snapshot", url)
     assert set(required_failures(result)) == {"snapshot.save", "snapshot.load"}
-    report = result.outputs["report"]
+    report = text(result)
     assert "not served" in report and "accepted a request without objects" in report
 
 
@@ -323,7 +336,7 @@ async def test_a_hostile_agents_endless_or_deeply_nested_answers_are_findings_re
         async with sdk_agent(Route("/ext/skill-config", hostile, methods=["GET"])) as url:
             result = await validate("verify_a2a_skill_config", url)
         assert required_failures(result) == ["skill_config.list"]
-        assert said in result.outputs["report"]
+        assert said in text(result)
     assert len(sent) < 4096, "the endless answer was read to its end"
 
 

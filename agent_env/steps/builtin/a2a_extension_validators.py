@@ -3,8 +3,8 @@
 
 Each checks the agent at `url` over HTTP (checks in `agent_env.validators.a2a_extensions` and
 `a2a_extension_tasks`), with no credential of ours; its score is the report's (a required check that fails
-fails the step), its outputs the report: `passed`, `checks` (each with its problem and fix) and `report` (the
-text `agent-env a2a-agent validate` prints). A validator whose extension the card does not declare reports one
+fails the step), its outputs `report` (the ValidationReport: each check with its problem and fix, as
+`agent-env a2a-agent validate` prints it) and `passed`. A validator whose extension the card does not declare reports one
 optional finding, `<extension>.declared`, and passes.
 """
 
@@ -31,20 +31,13 @@ class A2AAgentUrl(StepConfig):
 
 class TrajectoryValidation(A2AAgentUrl):
     prompt: str = Field(TRAJECTORY_PROMPT, min_length=1, max_length=4000, description="the task's turn")
-    deadline_s: float = Field(120.0, gt=0, le=3600, description="how long the agent may take to answer it")
+    timeout_seconds: float = Field(120.0, gt=0, le=3600, description="how long the agent may take to answer it")
 
 
 async def _validate(url: str, check: Callable[[AgentClient], Awaitable[ValidationReport]]) -> StepResult:
     async with httpx.AsyncClient(verify=tls.context(), follow_redirects=False, timeout=30.0) as http:
         report = await check(AgentClient(url, http))
-    return StepResult(
-        outputs={
-            "passed": report.passed,
-            "checks": [c.model_dump() for c in report.checks],
-            "report": report.report(),
-        },
-        score=report.score(),
-    )
+    return StepResult(outputs={"report": report.model_dump(mode="json"), "passed": report.passed}, score=report.score())
 
 
 @step_type("verify_a2a_peer_agents", config=A2AAgentUrl, timeout="3m", retries=0)
@@ -76,6 +69,6 @@ async def verify_a2a_trajectory(ctx: StepContext, config: TrajectoryValidation) 
     """Validate an agent's trajectory/v1: after one task, get answers a well-formed trajectory of it."""
 
     async def check(agent: AgentClient) -> ValidationReport:
-        return await verify_trajectory(agent, prompt=config.prompt, deadline_s=config.deadline_s)
+        return await verify_trajectory(agent, prompt=config.prompt, deadline_s=config.timeout_seconds)
 
     return await _validate(config.url, check)
