@@ -295,6 +295,23 @@ async def test_install_fails_on_a_command_using_a_parameter_it_does_not_list():
     assert "['agent_ctx_tar', 'container']" in text(result)
 
 
+async def test_install_takes_host_commands_alone_and_fails_a_declaration_of_no_commands():
+    host_only = {
+        "uri": "urn:agentenv:install/v1",
+        "params": {
+            "install_commands_host": ["bash {work_dir}/install.sh {agent_name} {a2a_port}"],
+            "required_params_host": ["work_dir", "agent_name", "a2a_port"],
+            "a2a_port": 8000,
+            "workdir_host": "/app",
+        },
+    }
+    nothing = {"uri": "urn:agentenv:install/v1", "params": {"a2a_port": 8000}}
+    async with card_only([host_only]) as url:
+        assert failed(await validate("verify_a2a_install", url)) == []
+    async with card_only([nothing]) as url:
+        assert required_failures(await validate("verify_a2a_install", url)) == ["install.install_commands"]
+
+
 async def test_snapshot_fails_when_its_operations_are_not_served():
     snapshot = {"uri": "urn:agentenv:snapshot/v1", "params": {"endpoint": "/ext/snapshot"}}
 

@@ -194,14 +194,25 @@ INSTALL_PARAMS = frozenset(
 
 
 async def verify_install(agent: AgentClient) -> ValidationReport:
-    """`install/v1` (a declaration, no endpoint): `install_commands` is a non-empty list of commands whose
-    `{placeholders}` are all in `required_params`, which names only parameters an installer fills; the same
-    for the host variant (`install_commands_host`, `required_params_host`) when declared; `a2a_port` a port."""
+    """`install/v1` (a declaration, no endpoint): it declares commands into a container (`install_commands`,
+    `required_params`), onto a sandbox's host (`install_commands_host`, `required_params_host`), or both; each
+    declared is a non-empty list of commands whose `{placeholders}` are all in its params list, which names only
+    parameters an installer fills; `a2a_port` is a port."""
     report, probe = await open_extension(agent, "verify_a2a_install", INSTALL, "install")
     if probe is None:
         return report
     params = probe.params
-    report.checks.extend(_commands("install.install_commands", params, "install_commands", "required_params"))
+    if "install_commands" not in params and "install_commands_host" not in params:
+        report.checks.append(
+            Finding.failed(
+                "install.install_commands",
+                "params declare neither install_commands (into a container) nor install_commands_host (onto a "
+                "sandbox's host): nothing says how to install the agent",
+                'declare "install_commands": ["<shell command>", ...] with "required_params" (and/or the _host pair)',
+            )
+        )
+    if "install_commands" in params or "required_params" in params:
+        report.checks.extend(_commands("install.install_commands", params, "install_commands", "required_params"))
     if "install_commands_host" in params or "required_params_host" in params:
         report.checks.extend(
             _commands("install.install_commands_host", params, "install_commands_host", "required_params_host")
