@@ -284,6 +284,17 @@ async def test_an_operation_on_another_origin_is_a_finding_and_never_called():
     assert required_failures(result) == ["peer_agents.origin"] and called == []
 
 
+async def test_params_the_protocol_cannot_read_are_a_finding_not_a_crash():
+    for params in (
+        {"methods": ["set"]},
+        {"endpoint": 42},
+        {"methods": {"set": {"method": 1}}},
+    ):
+        async with card_only([{"uri": PEER_AGENTS["uri"], "params": params}]) as url:
+            result = await validate("verify_a2a_peer_agents", url)
+        assert required_failures(result) == ["peer_agents.params"], params
+
+
 async def test_install_fails_on_a_command_using_a_parameter_it_does_not_list():
     install = {
         "uri": "urn:agentenv:install/v1",

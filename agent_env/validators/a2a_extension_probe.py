@@ -128,8 +128,8 @@ def not_declared(prefix: str, uri: str) -> Finding:
     return Finding.failed(
         f"{prefix}.declared",
         f"not declared: the card's capabilities.extensions lists no {uri}, so it was not checked",
-        f"if the agent serves {uri}, declare it in capabilities.extensions (uri and params with its endpoint "
-        "and methods); otherwise there is nothing to fix",
+        f"if the agent serves {uri}, declare it in capabilities.extensions (its uri, and the params the protocol "
+        "defines for it); otherwise there is nothing to fix",
         required=False,
     )
 
@@ -156,7 +156,33 @@ async def open_extension(
         report.checks.append(not_declared(prefix, uri))
         return report, None
     report.checks.append(Finding.ok(f"{prefix}.declared"))
-    return report, ExtensionProbe(agent, uri, params if isinstance(params, dict) else {})
+    problem = _malformed(params)
+    if problem:
+        report.checks.append(
+            Finding.failed(
+                f"{prefix}.params",
+                f"the card's {uri} params: {problem}",
+                'declare params as the protocol does: {"endpoint": "/ext/...", "methods": {"<operation>": '
+                '{"method": "POST", ...}}}',
+            )
+        )
+        return report, None
+    return report, ExtensionProbe(agent, uri, params)
+
+
+def _malformed(params: Any) -> str:
+    """What makes a declaration's params unreadable as the protocol's (empty when they read)."""
+    if not isinstance(params, dict):
+        return f"not an object ({type(params).__name__})"
+    methods = params.get("methods", {})
+    if not isinstance(methods, dict) or not all(isinstance(m, dict) for m in methods.values()):
+        return "methods is not an object of operations, each an object"
+    for where, value in [("endpoint", params.get("endpoint"))] + [
+        (f"methods.{name}.{key}", spec.get(key)) for name, spec in methods.items() for key in ("endpoint", "method")
+    ]:
+        if value is not None and not isinstance(value, str):
+            return f"{where} is {str(value)[:80]}, not a string"
+    return ""
 
 
 def answered(name: str, answer: ProbeAnswer, fix: str, *, required: bool = True) -> Finding:

@@ -106,7 +106,8 @@ SKILL_MD = "---\nname: {name}\ndescription: {description}\n---\nA skill the agen
 
 async def verify_skill_config(agent: AgentClient) -> ValidationReport:
     """`skill-config/v1`: an inline skill (name, description, skill_md) is added (2xx, answering its name), and
-    list then shows it. The bundle variant (files as object grants) is checked only where grants can be issued."""
+    list then shows it. The probe skill stays (skill-config/v1 has no remove): validate an agent deployed for it.
+    The bundle variant (files as object grants) is reported as not checked: this validator issues no grants."""
     report, probe = await open_extension(agent, "verify_a2a_skill_config", SKILL_CONFIG, "skill_config")
     if probe is None:
         return report
