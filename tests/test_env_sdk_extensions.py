@@ -48,10 +48,13 @@ from agentenv_protocol.types import (
     uploaded_object_path,
 )
 from conftest import free_port
+from explorer_util import serving
 from mcp import Client
 
+from agent_env.cli.env_cmd import resolve_app
 from agent_env.envs.builtin.billing import Billing
 from agent_env.envs.extensions import interfaces
+from agent_env.envs.serve import create_app
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 CARD = "/.well-known/agent-env.json"
@@ -458,6 +461,15 @@ def test_a_grant_goes_to_its_own_url_only_redirects_are_not_followed(env, store)
     assert all(path != "/elsewhere" for path, _ in store.seen)  # and nowhere else
     forged = grant(store, write=grant(store).write.model_copy(update={"fields": {"policy": "forged"}}))
     _refused(rpc(env, "data/get", {"write_namespace": forged.model_dump(mode="json")}), -32000, "refused", "403")
+
+
+def test_a_store_whose_certificate_is_not_trusted_is_refused_naming_the_fix(tmp_path, store):
+    """This server (in the test's process) was not told to trust the store's CA: no upload, and the error says
+    how to trust it."""
+    with serving(create_app(resolve_app("notes"), tmp_path)) as base:
+        answer = rpc(base, "data/get", {"write_namespace": grant(store).model_dump(mode="json")})
+    said = _refused(answer, -32000, "certificate is not trusted", "set SSL_CERT_FILE")
+    assert answer["error"]["data"] == {"code": "get_failed"}, said
 
 
 @pytest.mark.parametrize(

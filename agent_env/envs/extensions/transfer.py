@@ -9,11 +9,13 @@ stops reading at its limit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import hashlib
 import logging
-from collections.abc import Iterator, Mapping
+import ssl
+from collections.abc import AsyncIterator, Mapping
 
 import httpx
 from agentenv_protocol.transfers import WriteNamespaceGrant
@@ -21,6 +23,7 @@ from agentenv_protocol.transfers import WriteNamespaceGrant
 from agent_env import tls
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)  # idle limits, as object stores' own clients use
+TOTAL_S = 600.0  # and the whole transfer's: a store that trickles bytes cannot hold a request longer
 _moving = contextvars.ContextVar("agentenv_object_transfer", default=False)
 
 
@@ -40,13 +43,30 @@ class _QuietWhileMoving(logging.Filter):
 logging.getLogger("httpx").addFilter(_QuietWhileMoving())
 
 
-@contextlib.contextmanager
-def _moving_with_a_grant() -> Iterator[None]:
+@contextlib.asynccontextmanager
+async def _moving_with_a_grant(what: str) -> AsyncIterator[None]:
+    """One transfer: httpx's request log quiet, its whole time bounded, its transport errors named without the
+    URL (httpx's messages may hold it)."""
     token = _moving.set(True)
     try:
-        yield
+        async with asyncio.timeout(TOTAL_S):
+            yield
+    except TimeoutError:
+        raise TransferFailed(f"{what} took over {TOTAL_S:.0f} s") from None
+    except httpx.HTTPError as e:
+        raise TransferFailed(f"{what} could not reach the object store ({_why(e)})") from None
     finally:
         _moving.reset(token)
+
+
+def _why(error: BaseException) -> str:
+    """A transport error in words, with the fix when the store's certificate is not trusted."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ssl.SSLCertVerificationError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return type(error).__name__
+    return f"its TLS certificate is not trusted here: {cause.verify_message}; set SSL_CERT_FILE to a bundle with its CA"
 
 
 def _client() -> httpx.AsyncClient:
@@ -66,14 +86,10 @@ async def post_to_namespace(grant: WriteNamespaceGrant, key: str, body: bytes, m
     fields = {**policy.fields, policy.path_field: key}
     fields.setdefault("Content-Type", media_type)
     name = key.rsplit("/", 1)[-1]
-    with _moving_with_a_grant():
-        try:
-            async with _client() as http:
-                answer = await http.post(
-                    policy.url, data=fields, files={policy.file_field: (name, body, media_type)}, headers=policy.headers
-                )
-        except httpx.HTTPError as e:
-            raise TransferFailed(f"the upload could not reach the object store ({type(e).__name__})") from None
+    async with _moving_with_a_grant("the upload"), _client() as http:
+        answer = await http.post(
+            policy.url, data=fields, files={policy.file_field: (name, body, media_type)}, headers=policy.headers
+        )
     _check(answer, "the upload")
 
 
@@ -81,19 +97,19 @@ async def fetch(url: str, headers: Mapping[str, str] | None, limit: int) -> tupl
     """(the object at `url`, its sha256 in hex), read up to `limit` bytes (TooLarge past it)."""
     sent = {**(headers or {}), "accept-encoding": "identity"}  # the stored bytes, as their checksum was taken
     digest, chunks, size = hashlib.sha256(), [], 0
-    with _moving_with_a_grant():
-        try:
-            async with _client() as http, http.stream("GET", url, headers=sent) as answer:
-                _check(answer, "the download")
-                declared = answer.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > limit:
-                    raise TooLarge
-                async for chunk in answer.aiter_raw():
-                    size += len(chunk)
-                    if size > limit:
-                        raise TooLarge
-                    digest.update(chunk)
-                    chunks.append(chunk)
-        except httpx.HTTPError as e:
-            raise TransferFailed(f"the download could not reach the object store ({type(e).__name__})") from None
+    async with (
+        _moving_with_a_grant("the download"),
+        _client() as http,
+        http.stream("GET", url, headers=sent) as answer,
+    ):
+        _check(answer, "the download")
+        declared = answer.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise TooLarge
+        async for chunk in answer.aiter_raw():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge
+            digest.update(chunk)
+            chunks.append(chunk)
     return b"".join(chunks), digest.hexdigest()
