@@ -179,6 +179,12 @@ class AppInstance:
         with self._lock:
             return jsonable(self.app.export())
 
+    def columns(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Each table the data plane loads, with its columns as SQLite describes them (`PRAGMA table_info`:
+        cid, name, type, notnull, dflt_value, pk)."""
+        with self._lock:
+            return {t: self.db.execute(f'PRAGMA table_info("{t}")').fetchall() for t in self.app.tables()}
+
     # -- snapshots: whole-file copies through SQLite's online backup (consistent, no downtime) --
 
     def snapshot(self, dest: Path) -> None:

@@ -21,6 +21,7 @@ from agentenv_protocol import (
     WELL_KNOWN_PATH,
     EnvironmentCapabilities,
     EnvironmentCard,
+    EnvironmentExtension,
     EnvironmentInterface,
     EnvironmentTool,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "WELL_KNOWN_PATH",
     "EnvironmentCapabilities",
     "EnvironmentCard",
+    "EnvironmentExtension",
     "EnvironmentTool",
     "environment_card",
     "wire",
@@ -46,13 +48,16 @@ def environment_card(
     tools: Iterable[EnvironmentTool],
     operations: Iterable[str],
     children: Iterable[EnvironmentCard] | None = None,
+    extensions: Iterable[EnvironmentExtension] = (),
 ) -> EnvironmentCard:
-    """An environment's card: its tools, its data operations, its MCP endpoint (at MCP_PATH) and, for a
-    composed environment, its apps' cards (`children`)."""
+    """An environment's card: its tools, its data operations, its MCP endpoint (at MCP_PATH), the protocol
+    extensions it serves and, for a composed environment, its apps' cards (`children`)."""
     return EnvironmentCard(
         name=name,
         additionalInterfaces=[EnvironmentInterface(url=MCP_PATH, transport=MCP_TRANSPORT)],
-        capabilities=EnvironmentCapabilities(tools=list(tools), extensions=[], operations=list(operations)),
+        capabilities=EnvironmentCapabilities(
+            tools=list(tools), extensions=list(extensions), operations=list(operations)
+        ),
         children_environments=None if children is None else list(children),
     )
 

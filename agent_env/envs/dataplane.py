@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
 from agentenv_protocol.types import (
@@ -50,6 +50,14 @@ class DataPlane(Protocol):
     async def add(self, parts: list[Part]) -> None: ...
 
     async def get(self) -> list[Part]: ...
+
+
+@runtime_checkable
+class ObjectExport(Protocol):
+    """A data plane that takes data/get's `write_namespace` (the data-objects/v1 extension): it uploads its export
+    under the grant and answers with the part naming the object. Others answer inline and never read the grant."""
+
+    async def export_to(self, write_namespace: object) -> list[Part]: ...
 
 
 def _error(id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
@@ -98,6 +106,8 @@ async def handle(body: bytes, plane: DataPlane) -> dict[str, Any]:
         elif method == METHOD_ADD:
             await plane.add(parse_parts(params))
             result = AddDataResponse()
+        elif isinstance(plane, ObjectExport) and isinstance(params, dict) and params.get("write_namespace") is not None:
+            result = GetDataResponse(parts=await plane.export_to(params["write_namespace"]))
         else:
             result = GetDataResponse(parts=await plane.get())
     except InvalidParams as e:
@@ -130,15 +140,20 @@ def part_payload(part: Part, data_root: Path | None) -> tuple[dict[str, Any], st
             raise InvalidParams("file.bytes is not valid base64") from None
     else:
         raw = _read_file_uri(part.file.uri, data_root)
+    return json_payload(raw, part.kind), app
+
+
+def json_payload(raw: bytes | str, kind: str) -> dict[str, object]:
+    """The JSON object a part (of `kind`) carries as text or bytes, depth-measured before it is parsed."""
     try:
         payload = json_depth.loads(raw)  # JSON inside a string: the door measured only the string
     except json_depth.TooDeep as e:
-        raise InvalidParams(f"a {part.kind} part: {e}") from None
+        raise InvalidParams(f"a {kind} part: {e}") from None
     except ValueError:
-        raise InvalidParams(f"a {part.kind} part must carry a JSON object (app data as {{table: [rows]}})") from None
+        raise InvalidParams(f"a {kind} part must carry a JSON object (app data as {{table: [rows]}})") from None
     if not isinstance(payload, dict):
-        raise InvalidParams(f"a {part.kind} part must carry a JSON object, not {type(payload).__name__}")
-    return payload, app
+        raise InvalidParams(f"a {kind} part must carry a JSON object, not {type(payload).__name__}")
+    return payload
 
 
 def _read_file_uri(uri: str, data_root: Path | None) -> bytes:

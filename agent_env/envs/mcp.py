@@ -100,11 +100,14 @@ def tool_result(value: Any) -> types.CallToolResult:
     )
 
 
-def tool_error(message: str) -> types.CallToolResult:
-    """An error the agent reads as the tool's result (it can correct itself and retry)."""
+def tool_error(message: str, fields: dict[str, object] | None = None) -> types.CallToolResult:
+    """An error the agent reads as the tool's result (it can correct itself and retry); `fields`: the error as
+    structured content too (the protocol's `{code, message, retryable, applied}`)."""
     import mcp.types as types
 
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)], structured_content=fields, is_error=True
+    )
 
 
 def build_server(host: ToolHost, name: str, version: str) -> Server:

@@ -4,6 +4,11 @@
     POST /agentenv                     the JSON-RPC data plane (data/reset, data/add, data/get)
     POST /mcp                          MCP over streamable HTTP
     GET  /ready                        200 once serving
+    GET  /agentenv/interface-manifest  the interface manifests (get-interfaces/v1)
+    POST /agentenv/ext/set_errors      make a tool fail on purpose (set-errors/v1)
+
+The card declares these extensions (`envs/extensions/`): data-objects/v1 (data/get uploads the export under a
+`write_namespace` grant; data/add reads parts naming objects), get-interfaces/v1, intake/v1 and set-errors/v1.
 
 Every request passes `guard.HostGuard` first: a forged `Host`, another site's `Origin` or a body a
 browser may send cross-site (text/plain, forms) is refused, so a web page cannot drive the server.
@@ -24,6 +29,7 @@ Without a stamped time the server's own UTC clock stands in.
 from __future__ import annotations
 
 import contextlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,7 @@ from agent_env.envs import dataplane
 from agent_env.envs.app import App, ToolError
 from agent_env.envs.app_instance import AppInstance, UnknownTool
 from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
+from agent_env.envs.extensions import data_objects, intake, interfaces, set_errors
 from agent_env.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error, tool_result
 from agent_env.guard import BodyTooLarge, read_body
 
@@ -92,10 +99,19 @@ class SingleApp:
 
     operations = cards.OPERATIONS
 
-    def __init__(self, instance: AppInstance, data_root: Path | None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        instance: AppInstance,
+        data_root: Path | None,
+        token: str | None = None,
+        *,
+        max_object_bytes: int = DEFAULT_MAX_BODY,
+    ) -> None:
         self.instance = instance
         self.data_root = data_root
         self.token = token
+        self.max_object_bytes = max_object_bytes  # what one object a data/add part names may hold, as a body
+        self.errors = set_errors.InjectedErrors(instance.app_cls.name, instance.tools)
         self._channel = ChangeChannel()
         self._tools = [mcp_tool(spec) for spec in instance.tools.values()]
 
@@ -119,6 +135,9 @@ class SingleApp:
 
     async def call_tool(self, request: Request, name: str, arguments: dict[str, Any], meta: dict[str, Any]):
         ctx = Ctx.from_meta(self.stamps(request, meta), default_now=datetime.now(UTC))
+        injected = self.errors.next_call(name)
+        if injected is not None:
+            return tool_error(f"{injected.code}: {injected.message}", injected.fields())
         try:
             return tool_result(await self.instance.call_async(name, arguments, ctx))
         except UnknownTool:
@@ -132,18 +151,29 @@ class SingleApp:
 
     async def add(self, parts: list[dataplane.Part]) -> None:
         name = self.instance.app_cls.name
-        for part in parts:
-            payload, app = dataplane.part_payload(part, self.data_root)
+        for index, part in enumerate(parts):
+            if data_objects.names_object(part):
+                raw = await data_objects.read_object(part, index, self.max_object_bytes)
+                payload, app = dataplane.json_payload(raw, part.kind), (part.metadata or {}).get(dataplane.META_APP)
+            else:
+                payload, app = dataplane.part_payload(part, self.data_root)
             if app not in (None, name):
                 raise dataplane.InvalidParams(f"this server holds app {name!r}, not {app!r}")
-            if set(payload) == {name} and isinstance(payload[name], dict):
-                payload = payload[name]  # {app: {table: rows}} as a composed env would take it
+            inner = payload.get(name)
+            if set(payload) == {name} and isinstance(inner, dict):
+                payload = inner  # {app: {table: rows}} as a composed env would take it
             # A gateway loading data for a run marks the part with a key, so a retried load applies once.
             key = (part.metadata or {}).get(META_IDEMPOTENCY_KEY)
             self.instance.load(payload, key=key if isinstance(key, str) else None)
 
     async def get(self) -> list[dataplane.Part]:
         return [dataplane.app_part(self.instance.app_cls.name, self.instance.export())]
+
+    async def export_to(self, write_namespace: object) -> list[dataplane.Part]:
+        """data/get with a grant (data-objects/v1): the export uploaded under it, the part naming the object."""
+        grant = data_objects.parse_grant(write_namespace)  # refused before the export is read
+        body = json.dumps(self.instance.export(), ensure_ascii=False).encode()
+        return [await data_objects.upload_export(grant, self.instance.app_cls.name, body)]
 
     def card(self) -> cards.EnvironmentCard:
         app_cls = self.instance.app_cls
@@ -154,6 +184,12 @@ class SingleApp:
                 for t in app_cls.tools.values()
             ),
             operations=self.operations,
+            extensions=[
+                data_objects.CARD,
+                interfaces.CARD,
+                intake.card(self.instance, objects=True),
+                set_errors.CARD,
+            ],
         )
 
 
@@ -169,7 +205,7 @@ def create_app(
     """The server as an ASGI app. `token`: a managed server's (see above); `names`: host names it answers
     for besides loopback names and IP literals."""
     instance = AppInstance(app_cls, folder)
-    host = SingleApp(instance, data_root, token)
+    host = SingleApp(instance, data_root, token, max_object_bytes=max_body_bytes)
     endpoint = McpEndpoint(host, app_cls.name, app_cls.version, max_body_bytes=max_body_bytes)
     card = cards.wire(host.card())
 
@@ -198,6 +234,8 @@ def create_app(
             Route(cards.RPC_PATH, rpc, methods=["POST"]),
             Route("/ready", ready, methods=["GET"]),
             Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"]),
+            Route(set_errors.PATH, set_errors.endpoint(host.errors), methods=["POST"]),
+            *interfaces.routes(app_cls.name, app_cls.tools.values()),
         ],
         lifespan=lifespan,
     )
