@@ -4,15 +4,24 @@ who may call it, and that an instance of a run refuses control the run owns."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import time
 
 import httpx2
 import pytest
 from agentenv_protocol import client as reference_client
 from agentenv_protocol import tool_access as reference_tool_access
+from agentenv_protocol.types import WELL_KNOWN_PATH as CARD_PATH
+from agentenv_protocol.types import EnvironmentCapabilities, EnvironmentCard
+from conftest import free_port
+from explorer_util import serving
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
+from test_protocol_agents import reference_python  # noqa: F401 - the side venv's Python, as a fixture
 
 from agent_env.gateway import extensions
+from agent_env.gateway_client import GatewayRefused
 
 FREE = "free-1"  # an instance without a run: a harness of one's own controls it
 RUN = "desk-1"  # an instance of run `run-1`: the run controls it
@@ -343,3 +352,147 @@ async def test_bodies_over_their_limit_are_refused_unread(desks):
     big = {"action": "call_tool", "tool_name": "send_email", "arguments": {"body": "x" * 300_000}}
     answer = await http.post(f"/envs/{FREE}/step", json=big, headers=bearer(sam))
     assert answer.status_code == 413, answer.text
+
+
+# -- the other way: an env that is not ours, behind our gateway, told of role and clock changes --
+
+FOREIGN_ENV = '''
+import sys
+
+from agentenv_protocol.agent_env_environment import AgentEnvEnvironment, environment_card, extension, tool
+from starlette.responses import JSONResponse
+
+
+@environment_card(name="foreign")
+class Foreign(AgentEnvEnvironment):
+    tool_access = True  # serves disable-tool/v1 and enable-tool/v1, and enforces them per caller role
+
+    def __init__(self):
+        self.clock = []
+
+    @tool()
+    def ping(self) -> str:
+        """Answer pong."""
+        return "pong"
+
+    @tool()
+    def secret(self) -> str:
+        """A tool a role may lose."""
+        return "s3cret"
+
+    @extension("urn:agentenv:clock/v1", op="set_time", method="PUT", path="/clock/set-time")
+    def set_time(self, virtual_time: str, virtual_seconds_per_real_second: float = 1.0) -> dict:
+        self.clock.append({"virtual_time": virtual_time, "rate": virtual_seconds_per_real_second})
+        return {"armed": True}
+
+
+env = Foreign()
+app = env.create_app()
+app.settings.host, app.settings.port = "127.0.0.1", int(sys.argv[1])
+
+
+@app.custom_route("/seen", methods=["GET"])
+async def seen(request):  # what the test reads back: the rules and clock settings this server was given
+    return JSONResponse({"rules": env._application._tool_access.rules, "clock": env.clock})
+
+
+env.serve()
+'''
+
+
+@pytest.fixture
+def foreign_env(request, tmp_path):
+    """An env server written with the protocol's own env SDK (in its own venv: it needs mcp 1.x)."""
+    python = request.getfixturevalue("reference_python")
+    script = tmp_path / "foreign_env.py"
+    script.write_text(FOREIGN_ENV)
+    port = free_port()
+    log = (tmp_path / "foreign.log").open("w")
+    process = subprocess.Popen([str(python), str(script), str(port)], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, (tmp_path / "foreign.log").read_text()
+            with contextlib.suppress(httpx2.HTTPError):
+                if httpx2.get(url + "/.well-known/agent-env.json").status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the foreign env did not serve its card in 60s"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+@pytest.mark.processes
+async def test_role_and_clock_changes_reach_a_foreign_env_that_declares_them(foreign_env, tmp_path):
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        spec = {
+            "id": "mixed",
+            "run_id": "run-9",
+            "apps": [{"name": "foreign", "url": foreign_env}, {"app": "notes"}],
+            "roles": {"agent": {"tools": ["*"]}},
+        }
+        await admin.put_instance(spec)
+        agent = await admin.token("mixed", "agent")
+        assert {"ping", "secret"} <= await mcp_tools(base, "mixed", agent)
+
+        # set_role_tools (the run's step) -> disable-tool / enable-tool on the app, by its own tool names
+        await admin.set_role("mixed", "agent", ["*"], ["secret"])
+        seen = httpx2.get(f"{foreign_env}/seen").json()
+        assert seen["rules"] == {"agent": {"secret": True, "ping": False}}
+        assert "secret" not in await mcp_tools(base, "mixed", agent)
+        await admin.change_role("mixed", "agent", ["secret"], [])  # (the trigger action set_tools)
+        assert httpx2.get(f"{foreign_env}/seen").json()["rules"] == {"agent": {"secret": False, "ping": False}}
+
+        # the run's clock (set_clock, pushed with the world) -> clock/v1 set_time
+        clock = {
+            "mode": "frozen",
+            "virtual_anchor": "2031-05-01T12:00:00Z",
+            "real_anchor": "2026-01-01T00:00:00Z",
+        }
+        await admin.push_world("mixed", {"run_id": "run-9", "clock": clock})
+        await admin.push_world("mixed", {"run_id": "run-9", "clock": {**clock, "lease_until": "2026-01-01T00:01:00Z"}})
+        seen = httpx2.get(f"{foreign_env}/seen").json()
+        assert seen["clock"] == [{"virtual_time": "2031-05-01T12:00:00Z", "rate": 0.0}], "a renewed lease is no change"
+
+
+async def test_an_app_that_refuses_a_role_change_fails_it_and_nothing_changes(tmp_path):
+    """A foreign env that declares tool access and refuses: the change fails naming the app, and is not applied."""
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        with refusing_env() as url:
+            await admin.put_instance({"id": "r", "apps": [{"name": "stubborn", "url": url}], "roles": {"agent": {}}})
+            with pytest.raises(GatewayRefused) as refused:
+                await admin.set_role("r", "agent", ["*"], ["ping"])
+            assert refused.value.status == 502 and "stubborn" in str(refused.value) and "418" in str(refused.value)
+            assert "ping" in (await admin.get_instance("r"))["roles"]["agent"]
+
+
+@contextlib.contextmanager
+def refusing_env():
+    """A server of one tool whose card declares tool access, and which refuses every change of it (418)."""
+    from mcp.server import MCPServer
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    mcp = MCPServer("stubborn")
+
+    @mcp.tool()
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    card = EnvironmentCard(
+        name="stubborn",
+        capabilities=EnvironmentCapabilities(extensions=reference_tool_access.extensions(), operations=[]),
+    )
+    app = mcp.streamable_http_app()
+    app.router.routes.insert(0, Route(CARD_PATH, lambda request: JSONResponse(card.model_dump(mode="json"))))
+    for path in ("/tools/disable", "/tools/enable"):
+        app.router.routes.append(
+            Route(path, lambda request: JSONResponse({"error": "I will not"}, status_code=418), methods=["POST"])
+        )
+    with serving(app) as url:
+        yield url

@@ -23,20 +23,22 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from agentenv_protocol.types import EnvironmentExtension
 from pydantic import AwareDatetime, BaseModel, Field
 
 from agent_env.gateway.callers import GatewayError
 from agent_env.gateway.env_instance import EnvInstance
-from agent_env.gateway.world import WorldPushes
 from agent_env.gateway_client.wire import CallOutcome, JsonObject
 from agent_env.spec import roles
 from agent_env.spec.env import RoleSpec
 from agent_env.spec.times import iso
 from agent_env.spec.world import MAX_RATE
 from agent_env.spec.world_state import ClockState, WorldPush
+
+if TYPE_CHECKING:
+    from agent_env.gateway.world import WorldPushes
 
 DISABLE_TOOL = "urn:agentenv:disable-tool/v1"
 ENABLE_TOOL = "urn:agentenv:enable-tool/v1"
