@@ -470,9 +470,30 @@ async def test_an_app_that_refuses_a_role_change_fails_it_and_nothing_changes(tm
             assert "ping" in (await admin.get_instance("r"))["roles"]["agent"]
 
 
+async def test_a_tool_named_disable_is_still_called_over_rest_with_a_role_token(tmp_path):
+    """`/tools/disable` is also the REST path of a tool named `disable`: a role token calls the tool there."""
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        with refusing_env() as url:
+            await admin.put_instance({"id": "d", "apps": [{"name": "stubborn", "url": url}], "roles": {"agent": {}}})
+            token = await admin.token("d", "agent")
+            assert await admin.call_tool("d", token, "disable", {}) == {
+                "result": "disabled nothing"
+            }  # (its structured result)
+            async with httpx2.AsyncClient(base_url=base) as http:
+                as_admin = await http.post(
+                    "/envs/d/tools/disable",
+                    json={"role": "agent", "tools": ["ping"]},
+                    headers=bearer(gateway.admin_token),
+                )
+            assert as_admin.status_code == 502 and "418" in as_admin.json()["error"], (
+                "the extension, refused by the app"
+            )
+
+
 @contextlib.contextmanager
 def refusing_env():
-    """A server of one tool whose card declares tool access, and which refuses every change of it (418)."""
+    """A server whose card declares tool access, which refuses every change of it (418); one of its tools is
+    named `disable`."""
     from mcp.server import MCPServer
     from starlette.responses import JSONResponse
     from starlette.routing import Route
@@ -483,6 +504,11 @@ def refusing_env():
     def ping() -> str:
         """Answer pong."""
         return "pong"
+
+    @mcp.tool()
+    def disable() -> str:
+        """A tool that happens to share its name with the extension's path."""
+        return "disabled nothing"
 
     card = EnvironmentCard(
         name="stubborn",
