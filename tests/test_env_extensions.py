@@ -14,7 +14,7 @@ import pytest
 from agentenv_protocol import client as reference_client
 from agentenv_protocol import tool_access as reference_tool_access
 from agentenv_protocol.types import WELL_KNOWN_PATH as CARD_PATH
-from agentenv_protocol.types import EnvironmentCapabilities, EnvironmentCard
+from agentenv_protocol.types import EnvironmentCapabilities, EnvironmentCard, EnvironmentExtension
 from conftest import free_port
 from explorer_util import serving
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
@@ -23,6 +23,7 @@ from test_protocol_agents import reference_python  # noqa: F401 - the side venv'
 from agent_env.gateway import extensions
 from agent_env.gateway_client import GatewayRefused
 
+ELSEWHERE = "127.0.0.2:9"  # a host no app of the tests is on
 FREE = "free-1"  # an instance without a run: a harness of one's own controls it
 RUN = "desk-1"  # an instance of run `run-1`: the run controls it
 
@@ -468,6 +469,10 @@ async def test_an_app_that_refuses_a_role_change_fails_it_and_nothing_changes(tm
                 await admin.set_role("r", "agent", ["*"], ["ping"])
             assert refused.value.status == 502 and "stubborn" in str(refused.value) and "418" in str(refused.value)
             assert "ping" in (await admin.get_instance("r"))["roles"]["agent"]
+            clock = {"mode": "frozen", "virtual_anchor": "2031-05-01T12:00:00Z", "real_anchor": "2026-01-01T00:00:00Z"}
+            with pytest.raises(GatewayRefused) as refused:
+                await admin.push_world("r", {"run_id": "run-9", "clock": clock})
+            assert refused.value.status == 502 and "no path relative to its base" in str(refused.value)
 
 
 async def test_a_tool_named_disable_is_still_called_over_rest_with_a_role_token(tmp_path):
@@ -510,9 +515,11 @@ def refusing_env():
         """A tool that happens to share its name with the extension's path."""
         return "disabled nothing"
 
+    elsewhere = {"set_time": {"method": "PUT", "endpoint": f"//{ELSEWHERE}/clock/set-time"}}  # another host's path
+    clock = EnvironmentExtension(uri=extensions.CLOCK, params={"endpoint": "/clock/time", "methods": elsewhere})
     card = EnvironmentCard(
         name="stubborn",
-        capabilities=EnvironmentCapabilities(extensions=reference_tool_access.extensions(), operations=[]),
+        capabilities=EnvironmentCapabilities(extensions=[*reference_tool_access.extensions(), clock], operations=[]),
     )
     app = mcp.streamable_http_app()
     app.router.routes.insert(0, Route(CARD_PATH, lambda request: JSONResponse(card.model_dump(mode="json"))))

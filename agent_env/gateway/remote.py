@@ -122,7 +122,7 @@ class CardExtensions:
         params = self.extensions[uri]
         op = params["methods"][method]
         endpoint, verb = op.get("endpoint") or params.get("endpoint"), str(op.get("method") or "POST").upper()
-        if not isinstance(endpoint, str) or not endpoint.startswith("/"):
+        if not isinstance(endpoint, str) or not endpoint.startswith("/") or endpoint.startswith("//"):  # no other host
             raise ToolError(
                 f"app {self.name!r} declares {uri} {method} with no path relative to its base: {endpoint!r}"
             )
