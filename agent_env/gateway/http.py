@@ -6,8 +6,10 @@ Agents (role token, `Authorization: Bearer aet_...`, valid until its run ends: 4
     POST /envs/{id}/tools/{name}          call one (body: the arguments object)
     GET  /envs/{id}/openapi.json          the REST tools of the caller's role as an OpenAPI document
     GET  /envs/{id}/.well-known/agent-env.json   the instance's card (tools of the caller's role)
+    POST /envs/{id}/step, GET /envs/{id}/clock/time   step/v1 and clock/v1's get_time (routes_extensions.py)
 The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's folder; routes_admin.py):
     POST /envs/{id}/agentenv              the JSON-RPC data plane, fanned out to every app
+    /envs/{id}/{tools/disable, tools/enable, clock/*, triggers/*, trajectory, state}: the env-side extensions
     /admin/instances[/{id}[/tokens/{agent} | /servers/{app}/token | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
     POST /admin/runs/{run_id}/end         the run is over: end its tokens, close its instances, delete its hosted agents
     GET  /admin/runs/{run_id}/parked      trigger hits the run refused or could not take (with the error)
@@ -42,7 +44,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agent_env import telemetry
 from agent_env.envs.app import ToolError
 from agent_env.errors import BadInput
-from agent_env.gateway import routes_admin, routes_agents
+from agent_env.gateway import routes_admin, routes_agents, routes_extensions
 from agent_env.gateway.env_instance import CompositionError
 from agent_env.gateway.routes_common import gateway_of
 from agent_env.gateway.service import Gateway, GatewayError
@@ -148,12 +150,16 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/envs/{instance}/mcp", RawAsgi(routes_agents.mcp_endpoint), methods=["GET", "POST", "DELETE"]),
+            # (before the REST call of a tool by name: see routes_extensions)
+            Route("/envs/{instance}/tools/disable", routes_extensions.tool_access, methods=["POST"]),
+            Route("/envs/{instance}/tools/enable", routes_extensions.tool_access, methods=["POST"]),
             Route("/envs/{instance}/tools/{name}", routes_agents.call_tool, methods=["POST"]),
         ],
     )
     app.state.gateway = gateway
     app.include_router(routes_agents.router)
     app.include_router(routes_admin.router)
+    app.include_router(routes_extensions.router)
     app.mount("/agents/{agent_id}", routes_admin.hosted_agents)
     # JSON-RPC paths answer a body nested too deeply in their own protocol's shape (the door refuses it)
     json_rpc = {r"/envs/[^/]+/agentenv": JSON_RPC, r"/envs/[^/]+/mcp": MCP, r"/agents/[^/]+/?": JSON_RPC}

@@ -22,8 +22,9 @@ import asyncio
 import contextlib
 import secrets
 import subprocess
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 import httpx2 as httpx
@@ -93,7 +94,53 @@ class ServerBearer(httpx.Auth):
         yield request
 
 
-class RemoteApp:
+class CardExtensions:
+    """The extensions a remote app's card declares (e.g. tool access, its clock: gateway/foreign.py uses them), and
+    calling their methods at the endpoints and with the verbs the card gives."""
+
+    name: str
+    base_url: str
+    _http: httpx.AsyncClient
+    extensions: Mapping[str, JsonObject] = MappingProxyType({})  # each one's params, by URI
+
+    def _declared_operations(self, answer: httpx.Response) -> list[str]:
+        raise NotImplementedError
+
+    def _read_card(self, answer: httpx.Response) -> list[str]:
+        """The card's data-plane methods (checked as RemoteApp does), its extensions noted."""
+        operations = self._declared_operations(answer)
+        card = EnvironmentCard.model_validate_json(answer.content)
+        self.extensions = {e.uri: e.params or {} for e in (card.capabilities.extensions or [])}
+        return operations
+
+    def declares(self, uri: str, method: str) -> bool:
+        return isinstance((self.extensions.get(uri, {}).get("methods") or {}).get(method), dict)
+
+    async def invoke(self, uri: str, method: str, body: JsonObject) -> None:
+        """Call a method the card declares (`declares`), at its path relative to the server's base; an answer other
+        than 2xx is a ToolError naming it and what the server said (its first 1,000 bytes)."""
+        params = self.extensions[uri]
+        op = params["methods"][method]
+        endpoint, verb = op.get("endpoint") or params.get("endpoint"), str(op.get("method") or "POST").upper()
+        if not isinstance(endpoint, str) or not endpoint.startswith("/") or endpoint.startswith("//"):  # no other host
+            raise ToolError(
+                f"app {self.name!r} declares {uri} {method} with no path relative to its base: {endpoint!r}"
+            )
+        said = b""
+        async with self._http.stream(verb, endpoint, json=body, timeout=PROBE_TIMEOUT) as answer:
+            if answer.is_success:
+                return
+            async for chunk in answer.aiter_bytes():  # what it says, not whatever it sends
+                said += chunk
+                if len(said) >= 1000:
+                    break
+        raise ToolError(
+            f"app {self.name!r} at {self.base_url} answered {uri} {method} with {answer.status_code}: "
+            f"{said[:1000].decode(errors='replace')}"
+        )
+
+
+class RemoteApp(CardExtensions):
     def __init__(
         self, name: str, base_url: str, proc: AppProcess | None, mcp_path: str = "/mcp", token: str | None = None
     ) -> None:
@@ -155,7 +202,7 @@ class RemoteApp:
                     f"app {name!r} at {app.base_url} refused the gateway's server token: was its "
                     "sandbox started by this gateway's deploy_env? Redeploy the environment"
                 )
-            app.operations = app._declared_operations(card) if card.status_code == 200 else []
+            app.operations = app._read_card(card) if card.status_code == 200 else []
             await app._connect()
         except BaseException:
             await app.close()

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from agent_env.envs import card as cards
+from agent_env.gateway import extensions
 from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway.routes_common import gateway_of, json_of
 from agent_env.gateway.service import Caller, GatewayError
@@ -95,6 +96,8 @@ async def card(request: Request, instance: str) -> Response:
             for name in inst.apps
         ),
     )
+    assert body.capabilities is not None  # (environment_card fills it)
+    body.capabilities.extensions = [*(body.capabilities.extensions or []), *extensions.CARD_EXTENSIONS]
     return JSONResponse(cards.wire(body))
 
 

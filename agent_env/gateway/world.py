@@ -7,6 +7,7 @@ from typing import Any, cast
 
 from agent_env.envs.app import ToolError
 from agent_env.envs.context import Ctx
+from agent_env.gateway import foreign
 from agent_env.gateway.callers import GatewayError
 from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway.releasing import Releasing
@@ -14,12 +15,14 @@ from agent_env.gateway.spec import RoleSpec
 from agent_env.gateway.state import WORLDS
 from agent_env.gateway_client import wire
 from agent_env.spec.paths import walk
-from agent_env.spec.world_state import TriggerHit, WorldPush
+from agent_env.spec.roles import role_tools
+from agent_env.spec.world_state import ClockState, TriggerHit, WorldPush
 
 
 class WorldPushes(Releasing):
     async def set_role(self, instance_id: str, role: str, spec: RoleSpec) -> frozenset[str]:
         inst = await self.get(instance_id)
+        await foreign.push_role(inst, role, role_tools(role, spec, inst.entries))  # (apps at URLs first: see there)
         allowed = inst.set_role(role, spec)
         self._save(inst)
         await self._tools_changed(instance_id)
@@ -52,6 +55,8 @@ class WorldPushes(Releasing):
     async def push_world(self, instance_id: str, push: WorldPush) -> list[wire.Hit]:
         """The run's clock and conditions for this instance. Returns hits of state conditions already true."""
         inst = await self.get(instance_id)
+        if push.clock is not None and _moved(inst.world.clock if inst.world else None, push.clock):
+            await foreign.push_clock(inst, push.clock)  # (apps at URLs first: see there)
         inst.apply_world(push)
         self.store.put(WORLDS, instance_id, push.model_dump(mode="json"))
         if inst.watcher is None or not inst.watcher.states:
@@ -90,3 +95,10 @@ class WorldPushes(Releasing):
             except (ToolError, KeyError):
                 continue
         return values
+
+
+def _moved(before: ClockState | None, after: ClockState) -> bool:
+    """Whether the clock changed other than by a renewed lease (which the run pushes as it lives)."""
+    return before is None or before.model_copy(update={"lease_until": None}) != after.model_copy(
+        update={"lease_until": None}
+    )
