@@ -1,0 +1,167 @@
+"""Object transfers of protocol v1: short-lived grants on our object store, and the extension calls that hand them
+to agents (snapshot/v1 save and load, trajectory/v1 `task_objects`).
+
+Grants are tested as an outsider uses them: real HTTPS requests to the local grant server (trusting only the
+install's local CA), and presigned URLs against moto's S3 server over real HTTP.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+
+import httpx
+import pytest
+
+from agent_env.stores.grant_issuers import object_grants
+from agent_env.stores.local import FileObjectStore
+from agent_env.stores.local_tls import CERT_FILE, trust_bundle
+
+# -- grants on the local store --
+
+
+@pytest.fixture
+def local(tmp_path, settings):
+    store = FileObjectStore(tmp_path / "objects")
+    grants = object_grants(store, settings.model_copy(update={"state_dir": tmp_path}))
+    trust = ssl.create_default_context(cafile=str(tmp_path / "tls" / CERT_FILE))  # the install's CA, nothing else
+    with httpx.Client(verify=trust) as http:
+        yield store, grants, http
+
+
+def test_a_local_write_grant_puts_one_object_and_a_read_grant_gets_it_over_https(local, tmp_path):
+    store, grants, http = local
+    put = grants.write("runs/r1/snap/trajectory", media_type="application/octet-stream", max_bytes=100)
+    assert put.url.startswith("https://127.0.0.1:") and put.method == "PUT"
+    assert http.put(put.url, content=b"state!", headers=put.headers).status_code == 200
+    assert store.get("runs/r1/snap/trajectory") == b"state!"
+    get = grants.read("runs/r1/snap/trajectory")
+    answer = http.get(get.url, headers=get.headers)
+    assert (answer.status_code, answer.content) == (200, b"state!")
+    assert str(tmp_path) not in put.url + get.url  # a grant names no path of ours
+    with pytest.raises(httpx.ConnectError):  # the CA is this install's: nothing else trusts it by default
+        httpx.get(get.url)
+    assert trust_bundle(tmp_path / "tls").read_bytes().count(b"BEGIN CERTIFICATE") > 1  # roots + ours
+
+
+def test_a_local_grant_cannot_be_used_for_another_method_key_or_content_type(local):
+    store, grants, http = local
+    store.put("a", b"secret a")
+    store.put("b", b"secret b")
+    read_a = grants.read("a")
+    write_a = grants.write("a", media_type="application/json", max_bytes=100)
+    assert http.put(read_a.url, content=b"{}", headers={"content-type": "application/json"}).status_code == 403
+    assert http.get(write_a.url).status_code == 403
+    # the key is in the signed claims, not the URL's path: another key means another token, which it cannot sign
+    token = read_a.url.rsplit("/", 1)[1]
+    version, claims, signature = token.split(".")
+    import base64
+    import json
+
+    forged = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))
+    forged["key"] = "b"
+    forged_claims = base64.urlsafe_b64encode(json.dumps(forged).encode()).rstrip(b"=").decode()
+    forged_url = read_a.url.replace(token, f"{version}.{forged_claims}.{signature}")
+    assert http.get(forged_url).status_code == 403
+    assert http.get(read_a.url + "/../b").status_code in (403, 404)  # a key grant takes no path after it
+    wrong_type = http.put(write_a.url, content=b"<html>", headers={"content-type": "application/octet-stream"})
+    assert wrong_type.status_code == 403
+    assert store.get("a") == b"secret a"
+
+
+def test_a_local_write_grant_is_refused_past_its_size_bound_declared_or_streamed(local):
+    store, grants, http = local
+    put = grants.write("big", media_type="application/octet-stream", max_bytes=10)
+    assert http.put(put.url, content=b"x" * 11, headers=put.headers).status_code == 413
+
+    def chunked():  # no content-length: the server counts what arrives
+        for _ in range(100):
+            yield b"y" * 1000
+
+    assert http.put(put.url, content=chunked(), headers=put.headers).status_code == 413
+    assert not store.exists("big") and not any(p.name.startswith(".tmp-") for p in store.root.rglob("*"))
+    assert http.put(put.url, content=b"x" * 10, headers=put.headers).status_code == 200
+
+
+def test_a_prefix_grant_writes_below_its_prefix_only(local):
+    store, grants, http = local
+    under = grants.write_under("runs/r1/changelog", max_bytes=100)
+    headers = {"content-type": "application/octet-stream"}
+    assert http.put(under.url + "/000001.tar", content=b"one", headers=headers).status_code == 200
+    assert store.get("runs/r1/changelog/000001.tar") == b"one"
+    for escape in ("/../../escaped", "/%2e%2e/escaped", "/a//b"):
+        assert http.put(under.url + escape, content=b"x", headers=headers).status_code in (400, 403, 404)
+    assert [k for k in store.list() if "escaped" in k] == []
+    assert http.put(under.url, content=b"x", headers=headers).status_code == 403  # the prefix itself is no key
+
+
+def test_a_local_grant_expires(local):
+    store, grants, http = local
+    store.put("k", b"v")
+    get = grants.read("k", ttl_s=0.3)
+    assert http.get(get.url).status_code == 200
+    time.sleep(0.5)  # (waiting out the grant, not timing anything)
+    expired = http.get(get.url)
+    assert expired.status_code == 403 and "expired" in expired.text
+    with pytest.raises(ValueError, match="at most 3600"):
+        grants.read("k", ttl_s=86400)
+
+
+# -- grants on S3 (moto's server) --
+
+pytest.importorskip("boto3")
+import moto_util  # noqa: E402
+
+endpoint = moto_util.endpoint
+
+
+@pytest.fixture
+def s3(tmp_path, endpoint):
+    import boto3
+
+    from agent_env.config import Settings
+    from agent_env.stores.backends import open_store
+
+    bucket = moto_util.unique("bucket")
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    settings = Settings.model_validate(
+        {
+            "state_dir": str(tmp_path),
+            "stores": {"objects": {"backend": "aws", "endpoint_url": endpoint, "bucket": bucket, "prefix": "inst"}},
+        }
+    )
+    store = open_store("objects", settings)
+    yield store, object_grants(store, settings)
+    store.close()
+
+
+@pytest.mark.processes
+def test_s3_grants_are_presigned_sigv4_urls_that_move_one_object_and_carry_no_secret(s3):
+    from urllib.parse import parse_qs, urlsplit
+
+    store, grants = s3
+    put = grants.write("runs/r1/t.json", media_type="application/json", max_bytes=1000, ttl_s=120)
+    assert httpx.put(put.url, content=b'{"a": 1}', headers=put.headers).status_code == 200
+    assert store.get("runs/r1/t.json") == b'{"a": 1}'
+    get = grants.read("runs/r1/t.json", ttl_s=60)
+    assert httpx.get(get.url).content == b'{"a": 1}'
+    query = parse_qs(urlsplit(put.url).query)
+    assert urlsplit(put.url).path.endswith("/inst/runs/r1/t.json")  # under the store's prefix
+    assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"] and query["X-Amz-Expires"] == ["120"]
+    assert set(query["X-Amz-SignedHeaders"][0].split(";")) == {"content-type", "host"}
+    assert "testing" not in query["X-Amz-Signature"][0] and "Secret" not in put.url
+    # S3 checks the signature over method, key, expiry and headers (moto's server does not): they all differ
+    other_key = grants.write("runs/r1/u.json", media_type="application/json", max_bytes=1000, ttl_s=120)
+    assert parse_qs(urlsplit(other_key.url).query)["X-Amz-Signature"] != query["X-Amz-Signature"]
+    assert not grants.bounds_writes  # a presigned PUT cannot bound its size: readers check it (check_written)
+
+
+def test_a_store_without_grants_says_so(tmp_path, settings):
+    from agent_env.errors import BadInput
+    from agent_env.stores.base import ObjectStore
+
+    class Plain(ObjectStore):
+        put = create = get = exists = delete = list = put_file = get_file = None  # type: ignore[assignment]
+
+    with pytest.raises(BadInput, match="issues no transfer grants"):
+        object_grants(Plain(), settings)
