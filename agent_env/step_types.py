@@ -72,6 +72,8 @@ BUILTINS = {
     "sandbox_exec": "agent_env.steps.builtin.sandbox_steps:sandbox_exec",
     "put_files": "agent_env.steps.builtin.sandbox_steps:put_files",
     "collect_files": "agent_env.steps.builtin.sandbox_steps:collect_files",
+    # an agent's own state, moved through object-store grants (protocol v1's snapshot/v1)
+    "snapshot_agent_state": "agent_env.steps.builtin.agent_state:snapshot_agent_state",
 }
 
 

@@ -7,12 +7,15 @@ install's local CA), and presigned URLs against moto's S3 server over real HTTP.
 
 from __future__ import annotations
 
+import json
 import ssl
 import time
 
 import httpx
 import pytest
 
+from agent_env.agents.sdk import Agent, Answer, Turn
+from agent_env.agents.transfer_serving import AgentState, new_context_id
 from agent_env.stores.grant_issuers import object_grants
 from agent_env.stores.local import FileObjectStore
 from agent_env.stores.local_tls import CERT_FILE, trust_bundle
@@ -165,3 +168,150 @@ def test_a_store_without_grants_says_so(tmp_path, settings):
 
     with pytest.raises(BadInput, match="issues no transfer grants"):
         object_grants(Plain(), settings)
+
+
+# -- snapshot/v1 in runs --
+
+
+class Notes(Agent):
+    """An agent of our SDK that remembers what it was told, and saves and restores that memory (snapshot/v1)."""
+
+    name = "notes"
+
+    def __init__(self) -> None:
+        self.memory: dict[str, list[str]] = {}
+        self.restored: list[str] = []
+        self.loaded: list[tuple[AgentState, str | None]] = []
+
+    async def answer(self, turn: Turn) -> Answer:
+        seen = self.memory.setdefault(turn.context_id, list(self.restored))
+        seen.append(turn.prompt)
+        return Answer(text=" | ".join(seen))
+
+    async def save_state(self, context_id: str) -> AgentState:
+        if context_id not in self.memory:
+            raise LookupError(context_id)
+        return AgentState(trajectory=json.dumps(self.memory[context_id]).encode(), workspace=b"files")
+
+    async def load_state(self, state: AgentState, context_id: str | None) -> str:
+        self.loaded.append((state, context_id))
+        self.restored = json.loads(state.trajectory)
+        return context_id or new_context_id()
+
+
+@pytest.fixture
+def trusting(settings, monkeypatch):
+    """Agents in this process trust the install's local CA (as an operator sets SSL_CERT_FILE for its agents)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(trust_bundle(settings.state_dir / "tls")))
+
+
+async def test_our_sdk_agent_saves_and_restores_its_state_through_snapshot_agent_state(run_task, settings, trusting):
+    from starlette.applications import Starlette
+    from test_agents import serving
+
+    from agent_env.agents.sdk import a2a_routes
+    from agent_env.spec.run import RunStatus
+    from agent_env.stores import open_stores
+
+    first, second = Notes(), Notes()
+    apps = [Starlette(), Starlette()]
+    async with serving(apps[0]) as url_a, serving(apps[1]) as url_b:
+        handlers = []
+        for app, agent, url in ((apps[0], first, url_a), (apps[1], second, url_b)):
+            routes, handler = a2a_routes(agent, url + "/", extensions=True)
+            app.router.routes.extend(routes)
+            handlers.append(handler)
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(url_a + "/.well-known/agent-card.json")).json()
+        declared = {e["uri"]: e["params"] for e in card["capabilities"]["extensions"]}
+        from agentenv_protocol.a2a_agent import SNAPSHOT_V1, card_request_accepts
+
+        save = declared[SNAPSHOT_V1.uri]["methods"]["save"]
+        assert save["method"] == "POST" and card_request_accepts(save["request"], ["context_id", "objects"])
+
+        def deploy(step: str, url: str, **more) -> dict:
+            record = {"name": step, "type": "a2a", "config": {"url": url + "/"}}
+            return {"id": step, "type": "deploy_agent", "config": {"record": record, **more}}
+
+        state = await run_task(
+            {
+                "id": "agent-state",
+                "steps": [
+                    deploy("a", url_a),
+                    {
+                        "id": "p1",
+                        "type": "prompt_agent",
+                        "depends_on": ["a"],
+                        "config": {"agent": "a", "prompt": "blue door"},
+                    },
+                    {
+                        "id": "snap",
+                        "type": "snapshot_agent_state",
+                        "depends_on": ["p1"],
+                        "config": {"agent": "a", "prompt": "p1"},
+                    },
+                    {
+                        **deploy(
+                            "b", url_b, agent_snapshot="snap", agent_snapshot_target_context_id="${run.id}/p2/agent"
+                        ),
+                        "depends_on": ["snap"],
+                    },
+                    {
+                        "id": "p2",
+                        "type": "prompt_agent",
+                        "depends_on": ["b"],
+                        "config": {"agent": "b", "prompt": "which door?"},
+                    },
+                ],
+            }
+        )
+        for handler in handlers:
+            await handler.aclose()
+    assert state.status is RunStatus.PASSED, state.error or state
+    snap = state.steps["snap"].outputs
+    run_id = state.run_id
+    assert snap["snapshot"] == f"runs/{run_id}/agent_snapshots/snap/"
+    assert snap["context_id"] == f"{run_id}/p1/agent"
+    assert snap["objects"] == {
+        "trajectory": snap["snapshot"] + "trajectory",
+        "workspace": snap["snapshot"] + "workspace",
+    }
+    stores = open_stores(settings)
+    assert json.loads(stores.objects.get(snap["objects"]["trajectory"])) == ["blue door"]
+    assert stores.objects.get(snap["objects"]["workspace"]) == b"files"
+    assert state.steps["b"].outputs["restored_context_id"] == f"{run_id}/p2/agent"
+    assert [(s.workspace, c) for s, c in second.loaded] == [(b"files", f"{run_id}/p2/agent")]
+    assert state.steps["p2"].outputs["answer"] == "blue door | which door?"  # it went on from the restored state
+    assert "grants/v1." not in state.model_dump_json() and "X-Amz" not in state.model_dump_json()  # no grant in history
+
+
+async def test_snapshot_agent_state_fails_clearly_for_an_agent_without_snapshot(run_task, settings):
+    from starlette.applications import Starlette
+    from test_agents import Recorder, serving
+
+    from agent_env.agents.sdk import a2a_routes
+    from agent_env.spec.run import RunStatus
+
+    app = Starlette()
+    async with serving(app) as url:
+        routes, handler = a2a_routes(Recorder(), url + "/", extensions=True)
+        app.router.routes.extend(routes)
+        record = {"name": "r", "type": "a2a", "config": {"url": url + "/"}}
+        state = await run_task(
+            {
+                "id": "no-snapshot",
+                "steps": [
+                    {"id": "a", "type": "deploy_agent", "config": {"record": record}},
+                    {"id": "p", "type": "prompt_agent", "depends_on": ["a"], "config": {"agent": "a", "prompt": "hi"}},
+                    {
+                        "id": "s",
+                        "type": "snapshot_agent_state",
+                        "depends_on": ["p"],
+                        "config": {"agent": "a", "prompt": "p"},
+                    },
+                ],
+            }
+        )
+        await handler.aclose()
+    assert state.status is not RunStatus.PASSED
+    assert "declares no urn:agentenv:snapshot/v1" in (state.steps["s"].error or "")

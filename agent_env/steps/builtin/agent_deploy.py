@@ -68,6 +68,12 @@ class DeployAgentConfig(StepConfig):
     skill_files: dict[str, str] = Field(
         default_factory=dict, description="filled in when the run is planned: its skills' files, path -> object key"
     )
+    agent_snapshot: str | None = Field(
+        None, description="restore the agent from a snapshot_agent_state snapshot (its name in this run, or its key)"
+    )
+    agent_snapshot_target_context_id: str | None = Field(
+        None, description="the conversation the agent restores it as (default: one it picks, in the outputs)"
+    )
 
     @model_validator(mode="after")
     def _known(self, info: ValidationInfo) -> DeployAgentConfig:
@@ -235,6 +241,13 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         if record.type in ("a2a", "cli")
         else []
     )
+    restored = None
+    if config.agent_snapshot:  # snapshot/v1 load, with grants on the run's object store
+        from agent_env.steps.builtin.agent_state import restore_agent_state
+
+        deployed = {"agent": record.name, "name": name, "url": url, "hosted": hosted}
+        target = config.agent_snapshot_target_context_id
+        restored = await restore_agent_state(ctx, deployed, config.agent_snapshot, target)
     return {
         "agent": record.name,
         "type": record.type,
@@ -245,6 +258,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         "hosted": hosted,
         "mcp_url": mcp_url,
         **({"extensions": extensions} if extensions else {}),
+        **({"restored_context_id": restored} if restored else {}),
         **({"sandbox": sandbox} if sandbox else {}),
         **({"images": {record.name: image_id}} if image_id else {}),
     }
