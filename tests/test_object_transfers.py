@@ -7,12 +7,18 @@ install's local CA), and presigned URLs against moto's S3 server over real HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import ssl
+import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from conftest import free_port
+from test_protocol_agents import reference_python  # noqa: F401 - the fixture: the reference framework's venv
 
 from agent_env.agents.sdk import Agent, Answer, Turn
 from agent_env.agents.transfer_serving import AgentState, new_context_id
@@ -315,3 +321,142 @@ async def test_snapshot_agent_state_fails_clearly_for_an_agent_without_snapshot(
         await handler.aclose()
     assert state.status is not RunStatus.PASSED
     assert "declares no urn:agentenv:snapshot/v1" in (state.steps["s"].error or "")
+
+
+# -- an agent written with the protocol's reference framework (its own virtualenv, a real process) --
+
+REFERENCE_SNAPSHOT_AGENT = """
+import json, sys, tempfile
+from pathlib import Path
+
+from agentenv_protocol.a2a_agent import (
+    SNAPSHOT_V1, TRAJECTORY_V1, AgentEnvAgent, AgentIdentity, ObjectSnapshotLoadRequest, ObjectSnapshotLoadResponse,
+    ObjectSnapshotSaveRequest, ObjectSnapshotSaveResponse, TaskRequest, TaskResult, a2a_agent, extension,
+)
+from agentenv_protocol.transfers import download, upload
+
+NOTES = {}
+
+
+@a2a_agent(
+    identity=AgentIdentity(name="keeper", description="remembers, and saves what it remembers", version="1"),
+    extensions=[TRAJECTORY_V1, SNAPSHOT_V1],
+)
+class Keeper(AgentEnvAgent):
+    async def run(self, request: TaskRequest) -> TaskResult:
+        said = " ".join(p.text for p in request.parts if getattr(p, "text", None))
+        notes = NOTES.setdefault(request.context_id, list(NOTES.get("restored", [])))
+        notes.append(said)
+        request.trajectory.set_format("keeper/1")
+        request.trajectory.append({"event": "noted", "text": said})
+        return TaskResult.text(" | ".join(notes))
+
+    @extension(SNAPSHOT_V1.save)
+    async def save(self, request: ObjectSnapshotSaveRequest) -> ObjectSnapshotSaveResponse:
+        data = json.dumps({"context_id": request.context_id, "notes": NOTES.get(request.context_id, [])}).encode()
+        uploaded = {"trajectory": (await upload(request.objects.trajectory, data)).model_dump(mode="json")}
+        return ObjectSnapshotSaveResponse.model_validate({"context_id": request.context_id, "objects": uploaded})
+
+    @extension(SNAPSHOT_V1.load)
+    async def load(self, request: ObjectSnapshotLoadRequest) -> ObjectSnapshotLoadResponse:
+        with tempfile.TemporaryDirectory() as folder:
+            await download(request.objects.trajectory, Path(folder) / "t")
+            NOTES["restored"] = json.loads((Path(folder) / "t").read_text())["notes"]
+        return ObjectSnapshotLoadResponse(context_id=request.target_context_id or "restored")
+
+
+if __name__ == "__main__":
+    Keeper().serve(host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+@contextlib.contextmanager
+def reference_keeper(python: Path, folder: Path, trust: Path):
+    """The reference agent above served on a free port, trusting the install's local CA; yields its base URL."""
+    script = folder / "keeper.py"
+    script.write_text(REFERENCE_SNAPSHOT_AGENT)
+    port = free_port()
+    log = (folder / "keeper.log").open("w")
+    env = {**os.environ, "SSL_CERT_FILE": str(trust)}
+    process = subprocess.Popen([str(python), str(script), str(port)], stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, (folder / "keeper.log").read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + ".well-known/agent-card.json").status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the reference agent did not serve its card in 30s"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+async def test_a_reference_framework_agent_is_snapshotted_restored_and_tells_its_trajectory_through_grants(
+    run_task,
+    settings,
+    reference_python,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
+    from agent_env.spec.run import RunStatus
+    from agent_env.stores import open_stores
+
+    trust = trust_bundle(settings.state_dir / "tls")
+    with reference_keeper(reference_python, tmp_path, trust) as url:
+        record = {"name": "keeper", "type": "a2a", "config": {"url": url}}
+        state = await run_task(
+            {
+                "id": "reference-snapshot",
+                "steps": [
+                    {"id": "k", "type": "deploy_agent", "config": {"record": record}},
+                    {
+                        "id": "p1",
+                        "type": "prompt_agent",
+                        "depends_on": ["k"],
+                        "config": {"agent": "k", "prompt": "red key"},
+                    },
+                    {
+                        "id": "s",
+                        "type": "snapshot_agent_state",
+                        "depends_on": ["p1"],
+                        "config": {"agent": "k", "prompt": "p1"},
+                    },
+                    {
+                        "id": "k2",
+                        "type": "deploy_agent",
+                        "depends_on": ["s"],
+                        "config": {
+                            "record": {**record, "name": "keeper2"},
+                            "agent_snapshot": "s",
+                            "agent_snapshot_target_context_id": "${run.id}/p2/agent",
+                        },
+                    },
+                    {
+                        "id": "p2",
+                        "type": "prompt_agent",
+                        "depends_on": ["k2"],
+                        "config": {"agent": "k2", "prompt": "which key?"},
+                    },
+                ],
+            },
+            timeout=120,
+        )
+    assert state.status is RunStatus.PASSED, state.error or state
+    run_id, stores = state.run_id, open_stores(settings)
+    saved = state.steps["s"].outputs
+    assert saved["objects"] == {"trajectory": f"runs/{run_id}/agent_snapshots/s/trajectory"}  # it keeps no workspace
+    assert json.loads(stores.objects.get(saved["objects"]["trajectory"])) == {
+        "context_id": f"{run_id}/p1/agent",
+        "notes": ["red key"],
+    }
+    assert state.steps["k2"].outputs["restored_context_id"] == f"{run_id}/p2/agent"
+    assert state.steps["p2"].outputs["answer"] == "red key | which key?"
+    # trajectory/v1 task_objects: the agent wrote its account of the turn into our store through a write grant
+    written = json.loads(stores.objects.get(f"runs/{run_id}/transcripts/p1/agent-0.trajectory.json"))
+    told = state.steps["p1"].outputs["trajectory"]
+    assert told == written and "red key" in json.dumps(written)
+    assert "grants/v1." not in state.model_dump_json()  # no grant in the run's history
