@@ -330,25 +330,42 @@ import json, sys, tempfile
 from pathlib import Path
 
 from agentenv_protocol.a2a_agent import (
-    SNAPSHOT_V1, TRAJECTORY_V1, AgentEnvAgent, AgentIdentity, ObjectSnapshotLoadRequest, ObjectSnapshotLoadResponse,
-    ObjectSnapshotSaveRequest, ObjectSnapshotSaveResponse, TaskRequest, TaskResult, a2a_agent, extension,
+    SKILL_CONFIG_V1, SNAPSHOT_V1, TRAJECTORY_V1, AgentEnvAgent, AgentIdentity, BundleSkillRequest,
+    InlineSkillRequest, ObjectSnapshotLoadRequest, ObjectSnapshotLoadResponse, ObjectSnapshotSaveRequest,
+    ObjectSnapshotSaveResponse, TaskRequest, TaskResult, a2a_agent, extension,
 )
 from agentenv_protocol.transfers import download, upload
 
 NOTES = {}
+SKILLS = {}
 
 
 @a2a_agent(
     identity=AgentIdentity(name="keeper", description="remembers, and saves what it remembers", version="1"),
-    extensions=[TRAJECTORY_V1, SNAPSHOT_V1],
+    extensions=[TRAJECTORY_V1, SNAPSHOT_V1, SKILL_CONFIG_V1],
 )
 class Keeper(AgentEnvAgent):
+    @extension(SKILL_CONFIG_V1.add.inline)
+    async def add_inline(self, request: InlineSkillRequest):
+        SKILLS[request.name] = {"via": "inline", "SKILL.md": request.skill_md}
+        return {"name": request.name}
+
+    @extension(SKILL_CONFIG_V1.add.bundle)
+    async def add_bundle(self, request: BundleSkillRequest):
+        files = {"via": "bundle"}
+        with tempfile.TemporaryDirectory() as folder:
+            for item in request.skill_bundle.files:
+                await download(item.object, Path(folder) / item.path)
+                files[item.path] = (Path(folder) / item.path).read_text()
+        SKILLS[request.name] = files
+        return {"name": request.name}
+
     async def run(self, request: TaskRequest) -> TaskResult:
         said = " ".join(p.text for p in request.parts if getattr(p, "text", None))
         notes = NOTES.setdefault(request.context_id, list(NOTES.get("restored", [])))
         notes.append(said)
         request.trajectory.set_format("keeper/1")
-        request.trajectory.append({"event": "noted", "text": said})
+        request.trajectory.append({"event": "noted", "text": said, "skills": SKILLS})
         return TaskResult.text(" | ".join(notes))
 
     @extension(SNAPSHOT_V1.save)
@@ -396,23 +413,35 @@ def reference_keeper(python: Path, folder: Path, trust: Path):
         log.close()
 
 
-async def test_a_reference_framework_agent_is_snapshotted_restored_and_tells_its_trajectory_through_grants(
-    run_task,
+async def test_a_reference_framework_agent_is_snapshotted_restored_and_given_objects_through_grants(
+    client,
+    worker,
     settings,
     reference_python,  # noqa: F811 - the fixture imported above
     tmp_path,
 ):
+    """snapshot/v1 save and load, trajectory/v1 task_objects, skill-config/v1 bundles: each through grants."""
+    import asyncio
+
+    from agent_env.planning.tasks import parse_task
     from agent_env.spec.run import RunStatus
     from agent_env.stores import open_stores
+    from agent_env.temporal import launch
 
+    bundle = tmp_path / "bundle"
+    (bundle / "artifacts" / "triage").mkdir(parents=True)
+    (bundle / "tasks").mkdir()
+    skill_md = "---\nname: triage\ndescription: Sort tickets by urgency\n---\nUrgent first.\n"
+    (bundle / "artifacts" / "triage" / "SKILL.md").write_text(skill_md)
+    (bundle / "artifacts" / "triage" / "checklist.txt").write_text("1. read the ticket\n")
     trust = trust_bundle(settings.state_dir / "tls")
     with reference_keeper(reference_python, tmp_path, trust) as url:
         record = {"name": "keeper", "type": "a2a", "config": {"url": url}}
-        state = await run_task(
+        task = parse_task(
             {
                 "id": "reference-snapshot",
                 "steps": [
-                    {"id": "k", "type": "deploy_agent", "config": {"record": record}},
+                    {"id": "k", "type": "deploy_agent", "config": {"record": {**record, "skills": ["triage"]}}},
                     {
                         "id": "p1",
                         "type": "prompt_agent",
@@ -443,8 +472,10 @@ async def test_a_reference_framework_agent_is_snapshotted_restored_and_tells_its
                     },
                 ],
             },
-            timeout=120,
+            "test task",
+            bundle,
         )
+        state = await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, task)), 120)
     assert state.status is RunStatus.PASSED, state.error or state
     run_id, stores = state.run_id, open_stores(settings)
     saved = state.steps["s"].outputs
@@ -459,4 +490,8 @@ async def test_a_reference_framework_agent_is_snapshotted_restored_and_tells_its
     written = json.loads(stores.objects.get(f"runs/{run_id}/transcripts/p1/agent-0.trajectory.json"))
     told = state.steps["p1"].outputs["trajectory"]
     assert told == written and "red key" in json.dumps(written)
+    # skill-config/v1 bundle: the skill's whole folder, read by the agent through read grants
+    assert {"via": "bundle", "SKILL.md": skill_md, "checklist.txt": "1. read the ticket\n"} in [
+        e.get("skills", {}).get("triage") for e in (written["events"] if "events" in written else written)
+    ]
     assert "grants/v1." not in state.model_dump_json()  # no grant in the run's history

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mimetypes
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # (the protocol's agent models load the A2A SDK: imported whe
 
 SNAPSHOT = "urn:agentenv:snapshot/v1"
 TRAJECTORY = "urn:agentenv:trajectory/v1"
+SKILL_CONFIG = "urn:agentenv:skill-config/v1"
 OPAQUE = "application/octet-stream"
 SNAPSHOT_OBJECTS = {"trajectory": 256 << 20, "workspace": 1 << 30}  # what each object may hold, at most
 MAX_TRAJECTORY_OBJECT_BYTES = 64 << 20  # a trajectory written through a grant (read back whole by the run)
@@ -99,11 +102,14 @@ def accepts(client: ExtensionClient, uri: str, name: str, model: type[BaseModel]
     return isinstance(request, dict) and card_request_accepts(request, request_fields(model).required)
 
 
-async def call(client: ExtensionClient, uri: str, name: str, body: BaseModel, *, timeout: float) -> httpx.Response:
-    """One extension call carrying grants, on the agent's origin only; its answer read within a bound."""
-    from agentenv_protocol.a2a_agent.extensions import SNAPSHOT_V1, TRAJECTORY_V1
+async def call(
+    client: ExtensionClient, uri: str, name: str, body: BaseModel, *, timeout: float, done: tuple[int, ...] = ()
+) -> httpx.Response:
+    """One extension call carrying grants, on the agent's origin only; its answer read within a bound. Statuses
+    in `done` count as success (a 409: already there, for a retried step)."""
+    from agentenv_protocol.a2a_agent.extensions import STANDARD_EXTENSIONS
 
-    definition = SNAPSHOT_V1 if uri == SNAPSHOT else TRAJECTORY_V1
+    definition = STANDARD_EXTENSIONS[uri]
     spec = definition.operation(name)
     method, path = operation(client.extensions[uri], name, spec.method, definition.endpoint or spec.path)
     url = urljoin(client.agent_url, path)
@@ -124,7 +130,9 @@ async def call(client: ExtensionClient, uri: str, name: str, body: BaseModel, *,
                 break
     finally:
         await response.aclose()
-    if not response.is_success:  # never quote the answer: an agent may echo its grants back
+    if (
+        not response.is_success and response.status_code not in done
+    ):  # never quote the answer: an agent may echo its grants back
         raise TransferFailed(f"the agent at {client.agent_url} answered {uri} {name} with HTTP {response.status_code}")
     return httpx.Response(response.status_code, content=bytes(content), request=request)
 
@@ -238,3 +246,36 @@ def takes_inline_trajectory(client: ExtensionClient) -> bool:
 
     method = ((client.extensions.get(TRAJECTORY) or {}).get("methods") or {}).get("get") or {}
     return "request" not in method or accepts(client, TRAJECTORY, "get", TaskTrajectoryRequest)
+
+
+async def add_skill_bundles(
+    client: ExtensionClient, grants: ObjectGrants, stores: Stores, skills: dict[str, str], files: dict[str, str]
+) -> list[str]:
+    """Give the agent skills as bundles of objects (skill-config/v1 add, `bundle` variant) when its card takes
+    them: every file of each skill's folder, which the agent reads through a read grant. `skills`: name ->
+    description; `files`: `/skills/NAME/PATH` -> object key. Returns the names given (the rest go inline)."""
+    from agentenv_protocol.a2a_agent.extensions import BundleSkillRequest, SkillBundle, SkillBundleFile
+
+    if not accepts(client, SKILL_CONFIG, "add", BundleSkillRequest):
+        return []
+    folders: defaultdict[str, dict[str, str]] = defaultdict(dict)
+    for path, key in files.items():
+        skill, _, rest = path.removeprefix("/skills/").partition("/")
+        if skill in skills and rest:
+            folders[skill][rest] = key
+    given = []
+    for skill, folder in sorted(folders.items()):
+        if "SKILL.md" not in folder:
+            continue
+        bundled = []
+        for rest, key in sorted(folder.items()):
+            data = await stores.aio.objects.get(key)
+            media_type = mimetypes.guess_type(rest)[0] or OPAQUE
+            bundled.append(
+                SkillBundleFile(path=rest, object=read_object(await in_thread(grants.read, key), data, media_type))
+            )
+        bundle = SkillBundle(max_total_bytes=sum(f.object.max_bytes for f in bundled), files=bundled)
+        body = BundleSkillRequest(name=skill, description=skills[skill], skill_bundle=bundle)
+        await call(client, SKILL_CONFIG, "add", body, timeout=TRANSFER_TIMEOUT_S, done=(409,))
+        given.append(skill)
+    return given
