@@ -495,3 +495,47 @@ async def test_a_reference_framework_agent_is_snapshotted_restored_and_given_obj
         e.get("skills", {}).get("triage") for e in (written["events"] if "events" in written else written)
     ]
     assert "grants/v1." not in state.model_dump_json()  # no grant in the run's history
+
+
+# -- grants on Cloud Storage: V4 signed URLs (signed here; fake-gcs-server checks no signature, Cloud Storage does) --
+
+
+def _gcs_store(credentials):
+    pytest.importorskip("google.cloud.storage")
+    from google.cloud import storage
+
+    from agent_env.stores.gcp_objects import GcsObjectStore
+
+    store = GcsObjectStore.__new__(GcsObjectStore)  # (no bucket to reach: signing is local)
+    store.client = storage.Client(project="test", credentials=credentials)
+    store.bucket, store.prefix = store.client.bucket("bucket-x"), "inst/"
+    return store
+
+
+def test_gcs_grants_are_v4_signed_urls_and_unsigning_credentials_are_named():
+    from urllib.parse import parse_qs, urlsplit
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from google.auth.credentials import AnonymousCredentials
+    from google.oauth2 import service_account
+
+    from agent_env.errors import BadInput
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    info = {
+        "type": "service_account",
+        "client_email": "grants@test.iam.gserviceaccount.com",
+        "private_key": pem.decode(),
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
+    grants = _gcs_store(service_account.Credentials.from_service_account_info(info)).grants()
+    put = grants.write("runs/r1/t.json", media_type="application/json", max_bytes=1000, ttl_s=120)
+    query = parse_qs(urlsplit(put.url).query)
+    assert urlsplit(put.url).path == "/bucket-x/inst/runs/r1/t.json"
+    assert query["X-Goog-Algorithm"] == ["GOOG4-RSA-SHA256"] and query["X-Goog-Expires"] == ["120"]
+    assert "content-type" in query["X-Goog-SignedHeaders"][0] and put.headers == {"content-type": "application/json"}
+    assert "PRIVATE KEY" not in put.url and not grants.bounds_writes
+    with pytest.raises(BadInput, match="cannot sign URLs"):
+        _gcs_store(AnonymousCredentials()).grants().read("runs/r1/t.json")
