@@ -67,11 +67,11 @@ def card_entries(agent: Any) -> list[Any]:
         return []
     from a2a.types import AgentExtension
 
-    methods = {
-        name: {"method": op.method, "request": op.request.to_card(), "response": op.response.to_card()}
-        for name, op in SNAPSHOT_V1.core_operations.items()
-        if op.request is not None and op.response is not None and not isinstance(op.response, type)
-    }
+    methods = {}
+    for name, op in SNAPSHOT_V1.core_operations.items():
+        request: Any = op.request  # (a RequestDefinition and a FieldSchema once defined: the protocol's contracts)
+        response: Any = op.response
+        methods[name] = {"method": op.method, "request": request.to_card(), "response": response.to_card()}
     params = {"endpoint": SNAPSHOT_V1.endpoint, "methods": methods}
     return [AgentExtension(uri=SNAPSHOT_V1.uri, description=SNAPSHOT_V1.description, params=params)]
 

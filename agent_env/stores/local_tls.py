@@ -4,7 +4,7 @@ protocol takes only `https://` grant URLs.
 One certificate authority per state directory (`tls/ca.key.pem`, 0600, made on first use), which vouches only
 for loopback names and addresses (a name constraint, so even its leaked key cannot vouch for anything else), and
 is installed in no trust store of the machine. Agents that take grants from this install trust it through
-`tls/ca-bundle.pem` (the public roots plus this CA: what `SSL_CERT_FILE` names) or `tls/ca.pem` (the CA alone).
+`tls/ca-bundle.pem` (this machine's public roots plus this CA: what `SSL_CERT_FILE` names) or `tls/ca.pem` (the CA alone).
 The server's own certificate is made afresh by each process that serves grants.
 """
 
@@ -47,10 +47,8 @@ def local_ca(tls_dir: Path):  # -> (private key, certificate)
     cert = x509.load_pem_x509_certificate(pem[pem.index(b"-----BEGIN CERTIFICATE-----") :])
     public = cert.public_bytes(serialization.Encoding.PEM)
     if not (tls_dir / CERT_FILE).exists() or (tls_dir / CERT_FILE).read_bytes() != public:
-        import certifi
-
         _write_public(tls_dir / CERT_FILE, public)
-        _write_public(tls_dir / BUNDLE_FILE, Path(certifi.where()).read_bytes() + b"\n" + public)
+        _write_public(tls_dir / BUNDLE_FILE, _system_roots() + public)
     return key, cert
 
 
@@ -147,6 +145,14 @@ def _new_ca() -> bytes:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return private + cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _system_roots() -> bytes:
+    """The public roots this machine's OpenSSL trusts by default, as PEM (so SSL_CERT_FILE adds ours to them)."""
+    import ssl
+
+    der = ssl.create_default_context().get_ca_certs(binary_form=True)
+    return "".join(ssl.DER_cert_to_PEM_cert(cert) for cert in der).encode()
 
 
 def _write_public(path: Path, data: bytes) -> None:
