@@ -288,6 +288,9 @@ async def test_our_sdk_agent_saves_and_restores_its_state_through_snapshot_agent
     assert state.steps["b"].outputs["restored_context_id"] == f"{run_id}/p2/agent"
     assert [(s.workspace, c) for s, c in second.loaded] == [(b"files", f"{run_id}/p2/agent")]
     assert state.steps["p2"].outputs["answer"] == "blue door | which door?"  # it went on from the restored state
+    # trajectory/v1 task_objects, served by our SDK: its account of the turn, written into our store through a grant
+    written = json.loads(stores.objects.get(f"runs/{run_id}/transcripts/p1/agent-0.trajectory.json"))
+    assert written == state.steps["p1"].outputs["trajectory"] and written[0] == {"event": "prompt", "text": "blue door"}
     assert "grants/v1." not in state.model_dump_json() and "X-Amz" not in state.model_dump_json()  # no grant in history
 
 

@@ -22,24 +22,21 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentenv_protocol.a2a_agent.extensions import (
-    SNAPSHOT_V1,
-    ObjectSnapshotLoadRequest,
-    ObjectSnapshotLoadResponse,
-    ObjectSnapshotSaveRequest,
-    ObjectSnapshotSaveResponse,
-)
-from agentenv_protocol.transfers import ReadObject, TransferError, download, upload
+from agentenv_protocol.transfers import TransferError, download, upload
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agent_env.guard import BodyTooLarge, read_body
+
+if TYPE_CHECKING:
+    from agentenv_protocol.transfers import ReadObject
 
 MAX_REQUEST_BYTES = 256 * 1024  # a transfer request carries grants, never the objects
 
@@ -66,6 +63,7 @@ def card_entries(agent: Any) -> list[Any]:
     if not saves_state(agent):
         return []
     from a2a.types import AgentExtension
+    from agentenv_protocol.a2a_agent.extensions import SNAPSHOT_V1
 
     methods = {}
     for name, op in SNAPSHOT_V1.core_operations.items():
@@ -80,6 +78,12 @@ def routes(agent: Any) -> list[Route]:
     """POST (save) and PUT (load) at /ext/snapshot, for an agent with the hooks."""
     if not saves_state(agent):
         return []
+    from agentenv_protocol.a2a_agent.extensions import (
+        ObjectSnapshotLoadRequest,
+        ObjectSnapshotLoadResponse,
+        ObjectSnapshotSaveRequest,
+        ObjectSnapshotSaveResponse,
+    )
 
     async def save(request: Request) -> JSONResponse:
         wanted = ObjectSnapshotSaveRequest.model_validate(await _body(request))
@@ -103,8 +107,26 @@ def routes(agent: Any) -> list[Route]:
         context_id = await agent.load_state(AgentState(trajectory, workspace), wanted.target_context_id)
         return JSONResponse(ObjectSnapshotLoadResponse(context_id=context_id).model_dump(mode="json"))
 
-    path = SNAPSHOT_V1.endpoint or "/ext/snapshot"
+    path = "/ext/snapshot"
     return [Route(path, _answering(save), methods=["POST"]), Route(path, _answering(load), methods=["PUT"])]
+
+
+async def trajectory_to_object(body: Any, trajectories: Mapping[str, Any]) -> JSONResponse:
+    """trajectory/v1 get, `task_objects` variant: the kept trajectory of a task, written as one JSON object
+    through the run's grant; answered with what was uploaded."""
+    from agentenv_protocol.a2a_agent.extensions import TaskObjectTrajectoryRequest, TrajectoryObjectsResponse
+
+    try:
+        wanted = TaskObjectTrajectoryRequest.model_validate(body)
+        events = trajectories.get(wanted.task_id)
+        if events is None:
+            return _refused(404, f"No completed trajectory available for task {wanted.task_id!r}")
+        data = json.dumps(events, ensure_ascii=False).encode()  # what the inline variant answers as "trajectory"
+        uploaded = await upload(wanted.objects.trajectory, data)
+    except (TransferError, ValueError) as e:
+        return _refusal(e)
+    answer = TrajectoryObjectsResponse.model_validate({"objects": {"trajectory": uploaded.model_dump()}})
+    return JSONResponse(answer.model_dump(mode="json", exclude_none=True))
 
 
 async def _fetched(source: ReadObject, path: Path) -> bytes:
@@ -123,19 +145,22 @@ def _refused(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
 
 
-def _answering(handler):
-    """A bad body is a 400 naming what is wrong; a failed transfer its own code (the protocol's error body),
-    which never quotes a grant."""
+def _refusal(e: Exception) -> JSONResponse:
+    """A failed transfer as its own code (the protocol's error body), a bad body as a 400 naming the field:
+    neither quotes the request, which holds grants."""
+    if isinstance(e, TransferError):
+        return JSONResponse(e.body(), status_code=e.status_code)
+    if isinstance(e, ValidationError):
+        errors = e.errors(include_input=False, include_url=False)
+        return _refused(400, "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errors)[:2000])
+    return _refused(400, str(e)[:2000])
 
+
+def _answering(handler):
     async def route(request: Request) -> JSONResponse:
         try:
             return await handler(request)
-        except TransferError as e:
-            return JSONResponse(e.body(), status_code=e.status_code)
-        except ValidationError as e:  # named by field, never quoting the input (it holds grants)
-            errors = e.errors(include_input=False, include_url=False)
-            return _refused(400, "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errors)[:2000])
-        except ValueError as e:
-            return _refused(400, str(e)[:2000])
+        except (TransferError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+            return _refusal(e)
 
     return route

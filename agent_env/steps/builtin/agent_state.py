@@ -11,6 +11,7 @@ the step's outputs name those keys, never a grant.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from agent_env.config import Settings
 
 log = logging.getLogger(__name__)
+_INLINE_ONLY: OrderedDict[str, None] = OrderedDict()  # agents whose task_objects failed here (the latest 256)
 
 
 class SnapshotAgentStateConfig(StepConfig):
@@ -119,7 +121,7 @@ async def agent_trajectory(settings: Settings, who: JsonObject, task_id: str, ke
     that cannot reach or trust our grants' server) inline. An unreadable one is noted, never fatal to the prompt."""
     try:
         client = await agent_client(settings, who["url"], hosted=False).extensions()
-        if takes_task_objects(client):
+        if takes_task_objects(client) and who["url"] not in _INLINE_ONLY:
             stores = await in_thread(open_stores, settings)
             try:
                 grants = object_grants(stores.objects, settings)
@@ -127,6 +129,9 @@ async def agent_trajectory(settings: Settings, who: JsonObject, task_id: str, ke
             except (TransferFailed, BadInput) as e:
                 if not takes_inline_trajectory(client):
                     raise
+                _INLINE_ONLY[who["url"]] = None  # (its next turns go inline at once: a failed transfer costs retries)
+                while len(_INLINE_ONLY) > 256:
+                    _INLINE_ONLY.popitem(last=False)
                 log.info("the trajectory of %s came inline: its task_objects failed (%s)", who.get("name"), e)
             finally:
                 stores.close()
