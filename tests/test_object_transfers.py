@@ -162,7 +162,22 @@ def test_s3_grants_are_presigned_sigv4_urls_that_move_one_object_and_carry_no_se
     # S3 checks the signature over method, key, expiry and headers (moto's server does not): they all differ
     other_key = grants.write("runs/r1/u.json", media_type="application/json", max_bytes=1000, ttl_s=120)
     assert parse_qs(urlsplit(other_key.url).query)["X-Amz-Signature"] != query["X-Amz-Signature"]
-    assert not grants.bounds_writes  # a presigned PUT cannot bound its size: readers check it (check_written)
+    assert not grants.bounds_writes  # a presigned PUT cannot bound its size: what reads it measures it first
+    assert (grants.size("runs/r1/t.json"), grants.size("runs/r1/none")) == (8, None)
+
+
+@pytest.mark.processes
+async def test_an_object_written_past_its_grants_bound_on_s3_is_refused_and_deleted_unread(s3):
+    from agent_env.agents.transfers import TransferFailed, _written
+    from agent_env.stores import Stores
+
+    store, grants = s3
+    put = grants.write("runs/r1/big", media_type="application/octet-stream", max_bytes=10)
+    assert httpx.put(put.url, content=b"x" * 11, headers=put.headers).status_code == 200  # S3 takes it...
+    stores = Stores(documents=None, objects=store, images=None, secrets=None)  # type: ignore[arg-type]
+    with pytest.raises(TransferFailed, match="11 bytes .* more than its grant's 10"):
+        await _written(grants, stores, put)  # ...the run does not
+    assert not store.exists("runs/r1/big")
 
 
 def test_a_store_without_grants_says_so(tmp_path, settings):

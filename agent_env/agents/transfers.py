@@ -66,16 +66,17 @@ def write_object(grant: Grant, media_type: str) -> WriteObject:
     )
 
 
-def read_object(grant: Grant, data: bytes, media_type: str) -> ReadObject:
-    """A read grant for `data` (stored at the grant's key) as the protocol carries it, with its size and digest."""
+def read_object(grant: Grant, size: int, media_type: str, data: bytes | None = None) -> ReadObject:
+    """A read grant for the object of `size` bytes at the grant's key, as the protocol carries it (with its digest
+    when its bytes are at hand)."""
     from agentenv_protocol.transfers import HttpGetGrant, ReadObject
 
     return _wire(
         lambda: ReadObject(
             media_type=media_type,
-            max_bytes=max(len(data), 1),
-            size_bytes=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            max_bytes=max(size, 1),
+            size_bytes=size,
+            sha256=hashlib.sha256(data).hexdigest() if data is not None else None,
             read=HttpGetGrant(
                 kind="http-get", url=grant.url, expires_at=grant.expires_at, headers=grant.headers or None
             ),
@@ -137,13 +138,11 @@ async def call(
     return httpx.Response(response.status_code, content=bytes(content), request=request)
 
 
-async def _written(stores: Stores, grant: Grant) -> int | None:
-    """The size of what the agent wrote through `grant`; None if nothing. Refused past the grant's bound (a store
-    that cannot bound a PUT, S3, lets it through: it stops here)."""
-    if not await stores.aio.objects.exists(grant.key):
-        return None
-    size = len(await stores.aio.objects.get(grant.key))
-    if grant.max_bytes is not None and size > grant.max_bytes:
+async def _written(grants: ObjectGrants, stores: Stores, grant: Grant) -> int | None:
+    """The size of what the agent wrote through `grant`, measured without reading it; None if nothing. Past the
+    grant's bound (a store that cannot bound a PUT, S3 or Cloud Storage, lets it through) it is deleted unread."""
+    size = await in_thread(grants.size, grant.key)
+    if size is not None and grant.max_bytes is not None and size > grant.max_bytes:
         await stores.aio.objects.delete(grant.key)
         raise TransferFailed(f"the agent wrote {size} bytes at {grant.key}, more than its grant's {grant.max_bytes}")
     return size
@@ -173,7 +172,7 @@ async def save_snapshot(
     objects = SnapshotWriteObjects(**{name: write_object(g, OPAQUE) for name, g in issued.items()})
     body = ObjectSnapshotSaveRequest(context_id=context_id, objects=objects)
     answer = _parsed(ObjectSnapshotSaveResponse, await call(client, SNAPSHOT, "save", body, timeout=timeout), "save")
-    sizes = {name: size for name, g in issued.items() if (size := await _written(stores, g)) is not None}
+    sizes = {name: size for name, g in issued.items() if (size := await _written(grants, stores, g)) is not None}
     if "trajectory" not in sizes:
         raise TransferFailed(f"the agent answered snapshot save, but wrote no trajectory object at {prefix}trajectory")
     return {
@@ -203,12 +202,12 @@ async def load_snapshot(
     read: dict[str, ReadObject] = {}
     for name in SNAPSHOT_OBJECTS:
         key = prefix + name
-        if not await stores.aio.objects.exists(key):
+        size = await in_thread(grants.size, key)
+        if size is None:
             if name == "trajectory":
                 raise TransferFailed(f"no agent snapshot at {prefix} (no {key}): take one with snapshot_agent_state")
             continue
-        data = await stores.aio.objects.get(key)
-        read[name] = read_object(await in_thread(grants.read, key), data, OPAQUE)
+        read[name] = read_object(await in_thread(grants.read, key), size, OPAQUE)
     body = ObjectSnapshotLoadRequest(objects=SnapshotReadObjects(**read), target_context_id=target_context_id)
     answer = _parsed(ObjectSnapshotLoadResponse, await call(client, SNAPSHOT, "load", body, timeout=timeout), "load")
     return str(answer.context_id)
@@ -225,7 +224,7 @@ async def trajectory_object(
         task_id=task_id, objects=TrajectoryWriteObjects(trajectory=write_object(grant, "application/json"))
     )
     await call(client, TRAJECTORY, "get", body, timeout=timeout)
-    if await _written(stores, grant) is None:
+    if await _written(grants, stores, grant) is None:
         raise TransferFailed(f"the agent answered its trajectory's task_objects, but wrote nothing at {key}")
     try:
         return json.loads(await stores.aio.objects.get(key))
@@ -269,11 +268,10 @@ async def add_skill_bundles(
             continue
         bundled = []
         for rest, key in sorted(folder.items()):
-            data = await stores.aio.objects.get(key)
+            data = await stores.aio.objects.get(key)  # (a skill's files: small, and pinned by the run's plan)
             media_type = mimetypes.guess_type(rest)[0] or OPAQUE
-            bundled.append(
-                SkillBundleFile(path=rest, object=read_object(await in_thread(grants.read, key), data, media_type))
-            )
+            grant = await in_thread(grants.read, key)
+            bundled.append(SkillBundleFile(path=rest, object=read_object(grant, len(data), media_type, data)))
         bundle = SkillBundle(max_total_bytes=sum(f.object.max_bytes for f in bundled), files=bundled)
         body = BundleSkillRequest(name=skill, description=skills[skill], skill_bundle=bundle)
         await call(client, SKILL_CONFIG, "add", body, timeout=TRANSFER_TIMEOUT_S, done=(409,))

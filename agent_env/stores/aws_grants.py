@@ -39,6 +39,17 @@ class S3Grants(ObjectGrants):
             max_bytes=max_bytes,
         )
 
+    def size(self, key: str) -> int | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self.store.client.head_object(Bucket=self.store.bucket, Key=self.store.full_key(key))
+        except ClientError as e:
+            if str(e.response.get("Error", {}).get("Code", "")) in {"404", "NoSuchKey", "NotFound"}:
+                return None
+            raise
+        return int(head["ContentLength"])
+
     def _presign(self, operation: str, key: str, ttl_s: float, **params: str) -> str:
         store = self.store
         url: str = store.client.generate_presigned_url(

@@ -38,6 +38,10 @@ class GcsGrants(ObjectGrants):
             max_bytes=max_bytes,
         )
 
+    def size(self, key: str) -> int | None:
+        blob = self.store.bucket.get_blob(self.store.blob(key).name)
+        return None if blob is None else int(blob.size)
+
     def _sign(self, key: str, method: str, ttl_s: float, content_type: str | None = None) -> str:
         blob = self.store.blob(key)
         try:

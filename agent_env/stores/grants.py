@@ -49,6 +49,11 @@ class ObjectGrants(ABC):
     def write(self, key: str, *, media_type: str, max_bytes: int, ttl_s: float = DEFAULT_TTL_S) -> Grant:
         """A PUT of `key`, of `media_type`, at most `max_bytes`."""
 
+    @abstractmethod
+    def size(self, key: str) -> int | None:
+        """The size of the object at `key` (None if there is none), read without reading the object: what an agent
+        wrote through a grant is measured before anything reads it, and a read grant names its object's size."""
+
 
 def check_ttl(ttl_s: float) -> float:
     if not 0 < ttl_s <= MAX_TTL_S:

@@ -118,6 +118,10 @@ class LocalGrants(ObjectGrants):
         claims = Claims("PUT", self.root_id, self._expiry(ttl_s), prefix=prefix.rstrip("/") + "/", max_bytes=max_bytes)
         return self._grant(claims)
 
+    def size(self, key: str) -> int | None:
+        path = self.root / check_object_key(key)
+        return path.stat().st_size if path.is_file() else None
+
     @staticmethod
     def _expiry(ttl_s: float) -> float:
         return time.time() + check_ttl(ttl_s)
