@@ -557,3 +557,34 @@ def test_gcs_grants_are_v4_signed_urls_and_unsigning_credentials_are_named():
     assert "PRIVATE KEY" not in put.url and not grants.bounds_writes
     with pytest.raises(BadInput, match="cannot sign URLs"):
         _gcs_store(AnonymousCredentials()).grants().read("runs/r1/t.json")
+
+
+async def test_our_sdk_refuses_a_snapshot_request_it_cannot_honour_without_quoting_its_grants(tmp_path):
+    """An http:// grant (the protocol takes https only), a missing conversation, a grant that fails: each answered
+    with the status the protocol names, and never the grant's URL."""
+    from starlette.applications import Starlette
+    from test_agents import serving
+
+    from agent_env.agents.sdk import a2a_routes
+
+    expires = "2099-01-01T00:00:00Z"
+
+    def save(url: str, context_id: str = "c1") -> dict:
+        grant = {"kind": "http-put", "url": url, "expires_at": expires}
+        writing = {"media_type": "application/octet-stream", "max_bytes": 100, "write": grant}
+        return {"context_id": context_id, "objects": {"trajectory": writing}}
+
+    agent, app = Notes(), Starlette()
+    agent.memory["c1"] = ["x"]
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as http:
+        routes, handler = a2a_routes(agent, url + "/", extensions=True)
+        app.router.routes.extend(routes)
+        plain = await http.post("/ext/snapshot", json=save("http://secret-host.example/put?sig=SECRET"))
+        assert plain.status_code == 400 and "objects.trajectory.write.url" in plain.text
+        assert "SECRET" not in plain.text and "secret-host" not in plain.text
+        missing = await http.post("/ext/snapshot", json=save("https://127.0.0.1:9/put?sig=SECRET", "nope"))
+        assert missing.status_code == 404
+        unreachable = await http.post("/ext/snapshot", json=save("https://127.0.0.1:9/put?sig=SECRET"))
+        assert unreachable.status_code == 502 and unreachable.json()["error"]["code"] == "transfer_unavailable"
+        assert "SECRET" not in unreachable.text
+        await handler.aclose()
