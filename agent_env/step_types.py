@@ -78,6 +78,8 @@ BUILTINS = {
     "verify_a2a_skill_config": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_skill_config",
     "verify_a2a_snapshot": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_snapshot",
     "verify_a2a_trajectory": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_trajectory",
+    # an agent's own state, moved through object-store grants (protocol v1's snapshot/v1)
+    "snapshot_agent_state": "agent_env.steps.builtin.agent_state:snapshot_agent_state",
 }
 
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from agent_env.agents.transfer_serving import trajectory_to_object
 from agent_env.config import url_origin
 from agent_env.spec.agent import InlineSkill  # skill-config/v1 add, inline variant: the record's shape is the wire's
 
@@ -201,7 +202,7 @@ def card_extensions() -> list[Any]:
         declared_as(
             TRAJECTORY,
             "Retrieve an agent trajectory.",
-            {"get": {"method": "POST", "request": {"required": ["task_id"]}}},
+            {"get": {"method": "POST", "request": {"required": ["task_id"], "oneOf": [{}, {"required": ["objects"]}]}}},
         ),
     ]
 
@@ -255,7 +256,10 @@ class Configured:
             return JSONResponse({"skills": {n: {"description": s.description} for n, s in self.skills.items()}})
 
         async def trajectory_get(request: Request) -> JSONResponse:
-            wanted = TrajectoryRequest.model_validate(await _body(request))
+            body = await _body(request)
+            if "objects" in body:  # the task_objects variant: written through the run's grant
+                return await trajectory_to_object(body, self.trajectories)
+            wanted = TrajectoryRequest.model_validate(body)
             events = self.trajectories.get(wanted.task_id)
             if events is None:
                 return _refused(404, f"No completed trajectory available for task {wanted.task_id!r}")

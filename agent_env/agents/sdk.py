@@ -41,6 +41,7 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.utils.constants import TransportProtocol
 
 from agent_env import telemetry, tls
+from agent_env.agents import transfer_serving
 from agent_env.agents.extensions import Configured, card_extensions
 from agent_env.guard import HostGuard
 from agent_env.json_depth import JSON_RPC
@@ -229,7 +230,9 @@ def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard
             AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version="1.0")
         ],
         capabilities=AgentCapabilities(
-            streaming=False, push_notifications=False, extensions=card_extensions() if extensions else []
+            streaming=False,
+            push_notifications=False,
+            extensions=card_extensions() + transfer_serving.card_entries(agent) if extensions else [],
         ),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
@@ -251,7 +254,7 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
     executor = _Executor(agent, configured)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
-    return routes + (configured.routes() if configured else []), handler
+    return routes + (configured.routes() + transfer_serving.routes(agent) if configured else []), handler
 
 
 WILDCARDS = ("0.0.0.0", "::", "")

@@ -76,7 +76,13 @@ def make_client(service: str, options: Options, settings: Settings) -> Any:
         service,
         region_name=region,
         endpoint_url=options.get("endpoint_url") or None,
-        config=Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=60),
+        config=Config(
+            retries={"mode": "standard", "max_attempts": 3},
+            connect_timeout=5,
+            read_timeout=60,
+            # SigV4 everywhere, presigned grants too (`aws_grants`): it signs the expiry, method, key and headers
+            **({"signature_version": "s3v4"} if service == "s3" else {}),
+        ),
     )
     address = client.meta.endpoint_url
 

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from agent_env.errors import BadInput
 from agent_env.stores.aws import error_code, refused
+from agent_env.stores.aws_grants import S3Grants
 from agent_env.stores.base import MissingObject, ObjectStore, check_object_key
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -45,6 +46,14 @@ class S3ObjectStore(ObjectStore):
 
     def _key(self, key: str) -> str:
         return self.prefix + check_object_key(key)
+
+    def full_key(self, key: str) -> str:
+        """The S3 key of one of this store's keys (under its prefix)."""
+        return self._key(key)
+
+    def grants(self) -> S3Grants:
+        """Presigned URLs for one object each (see `aws_grants`)."""
+        return S3Grants(self)
 
     def _missing(self, key: str) -> MissingObject:
         return MissingObject(f"no object with key {key!r} in s3://{self.bucket}/{self.prefix}")

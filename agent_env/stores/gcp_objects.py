@@ -18,6 +18,7 @@ from google.api_core import exceptions
 
 from agent_env.errors import BadInput
 from agent_env.stores.base import MissingObject, ObjectStore, check_object_key
+from agent_env.stores.gcp_grants import GcsGrants
 
 # Resumable upload chunks (a multiple of 256 KiB). Measured here: ~2x the chunk at peak, so 4 MiB per upload.
 _UPLOAD_CHUNK = 2 << 20
@@ -51,6 +52,14 @@ class GcsObjectStore(ObjectStore):
 
     def _blob(self, key: str, chunk_size: int | None = None) -> Any:
         return self.bucket.blob(self.prefix + check_object_key(key), chunk_size=chunk_size)
+
+    def blob(self, key: str) -> Any:
+        """The Cloud Storage object of one of this store's keys (under its prefix)."""
+        return self._blob(key)
+
+    def grants(self) -> GcsGrants:
+        """V4 signed URLs for one object each (see `gcp_grants`)."""
+        return GcsGrants(self)
 
     def _missing(self, key: str) -> MissingObject:
         return MissingObject(f"no object with key {key!r} in gs://{self.bucket.name}/{self.prefix}")

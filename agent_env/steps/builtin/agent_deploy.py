@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from agent_env import waiting
+from agent_env.agents.extensions import ExtensionClient
 from agent_env.agents.host import MAX_SKILLS
 from agent_env.agents.models import check_endpoint, resolve_key
+from agent_env.agents.transfers import TransferFailed, add_skill_bundles
 from agent_env.bundles import find_agent
 from agent_env.config import ModelSettings
 from agent_env.errors import AgentEnvError, BadInput
@@ -28,6 +30,7 @@ from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, st
 from agent_env.steps.builtin.envs import instance_id
 from agent_env.steps.builtin.sandbox_steps import pin_skills, put_pinned
 from agent_env.stores import in_thread, open_secrets
+from agent_env.stores.grant_issuers import object_grants
 
 if TYPE_CHECKING:
     from agent_env.providers.base import Sandbox, SandboxProvider
@@ -67,6 +70,12 @@ class DeployAgentConfig(StepConfig):
     )
     skill_files: dict[str, str] = Field(
         default_factory=dict, description="filled in when the run is planned: its skills' files, path -> object key"
+    )
+    agent_snapshot: str | None = Field(
+        None, description="restore the agent from a snapshot_agent_state snapshot (its name in this run, or its key)"
+    )
+    agent_snapshot_target_context_id: str | None = Field(
+        None, description="the conversation the agent restores it as (default: one it picks, in the outputs)"
     )
 
     @model_validator(mode="after")
@@ -235,6 +244,13 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         if record.type in ("a2a", "cli")
         else []
     )
+    restored = None
+    if config.agent_snapshot:  # snapshot/v1 load, with grants on the run's object store
+        from agent_env.steps.builtin.agent_state import restore_agent_state
+
+        deployed = {"agent": record.name, "name": name, "url": url, "hosted": hosted}
+        target = config.agent_snapshot_target_context_id
+        restored = await restore_agent_state(ctx, deployed, config.agent_snapshot, target)
     return {
         "agent": record.name,
         "type": record.type,
@@ -245,6 +261,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         "hosted": hosted,
         "mcp_url": mcp_url,
         **({"extensions": extensions} if extensions else {}),
+        **({"restored_context_id": restored} if restored else {}),
         **({"sandbox": sandbox} if sandbox else {}),
         **({"images": {record.name: image_id}} if image_id else {}),
     }
@@ -291,7 +308,9 @@ async def _configure(
         token = await gateway.token(instance, name)
         mcp = McpServer(url=mcp_url, name=f"agentenv-{instance}", headers={"authorization": f"Bearer {token}"})
     typed = record.typed_config()
-    skills = getattr(typed, "skills", []) + await in_thread(_artifact_skills, ctx, skill_files)
+    artifact_skills = await in_thread(_artifact_skills, ctx, skill_files)
+    bundled = await _bundled_skills(ctx, client, artifact_skills, skill_files)
+    skills = getattr(typed, "skills", []) + [s for s in artifact_skills if s.name not in bundled]
     agent_config = typed.agent_config if record.type == "a2a" else await in_thread(_cli_settings, ctx, typed, models)
     if skill_files and not client.has(SKILL_CONFIG) and typed.sandbox is None:
         raise StepFailed(
@@ -305,6 +324,23 @@ async def _configure(
     except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
         raise StepFailed(f"agent {record.name!r} could not be configured ({e})", retryable=True) from None
     return [uri for uri in CONFIGURING if client.has(uri)]
+
+
+async def _bundled_skills(
+    ctx: StepContext, client: ExtensionClient, skills: list[InlineSkill], skill_files: dict[str, str]
+) -> list[str]:
+    """The skill artifacts given as bundles of objects (every file of their folders, through read grants) when
+    the agent's card takes skill-config/v1's bundle variant; none if it does not, or the transfer fails (they go
+    inline: their SKILL.md)."""
+    if not skills:
+        return []
+    try:
+        grants = object_grants(ctx.stores.objects, ctx.settings)
+        described = {s.name: s.description for s in skills}
+        return await add_skill_bundles(client, grants, ctx.stores, described, skill_files)
+    except (TransferFailed, BadInput) as e:
+        ctx.logger.info("skills go inline: their bundles could not be given (%s)", e)
+        return []
 
 
 def _cli_settings(ctx: StepContext, typed: CliConfig, models: dict[str, Any]) -> dict[str, Any]:

@@ -203,17 +203,10 @@ async def ask(
         **({"data": reply.data} if reply.data else {}),
     }
     if "urn:agentenv:trajectory/v1" in who.get("extensions", ()):  # the agent's own account of the turn
-        import httpx
+        from agent_env.steps.builtin.agent_state import agent_trajectory
 
-        from agent_env.agents.client import agent_client
-        from agent_env.agents.extensions import ExtensionRefused
-
-        try:
-            trajectory = await (await agent_client(settings, who["url"], hosted=False).extensions()).trajectory(
-                reply.task_id
-            )
-        except (ExtensionRefused, httpx.HTTPError) as e:
-            trajectory = {"unreadable": str(e)[:500]}
+        kept_at = keys.message(run_id, step_id, side, turn).removesuffix(".txt") + ".trajectory.json"
+        trajectory = await agent_trajectory(settings, who, reply.task_id, kept_at)
         if trajectory is not None:
             entry["trajectory"] = trajectory
     return entry, reply

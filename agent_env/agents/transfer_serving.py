@@ -1,0 +1,166 @@
+"""Our agent SDK's side of protocol v1's object transfers: `urn:agentenv:snapshot/v1` save and load, served by
+`agents.sdk.serve` for an agent that keeps state it can save and restore.
+
+An agent opts in by defining two hooks (no base class needed):
+
+    class Notes(Agent):
+        async def save_state(self, context_id: str) -> AgentState:       # LookupError: no such conversation (404)
+            return AgentState(trajectory=json.dumps(self.notes[context_id]).encode())
+
+        async def load_state(self, state: AgentState, context_id: str | None) -> str:
+            context_id = context_id or new_context_id()
+            self.notes[context_id] = json.loads(state.trajectory)
+            return context_id                                              # where the state now lives
+
+The run sends grants (`agentenv_protocol.transfers`: a URL and headers per object, for a few minutes); the SDK
+moves the bytes with the protocol's own transfer helpers (sizes and digests checked), so the hooks only see bytes.
+The card declares the extension with the protocol's own request and response contracts.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentenv_protocol.transfers import TransferError, download, upload
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agent_env.guard import BodyTooLarge, read_body
+
+if TYPE_CHECKING:
+    from agentenv_protocol.transfers import ReadObject
+
+MAX_REQUEST_BYTES = 256 * 1024  # a transfer request carries grants, never the objects
+
+
+@dataclass
+class AgentState:
+    """What an agent saves of one conversation: its own account of it (`trajectory`) and, if it keeps one, its
+    working files (`workspace`), each as opaque bytes of its own format."""
+
+    trajectory: bytes
+    workspace: bytes | None = None
+
+
+def new_context_id() -> str:
+    return uuid.uuid4().hex
+
+
+def saves_state(agent: Any) -> bool:
+    return callable(getattr(agent, "save_state", None)) and callable(getattr(agent, "load_state", None))
+
+
+def card_entries(agent: Any) -> list[Any]:
+    """The card's extensions for what `agent` can transfer: snapshot/v1 if it has the hooks."""
+    if not saves_state(agent):
+        return []
+    from a2a.types import AgentExtension
+    from agentenv_protocol.a2a_agent.extensions import SNAPSHOT_V1
+
+    methods = {}
+    for name, op in SNAPSHOT_V1.core_operations.items():
+        request: Any = op.request  # (a RequestDefinition and a FieldSchema once defined: the protocol's contracts)
+        response: Any = op.response
+        methods[name] = {"method": op.method, "request": request.to_card(), "response": response.to_card()}
+    params = {"endpoint": SNAPSHOT_V1.endpoint, "methods": methods}
+    return [AgentExtension(uri=SNAPSHOT_V1.uri, description=SNAPSHOT_V1.description, params=params)]
+
+
+def routes(agent: Any) -> list[Route]:
+    """POST (save) and PUT (load) at /ext/snapshot, for an agent with the hooks."""
+    if not saves_state(agent):
+        return []
+    from agentenv_protocol.a2a_agent.extensions import (
+        ObjectSnapshotLoadRequest,
+        ObjectSnapshotLoadResponse,
+        ObjectSnapshotSaveRequest,
+        ObjectSnapshotSaveResponse,
+    )
+
+    async def save(request: Request) -> JSONResponse:
+        wanted = ObjectSnapshotSaveRequest.model_validate(await _body(request))
+        try:
+            state: AgentState = await agent.save_state(wanted.context_id)
+        except LookupError:
+            return _refused(404, f"no conversation {wanted.context_id!r} to save")
+        uploaded = {"trajectory": await upload(wanted.objects.trajectory, state.trajectory)}
+        if wanted.objects.workspace is not None and state.workspace is not None:
+            uploaded["workspace"] = await upload(wanted.objects.workspace, state.workspace)
+        answer = ObjectSnapshotSaveResponse.model_validate({"context_id": wanted.context_id, "objects": uploaded})
+        return JSONResponse(answer.model_dump(mode="json", exclude_none=True))
+
+    async def load(request: Request) -> JSONResponse:
+        wanted = ObjectSnapshotLoadRequest.model_validate(await _body(request))
+        with tempfile.TemporaryDirectory(prefix="agent-env-snapshot-") as folder:
+            trajectory = await _fetched(wanted.objects.trajectory, Path(folder) / "trajectory")
+            workspace = None
+            if wanted.objects.workspace is not None:
+                workspace = await _fetched(wanted.objects.workspace, Path(folder) / "workspace")
+        context_id = await agent.load_state(AgentState(trajectory, workspace), wanted.target_context_id)
+        return JSONResponse(ObjectSnapshotLoadResponse(context_id=context_id).model_dump(mode="json"))
+
+    path = "/ext/snapshot"
+    return [Route(path, _answering(save), methods=["POST"]), Route(path, _answering(load), methods=["PUT"])]
+
+
+async def trajectory_to_object(body: Any, trajectories: Mapping[str, Any]) -> JSONResponse:
+    """trajectory/v1 get, `task_objects` variant: the kept trajectory of a task, written as one JSON object
+    through the run's grant; answered with what was uploaded."""
+    from agentenv_protocol.a2a_agent.extensions import TaskObjectTrajectoryRequest, TrajectoryObjectsResponse
+
+    try:
+        wanted = TaskObjectTrajectoryRequest.model_validate(body)
+        events = trajectories.get(wanted.task_id)
+        if events is None:
+            return _refused(404, f"No completed trajectory available for task {wanted.task_id!r}")
+        data = json.dumps(events, ensure_ascii=False).encode()  # what the inline variant answers as "trajectory"
+        uploaded = await upload(wanted.objects.trajectory, data)
+    except (TransferError, ValueError) as e:
+        return _refusal(e)
+    answer = TrajectoryObjectsResponse.model_validate({"objects": {"trajectory": uploaded.model_dump()}})
+    return JSONResponse(answer.model_dump(mode="json", exclude_none=True))
+
+
+async def _fetched(source: ReadObject, path: Path) -> bytes:
+    await download(source, path)
+    return path.read_bytes()
+
+
+async def _body(request: Request) -> Any:
+    try:
+        return json.loads(await read_body(request, MAX_REQUEST_BYTES) or b"{}")
+    except BodyTooLarge:
+        raise ValueError(f"the request is over {MAX_REQUEST_BYTES} bytes") from None
+
+
+def _refused(status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+def _refusal(e: Exception) -> JSONResponse:
+    """A failed transfer as its own code (the protocol's error body), a bad body as a 400 naming the field:
+    neither quotes the request, which holds grants."""
+    if isinstance(e, TransferError):
+        return JSONResponse(e.body(), status_code=e.status_code)
+    if isinstance(e, ValidationError):
+        errors = e.errors(include_input=False, include_url=False)
+        return _refused(400, "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errors)[:2000])
+    return _refused(400, str(e)[:2000])
+
+
+def _answering(handler):
+    async def route(request: Request) -> JSONResponse:
+        try:
+            return await handler(request)
+        except (TransferError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+            return _refusal(e)
+
+    return route

@@ -1,0 +1,140 @@
+"""What a run reads from and writes to an a2a agent through protocol v1's extensions, objects included: its state,
+saved and restored through `urn:agentenv:snapshot/v1` (the `snapshot_agent_state` step, and the restore
+`deploy_agent` does when given `agent_snapshot`, where the framework does it), and its trajectory of a turn
+through `urn:agentenv:trajectory/v1` (`prompt_agent`, after each turn).
+
+The agent moves its objects itself, through short-lived grants on the run's object store (`stores.grants`): the
+snapshot lands under `runs/RUN/agent_snapshots/NAME/` (`trajectory`, and `workspace` if the agent keeps one), and
+the step's outputs name those keys, never a grant.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from pydantic import Field
+
+from agent_env.agents.client import agent_client
+from agent_env.agents.extensions import ExtensionClient, ExtensionRefused
+from agent_env.agents.transfers import (
+    SNAPSHOT,
+    TransferFailed,
+    load_snapshot,
+    save_snapshot,
+    snapshot_prefix,
+    takes_inline_trajectory,
+    takes_task_objects,
+    trajectory_object,
+)
+from agent_env.errors import BadInput
+from agent_env.gateway_client.wire import JsonObject
+from agent_env.spec.run import PlannedConfig
+from agent_env.spec.templates import ref
+from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
+from agent_env.stores import in_thread, open_stores
+from agent_env.stores.grant_issuers import object_grants
+
+if TYPE_CHECKING:
+    from agent_env.config import Settings
+
+log = logging.getLogger(__name__)
+_INLINE_ONLY: OrderedDict[str, None] = OrderedDict()  # agents whose task_objects failed here (the latest 256)
+
+
+class SnapshotAgentStateConfig(StepConfig):
+    agent: str = Field(description="the deploy_agent step of the agent to snapshot")
+    prompt: str = Field(description="the prompt_agent step whose conversation with it to save")
+    name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the snapshot's name in the run (default: the step's id)"
+    )
+    timeout_seconds: float = Field(600, gt=0, le=3600, description="how long the agent may take to save")
+    deployed: JsonObject = Field(default_factory=dict, description="filled in when the step starts")
+
+
+def prepare_snapshot(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
+    config["deployed"] = ref(f"steps.{config['agent']}.outputs")
+    return config
+
+
+@step_type(
+    "snapshot_agent_state",
+    config=SnapshotAgentStateConfig,
+    timeout="65m",
+    prepare=prepare_snapshot,
+    step_refs=("agent", "prompt"),
+)
+async def snapshot_agent_state(ctx: StepContext, config: SnapshotAgentStateConfig) -> JsonObject:
+    """Save a deployed agent's state of a conversation into the object store, through snapshot/v1."""
+    client = await _snapshotting(ctx, config.deployed, config.agent)
+    context_id = f"{ctx.run_id}/{config.prompt}/agent"  # the conversation prompt_agent held with it
+    prefix = snapshot_prefix(ctx.run_id, config.name or ctx.step_id)
+    try:
+        grants = object_grants(ctx.stores.objects, ctx.settings)
+        return await save_snapshot(client, grants, ctx.stores, prefix, context_id, timeout=config.timeout_seconds)
+    except (TransferFailed, ExtensionRefused, BadInput) as e:
+        raise StepFailed(f"agent {config.deployed.get('name')!r} could not save its state: {e}") from None
+
+
+async def restore_agent_state(
+    ctx: StepContext, deployed: JsonObject, snapshot: str, target_context_id: str | None
+) -> str:
+    """Load a snapshot (a snapshot_agent_state's name in this run, or its key prefix) into a deployed agent;
+    the context id the agent restored it as."""
+    client = await _snapshotting(ctx, deployed, deployed.get("agent") or "")
+    prefix = snapshot if "/" in snapshot else snapshot_prefix(ctx.run_id, snapshot)
+    try:
+        grants = object_grants(ctx.stores.objects, ctx.settings)
+        return await load_snapshot(
+            client, grants, ctx.stores, prefix.rstrip("/") + "/", target_context_id, timeout=600.0
+        )
+    except (TransferFailed, ExtensionRefused, BadInput) as e:
+        raise StepFailed(f"agent {deployed.get('name')!r} could not load the snapshot {snapshot!r}: {e}") from None
+
+
+async def _snapshotting(ctx: StepContext, deployed: JsonObject, step: str) -> ExtensionClient:
+    """The extension client of a deployed agent whose card declares snapshot/v1."""
+    if not deployed or not deployed.get("url"):
+        raise StepFailed(f"step {step!r} deployed no agent reachable over A2A")
+    if deployed.get("hosted"):
+        raise StepFailed(
+            f"agent {deployed.get('name')!r} is hosted by the gateway: its conversation is in the run's transcripts, "
+            f"and it serves no {SNAPSHOT}"
+        )
+    try:
+        client = await agent_client(ctx.settings, deployed["url"], hosted=False).extensions()
+    except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
+        raise StepFailed(f"agent {deployed.get('name')!r} did not answer with its card ({e})", retryable=True) from None
+    if not client.has(SNAPSHOT):
+        raise StepFailed(
+            f"agent {deployed.get('name')!r} declares no {SNAPSHOT} on its card, so its state cannot be saved or "
+            "restored — serve the extension (our SDK: give the agent save_state and load_state)"
+        )
+    return client
+
+
+async def agent_trajectory(settings: Settings, who: JsonObject, task_id: str, key: str) -> Any:
+    """The agent's own account of one ended task (None if it kept none). Through a grant (`task_objects`: the
+    agent writes it into our store at `key`) when its card lists that variant, else (or if that fails: an agent
+    that cannot reach or trust our grants' server) inline. An unreadable one is noted, never fatal to the prompt."""
+    try:
+        client = await agent_client(settings, who["url"], hosted=False).extensions()
+        if takes_task_objects(client) and who["url"] not in _INLINE_ONLY:
+            stores = await in_thread(open_stores, settings)
+            try:
+                grants = object_grants(stores.objects, settings)
+                return await trajectory_object(client, grants, stores, key, task_id)
+            except (TransferFailed, BadInput) as e:
+                if not takes_inline_trajectory(client):
+                    raise
+                _INLINE_ONLY[who["url"]] = None  # (its next turns go inline at once: a failed transfer costs retries)
+                while len(_INLINE_ONLY) > 256:
+                    _INLINE_ONLY.popitem(last=False)
+                log.info("the trajectory of %s came inline: its task_objects failed (%s)", who.get("name"), e)
+            finally:
+                stores.close()
+        return await client.trajectory(task_id)
+    except (ExtensionRefused, TransferFailed, BadInput, httpx.HTTPError) as e:
+        return {"unreadable": str(e)[:500]}
