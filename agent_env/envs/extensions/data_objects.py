@@ -122,8 +122,8 @@ async def _read(url: str, headers: dict[str, str] | None, grant: ReadObject | No
         body, sha256 = await transfer.fetch(url, headers, limit)
     except transfer.TooLarge:
         raise InvalidParams(f"{over}: send a smaller object, or split the data over several parts") from None
-    except transfer.TransferFailed as e:
-        raise transfer.TransferFailed(f"{where}: {e}") from None
+    except transfer.ObjectMoveFailed as e:
+        raise transfer.ObjectMoveFailed(f"{where}: {e}") from None
     if grant is not None and grant.size_bytes is not None and len(body) != grant.size_bytes:
         raise InvalidParams(f"{where}.size_bytes is {grant.size_bytes}, but the object has {len(body)} bytes")
     if grant is not None and grant.sha256 is not None and sha256 != grant.sha256:

@@ -27,7 +27,7 @@ TOTAL_S = 600.0  # and the whole transfer's: a store that trickles bytes cannot 
 _moving = contextvars.ContextVar("agentenv_object_transfer", default=False)
 
 
-class TransferFailed(Exception):
+class ObjectMoveFailed(Exception):
     """The object store refused the transfer or could not be reached. The message names no URL or header."""
 
 
@@ -52,9 +52,9 @@ async def _moving_with_a_grant(what: str) -> AsyncIterator[None]:
         async with asyncio.timeout(TOTAL_S):
             yield
     except TimeoutError:
-        raise TransferFailed(f"{what} took over {TOTAL_S:.0f} s") from None
+        raise ObjectMoveFailed(f"{what} took over {TOTAL_S:.0f} s") from None
     except httpx.HTTPError as e:
-        raise TransferFailed(f"{what} could not reach the object store ({_why(e)})") from None
+        raise ObjectMoveFailed(f"{what} could not reach the object store ({_why(e)})") from None
     finally:
         _moving.reset(token)
 
@@ -75,9 +75,9 @@ def _client() -> httpx.AsyncClient:
 
 def _check(answer: httpx.Response, what: str) -> None:
     if answer.is_redirect:
-        raise TransferFailed(f"the object store answered {what} with a redirect ({answer.status_code}), not followed")
+        raise ObjectMoveFailed(f"the object store answered {what} with a redirect ({answer.status_code}), not followed")
     if not answer.is_success:
-        raise TransferFailed(f"the object store refused {what} ({answer.status_code})")
+        raise ObjectMoveFailed(f"the object store refused {what} ({answer.status_code})")
 
 
 async def post_to_namespace(grant: WriteNamespaceGrant, key: str, body: bytes, media_type: str) -> None:
