@@ -72,6 +72,14 @@ BUILTINS = {
     "sandbox_exec": "agent_env.steps.builtin.sandbox_steps:sandbox_exec",
     "put_files": "agent_env.steps.builtin.sandbox_steps:put_files",
     "collect_files": "agent_env.steps.builtin.sandbox_steps:collect_files",
+    # The A2A agent validators (issue 31; `agent-env a2a-agent validate` runs them)
+    "verify_a2a_agent_card": "agent_env.steps.builtin.a2a_validators:verify_a2a_agent_card",
+    "verify_a2a_core_protocol": "agent_env.steps.builtin.a2a_validators:verify_a2a_core_protocol",
+    "verify_a2a_agent_config_identity": "agent_env.steps.builtin.a2a_validators:verify_a2a_agent_config_identity",
+    "verify_a2a_agent_mcp": "agent_env.steps.builtin.a2a_validators:verify_a2a_agent_mcp",
+    "verify_a2a_modalities": "agent_env.steps.builtin.a2a_validators:verify_a2a_modalities",
+    "verify_a2a_role": "agent_env.steps.builtin.a2a_validators:verify_a2a_role",
+    "verify_a2a_system_prompt": "agent_env.steps.builtin.a2a_validators:verify_a2a_system_prompt",
 }
 
 
