@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from agent_env.spec.run import RunState
 
 ENV_STEP = "mail"
+FIRST = "verify_a2a_agent_mcp"  # hands the agent its MCP server: the others then talk to an agent with its tools
 # Every validator of an A2A agent, by step type, in the order reports are printed.
 VALIDATORS = (
     "verify_a2a_agent_card",
@@ -30,7 +31,7 @@ VALIDATORS = (
     "verify_a2a_role",
     "verify_a2a_system_prompt",
     "verify_a2a_modalities",
-    "verify_a2a_agent_mcp",
+    FIRST,
     "verify_a2a_peer_agents",
     "verify_a2a_install",
     "verify_a2a_skill_config",
@@ -63,8 +64,9 @@ def validation_task(url: str, timeout_s: float) -> tuple[JsonObject, list[str]]:
             missing = ", ".join(".".join(map(str, err["loc"])) for err in e.errors())
             notes.append(f"{name} needs more than a URL and an environment ({missing}): skipped")
             continue
-        depends = [ENV_STEP] if "env" in config else []
-        steps.append({"id": name, "type": name, "depends_on": depends, "config": config})
+        after = [ENV_STEP] if name == FIRST else [FIRST if FIRST in installed else ENV_STEP]
+        # a validator that errs is reported; the others still run
+        steps.append({"id": name, "type": name, "depends_on": after, "config": config, "on_failure": "continue"})
     return {"id": "a2a-agent-validate", "description": f"validate the A2A agent at {url}", "steps": steps}, notes
 
 

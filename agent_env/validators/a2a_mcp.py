@@ -18,7 +18,6 @@ from agent_env.validators.a2a_wire import AgentUnanswered, extension_call, fetch
 from agent_env.validators.report import Finding, ValidationReport
 
 VALIDATOR = "verify_a2a_agent_mcp"
-SERVER_NAME = "agentenv-validate"
 PROMPT = (
     "Use the `search_messages` tool of the MCP server you were given to search the mailbox for messages containing "
     "the word 'invoice'. Do not answer from memory and do not skip the tool: actually call it, then report its "
@@ -55,7 +54,8 @@ async def verify_agent_mcp(
         )
         return report
     mcp_url = f"{await gateway.url_for(instance)}/envs/{instance}/mcp"
-    server = {"url": mcp_url, "name": SERVER_NAME, "headers": {"authorization": f"Bearer {token}"}}
+    # named by its instance: a long-lived agent validated again gets this run's server beside the last one's
+    server = {"url": mcp_url, "name": f"agentenv-{instance}"[:128], "headers": {"authorization": f"Bearer {token}"}}
     try:
         added = await extension_call(http, agent, MCP_CONFIG, "add", "POST", ENDPOINTS[MCP_CONFIG], server)
         listed = await extension_call(http, agent, MCP_CONFIG, "list", "GET", ENDPOINTS[MCP_CONFIG])
