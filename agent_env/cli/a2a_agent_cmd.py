@@ -130,7 +130,10 @@ def _print(url: str, state: RunState, notes: list[str], json_out: bool) -> int:
             passed = False
             lines.append(f"{name} {url}: ERROR {step.error or step.status.value}")
     if json_out:
-        print(json.dumps({"url": url, "passed": passed, "run_id": state.run_id, "validators": reports, "notes": notes}))
+        ended = state.finished_at or state.started_at
+        summary = {"url": url, "passed": passed, "run_id": state.run_id, "notes": notes}
+        summary["run_seconds"] = round((ended - state.started_at).total_seconds(), 3)
+        print(json.dumps(summary | {"validators": reports}))
     else:
         out = console()
         for line in lines:
