@@ -181,6 +181,33 @@ async def test_an_operation_declared_on_another_origin_is_not_probed_there():
     assert "ext.mcp-config/v1.add.served" in failed_checks(report) and hits == []
 
 
+async def test_a_role_token_the_agent_echoes_never_reaches_the_report(run_task):
+    """The MCP check hands the agent a role token; an agent that answers it back (in a refusal) gets its report
+    written without it: reports go into the run's history."""
+    card: dict = {}
+
+    async def echo_refusal(request):
+        return JSONResponse({"detail": json.loads(await request.body())["headers"]}, status_code=400)
+
+    async def serve_card(request):
+        return JSONResponse(card)
+
+    app = Starlette(
+        routes=[
+            Route("/.well-known/agent-card.json", serve_card),
+            Route("/ext/mcp-config", echo_refusal, methods=["POST"]),
+        ]
+    )
+    async with serving(app) as base:
+        card.update(MessageToDict(agent_card(IgnoresItsServer(), base + "/", extensions=True)))
+        task, _ = validation_task(base + "/", 30)
+        task["steps"] = [s for s in task["steps"] if s["id"] in ("mail", "verify_a2a_agent_mcp")]
+        state = await run_task(task, timeout=60)
+    report = ValidationReport.model_validate(state.steps["verify_a2a_agent_mcp"].outputs["report"])
+    assert failed_checks(report) == ["mcp.add"] and "[role token]" in report.report()
+    assert "aet_" not in state.model_dump_json()
+
+
 # -- the command --
 
 

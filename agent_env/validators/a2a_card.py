@@ -104,7 +104,8 @@ def check_fields(agent: A2AEndpoint) -> list[Finding]:
                 )
             else:
                 found.append(Finding.ok(f"card.{field}.media_types"))
-    for i, skill in enumerate(card.get("skills") if isinstance(card.get("skills"), list) else []):
+    skills = card.get("skills")
+    for i, skill in enumerate(skills if isinstance(skills, list) else []):
         lacking = [f for f in SKILL_FIELDS if not isinstance(skill, dict) or f not in skill]
         found.append(
             Finding.failed(
@@ -197,7 +198,8 @@ async def probe_operations(http: httpx.AsyncClient, agent: A2AEndpoint) -> list[
         operations = dict(AGENTENV_EXTENSIONS.get(uri, {}))
         if uri not in AGENTENV_EXTENSIONS:
             continue
-        methods = params.get("methods") if isinstance(params.get("methods"), dict) else {}
+        declared = params.get("methods")
+        methods = declared if isinstance(declared, dict) else {}
         endpoint = params.get("endpoint") if isinstance(params.get("endpoint"), str) else None
         for op, spec in methods.items():  # declared beyond the core ones (features: agent-config's get ...)
             if isinstance(spec, dict) and op not in operations:

@@ -14,7 +14,15 @@ import httpx
 from agent_env.agents.extensions import ENDPOINTS, MCP_CONFIG
 from agent_env.gateway_client import GatewayClient, GatewayRefused
 from agent_env.validators.a2a_card import extension_declared
-from agent_env.validators.a2a_wire import AgentUnanswered, extension_call, fetch_card, json_of, send, text_part
+from agent_env.validators.a2a_wire import (
+    A2AEndpoint,
+    AgentUnanswered,
+    extension_call,
+    fetch_card,
+    json_of,
+    send,
+    text_part,
+)
 from agent_env.validators.report import Finding, ValidationReport
 
 VALIDATOR = "verify_a2a_agent_mcp"
@@ -23,6 +31,15 @@ PROMPT = (
     "the word 'invoice'. Do not answer from memory and do not skip the tool: actually call it, then report its "
     "raw output."
 )
+
+
+def redacted(report: ValidationReport, token: str) -> ValidationReport:
+    """The report without the role token, whatever the agent echoed of it (a report goes into the run's history,
+    where secrets never go)."""
+    for check in report.checks:
+        check.problem = check.problem.replace(token, "[role token]")
+        check.fix = check.fix.replace(token, "[role token]")
+    return report
 
 
 async def verify_agent_mcp(
@@ -53,6 +70,27 @@ async def verify_agent_mcp(
             Finding.failed("mcp.environment", f"the environment refused the agent: {e}", "give the step a real role")
         )
         return report
+    return redacted(
+        await _hand_over(http, agent, gateway, instance, agent_name, token, prompt, deadline_s, report), token
+    )
+
+
+async def _hand_over(
+    http: httpx.AsyncClient,
+    agent: A2AEndpoint,
+    gateway: GatewayClient,
+    instance: str,
+    agent_name: str,
+    token: str,
+    prompt: str,
+    deadline_s: float,
+    report: ValidationReport,
+) -> ValidationReport:
+    """Give the agent the environment's MCP server (with its token), then ask it to use it."""
+
+    def said(text: str) -> str:  # what the agent said, for a problem: without the token, then clipped
+        return text.replace(token, "[role token]")[:200]
+
     mcp_url = f"{await gateway.url_for(instance)}/envs/{instance}/mcp"
     # named by its instance: a long-lived agent validated again gets this run's server beside the last one's
     server = {"url": mcp_url, "name": f"agentenv-{instance}"[:128], "headers": {"authorization": f"Bearer {token}"}}
@@ -67,7 +105,7 @@ async def verify_agent_mcp(
         if added.is_success or added.status_code == 409
         else Finding.failed(
             "mcp.add",
-            f"{MCP_CONFIG} add of {{url, headers, name}} answered {added.status_code}: {added.text[:200]}",
+            f"{MCP_CONFIG} add of {{url, headers, name}} answered {added.status_code}: {said(added.text)}",
             'take an MCP server as {"url", "headers", "name"} (McpAddRequest) and answer 200',
         )
     )
@@ -104,7 +142,7 @@ async def verify_agent_mcp(
         if sent.error is None and not sent.note and sent.state == "completed"
         else Finding.failed(
             "mcp.answered",
-            f"the task asking for a tool call ended {sent.state or sent.error or sent.note}: {sent.text[:200]!r}",
+            f"the task asking for a tool call ended {sent.state or sent.error or sent.note}: {said(sent.text)!r}",
             "complete the task, using the MCP server you were given",
         )
     )
