@@ -80,6 +80,14 @@ BUILTINS = {
     "verify_a2a_trajectory": "agent_env.steps.builtin.a2a_extension_validators:verify_a2a_trajectory",
     # an agent's own state, moved through object-store grants (protocol v1's snapshot/v1)
     "snapshot_agent_state": "agent_env.steps.builtin.agent_state:snapshot_agent_state",
+    # The A2A agent validators (issue 31; `agent-env a2a-agent validate` runs them)
+    "verify_a2a_agent_card": "agent_env.steps.builtin.a2a_validators:verify_a2a_agent_card",
+    "verify_a2a_core_protocol": "agent_env.steps.builtin.a2a_validators:verify_a2a_core_protocol",
+    "verify_a2a_agent_config_identity": "agent_env.steps.builtin.a2a_validators:verify_a2a_agent_config_identity",
+    "verify_a2a_agent_mcp": "agent_env.steps.builtin.a2a_validators:verify_a2a_agent_mcp",
+    "verify_a2a_modalities": "agent_env.steps.builtin.a2a_validators:verify_a2a_modalities",
+    "verify_a2a_role": "agent_env.steps.builtin.a2a_validators:verify_a2a_role",
+    "verify_a2a_system_prompt": "agent_env.steps.builtin.a2a_validators:verify_a2a_system_prompt",
 }
 
 

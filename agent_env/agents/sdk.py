@@ -215,7 +215,7 @@ def _apply(configured: Configured, turn: Turn) -> None:
     """What the run configured through the extensions, where the turn itself did not say."""
     turn.config = {**configured.config, **turn.config}
     turn.skills = [s.model_dump() for s in configured.skills.values()]
-    server = next(iter(configured.mcp_servers.values()), None)
+    server = next(reversed(configured.mcp_servers.values()), None)  # the latest: a run that deployed it again
     if turn.mcp_url is None and server is not None:
         bearer = (server.headers or {}).get("authorization", (server.headers or {}).get("Authorization", ""))
         turn.mcp_url, turn.token = server.url, bearer.removeprefix("Bearer ") or None

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from agent_env.cli.a2a_agent_cmd import a2a_agent_app
 from agent_env.cli.setup_commands import (
     bundle_app,
     config_app,
@@ -67,6 +68,7 @@ app.add_typer(episodes_app, name="episodes")
 app.add_typer(config_app, name="config")
 app.add_typer(registry_app, name="registry")
 app.add_typer(bundle_app, name="bundle")
+app.add_typer(a2a_agent_app, name="a2a-agent")
 
 
 def _version(value: bool) -> None:
