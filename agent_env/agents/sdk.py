@@ -41,7 +41,9 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.utils.constants import TransportProtocol
 
 from agent_env import telemetry, tls
+from agent_env.agents.extension_ops import InstallDeclaration
 from agent_env.agents.extensions import Configured, card_extensions
+from agent_env.agents.served_extensions import Enabled, PeerListed, ServedExtensions, declarations
 from agent_env.guard import HostGuard
 from agent_env.json_depth import JSON_RPC
 
@@ -70,6 +72,16 @@ class Turn:
     seed: int | None = None  # the run's seed: seed anything random (model sampling...) with it
     skills: list[dict[str, Any]] = field(default_factory=list)  # added through skill-config/v1: name, description...
     trajectory: list[dict[str, Any]] = field(default_factory=list)  # this turn's tool calls, for trajectory/v1
+    peers: list[PeerListed] = field(default_factory=list)  # set through peer-agents/v1: name, url, description
+    served: ServedExtensions | None = field(default=None, repr=False)
+
+    def attribution(self) -> dict[str, str]:
+        """What to send with a model call to attribute its cost (the run, the agent); attribution-probe/v1
+        reports the last one handed out."""
+        given = {k: str(v) for k, v in (("run_id", self.run_id), ("agent", self.agent)) if v}
+        if self.served is not None:
+            self.served.saw_attribution(given)
+        return given
 
     @property
     def number(self) -> int:
@@ -146,6 +158,13 @@ class Agent:
 
     name: str = "agent"
     description: str = "An agent-env agent."
+    # The open protocol's extensions it enables (served by serve() beside mcp-config, agent-config, skill-config
+    # and trajectory): peer agents to delegate to (turn.peers), deterministic replies the run registers
+    # (triggers/v1), the attribution its model calls got (turn.attribution()), how to install it (declared only).
+    peer_agents: bool = False
+    triggers: bool = False
+    attribution_probe: bool = False
+    install: InstallDeclaration | None = None
 
     async def answer(self, turn: Turn) -> str | Answer:
         raise NotImplementedError
@@ -178,9 +197,12 @@ def turn_from_message(message, context_id: str) -> Turn:
 
 
 class _Executor(AgentExecutor):
-    def __init__(self, agent: Agent, configured: Configured | None = None) -> None:
+    def __init__(
+        self, agent: Agent, configured: Configured | None = None, served: ServedExtensions | None = None
+    ) -> None:
         self.agent = agent
         self.configured = configured
+        self.served = served
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task = context.current_task
@@ -191,6 +213,8 @@ class _Executor(AgentExecutor):
         turn = turn_from_message(context.message, task.context_id)
         if self.configured is not None:
             _apply(self.configured, turn)
+        if self.served is not None:
+            turn.served, turn.peers = self.served, self.served.peer_listing()
         try:
             reply = await self.agent.answer(turn)
         except Exception as e:  # noqa: BLE001 - the caller reads the failure as the turn's outcome
@@ -221,6 +245,7 @@ def _apply(configured: Configured, turn: Turn) -> None:
 
 
 def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard:
+    declared = card_extensions() + declarations(Enabled.of(agent)) if extensions else []
     return AgentCard(
         name=agent.name,
         description=agent.description,
@@ -228,9 +253,7 @@ def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(
-            streaming=False, push_notifications=False, extensions=card_extensions() if extensions else []
-        ),
+        capabilities=AgentCapabilities(streaming=False, push_notifications=False, extensions=declared),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[
@@ -244,14 +267,16 @@ def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard
 def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[list, DefaultRequestHandler]:
     """Starlette routes serving `agent` over A2A (card + JSON-RPC) for clients reaching it at `url`. With
     `extensions` (an agent served at its origin's root: their paths are absolute), it also declares and serves
-    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory), as its
-    reference framework does; hosted agents are configured by the gateway instead."""
+    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory, and those the agent
+    enables: peer-agents, triggers, attribution-probe, install), as its reference framework does; hosted agents are
+    configured by the gateway instead."""
     card = agent_card(agent, url, extensions=extensions)
     configured = Configured() if extensions else None
-    executor = _Executor(agent, configured)
+    served = ServedExtensions(Enabled.of(agent)) if extensions else None
+    executor = _Executor(agent, configured, served)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
-    return routes + (configured.routes() if configured else []), handler
+    return routes + (configured.routes() if configured else []) + (served.routes() if served else []), handler
 
 
 WILDCARDS = ("0.0.0.0", "::", "")
