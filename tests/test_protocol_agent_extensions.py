@@ -359,3 +359,71 @@ def test_rules_are_checked_when_the_run_is_planned():
             },
             "t",
         )
+
+
+def test_our_trigger_engine_decides_as_the_reference_one_does():
+    """The same rules and turns, through the reference framework's own engine and ours: the same decisions."""
+    from agentenv_protocol.a2a_agent._triggers import TriggerEngine as ReferenceEngine
+
+    from agent_env.agents.agent_triggers import AgentTrigger, TriggerEngine
+
+    rules = RULES + [
+        {
+            "id": "escalate",
+            "once": False,
+            "when": {
+                "type": "all",
+                "of": [
+                    {"type": "step", "turn": 2, "cmp": "gte"},
+                    {
+                        "type": "any",
+                        "of": [
+                            {"type": "conversational", "where": {"message": {"equals": "no"}}},
+                            {"type": "env_trigger", "env_id": "desk", "trigger_id": "late"},
+                        ],
+                    },
+                ],
+            },
+            "actions": [{"type": "say", "text": "let me talk to your manager"}],
+        },
+        {
+            "id": "silent",
+            "when": {"type": "conversational", "where": {"message": {"exists": False}}},
+            "actions": [{"type": "end"}],
+        },
+    ]
+    theirs, ours = ReferenceEngine(), TriggerEngine()
+    assert theirs.register({"triggers": rules})["added"] == ours.register(
+        [AgentTrigger.model_validate(r) for r in rules]
+    )
+    turns = [
+        (1, "hello", "a", None),
+        (2, "no", "a", None),
+        (3, "no", "a", None),
+        (4, "fine", "a", {"desk": {"late": "fired"}}),
+        (5, "refund issued", "a", None),
+        (2, "no", "a", None),  # back in time: the conversation starts over
+        (1, "", "b", None),
+        (2, "x", "b", {"desk": {"late": "pending"}}),
+    ]
+    for turn, said, context, envs in turns:
+        expected = theirs.decide(turn=turn, solver_message=said, context_id=context, env_triggers=envs)
+        got = ours.decide(DecideRequest(turn=turn, solver_message=said, context_id=context, env_triggers=envs))
+        assert got == expected, (turn, said, context)
+    assert [(e["kind"], e.get("trigger_id")) for e in ours.state()["firing_log"]] == [
+        (e["kind"], e.get("trigger_id")) for e in theirs.state()["firing_log"]
+    ]
+
+
+def test_a_staging_declaration_reads_as_the_reference_declares_it():
+    from agentenv_protocol.a2a_agent.staging import StagingStore
+
+    from agent_env.agents.extension_ops import STAGING, StagingDeclaration
+
+    declared = StagingStore(max_bytes=1024).card_extension()
+    assert declared["uri"] == STAGING
+    staging = StagingDeclaration.model_validate(declared["params"])
+    assert staging.path("a" * 22, "skills/refunds/SKILL.md") == "/ext/staging/" + "a" * 22 + "/skills/refunds/SKILL.md"
+    for staging_id, key in (("short", "x"), ("a" * 22, "../x"), ("a" * 22, "/etc/passwd")):
+        with pytest.raises(ValueError):
+            staging.path(staging_id, key)
