@@ -98,7 +98,7 @@ async def test_our_sdk_agent_declares_and_serves_the_extensions_it_enables():
         assert card_request_accepts(declared[PEER_AGENTS]["methods"]["set"]["request"], ["peers"])
         assert card_request_accepts(declared[TRIGGERS]["methods"]["decide"]["request"], ["turn", "solver_message"])
         assert declared[INSTALL]["install_commands"] == INSTALL_PARAMS["install_commands"]
-        assert declared[INSTALL]["a2a_port"] == 8000
+        assert declared[INSTALL]["a2a_port"] == 8000 and isinstance(declared[INSTALL]["a2a_port"], int)
 
         # the reference's own request models, over HTTP
         peers = PeerAgentsSetRequest.model_validate({"peers": [{"name": "billing", "url": "http://127.0.0.1:1/"}]})

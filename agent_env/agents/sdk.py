@@ -12,6 +12,11 @@
 
     serve(Echo(), port=9000)   # behind a proxy or a published port: serve(..., public_url="https://...")
 
+An agent also enables the open protocol's extensions it takes part in with class attributes: `peer_agents = True`
+(the run sets the agents it may delegate to: `turn.peers`), `triggers = True` (the SDK registers the run's rules
+and decides a conversation's turns with them), `attribution_probe = True` (reports what `turn.attribution()` last
+gave a model call), `install = {...}` (install/v1's commands, declared on the card).
+
 Each turn arrives as an A2A message: the prompt as text, and a data part `{"agentenv": {...}}` with the
 system prompt, the environment's MCP URL and this agent's role token, its role and name, the run and
 its seed, its config and the conversation so far (so agents need keep no state).
@@ -35,10 +40,14 @@ from a2a.helpers import (
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
-from a2a.utils.constants import TransportProtocol
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from agent_env import telemetry, tls
 from agent_env.agents.extension_ops import InstallDeclaration
@@ -275,8 +284,32 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
     served = ServedExtensions(Enabled.of(agent)) if extensions else None
     executor = _Executor(agent, configured, served)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
-    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
+    routes = card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
     return routes + (configured.routes() if configured else []) + (served.routes() if served else []), handler
+
+
+def card_routes(card: AgentCard) -> list[Route]:
+    """The card as the A2A SDK renders it, with whole numbers in extensions' params as integers: a protobuf Struct
+    holds every number as a double, and install/v1's `a2a_port` must read 8000, not 8000.0."""
+    body = agent_card_to_dict(card)
+    for extension in body.get("capabilities", {}).get("extensions", []):
+        if "params" in extension:
+            extension["params"] = _whole(extension["params"])
+
+    async def served(request: Request) -> JSONResponse:
+        return JSONResponse(body)
+
+    return [Route(AGENT_CARD_WELL_KNOWN_PATH, served, methods=["GET"])]
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
 
 
 WILDCARDS = ("0.0.0.0", "::", "")
