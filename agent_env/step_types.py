@@ -72,8 +72,9 @@ BUILTINS = {
     "sandbox_exec": "agent_env.steps.builtin.sandbox_steps:sandbox_exec",
     "put_files": "agent_env.steps.builtin.sandbox_steps:put_files",
     "collect_files": "agent_env.steps.builtin.sandbox_steps:collect_files",
-    # the open protocol's agent extensions (agent side): rules an agent that plays a user decides its turns by
+    # the open protocol's agent extensions: rules an agent that plays a user decides its turns by, peers it delegates to
     "register_agent_triggers": "agent_env.steps.builtin.register_agent_triggers:register_agent_triggers",
+    "peer_agents": "agent_env.steps.builtin.peer_agents:peer_agents",
 }
 
 

@@ -427,3 +427,42 @@ def test_a_staging_declaration_reads_as_the_reference_declares_it():
     for staging_id, key in (("short", "x"), ("a" * 22, "../x"), ("a" * 22, "/etc/passwd")):
         with pytest.raises(ValueError):
             staging.path(staging_id, key)
+
+
+async def test_two_agents_are_peered_both_ways_once_both_are_deployed(run_task):
+    first, second = Starlette(), Starlette()
+    async with serving(first) as first_url, serving(second) as second_url, httpx.AsyncClient() as http:
+        handlers = [
+            await served_agent(Delegating(), first, first_url),
+            await served_agent(Delegating(), second, second_url),
+        ]
+        state = await run_task(
+            {
+                "id": "both-ways",
+                "steps": [
+                    {"id": "a", "type": "deploy_agent", "config": {"record": a2a("a", first_url)}},
+                    {"id": "b", "type": "deploy_agent", "config": {"record": a2a("b", second_url)}},
+                    {
+                        "id": "a-b",
+                        "type": "peer_agents",
+                        "depends_on": ["a", "b"],
+                        "config": {"agent": "a", "peers": ["b"]},
+                    },
+                    {
+                        "id": "b-a",
+                        "type": "peer_agents",
+                        "depends_on": ["a", "b"],
+                        "config": {"agent": "b", "peers": ["a"]},
+                    },
+                ],
+            }
+        )
+        listed = {
+            name: [p["name"] for p in (await http.get(url + "/ext/peer-agents")).json()["peers"]]
+            for name, url in (("a", first_url), ("b", second_url))
+        }
+        for handler in handlers:
+            await handler.aclose()
+    assert state.status is RunStatus.PASSED, state.error
+    assert state.steps["a-b"].outputs == {"agent": "a", "peers": ["b"]}
+    assert listed == {"a": ["b"], "b": ["a"]}
