@@ -15,8 +15,6 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-
 from agent_env.agents.extension_ops import (
     INSTALL,
     PEER_AGENTS,
@@ -74,9 +72,24 @@ async def _peer(step: str, deployed: JsonObject, card_of: CardOf) -> PeerAgent:
             f"peer {step!r} ({deployed['name']}) is hosted by the gateway, which answers only the run — a peer "
             "must answer the agent itself: deploy it as an `a2a` agent (at a URL or in a sandbox)"
         )
-    card = MessageToDict(await card_of(deployed["url"]))
+    card = _card_json(await card_of(deployed["url"]))
     kept = card if len(json.dumps(card)) <= MAX_PEER_CARD_BYTES else {}
-    return PeerAgent(name=deployed["name"], url=deployed["url"], card=kept, description=card.get("description"))
+    return PeerAgent(name=deployed["name"], url=deployed["url"], card=kept, description=card["description"] or None)
+
+
+def _card_json(card: Any) -> JsonObject:
+    """What a peer's routing entry tells of its card (an A2A card as the client read it), in the card's JSON names:
+    its `url` is where it takes JSON-RPC (the reference's peer tools send there), its skills what it does."""
+    interfaces = [i.url for i in card.supported_interfaces]
+    return {
+        "name": card.name,
+        "description": card.description,
+        "version": card.version,
+        **({"url": interfaces[0]} if interfaces else {}),
+        "skills": [{"id": s.id, "name": s.name, "description": s.description} for s in card.skills],
+        "defaultInputModes": list(card.default_input_modes),
+        "defaultOutputModes": list(card.default_output_modes),
+    }
 
 
 # -- prompt_agent's part --
