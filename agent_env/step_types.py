@@ -88,6 +88,9 @@ BUILTINS = {
     "verify_a2a_modalities": "agent_env.steps.builtin.a2a_validators:verify_a2a_modalities",
     "verify_a2a_role": "agent_env.steps.builtin.a2a_validators:verify_a2a_role",
     "verify_a2a_system_prompt": "agent_env.steps.builtin.a2a_validators:verify_a2a_system_prompt",
+    # the open protocol's agent extensions: rules an agent that plays a user decides its turns by, peers it delegates to
+    "register_agent_triggers": "agent_env.steps.builtin.register_agent_triggers:register_agent_triggers",
+    "peer_agents": "agent_env.steps.builtin.peer_agents:peer_agents",
 }
 
 

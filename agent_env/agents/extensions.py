@@ -95,8 +95,12 @@ class ExtensionClient:
     def has(self, uri: str) -> bool:
         return uri in self.extensions
 
-    async def call(self, uri: str, name: str, method: str, body: BaseModel | None = None) -> httpx.Response:
-        method, path = operation(self.extensions[uri], name, method, ENDPOINTS[uri])
+    async def call(
+        self, uri: str, name: str, method: str, body: BaseModel | None = None, *, path: str | None = None
+    ) -> httpx.Response:
+        """`path`: where the caller found the operation already (extension_ops resolves the other extensions')."""
+        if path is None:
+            method, path = operation(self.extensions[uri], name, method, ENDPOINTS[uri])
         url = urljoin(self.agent_url, path)
         if url_origin(url) != url_origin(self.agent_url):
             raise ExtensionRefused(

@@ -12,6 +12,11 @@
 
     serve(Echo(), port=9000)   # behind a proxy or a published port: serve(..., public_url="https://...")
 
+An agent also enables the open protocol's extensions it takes part in with class attributes: `peer_agents = True`
+(the run sets the agents it may delegate to: `turn.peers`), `triggers = True` (the SDK registers the run's rules
+and decides a conversation's turns with them), `attribution_probe = True` (reports what `turn.attribution()` last
+gave a model call), `install = {...}` (install/v1's commands, declared on the card).
+
 Each turn arrives as an A2A message: the prompt as text, and a data part `{"agentenv": {...}}` with the
 system prompt, the environment's MCP URL and this agent's role token, its role and name, the run and
 its seed, its config and the conversation so far (so agents need keep no state).
@@ -35,14 +40,20 @@ from a2a.helpers import (
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
-from a2a.utils.constants import TransportProtocol
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, TransportProtocol
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from agent_env import telemetry, tls
 from agent_env.agents import transfer_serving
+from agent_env.agents.extension_ops import InstallDeclaration
 from agent_env.agents.extensions import Configured, card_extensions
+from agent_env.agents.served_extensions import Enabled, PeerListed, ServedExtensions, declarations
 from agent_env.guard import HostGuard
 from agent_env.json_depth import JSON_RPC
 
@@ -71,6 +82,16 @@ class Turn:
     seed: int | None = None  # the run's seed: seed anything random (model sampling...) with it
     skills: list[dict[str, Any]] = field(default_factory=list)  # added through skill-config/v1: name, description...
     trajectory: list[dict[str, Any]] = field(default_factory=list)  # this turn's tool calls, for trajectory/v1
+    peers: list[PeerListed] = field(default_factory=list)  # set through peer-agents/v1: name, url, description
+    served: ServedExtensions | None = field(default=None, repr=False)
+
+    def attribution(self) -> dict[str, str]:
+        """What to send with a model call to attribute its cost (the run, the agent); attribution-probe/v1
+        reports the last one handed out."""
+        given = {k: str(v) for k, v in (("run_id", self.run_id), ("agent", self.agent)) if v}
+        if self.served is not None:
+            self.served.saw_attribution(given)
+        return given
 
     @property
     def number(self) -> int:
@@ -147,6 +168,13 @@ class Agent:
 
     name: str = "agent"
     description: str = "An agent-env agent."
+    # The open protocol's extensions it enables (served by serve() beside mcp-config, agent-config, skill-config
+    # and trajectory): peer agents to delegate to (turn.peers), deterministic replies the run registers
+    # (triggers/v1), the attribution its model calls got (turn.attribution()), how to install it (declared only).
+    peer_agents: bool = False
+    triggers: bool = False
+    attribution_probe: bool = False
+    install: InstallDeclaration | None = None
 
     async def answer(self, turn: Turn) -> str | Answer:
         raise NotImplementedError
@@ -179,9 +207,12 @@ def turn_from_message(message, context_id: str) -> Turn:
 
 
 class _Executor(AgentExecutor):
-    def __init__(self, agent: Agent, configured: Configured | None = None) -> None:
+    def __init__(
+        self, agent: Agent, configured: Configured | None = None, served: ServedExtensions | None = None
+    ) -> None:
         self.agent = agent
         self.configured = configured
+        self.served = served
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task = context.current_task
@@ -192,6 +223,8 @@ class _Executor(AgentExecutor):
         turn = turn_from_message(context.message, task.context_id)
         if self.configured is not None:
             _apply(self.configured, turn)
+        if self.served is not None:
+            turn.served, turn.peers = self.served, self.served.peer_listing()
         try:
             reply = await self.agent.answer(turn)
         except Exception as e:  # noqa: BLE001 - the caller reads the failure as the turn's outcome
@@ -222,6 +255,9 @@ def _apply(configured: Configured, turn: Turn) -> None:
 
 
 def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard:
+    declared = (
+        card_extensions() + transfer_serving.card_entries(agent) + declarations(Enabled.of(agent)) if extensions else []
+    )
     return AgentCard(
         name=agent.name,
         description=agent.description,
@@ -229,11 +265,7 @@ def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC, protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(
-            streaming=False,
-            push_notifications=False,
-            extensions=card_extensions() + transfer_serving.card_entries(agent) if extensions else [],
-        ),
+        capabilities=AgentCapabilities(streaming=False, push_notifications=False, extensions=declared),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[
@@ -247,14 +279,41 @@ def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard
 def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[list, DefaultRequestHandler]:
     """Starlette routes serving `agent` over A2A (card + JSON-RPC) for clients reaching it at `url`. With
     `extensions` (an agent served at its origin's root: their paths are absolute), it also declares and serves
-    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory), as its
-    reference framework does; hosted agents are configured by the gateway instead."""
+    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory, and those the agent
+    enables: peer-agents, triggers, attribution-probe, install), as its reference framework does; hosted agents are
+    configured by the gateway instead."""
     card = agent_card(agent, url, extensions=extensions)
     configured = Configured() if extensions else None
-    executor = _Executor(agent, configured)
+    served = ServedExtensions(Enabled.of(agent)) if extensions else None
+    executor = _Executor(agent, configured, served)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
-    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
-    return routes + (configured.routes() + transfer_serving.routes(agent) if configured else []), handler
+    routes = card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
+    own = configured.routes() + transfer_serving.routes(agent) if configured else []
+    return routes + own + (served.routes() if served else []), handler
+
+
+def card_routes(card: AgentCard) -> list[Route]:
+    """The card as the A2A SDK renders it, with whole numbers in extensions' params as integers: a protobuf Struct
+    holds every number as a double, and install/v1's `a2a_port` must read 8000, not 8000.0."""
+    body = agent_card_to_dict(card)
+    for extension in body.get("capabilities", {}).get("extensions", []):
+        if "params" in extension:
+            extension["params"] = _whole(extension["params"])
+
+    async def served(request: Request) -> JSONResponse:
+        return JSONResponse(body)
+
+    return [Route(AGENT_CARD_WELL_KNOWN_PATH, served, methods=["GET"])]
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
 
 
 WILDCARDS = ("0.0.0.0", "::", "")

@@ -26,7 +26,9 @@ from agent_env.providers import apps
 from agent_env.spec.agent import AgentRecord, CliConfig, InlineSkill
 from agent_env.spec.env import AgentSandbox
 from agent_env.spec.run import PlannedConfig, agent_in_sandbox
+from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
+from agent_env.steps.builtin.agent_extensions import RUN_USES, deploy_extras
 from agent_env.steps.builtin.envs import instance_id
 from agent_env.steps.builtin.sandbox_steps import pin_skills, put_pinned
 from agent_env.stores import in_thread, open_secrets
@@ -77,6 +79,13 @@ class DeployAgentConfig(StepConfig):
     agent_snapshot_target_context_id: str | None = Field(
         None, description="the conversation the agent restores it as (default: one it picks, in the outputs)"
     )
+    peers: list[str] = Field(
+        default_factory=list,
+        description="deploy_agent steps whose agents it may delegate to, sent through urn:agentenv:peer-agents/v1",
+    )
+    peers_deployed: dict[str, JsonObject] = Field(
+        default_factory=dict, description="filled in when the run is planned: references to the peers' outputs"
+    )
 
     @model_validator(mode="after")
     def _known(self, info: ValidationInfo) -> DeployAgentConfig:
@@ -101,6 +110,14 @@ def prepare_deploy_agent(config: PlannedConfig, plan: PlanContext) -> PlannedCon
         record, folder = find_agent(plan.bundle, config["agent"], with_folder=True)
     config["record"] = record.model_dump(mode="json")
     config["agent"] = record.name
+    if config.get("peers"):
+        if record.type not in ("a2a", "cli"):
+            raise BadInput(
+                f"agent {record.name!r} ({record.type}) has `peers`: peers go to agents that serve "
+                "urn:agentenv:peer-agents/v1 (a2a and cli agents)",
+                "remove `peers`, or deploy an a2a agent that serves the extension",
+            )
+        config["peers_deployed"] = {p: ref(f"steps.{p}.outputs") for p in config["peers"]}
     box = agent_sandbox(record)
     if box is not None:
         apps.check_secrets(plan.settings, box, f"agent {record.name!r}")
@@ -161,7 +178,7 @@ def quick_deploy_agent(config: PlannedConfig) -> bool:
     timeout="5m",
     prepare=prepare_deploy_agent,
     quick=quick_deploy_agent,
-    step_refs=("env",),
+    step_refs=("env", "peers"),
     deploys_agent=True,
     sandboxes=agent_in_sandbox,
 )
@@ -239,10 +256,10 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         url = f"{await gateway.agent_url_base(agent_id(ctx, ctx.step_id))}/agents/{agent_id(ctx, ctx.step_id)}/"
         hosted = True
     mcp_url = f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None
-    extensions = (
-        await _configure(ctx, gateway, record, url, instance, name, mcp_url, config.skill_files, config.models)
+    extensions, extras = (
+        await _configure(ctx, gateway, record, url, instance, name, mcp_url, config)
         if record.type in ("a2a", "cli")
-        else []
+        else ([], {})
     )
     restored = None
     if config.agent_snapshot:  # snapshot/v1 load, with grants on the run's object store
@@ -262,6 +279,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         "mcp_url": mcp_url,
         **({"extensions": extensions} if extensions else {}),
         **({"restored_context_id": restored} if restored else {}),
+        **extras,
         **({"sandbox": sandbox} if sandbox else {}),
         **({"images": {record.name: image_id}} if image_id else {}),
     }
@@ -291,17 +309,18 @@ async def _configure(
     instance: str | None,
     name: str,
     mcp_url: str | None,
-    skill_files: dict[str, str],
-    models: dict[str, ModelSettings],
-) -> list[str]:
+    config: DeployAgentConfig,
+) -> tuple[list[str], JsonObject]:
     """Configure an a2a agent through the `urn:agentenv:*` extensions its card declares (the reference
     framework's agents get their tools only this way). Done here, once: mcp-config has no update, and role
     tokens never expire (derived from the gateway's key). The token is minted in this activity and sent only
     to the agent's origin; the step's outputs (run history) name the extensions configured, never the token.
-    Returns the extension URIs the agent declares that runs use (trajectory/v1: read after each prompt)."""
+    Returns the extension URIs the agent declares that runs use (trajectory/v1: read after each prompt), and what
+    the others add to the step's outputs (agent_extensions.deploy_extras: its peers, its install declaration)."""
     from agent_env.agents.client import agent_client
     from agent_env.agents.extensions import CONFIGURING, SKILL_CONFIG, ExtensionRefused, McpServer
 
+    skill_files, models = config.skill_files, config.models
     client = await agent_client(ctx.settings, url, hosted=False).extensions()
     mcp = None
     if instance is not None and mcp_url is not None:  # (the caller gives both or neither)
@@ -323,7 +342,10 @@ async def _configure(
         raise StepFailed(f"agent {record.name!r}: {e}") from None
     except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
         raise StepFailed(f"agent {record.name!r} could not be configured ({e})", retryable=True) from None
-    return [uri for uri in CONFIGURING if client.has(uri)]
+    extras = await deploy_extras(
+        client, record.name, config.peers_deployed, lambda peer: agent_client(ctx.settings, peer, hosted=False).card()
+    )
+    return [uri for uri in CONFIGURING + RUN_USES if client.has(uri)], extras
 
 
 async def _bundled_skills(

@@ -15,6 +15,7 @@ from agent_env.agents.conversation import (  # noqa: F401 - StopWhen, Conversati
     Conversation,
     PromptAgentConfig,
     StopWhen,
+    agent_turns,
     conversation_view,
     next_side,
     opening,
@@ -23,11 +24,13 @@ from agent_env.agents.conversation import (  # noqa: F401 - StopWhen, Conversati
     timeout_score,
     turn_number,
 )
+from agent_env.agents.extension_ops import TRIGGERS
 from agent_env.agents.usage import summed
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
 from agent_env.spec.world_state import MAX_FIELD_BYTES, clip
 from agent_env.steps import PlanContext, StepContext, StepFailed, StepResult, step_type
+from agent_env.steps.builtin.agent_extensions import partner_decision
 from agent_env.stores import in_thread, keys
 
 if TYPE_CHECKING:
@@ -97,7 +100,7 @@ def prepare_prompt(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
 )
 async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResult:
     """Give an agent a task, or hold a conversation with it; records the transcript and its tool calls."""
-    from agent_env.agents.client import AgentTimedOut
+    from agent_env.agents.client import AgentTimedOut, agent_client
 
     agent, partner = config.deployed, config.partner_deployed
     if not agent:
@@ -130,6 +133,22 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
     try:
         while (side := next_side(config, transcript)) is not None:
             who = agent if side == "agent" else partner
+            if side == "partner" and TRIGGERS in who.get("extensions", ()):  # its rules may answer for it
+                client = await agent_client(ctx.settings, who["url"], hosted=bool(who.get("hosted"))).extensions()
+                decision = await partner_decision(
+                    client,
+                    who["name"],
+                    turn=agent_turns(transcript),
+                    said=transcript[-1]["text"],
+                    context_id=f"{ctx.run_id}/{ctx.step_id}",
+                )
+                if decision is not None and (decision.fired or decision.done):
+                    if said := decision.text():
+                        transcript.append({"side": side, "speaker": who["name"], "text": said, "fired": decision.fired})
+                    if decision.done:
+                        break
+                    if said:
+                        continue
             entry, reply = await ask(
                 ctx.settings,
                 gateway,
