@@ -200,7 +200,10 @@ async def test_an_agent_of_our_sdk_passes_what_it_declares_and_is_told_what_it_d
         results = {name: await validate(name, url) for name in VALIDATORS}
     for result in results.values():
         assert result.outputs["passed"] and result.score.passed, text(result)
-    assert failed(results["verify_a2a_skill_config"]) == failed(results["verify_a2a_trajectory"]) == []
+    assert failed(results["verify_a2a_skill_config"]) == []
+    # our SDK also serves the trajectory's objects variant, which this validator reports as not checked (optional)
+    assert failed(results["verify_a2a_trajectory"]) == ["trajectory.task_objects"]
+    assert "not checked" in text(results["verify_a2a_trajectory"])
     for name, prefix in (("verify_a2a_peer_agents", "peer_agents"), ("verify_a2a_install", "install")):
         found = checks(results[name])  # not declared: one optional finding, and nothing called
         assert [(c["name"], c["passed"], c["required"]) for c in found] == [(f"{prefix}.declared", False, False)]
