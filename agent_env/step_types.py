@@ -72,6 +72,15 @@ BUILTINS = {
     "sandbox_exec": "agent_env.steps.builtin.sandbox_steps:sandbox_exec",
     "put_files": "agent_env.steps.builtin.sandbox_steps:put_files",
     "collect_files": "agent_env.steps.builtin.sandbox_steps:collect_files",
+    # validators of an environment (protocol v1) and of a universe's round trip, and their verdicts
+    "verify_env_card": "agent_env.steps.builtin.env_validators:verify_env_card",
+    "verify_env_core_protocol": "agent_env.steps.builtin.env_validators:verify_env_core_protocol",
+    "verify_mcp_tool_schema": "agent_env.steps.builtin.env_validators:verify_mcp_tool_schema",
+    "verify_spec_conformance": "agent_env.steps.builtin.env_validators:verify_spec_conformance",
+    "verify_mcp_env_assessment": "agent_env.steps.builtin.env_validators:verify_mcp_env_assessment",
+    "validation_gate_aggregator": "agent_env.steps.builtin.env_verdicts:validation_gate_aggregator",
+    "verify_universe_load_export_roundtrip": "agent_env.steps.builtin.env_verdicts:verify_universe_load_export_roundtrip",
+    "combine_universe_verdicts": "agent_env.steps.builtin.env_verdicts:combine_universe_verdicts",
 }
 
 
