@@ -83,8 +83,24 @@ def schema_problem(schema: Any) -> str | None:
     return None
 
 
+ANNOTATIONS = frozenset({"title", "description", "examples", "$comment", "$schema"})  # no part of what a call takes
+
+
+def _contract(schema: Any) -> Any:
+    """A schema without its annotations: SDKs title every property (FastMCP does, the reference card does not)."""
+    if isinstance(schema, dict):
+        return {
+            k: (v if k in ("enum", "const", "required", "default") else _contract(v))
+            for k, v in schema.items()
+            if k not in ANNOTATIONS or (k in ("title", "description") and isinstance(v, dict))  # (a property named so)
+        }
+    if isinstance(schema, list):
+        return [_contract(v) for v in schema]
+    return schema
+
+
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return json.dumps(_contract(value), sort_keys=True, separators=(",", ":"))
 
 
 def check_tools(card: Any, served: list[ListedTool]) -> list[Finding]:

@@ -137,6 +137,14 @@ def by_app(parts: Any, apps: list[str]) -> dict[str, JsonObject]:
     return out
 
 
+def load_parts(card: Any, universe: JsonObject) -> list[JsonObject]:
+    """The universe as data/add parts: a composed env (a card with children) takes {app: data} and routes it to
+    its apps; an env of one app takes its own data, named by its metadata."""
+    if isinstance(card, dict) and card.get("children_environments"):
+        return [{"kind": "data", "data": {app: universe[app]}} for app in sorted(universe)]
+    return [{"kind": "data", "data": universe[app], "metadata": {META_APP: app}} for app in sorted(universe)]
+
+
 async def _call(http: Any, target: net.EnvTarget, method: str, params: Any, step: str) -> JsonObject:
     try:
         answer = await net.rpc(http, target, method, params)
@@ -165,7 +173,7 @@ async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> 
         )
         return report, {"compatible": False, "environments": {}}
     apps = sorted(universe)
-    parts = [{"kind": "data", "data": {app: universe[app]}, "metadata": {META_APP: app}} for app in apps]
+    parts = load_parts(card, universe)
     reset = METHOD_RESET in ops
     async with net.client() as http:
         try:
