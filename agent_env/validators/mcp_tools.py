@@ -69,8 +69,8 @@ def card_tools(card: Any) -> dict[str, JsonObject]:
 
 def schema_problem(schema: Any) -> str | None:
     """Why `schema` is no valid JSON Schema of a tool's arguments (an object), or None."""
-    from jsonschema.exceptions import SchemaError
-    from jsonschema.validators import validator_for
+    from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]  # (it comes with mcp)
+    from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
     if not isinstance(schema, dict):
         return f"inputSchema is {type(schema).__name__}, not a JSON Schema object"

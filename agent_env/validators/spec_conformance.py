@@ -100,8 +100,8 @@ def check_conformance(doc: JsonObject, served: list[ListedTool]) -> list[Finding
     blocking, advisory = [], []
     for op in sorted(set(promised) - set(live)):
         blocking.append(f"operation {op!r} has no MCP tool")
-    for tool in sorted(set(live) - set(promised)):
-        advisory.append(f"tool {tool!r} is not in the document")
+    for extra in sorted(set(live) - set(promised)):
+        advisory.append(f"tool {extra!r} is not in the document")
     for name in sorted(set(promised) & set(live)):
         spec, tool = promised[name], live[name]
         for p in sorted(set(spec) - set(tool)):
@@ -159,7 +159,7 @@ async def fetch_document(target: net.EnvTarget) -> tuple[JsonObject | None, str]
 
 def _yaml(text: str) -> Any:
     try:
-        import yaml
+        import yaml  # type: ignore[import-untyped]
     except ImportError:  # (PyYAML is no dependency: a YAML-only document is then skipped)
         return None
     try:

@@ -25,8 +25,8 @@ from agent_env.validators.report import Finding, ValidationReport
 def verdict_of(step: str, view: Any) -> GateVerdict:
     """What a step's `${steps.ID}` view says of it as a gate (a validator's outputs carry its report)."""
     view = view if isinstance(view, dict) else {}
-    outputs = view.get("outputs") if isinstance(view.get("outputs"), dict) else {}
-    report = outputs.get("report") if isinstance(outputs.get("report"), dict) else {}
+    outputs: JsonObject = view["outputs"] if isinstance(view.get("outputs"), dict) else {}
+    report: JsonObject = outputs["report"] if isinstance(outputs.get("report"), dict) else {}
     failures = [
         c["name"]
         for c in report.get("checks") or []
@@ -161,7 +161,7 @@ def prepare_combine(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
 async def combine_universe_verdicts(ctx: StepContext, config: CombineConfig) -> StepResult:
     """The universe's compatibility: the round trip's verdict, gated by the judge's when there is one."""
     trip = config.views.get(config.roundtrip) or {}
-    outputs = trip.get("outputs") if isinstance(trip.get("outputs"), dict) else {}
+    outputs: JsonObject = trip["outputs"] if isinstance(trip.get("outputs"), dict) else {}
     verdict: JsonObject = dict(outputs.get("verdict") or {"compatible": False, "environments": {}})
     report = ValidationReport(validator="combine_universe_verdicts", target=ctx.run_id)
     report.checks.append(
