@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from test_protocol_agents import reference_python  # noqa: F401 - the side venv'
 from agent_env.cli.env_cmd import resolve_app
 from agent_env.envs.serve import create_app
 from agent_env.spec.run import RunStatus
-from agent_env.validators import env_card, env_protocol, mcp_tools, spec_conformance
+from agent_env.validators import env_card, env_protocol, mcp_tools, spec_conformance, universe
 from agent_env.validators.report import ValidationReport
 from agent_env.validators.target import EnvTarget
 
@@ -58,28 +58,41 @@ def good_card(tmp_path_factory) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def mutant(folder: Path, *, card: dict[str, Any] | None = None, http_errors: bool = False) -> Iterator[str]:
-    """`env serve notes` with one fault: another card served, or the data plane's JSON-RPC errors sent with an HTTP
-    error status."""
+def mutant(
+    folder: Path,
+    *,
+    card: dict[str, Any] | None = None,
+    http_errors: bool = False,
+    answers: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    documents: dict[str, Any] | None = None,
+) -> Iterator[str]:
+    """`env serve notes` with one fault: another card served, the data plane's JSON-RPC errors sent with an HTTP
+    error status, its answers rewritten (`answers`), or more documents served (path -> JSON)."""
     inner = create_app(resolve_app("notes"), folder)
+    served = {**({CARD: card} if card is not None else {}), **(documents or {})}
 
     async def app(scope, receive, send):
-        if scope["type"] == "http" and card is not None and scope["path"] == CARD:
-            await JSONResponse(card)(scope, receive, send)
+        if scope["type"] == "http" and scope["path"] in served:
+            await JSONResponse(served[scope["path"]])(scope, receive, send)
             return
-        if scope["type"] == "http" and http_errors and scope["path"] == "/agentenv":
+        if scope["type"] == "http" and (http_errors or answers) and scope["path"] == "/agentenv":
             started: dict[str, Any] = {}
 
-            async def errors_as_http(message):
+            async def rewritten(message):
                 if message["type"] == "http.response.start":
-                    started.update(message)  # held until the body says whether it is an error
+                    started.update(message)  # held until the body is seen
                     return
-                if b'"error"' in message.get("body", b""):
+                body = message.get("body", b"")
+                if http_errors and b'"error"' in body:
                     started["status"] = 400
+                if answers is not None:
+                    body = json.dumps(answers(json.loads(body))).encode()
+                    started["headers"] = [(k, v) for k, v in started["headers"] if k != b"content-length"]
+                    started["headers"].append((b"content-length", str(len(body)).encode()))
                 await send(started)
-                await send(message)
+                await send({**message, "body": body})
 
-            await inner(scope, receive, errors_as_http)
+            await inner(scope, receive, rewritten)
             return
         await inner(scope, receive, send)
 
@@ -175,6 +188,53 @@ async def test_a_data_plane_answering_though_the_card_offers_none_fails(tmp_path
     assert list(problems) == ["operations.match_card"], problems
     assert "the card offers none" in problems["operations.match_card"]
     assert "data/get answered a result" in problems["operations.match_card"]
+
+
+async def test_an_export_that_loses_a_column_fails_the_universe_round_trip(tmp_path):
+    def without_text(answer: dict[str, Any]) -> dict[str, Any]:
+        for part in (answer.get("result") or {}).get("parts") or []:
+            for row in part["data"].get("notes", []):
+                row.pop("text", None)
+        return answer
+
+    note = {"key": "k", "text": "hello", "updated_at": "2026-01-01T00:00:00Z"}
+    with mutant(tmp_path, answers=without_text) as base:
+        target = EnvTarget.of_url(base)
+        card, _ = await env_card.fetch_card(target)
+        report, verdict = await universe.round_trip(target, card, {"notes": {"notes": [note]}})
+    problems = failed([report])
+    assert list(problems) == ["universe.notes.loads", "universe.round_trip"], problems
+    assert "notes[0] is not in the export" in problems["universe.notes.loads"]
+    assert "reloading export 1" in problems["universe.round_trip"]  # (and its lossy export cannot be loaded back)
+    assert verdict["compatible"] is False
+
+
+async def test_the_round_trip_passes_values_equal_in_meaning(tmp_path):
+    note = {"key": "k", "text": "hello", "updated_at": "2026-01-01T00:00:00+00:00"}  # stored and exported as ...Z
+    with serving(create_app(resolve_app("notes"), tmp_path)) as base:
+        target = EnvTarget.of_url(base)
+        card, _ = await env_card.fetch_card(target)
+        report, verdict = await universe.round_trip(target, card, {"notes": {"notes": [note]}})
+    assert report.passed, report.report()
+    assert verdict["environments"]["notes"]["compatible"]
+
+
+async def test_an_openapi_document_promising_what_mcp_lacks_fails(tmp_path):
+    body = {"type": "object", "required": ["key"], "properties": {"key": {"type": "integer"}}}
+    document = {
+        "openapi": "3.1.0",
+        "paths": {
+            "/tools/read_note": {
+                "post": {"operationId": "read_note", "requestBody": {"content": {"application/json": {"schema": body}}}}
+            },
+            "/tools/archive": {"post": {"operationId": "archive"}},
+        },
+    }
+    with mutant(tmp_path, documents={"/openapi.json": document}) as base:
+        problems = failed(await validate(EnvTarget.of_url(base)))
+    assert list(problems) == ["spec.matches_tools"], problems
+    assert "operation 'archive' has no MCP tool" in problems["spec.matches_tools"]
+    assert "read_note.key: the document says integer, the tool takes string" in problems["spec.matches_tools"]
 
 
 # -- an env written with the reference env SDK (mcp<2: its own venv) --
@@ -280,7 +340,7 @@ async def test_the_validators_run_as_steps_and_gate_their_verdicts(run_task):
     assert gate["passed"] and gate["skipped_gates"] == [] and gate["failed_gates"] == []
     assert state.steps["compat"].outputs["verdict"]["environments"]["notes"]["compatible"]
     checks = [c["name"] for c in state.steps["assess"].outputs["report"]["checks"]]
-    assert "assessment.add_note" in checks or any(c.startswith("assessment.") for c in checks)
+    assert {"assessment.write_note", "assessment.read_note"} <= set(checks)
 
 
 async def test_the_gate_fails_on_a_failed_or_missing_verdict(run_task, tmp_path, good_card):

@@ -25,6 +25,7 @@ from agent_env.validators.report import Finding, ValidationReport
 VALIDATOR = "verify_universe_load_export_roundtrip"
 MAX_ISSUES = 8  # per app and comparison, in the report
 EMPTY = "\x00empty"
+FIX_CALLS = "make data/reset, data/add and data/get work, and data/add take what data/get gives"
 
 
 class RoundTripFailed(Exception):
@@ -175,21 +176,29 @@ async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> 
     apps = sorted(universe)
     parts = load_parts(card, universe)
     reset = METHOD_RESET in ops
+    environments: JsonObject = {app: {"compatible": False} for app in apps}
     async with net.client() as http:
         try:
             if reset:
                 await _call(http, target, METHOD_RESET, {}, "reset before loading")
             await _call(http, target, METHOD_ADD, {"parts": parts}, "loading the universe")
             export1 = await _call(http, target, METHOD_GET, {}, "export 1")
+        except RoundTripFailed as e:
+            report.checks.append(Finding.failed("universe.round_trip", str(e), FIX_CALLS))
+            return report, {"compatible": False, "environments": environments, "error": str(e)}
+        first = by_app(export1.get("parts"), apps)
+        for app in apps:  # what the first load kept, decided before the reload (which a lossy export may break)
+            lost = load_issues(universe[app], first.get(app, {})) if isinstance(universe[app], dict) else []
+            report.checks.append(_finding(f"universe.{app}.loads", lost, "the export lacks what was loaded"))
+            environments[app] = {"compatible": not lost, "load_issues": lost, "stability_issues": []}
+        try:
             if reset:
                 await _call(http, target, METHOD_RESET, {}, "reset before reloading")
             await _call(http, target, METHOD_ADD, {"parts": export1.get("parts") or []}, "reloading export 1")
             export2 = await _call(http, target, METHOD_GET, {}, "export 2")
         except RoundTripFailed as e:
-            report.checks.append(
-                Finding.failed("universe.round_trip", str(e), "make data/reset, data/add and data/get work")
-            )
-            return report, {"compatible": False, "environments": {}, "error": str(e)}
+            report.checks.append(Finding.failed("universe.round_trip", str(e), FIX_CALLS))
+            return report, {"compatible": False, "environments": environments, "error": str(e)}
     if not reset:
         report.checks.append(
             Finding.failed(
@@ -199,14 +208,12 @@ async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> 
                 required=False,
             )
         )
-    first, second = by_app(export1.get("parts"), apps), by_app(export2.get("parts"), apps)
-    environments: JsonObject = {}
+    second = by_app(export2.get("parts"), apps)
     for app in apps:
-        lost = load_issues(universe[app], first.get(app, {})) if isinstance(universe[app], dict) else []
         moved = stable_issues(first.get(app, {}), second.get(app, {}))
-        report.checks.append(_finding(f"universe.{app}.loads", lost, "the export lacks what was loaded"))
         report.checks.append(_finding(f"universe.{app}.stable", moved, "reloading the export changed it"))
-        environments[app] = {"compatible": not lost and not moved, "load_issues": lost, "stability_issues": moved}
+        environments[app]["stability_issues"] = moved
+        environments[app]["compatible"] = environments[app]["compatible"] and not moved
     return report, {"compatible": report.passed, "environments": environments}
 
 
