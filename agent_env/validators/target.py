@@ -23,6 +23,7 @@ from agent_env.gateway_client.wire import JsonObject
 
 MAX_ANSWER = 4 * 1024 * 1024  # a card, a tool list or a data export larger than this is refused
 TIMEOUT = httpx.Timeout(15.0, connect=5.0)
+CONNECT_ATTEMPTS = 3  # a busy machine may drop a connection attempt; a request that never connected sent nothing
 MCP_TRANSPORT = "mcp"
 DEFAULT_MCP_PATH = "/mcp"
 
@@ -100,15 +101,20 @@ async def request(
     http: httpx.AsyncClient, method: str, url: str, *, headers: dict[str, str], content: bytes | None = None
 ) -> ProbeAnswer:
     send = {**headers, **({"content-type": "application/json"} if content is not None else {})}
-    try:
-        async with http.stream(method, url, headers=send, content=content) as response:
-            raw = bytearray()
-            async for chunk in response.aiter_bytes():
-                raw += chunk
-                if len(raw) > MAX_ANSWER:
-                    raise Unreachable(f"{method} {url} answered more than {MAX_ANSWER // 1024 // 1024} MiB")
-    except httpx.HTTPError as e:
-        raise Unreachable(f"{method} {url}: {type(e).__name__}: {e}") from None
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        try:
+            async with http.stream(method, url, headers=send, content=content) as response:
+                raw = bytearray()
+                async for chunk in response.aiter_bytes():
+                    raw += chunk
+                    if len(raw) > MAX_ANSWER:
+                        raise Unreachable(f"{method} {url} answered more than {MAX_ANSWER // 1024 // 1024} MiB")
+            break
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # (nothing was sent: safe to try again)
+            if attempt == CONNECT_ATTEMPTS:
+                raise Unreachable(f"{method} {url}: {type(e).__name__}: {e}") from None
+        except httpx.HTTPError as e:
+            raise Unreachable(f"{method} {url}: {type(e).__name__}: {e}") from None
     text = raw.decode("utf-8", "replace")
     try:
         body = json_depth.loads(bytes(raw))
