@@ -4,7 +4,7 @@ Each operation's `operationId` is a tool; its parameters and JSON body propertie
 The document is a floor: what it promises must hold (the tool exists, the parameter exists with the same type,
 required where it is required), while a server may offer more. The one extra that is not free is an undeclared
 *required* argument: a caller that follows the document cannot send it. No document (404, 405, 501, or none that
-parses): nothing to check, and the report says it skipped.
+parses as JSON): nothing to check, and the report says it skipped.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from agent_env.validators.mcp_tools import ListedTool, McpUnreachable, list_mcp_
 from agent_env.validators.report import Finding, ValidationReport
 
 VALIDATOR = "verify_spec_conformance"
-DOCUMENTS = ("/openapi.json", "/openapi.yaml")
+DOCUMENTS = ("/openapi.json", "/openapi.yaml")  # read as JSON (YAML is a superset: a JSON document passes)
 ABSENT = (404, 405, 501)
 HTTP_METHODS = ("get", "post", "put", "delete", "patch", "head", "options", "trace")
 MAX_REFS = 32  # $ref hops followed from one node (a cycle stops here)
@@ -149,23 +149,10 @@ async def fetch_document(target: net.EnvTarget) -> tuple[JsonObject | None, str]
                 tried.append(f"{path}: HTTP {answer.status}")
                 continue
             body = answer.body if answer.status == 200 else None
-            if body is None and answer.status == 200 and path.endswith(".yaml"):
-                body = _yaml(answer.text)
             if isinstance(body, dict) and isinstance(body.get("paths"), dict) and body["paths"]:
                 return body, path
-            tried.append(f"{path}: HTTP {answer.status}, no OpenAPI document with paths")
+            tried.append(f"{path}: HTTP {answer.status}, no OpenAPI document with paths (as JSON)")
     return None, "; ".join(tried)
-
-
-def _yaml(text: str) -> Any:
-    try:
-        import yaml  # type: ignore[import-untyped]
-    except ImportError:  # (PyYAML is no dependency: a YAML-only document is then skipped)
-        return None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
 
 
 async def verify_conformance(target: net.EnvTarget, card: Any) -> tuple[ValidationReport, str | None]:
