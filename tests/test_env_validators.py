@@ -28,6 +28,7 @@ from agent_env.cli.env_cmd import resolve_app
 from agent_env.envs.serve import create_app
 from agent_env.spec.run import RunStatus
 from agent_env.validators import env_card, env_protocol, mcp_tools, spec_conformance, universe
+from agent_env.validators.gate import GateVerdict, aggregate
 from agent_env.validators.report import ValidationReport
 from agent_env.validators.target import EnvTarget
 
@@ -364,6 +365,23 @@ async def test_the_gate_fails_on_a_failed_or_missing_verdict(run_task, tmp_path,
     assert "operations.match_card" in json.dumps(gate.outputs["report"])
 
 
+def test_a_required_gate_without_a_verdict_fails_and_a_skipped_one_does_not():
+    verdicts = [
+        GateVerdict(step="card", status="succeeded", passed=True),
+        GateVerdict(step="protocol", status="failed", passed=None),  # the validator itself broke
+        GateVerdict(step="spec", status="succeeded", passed=True, skipped=True),
+        GateVerdict(step="tools", status="succeeded", passed=False, failures=["mcp.tools_match_card"]),
+    ]
+    report = aggregate("validation_gate_aggregator", "run", verdicts, required=["card", "protocol", "spec"])
+    assert not report.passed
+    problems = {c.name: c.problem for c in report.checks if not c.passed}
+    assert problems == {
+        "gate.protocol": "step 'protocol' left no verdict (it failed)",
+        "gate.tools": "step 'tools' failed: mcp.tools_match_card",
+    }
+    assert [c.name for c in report.checks if not c.passed and c.required] == ["gate.protocol"]  # tools: advisory here
+
+
 # -- the command --
 
 
@@ -389,6 +407,9 @@ def test_env_validate_end_to_end(tmp_path, good_card):
             as_json = cli("env", "validate", base, "--json")
             assert as_json.returncode == 0, as_json.stderr
             doc = json.loads(as_json.stdout)
+            read_only = json.loads(cli("env", "validate", base, "--json", "--read-only").stdout)
+            checked = {c["name"] for r in read_only["reports"] for c in r["checks"]}
+            assert read_only["passed"] and "data/reset.result" not in checked and "data/get.result" in checked
             assert doc["passed"] and {r["validator"] for r in doc["reports"]} >= {
                 "verify_env_card",
                 "verify_mcp_tool_schema",
