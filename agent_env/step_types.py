@@ -91,6 +91,15 @@ BUILTINS = {
     # the open protocol's agent extensions: rules an agent that plays a user decides its turns by, peers it delegates to
     "register_agent_triggers": "agent_env.steps.builtin.register_agent_triggers:register_agent_triggers",
     "peer_agents": "agent_env.steps.builtin.peer_agents:peer_agents",
+    # validators of an environment (protocol v1) and of a universe's round trip, and their verdicts
+    "verify_env_card": "agent_env.steps.builtin.env_validators:verify_env_card",
+    "verify_env_core_protocol": "agent_env.steps.builtin.env_validators:verify_env_core_protocol",
+    "verify_mcp_tool_schema": "agent_env.steps.builtin.env_validators:verify_mcp_tool_schema",
+    "verify_spec_conformance": "agent_env.steps.builtin.env_validators:verify_spec_conformance",
+    "verify_mcp_env_assessment": "agent_env.steps.builtin.env_validators:verify_mcp_env_assessment",
+    "validation_gate_aggregator": "agent_env.steps.builtin.env_verdicts:validation_gate_aggregator",
+    "verify_universe_load_export_roundtrip": "agent_env.steps.builtin.env_verdicts:verify_universe_load_export_roundtrip",
+    "combine_universe_verdicts": "agent_env.steps.builtin.env_verdicts:combine_universe_verdicts",
 }
 
 

@@ -44,7 +44,7 @@ runs_app = typer.Typer(help="List, inspect and cancel runs.", no_args_is_help=Tr
 server_app = typer.Typer(
     help="The embedded Temporal dev server (used when no address is configured).", no_args_is_help=True
 )
-env_app = typer.Typer(help="Environments: serve an app on its own.", no_args_is_help=True)
+env_app = typer.Typer(help="Environments: serve an app on its own, validate one.", no_args_is_help=True)
 gateway_app = typer.Typer(help="The embedded gateway (used when no [gateway] url is configured).", no_args_is_help=True)
 tools_app = typer.Typer(help="An environment instance's tools, called as one of its agents.", no_args_is_help=True)
 agents_app = typer.Typer(
@@ -338,6 +338,28 @@ def env_serve(
     from agent_env.cli.env_cmd import serve_command
 
     raise typer.Exit(serve_command(target, host, port, state, data_root, token))
+
+
+@env_app.command("validate")
+def env_validate(
+    target: Annotated[
+        str, typer.Argument(help="An env server's URL, or an env's name: the bundle's, built-in, or registry's.")
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the reports as JSON.")] = False,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Skip the checks that change the env's data (data/reset).")
+    ] = False,
+    bundle: Annotated[
+        str | None, typer.Option(help="The bundle folder whose envs/ holds TARGET (default: the working directory).")
+    ] = None,
+) -> None:
+    """Check that an environment speaks agentenv protocol v1: its card, its data plane, its MCP tools.
+
+    A named environment is deployed by a run and checked through the gateway; a URL is checked where it is, sent
+    no credential. Prints each check (✓, or ✗ with the fix); exits 0 only if every required check passed."""
+    from agent_env.cli.env_validate import validate_command
+
+    raise typer.Exit(validate_command(target, json_out=json_out, read_only=read_only, bundle=bundle))
 
 
 @gateway_app.command("start")

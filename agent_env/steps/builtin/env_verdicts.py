@@ -1,0 +1,192 @@
+"""Verdicts over an environment's validators, as step types: `validation_gate_aggregator` (one verdict from the
+validator steps upstream), `verify_universe_load_export_roundtrip` (a universe loaded and exported, twice) and
+`combine_universe_verdicts` (the round trip's verdict gated by a judge's). The checks are
+`agent_env.validators.gate` and `agent_env.validators.universe`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+from pydantic import Field, model_validator
+
+from agent_env.gateway_client.wire import JsonObject
+from agent_env.spec.run import PlannedConfig
+from agent_env.spec.templates import ref
+from agent_env.steps import PlanContext, StepConfig, StepContext, StepResult, step_type
+from agent_env.steps.builtin.env_validators import EnvTargetConfig, env_target, prepare_target, reported
+from agent_env.steps.builtin.envs import prepare_load
+from agent_env.validators import env_card, universe
+from agent_env.validators.gate import GateVerdict, aggregate
+from agent_env.validators.report import Finding, ValidationReport
+
+
+def verdict_of(step: str, view: Any) -> GateVerdict:
+    """What a step's `${steps.ID}` view says of it as a gate (a validator's outputs carry its report)."""
+    view = view if isinstance(view, dict) else {}
+    outputs: JsonObject = view["outputs"] if isinstance(view.get("outputs"), dict) else {}
+    report: JsonObject = outputs["report"] if isinstance(outputs.get("report"), dict) else {}
+    failures = [
+        c["name"]
+        for c in report.get("checks") or []
+        if isinstance(c, dict) and not c.get("passed") and c.get("required", True)
+    ]
+    return GateVerdict(
+        step=step,
+        status=view.get("status"),
+        passed=view.get("passed"),
+        skipped=bool(outputs.get("skipped")),
+        failures=failures,
+    )
+
+
+class GateConfig(StepConfig):
+    inputs: list[str] = Field(min_length=1, description="the validator steps whose verdicts are combined")
+    required: list[str] | None = Field(None, description="the gates that must pass (default: every input)")
+    views: JsonObject = Field(default_factory=dict, description="filled in when the run is planned")
+
+    @model_validator(mode="after")
+    def _required_are_inputs(self) -> GateConfig:
+        if unknown := sorted(set(self.required or []) - set(self.inputs)):
+            raise ValueError(f"required gates must be inputs: {', '.join(unknown)} are not in `inputs`")
+        return self
+
+
+def prepare_gate(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
+    config["views"] = {
+        step: {
+            "outputs": ref(f"steps.{step}.outputs"),
+            "status": ref(f"steps.{step}.status"),
+            "passed": ref(f"steps.{step}.passed"),
+        }
+        for step in config["inputs"]
+    }
+    return config
+
+
+@step_type(
+    "validation_gate_aggregator",
+    config=GateConfig,
+    prepare=prepare_gate,
+    step_refs=("inputs",),
+    local=True,
+    timeout="30s",
+    retries=0,
+)
+async def validation_gate_aggregator(ctx: StepContext, config: GateConfig) -> StepResult:
+    """Combine upstream validators' verdicts into one: a required gate that failed or never reported fails it."""
+    verdicts = [verdict_of(step, config.views.get(step)) for step in config.inputs]
+    required = config.required if config.required is not None else list(config.inputs)
+    report = aggregate("validation_gate_aggregator", ctx.run_id, verdicts, required)
+    return reported(
+        report,
+        failed_gates=[v.step for v in verdicts if v.passed is False and not v.skipped],
+        missing_gates=[v.step for v in verdicts if v.passed is None],
+        skipped_gates=[v.step for v in verdicts if v.skipped],
+    )
+
+
+# -- universes --
+
+
+class RoundTripConfig(EnvTargetConfig):
+    data: JsonObject | None = Field(None, description="the universe inline: {app: {table: [rows]}}")
+    file: str | None = Field(None, description="the universe as a JSON file of the bundle")
+    artifact: str | None = Field(None, description="filled in when the run is planned")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RoundTripConfig:
+        if (self.data is None) == (self.file is None and self.artifact is None):
+            raise ValueError("give exactly one of `data` (the universe inline) or `file` (a JSON file of the bundle)")
+        return self
+
+
+def prepare_roundtrip(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
+    return prepare_load(prepare_target(config, plan), plan)
+
+
+@step_type(
+    "verify_universe_load_export_roundtrip",
+    config=RoundTripConfig,
+    prepare=prepare_roundtrip,
+    step_refs=("env",),
+    timeout="10m",
+    retries=1,
+)
+async def verify_universe_load_export_roundtrip(ctx: StepContext, config: RoundTripConfig) -> StepResult:
+    """Load a universe, export, reload the export, export again: per app, nothing lost and nothing changed."""
+    data = config.data
+    if data is None:
+        data = json.loads(await ctx.stores.aio.objects.get(cast(str, config.artifact)))
+    target = await env_target(ctx, config)
+    card, served = await env_card.fetch_card(target)
+    if card is None:
+        report = ValidationReport(validator=universe.VALIDATOR, target=target.base, checks=[served])
+        return reported(report, verdict={"compatible": False, "environments": {}})
+    report, verdict = await universe.round_trip(target, card, cast(JsonObject, data))
+    return reported(report, verdict=verdict)
+
+
+class CombineConfig(StepConfig):
+    roundtrip: str = Field(description="the verify_universe_load_export_roundtrip step")
+    judge: str | None = Field(
+        None, description="a judging step (rubric_judge, verify_mcp_env_assessment) that gates it"
+    )
+    views: JsonObject = Field(default_factory=dict, description="filled in when the run is planned")
+
+
+def prepare_combine(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
+    steps = [config["roundtrip"], *([config["judge"]] if config.get("judge") else [])]
+    config["views"] = {
+        step: {
+            "outputs": ref(f"steps.{step}.outputs"),
+            "status": ref(f"steps.{step}.status"),
+            "passed": ref(f"steps.{step}.passed"),
+        }
+        for step in steps
+    }
+    return config
+
+
+@step_type(
+    "combine_universe_verdicts",
+    config=CombineConfig,
+    prepare=prepare_combine,
+    step_refs=("roundtrip", "judge"),
+    local=True,
+    timeout="30s",
+    retries=0,
+)
+async def combine_universe_verdicts(ctx: StepContext, config: CombineConfig) -> StepResult:
+    """The universe's compatibility: the round trip's verdict, gated by the judge's when there is one."""
+    trip = config.views.get(config.roundtrip) or {}
+    outputs: JsonObject = trip["outputs"] if isinstance(trip.get("outputs"), dict) else {}
+    verdict: JsonObject = dict(outputs.get("verdict") or {"compatible": False, "environments": {}})
+    report = ValidationReport(validator="combine_universe_verdicts", target=ctx.run_id)
+    report.checks.append(
+        Finding.ok("universe.roundtrip")
+        if verdict.get("compatible")
+        else Finding.failed(
+            "universe.roundtrip",
+            f"the round trip ({config.roundtrip}) found the universe incompatible"
+            + ("" if outputs else f" or did not run (it {trip.get('status')})"),
+            "see that step's report",
+        )
+    )
+    if config.judge is not None:
+        judged = verdict_of(config.judge, config.views.get(config.judge))
+        report.checks.append(
+            Finding.ok("universe.judge")
+            if judged.passed
+            else Finding.failed(
+                "universe.judge",
+                f"the judge ({config.judge}) "
+                + ("failed it" if judged.passed is False else f"left no verdict (it {judged.status})"),
+                "see the judge's verdicts",
+            )
+        )
+    else:
+        verdict["agent_judge_skipped"] = True
+    verdict["compatible"] = report.passed
+    return reported(report, verdict=verdict)
