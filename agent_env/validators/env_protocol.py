@@ -36,7 +36,7 @@ def offered(card: Any) -> list[str]:
     return [o for o in ops if isinstance(o, str)] if isinstance(ops, list) else list(OPERATIONS)
 
 
-def _error_of(answer: net.ProbeAnswer) -> JsonObject | None:
+def _error_of(answer: net.EnvAnswer) -> JsonObject | None:
     error = answer.body.get("error") if isinstance(answer.body, dict) else None
     return error if isinstance(error, dict) else None
 
@@ -48,7 +48,7 @@ class Probes:
         self.http, self.target = http, target
         self.http_errors: list[str] = []  # probes whose JSON-RPC error came with an HTTP error status
 
-    async def send(self, label: str, method: str, params: Any = None, *, raw: bytes | None = None) -> net.ProbeAnswer:
+    async def send(self, label: str, method: str, params: Any = None, *, raw: bytes | None = None) -> net.EnvAnswer:
         if raw is None:
             answer = await net.rpc(self.http, self.target, method, params, id_=PROBE_ID)
         else:
@@ -60,7 +60,7 @@ class Probes:
         return answer
 
 
-def _expect_error(name: str, answer: net.ProbeAnswer, code: int, id_: Any, what: str, fix: str) -> Finding:
+def _expect_error(name: str, answer: net.EnvAnswer, code: int, id_: Any, what: str, fix: str) -> Finding:
     error = _error_of(answer)
     if error is None:
         seen = f"HTTP {answer.status}: {net.clip(answer.text)}"
@@ -77,7 +77,7 @@ def _expect_error(name: str, answer: net.ProbeAnswer, code: int, id_: Any, what:
     return Finding.ok(name)
 
 
-def _result_object(name: str, answer: net.ProbeAnswer, method: str) -> tuple[Any, Finding]:
+def _result_object(name: str, answer: net.EnvAnswer, method: str) -> tuple[Any, Finding]:
     body = answer.body if isinstance(answer.body, dict) else None
     if answer.status != 200 or body is None or "result" not in body:
         error = _error_of(answer)
@@ -173,7 +173,7 @@ async def check_protocol(target: net.EnvTarget, card: Any, *, mutating: bool = T
     return findings
 
 
-def _not_offered(ops: list[str], answers: dict[str, net.ProbeAnswer]) -> Finding:
+def _not_offered(ops: list[str], answers: dict[str, net.EnvAnswer]) -> Finding:
     """Methods the card does not offer must be unknown (-32601) to the data plane."""
     served = []
     for method, answer in answers.items():

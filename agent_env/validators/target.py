@@ -80,7 +80,7 @@ def client() -> httpx.AsyncClient:
 
 
 @dataclass
-class ProbeAnswer:
+class EnvAnswer:
     """An HTTP answer read within MAX_ANSWER: its status, its body parsed as JSON (None if it is not JSON)."""
 
     status: int
@@ -99,7 +99,7 @@ class Unreachable(Exception):
 
 async def request(
     http: httpx.AsyncClient, method: str, url: str, *, headers: dict[str, str], content: bytes | None = None
-) -> ProbeAnswer:
+) -> EnvAnswer:
     send = {**headers, **({"content-type": "application/json"} if content is not None else {})}
     for attempt in range(1, CONNECT_ATTEMPTS + 1):
         try:
@@ -120,12 +120,12 @@ async def request(
         body = json_depth.loads(bytes(raw))
     except ValueError:  # (TooDeep too)
         body = None
-    return ProbeAnswer(response.status_code, body, text, response.headers.get("content-type", ""))
+    return EnvAnswer(response.status_code, body, text, response.headers.get("content-type", ""))
 
 
 async def rpc(
     http: httpx.AsyncClient, target: EnvTarget, method: str, params: Any = None, *, id_: Any = "validate"
-) -> ProbeAnswer:
+) -> EnvAnswer:
     """One JSON-RPC request to the target's data plane."""
     body = {"jsonrpc": "2.0", "id": id_, "method": method, "params": {} if params is None else params}
     return await request(http, "POST", target.rpc_url, headers=target.rpc_headers, content=json.dumps(body).encode())
