@@ -36,7 +36,7 @@ LEGACY_MODES = {"text", "file", "data"}  # A2A 0.2 examples name kinds, not medi
 
 # Protocol v1's agent extensions: their operations (method, default path); an operation the card omits from
 # `methods` is still at the extension's endpoint. Optional features (agent-config's `get`) only when declared.
-AGENTENV_EXTENSIONS: dict[str, dict[str, tuple[str, str]]] = {
+PROTOCOL_EXTENSIONS: dict[str, dict[str, tuple[str, str]]] = {
     "urn:agentenv:agent-config/v1": {"set": ("POST", "/ext/agent-config")},
     "urn:agentenv:mcp-config/v1": {"add": ("POST", "/ext/mcp-config"), "list": ("GET", "/ext/mcp-config")},
     "urn:agentenv:skill-config/v1": {"add": ("POST", "/ext/skill-config"), "list": ("GET", "/ext/skill-config")},
@@ -147,7 +147,7 @@ def check_declarations(agent: A2AEndpoint) -> list[Finding]:
         if not uri.startswith("urn:agentenv:"):
             continue  # others' extensions: their shape is theirs
         name = short(uri)
-        if uri not in AGENTENV_EXTENSIONS:
+        if uri not in PROTOCOL_EXTENSIONS:
             found.append(
                 Finding.failed(
                     f"ext.{name}.known",
@@ -195,8 +195,8 @@ async def probe_operations(http: httpx.AsyncClient, agent: A2AEndpoint) -> list[
     """Each operation of each declared agentenv extension answers where the card says it is."""
     found = []
     for uri, params in agent.extensions().items():
-        operations = dict(AGENTENV_EXTENSIONS.get(uri, {}))
-        if uri not in AGENTENV_EXTENSIONS:
+        operations = dict(PROTOCOL_EXTENSIONS.get(uri, {}))
+        if uri not in PROTOCOL_EXTENSIONS:
             continue
         declared = params.get("methods")
         methods = declared if isinstance(declared, dict) else {}
@@ -258,7 +258,7 @@ def extension_declared(agent: A2AEndpoint, uri: str, check: str) -> Finding:
     """Shared by the extension validators: the card declares `uri`."""
     if uri in agent.extensions():
         return Finding.ok(check)
-    paths = sorted({path for _, path in AGENTENV_EXTENSIONS.get(uri, {}).values()})
+    paths = sorted({path for _, path in PROTOCOL_EXTENSIONS.get(uri, {}).values()})
     return Finding.failed(
         check,
         f"the card does not declare {uri} (capabilities.extensions)",
