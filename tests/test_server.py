@@ -53,6 +53,19 @@ def test_port_taken_by_another_program(own_settings):
     assert not (own_settings.state_dir / "temporal" / "server.json").exists(), "nothing left behind"
 
 
+def test_an_http_api_port_taken_between_pick_and_bind_is_picked_again(own_settings, monkeypatch):
+    with socket.socket() as other:  # another process takes the port picked for the HTTP API before the server binds it
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        picks = iter([taken])
+        monkeypatch.setattr(server, "free_port", lambda ip: next(picks, None) or free_port())
+        notices: list[str] = []
+        info = server.start(own_settings, on_notice=notices.append)
+    assert server.status(own_settings).running and info.port == own_settings.server.port
+    assert any(f"HTTP API port {taken} was taken" in n for n in notices), notices
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()

@@ -96,7 +96,22 @@ def start(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
     if s.ui:
         ports.append(PortCheck(s.ui_port, "its web UI", "ui_port", "AGENT_ENV_UI_PORT"))
     paths.dir.mkdir(parents=True, exist_ok=True)
-    http_port = free_port(s.ip)
+    # Its HTTP API's port is picked free here and then bound by the server: another process may take it in between
+    # (measured: a restart beside busy test suites lost it to an outgoing connection). Nothing depends on that
+    # port's number, so a start that lost it tries again with another.
+    for attempt in range(3):
+        http_port = free_port(s.ip)
+        try:
+            return _start(settings, paths, ports, http_port, on_notice)
+        except ServerError as e:
+            if attempt == 2 or f":{http_port}: bind: address already in use" not in str(e):
+                raise
+            on_notice(f"the embedded Temporal server's HTTP API port {http_port} was taken meanwhile; trying another")
+    raise AssertionError("unreachable")
+
+
+def _start(settings: Settings, paths: Paths, ports: list[PortCheck], http_port: int, on_notice) -> ServerInfo:
+    s = settings.server
 
     def command() -> list[str]:
         cmd = [
