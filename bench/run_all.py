@@ -30,6 +30,8 @@ import scale  # noqa: E402
 import seals  # noqa: E402
 import stores  # noqa: E402
 import telemetry  # noqa: E402
+import validate  # noqa: E402
+import validate_agent  # noqa: E402
 import world  # noqa: E402
 from common import exit_now  # noqa: E402
 
@@ -54,6 +56,8 @@ def main() -> None:
         "registry": registry.measure(),
         "scale": scale.measure(),
         "telemetry": telemetry.measure(),
+        "validate": validate.measure(),
+        "validate_agent": validate_agent.measure(),
         "explorer": explorer.measure(),
     }
     out = Path(__file__).parent / "results"
