@@ -269,3 +269,43 @@ def test_the_map_check_sees_an_arrow_and_a_cycle():
     )
     assert ["tls", "waiting"] in rooms_in_cycles(imports)
     assert ["tls", "waiting"] not in rooms_in_cycles(facts().imports)
+
+
+# The reference protocol's subpackages that only its extras can import (`agent`: regex, a2a-sdk<0.4, mcp<2; and
+# `computer`): pins that conflict with ours, so a fresh install of ours lacks them. Read them, model their shapes.
+EXTRA_ONLY = ("agentenv_protocol.a2a_agent", "agentenv_protocol.computer")
+
+
+def extra_only_imports(tree: ast.Module) -> list[str]:
+    """Every import of an extra-only subpackage in `tree`, wherever it stands (in a function too)."""
+    found = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        if any(n == p or n.startswith(p + ".") for n in names for p in EXTRA_ONLY):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_imports_the_reference_protocols_extra_only_subpackages():
+    offending = [
+        f"{path.relative_to(ROOT)} {hit}"
+        for path in source_files()
+        for hit in extra_only_imports(ast.parse(path.read_text(), str(path)))
+    ]
+    assert not offending, (
+        "agent_env imports a subpackage of agentenv_protocol that needs the reference's extras (absent from a "
+        "fresh install of ours): " + "; ".join(offending) + " — model the shapes in our own code (see "
+        "agent_env/agents/transfer_wire.py) and import only the base package (transfers, types, client, ...)"
+    )
+
+
+def test_the_extra_only_check_sees_a_function_local_import():
+    tree = ast.parse(
+        "from agentenv_protocol import a2a_agent\n"
+        "def f():\n    from agentenv_protocol.a2a_agent.extensions import SNAPSHOT_V1\n"
+        "def g():\n    import agentenv_protocol.computer\n"
+        "from agentenv_protocol.transfers import ReadObject\n"
+    )
+    assert [hit.split(":")[0] for hit in extra_only_imports(tree)] == ["line 1", "line 3", "line 5"]

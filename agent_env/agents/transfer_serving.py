@@ -14,7 +14,7 @@ An agent opts in by defining two hooks (no base class needed):
 
 The run sends grants (`agentenv_protocol.transfers`: a URL and headers per object, for a few minutes); the SDK
 moves the bytes with the protocol's own transfer helpers (sizes and digests checked), so the hooks only see bytes.
-The card declares the extension with the protocol's own request and response contracts.
+The card declares the extension with the protocol's request and response contracts (`transfer_wire`).
 """
 
 from __future__ import annotations
@@ -25,18 +25,26 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agentenv_protocol.transfers import TransferError, download, upload
+from agentenv_protocol.transfers import ReadObject, TransferError, download, upload
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agent_env.agents.transfer_wire import (
+    SNAPSHOT,
+    SNAPSHOT_DESCRIPTION,
+    ObjectSnapshotLoadRequest,
+    ObjectSnapshotLoadResponse,
+    ObjectSnapshotSaveRequest,
+    ObjectSnapshotSaveResponse,
+    TaskObjectTrajectoryRequest,
+    TrajectoryObjectsResponse,
+    snapshot_card_params,
+)
 from agent_env.guard import BodyTooLarge, read_body
-
-if TYPE_CHECKING:
-    from agentenv_protocol.transfers import ReadObject
 
 MAX_REQUEST_BYTES = 256 * 1024  # a transfer request carries grants, never the objects
 
@@ -63,27 +71,14 @@ def card_entries(agent: Any) -> list[Any]:
     if not saves_state(agent):
         return []
     from a2a.types import AgentExtension
-    from agentenv_protocol.a2a_agent.extensions import SNAPSHOT_V1
 
-    methods = {}
-    for name, op in SNAPSHOT_V1.core_operations.items():
-        request: Any = op.request  # (a RequestDefinition and a FieldSchema once defined: the protocol's contracts)
-        response: Any = op.response
-        methods[name] = {"method": op.method, "request": request.to_card(), "response": response.to_card()}
-    params = {"endpoint": SNAPSHOT_V1.endpoint, "methods": methods}
-    return [AgentExtension(uri=SNAPSHOT_V1.uri, description=SNAPSHOT_V1.description, params=params)]
+    return [AgentExtension(uri=SNAPSHOT, description=SNAPSHOT_DESCRIPTION, params=snapshot_card_params())]
 
 
 def routes(agent: Any) -> list[Route]:
     """POST (save) and PUT (load) at /ext/snapshot, for an agent with the hooks."""
     if not saves_state(agent):
         return []
-    from agentenv_protocol.a2a_agent.extensions import (
-        ObjectSnapshotLoadRequest,
-        ObjectSnapshotLoadResponse,
-        ObjectSnapshotSaveRequest,
-        ObjectSnapshotSaveResponse,
-    )
 
     async def save(request: Request) -> JSONResponse:
         wanted = ObjectSnapshotSaveRequest.model_validate(await _body(request))
@@ -114,7 +109,6 @@ def routes(agent: Any) -> list[Route]:
 async def trajectory_to_object(body: Any, trajectories: Mapping[str, Any]) -> JSONResponse:
     """trajectory/v1 get, `task_objects` variant: the kept trajectory of a task, written as one JSON object
     through the run's grant; answered with what was uploaded."""
-    from agentenv_protocol.a2a_agent.extensions import TaskObjectTrajectoryRequest, TrajectoryObjectsResponse
 
     try:
         wanted = TaskObjectTrajectoryRequest.model_validate(body)

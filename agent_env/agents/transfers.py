@@ -7,9 +7,10 @@ short-lived grants on our object store (`stores.grants`) and the agent moves the
 - `urn:agentenv:trajectory/v1` get, `task_objects` variant: a grant to write the turn's trajectory as one JSON
   object, which the run then reads from its own store (taken when the agent's card lists the variant's fields).
 
-The bodies are the protocol's own request models (`agentenv_protocol`), and a card's request contract is read by
-its own `card_request_accepts`. An agent's answer is a claim: what it wrote is checked in the store (present,
-within its grant's size) before anything is recorded. Grants never enter a run's history; keys do.
+The bodies are our models of the protocol's request shapes (`transfer_wire`), the grants the protocol's own
+(`agentenv_protocol.transfers`), and a card's request contract is read the protocol's way (`card_request_accepts`).
+An agent's answer is a claim: what it wrote is checked in the store (present, within its grant's size) before
+anything is recorded. Grants never enter a run's history; keys do.
 """
 
 from __future__ import annotations
@@ -18,25 +19,40 @@ import hashlib
 import json
 import mimetypes
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urljoin
 
 import httpx
+from agentenv_protocol.transfers import HttpGetGrant, HttpPutGrant, ReadObject, WriteObject
 from pydantic import BaseModel, ValidationError
 
 from agent_env.agents.extensions import ExtensionClient, ExtensionRefused, operation
+from agent_env.agents.transfer_wire import (
+    OPAQUE,
+    OPERATIONS,
+    SKILL_CONFIG,
+    SNAPSHOT,
+    TRAJECTORY,
+    BundleSkillRequest,
+    ObjectSnapshotLoadRequest,
+    ObjectSnapshotLoadResponse,
+    ObjectSnapshotSaveRequest,
+    ObjectSnapshotSaveResponse,
+    SkillBundle,
+    SkillBundleFile,
+    SnapshotReadObjects,
+    SnapshotWriteObjects,
+    TaskObjectTrajectoryRequest,
+    TaskTrajectoryRequest,
+    TrajectoryWriteObjects,
+    card_request_accepts,
+    required_fields,
+)
 from agent_env.config import url_origin
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.stores import Stores, in_thread
 from agent_env.stores.grants import Grant, ObjectGrants
 
-if TYPE_CHECKING:  # (the protocol's agent models load the A2A SDK: imported where they are used)
-    from agentenv_protocol.transfers import ReadObject, WriteObject
-
-SNAPSHOT = "urn:agentenv:snapshot/v1"
-TRAJECTORY = "urn:agentenv:trajectory/v1"
-SKILL_CONFIG = "urn:agentenv:skill-config/v1"
-OPAQUE = "application/octet-stream"
 SNAPSHOT_OBJECTS = {"trajectory": 256 << 20, "workspace": 1 << 30}  # what each object may hold, at most
 MAX_TRAJECTORY_OBJECT_BYTES = 64 << 20  # a trajectory written through a grant (read back whole by the run)
 MAX_ANSWER_BYTES = 64 * 1024  # an agent's answer to a transfer call is small: its objects went to the store
@@ -53,7 +69,6 @@ def snapshot_prefix(run_id: str, name: str) -> str:
 
 def write_object(grant: Grant, media_type: str) -> WriteObject:
     """A write grant as the protocol carries it."""
-    from agentenv_protocol.transfers import HttpPutGrant, WriteObject
 
     return _wire(
         lambda: WriteObject(
@@ -69,7 +84,6 @@ def write_object(grant: Grant, media_type: str) -> WriteObject:
 def read_object(grant: Grant, size: int, media_type: str, data: bytes | None = None) -> ReadObject:
     """A read grant for the object of `size` bytes at the grant's key, as the protocol carries it (with its digest
     when its bytes are at hand)."""
-    from agentenv_protocol.transfers import HttpGetGrant, ReadObject
 
     return _wire(
         lambda: ReadObject(
@@ -96,11 +110,10 @@ def _wire(make: Any) -> Any:
 
 def accepts(client: ExtensionClient, uri: str, name: str, model: type[BaseModel]) -> bool:
     """Whether the agent's card lists `uri` `name` taking exactly the fields `model` requires."""
-    from agentenv_protocol.a2a_agent.extensions import card_request_accepts, request_fields
 
     method = ((client.extensions.get(uri) or {}).get("methods") or {}).get(name) or {}
     request = method.get("request")
-    return isinstance(request, dict) and card_request_accepts(request, request_fields(model).required)
+    return isinstance(request, dict) and card_request_accepts(request, required_fields(model))
 
 
 async def call(
@@ -108,11 +121,8 @@ async def call(
 ) -> httpx.Response:
     """One extension call carrying grants, on the agent's origin only; its answer read within a bound. Statuses
     in `done` count as success (a 409: already there, for a retried step)."""
-    from agentenv_protocol.a2a_agent.extensions import STANDARD_EXTENSIONS
 
-    definition = STANDARD_EXTENSIONS[uri]
-    spec = definition.operation(name)
-    method, path = operation(client.extensions[uri], name, spec.method, definition.endpoint or spec.path)
+    method, path = operation(client.extensions[uri], name, *OPERATIONS[uri, name])
     url = urljoin(client.agent_url, path)
     if url_origin(url) != url_origin(client.agent_url):
         raise ExtensionRefused(
@@ -159,11 +169,6 @@ async def save_snapshot(
     client: ExtensionClient, grants: ObjectGrants, stores: Stores, prefix: str, context_id: str, *, timeout: float
 ) -> JsonObject:
     """Ask the agent to save its state of `context_id` under `prefix`; what it wrote, by object."""
-    from agentenv_protocol.a2a_agent.extensions import (
-        ObjectSnapshotSaveRequest,
-        ObjectSnapshotSaveResponse,
-        SnapshotWriteObjects,
-    )
 
     issued = {
         name: await in_thread(grants.write, prefix + name, media_type=OPAQUE, max_bytes=most)
@@ -193,11 +198,6 @@ async def load_snapshot(
     timeout: float,
 ) -> str:
     """Hand the agent the snapshot saved under `prefix` to load; the context id it restored it as."""
-    from agentenv_protocol.a2a_agent.extensions import (
-        ObjectSnapshotLoadRequest,
-        ObjectSnapshotLoadResponse,
-        SnapshotReadObjects,
-    )
 
     read: dict[str, ReadObject] = {}
     for name in SNAPSHOT_OBJECTS:
@@ -217,7 +217,6 @@ async def trajectory_object(
     client: ExtensionClient, grants: ObjectGrants, stores: Stores, key: str, task_id: str, *, timeout: float = 120.0
 ) -> Any:
     """The agent's trajectory of one task, written by the agent through a grant at `key` and read from our store."""
-    from agentenv_protocol.a2a_agent.extensions import TaskObjectTrajectoryRequest, TrajectoryWriteObjects
 
     grant = await in_thread(grants.write, key, media_type="application/json", max_bytes=MAX_TRAJECTORY_OBJECT_BYTES)
     body = TaskObjectTrajectoryRequest(
@@ -234,14 +233,12 @@ async def trajectory_object(
 
 def takes_task_objects(client: ExtensionClient) -> bool:
     """Whether the agent's card lists trajectory/v1 get's `task_objects` variant (`task_id` + `objects`)."""
-    from agentenv_protocol.a2a_agent.extensions import TaskObjectTrajectoryRequest
 
     return accepts(client, TRAJECTORY, "get", TaskObjectTrajectoryRequest)
 
 
 def takes_inline_trajectory(client: ExtensionClient) -> bool:
     """Whether the agent answers trajectory/v1 get's `task` variant (its card declares it, or no request at all)."""
-    from agentenv_protocol.a2a_agent.extensions import TaskTrajectoryRequest
 
     method = ((client.extensions.get(TRAJECTORY) or {}).get("methods") or {}).get("get") or {}
     return "request" not in method or accepts(client, TRAJECTORY, "get", TaskTrajectoryRequest)
@@ -253,7 +250,6 @@ async def add_skill_bundles(
     """Give the agent skills as bundles of objects (skill-config/v1 add, `bundle` variant) when its card takes
     them: every file of each skill's folder, which the agent reads through a read grant. `skills`: name ->
     description; `files`: `/skills/NAME/PATH` -> object key. Returns the names given (the rest go inline)."""
-    from agentenv_protocol.a2a_agent.extensions import BundleSkillRequest, SkillBundle, SkillBundleFile
 
     if not accepts(client, SKILL_CONFIG, "add", BundleSkillRequest):
         return []
