@@ -119,7 +119,10 @@ def test_without_broken_plugins_check_passes():
 def test_steps_list_prints_every_type_with_its_origin_and_traits():
     done = cli("steps", "list")
     assert done.returncode == 0, done.stderr
-    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    rows: dict[str, str] = {}
+    for line in done.stdout.splitlines():  # a type's row comes before any wrapped line that starts with its name
+        if line.strip():
+            rows.setdefault(line.split()[0], line)
     assert "built-in" in rows["prompt_agent"] and "timeout 2h" in rows["prompt_agent"]
     assert "conversation" in rows["prompt_agent"] and "Give an agent a task" in rows["prompt_agent"]
     assert "plugin" in rows["echo"] and "local" in rows["echo"] and "Output the configured value." in rows["echo"]
