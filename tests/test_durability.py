@@ -121,6 +121,31 @@ async def wait_until(predicate, timeout=30.0, what="condition"):
         await asyncio.sleep(0.05)
 
 
+async def finish(cluster: Cluster, client, run_id: str, timeout: float = 180) -> RunState:
+    """The run's result after a crash. Should it not come, fail with what the run was waiting for: its pending
+    activities (attempts, last failure) and the tails of the workers' and the gateway's logs."""
+    handle = client.get_workflow_handle(run_id, result_type=RunState)
+    try:
+        return await asyncio.wait_for(launch.wait_result(handle), timeout)
+    except TimeoutError:
+        described = await handle.describe()
+        pending = [
+            f"{a.activity_type.name} attempt {a.attempt} state {a.state} last failure {a.last_failure.message!r}"
+            for a in described.raw_description.pending_activities
+        ]
+        logs = {
+            name: path.read_text(errors="replace")[-4000:] if path.exists() else "(none)"
+            for name, path in (
+                ("workers", cluster.log),
+                ("gateway", cluster.settings.state_dir / "gateway" / "gateway.log"),
+            )
+        }
+        raise AssertionError(
+            f"run {run_id} not finished after {timeout:.0f} s; status {described.status and described.status.name}; pending {pending}; "
+            + "; ".join(f"{name} log tail:\n{text}" for name, text in logs.items())
+        ) from None
+
+
 async def run_interrupted(cluster: Cluster, kill_server: bool) -> RunState:
     client = await connect(cluster.settings)
     baseline = await launch.wait_result(await launch.start_run(client, cluster.settings, parse_task(TASK, "t")))
@@ -147,7 +172,7 @@ async def run_interrupted(cluster: Cluster, kill_server: bool) -> RunState:
         cluster.start_server()
         client = await connect(cluster.settings)
     cluster.start_worker()
-    final = await asyncio.wait_for(launch.wait_result(client.get_workflow_handle(run_id, result_type=RunState)), 90)
+    final = await finish(cluster, client, run_id)
 
     assert final.status is RunStatus.PASSED, final
     assert comparable(final) == comparable(baseline), "the result equals an uninterrupted run's"
@@ -226,7 +251,7 @@ async def test_world_survives_sigkill_of_worker_and_gateway(cluster):
     os.kill(embedded_gateway.status(cluster.settings).info.pid, signal.SIGKILL)
     await asyncio.sleep(5)
     cluster.start_worker()  # its first environment call restarts the gateway
-    final = await asyncio.wait_for(launch.wait_result(client.get_workflow_handle(handle.id, result_type=RunState)), 90)
+    final = await finish(cluster, client, handle.id)
     after_kill = time.monotonic() - killed_at
 
     assert final.status is RunStatus.PASSED, final
