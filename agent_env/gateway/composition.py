@@ -119,6 +119,7 @@ def child_card(name: str, app: object, visible: Collection[str] | None) -> Envir
     )
     return card.model_copy(
         update={
+            "name": name,  # the app's name in the instance (two apps may serve one card name), as in `/svc/{app}`
             "url": prefix + card.url if card.url.startswith("/") else card.url,
             "additionalInterfaces": [],
             "capabilities": capabilities,
