@@ -136,8 +136,16 @@ async def test_a_foreign_env_starts_with_the_runs_roles(foreign_env, tmp_path): 
         # the composed card: the foreign env's tool access is the gateway's own (same operations, same paths)
         async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
             foreign = child(await card_of(http, "mixed", gateway.admin_token), "foreign")
-        disable = extension(foreign, gateway_extensions.DISABLE_TOOL)["params"]
-        assert disable["endpoint"] == "/tools/disable", disable
+            disable = extension(foreign, gateway_extensions.DISABLE_TOOL)["params"]
+            assert disable["endpoint"] == "/tools/disable", disable
+            # ... so the gateway does not relay it past itself (a run-owned instance refuses it there)
+            around = await http.post(
+                "/envs/mixed/svc/foreign/tools/disable",
+                json={"role": "reader", "tools": ["ping"]},
+                headers=bearer(gateway.admin_token),
+            )
+            assert around.status_code == 404, around.text
+        assert await foreign_listing(foreign_env, "reader") == {"ping"}
 
 
 @pytest.mark.processes

@@ -139,26 +139,27 @@ def children(inst: EnvInstance, allowed: frozenset[str] | None) -> Iterator[Envi
         yield child_card(name, app, visible)
 
 
-def declared_paths(app: RemoteApp) -> list[str]:
-    """The paths of `app`'s own server the gateway relays: its data plane's, and each extension's endpoints."""
-    card = app.card
-    if card is None:
+def declared_paths(name: str, app: RemoteApp) -> list[str]:
+    """The paths of `app`'s own server the gateway relays: those its child card on the composed card roots under
+    `/svc/{name}` (its data plane's, each of its extensions' endpoints), not those the gateway serves itself."""
+    if app.card is None:
         return []
-    paths = [card.url] if card.url.startswith("/") and app.data_plane else []
+    card, prefix = child_card(name, app, None), child_prefix(name)
+    paths = [card.url] if app.data_plane else []
     for extension in card.capabilities.extensions or []:
         params = extension.params or {}
         if isinstance(params.get("endpoint"), str):
             paths.append(params["endpoint"])
         paths += [path for *_, path in operations(params)]
-    return [p for p in paths if p.startswith("/") and not p.startswith("//")]
+    return [p.removeprefix(prefix) for p in paths if p.startswith(prefix + "/")]
 
 
-def _relayed(app: RemoteApp, path: str) -> bool:
-    if posixpath.normpath(path) != path.rstrip("/") or path.rstrip("/") in ("", app.mcp_path):
-        return False  # dot segments, the server's root, or its MCP endpoint
-    if path == app.mcp_path or path.startswith(app.mcp_path + "/"):
-        return False
-    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in declared_paths(app))
+def _relayed(name: str, app: RemoteApp, path: str) -> bool:
+    if path.startswith("//") or posixpath.normpath(path) != path.rstrip("/"):
+        return False  # another host's path, or dot segments
+    if path.rstrip("/") in ("", app.mcp_path) or path.startswith(app.mcp_path + "/"):
+        return False  # the server's root, or its MCP endpoint (agents reach its tools through the gateway's)
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in declared_paths(name, app))
 
 
 async def relay(request: Request) -> Response:
@@ -176,11 +177,11 @@ async def relay(request: Request) -> Response:
             f"instance {instance!r} has no app {name!r} with a card of its own (apps served by their own server: "
             f"{', '.join(served) or 'none'})",
         )
-    if not _relayed(app, path):
+    if not _relayed(name, app, path):
         raise GatewayError(
             404,
             f"app {name!r} declares no {path!r} on its card; the gateway relays only the paths it declares: "
-            f"{', '.join(sorted(set(declared_paths(app)))) or 'none'}",
+            f"{', '.join(sorted(set(declared_paths(name, app)))) or 'none'}",
         )
     body = await bounded_body(request, gateway.max_body_bytes)
     headers = {h: request.headers[h] for h in RELAYED_HEADERS if h in request.headers}
