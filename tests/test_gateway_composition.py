@@ -152,7 +152,8 @@ async def test_a_foreign_env_starts_with_the_runs_roles(foreign_env, tmp_path): 
 async def test_a_restarted_gateway_sets_a_foreign_envs_clock_to_the_worlds(foreign_env, tmp_path, monkeypatch):  # noqa: F811
     """A paced clock pushed with a short lease; the gateway is SIGKILLed and the lease runs out while it is down (the
     world's clock stops there, the foreign env's runs on). The worker's next call starts the gateway again, which
-    opens the instance and sets the foreign env's clock to the world's: stopped at the lease."""
+    opens the instance and sets the foreign env's clock to the world's, stopped at the lease, and its roles to the
+    run's."""
     monkeypatch.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AGENT_ENV_GATEWAY_PORT", str(free_port()))
     settings = load_settings(tmp_path)
@@ -181,6 +182,9 @@ async def test_a_restarted_gateway_sets_a_foreign_envs_clock_to_the_worlds(forei
             assert len(before) == 1 and before[0]["rate"] == 60.0, before
 
         os.kill(embedded.status(settings).info.pid, signal.SIGKILL)
+        # meanwhile the foreign env's own view drifts: a role's tools taken away there, not by the run
+        httpx2.post(f"{foreign_env}/tools/disable", json={"role": "agent", "tools": "*"}).raise_for_status()
+        assert await foreign_listing(foreign_env, "agent") == set()
         while datetime.now(UTC) <= lease:  # (the run's lease runs out while the gateway is down)
             await asyncio.sleep(0.2)
 
@@ -189,5 +193,6 @@ async def test_a_restarted_gateway_sets_a_foreign_envs_clock_to_the_worlds(forei
         world_now = datetime(2031, 5, 1, 12, tzinfo=UTC) + (lease - real) * 60
         after = httpx2.get(f"{foreign_env}/seen").json()["clock"]
         assert after[-1] == {"virtual_time": iso(world_now), "rate": 0.0}, after
+        assert await foreign_listing(foreign_env, "agent") == {"ping", "secret"}, "the run's roles again"
     finally:
         embedded.stop(settings)
