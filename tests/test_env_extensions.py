@@ -524,7 +524,9 @@ def refusing_env():
     app = mcp.streamable_http_app()
     app.router.routes.insert(0, Route(CARD_PATH, lambda request: JSONResponse(card.model_dump(mode="json"))))
     app.router.routes.append(
-        Route("/tools/disable", lambda request: JSONResponse({"error": "I will not"}, status_code=418), methods=["POST"])
+        Route(
+            "/tools/disable", lambda request: JSONResponse({"error": "I will not"}, status_code=418), methods=["POST"]
+        )
     )
     app.router.routes.append(Route("/tools/enable", lambda request: JSONResponse({}), methods=["POST"]))
     with serving(app) as url:
