@@ -497,8 +497,8 @@ async def test_a_tool_named_disable_is_still_called_over_rest_with_a_role_token(
 
 @contextlib.contextmanager
 def refusing_env():
-    """A server whose card declares tool access, which refuses every change of it (418); one of its tools is
-    named `disable`."""
+    """A server whose card declares tool access, which takes tools enabled (as every role's are when an instance
+    opens) and refuses any disabled (418); one of its tools is named `disable`."""
     from mcp.server import MCPServer
     from starlette.responses import JSONResponse
     from starlette.routing import Route
@@ -523,9 +523,11 @@ def refusing_env():
     )
     app = mcp.streamable_http_app()
     app.router.routes.insert(0, Route(CARD_PATH, lambda request: JSONResponse(card.model_dump(mode="json"))))
-    for path in ("/tools/disable", "/tools/enable"):
-        app.router.routes.append(
-            Route(path, lambda request: JSONResponse({"error": "I will not"}, status_code=418), methods=["POST"])
+    app.router.routes.append(
+        Route(
+            "/tools/disable", lambda request: JSONResponse({"error": "I will not"}, status_code=418), methods=["POST"]
         )
+    )
+    app.router.routes.append(Route("/tools/enable", lambda request: JSONResponse({}), methods=["POST"]))
     with serving(app) as url:
         yield url

@@ -8,9 +8,13 @@ neither; these keep such an app's own view the run's (its tool listing, its cloc
 whoever reaches it) instead of its defaults. An app that refuses is an error naming it (502), and nothing of
 the change is applied here: the caller (a run's step) fails or retries instead of the two disagreeing.
 
+Each time the gateway opens an instance (created, forked, or reopened from its store: after a restart, or once it
+was closed as idle), every role's tools and the world's clock are pushed too (`push_view`): such an app starts with
+the run's roles, not its own defaults, and after a gateway that died comes back, a clock that ran on alone past the
+run's lease (the world's stopped there) is set to the world's again.
+
 Not pushed: triggers (`triggers/v1` register). Every call to such an app passes through this gateway, which matches
 it against the run's conditions; an engine of the app's own would fire them a second time, with its own actions.
-Nor the roles an instance starts with: the app's own defaults stand until the run changes a role.
 """
 
 from __future__ import annotations
@@ -57,12 +61,27 @@ async def push_role(inst: EnvInstance, role: str, allowed: frozenset[str]) -> No
 
 
 async def push_clock(inst: EnvInstance, clock: ClockState) -> None:
-    """Set the clock of each app that declares clock/v1 set_time to the world's now and pace. Such a clock runs on
-    its own from there: it may pass the run's next event (the horizon) until the run's next push sets it again."""
+    """Set the clock of each app that declares clock/v1 set_time to the world's now and pace (none once the world's
+    clock stopped at its lease or its horizon). Such a clock runs on its own from there: it may pass the run's next
+    event (the horizon) or its lease until the run's next push sets it again."""
+    real = datetime.now(UTC)
+    stopped = (clock.lease_until is not None and clock.lease_until <= real) or (
+        clock.horizon is not None and clock.now(real) >= clock.horizon
+    )
     body: dict[str, object] = {
-        "virtual_time": iso(clock.now(datetime.now(UTC))),
-        "virtual_seconds_per_real_second": clock.rate if clock.running else 0.0,
+        "virtual_time": iso(clock.now(real)),
+        "virtual_seconds_per_real_second": clock.rate if clock.running and not stopped else 0.0,
     }
     for app in _remote_apps(inst):
         if app.declares(CLOCK, "set_time"):
             await _invoke(app, CLOCK, "set_time", body)
+
+
+async def push_view(inst: EnvInstance) -> None:
+    """Every role's tools and the world's clock, to the apps that declare taking them (an instance being opened)."""
+    if not _remote_apps(inst):
+        return
+    for role in inst.spec.roles:
+        await push_role(inst, role, inst.allowed[role])
+    if inst.world is not None and inst.world.clock is not None:
+        await push_clock(inst, inst.world.clock)

@@ -10,6 +10,7 @@ Agents (role token, `Authorization: Bearer aet_...`, valid until its run ends: 4
 The run (admin token, `Authorization: Bearer aea_...`, kept in the gateway's folder; routes_admin.py):
     POST /envs/{id}/agentenv              the JSON-RPC data plane, fanned out to every app
     /envs/{id}/{tools/disable, tools/enable, clock/*, triggers/*, trajectory, state}: the env-side extensions
+    /envs/{id}/svc/{app}/...              an app's own data plane and extensions, as the card's children name them
     /admin/instances[/{id}[/tokens/{agent} | /servers/{app}/token | /roles/{role} | /agents/{agent} | /call | /snapshot | /trajectory]]
     POST /admin/runs/{run_id}/end         the run is over: end its tokens, close its instances, delete its hosted agents
     GET  /admin/runs/{run_id}/parked      trigger hits the run refused or could not take (with the error)
@@ -44,7 +45,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agent_env import telemetry
 from agent_env.envs.app import ToolError
 from agent_env.errors import BadInput
-from agent_env.gateway import routes_admin, routes_agents, routes_extensions
+from agent_env.gateway import composition, routes_admin, routes_agents, routes_extensions
 from agent_env.gateway.env_instance import CompositionError
 from agent_env.gateway.routes_common import gateway_of
 from agent_env.gateway.service import Gateway, GatewayError
@@ -154,6 +155,11 @@ def create_app(gateway: Gateway, *, urls: Iterable[str | None] = ()) -> HostGuar
             Route("/envs/{instance}/tools/disable", routes_extensions.tool_access, methods=["POST"]),
             Route("/envs/{instance}/tools/enable", routes_extensions.tool_access, methods=["POST"]),
             Route("/envs/{instance}/tools/{name}", routes_agents.call_tool, methods=["POST"]),
+            Route(  # an app's own extensions, as the composed card roots them (composition.py)
+                "/envs/{instance}/svc/{app}/{path:path}",
+                composition.relay,
+                methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            ),
         ],
     )
     app.state.gateway = gateway

@@ -13,12 +13,14 @@ from pydantic import ValidationError
 
 from agent_env.envs.mcp import ChangeChannel
 from agent_env.errors import from_validation_error
+from agent_env.gateway import foreign
 from agent_env.gateway.auth import Auth
 from agent_env.gateway.callers import GatewayError
 from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway.spec import InstanceSpec
 from agent_env.gateway.state import COLLECTION, WORLDS
 from agent_env.gateway_client import wire
+from agent_env.spec.roles import role_tools
 from agent_env.spec.world_state import WorldPush
 
 
@@ -45,14 +47,19 @@ class Instances(Auth):
                 inst = await source.fork(spec, self.folder(spec.id), key=self.key)
         except (OSError, RuntimeError) as e:  # a remote app that does not answer (stopped, or not up yet)
             raise GatewayError(502, f"instance {spec.id}: {e}") from None
+        if world := self.store.get(WORLDS, spec.id):
+            inst.apply_world(WorldPush.model_validate(world))
+        try:
+            await foreign.push_view(inst)  # apps at URLs: the run's roles and clock, not their own (see there)
+        except BaseException:
+            await inst.close()
+            raise
         if spec.id in self._instances:  # opened meanwhile by a concurrent request: keep that one
             await inst.close()
             return self._instances[spec.id]
         self._instances[spec.id] = inst
         self._tokens[spec.id] = {self._digest(self._role_token(spec, agent)): agent for agent in inst.agents}
         self._channels.setdefault(spec.id, ChangeChannel())
-        if world := self.store.get(WORLDS, spec.id):
-            inst.apply_world(WorldPush.model_validate(world))
         return inst
 
     def _save(self, inst: EnvInstance) -> None:
@@ -82,6 +89,7 @@ class Instances(Auth):
         if spec.run_id == current.spec.run_id and current.spec.ended_at is not None:
             spec.ended_at = current.spec.ended_at  # a late retry of the run's deploy does not revive its tokens
         for role, role_spec in spec.roles.items():
+            await foreign.push_role(current, role, role_tools(role, role_spec, current.entries))  # (as world.py)
             current.set_role(role, role_spec)
         current.agents = spec.agent_roles()
         current.spec = spec

@@ -26,6 +26,7 @@ from collections.abc import Generator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import quote
 
 import httpx2 as httpx
 from agentenv_protocol.types import (
@@ -102,6 +103,7 @@ class CardExtensions:
     base_url: str
     _http: httpx.AsyncClient
     extensions: Mapping[str, JsonObject] = MappingProxyType({})  # each one's params, by URI
+    card: EnvironmentCard | None = None  # as it serves it (composition.py nests it in the instance's card)
 
     def _declared_operations(self, answer: httpx.Response) -> list[str]:
         raise NotImplementedError
@@ -109,7 +111,7 @@ class CardExtensions:
     def _read_card(self, answer: httpx.Response) -> list[str]:
         """The card's data-plane methods (checked as RemoteApp does), its extensions noted."""
         operations = self._declared_operations(answer)
-        card = EnvironmentCard.model_validate_json(answer.content)
+        self.card = card = EnvironmentCard.model_validate_json(answer.content)
         self.extensions = {e.uri: e.params or {} for e in (card.capabilities.extensions or [])}
         return operations
 
@@ -138,6 +140,20 @@ class CardExtensions:
             f"app {self.name!r} at {self.base_url} answered {uri} {method} with {answer.status_code}: "
             f"{said[:1000].decode(errors='replace')}"
         )
+
+    async def relay(
+        self, verb: str, path: str, query: str, body: bytes, headers: dict[str, str], limit: int
+    ) -> tuple[int, str | None, bytes | None]:
+        """A request to a path of the server's own (composition.py checks which), with its token and no other
+        credential: (status, content type, the answer's bytes, or None past `limit` bytes)."""
+        said = b""
+        url = quote(path) + (f"?{query}" if query else "")
+        async with self._http.stream(verb, url, content=body, headers=headers) as answer:
+            async for chunk in answer.aiter_bytes():
+                said += chunk
+                if len(said) > limit:
+                    return answer.status_code, None, None
+            return answer.status_code, answer.headers.get("content-type"), said
 
 
 class RemoteApp(CardExtensions):
@@ -171,6 +187,7 @@ class RemoteApp(CardExtensions):
         app = cls(name, f"http://127.0.0.1:{port}", proc, token=token)
         try:
             await app._wait_ready(folder / "server.log")
+            app.operations = app._read_card(await app._http.get(WELL_KNOWN_PATH, timeout=PROBE_TIMEOUT))
             await app._connect()
         except BaseException:
             await app.close()

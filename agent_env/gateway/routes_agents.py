@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from agent_env.envs import card as cards
-from agent_env.gateway import extensions
+from agent_env.gateway import composition, extensions
 from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway.routes_common import gateway_of, json_of
 from agent_env.gateway.service import Caller, GatewayError
@@ -78,6 +78,7 @@ async def call_tool(request: Request) -> Response:
 async def card(request: Request, instance: str) -> Response:
     """The instance's card: with the admin token every tool, with a role token the role's."""
     gateway = gateway_of(request)
+    allowed: frozenset[str] | None = None  # the caller's tools (as exposed); None: every tool
     if gateway.is_admin(request.headers.get("authorization")):
         inst = await gateway.get(instance)
         listed: list[dict[str, Any]] = [
@@ -87,14 +88,12 @@ async def card(request: Request, instance: str) -> Response:
     else:
         caller = await role_caller(request, instance)
         inst, listed = caller.instance, _listed(gateway.listing(caller))
+        allowed = frozenset(t["name"] for t in listed)
     body = cards.environment_card(
         inst.spec.env,
         tools=(cards.EnvironmentTool(**t) for t in listed),
         operations=inst.operations,
-        children=(
-            cards.EnvironmentCard(name=name, capabilities=cards.EnvironmentCapabilities(operations=[]))
-            for name in inst.apps
-        ),
+        children=composition.children(inst, allowed),
     )
     assert body.capabilities is not None  # (environment_card fills it)
     body.capabilities.extensions = [*(body.capabilities.extensions or []), *extensions.CARD_EXTENSIONS]
