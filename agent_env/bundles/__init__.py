@@ -1,5 +1,7 @@
 """Bundles: folders holding `tasks/` (and, with later capabilities, `envs/`, `agents/`, `artifacts/`).
 
+A task is `tasks/NAME.toml`, or the framework's `tasks/NAME.json` (a list of steps; `agent_env.spec.json_tasks`).
+
 Built-in bundles live next to this file; `agent-env run NAME` finds them by name.
 """
 
@@ -28,12 +30,16 @@ class Runnable:
     builtin: bool
 
 
+TASK_SUFFIXES = (".json", ".toml")  # a TOML task wins over a JSON one of the same name
+
+
 def is_bundle(folder: Path) -> bool:
-    return (folder / "tasks").is_dir() and any((folder / "tasks").glob("*.toml"))
+    return (folder / "tasks").is_dir() and bool(task_files(folder))
 
 
 def task_files(bundle: Path) -> dict[str, Path]:
-    return {p.stem: p for p in sorted((bundle / "tasks").glob("*.toml"))}
+    folder = bundle / "tasks"
+    return {p.stem: p for suffix in TASK_SUFFIXES for p in sorted(folder.glob(f"*{suffix}")) if p.is_file()}
 
 
 def runnables(cwd: Path | None = None) -> list[Runnable]:
