@@ -27,7 +27,7 @@ UNSUPPORTED = {
 }
 
 
-def read_json_task(path: Path) -> dict[str, Any]:
+def read_json_task(path: Path) -> dict[str, object]:
     """The task data (`id`, `steps` with `config`) of a JSON task file; BadInput naming the file, the step's
     index and the field otherwise."""
     try:
@@ -35,7 +35,9 @@ def read_json_task(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise BadInput(f"no task file at {path}", "check the path") from None
     except IsADirectoryError:
-        raise BadInput(f"{path} is a folder, not a task file", "pass a .json or .toml file or a bundle folder") from None
+        raise BadInput(
+            f"{path} is a folder, not a task file", "pass a .json or .toml file or a bundle folder"
+        ) from None
     if len(raw) > MAX_TASK_BYTES:
         raise BadInput(
             f"{path} is {len(raw) // 1024} KiB; task files are limited to 1 MiB",
@@ -52,22 +54,26 @@ def read_json_task(path: Path) -> dict[str, Any]:
     return json_task(steps, path)
 
 
-def json_task(steps: Any, path: Path) -> dict[str, Any]:
+def json_task(steps: Any, path: Path) -> dict[str, object]:
     """The framework's list of flat steps as our task data (`where`: the file, for errors)."""
     if not isinstance(steps, list) or not steps:
         raise BadInput(
             f"{path}: a JSON task is a non-empty list of steps, not {_kind(steps) if steps != [] else 'an empty one'}",
             'write it as [{"id": "...", "type": "...", ...}, ...]',
         )
-    mapped = []
+    mapped: list[dict[str, object]] = []
+    ids: list[str] = []
     for index, step in enumerate(steps):
-        mapped.append(_step(step, index, [s["id"] for s in mapped], path))
+        mapped.append(_step(step, index, ids, path))
+        ids.append(step["id"])
     return {"id": path.stem, "steps": mapped}
 
 
-def _step(step: Any, index: int, earlier: list[str], path: Path) -> dict[str, Any]:
+def _step(step: Any, index: int, earlier: list[str], path: Path) -> dict[str, object]:
     if not isinstance(step, dict):
-        raise BadInput(f"{path}: steps[{index}] is {_kind(step)}, not an object", 'write it as {"id": ..., "type": ...}')
+        raise BadInput(
+            f"{path}: steps[{index}] is {_kind(step)}, not an object", 'write it as {"id": ..., "type": ...}'
+        )
     for field in ("id", "type"):
         if not isinstance(step.get(field), str) or not step[field]:
             raise BadInput(
@@ -79,7 +85,7 @@ def _step(step: Any, index: int, earlier: list[str], path: Path) -> dict[str, An
     for field, fix in UNSUPPORTED.items():
         if field in step:
             raise BadInput(f"{where}: field {field!r} is not supported", fix)
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "id": step["id"],
         "type": step["type"],
         "depends_on": _depends_on(step.get("depends_on"), earlier, where),
@@ -87,7 +93,9 @@ def _step(step: Any, index: int, earlier: list[str], path: Path) -> dict[str, An
     }
     failing = step.get("fail_task_on_error", True)
     if not isinstance(failing, bool):
-        raise BadInput(f"{where}: field 'fail_task_on_error' must be true or false, not {failing!r}", "write true or false")
+        raise BadInput(
+            f"{where}: field 'fail_task_on_error' must be true or false, not {failing!r}", "write true or false"
+        )
     if not failing:
         out["on_failure"] = "continue"
     version = step.get("version")
@@ -122,7 +130,7 @@ def _kind(value: Any) -> str:
     )
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, object]:
     """A JSON object whose key is repeated is refused: which of the two a reader keeps is not defined."""
     counts = Counter(key for key, _ in pairs)
     repeated = sorted(key for key, n in counts.items() if n > 1)

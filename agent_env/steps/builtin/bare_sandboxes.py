@@ -25,6 +25,7 @@ from agent_env.providers.base import Sandbox, SandboxSpec
 from agent_env.registry.resolve import split_ref
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.task import upstream
+from agent_env.step_types import PrepareFunction
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
 from agent_env.steps.builtin.sandbox_steps import (
     MAX_PUT_FILES,
@@ -47,7 +48,7 @@ class InSandbox(StepConfig):
     """A step that works in the sandbox a `deploy_sandbox` step of the task started."""
 
     sandbox_name: str | None = Field(None, description="the sandbox_name of a deploy_sandbox step of this task")
-    deployed: dict[str, Any] | None = Field(
+    deployed: JsonObject | None = Field(
         None, description="filled in when the run is planned: a reference to that step's outputs"
     )
 
@@ -82,7 +83,7 @@ def deploying_step(config: PlannedConfig, plan: PlanContext, step_type: str) -> 
     return deploy.id
 
 
-def prepare_in_sandbox(step_type: str):
+def prepare_in_sandbox(step_type: str) -> PrepareFunction:
     def prepare(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
         if config.get("sandbox_name") is not None:
             config["deployed"] = f"${{steps.{deploying_step(config, plan, step_type)}.outputs}}"
@@ -114,8 +115,8 @@ class DeploySandboxConfig(StepConfig):
     port: int | None = Field(None, ge=1, le=65535, description="the port a container-mode image serves on")
     env_vars: dict[str, str] | None = Field(None, description="the environment of a container-mode sandbox")
     sandbox_type: str | None = Field(None, description="the provider (or a chain, e.g. 'docker,local')")
-    network_policy: dict[str, Any] | None = Field(None, description="not supported yet: leave it out")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="free-form, kept with the step")
+    network_policy: JsonObject | None = Field(None, description="not supported yet: leave it out")
+    metadata: JsonObject = Field(default_factory=dict, description="free-form, kept with the step")
 
     @model_validator(mode="after")
     def _check(self) -> DeploySandboxConfig:

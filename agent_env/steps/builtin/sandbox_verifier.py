@@ -15,11 +15,12 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 
 from agent_env.errors import AgentEnvError
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers.base import Sandbox
 from agent_env.spec.run import Criterion, Score
 from agent_env.steps import StepContext, StepFailed, StepResult, step_type
@@ -32,7 +33,7 @@ DETAIL_CHARS = 300
 
 
 class VerifySandboxConfig(InSandbox):
-    criteria: list[dict[str, Any]] = Field(default_factory=list, description="rubric rows, each with a `type`")
+    criteria: list[JsonObject] = Field(default_factory=list, description="rubric rows, each with a `type`")
     agent_name: str | None = Field(None, description="not supported yet: verify a deploy_sandbox sandbox")
     base_dir: str = Field("/app", description="where relative paths and commands are")
     shell_timeout_seconds: int = Field(120, gt=0, le=3600, description="per probe or command")
@@ -53,7 +54,7 @@ class VerifySandboxConfig(InSandbox):
 
     @field_validator("criteria")
     @classmethod
-    def _rows(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _rows(cls, value: list[JsonObject]) -> list[JsonObject]:
         for i, row in enumerate(value):
             kind = row.get("type")
             if not isinstance(kind, str):
@@ -64,7 +65,7 @@ class VerifySandboxConfig(InSandbox):
         return value
 
 
-class Probe:
+class SandboxProbe:
     """One sandbox, probed: paths resolve under `base_dir`, and each command is bounded in time."""
 
     def __init__(self, sandbox: Sandbox, config: VerifySandboxConfig) -> None:
@@ -105,7 +106,7 @@ class Probe:
         code, _, err = await self.run(["bash", "-c", f"cd {folder} && ({command}\n)"])
         return code == 0, f"exit={code}; stderr={err.strip()[:200]}"
 
-    async def criterion(self, row: dict[str, Any]) -> tuple[bool, str]:
+    async def criterion(self, row: JsonObject) -> tuple[bool, str]:
         kind, paths = row["type"], list(row.get("paths") or [])
         if kind == "probe_file_exists":
             return await self.exist(paths, "-e")
@@ -116,7 +117,7 @@ class Probe:
         return await self.shell(str(row.get("bash_cmd") or ""))
 
 
-def aggregate(rows: list[dict[str, Any]], how: str) -> float:
+def aggregate(rows: list[JsonObject], how: str) -> float:
     """The framework's aggregators over the evaluated rows (none evaluated: 0)."""
     if not rows:
         return 0.0
@@ -144,8 +145,8 @@ async def verify_sandbox(ctx: StepContext, config: VerifySandboxConfig) -> StepR
     """Check a deploy_sandbox sandbox with file probes and shell commands (the framework's rubric rows); score it."""
     if config.sandbox_name is None:
         raise StepFailed("give `sandbox_name`: the deploy_sandbox sandbox to verify")
-    probe = Probe(await sandbox_of(ctx, config), config)
-    rows: list[dict[str, Any]] = []
+    probe = SandboxProbe(await sandbox_of(ctx, config), config)
+    rows: list[JsonObject] = []
     for index, row in enumerate(config.criteria):
         if row["type"] not in HANDLED:
             rows.append({**row, "criterion_index": index, "skipped": True, "justification": "not verify_sandbox's"})
@@ -183,4 +184,3 @@ async def verify_sandbox(ctx: StepContext, config: VerifySandboxConfig) -> StepR
         outputs={"verifier_id": verifier, "results": rows, "score": value},
         score=Score(value=round(value, 6), criteria=criteria),
     )
-
