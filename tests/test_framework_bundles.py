@@ -12,21 +12,24 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_cli import cli
+from test_cli import cli, fresh_env  # noqa: F401 - a state dir of its own
 from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture
 
 from agent_env.bundles import find_agent, find_env, is_bundle, task_files
+from agent_env.bundles.aliases import read_aliases
 from agent_env.errors import BadInput, NotFound
 from agent_env.planning.runs import plan
 from agent_env.planning.tasks import load_task, parse_task
 from agent_env.providers import by_name
 from agent_env.providers.docker_images import BASE_IMAGE
+from agent_env.spec.json_tasks import read_json_task
 from agent_env.spec.run import RunStatus
 from agent_env.step_types import catalog
 from agent_env.task_lookup import resolve_target
 from agent_env.temporal import launch
 
-HELLO = Path(__file__).parent / "fixtures" / "framework_bundles" / "hello"
+EXAMPLES = Path(__file__).parent / "fixtures" / "framework_bundles"
+HELLO = EXAMPLES / "hello"
 
 
 def copy_hello(tmp_path: Path) -> Path:
@@ -194,7 +197,28 @@ def test_a_missing_artifact_is_named_when_planned(settings, tmp_path):
         plan(load_task(write_json_task(bundle, steps, "missing")), "r-1", settings)
 
 
+def test_the_framework_docker_examples_are_read(tmp_path):
+    """echo-mcp and mail-mcp are bundles to us: their tasks read into steps, mail-mcp's aliases.toml is valid."""
+    echo = read_json_task(EXAMPLES / "echo-mcp" / "tasks" / "smoke.json")
+    assert [(s["id"], s["type"]) for s in echo["steps"]] == [("env", "deploy_env"), ("echoes", "env_outcome_verifier")]
+    assert echo["steps"][0]["config"] == {"env_id": "echo", "sandbox_type": "local"}
+    assert is_bundle(EXAMPLES / "mail-mcp")
+    assert read_aliases(EXAMPLES / "mail-mcp") == {"envs": {"mail": "mail"}, "agents": {}}
+
+
 # -- running --
+
+
+def test_dry_run_plans_and_starts_nothing(fresh_env):  # noqa: F811
+    done = cli("run", str(HELLO), "--dry-run", env=fresh_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "planned, not started" in done.stdout and "load_artifact  after box" in done.stdout
+    assert "2 pinned file(s)" in done.stdout
+    assert cli("server", "status", env=fresh_env).returncode != 0, "no server was started"
+    planned = json.loads(cli("run", str(HELLO), "--dry-run", "--json", env=fresh_env).stdout)
+    assert [s["type"] for s in planned["steps"]] == ["deploy_sandbox", "load_artifact", "verify_sandbox"]
+    bad = cli("run", str(EXAMPLES / "echo-mcp"), "--dry-run", env=fresh_env)
+    assert bad.returncode == 2 and "smoke.json" in bad.stderr and "steps[1] (id 'echoes').type" in bad.stderr
 
 
 def test_agent_env_run_runs_the_framework_hello_and_passes(server):

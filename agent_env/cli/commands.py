@@ -115,6 +115,13 @@ def run(
             "--model-url", metavar="PURPOSE=URL", help="Use this endpoint base URL for this run only (like --model)."
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Read, check and plan the task (files pinned, records inlined) and show its steps; start nothing.",
+        ),
+    ] = False,
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
 
@@ -126,7 +133,9 @@ def run(
     from agent_env.cli.run_cmd import run_command
 
     raise typer.Exit(
-        run_command(target, task, detach=detach, json_out=json_out, models=model or [], urls=model_url or [])
+        run_command(
+            target, task, detach=detach, json_out=json_out, models=model or [], urls=model_url or [], dry_run=dry_run
+        )
     )
 
 
