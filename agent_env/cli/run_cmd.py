@@ -27,9 +27,9 @@ def run_command(
     json_out: bool,
     models: Sequence[str] = (),
     urls: Sequence[str] = (),
-    dry_run: bool = False,
+    dry: bool = False,
 ) -> int:
-    """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only. `dry_run`: plan
+    """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only. `dry`: plan
     the run and show it, starting nothing (no server, worker, gateway or sandbox; the plan and the files it pins
     are kept in the object store, content-addressed, as a run's are)."""
     settings = load_settings()
@@ -44,7 +44,7 @@ def run_command(
     from agent_env.temporal.follow import plan_target
 
     inp = plan_target(settings, target, task)
-    if dry_run:
+    if dry:
         return _show_plan(inp, json_out)
     return aio.run(_run(settings, inp, detach=detach, json_out=json_out, install=install))
 
