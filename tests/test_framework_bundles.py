@@ -177,6 +177,15 @@ def test_load_artifact_refuses_what_it_does_not_support_by_field(tmp_path):
         load_task(path)
 
 
+def test_verify_sandbox_needs_a_sandbox_name(tmp_path):
+    path = write_json_task(tmp_path / "b", [{"id": "v", "type": "verify_sandbox", "agent_name": "default-agent"}])
+    with pytest.raises(BadInput, match=r"steps\[0\] \(id 'v'\): `agent_name`: verifying an agent's sandbox is not"):
+        load_task(path)
+    path = write_json_task(tmp_path / "b", [{"id": "v", "type": "verify_sandbox", "criteria": []}])
+    with pytest.raises(BadInput, match=r"steps\[0\] \(id 'v'\): give `sandbox_name`"):
+        load_task(path)
+
+
 def test_sandbox_name_must_be_deployed_by_an_earlier_step(settings, tmp_path):
     bundle = copy_hello(tmp_path)
     steps = json.loads((bundle / "tasks" / "hello.json").read_text())

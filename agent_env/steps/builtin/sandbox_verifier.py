@@ -17,13 +17,13 @@ import re
 import shlex
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from agent_env.errors import AgentEnvError
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers.base import Sandbox
 from agent_env.spec.run import Criterion, Score
-from agent_env.steps import StepContext, StepFailed, StepResult, step_type
+from agent_env.steps import StepContext, StepResult, step_type
 from agent_env.steps.builtin.bare_sandboxes import InSandbox, prepare_in_sandbox, sandbox_of
 from agent_env.steps.builtin.sandbox_steps import sandbox_path
 
@@ -45,12 +45,13 @@ class VerifySandboxConfig(InSandbox):
     def _base(cls, value: str) -> str:
         return sandbox_path(value)
 
-    @field_validator("agent_name")
-    @classmethod
-    def _agent(cls, value: str | None) -> str | None:
-        if value is not None:
-            raise ValueError("verifying an agent's sandbox is not supported yet: give `sandbox_name`")
-        return value
+    @model_validator(mode="after")
+    def _where(self) -> VerifySandboxConfig:
+        if self.agent_name is not None:
+            raise ValueError("`agent_name`: verifying an agent's sandbox is not supported yet; give `sandbox_name`")
+        if self.sandbox_name is None:
+            raise ValueError("give `sandbox_name`: the deploy_sandbox sandbox to verify")
+        return self
 
     @field_validator("criteria")
     @classmethod
@@ -143,8 +144,6 @@ def aggregate(rows: list[JsonObject], how: str) -> float:
 )
 async def verify_sandbox(ctx: StepContext, config: VerifySandboxConfig) -> StepResult:
     """Check a deploy_sandbox sandbox with file probes and shell commands (the framework's rubric rows); score it."""
-    if config.sandbox_name is None:
-        raise StepFailed("give `sandbox_name`: the deploy_sandbox sandbox to verify")
     probe = SandboxProbe(await sandbox_of(ctx, config), config)
     rows: list[JsonObject] = []
     for index, row in enumerate(config.criteria):
