@@ -215,6 +215,15 @@ def test_the_framework_docker_examples_are_read(tmp_path):
     assert read_aliases(EXAMPLES / "mail-mcp") == {"envs": {"mail": "mail"}, "agents": {}}
 
 
+def test_the_registry_refuses_a_json_task_instead_of_leaving_it_out():
+    from agent_env.registry.bundle_items import read_bundle
+
+    with pytest.raises(
+        BadInput, match=r"(?s)nothing was pushed.*hello\.json: the registry holds TOML tasks only for now"
+    ):
+        read_bundle(HELLO)
+
+
 # -- running --
 
 
