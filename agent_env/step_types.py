@@ -42,6 +42,7 @@ from agent_env.stores import Stores, open_stores
 if TYPE_CHECKING:
     from agent_env.config import Settings
     from agent_env.gateway_client.wire import JsonObject
+    from agent_env.spec.task import TaskSpec
     from agent_env.steps.context import StepContext
 
 ENTRY_POINT_GROUP = "agent_env.task_steps"  # (the framework's name; `agent-env plugin` lists it)
@@ -100,6 +101,10 @@ BUILTINS = {
     "validation_gate_aggregator": "agent_env.steps.builtin.env_verdicts:validation_gate_aggregator",
     "verify_universe_load_export_roundtrip": "agent_env.steps.builtin.env_verdicts:verify_universe_load_export_roundtrip",
     "combine_universe_verdicts": "agent_env.steps.builtin.env_verdicts:combine_universe_verdicts",
+    # The framework's bare sandboxes (issue 32): deploy one, load artifacts into it, check it with probes
+    "deploy_sandbox": "agent_env.steps.builtin.bare_sandboxes:deploy_sandbox",
+    "load_artifact": "agent_env.steps.builtin.bare_sandboxes:load_artifact",
+    "verify_sandbox": "agent_env.steps.builtin.sandbox_verifier:verify_sandbox",
 }
 
 
@@ -125,6 +130,8 @@ class PlanContext:
     run_id: str
     settings: Settings
     bundle: Path | None  # the bundle folder the task came from, if any
+    task: TaskSpec | None = None  # the whole task: a step may name another by what that one deploys (sandbox_name)
+    step_id: str | None = None  # the step being prepared
 
     @cached_property
     def stores(self) -> Stores:

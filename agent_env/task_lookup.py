@@ -38,7 +38,7 @@ def resolve_target(target: str, task: str | None = None) -> TaskSpec:
     """A task as `agent-env run` finds it: a .toml path, a bundle folder, a built-in bundle's name, or the
     registry's task of that name (`NAME[@VERSION]`)."""
     path = Path(target).expanduser()
-    if path.is_file() or target.endswith(".toml"):
+    if path.is_file() or target.endswith((".toml", ".json")):
         return load_task(path)
     if path.is_dir():
         bundle = path
@@ -54,7 +54,9 @@ def resolve_target(target: str, task: str | None = None) -> TaskSpec:
             "(`agent-env run` with no argument lists what can run; `agent-env registry list tasks` the registry's)",
         )
     if not is_bundle(bundle):
-        raise NotFound(f"{bundle} is not a bundle: it has no tasks/*.toml", "add a task file under tasks/")
+        raise NotFound(
+            f"{bundle} is not a bundle: it has no tasks/*.toml or tasks/*.json", "add a task file under tasks/"
+        )
     files = task_files(bundle)
     if task is None:
         if bundle.name in files:  # the bundle's own task; its variants are chosen by name
@@ -73,13 +75,13 @@ def resolve_target(target: str, task: str | None = None) -> TaskSpec:
 def task_by_id(task_id: str, version: str | int | None = None, *, cwd: Path | None = None) -> TaskSpec:
     label = None if version is None else str(version)
     path = Path(task_id).expanduser()
-    if path.exists() or task_id.endswith(".toml"):
+    if path.exists() or task_id.endswith((".toml", ".json")):
         return _at_version(resolve_target(task_id), label, str(path))
     if label is None and is_bundle(BUILTIN_ROOT / task_id):
         return resolve_target(task_id)  # a built-in bundle's name: its own task, as `agent-env run NAME`
     here = cwd or Path.cwd()
     files = _task_files(task_id, here)
-    labelled = {f: str(read_task_file(f).get("version", "1")) for f in files}
+    labelled = {f: str(read_task_file(f).get("version", "1")) if f.suffix == ".toml" else "1" for f in files}
     fitting = [f for f in files if label is None or labelled[f] == label]
     if len(fitting) > 1:
         raise BadInput(
@@ -117,7 +119,7 @@ def _at_version(task: TaskSpec, label: str | None, where: str) -> TaskSpec:
 
 def _task_files(task_id: str, here: Path) -> list[Path]:
     """Task files named `task_id` in the built-in bundles, then in the bundles in the working directory."""
-    return [r.path / "tasks" / f"{task_id}.toml" for r in runnables(here) if task_id in r.tasks]
+    return [task_files(r.path)[task_id] for r in runnables(here) if task_id in r.tasks]
 
 
 def _registered(task_id: str, label: str | None, seen: list[str]) -> TaskSpec | None:

@@ -1,5 +1,7 @@
 """Bundles: folders holding `tasks/` (and, with later capabilities, `envs/`, `agents/`, `artifacts/`).
 
+A task is `tasks/NAME.toml`, or the framework's `tasks/NAME.json` (a list of steps; `agent_env.spec.json_tasks`).
+
 Built-in bundles live next to this file; `agent-env run NAME` finds them by name.
 """
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agent_env import packing
+from agent_env.bundles.aliases import aliased
 from agent_env.envs.builtin import app_targets
 from agent_env.envs.records import env_for_app, env_record
 from agent_env.errors import BadInput, NotFound, from_validation_error
@@ -28,12 +31,16 @@ class Runnable:
     builtin: bool
 
 
+TASK_SUFFIXES = (".json", ".toml")  # a TOML task wins over a JSON one of the same name
+
+
 def is_bundle(folder: Path) -> bool:
-    return (folder / "tasks").is_dir() and any((folder / "tasks").glob("*.toml"))
+    return (folder / "tasks").is_dir() and bool(task_files(folder))
 
 
 def task_files(bundle: Path) -> dict[str, Path]:
-    return {p.stem: p for p in sorted((bundle / "tasks").glob("*.toml"))}
+    folder = bundle / "tasks"
+    return {p.stem: p for suffix in TASK_SUFFIXES for p in sorted(folder.glob(f"*{suffix}")) if p.is_file()}
 
 
 def runnables(cwd: Path | None = None) -> list[Runnable]:
@@ -52,9 +59,15 @@ def runnables(cwd: Path | None = None) -> list[Runnable]:
     return found
 
 
-def find_env(bundle: Path | None, name: str):
+def _alias_bundles(bundle: Path | None) -> list[Path]:
+    """Where an alias is looked up (`aliases.toml`): the task's bundle, then the built-in ones."""
+    return ([bundle] if bundle else []) + sorted(p for p in BUILTIN_ROOT.iterdir() if p.is_dir())
+
+
+def find_env(bundle: Path | None, name: str, *, aliases: bool = True):
     """An environment by name: `envs/NAME/env.toml` of the task's bundle, else of a built-in bundle
-    (worlds are shared: `support-desk`), else a built-in app as a one-app environment.
+    (worlds are shared: `support-desk`), else a built-in app as a one-app environment, else an alias the task's
+    bundle or a built-in one gives an env of theirs (`aliases.toml`).
 
     Returns (EnvRecord, its folder or None). Data files must be regular files inside the record's folder,
     reached without a link (see `agent_env.packing`).
@@ -91,6 +104,8 @@ def find_env(bundle: Path | None, name: str):
         return record, folder
     if name in app_targets():
         return env_for_app(name), None
+    if aliases and (found := aliased(_alias_bundles(bundle), "envs", name)):
+        return find_env(*found, aliases=False)  # an alias names a folder, never another alias
     folders = ([bundle] if bundle else []) + sorted(BUILTIN_ROOT.iterdir())
     known = sorted(
         {p.name for f in folders if (f / "envs").is_dir() for p in (f / "envs").iterdir() if (p / "env.toml").is_file()}
@@ -101,8 +116,9 @@ def find_env(bundle: Path | None, name: str):
     )
 
 
-def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False):
-    """An agent by name: `agents/NAME/agent.toml` of the task's bundle, else of a built-in bundle.
+def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False, aliases: bool = True):
+    """An agent by name: `agents/NAME/agent.toml` of the task's bundle, else of a built-in bundle, else an alias
+    the task's bundle or a built-in one gives an agent of theirs (`aliases.toml`).
 
     With `with_folder`, returns (AgentRecord, its folder): a sandboxed agent's `build` is relative to it.
     """
@@ -111,6 +127,8 @@ def find_agent(bundle: Path | None, name: str, *, with_folder: bool = False):
     path = next(
         (f / "agents" / name / "agent.toml" for f in folders if (f / "agents" / name / "agent.toml").is_file()), None
     )
+    if path is None and aliases and (found := aliased(_alias_bundles(bundle), "agents", name)):
+        return find_agent(*found, with_folder=with_folder, aliases=False)
     if path is None:
         known = sorted(
             {

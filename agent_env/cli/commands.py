@@ -90,12 +90,7 @@ def _root(
 
 @app.command()
 def run(
-    target: Annotated[
-        str | None,
-        typer.Argument(
-            help="A built-in bundle (e.g. hello), a bundle folder, or a task .toml file. Omit to list what can run."
-        ),
-    ] = None,
+    target: Annotated[str | None, typer.Argument(help="Bundle (name or folder) or task file; omit to list")] = None,
     task: Annotated[str | None, typer.Option("--task", "-t", help="Which task of a bundle with several.")] = None,
     detach: Detach = False,
     json_out: FinalJson = False,
@@ -115,6 +110,7 @@ def run(
             "--model-url", metavar="PURPOSE=URL", help="Use this endpoint base URL for this run only (like --model)."
         ),
     ] = None,
+    dry: Annotated[bool, typer.Option("--dry-run", help="Check and plan the task, show it; start nothing.")] = False,
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
 
@@ -126,7 +122,7 @@ def run(
     from agent_env.cli.run_cmd import run_command
 
     raise typer.Exit(
-        run_command(target, task, detach=detach, json_out=json_out, models=model or [], urls=model_url or [])
+        run_command(target, task, detach=detach, json_out=json_out, models=model or [], urls=model_url or [], dry=dry)
     )
 
 

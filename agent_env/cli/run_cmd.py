@@ -27,8 +27,11 @@ def run_command(
     json_out: bool,
     models: Sequence[str] = (),
     urls: Sequence[str] = (),
+    dry: bool = False,
 ) -> int:
-    """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only."""
+    """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only. `dry`: plan
+    the run and show it, starting nothing (no server, worker, gateway or sandbox; the plan and the files it pins
+    are kept in the object store, content-addressed, as a run's are)."""
     settings = load_settings()
     install = settings  # what the background worker runs with: the overrides are pinned in this run's plan only
     if models or urls:
@@ -41,6 +44,8 @@ def run_command(
     from agent_env.temporal.follow import plan_target
 
     inp = plan_target(settings, target, task)
+    if dry:
+        return _show_plan(inp, json_out)
     return aio.run(_run(settings, inp, detach=detach, json_out=json_out, install=install))
 
 
@@ -53,6 +58,23 @@ def rerun_command(run_id: str, *, detach: bool, json_out: bool) -> int:
     if not json_out:
         notice(f"rerun of {inp.pins['rerun_of']}: plan {inp.pins['plan'][:19]}…, task {inp.pins.get('task')}")
     return aio.run(_run(settings, inp, detach=detach, json_out=json_out, install=settings))
+
+
+def _show_plan(inp: RunInput, json_out: bool) -> int:
+    if json_out:
+        print(inp.model_dump_json(include={"task_id", "task_version", "steps", "pins"}))
+        return 0
+    from rich.markup import escape
+
+    out = console()
+    out.print(f"[bold]{escape(inp.task_id)}[/] v{escape(inp.task_version)} · planned, not started (--dry-run)")
+    width = max(len(s.id) for s in inp.steps)
+    for s in inp.steps:
+        after = f"  [dim]after {escape(', '.join(s.depends_on))}[/]" if s.depends_on else ""
+        out.print(f"  {escape(s.id.ljust(width))}  {escape(s.type)}{after}")
+    pinned = len(inp.pins.get("artifacts", []))
+    out.print(f"plan {inp.pins['plan'][:19]}…" + (f", {pinned} pinned file(s)" if pinned else ""))
+    return 0
 
 
 def _list_runnables() -> int:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def plan(task: TaskSpec, run_id: str, settings: Settings, *, search_attributes: bool = True) -> RunInput:
     """Resolve each step's type into what the workflow needs (local or not, timeouts, retries), and let
     step types prepare their config (inline environment records, store data as artifacts)."""
-    context = PlanContext(run_id=run_id, settings=settings, bundle=task.bundle)
+    context = PlanContext(run_id=run_id, settings=settings, bundle=task.bundle, task=task)
     try:
         inp = _plan(task, run_id, context, search_attributes)
         inp.pins["plan"] = keep_plan(context.stores, inp)
@@ -47,6 +47,7 @@ def _plan(task: TaskSpec, run_id: str, context: Any, search_attributes: bool) ->
     steps = []
     for s in task.steps:
         st = catalog.get(s.type)
+        context.step_id = s.id
         config = st.prepare(dict(s.config), context) if st.prepare else s.config
         steps.append(
             StepPlan(

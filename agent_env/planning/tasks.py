@@ -16,6 +16,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from agent_env import bundles
 from agent_env.envs.records import exposed_tools
 from agent_env.errors import AgentEnvError, BadInput
+from agent_env.spec.json_tasks import read_json_task
 from agent_env.spec.loader import bundle_of, read_task_file, task_problems_error, task_shape
 from agent_env.spec.task import StepSpec, TaskSpec, problem, reference_problems, suggest
 from agent_env.spec.templates import has_template
@@ -23,25 +24,30 @@ from agent_env.spec.world import DeployedEnv, world_problems
 from agent_env.step_types import catalog
 
 
-def parse_task(data: dict[str, Any], where: str, bundle: Path | None = None) -> TaskSpec:
-    """A task from its data (`where` names it in errors; `bundle`: the folder its names resolve in)."""
+def parse_task(data: dict[str, Any], where: str, bundle: Path | None = None, *, flat: bool = False) -> TaskSpec:
+    """A task from its data (`where` names it in errors; `bundle`: the folder its names resolve in; `flat`: read
+    from the framework's JSON list, whose errors name a step's fields without `config`)."""
     try:
-        task = task_shape(data, where)
+        task = task_shape(data, where, flat=flat)
     except BadInput:
-        _all_problems_at_once(data, where, bundle)
+        _all_problems_at_once(data, where, bundle, flat)
         raise
     if problems := task_problems(task, bundle):
-        raise task_problems_error(ValidationError.from_exception_data("TaskSpec", problems), data, where) from None
+        error = ValidationError.from_exception_data("TaskSpec", problems)
+        raise task_problems_error(error, data, where, flat=flat) from None
     task._bundle = bundle
     return task
 
 
 def load_task(path: Path) -> TaskSpec:
-    """A task file (`.toml`); in a bundle's `tasks/`, its names resolve in that bundle."""
+    """A task file (`.toml`, or the framework's `.json` list of steps); in a bundle's `tasks/`, its names
+    resolve in that bundle."""
+    if path.suffix == ".json":
+        return parse_task(read_json_task(path), str(path), bundle_of(path), flat=True)
     return parse_task(read_task_file(path), str(path), bundle_of(path))
 
 
-def _all_problems_at_once(data: dict[str, Any], where: str, bundle: Path | None) -> None:
+def _all_problems_at_once(data: dict[str, Any], where: str, bundle: Path | None, flat: bool = False) -> None:
     """The task's shape is wrong: raise its problems together with its steps' type and config problems (of
     the steps that are sound in themselves), so one look shows everything to fix. Returns when there are none."""
     if not isinstance(data, dict):
@@ -69,7 +75,8 @@ def _all_problems_at_once(data: dict[str, Any], where: str, bundle: Path | None)
             InitErrorDetails(type=PydanticCustomError(err["type"], err["msg"]), loc=err["loc"], input=err.get("input"))
             for err in shape
         ]
-        raise task_problems_error(ValidationError.from_exception_data("TaskSpec", problems + extra), data, where)
+        error = ValidationError.from_exception_data("TaskSpec", problems + extra)
+        raise task_problems_error(error, data, where, flat=flat)
 
 
 def task_problems(task: TaskSpec, bundle: Path | None) -> list[InitErrorDetails]:

@@ -64,6 +64,8 @@ def read_bundle(folder: Path) -> list[Item]:
         deps = {kind: {i.name: i.label for i in items if i.kind == kind} for kind in ("envs", "agents", "artifacts")}
         for path in sorted((folder / "tasks").glob("*.toml")):
             attempt(_task, path, loose, deps)
+        for path in sorted((folder / "tasks").glob("*.json")):
+            attempt(_json_task, path)
     if problems:
         n = len(problems)
         raise BadInput(
@@ -163,6 +165,14 @@ def _task(
     uses = {kind: found for kind, found in sorted(uses.items()) if found}
     files = _files(root, tree, path) + loose
     return Item(kind="tasks", name=name, record=record, files=files, uses=uses, root=root)
+
+
+def _json_task(root: Path, tree: list[packing.Entry], path: Path) -> Item:
+    """The framework's JSON tasks run from their folder (`agent-env run`); the registry keeps TOML ones only."""
+    raise BadInput(
+        f"{path}: the registry holds TOML tasks only for now",
+        "run the bundle from its folder (`agent-env run FOLDER`), or write the task as tasks/NAME.toml",
+    )
 
 
 def _loose_files(root: Path, tree: list[packing.Entry]) -> list[FileEntry]:

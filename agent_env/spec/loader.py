@@ -15,7 +15,7 @@ from agent_env.spec.task import TaskSpec
 MAX_TASK_BYTES = 1024 * 1024
 
 
-def task_shape(data: dict[str, Any], where: str) -> TaskSpec:
+def task_shape(data: dict[str, Any], where: str, *, flat: bool = False) -> TaskSpec:
     """`data` as a TaskSpec: fields, types and the step graph (BadInput naming each problem)."""
     if not isinstance(data, dict):
         raise BadInput(
@@ -25,19 +25,26 @@ def task_shape(data: dict[str, Any], where: str) -> TaskSpec:
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as e:
-        raise task_problems_error(e, data, where) from None
+        raise task_problems_error(e, data, where, flat=flat) from None
 
 
-def task_problems_error(e: ValidationError, data: dict[str, Any], where: str) -> BadInput:
-    """The problems as BadInput, a step named by its id (`step 'fetch'.config.url`) where it has one."""
+def task_problems_error(e: ValidationError, data: dict[str, Any], where: str, *, flat: bool = False) -> BadInput:
+    """The problems as BadInput, a step named by its id (`step 'fetch'.config.url`) where it has one. `flat`: the
+    task was written as the framework's JSON list, whose steps hold their config's fields at the top: a step is
+    named by its index and id, its fields without `config` (`steps[1] (id 'load').artifact_id`)."""
     steps = cast(list[Any], data.get("steps") if isinstance(data.get("steps"), list) else [])
 
     def label(loc: tuple[Any, ...]) -> str:
         if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int) and loc[1] < len(steps):
             step = steps[loc[1]]
             sid = step.get("id") if isinstance(step, dict) else None
-            head = f"step '{sid}'" if isinstance(sid, str) else f"steps[{loc[1]}]"
-            return head + ("." + format_loc(loc[2:]) if loc[2:] else "")
+            rest = loc[2:]
+            if flat:
+                head = f"steps[{loc[1]}]" + (f" (id '{sid}')" if isinstance(sid, str) else "")
+                rest = rest[1:] if rest[:1] == ("config",) else rest
+            else:
+                head = f"step '{sid}'" if isinstance(sid, str) else f"steps[{loc[1]}]"
+            return head + ("." + format_loc(rest) if rest else "")
         return format_loc(loc)
 
     return from_validation_error(e, where, label)
