@@ -10,24 +10,16 @@ it: in its own virtualenv (built once per framework version, cached), as a real 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
+from reference_venv import A2A_CARD, reference_python, side_script, started  # noqa: F401 - fixtures (imported here too)
 
 from agent_env.spec.run import RunStatus
 from agent_env.stores import open_stores
 
-FRAMEWORK = "agentenv-framework-protocol"
 DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
 SKILL_MD = "---\nname: refunds\ndescription: How refunds are handled\n---\nSupport never refunds; billing does.\n"
 
@@ -87,68 +79,20 @@ if __name__ == "__main__":
 """
 
 
-@pytest.fixture(scope="session")
-def reference_python() -> Path:
-    """A Python with the reference framework's agent extra, at the version our dev extra pins."""
-    version = importlib.metadata.version(FRAMEWORK)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentenv-tests"
-    home = cache / f"reference-agent-{version}"
-    python = home / "bin" / "python"
-    if python.exists():
-        return python
-    cache.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(building)], check=True, capture_output=True, timeout=120)
-        subprocess.run(
-            [str(building / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            + [f"{FRAMEWORK}[agent]=={version}"],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        shutil.rmtree(building, ignore_errors=True)
-        why = f"needs {FRAMEWORK}[agent]=={version} in a side virtualenv (pip install failed: {e})"
-        if os.environ.get("CI") or os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
-            pytest.fail(why)  # CI runs every tier: it never skips
-        pytest.skip(why)
-    # run as bin/python, a virtualenv works where it is moved to; a racing build that got there first wins
-    with contextlib.suppress(OSError):
-        building.rename(home)
-    shutil.rmtree(building, ignore_errors=True)
-    return python
-
-
 @contextlib.contextmanager
 def reference_agent(python: Path, folder: Path):
-    """The reference agent served on a free port; yields its base URL."""
-    script = folder / "reference_agent.py"
-    script.write_text(REFERENCE_AGENT)
-    port = free_port()
-    log = (folder / "agent.log").open("w")
-    process = subprocess.Popen([str(python), str(script), str(port)], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, (folder / "agent.log").read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + ".well-known/agent-card.json").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the reference agent did not serve its card in 30s"
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
+    """The reference agent served on a free port (for tests with no `side_script`); yields its base URL."""
+    with started(python, folder, "reference_agent", REFERENCE_AGENT, A2A_CARD) as url:
+        yield url + "/"
 
 
 async def test_a_reference_framework_agent_is_configured_through_its_extensions_and_graded_from_its_trajectory(
-    run_task, settings, reference_python, tmp_path
+    run_task,
+    settings,
+    side_script,  # noqa: F811 - the fixture imported above
 ):
-    with reference_agent(reference_python, tmp_path) as url:
+    with side_script("reference_agent", REFERENCE_AGENT, ready=A2A_CARD) as base:
+        url = base + "/"
         record = {
             "name": "ref",
             "type": "a2a",
