@@ -134,3 +134,22 @@ def side_script(reference_python: Path, tmp_path: Path) -> SideScript:
         return started(python or reference_python, tmp_path, name, source, ready, env)
 
     return start
+
+
+async def run_to_end(python: Path, folder: Path, name: str, source: str, *args: str) -> str:
+    """`source` run to its end by `python` (in FOLDER, as a user whose home is FOLDER/home: the reference framework
+    keeps its state there, never in ours), with `args`; its output. Fails the test, showing the output, if it fails."""
+    import asyncio
+
+    script = folder / f"{name}.py"
+    script.write_text(source)
+    home = folder / "home"
+    home.mkdir(exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}  # none of our AGENT_ENV_*: the framework reads them
+    process = await asyncio.create_subprocess_exec(
+        str(python), str(script), *args, cwd=folder, env=env, stdout=asyncio.subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), 300)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    return text
