@@ -169,9 +169,9 @@ class _Config(BaseModel):
 MAX_BODY_BYTES = 1_000_000
 MAX_KEPT_TRAJECTORIES = 256  # the latest tasks' trajectories; older ones answer 404
 IDENTITY = ("name", "description")  # agent-config/v1 fields that rename the agent: its served card follows them
-# The agent-config/v1 fields every agent of ours takes (the reference's AgentConfig, and the system prompt each turn
-# gets), listed on the card as `supported`: a client sends only the fields listed there.
-TAKEN_CONFIG = (*IDENTITY, "role", "system_prompt", "timeout_seconds")
+# The agent-config/v1 fields every agent of ours takes (the reference's AgentConfig), listed on the card as
+# `supported` with the agent's own: a client sends only the fields listed there.
+TAKEN_CONFIG = (*IDENTITY, "role", "timeout_seconds")
 
 
 def card_extensions(config_fields: Sequence[str] = ()) -> list[Any]:

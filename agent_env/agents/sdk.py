@@ -178,9 +178,10 @@ class Agent:
     triggers: bool = False
     attribution_probe: bool = False
     install: InstallDeclaration | None = None
-    # agent-config/v1 fields it takes beyond the protocol's own (name, description, role, system_prompt,
-    # timeout_seconds), listed on its card: a client sends only the fields listed there.
-    config_fields: tuple[str, ...] = ()
+    # agent-config/v1 fields it takes beyond the protocol's own (name, description, role, timeout_seconds), listed
+    # on its card: a client sends only those. The system prompt (each turn's `turn.system_prompt`) unless it has no
+    # model to give it to: a client then knows it is not followed.
+    config_fields: tuple[str, ...] = ("system_prompt",)
 
     async def answer(self, turn: Turn) -> str | Answer:
         raise NotImplementedError
