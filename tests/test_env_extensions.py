@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import time
 
 import httpx2
 import pytest
@@ -15,10 +13,9 @@ from agentenv_protocol import client as reference_client
 from agentenv_protocol import tool_access as reference_tool_access
 from agentenv_protocol.types import WELL_KNOWN_PATH as CARD_PATH
 from agentenv_protocol.types import EnvironmentCapabilities, EnvironmentCard, EnvironmentExtension
-from conftest import free_port
 from explorer_util import serving
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
-from test_protocol_agents import reference_python  # noqa: F401 - the side venv's Python, as a fixture
+from reference_venv import reference_python, side_script  # noqa: F401 - fixtures: the side venv's scripts
 
 from agent_env.gateway import extensions
 from agent_env.gateway_client import GatewayRefused
@@ -402,29 +399,10 @@ env.serve()
 
 
 @pytest.fixture
-def foreign_env(request, tmp_path):
+def foreign_env(side_script):  # noqa: F811 - the fixture imported above
     """An env server written with the protocol's own env SDK (in its own venv: it needs mcp 1.x)."""
-    python = request.getfixturevalue("reference_python")
-    script = tmp_path / "foreign_env.py"
-    script.write_text(FOREIGN_ENV)
-    port = free_port()
-    log = (tmp_path / "foreign.log").open("w")
-    process = subprocess.Popen([str(python), str(script), str(port)], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, (tmp_path / "foreign.log").read_text()
-            with contextlib.suppress(httpx2.HTTPError):
-                if httpx2.get(url + "/.well-known/agent-env.json").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the foreign env did not serve its card in 60s"
-            time.sleep(0.1)
+    with side_script("foreign_env", FOREIGN_ENV, ready=CARD_PATH) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
 
 
 @pytest.mark.processes

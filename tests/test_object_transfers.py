@@ -7,18 +7,13 @@ install's local CA), and presigned URLs against moto's S3 server over real HTTP.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import ssl
-import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
-from test_protocol_agents import reference_python  # noqa: F401 - the fixture: the reference framework's venv
+from reference_venv import A2A_CARD, reference_python, side_script  # noqa: F401 - fixtures
 
 from agent_env.agents.sdk import Agent, Answer, Turn
 from agent_env.agents.transfer_serving import AgentState, new_context_id
@@ -405,37 +400,11 @@ if __name__ == "__main__":
 """
 
 
-@contextlib.contextmanager
-def reference_keeper(python: Path, folder: Path, trust: Path):
-    """The reference agent above served on a free port, trusting the install's local CA; yields its base URL."""
-    script = folder / "keeper.py"
-    script.write_text(REFERENCE_SNAPSHOT_AGENT)
-    port = free_port()
-    log = (folder / "keeper.log").open("w")
-    env = {**os.environ, "SSL_CERT_FILE": str(trust)}
-    process = subprocess.Popen([str(python), str(script), str(port)], stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, (folder / "keeper.log").read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + ".well-known/agent-card.json").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the reference agent did not serve its card in 30s"
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
-
-
 async def test_a_reference_framework_agent_is_snapshotted_restored_and_given_objects_through_grants(
     client,
     worker,
     settings,
-    reference_python,  # noqa: F811 - the fixture imported above
+    side_script,  # noqa: F811 - the fixture imported above
     tmp_path,
 ):
     """snapshot/v1 save and load, trajectory/v1 task_objects, skill-config/v1 bundles: each through grants."""
@@ -453,7 +422,9 @@ async def test_a_reference_framework_agent_is_snapshotted_restored_and_given_obj
     (bundle / "artifacts" / "triage" / "SKILL.md").write_text(skill_md)
     (bundle / "artifacts" / "triage" / "checklist.txt").write_text("1. read the ticket\n")
     trust = trust_bundle(settings.state_dir / "tls")
-    with reference_keeper(reference_python, tmp_path, trust) as url:
+    keeper = side_script("keeper", REFERENCE_SNAPSHOT_AGENT, ready=A2A_CARD, env={"SSL_CERT_FILE": str(trust)})
+    with keeper as base:
+        url = base + "/"
         record = {"name": "keeper", "type": "a2a", "config": {"url": url}}
         task = parse_task(
             {

@@ -337,7 +337,7 @@ async def test_peers_for_an_agent_that_does_not_declare_the_extension_fail_namin
     assert state.status is RunStatus.ERROR
     assert f"its card declares no {PEER_AGENTS}" in (state.steps["b"].error or "")
     assert "`peer_agents = True`" in (state.steps["b"].error or "")
-    assert f"does not declare {TRIGGERS}" in (rules.steps["rules"].error or "")
+    assert f"declares no {TRIGGERS} on its card" in (rules.steps["rules"].error or "")
     assert "`triggers = True`" in (rules.steps["rules"].error or "")
 
 

@@ -10,24 +10,23 @@ it: in its own virtualenv (built once per framework version, cached), as a real 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
+from reference_venv import (  # noqa: F401 - fixtures (imported here too)
+    A2A_CARD,
+    framework_python,
+    reference_python,
+    run_to_end,
+    side_script,
+    started,
+)
 
 from agent_env.spec.run import RunStatus
 from agent_env.stores import open_stores
 
-FRAMEWORK = "agentenv-framework-protocol"
 DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
 SKILL_MD = "---\nname: refunds\ndescription: How refunds are handled\n---\nSupport never refunds; billing does.\n"
 
@@ -87,68 +86,20 @@ if __name__ == "__main__":
 """
 
 
-@pytest.fixture(scope="session")
-def reference_python() -> Path:
-    """A Python with the reference framework's agent extra, at the version our dev extra pins."""
-    version = importlib.metadata.version(FRAMEWORK)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentenv-tests"
-    home = cache / f"reference-agent-{version}"
-    python = home / "bin" / "python"
-    if python.exists():
-        return python
-    cache.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(building)], check=True, capture_output=True, timeout=120)
-        subprocess.run(
-            [str(building / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            + [f"{FRAMEWORK}[agent]=={version}"],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        shutil.rmtree(building, ignore_errors=True)
-        why = f"needs {FRAMEWORK}[agent]=={version} in a side virtualenv (pip install failed: {e})"
-        if os.environ.get("CI") or os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
-            pytest.fail(why)  # CI runs every tier: it never skips
-        pytest.skip(why)
-    # run as bin/python, a virtualenv works where it is moved to; a racing build that got there first wins
-    with contextlib.suppress(OSError):
-        building.rename(home)
-    shutil.rmtree(building, ignore_errors=True)
-    return python
-
-
 @contextlib.contextmanager
 def reference_agent(python: Path, folder: Path):
-    """The reference agent served on a free port; yields its base URL."""
-    script = folder / "reference_agent.py"
-    script.write_text(REFERENCE_AGENT)
-    port = free_port()
-    log = (folder / "agent.log").open("w")
-    process = subprocess.Popen([str(python), str(script), str(port)], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, (folder / "agent.log").read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + ".well-known/agent-card.json").status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the reference agent did not serve its card in 30s"
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
+    """The reference agent served on a free port (for tests with no `side_script`); yields its base URL."""
+    with started(python, folder, "reference_agent", REFERENCE_AGENT, A2A_CARD) as url:
+        yield url + "/"
 
 
 async def test_a_reference_framework_agent_is_configured_through_its_extensions_and_graded_from_its_trajectory(
-    run_task, settings, reference_python, tmp_path
+    run_task,
+    settings,
+    side_script,  # noqa: F811 - the fixture imported above
 ):
-    with reference_agent(reference_python, tmp_path) as url:
+    with side_script("reference_agent", REFERENCE_AGENT, ready=A2A_CARD) as base:
+        url = base + "/"
         record = {
             "name": "ref",
             "type": "a2a",
@@ -405,3 +356,168 @@ async def test_a_hostile_agents_huge_trajectory_is_not_read_whole(tmp_path):
         client = ExtensionClient(http, url + "/", card)
         assert await client.trajectory("t1") == {"clipped": True, "bytes": f"over {MAX_TRAJECTORY_BYTES}"}
     assert len(sent) < 4096, "the reply was not read to its end"
+
+
+async def test_agent_config_gives_our_sdk_agent_its_system_prompt_and_its_name(tmp_path):
+    """What a run sets through agent-config/v1: `system_prompt` reaches every turn (a turn's own wins), and a `name`
+    or `description` renames the agent on its served card, at both card paths; an empty name is refused."""
+    from starlette.applications import Starlette
+    from test_agents import serving
+
+    from agent_env.agents.client import AgentClient
+    from agent_env.agents.sdk import Agent, Turn, a2a_routes
+
+    class Prompted(Agent):
+        name = "prompted"
+        description = "its own description"
+
+        async def answer(self, turn: Turn) -> str:
+            return turn.system_prompt
+
+    app = Starlette()
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as http:
+        served, handler = a2a_routes(Prompted(), url + "/", extensions=True)
+        app.router.routes.extend(served)
+        card = (await http.get("/.well-known/agent-card.json")).json()
+        config = {e["uri"]: e["params"] for e in card["capabilities"]["extensions"]}["urn:agentenv:agent-config/v1"]
+        assert {"name", "description", "role", "system_prompt"} <= set(config["methods"]["set"]["request"]["supported"])
+        assert (await http.post("/ext/agent-config", json={"name": "  "})).status_code == 400
+        assert (await http.post("/ext/agent-config", json={"description": 7})).status_code == 400
+        set_it = {"system_prompt": "You are the billing desk.", "name": "billing", "description": "Bills people"}
+        assert (await http.post("/ext/agent-config", json=set_it)).status_code == 200
+        for path in ("/.well-known/agent-card.json", "/.well-known/agent.json"):
+            card = (await http.get(path)).json()
+            assert (card["name"], card["description"]) == ("billing", "Bills people")
+        client = AgentClient(url, http)
+        assert (
+            await client.ask("who are you?", {}, context_id="c1", deadline_s=20)
+        ).text == "You are the billing desk."
+        own = await client.ask("and now?", {"system_prompt": "You are support."}, context_id="c2", deadline_s=20)
+        assert own.text == "You are support."
+        await handler.aclose()
+
+
+# The reference framework's own steps (its `agent_env`, run in its side venv) deploy, peer, prompt and read an agent
+# written with our SDK. Only the sandbox its deploy_agent provisions is stood in for: our agent already runs.
+REFERENCE_STEPS = """
+import asyncio, json, sys
+from unittest import mock
+
+import httpx
+from agent_env.a2a_agent import A2AAgent, DeployedA2AAgent
+from agent_env.config import get_config
+from agent_env.env.env import DeployedEnv
+from agent_env.task_step.context import TaskStepContext
+from agent_env.task_step.task_steps.deploy_agent import DeployAgentTaskStep
+from agent_env.task_step.task_steps.deploy_human_agent import DeployHumanAgentTaskStep
+from agent_env.task_step.task_steps.install_agent import _build_param_resolvers
+from agent_env.task_step.task_steps.peer_agents import AgentPeers, PeerAgentsTaskStep
+from agent_env.task_step.task_steps.prompt_agent import PromptAgentTaskStep
+from agent_env.task_step.task_steps.register_agent_triggers import RegisterAgentTriggersStep
+
+URL, MCP_URL, SKILL_MD = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
+RULES = [{"id": "bye", "when": {"type": "conversational", "where": {"message": {"regex": "(?i)all done"}}},
+          "actions": [{"type": "say", "text": "thanks, bye"}, {"type": "end"}]}]
+
+
+class AlreadyServed:
+    id, version, metadata = "ours", 1, {}
+
+    async def deploy(self, **_):
+        card = await A2AAgent._wait_for_agent_card(self, URL)  # as its deploy waits for a sandboxed agent's card
+        return DeployedA2AAgent(agent_id=self.id, agent_version=1, a2a_url=URL, sandbox_id="none", agent_card=card)
+
+    async def close(self):
+        pass
+
+
+async def main():
+    seen = {}
+    context = TaskStepContext(instance_id="run-1", metadata={"seed": {"ticket": "TCK-7"}})
+    card = {"name": "desk"}
+    context.deployed_envs.append(DeployedEnv(env_id="desk", env_version=1, mcp_url=MCP_URL, environment_card=card))
+    deploy = DeployAgentTaskStep(
+        "deploy", None, env_ids=["desk"], a2a_agent_id="ours", agent_name="solver", role="support",
+        agent_description="Solves support tickets", system_prompt="You handle ticket <ticket>.",
+        skills=[{"name": "refunds", "description": "How refunds go", "skill_md": SKILL_MD}],
+    )
+    with (
+        mock.patch.object(A2AAgent, "get", lambda *args, **kwargs: AlreadyServed()),
+        mock.patch("agent_env.a2a_agent.a2a_agent.AGENT_CARD_TIMEOUT", 20),  # it is served already: no 5 minutes
+    ):
+        context = await deploy.execute(context)
+    async with httpx.AsyncClient(base_url=URL) as http:
+        card = (await http.get("/.well-known/agent.json")).json()
+        seen["card"] = [card["name"], card["description"]]
+        seen["mcp"] = list((await http.get("/ext/mcp-config")).json()["mcp_servers"].values())
+
+    context = await DeployHumanAgentTaskStep("helper", None, agent_name="helper", a2a_url=URL).execute(context)
+    context = await PeerAgentsTaskStep("peers", None, peerings=[AgentPeers("solver", ["helper"])]).execute(context)
+    context = await RegisterAgentTriggersStep("rules", None, agent_name="solver", triggers=RULES).execute(context)
+    seen["rules"] = context.metadata["agent_trigger_registrations"][0]["added"]
+
+    ask = PromptAgentTaskStep("ask", None, prompt="Handle it", agent_name="solver", poll_interval_seconds=1)
+    context = await ask.execute(context)
+    answer = context.prompt_responses[-1]
+    seen["answer"] = answer.response
+    seen["trajectory"] = json.loads(get_config().get_object_store().get(answer.agent_trajectory_object_url))
+
+    _, decide_path = A2AAgent.operation(A2AAgent.find_extension(card, A2AAgent.EXT_TRIGGERS), "decide")
+    seen["decided"] = await ask._decide(URL + decide_path, 1, "all done here", "c1", {})
+
+    install = A2AAgent.find_extension(card, A2AAgent.EXT_INSTALL)["params"]
+    resolvers = _build_param_resolvers(container_name="box", work_dir="/work", agent_ctx_tar="/ctx.tar",
+                                       a2a_port=install["a2a_port"], config=get_config(), agent_name="solver")
+    resolved = {name: resolvers[name]() for name in install["required_params"]}
+    seen["install"] = [command.format(**resolved) for command in install["install_commands"]]
+    print("SEEN " + json.dumps(seen))
+
+
+asyncio.run(main())
+"""
+
+
+async def test_our_sdk_agent_is_deployed_peered_and_prompted_by_the_reference_frameworks_own_steps(
+    framework_python,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
+    """deploy_agent (MCP server, skills, system prompt, identity and role, each as its card negotiates them),
+    peer_agents, register_agent_triggers, prompt_agent (A2A 0.3 at /a2a, and the trajectory it keeps), the
+    triggers' decide and install/v1's commands: the reference framework's own code, against our SDK's agent."""
+    from starlette.applications import Starlette
+    from test_agents import serving
+
+    from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
+
+    class Ours(Agent):
+        name = "ours"
+        description = "an agent written with our SDK"
+        peer_agents = True
+        triggers = True
+        install = {
+            "install_commands": ["tar -xf {agent_ctx_tar} -C {work_dir} && serve {agent_name} {a2a_port}"],
+            "required_params": ["agent_ctx_tar", "work_dir", "agent_name", "a2a_port"],
+            "a2a_port": 8000,
+        }
+
+        async def answer(self, turn: Turn) -> Answer:
+            seen = [turn.system_prompt, turn.role, [s["name"] for s in turn.skills]]
+            return Answer(text=json.dumps(seen + [[p["name"] for p in turn.peers]]))
+
+    app = Starlette()
+    async with serving(app) as url:
+        served, handler = a2a_routes(Ours(), url + "/", extensions=True)
+        app.router.routes.extend(served)
+        mcp_url = "http://127.0.0.1:9/envs/desk/mcp"  # registered only: this agent calls no tools
+        output = await run_to_end(
+            framework_python, tmp_path, "reference_steps", REFERENCE_STEPS, url, mcp_url, SKILL_MD
+        )
+        await handler.aclose()
+    seen = json.loads(next(line for line in output.splitlines() if line.startswith("SEEN "))[5:])
+    assert seen["card"] == ["solver", "Solves support tickets"]  # deploy_agent stamped its identity
+    assert seen["mcp"] == [{"url": mcp_url, "has_headers": True}]  # with the role header its card takes
+    system_prompt, role, skills, peers = json.loads(seen["answer"])
+    assert (system_prompt, role, skills, peers) == ("You handle ticket TCK-7.", "support", ["refunds"], ["helper"])
+    assert [e["event"] for e in seen["trajectory"]] == ["prompt", "answer"]
+    assert seen["rules"] == ["bye"] and seen["decided"]["fired"] == ["bye"] and seen["decided"]["done"] is True
+    assert seen["install"] == ["tar -xf /ctx.tar -C /work && serve solver 8000"]

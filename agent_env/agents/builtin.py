@@ -35,6 +35,8 @@ def with_skills(system_prompt: str, skills: Sequence[InlineSkill]) -> str:
 class ScriptedAgent(Agent):
     """Plays its Nth turn on its Nth prompt (the last one again if asked more). Deterministic."""
 
+    config_fields = ()  # no model: a system prompt would not be followed, so its card does not take one
+
     def __init__(self, record: AgentRecord) -> None:
         self.name, self.description = record.name, record.description or "A scripted agent."
         self.config: ScriptedConfig = record.typed_config()

@@ -168,10 +168,15 @@ class _Config(BaseModel):
 
 MAX_BODY_BYTES = 1_000_000
 MAX_KEPT_TRAJECTORIES = 256  # the latest tasks' trajectories; older ones answer 404
+IDENTITY = ("name", "description")  # agent-config/v1 fields that rename the agent: its served card follows them
+# The agent-config/v1 fields every agent of ours takes (the reference's AgentConfig), listed on the card as
+# `supported` with the agent's own: a client sends only the fields listed there.
+TAKEN_CONFIG = (*IDENTITY, "role", "timeout_seconds")
 
 
-def card_extensions() -> list[Any]:
-    """The card's `capabilities.extensions`, in the reference framework's shape."""
+def card_extensions(config_fields: Sequence[str] = ()) -> list[Any]:
+    """The card's `capabilities.extensions`, in the reference framework's shape; `config_fields`: the agent-config
+    fields the agent takes beyond TAKEN_CONFIG."""
     from a2a.types import AgentExtension
 
     def declared_as(uri: str, description: str, methods: dict[str, Any]) -> Any:
@@ -189,7 +194,10 @@ def card_extensions() -> list[Any]:
         declared_as(
             AGENT_CONFIG,
             "Set or read agent configuration.",
-            {"set": {"method": "POST"}, "get": {"method": "GET", "response": {"required": ["config"]}}},
+            {
+                "set": {"method": "POST", "request": {"supported": sorted({*TAKEN_CONFIG, *config_fields})}},
+                "get": {"method": "GET", "response": {"required": ["config"]}},
+            },
         ),
         declared_as(
             SKILL_CONFIG,
@@ -220,6 +228,10 @@ class Configured:
     skills: dict[str, InlineSkill] = field(default_factory=dict)
     trajectories: OrderedDict[str, list[dict[str, Any]]] = field(default_factory=OrderedDict)
 
+    def identity(self) -> dict[str, str]:
+        """The name and description the run gave the agent (its card shows them instead of its own)."""
+        return {key: self.config[key] for key in IDENTITY if key in self.config}
+
     def keep_trajectory(self, task_id: str, events: list[dict[str, Any]]) -> None:
         self.trajectories[task_id] = events
         while len(self.trajectories) > MAX_KEPT_TRAJECTORIES:
@@ -243,7 +255,13 @@ class Configured:
             return JSONResponse({"mcp_servers": listing})  # never the headers: they hold tokens
 
         async def config_set(request: Request) -> JSONResponse:
-            self.config.update(await _body(request))
+            body = await _body(request)
+            for key in IDENTITY:  # as the reference answers: an agent is never renamed to nothing
+                if key in body and not (isinstance(body[key], str) and body[key].strip()):
+                    return _refused(400, f"{key} must be a non-empty string")
+            if not isinstance(body.get("system_prompt", ""), str | None):
+                return _refused(400, "system_prompt must be a string")
+            self.config.update(body)
             return JSONResponse({"status": "updated"})
 
         async def config_get(request: Request) -> JSONResponse:

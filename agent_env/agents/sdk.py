@@ -17,6 +17,9 @@ An agent also enables the open protocol's extensions it takes part in with class
 and decides a conversation's turns with them), `attribution_probe = True` (reports what `turn.attribution()` last
 gave a model call), `install = {...}` (install/v1's commands, declared on the card).
 
+What a run sets through agent-config/v1 reaches every turn: its `system_prompt` and `role` (unless the turn brings
+its own), every field in `turn.config`; a `name` or `description` set there renames the agent on its served card.
+
 Each turn arrives as an A2A message: the prompt as text, and a data part `{"agentenv": {...}}` with the
 system prompt, the environment's MCP URL and this agent's role token, its role and name, the run and
 its seed, its config and the conversation so far (so agents need keep no state).
@@ -175,6 +178,10 @@ class Agent:
     triggers: bool = False
     attribution_probe: bool = False
     install: InstallDeclaration | None = None
+    # agent-config/v1 fields it takes beyond the protocol's own (name, description, role, timeout_seconds), listed
+    # on its card: a client sends only those. The system prompt (each turn's `turn.system_prompt`) unless it has no
+    # model to give it to: a client then knows it is not followed.
+    config_fields: tuple[str, ...] = ("system_prompt",)
 
     async def answer(self, turn: Turn) -> str | Answer:
         raise NotImplementedError
@@ -247,6 +254,9 @@ class _Executor(AgentExecutor):
 def _apply(configured: Configured, turn: Turn) -> None:
     """What the run configured through the extensions, where the turn itself did not say."""
     turn.config = {**configured.config, **turn.config}
+    for key in ("system_prompt", "role"):  # the protocol's own fields, where the turn's data has them
+        if not getattr(turn, key) and isinstance(configured.config.get(key), str):
+            setattr(turn, key, configured.config[key])
     turn.skills = [s.model_dump() for s in configured.skills.values()]
     server = next(reversed(configured.mcp_servers.values()), None)  # the latest: a run that deployed it again
     if turn.mcp_url is None and server is not None:
@@ -256,7 +266,9 @@ def _apply(configured: Configured, turn: Turn) -> None:
 
 def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard:
     declared = (
-        card_extensions() + transfer_serving.card_entries(agent) + declarations(Enabled.of(agent)) if extensions else []
+        card_extensions(agent.config_fields) + transfer_serving.card_entries(agent) + declarations(Enabled.of(agent))
+        if extensions
+        else []
     )
     return AgentCard(
         name=agent.name,
@@ -287,23 +299,31 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
     served = ServedExtensions(Enabled.of(agent)) if extensions else None
     executor = _Executor(agent, configured, served)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
-    routes = card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
+    routes = card_routes(card, configured) + create_jsonrpc_routes(handler, rpc_url="/")
+    if extensions:  # where the reference framework's clients (A2A 0.3) send turns: `message/send` to /a2a
+        routes += create_jsonrpc_routes(handler, rpc_url=LEGACY_RPC_PATH, enable_v0_3_compat=True)
     own = configured.routes() + transfer_serving.routes(agent) if configured else []
     return routes + own + (served.routes() if served else []), handler
 
 
-def card_routes(card: AgentCard) -> list[Route]:
+LEGACY_RPC_PATH = "/a2a"
+LEGACY_CARD_PATH = "/.well-known/agent.json"  # A2A 0.3's card path, which the reference framework reads
+
+
+def card_routes(card: AgentCard, configured: Configured | None = None) -> list[Route]:
     """The card as the A2A SDK renders it, with whole numbers in extensions' params as integers: a protobuf Struct
-    holds every number as a double, and install/v1's `a2a_port` must read 8000, not 8000.0."""
+    holds every number as a double, and install/v1's `a2a_port` must read 8000, not 8000.0. A name or description
+    the run set through agent-config/v1 (`configured`) replaces the agent's own, as the reference framework does."""
     body = agent_card_to_dict(card)
     for extension in body.get("capabilities", {}).get("extensions", []):
         if "params" in extension:
             extension["params"] = _whole(extension["params"])
 
     async def served(request: Request) -> JSONResponse:
-        return JSONResponse(body)
+        return JSONResponse({**body, **configured.identity()} if configured is not None else body)
 
-    return [Route(AGENT_CARD_WELL_KNOWN_PATH, served, methods=["GET"])]
+    paths = (AGENT_CARD_WELL_KNOWN_PATH, LEGACY_CARD_PATH) if configured is not None else (AGENT_CARD_WELL_KNOWN_PATH,)
+    return [Route(path, served, methods=["GET"]) for path in paths]
 
 
 def _whole(value: Any) -> Any:
@@ -352,7 +372,9 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
 
     names = [urlsplit(public_url).hostname if public_url else None, None if host in WILDCARDS else host]
     app = HostGuard(
-        Starlette(routes=routes, lifespan=lifespan), names=[n for n in names if n], json_rpc={"/": JSON_RPC}
+        Starlette(routes=routes, lifespan=lifespan),
+        names=[n for n in names if n],
+        json_rpc={"/": JSON_RPC, LEGACY_RPC_PATH: JSON_RPC},
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

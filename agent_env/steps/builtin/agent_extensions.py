@@ -3,6 +3,8 @@
 - `deploy_agent` sends an agent its `peers` (other deploy_agent steps' agents) through peer-agents/v1, and reads
   its install/v1 declaration into its outputs;
 - `register_agent_triggers` (its own module) registers deterministic rules on an agent through triggers/v1;
+- steps acting on an agent another step deployed (`register_agent_triggers`, `peer_agents`, `snapshot_agent_state`)
+  reach the extension they use through `deployed_extension`;
 - `prompt_agent` asks a conversation partner that declares triggers/v1 to decide each of its turns first: a rule
   that fires answers for it (its model is not asked), and one that ends the conversation ends it.
 
@@ -15,6 +17,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agent_env.agents.client import agent_client
 from agent_env.agents.extension_ops import (
     INSTALL,
     PEER_AGENTS,
@@ -29,12 +32,33 @@ from agent_env.agents.extension_ops import (
 )
 from agent_env.agents.extensions import ExtensionClient, ExtensionRefused
 from agent_env.gateway_client.wire import JsonObject
-from agent_env.steps import StepFailed
+from agent_env.steps import StepContext, StepFailed
 
 MAX_PEER_CARD_BYTES = 64 * 1024  # a larger card is not forwarded: the agent can read it at the peer's URL
 RUN_USES = (PEER_AGENTS, TRIGGERS, INSTALL)  # beside extensions.CONFIGURING: what deploy_agent's outputs name
 
 CardOf = Callable[[str], Awaitable[Any]]  # a deployed agent's URL -> its A2A card (protobuf), fetched by the caller
+
+
+async def deployed_extension(
+    ctx: StepContext, deployed: JsonObject, uri: str, *, step: str, fix: str, hosted_refusal: str | None = None
+) -> ExtensionClient:
+    """The extension client of the agent the deploy_agent step `step` deployed (`deployed`: its outputs), whose card
+    declares `uri`. StepFailed otherwise, naming the agent, the extension and `fix`; `hosted_refusal`: why an agent
+    the gateway hosts cannot take it (None: it can)."""
+    name = deployed.get("name") or step
+    if not deployed or not deployed.get("url"):
+        raise StepFailed(f"step {step!r} deployed no agent reachable over A2A (a trainer plays it, or it failed)")
+    hosted = bool(deployed.get("hosted"))
+    if hosted and hosted_refusal is not None:
+        raise StepFailed(f"agent {name!r} is hosted by the gateway: {hosted_refusal}")
+    try:
+        client = await agent_client(ctx.settings, deployed["url"], hosted=hosted).extensions()
+    except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
+        raise StepFailed(f"agent {name!r} did not answer with its card ({e})", retryable=True) from None
+    if not client.has(uri):
+        raise StepFailed(f"agent {name!r} declares no {uri} on its card — {fix}")
+    return client
 
 
 async def deploy_extras(

@@ -34,6 +34,7 @@ from agent_env.gateway_client.wire import JsonObject
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
+from agent_env.steps.builtin.agent_extensions import deployed_extension
 from agent_env.stores import in_thread, open_stores
 from agent_env.stores.grant_issuers import object_grants
 
@@ -96,23 +97,15 @@ async def restore_agent_state(
 
 async def _snapshotting(ctx: StepContext, deployed: JsonObject, step: str) -> ExtensionClient:
     """The extension client of a deployed agent whose card declares snapshot/v1."""
-    if not deployed or not deployed.get("url"):
-        raise StepFailed(f"step {step!r} deployed no agent reachable over A2A")
-    if deployed.get("hosted"):
-        raise StepFailed(
-            f"agent {deployed.get('name')!r} is hosted by the gateway: its conversation is in the run's transcripts, "
-            f"and it serves no {SNAPSHOT}"
-        )
-    try:
-        client = await agent_client(ctx.settings, deployed["url"], hosted=False).extensions()
-    except Exception as e:  # noqa: BLE001 - the agent may be restarting: retried
-        raise StepFailed(f"agent {deployed.get('name')!r} did not answer with its card ({e})", retryable=True) from None
-    if not client.has(SNAPSHOT):
-        raise StepFailed(
-            f"agent {deployed.get('name')!r} declares no {SNAPSHOT} on its card, so its state cannot be saved or "
-            "restored — serve the extension (our SDK: give the agent save_state and load_state)"
-        )
-    return client
+    return await deployed_extension(
+        ctx,
+        deployed,
+        SNAPSHOT,
+        step=step,
+        fix="its state cannot be saved or restored: serve the extension (our SDK: give the agent save_state and "
+        "load_state)",
+        hosted_refusal=f"its conversation is in the run's transcripts, and it serves no {SNAPSHOT}",
+    )
 
 
 async def agent_trajectory(settings: Settings, who: JsonObject, task_id: str, key: str) -> Any:

@@ -12,8 +12,8 @@ from agent_env.agents.extension_ops import PEER_AGENTS
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
-from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
-from agent_env.steps.builtin.agent_extensions import deploy_extras
+from agent_env.steps import PlanContext, StepConfig, StepContext, step_type
+from agent_env.steps.builtin.agent_extensions import deploy_extras, deployed_extension
 
 
 class PeerAgentsConfig(StepConfig):
@@ -41,14 +41,9 @@ def prepare_peer_agents(config: PlannedConfig, plan: PlanContext) -> PlannedConf
 async def peer_agents(ctx: StepContext, config: PeerAgentsConfig) -> JsonObject:
     """Send an agent that declares urn:agentenv:peer-agents/v1 its routing table: the other agents' names, URLs
     and cards. It replaces any table sent before."""
-    deployed = config.deployed
-    name = deployed.get("name", config.agent)
-    if not deployed.get("url") or PEER_AGENTS not in deployed.get("extensions", ()):
-        raise StepFailed(
-            f"agent {name!r} does not declare {PEER_AGENTS} on its card — serve the extension (our SDK: "
-            "`peer_agents = True`), or take the step out of the task"
-        )
-    client = await agent_client(ctx.settings, deployed["url"], hosted=False).extensions()
+    name = config.deployed.get("name", config.agent)
+    fix = "serve the extension (our SDK: `peer_agents = True`), or take the step out of the task"
+    client = await deployed_extension(ctx, config.deployed, PEER_AGENTS, step=config.agent, fix=fix)
     sent = await deploy_extras(
         client, name, config.peers_deployed, lambda url: agent_client(ctx.settings, url, hosted=False).card()
     )

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pydantic import Field
 
 from agent_env.agents.agent_triggers import AgentTrigger
-from agent_env.agents.client import agent_client
 from agent_env.agents.extension_ops import TRIGGERS, register_triggers
 from agent_env.agents.extensions import ExtensionRefused
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
+from agent_env.steps.builtin.agent_extensions import deployed_extension
 
 
 class RegisterAgentTriggersConfig(StepConfig):
@@ -39,16 +39,11 @@ def prepare_register_agent_triggers(config: PlannedConfig, plan: PlanContext) ->
 async def register_agent_triggers(ctx: StepContext, config: RegisterAgentTriggersConfig) -> JsonObject:
     """Register deterministic replies on an agent that declares urn:agentenv:triggers/v1; a prompt_agent
     conversation it plays the partner of asks it to decide each of its turns."""
-    deployed = config.deployed
-    if not deployed.get("url") or TRIGGERS not in deployed.get("extensions", ()):
-        raise StepFailed(
-            f"agent {deployed.get('name', config.agent)!r} does not declare {TRIGGERS} on its card — serve the "
-            "extension (our SDK: `triggers = True`), or take the rules out of the task"
-        )
-    client = await agent_client(ctx.settings, deployed["url"], hosted=bool(deployed.get("hosted"))).extensions()
+    fix = "serve the extension (our SDK: `triggers = True`), or take the rules out of the task"
+    client = await deployed_extension(ctx, config.deployed, TRIGGERS, step=config.agent, fix=fix)
     rules = [t.model_dump(mode="json", exclude_none=True) for t in config.triggers]
     try:
         added = await register_triggers(client, rules)
     except ExtensionRefused as e:
-        raise StepFailed(f"agent {deployed['name']!r}: {e}") from None
-    return {"agent": deployed["name"], "added": added}
+        raise StepFailed(f"agent {config.deployed['name']!r}: {e}") from None
+    return {"agent": config.deployed["name"], "added": added}
