@@ -97,7 +97,7 @@ async def card(request: Request, instance: str) -> Response:
         ),
     )
     assert body.capabilities is not None  # (environment_card fills it)
-    body.capabilities.extensions = [*(body.capabilities.extensions or []), *extensions.CARD_EXTENSIONS]
+    body.capabilities.extensions = [*(body.capabilities.extensions or []), *extensions.card_extensions(inst)]
     return JSONResponse(cards.wire(body))
 
 

@@ -1,0 +1,210 @@
+"""changes/v1: an instance's changelog (its apps' row changes, each with who made it), served by a real gateway over
+real HTTP and declared on its card; read by the protocol's own client as well as ours."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import httpx2
+import pytest
+from agentenv_protocol import client as reference_client
+from gateway_util import mcp_client, running_gateway, support_data, support_spec
+
+from agent_env.envs import changelog
+from agent_env.gateway import extensions
+
+DESK = "desk-1"
+
+
+@pytest.fixture
+async def desk(tmp_path):
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance(support_spec(DESK))
+        await admin.data(DESK, "data/add", {"parts": [{"kind": "data", "data": support_data()}]})
+        async with httpx2.AsyncClient(base_url=f"{base}/envs/{DESK}", timeout=30) as http:
+            yield gateway, base, admin, http
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def email(to: str, subject: str, body: str) -> dict:
+    return {"sender": "support@acme.example", "to": [to], "subject": subject, "body": body}
+
+
+async def all_changes(http, token: str, after_id: int = 0) -> list[dict]:
+    answer = await http.get("/changes", params={"after_id": after_id, "limit": 10_000}, headers=bearer(token))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["has_more"] is False
+    return answer.json()["changes"]
+
+
+async def test_the_card_declares_changes_with_the_frameworks_shape(desk):
+    gateway, base, admin, http = desk
+    card = (await http.get("/.well-known/agent-env.json", headers=bearer(gateway.admin_token))).json()
+    op = reference_client.find_extension_method(card, extensions.CHANGES, "get")
+    assert op == {
+        "method": "GET",
+        "endpoint": "/changes",
+        "request": {
+            "type": "object",
+            "properties": {
+                "after_id": {"type": "integer", "minimum": 0},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 10_000},
+            },
+        },
+    }
+    assert reference_client.find_extension(card, extensions.CHANGES)["required"] is False
+
+
+async def test_a_tool_calls_changes_show_its_role_agent_and_tool(desk):
+    gateway, base, admin, http = desk
+    loaded = await all_changes(http, gateway.admin_token)
+    assert loaded and all(c["actors"] == [{"kind": "data_plane", "operation": "load"}] for c in loaded)
+    last = loaded[-1]["id"]
+
+    sam = await admin.token(DESK, "sam")
+    async with mcp_client(base, DESK, sam) as mcp:
+        sent = await mcp.call_tool("send_email", email("ana@example.com", "Hi", "Refund soon"))
+        assert not sent.is_error, sent.content
+        await mcp.call_tool("list_tickets", {})  # reads write nothing
+    made = await all_changes(http, gateway.admin_token, last)
+    assert made, "sending an email changes the mail app"
+    assert {(c["schema_name"], c["operation"]) for c in made} >= {("mail", "INSERT")}
+    for change in made:
+        assert change["actors"] == [
+            {"kind": "tool_call", "tool": "send_email", "role": "support", "agent": "sam", "via": "mcp"}
+        ]
+    sent_row = next(c for c in made if c["schema_name"] == "mail" and c["operation"] == "INSERT")
+    assert "ana@example.com" in sent_row["summary"] or "Hi" in sent_row["summary"]
+    assert sent_row["virtual_time"] == "2026-02-16T09:30:00Z", "the world's time of the call"
+    state = (await http.get("/state", headers=bearer(gateway.admin_token))).json()
+    assert state["changelog_id"] == made[-1]["id"]
+
+
+async def test_a_trigger_actions_changes_name_the_trigger(desk):
+    """The run calls a tool for a trigger's action as the world's activity does: cause and idempotency key."""
+    gateway, base, admin, http = desk
+    last = (await all_changes(http, gateway.admin_token))[-1]["id"]
+    outcome = await admin.call_as(
+        DESK,
+        "send_email",
+        email("dana@example.com", "Re: order", "On its way"),
+        role="support",
+        idempotency_key="run-1/world/7/2",
+        cause="trigger dana_replies",
+    )
+    assert "result" in outcome, outcome
+    made = await all_changes(http, gateway.admin_token, last)
+    assert made and all(
+        c["actors"]
+        == [
+            {
+                "kind": "trigger_action",
+                "trigger_id": "dana_replies",
+                "firing": 7,
+                "action_index": 2,
+                "tool": "send_email",
+                "role": "support",
+                "agent": None,
+            }
+        ]
+        for c in made
+    )
+    # the run's own call for a step is a tool call with its cause
+    await admin.call_as(DESK, "send_email", email("x@example.com", "s", "b"), role="support", cause="step notify")
+    step_made = await all_changes(http, gateway.admin_token, made[-1]["id"])
+    assert step_made[0]["actors"][0] == {
+        "kind": "tool_call",
+        "tool": "send_email",
+        "role": "support",
+        "agent": None,
+        "via": "run",
+        "cause": "step notify",
+    }
+
+
+async def test_pages_follow_after_id_and_every_row_comes_once(desk):
+    gateway, base, admin, http = desk
+    everything = await all_changes(http, gateway.admin_token)
+    assert len(everything) > 5
+    ids = [c["id"] for c in everything]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert {c["schema_name"] for c in everything} == {"mail", "helpdesk", "billing"}, "one sequence for all apps"
+    paged, after = [], 0
+    while True:
+        page = (
+            await http.get("/changes", params={"after_id": after, "limit": 3}, headers=bearer(gateway.admin_token))
+        ).json()
+        assert len(page["changes"]) <= 3
+        paged += page["changes"]
+        if not page["has_more"]:
+            break
+        after = page["changes"][-1]["id"]
+    assert paged == everything
+    for params in ({"after_id": -1}, {"limit": 0}, {"limit": 10_001}, {"after_id": "x"}):
+        answer = await http.get("/changes", params=params, headers=bearer(gateway.admin_token))
+        assert answer.status_code == 400 and "after_id" in answer.json()["error"], params
+
+
+async def test_changes_are_the_operators_read(desk):
+    gateway, base, admin, http = desk
+    sam = await admin.token(DESK, "sam")
+    for token in (None, sam, "aea_forged"):
+        answer = await http.get("/changes", headers=bearer(token))
+        assert answer.status_code in (401, 403) and "changes" not in answer.json(), token
+    with pytest.raises(reference_client.ExtensionCallError) as refused:  # the reference client sends no credential
+        card = (await http.get("/.well-known/agent-env.json", headers=bearer(gateway.admin_token))).json()
+        await reference_client.invoke_extension(f"{base}/envs/{DESK}", card, extensions.CHANGES, method="get")
+    assert refused.value.response.status_code == 401
+
+
+async def test_the_protocols_client_finds_the_changes_and_pages_them_as_the_framework_does(desk):
+    """The reference client reads the method off our card; the framework's capture loop (snapshot_env's: after_id,
+    its page size, has_more; counting rows with one actor as attributed) reads every row, given the admin token."""
+    gateway, base, admin, http = desk
+    card = (await http.get("/.well-known/agent-env.json", headers=bearer(gateway.admin_token))).json()
+    op = reference_client.find_extension_method(card, extensions.CHANGES, "get")
+    rows, after_id, has_more = [], 0, True
+    async with httpx2.AsyncClient(headers=bearer(gateway.admin_token)) as client:
+        while has_more:
+            answer = await client.request(
+                op["method"], f"{base}/envs/{DESK}{op['endpoint']}", params={"after_id": after_id, "limit": 10_000}
+            )
+            answer.raise_for_status()
+            page = answer.json()
+            rows += page["changes"]
+            after_id = page["changes"][-1]["id"] if page["changes"] else after_id
+            has_more = page["has_more"]
+    assert rows == await all_changes(http, gateway.admin_token)
+    assert sum(len(c["actors"]) == 1 for c in rows) == len(rows), "each row written by exactly one transaction"
+    for row in rows:
+        assert set(row) >= {"id", "timestamp", "schema_name", "table_name", "operation", "row_id", "summary"}
+        assert set(row) >= {"changed_fields", "actors"} and row["operation"] in ("INSERT", "UPDATE", "DELETE")
+
+
+async def test_the_changelog_keeps_its_last_rows_within_its_bounds(tmp_path, monkeypatch):
+    monkeypatch.setattr(changelog, "KEEP", 5)  # an instance serves, and its apps keep, its last 5 ids
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance(support_spec(DESK))
+        await admin.data(DESK, "data/add", {"parts": [{"kind": "data", "data": support_data()}]})
+        sam = await admin.token(DESK, "sam")
+        async with mcp_client(base, DESK, sam) as mcp:
+            for i in range(4):
+                sent = await mcp.call_tool("send_email", email("a@example.com", f"s{i}", "x" * 40_000))
+                assert not sent.is_error, sent.content
+        async with httpx2.AsyncClient(base_url=f"{base}/envs/{DESK}", timeout=30) as http:
+            served = await all_changes(http, gateway.admin_token)
+            last = (await http.get("/state", headers=bearer(gateway.admin_token))).json()["changelog_id"]
+    assert last > 5 and [c["id"] for c in served] == list(range(last - 4, last + 1))
+    for change in served:  # a 40 kB body is recorded clipped
+        assert len(json.dumps(change["changed_fields"]).encode()) <= changelog.FIELDS_BYTES + 256
+    for app in ("mail", "helpdesk", "billing"):  # and on disk each app holds at most 5 (pruned as it writes)
+        db = sqlite3.connect(tmp_path / "gw" / "instances" / DESK / "apps" / app / "app.sqlite")
+        try:
+            (kept,) = db.execute(f"SELECT COUNT(*) FROM {changelog.TABLE}").fetchone()
+        finally:
+            db.close()
+        assert kept <= 5, (app, kept)
