@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import tomllib
 
 import httpx2
 import pytest
@@ -13,6 +14,10 @@ from gateway_util import mcp_client, running_gateway, support_data, support_spec
 
 from agent_env.envs import changelog
 from agent_env.gateway import extensions
+from agent_env.planning.tasks import parse_task
+from agent_env.spec.run import RunStatus
+from agent_env.stores import open_stores
+from agent_env.temporal import launch
 
 DESK = "desk-1"
 
@@ -208,3 +213,92 @@ async def test_the_changelog_keeps_its_last_rows_within_its_bounds(tmp_path, mon
         finally:
             db.close()
         assert kept <= 5, (app, kept)
+
+
+# -- in a run: a trigger's action, a step's call, and snapshot_env keeping the changelog --
+
+CHANGES_RUN = """
+id = "changes"
+[clock]
+start = "2026-07-01T00:00:00Z"
+mode = "frozen"
+
+[[triggers]]
+id = "at_one"
+when = { type = "time", at = "+1h" }
+actions = [{ type = "call_tool", env = "pad", tool = "write_note", arguments = { key = "one", text = "${clock.now}" } }]
+
+[[steps]]
+id = "pad"
+type = "deploy_env"
+config = { env = "notes" }
+
+[[steps]]
+id = "rules"
+type = "register_triggers"
+depends_on = ["pad"]
+
+[[steps]]
+id = "jump"
+type = "set_clock"
+depends_on = ["rules"]
+config = { time = "+2h" }
+
+[[steps]]
+id = "write"
+type = "call_tool"
+depends_on = ["jump"]
+config = { env = "pad", tool = "write_note", arguments = { key = "two", text = "by a step" } }
+
+[[steps]]
+id = "saved"
+type = "snapshot_env"
+depends_on = ["write"]
+config = { env = "pad", include_env_changes = true }
+"""
+
+
+async def test_snapshot_env_keeps_the_runs_changes_with_who_made_them(client, settings, worker):
+    handle = await launch.start_run(client, settings, parse_task(tomllib.loads(CHANGES_RUN), "t"))
+    state = await launch.wait_result(handle)
+    assert state.status is RunStatus.PASSED, state
+    entry = state.steps["saved"].outputs["env_changes"]
+    assert "error" not in entry, entry
+    key = f"runs/{state.run_id}/snapshots/saved.changes.jsonl"
+    assert entry["object_key"] == key and entry["capture_step_id"] == "saved"
+    assert entry["change_count"] == entry["attributed_count"] == 2 and entry["ambiguous_count"] == 0
+    rows = [json.loads(line) for line in open_stores(settings).objects.get(key).decode().splitlines()]
+    fired = next(e.seq for e in state.world.events if e.kind == "fired" and e.trigger == "at_one")
+    firing = next(e.firing for e in state.world.events if e.kind == "action" and e.trigger == "at_one")
+    assert firing == fired, "the firing is the world's event of the trigger's fire"
+    assert sorted((r["row_id"], r["operation"], r["actors"]) for r in rows) == [
+        (
+            "one",
+            "INSERT",
+            [
+                {
+                    "kind": "trigger_action",
+                    "trigger_id": "at_one",
+                    "firing": firing,
+                    "action_index": 0,
+                    "tool": "write_note",
+                    "role": rows[0]["actors"][0]["role"],
+                    "agent": None,
+                }
+            ],
+        ),
+        (
+            "two",
+            "INSERT",
+            [
+                {
+                    "kind": "tool_call",
+                    "tool": "write_note",
+                    "role": rows[1]["actors"][0]["role"],
+                    "agent": rows[1]["actors"][0]["agent"],
+                    "via": "run",
+                }
+            ],
+        ),
+    ]
+    assert rows[0]["virtual_time"] == rows[0]["changed_fields"]["updated_at"], "the world's time of the write"
