@@ -215,6 +215,27 @@ async def test_the_changelog_keeps_its_last_rows_within_its_bounds(tmp_path, mon
         assert kept <= 5, (app, kept)
 
 
+async def test_who_made_each_change_outlives_a_restart_and_ids_keep_rising_past_a_restore(tmp_path):
+    """The actors are kept with the rows, in the apps' files: a restarted gateway serves them as they were."""
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        await admin.put_instance(support_spec(DESK))
+        await admin.data(DESK, "data/add", {"parts": [{"kind": "data", "data": support_data()}]})
+        saved = await admin.snapshot(DESK)
+        sam = await admin.token(DESK, "sam")
+        async with mcp_client(base, DESK, sam) as mcp:
+            await mcp.call_tool("send_email", email("ana@example.com", "Hi", "Before the restart"))
+        async with httpx2.AsyncClient(base_url=f"{base}/envs/{DESK}", timeout=30) as http:
+            before = await all_changes(http, gateway.admin_token)
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        async with httpx2.AsyncClient(base_url=f"{base}/envs/{DESK}", timeout=30) as http:
+            assert await all_changes(http, gateway.admin_token) == before
+            await admin.restore(DESK, saved)  # the files as they were: rows up to the snapshot
+            await admin.call_as(DESK, "send_email", email("bo@example.com", "s", "b"), role="support")
+            after = await all_changes(http, gateway.admin_token)
+    assert after[-1]["id"] > before[-1]["id"], "an id is never given twice, restores or not"
+    assert after[-1]["actors"][0]["via"] == "run"
+
+
 # -- in a run: a trigger's action, a step's call, and snapshot_env keeping the changelog --
 
 CHANGES_RUN = """
