@@ -121,7 +121,7 @@ def _fields(operation: str, old: str | None, new: str | None) -> str:
     if len(text.encode()) <= FIELDS_BYTES:
         return text
     kept: dict[str, JsonValue] = {}
-    omitted: list[str] = []
+    omitted: list[JsonValue] = []
     size = 64
     for key, value in changed.items():
         part = len(json.dumps({key: value}, ensure_ascii=False).encode())
