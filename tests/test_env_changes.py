@@ -13,6 +13,9 @@ from agentenv_protocol import client as reference_client
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
 
 from agent_env.envs import changelog
+from agent_env.envs.app import App, ToolError, tool
+from agent_env.envs.app_instance import AppInstance
+from agent_env.envs.context import Ctx
 from agent_env.gateway import extensions
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus
@@ -234,6 +237,41 @@ async def test_who_made_each_change_outlives_a_restart_and_ids_keep_rising_past_
             after = await all_changes(http, gateway.admin_token)
     assert after[-1]["id"] > before[-1]["id"], "an id is never given twice, restores or not"
     assert after[-1]["actors"][0]["via"] == "run"
+
+
+class Ledger(App):
+    name = "ledger"
+    schema = "CREATE TABLE entries (id TEXT PRIMARY KEY, amount INTEGER NOT NULL, blob BLOB)"
+
+    @tool
+    def post(self, ctx: Ctx, id: str, amount: int, fail: bool = False) -> dict:
+        """Post an entry (or set its amount), failing after the write when told to."""
+        self.db.execute(
+            "INSERT INTO entries VALUES (?, ?, x'00ff') ON CONFLICT(id) DO UPDATE SET amount = excluded.amount",
+            (id, amount),
+        )
+        if fail:
+            raise ToolError("refused after writing")
+        return {"id": id}
+
+
+def test_a_rolled_back_call_and_an_update_that_changes_nothing_leave_no_row(tmp_path):
+    app = AppInstance(Ledger, tmp_path / "ledger")
+    ctx = Ctx(role="clerk", agent="kim", actor={"kind": "tool_call", "tool": "post", "role": "clerk"})
+    try:
+        app.call("post", {"id": "E1", "amount": 5}, ctx)
+        with pytest.raises(ToolError):
+            app.call("post", {"id": "E2", "amount": 7, "fail": True}, ctx)  # its write is rolled back, row and all
+        app.call("post", {"id": "E1", "amount": 5}, ctx)  # the same amount: no change
+        app.call("post", {"id": "E1", "amount": 6}, ctx)
+    finally:
+        app.close()
+    rows = changelog.read(app.path, "ledger", 0, 100)
+    assert [(r["row_id"], r["operation"], r["summary"]) for r in rows] == [
+        ("E1", "INSERT", 'Inserted: {"id": "E1", "amount": 5, "blob": "<2 bytes>"}'),
+        ("E1", "UPDATE", "amount: '5' -> '6'"),
+    ]
+    assert rows[1]["changed_fields"] == {"amount": {"old": 5, "new": 6}}
 
 
 # -- in a run: a trigger's action, a step's call, and snapshot_env keeping the changelog --
