@@ -11,6 +11,7 @@ import httpx2
 import pytest
 from agentenv_protocol import client as reference_client
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
+from test_env_extensions import refusing_env
 
 from agent_env.envs import changelog
 from agent_env.envs.app import App, ToolError, tool
@@ -237,6 +238,20 @@ async def test_who_made_each_change_outlives_a_restart_and_ids_keep_rising_past_
             after = await all_changes(http, gateway.admin_token)
     assert after[-1]["id"] > before[-1]["id"], "an id is never given twice, restores or not"
     assert after[-1]["actors"][0]["via"] == "run"
+
+
+async def test_an_instance_whose_apps_keep_no_changelog_declares_none(tmp_path):
+    """Apps at URLs keep their own state: the instance neither declares changes/v1 nor pretends to have changes."""
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        with refusing_env() as url:
+            await admin.put_instance({"id": "far", "apps": [{"name": "stubborn", "url": url}], "roles": {"agent": {}}})
+            async with httpx2.AsyncClient(base_url=f"{base}/envs/far", timeout=30) as http:
+                card = (await http.get("/.well-known/agent-env.json", headers=bearer(gateway.admin_token))).json()
+                assert reference_client.find_extension(card, extensions.CHANGES) is None
+                answer = await http.get("/changes", headers=bearer(gateway.admin_token))
+                assert answer.status_code == 404 and "keeps no changelog" in answer.json()["error"]
+                state = (await http.get("/state", headers=bearer(gateway.admin_token))).json()
+                assert state["changelog_id"] is None
 
 
 class Ledger(App):
