@@ -75,7 +75,7 @@ async def test_the_card_declares_each_extension_with_endpoints_that_answer(desks
         card = await card_of(http, FREE, token)
         declared = {e["uri"]: e for e in card["capabilities"]["extensions"]}
         assert set(declared) >= set(DECLARED)
-        assert "urn:agentenv:changes/v1" not in declared, "no changelog, so not declared"
+        assert extensions.CHANGES in declared, "its apps keep a changelog (tests/test_env_changes.py)"
     for uri, methods in DECLARED.items():
         entry = declared[uri]
         assert entry["required"] is False and entry["description"] and entry["params"]["endpoint"].startswith("/")

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agent_env.envs import changelog
 from agent_env.envs.app import App, ToolError, ToolSpec
 from agent_env.envs.context import Ctx
 from agent_env.errors import BadInput
@@ -30,6 +31,14 @@ _CALLS_TABLE = "CREATE TABLE IF NOT EXISTS _agentenv_calls (key TEXT PRIMARY KEY
 # DNS and file work): a few slow tools must not starve the rest. Threads start on demand.
 TOOL_THREADS = 64
 _tool_pool = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="agentenv-tool")
+
+
+_DATA_PLANE_LOAD = {"kind": "data_plane", "operation": "load"}
+_DATA_PLANE_RESET = {"kind": "data_plane", "operation": "reset"}
+
+
+def _vtime(ctx: Ctx) -> str | None:
+    return ctx.now_iso() if ctx.virtual_now else None
 
 
 class UnknownTool(KeyError):
@@ -60,11 +69,13 @@ class AppInstance:
     unserialised (they own their concurrency), as before.
     """
 
-    def __init__(self, app_cls: type[App], folder: Path) -> None:
+    def __init__(self, app_cls: type[App], folder: Path, *, change_ids: changelog.ChangeIds | None = None) -> None:
+        """`change_ids`: the instance's, when this app is one of several sharing one changelog (changelog.py)."""
         self.app_cls = app_cls
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / DB_FILE
+        self.change_ids = change_ids or changelog.ChangeIds()
         self._lock = threading.Lock()
         self._queue: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.db = self._open()
@@ -72,9 +83,14 @@ class AppInstance:
 
     def _open(self) -> sqlite3.Connection:
         if self.app_cls.schema and not self.path.exists():
-            create(self.path, f"{self.app_cls.schema};\n{_CALLS_TABLE};")
+            create(self.path, f"{self.app_cls.schema};\n{_CALLS_TABLE};\n{changelog.SCHEMA};")
         db = connect(self.path, check_same_thread=False)
-        db.execute(_CALLS_TABLE)  # files made before the table existed, and apps without a schema
+        try:
+            db.execute(_CALLS_TABLE)  # files made before the table existed, and apps without a schema
+            changelog.install(db, self.change_ids)
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def close(self) -> None:
@@ -116,7 +132,8 @@ class AppInstance:
                 if row:
                     return json.loads(row[0])
             method = getattr(self.app, spec.method)
-            result = jsonable(method(ctx, **kwargs) if spec.wants_ctx else method(**kwargs))
+            with changelog.writing(ctx.actor, _vtime(ctx)):
+                result = jsonable(method(ctx, **kwargs) if spec.wants_ctx else method(**kwargs))
             if key:
                 self.db.execute("INSERT INTO _agentenv_calls VALUES (?, ?)", (key, json.dumps(result)))
             return result
@@ -131,7 +148,8 @@ class AppInstance:
             return await self.run_in_turn(self.call, name, arguments, ctx)
         kwargs = spec.parse_arguments(arguments)
         method = getattr(self.app, spec.method)
-        return jsonable(await (method(ctx, **kwargs) if spec.wants_ctx else method(**kwargs)))
+        with changelog.writing(ctx.actor, _vtime(ctx)):  # (a context variable: this task's writes only)
+            return jsonable(await (method(ctx, **kwargs) if spec.wants_ctx else method(**kwargs)))
 
     def _turns(self) -> asyncio.Lock:
         """The running loop's FIFO queue of this instance's calls (an asyncio.Lock belongs to one loop)."""
@@ -151,7 +169,8 @@ class AppInstance:
 
     def reset(self) -> None:
         def run() -> None:
-            self.app.reset()
+            with changelog.writing(_DATA_PLANE_RESET):
+                self.app.reset()
             self.db.execute("DELETE FROM _agentenv_calls")
 
         self._transaction(run, defer_foreign_keys=True)
@@ -167,7 +186,8 @@ class AppInstance:
                 if self.db.execute("SELECT 1 FROM _agentenv_calls WHERE key = ?", (key,)).fetchone():
                     return False
                 self.db.execute("INSERT INTO _agentenv_calls VALUES (?, 'loaded')", (key,))
-            self.app.load(data)
+            with changelog.writing(_DATA_PLANE_LOAD):
+                self.app.load(data)
             return True
 
         try:
@@ -206,6 +226,7 @@ class AppInstance:
         try:
             with self._lock:
                 source.backup(self.db)
+                changelog.install(self.db, self.change_ids)  # its tables' triggers; ids past the file's
         finally:
             source.close()
 

@@ -6,6 +6,7 @@ host clock or from client-sent headers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +32,9 @@ class Ctx:
     instance: str | None = None
     virtual_now: datetime | None = None
     idempotency_key: str | None = None
+    # who makes the call, as the gateway knows it (role, tool, trigger action): what the app's changelog records
+    # for the rows the call writes (changelog.py). The gateway's own; never sent to an app over the network.
+    actor: Mapping[str, object] | None = None
 
     def now(self) -> datetime:
         """The world's time for this call (timezone-aware UTC)."""

@@ -14,7 +14,7 @@ from agent_env import telemetry
 from agent_env.envs.app import ToolError, ToolInfo, ToolSpec
 from agent_env.envs.context import Ctx
 from agent_env.envs.mcp import ChangeChannel, mcp_tool, owned_by, refuse, tool_error, tool_result
-from agent_env.gateway import trajectory
+from agent_env.gateway import changes, trajectory
 from agent_env.gateway.callers import Caller, GatewayError
 from agent_env.gateway.env_instance import EnvInstance, Route
 from agent_env.gateway.state import COLLECTION
@@ -117,6 +117,7 @@ class Calls(WorldPushes):
                 instance=inst.spec.id,
                 virtual_now=vnow,
                 idempotency_key=idempotency_key,
+                actor=changes.actor(role, caller.agent, name, via, cause, idempotency_key),
             )
             inst.busy += 1  # not closed as idle while a call is in flight
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import io
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agent_env.envs import dataplane
+from agent_env.envs import changelog, dataplane
 from agent_env.envs.app import ToolError, ToolInfo
 from agent_env.envs.app_instance import DB_FILE, AppInstance, load_app_class
 from agent_env.envs.card import OPERATIONS
@@ -75,6 +76,7 @@ class EnvInstance:
         self.busy = 0  # calls in flight: an instance is closed as idle only without any
         self.last_used = time.monotonic()
         self.usage = InstanceUsage(folder)  # what it keeps on disk, for its storage budgets
+        self.change_ids = changelog.ChangeIds()  # its in-process apps' changelog ids (changelog.py)
 
     @classmethod
     async def open(cls, spec: InstanceSpec, folder: Path, *, key: bytes | None = None) -> EnvInstance:
@@ -110,7 +112,7 @@ class EnvInstance:
                     app = (
                         await RemoteApp.spawn(target, name, app_folder)
                         if ref.run == "subprocess"
-                        else AppInstance(app_cls, app_folder)
+                        else AppInstance(app_cls, app_folder, change_ids=inst.change_ids)
                     )
                     inst.apps[name] = app
                 mounted.append((name, ref.prefix, app))
@@ -169,6 +171,20 @@ class EnvInstance:
                 failed = failed or e
         if failed is not None:
             raise failed
+
+    @property
+    def keeps_changes(self) -> bool:
+        """Whether it has a changelog: its in-process apps keep one (apps in processes of their own or at URLs
+        do not, so an instance of those only serves none)."""
+        return any(isinstance(app, AppInstance) for app in self.apps.values())
+
+    async def changes(self, after_id: int, limit: int) -> tuple[list[dict[str, changelog.JsonValue]], bool]:
+        """Its apps' change rows past `after_id` in id order, at most `limit`, and whether more follow. Only its
+        last `changelog.KEEP` ids are served (what its apps keep past them is pruned as they write)."""
+        start = max(after_id, self.change_ids.last - changelog.KEEP)
+        apps = [(name, app.path) for name, app in self.apps.items() if isinstance(app, AppInstance)]
+        rows = await asyncio.to_thread(changelog.read_apps, apps, start, limit + 1)
+        return rows[:limit], len(rows) > limit
 
     @property
     def trajectory_path(self) -> Path:

@@ -1,10 +1,12 @@
 """The env-side extensions of protocol v1 that the gateway serves for each instance, and declares on its card:
 tool access (`disable-tool/v1`, `enable-tool/v1`), `clock/v1`, `triggers/v1` (its state), `trajectory/v1`,
-`step/v1` and `state/v1`. Paths are relative to the instance's base, `/envs/{instance}`.
+`step/v1`, `state/v1` and `changes/v1` (on instances that keep a changelog: changes.py). Paths are relative to the
+instance's base, `/envs/{instance}`.
 
 Who may do what (routes_extensions.py enforces it): control (tool access, set-time, clear) and the operator's
-reads (state, trigger state, clock state, the trajectory: every agent's calls) need the admin token; what the
-protocol lets an agent do (`get_time`, `step`) needs a role token and sees only what its role sees.
+reads (state, trigger state, clock state, the trajectory and the changes: every agent's calls and writes) need the
+admin token; what the protocol lets an agent do (`get_time`, `step`) needs a role token and sees only what its role
+sees.
 
 An instance that belongs to a run refuses every control operation (409). The run's workflow is the source of
 truth for its clock, roles and triggers (DESIGN §2 rule 2): the gateway holds a copy the run pushed, a change made
@@ -14,7 +16,7 @@ would turn an operator's call into a decision recorded in history that the task 
 steps (`set_role_tools`, `set_clock`, `register_triggers`, `cancel_triggers`) already say it, so the refusal names
 them. Instances without a run (created over the admin API by a harness of one's own) take these operations.
 
-Not served: `changes/v1` (our apps keep no changelog), and the writes of `triggers/v1` (register, remove, clear):
+Not served: the writes of `triggers/v1` (register, remove, clear):
 our triggers are the run's and its workflow carries out their actions, so no instance can take one on its own; its
 `state` shows what the run asked the gateway to watch.
 """
@@ -28,6 +30,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from agentenv_protocol.types import EnvironmentExtension
 from pydantic import AwareDatetime, BaseModel, Field
 
+from agent_env.envs import changelog
+from agent_env.gateway import changes
 from agent_env.gateway.callers import GatewayError
 from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway_client.wire import CallOutcome, JsonObject
@@ -47,6 +51,7 @@ CLOCK = "urn:agentenv:clock/v1"
 TRAJECTORY = "urn:agentenv:trajectory/v1"
 STEP = "urn:agentenv:step/v1"
 STATE = "urn:agentenv:state/v1"
+CHANGES = "urn:agentenv:changes/v1"
 WILDCARD = "*"
 CONTROL_BODY_LIMIT = 64 * 1024  # a control request is a role and some tool names, or a time
 
@@ -135,6 +140,36 @@ CARD_EXTENSIONS: list[EnvironmentExtension] = [
         {"endpoint": "/state", "methods": {"get": {"method": "GET", "endpoint": "/state"}}},
     ),
 ]
+
+CHANGES_EXTENSION = _ext(
+    CHANGES,
+    "The instance's changelog (admin token): its apps' row changes after `after_id`, oldest first, at most `limit`, "
+    "each with its actors: the call that wrote it (its kind, role, agent and tool; for a trigger's action the "
+    "trigger, the run's firing and the action's index) or the data-plane operation. Its last "
+    f"{changelog.KEEP} changes are kept.",
+    {
+        "endpoint": "/changes",
+        "methods": {
+            "get": {
+                "method": "GET",
+                "endpoint": "/changes",
+                "request": {
+                    "type": "object",
+                    "properties": {
+                        "after_id": {"type": "integer", "minimum": 0},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": changes.PAGE_MAX},
+                    },
+                },
+            }
+        },
+    },
+)
+
+
+def card_extensions(inst: EnvInstance) -> list[EnvironmentExtension]:
+    """What an instance's card declares: changes/v1 only where its apps keep a changelog."""
+    return [*CARD_EXTENSIONS, CHANGES_EXTENSION] if inst.keeps_changes else list(CARD_EXTENSIONS)
+
 
 ToolName = Annotated[str, Field(min_length=1, max_length=256)]
 
@@ -293,7 +328,7 @@ def state(inst: EnvInstance) -> JsonObject:
         )
     return {
         "mcp_servers": [{"name": app, "tools": tools} for app, tools in servers.items()],
-        "changelog_id": None,
+        "changelog_id": inst.change_ids.last if inst.keeps_changes else None,
         "roles": {role: role_view(inst, role) for role in inst.spec.roles},
         "tool_name_clashes": {},
     }

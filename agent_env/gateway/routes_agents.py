@@ -96,7 +96,7 @@ async def card(request: Request, instance: str) -> Response:
         children=composition.children(inst, allowed),
     )
     assert body.capabilities is not None  # (environment_card fills it)
-    body.capabilities.extensions = [*(body.capabilities.extensions or []), *extensions.CARD_EXTENSIONS]
+    body.capabilities.extensions = [*(body.capabilities.extensions or []), *extensions.card_extensions(inst)]
     return JSONResponse(cards.wire(body))
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from agent_env.gateway import extensions
+from agent_env.gateway import changes, extensions
 from agent_env.gateway import trajectory as trajectories
 from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway.routes_agents import RoleCaller, call_tool, role_caller
@@ -149,6 +149,23 @@ async def trajectory(request: Request, inst: AdminInstance, after: str = "0") ->
             seq = entries[-1]["seq"]
 
     return StreamingResponse(lines(), media_type="application/jsonl")
+
+
+@router.get("/envs/{instance}/changes")
+async def changelog(inst: AdminInstance, after_id: str = "0", limit: str = str(changes.PAGE_DEFAULT)) -> Response:
+    """changes/v1: the instance's change rows past `after_id`, each with who made it (the admin token's: it names
+    every agent's writes, as the trajectory names their calls)."""
+    try:
+        start, count = int(after_id or 0), int(limit)
+    except ValueError:
+        raise GatewayError(400, "changes: `after_id` and `limit` must be integers") from None
+    if start < 0 or not 1 <= count <= changes.PAGE_MAX:
+        raise GatewayError(400, f"changes: `after_id` must be >= 0 and `limit` between 1 and {changes.PAGE_MAX}")
+    if not inst.keeps_changes:
+        raise GatewayError(
+            404, f"instance {inst.spec.id!r} keeps no changelog: its apps run in processes of their own or at URLs"
+        )
+    return JSONResponse(await changes.page(inst, start, count))
 
 
 @router.get("/envs/{instance}/state")

@@ -89,6 +89,10 @@ class GatewayClient(Protocol):
         """Where the instance's trajectory ends now: read `after` it for what happens next."""
         ...
 
+    async def changes(self, instance: str, after_id: int = 0, limit: int = 1000) -> wire.ChangesPage:
+        """A page of the instance's changelog (changes/v1): its rows past `after_id`, at most `limit`."""
+        ...
+
     async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject: ...
 
     # -- runs --

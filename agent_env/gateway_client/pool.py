@@ -254,6 +254,9 @@ class GatewayPool:
     async def last_seq(self, instance: str) -> int:
         return await self._at(instance, lambda c: c.last_seq(instance))
 
+    async def changes(self, instance: str, after_id: int = 0, limit: int = 1000) -> wire.ChangesPage:
+        return await self._at(instance, lambda c: c.changes(instance, after_id, limit))
+
     async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject:
         return await self._at(instance, lambda c: c.data(instance, method, params))
 

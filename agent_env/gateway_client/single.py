@@ -208,6 +208,11 @@ class SingleGateway:
                 return entries
             after = reply["entries"][-1]["seq"]
 
+    async def changes(self, instance: str, after_id: int = 0, limit: int = 1000) -> wire.ChangesPage:
+        """A page of the instance's changelog (changes/v1, the operator's read: the admin token)."""
+        params = {"after_id": after_id, "limit": limit}
+        return await self._answer(wire.ChangesPage, "GET", f"/envs/{instance}/changes", params=params)
+
     async def parked_hits(self, run_id: str) -> list[JsonObject]:
         """Trigger hits of the run that the gateway stopped delivering, each with its error."""
         return (await self._answer(wire.Parked, "GET", f"/admin/runs/{run_id}/parked"))["parked"]

@@ -117,6 +117,13 @@ class TrajectoryPage(TypedDict):
     more: NotRequired[bool]  # a full page: ask again after its last seq (a gateway that does not say: ask)
 
 
+class ChangesPage(TypedDict):
+    """A page of changes/v1: change rows (their shape: envs/changelog.py) and whether more follow."""
+
+    changes: list[JsonObject]
+    has_more: bool
+
+
 class RunEnded(TypedDict):
     """What a run's end released on a gateway."""
 

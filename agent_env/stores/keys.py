@@ -5,6 +5,7 @@ Objects:
     artifacts/sha256-HEX.EXT                     content-addressed inputs (data files, build contexts)
     plans/sha256-HEX.json                        a run's plan, by its digest (`runs rerun` starts it again)
     runs/RUN/snapshots/NAME.tar                  snapshot_env; restore_env reads it back
+    runs/RUN/snapshots/NAME.changes.jsonl        snapshot_env's include_env_changes: the changelog (changes/v1)
     runs/RUN/placements/INSTANCE.json            where a gateway pool placed an instance, and how to rebuild it
     runs/RUN/trajectories/INSTANCE.jsonl         an instance's trajectory, kept when it is retired
     runs/RUN/transcripts/STEP.json               a prompt's transcript
@@ -53,6 +54,10 @@ def run(run_id: str) -> str:
 
 def snapshot(run_id: str, name: str) -> str:
     return f"{run(run_id)}snapshots/{name}.tar"
+
+
+def snapshot_changes(run_id: str, name: str) -> str:
+    return f"{run(run_id)}snapshots/{name}.changes.jsonl"
 
 
 def placement(run_id: str, instance: str) -> str:

@@ -27,6 +27,7 @@ from agent_env.spec.env import AppRef, EnvRecord, RoleSpec
 from agent_env.spec.run import Criterion, PlannedConfig, Score, apps_in_sandboxes
 from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
+from agent_env.steps.builtin import env_changes
 from agent_env.steps.builtin.check import Check
 from agent_env.stores import in_thread, keys
 
@@ -296,6 +297,11 @@ async def reset_env(ctx: StepContext, config: EnvStep) -> JsonObject:
 
 class SnapshotConfig(EnvStep):
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="default: the step's id")
+    include_env_changes: bool = Field(
+        False,
+        description="also keep who changed what (the environment's changelog, changes/v1) as JSON lines beside the "
+        "snapshot; outputs `env_changes`: its key and counts, or the error that stopped it (the snapshot stands)",
+    )
 
 
 def snapshot_key(run_id: str, name: str) -> str:
@@ -312,7 +318,12 @@ async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> JsonObject:
     await ctx.stores.aio.objects.put(key, blob)
     if isinstance(gateway, GatewayPool):  # the state a gateway taking the instance over starts from
         await in_thread(gateway.snapshot_taken, ctx.stores, instance, key)
-    return {"snapshot": key, "bytes": len(blob)}
+    outputs: JsonObject = {"snapshot": key, "bytes": len(blob)}
+    if config.include_env_changes:
+        outputs["env_changes"] = await env_changes.capture(
+            ctx, gateway, instance, keys.snapshot_changes(ctx.run_id, config.name or ctx.step_id)
+        )
+    return outputs
 
 
 class RestoreConfig(EnvStep):
