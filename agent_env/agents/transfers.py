@@ -15,7 +15,6 @@ anything is recorded. Grants never enter a run's history; keys do.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mimetypes
 from collections import defaultdict
@@ -23,7 +22,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 import httpx
-from agentenv_protocol.transfers import HttpGetGrant, HttpPutGrant, ReadObject, WriteObject
+from agentenv_protocol.transfers import ReadObject
 from pydantic import BaseModel, ValidationError
 
 from agent_env.agents.extensions import ExtensionClient, ExtensionRefused, operation
@@ -49,9 +48,11 @@ from agent_env.agents.transfer_wire import (
     required_fields,
 )
 from agent_env.config import url_origin
+from agent_env.errors import BadInput
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.stores import Stores, in_thread
 from agent_env.stores.grants import Grant, ObjectGrants
+from agent_env.stores.transfer import GrantNotWritten, read_object, write_object, written
 
 SNAPSHOT_OBJECTS = {"trajectory": 256 << 20, "workspace": 1 << 30}  # what each object may hold, at most
 MAX_TRAJECTORY_OBJECT_BYTES = 64 << 20  # a trajectory written through a grant (read back whole by the run)
@@ -65,47 +66,6 @@ class TransferFailed(Exception):
 
 def snapshot_prefix(run_id: str, name: str) -> str:
     return f"runs/{run_id}/agent_snapshots/{name}/"
-
-
-def write_object(grant: Grant, media_type: str) -> WriteObject:
-    """A write grant as the protocol carries it."""
-
-    return _wire(
-        lambda: WriteObject(
-            media_type=media_type,
-            max_bytes=grant.max_bytes or 1,
-            write=HttpPutGrant(
-                kind="http-put", url=grant.url, expires_at=grant.expires_at, headers=grant.headers or None
-            ),
-        )
-    )
-
-
-def read_object(grant: Grant, size: int, media_type: str, data: bytes | None = None) -> ReadObject:
-    """A read grant for the object of `size` bytes at the grant's key, as the protocol carries it (with its digest
-    when its bytes are at hand)."""
-
-    return _wire(
-        lambda: ReadObject(
-            media_type=media_type,
-            max_bytes=max(size, 1),
-            size_bytes=size,
-            sha256=hashlib.sha256(data).hexdigest() if data is not None else None,
-            read=HttpGetGrant(
-                kind="http-get", url=grant.url, expires_at=grant.expires_at, headers=grant.headers or None
-            ),
-        )
-    )
-
-
-def _wire(make: Any) -> Any:
-    try:
-        return make()
-    except ValidationError as e:
-        raise TransferFailed(
-            f"the object store's grants cannot be handed to an agent: {e.errors()[0]['msg']} (protocol v1 takes "
-            "only https:// grant URLs) — use the local object store, or an S3 endpoint over https"
-        ) from None
 
 
 def accepts(client: ExtensionClient, uri: str, name: str, model: type[BaseModel]) -> bool:
@@ -149,13 +109,25 @@ async def call(
 
 
 async def _written(grants: ObjectGrants, stores: Stores, grant: Grant) -> int | None:
-    """The size of what the agent wrote through `grant`, measured without reading it; None if nothing. Past the
-    grant's bound (a store that cannot bound a PUT, S3 or Cloud Storage, lets it through) it is deleted unread."""
-    size = await in_thread(grants.size, grant.key)
-    if size is not None and grant.max_bytes is not None and size > grant.max_bytes:
-        await stores.aio.objects.delete(grant.key)
-        raise TransferFailed(f"the agent wrote {size} bytes at {grant.key}, more than its grant's {grant.max_bytes}")
-    return size
+    """The size of what the agent wrote through `grant` (see `stores.transfer.written`), as TransferFailed."""
+    try:
+        return await written(grants, stores.objects, grant)
+    except GrantNotWritten as e:
+        raise TransferFailed(e.problem.replace("the holder of a grant", "the agent")) from None
+
+
+def _write_object(grant: Grant, media_type: str) -> Any:
+    try:
+        return write_object(grant, media_type)
+    except BadInput as e:
+        raise TransferFailed(f"{e.problem} — {e.fix}") from None
+
+
+def _read_object(grant: Grant, size: int, media_type: str, data: bytes | None = None) -> Any:
+    try:
+        return read_object(grant, size, media_type, data)
+    except BadInput as e:
+        raise TransferFailed(f"{e.problem} — {e.fix}") from None
 
 
 def _parsed(model: type[BaseModel], response: httpx.Response, what: str) -> Any:
@@ -174,7 +146,7 @@ async def save_snapshot(
         name: await in_thread(grants.write, prefix + name, media_type=OPAQUE, max_bytes=most)
         for name, most in SNAPSHOT_OBJECTS.items()
     }
-    objects = SnapshotWriteObjects(**{name: write_object(g, OPAQUE) for name, g in issued.items()})
+    objects = SnapshotWriteObjects(**{name: _write_object(g, OPAQUE) for name, g in issued.items()})
     body = ObjectSnapshotSaveRequest(context_id=context_id, objects=objects)
     answer = _parsed(ObjectSnapshotSaveResponse, await call(client, SNAPSHOT, "save", body, timeout=timeout), "save")
     sizes = {name: size for name, g in issued.items() if (size := await _written(grants, stores, g)) is not None}
@@ -207,7 +179,7 @@ async def load_snapshot(
             if name == "trajectory":
                 raise TransferFailed(f"no agent snapshot at {prefix} (no {key}): take one with snapshot_agent_state")
             continue
-        read[name] = read_object(await in_thread(grants.read, key), size, OPAQUE)
+        read[name] = _read_object(await in_thread(grants.read, key), size, OPAQUE)
     body = ObjectSnapshotLoadRequest(objects=SnapshotReadObjects(**read), target_context_id=target_context_id)
     answer = _parsed(ObjectSnapshotLoadResponse, await call(client, SNAPSHOT, "load", body, timeout=timeout), "load")
     return str(answer.context_id)
@@ -220,7 +192,7 @@ async def trajectory_object(
 
     grant = await in_thread(grants.write, key, media_type="application/json", max_bytes=MAX_TRAJECTORY_OBJECT_BYTES)
     body = TaskObjectTrajectoryRequest(
-        task_id=task_id, objects=TrajectoryWriteObjects(trajectory=write_object(grant, "application/json"))
+        task_id=task_id, objects=TrajectoryWriteObjects(trajectory=_write_object(grant, "application/json"))
     )
     await call(client, TRAJECTORY, "get", body, timeout=timeout)
     if await _written(grants, stores, grant) is None:
@@ -267,7 +239,7 @@ async def add_skill_bundles(
             data = await stores.aio.objects.get(key)  # (a skill's files: small, and pinned by the run's plan)
             media_type = mimetypes.guess_type(rest)[0] or OPAQUE
             grant = await in_thread(grants.read, key)
-            bundled.append(SkillBundleFile(path=rest, object=read_object(grant, len(data), media_type, data)))
+            bundled.append(SkillBundleFile(path=rest, object=_read_object(grant, len(data), media_type, data)))
         bundle = SkillBundle(max_total_bytes=sum(f.object.max_bytes for f in bundled), files=bundled)
         body = BundleSkillRequest(name=skill, description=skills[skill], skill_bundle=bundle)
         await call(client, SKILL_CONFIG, "add", body, timeout=TRANSFER_TIMEOUT_S, done=(409,))
