@@ -42,7 +42,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Message, Scope
+from starlette.types import Message
 
 from agent_env.errors import BadInput
 from agent_env.guard import BodyTooLarge, HostGuard
@@ -264,17 +264,7 @@ def grant_app(roots: dict[str, Path]) -> HostGuard:
         Route("/grants/{token}", handle, methods=["GET", "HEAD", "PUT", "POST"]),
         Route("/grants/{token}/{rest:path}", handle, methods=["GET", "HEAD", "PUT"]),
     ]
-    return _GrantGuard(Starlette(routes=routes))
-
-
-class _GrantGuard(HostGuard):
-    """Every server's guard, except that it takes a namespace upload's multipart form: a browser may send one
-    cross-origin, but not with a grant it does not hold (the token, signed and short-lived, is what authorizes)."""
-
-    def refusal(self, scope: Scope) -> tuple[int, str] | None:
-        if scope.get("method") == "POST":
-            scope = {**scope, "headers": [(k, v) for k, v in scope.get("headers") or () if k != b"content-type"]}
-        return super().refusal(scope)
+    return HostGuard(Starlette(routes=routes), form_paths=("/grants/",))  # a namespace grant's upload is a form
 
 
 async def _post(request: Request, claims: Claims, roots: dict[str, Path]) -> Response:
