@@ -50,8 +50,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agent_env import telemetry, tls
-from agent_env.agents import transfer_serving
+from agent_env.agents import staging, transfer_serving
 from agent_env.agents.extension_ops import InstallDeclaration
+from agent_env.agents.extension_table import ENDPOINTS, STAGING
 from agent_env.agents.extensions import Configured, card_extensions
 from agent_env.agents.served_extensions import Enabled, PeerListed, ServedExtensions, declarations
 from agent_env.guard import HostGuard
@@ -256,7 +257,12 @@ def _apply(configured: Configured, turn: Turn) -> None:
 
 def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard:
     declared = (
-        card_extensions() + transfer_serving.card_entries(agent) + declarations(Enabled.of(agent)) if extensions else []
+        card_extensions()
+        + transfer_serving.card_entries(agent)
+        + declarations(Enabled.of(agent))
+        + staging.card_entries(staging.configured_max_bytes())
+        if extensions
+        else []
     )
     return AgentCard(
         name=agent.name,
@@ -279,8 +285,8 @@ def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard
 def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[list, DefaultRequestHandler]:
     """Starlette routes serving `agent` over A2A (card + JSON-RPC) for clients reaching it at `url`. With
     `extensions` (an agent served at its origin's root: their paths are absolute), it also declares and serves
-    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory, and those the agent
-    enables: peer-agents, triggers, attribution-probe, install), as its reference framework does; hosted agents are
+    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory, staging, and those
+    the agent enables: peer-agents, triggers, attribution-probe, install), as its reference framework does; hosted agents are
     configured by the gateway instead."""
     card = agent_card(agent, url, extensions=extensions)
     configured = Configured() if extensions else None
@@ -289,6 +295,7 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     routes = card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
     own = configured.routes() + transfer_serving.routes(agent) if configured else []
+    own += staging.routes(staging.StagingArea(staging.configured_max_bytes())) if extensions else []
     return routes + own + (served.routes() if served else []), handler
 
 
@@ -352,7 +359,10 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
 
     names = [urlsplit(public_url).hostname if public_url else None, None if host in WILDCARDS else host]
     app = HostGuard(
-        Starlette(routes=routes, lifespan=lifespan), names=[n for n in names if n], json_rpc={"/": JSON_RPC}
+        Starlette(routes=routes, lifespan=lifespan),
+        names=[n for n in names if n],
+        json_rpc={"/": JSON_RPC},
+        form_paths=(ENDPOINTS[STAGING] + "/",),  # staging/v1 takes a namespace grant's upload: a form
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

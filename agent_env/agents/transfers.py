@@ -9,15 +9,19 @@ short-lived grants on our object store (`stores.grants`) and the agent moves the
 
 The bodies are our models of the protocol's request shapes (`transfer_wire`), the grants the protocol's own
 (`agentenv_protocol.transfers`), and a card's request contract is read the protocol's way (`card_request_accepts`).
-An agent's answer is a claim: what it wrote is checked in the store (present, within its grant's size) before
-anything is recorded. Grants never enter a run's history; keys do.
+The grants are on the run's store when they reach the agent, else on the agent's own staging/v1 (`handover`: the
+local store's grants are served on this host's loopback). An agent's answer is a claim: what it wrote is checked
+in the store (present, within its grant's size) before anything is recorded. Grants never enter a run's history;
+keys do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mimetypes
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urljoin
 
@@ -26,6 +30,7 @@ from agentenv_protocol.transfers import ReadObject
 from pydantic import BaseModel, ValidationError
 
 from agent_env.agents.extensions import ExtensionClient, ExtensionRefused, operation
+from agent_env.agents.handover import Handover, HandoverFailed
 from agent_env.agents.transfer_wire import (
     OPAQUE,
     OPERATIONS,
@@ -48,11 +53,10 @@ from agent_env.agents.transfer_wire import (
     required_fields,
 )
 from agent_env.config import url_origin
-from agent_env.errors import BadInput
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.stores import Stores, in_thread
 from agent_env.stores.grants import Grant, ObjectGrants
-from agent_env.stores.transfer import GrantNotWritten, read_object, write_object, written
+from agent_env.stores.transfer import GrantNotWritten, written
 
 SNAPSHOT_OBJECTS = {"trajectory": 256 << 20, "workspace": 1 << 30}  # what each object may hold, at most
 MAX_TRAJECTORY_OBJECT_BYTES = 64 << 20  # a trajectory written through a grant (read back whole by the run)
@@ -116,18 +120,20 @@ async def _written(grants: ObjectGrants, stores: Stores, grant: Grant) -> int | 
         raise TransferFailed(e.problem.replace("the holder of a grant", "the agent")) from None
 
 
-def _write_object(grant: Grant, media_type: str) -> Any:
+@contextlib.asynccontextmanager
+async def _handover(client: ExtensionClient, grants: ObjectGrants, stores: Stores) -> AsyncIterator[Handover]:
+    """The grants of one call (on the store, or the agent's staging: `handover`); what the agent staged is in the
+    store when the block ends well, and its staging removed however it ends."""
+    handover = Handover(client, grants, stores)
     try:
-        return write_object(grant, media_type)
-    except BadInput as e:
-        raise TransferFailed(f"{e.problem} — {e.fix}") from None
-
-
-def _read_object(grant: Grant, size: int, media_type: str, data: bytes | None = None) -> Any:
-    try:
-        return read_object(grant, size, media_type, data)
-    except BadInput as e:
-        raise TransferFailed(f"{e.problem} — {e.fix}") from None
+        try:
+            yield handover
+        except BaseException:
+            await handover.finish(pull=False)
+            raise
+        await handover.finish()
+    except HandoverFailed as e:
+        raise TransferFailed(str(e)) from None
 
 
 def _parsed(model: type[BaseModel], response: httpx.Response, what: str) -> Any:
@@ -142,14 +148,13 @@ async def save_snapshot(
 ) -> JsonObject:
     """Ask the agent to save its state of `context_id` under `prefix`; what it wrote, by object."""
 
-    issued = {
-        name: await in_thread(grants.write, prefix + name, media_type=OPAQUE, max_bytes=most)
-        for name, most in SNAPSHOT_OBJECTS.items()
-    }
-    objects = SnapshotWriteObjects(**{name: _write_object(g, OPAQUE) for name, g in issued.items()})
-    body = ObjectSnapshotSaveRequest(context_id=context_id, objects=objects)
-    answer = _parsed(ObjectSnapshotSaveResponse, await call(client, SNAPSHOT, "save", body, timeout=timeout), "save")
-    sizes = {name: size for name, g in issued.items() if (size := await _written(grants, stores, g)) is not None}
+    async with _handover(client, grants, stores) as handover:
+        issued = {name: await handover.write(prefix + name, OPAQUE, most) for name, most in SNAPSHOT_OBJECTS.items()}
+        objects = SnapshotWriteObjects(**{name: wire for name, (_, wire) in issued.items()})
+        body = ObjectSnapshotSaveRequest(context_id=context_id, objects=objects)
+        answered = await call(client, SNAPSHOT, "save", body, timeout=timeout)
+        answer = _parsed(ObjectSnapshotSaveResponse, answered, "save")
+    sizes = {name: size for name, (g, _) in issued.items() if (size := await _written(grants, stores, g)) is not None}
     if "trajectory" not in sizes:
         raise TransferFailed(f"the agent answered snapshot save, but wrote no trajectory object at {prefix}trajectory")
     return {
@@ -172,16 +177,19 @@ async def load_snapshot(
     """Hand the agent the snapshot saved under `prefix` to load; the context id it restored it as."""
 
     read: dict[str, ReadObject] = {}
-    for name in SNAPSHOT_OBJECTS:
-        key = prefix + name
-        size = await in_thread(grants.size, key)
-        if size is None:
-            if name == "trajectory":
-                raise TransferFailed(f"no agent snapshot at {prefix} (no {key}): take one with snapshot_agent_state")
-            continue
-        read[name] = _read_object(await in_thread(grants.read, key), size, OPAQUE)
-    body = ObjectSnapshotLoadRequest(objects=SnapshotReadObjects(**read), target_context_id=target_context_id)
-    answer = _parsed(ObjectSnapshotLoadResponse, await call(client, SNAPSHOT, "load", body, timeout=timeout), "load")
+    async with _handover(client, grants, stores) as handover:
+        for name in SNAPSHOT_OBJECTS:
+            key = prefix + name
+            if await in_thread(grants.size, key) is None:
+                if name == "trajectory":
+                    raise TransferFailed(
+                        f"no agent snapshot at {prefix} (no {key}): take one with snapshot_agent_state"
+                    )
+                continue
+            read[name] = await handover.read(key, OPAQUE)
+        body = ObjectSnapshotLoadRequest(objects=SnapshotReadObjects(**read), target_context_id=target_context_id)
+        answered = await call(client, SNAPSHOT, "load", body, timeout=timeout)
+    answer = _parsed(ObjectSnapshotLoadResponse, answered, "load")
     return str(answer.context_id)
 
 
@@ -190,11 +198,10 @@ async def trajectory_object(
 ) -> Any:
     """The agent's trajectory of one task, written by the agent through a grant at `key` and read from our store."""
 
-    grant = await in_thread(grants.write, key, media_type="application/json", max_bytes=MAX_TRAJECTORY_OBJECT_BYTES)
-    body = TaskObjectTrajectoryRequest(
-        task_id=task_id, objects=TrajectoryWriteObjects(trajectory=_write_object(grant, "application/json"))
-    )
-    await call(client, TRAJECTORY, "get", body, timeout=timeout)
+    async with _handover(client, grants, stores) as handover:
+        grant, wire = await handover.write(key, "application/json", MAX_TRAJECTORY_OBJECT_BYTES)
+        body = TaskObjectTrajectoryRequest(task_id=task_id, objects=TrajectoryWriteObjects(trajectory=wire))
+        await call(client, TRAJECTORY, "get", body, timeout=timeout)
     if await _written(grants, stores, grant) is None:
         raise TransferFailed(f"the agent answered its trajectory's task_objects, but wrote nothing at {key}")
     try:
@@ -235,13 +242,13 @@ async def add_skill_bundles(
         if "SKILL.md" not in folder:
             continue
         bundled = []
-        for rest, key in sorted(folder.items()):
-            data = await stores.aio.objects.get(key)  # (a skill's files: small, and pinned by the run's plan)
-            media_type = mimetypes.guess_type(rest)[0] or OPAQUE
-            grant = await in_thread(grants.read, key)
-            bundled.append(SkillBundleFile(path=rest, object=_read_object(grant, len(data), media_type, data)))
-        bundle = SkillBundle(max_total_bytes=sum(f.object.max_bytes for f in bundled), files=bundled)
-        body = BundleSkillRequest(name=skill, description=skills[skill], skill_bundle=bundle)
-        await call(client, SKILL_CONFIG, "add", body, timeout=TRANSFER_TIMEOUT_S, done=(409,))
+        async with _handover(client, grants, stores) as handover:
+            for rest, key in sorted(folder.items()):
+                data = await stores.aio.objects.get(key)  # (a skill's files: small, and pinned by the run's plan)
+                media_type = mimetypes.guess_type(rest)[0] or OPAQUE
+                bundled.append(SkillBundleFile(path=rest, object=await handover.read(key, media_type, data)))
+            bundle = SkillBundle(max_total_bytes=sum(f.object.max_bytes for f in bundled), files=bundled)
+            body = BundleSkillRequest(name=skill, description=skills[skill], skill_bundle=bundle)
+            await call(client, SKILL_CONFIG, "add", body, timeout=TRANSFER_TIMEOUT_S, done=(409,))
         given.append(skill)
     return given

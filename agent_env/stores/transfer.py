@@ -167,6 +167,14 @@ async def fetch(url: str, headers: Mapping[str, str] | None, limit: int) -> tupl
     return b"".join(chunks), digest.hexdigest()
 
 
+async def remove(url: str) -> None:
+    """DELETE at `url` (a staging prefix the run made), on the same terms as every transfer; a refusal is ignored
+    (what is left goes with the agent's process)."""
+    with contextlib.suppress(ObjectMoveFailed):
+        async with _moving_with_a_grant("the removal"), _client() as http:
+            await http.delete(url)
+
+
 async def download(source: ReadObject, limit: int | None = None) -> bytes:
     """The object a read grant names, within its max_bytes (and `limit`), its size and sha256 checked if given."""
     body, sha256 = await fetch(source.read.url, source.read.headers, min(source.max_bytes, limit or source.max_bytes))
