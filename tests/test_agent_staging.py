@@ -9,6 +9,7 @@ import json
 
 import httpx
 import pytest
+from conftest import free_port
 from starlette.applications import Starlette
 from test_agents import serving
 
@@ -180,7 +181,7 @@ async def remote_notes(tmp_path, monkeypatch, settings):
     stores = Stores(documents=None, objects=store, images=None, secrets=None)  # type: ignore[arg-type]
 
     agent, app = Notes(), Starlette()
-    port = __import__("conftest").free_port()
+    port = free_port()
     url = f"https://{address}:{port}/"
     routes, handler = a2a_routes(agent, url, extensions=True)
     app.router.routes.extend(routes)
@@ -228,3 +229,13 @@ async def test_an_agent_the_grants_cannot_reach_without_staging_fails_naming_bot
     agent.memory["c1"] = ["x"]
     with pytest.raises(TransferFailed, match="cannot reach the agent .* declares no urn:agentenv:staging/v1"):
         await save_snapshot(client, grants, stores, "runs/r1/agent_snapshots/s2/", "c1", timeout=60)
+
+
+def test_a_loopback_grant_reaches_only_holders_on_loopback_and_any_other_grant_everyone():
+    from agent_env.stores.transfer import reaches
+
+    local = "https://127.0.0.1:4431/grants/v1.x.y"
+    assert reaches(local, "http://127.0.0.1:9000/") and reaches(local, "http://localhost:9000/")
+    assert reaches(local, "http://[::1]:9000/") and reaches(local, "http://127.0.0.2:9000/")
+    assert not reaches(local, "https://agent.example.com/") and not reaches(local, "http://10.0.0.7:9000/")
+    assert reaches("https://bucket.s3.amazonaws.com/k?X-Amz-Signature=s", "https://agent.example.com/")

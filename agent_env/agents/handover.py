@@ -59,7 +59,8 @@ class Handover:
         grant = await in_thread(self.grants.read, key)
         url = self._staged_url(grant, key)
         if url is None:
-            size = len(data) if data is not None else await in_thread(self.grants.size, key) or 0
+            measured = await in_thread(self.grants.size, key) if data is None else len(data)
+            size = measured or 0
             return _wire(lambda: moving.read_object(grant, size, media_type, data))
         body = data if data is not None else await self.stores.aio.objects.get(key)
         get = HttpGetGrant(kind="http-get", url=url, expires_at=grant.expires_at)

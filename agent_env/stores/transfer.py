@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import contextvars
 import hashlib
+import ipaddress
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -187,17 +188,23 @@ async def download(source: ReadObject, limit: int | None = None) -> bytes:
 
 # -- issuing grants: who they reach, as the protocol carries them, and what the holder wrote --
 
-_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
-
 
 def reaches(grant_url: str, holder_url: str) -> bool:
     """Whether a holder served at `holder_url` can use a grant whose URL is `grant_url`: a grant served on this
     host's loopback (the local store's) reaches only holders on this host's loopback too; any other, everyone.
     (A container that publishes its port on 127.0.0.1 looks local and is not: its transfer fails, and callers
     fall back to what works without a grant.)"""
-    if (urlsplit(grant_url).hostname or "").lower() not in _LOOPBACK:
+    return not _loopback(grant_url) or _loopback(holder_url)
+
+
+def _loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    if host in ("localhost", "localhost.localdomain"):
         return True
-    return (urlsplit(holder_url).hostname or "").lower() in _LOOPBACK
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _wire(make: Callable[[], _T]) -> _T:
@@ -273,7 +280,8 @@ async def check_namespace(grants: ObjectGrants, objects: ObjectStore, grant: Nam
     below = grant.root + "/"
     sizes: dict[str, int] = {}
     for key in await in_thread(objects.list, below):
-        sizes[key.removeprefix(below)] = await in_thread(grants.size, key) or 0
+        size = await in_thread(grants.size, key)
+        sizes[key.removeprefix(below)] = size or 0
     limits, over = grant.limits, ""
     if len(sizes) > limits.max_objects:
         over = f"{len(sizes)} objects, more than its grant's {limits.max_objects}"
