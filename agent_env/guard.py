@@ -6,7 +6,9 @@
 - `Origin`, when a browser sends one, must be this server's own origin (or one the operator allowed):
   another site's page may not drive a local server.
 - A request with a body must not be of a form a browser sends cross-site without asking first
-  (`text/plain`, form encodings): our APIs speak JSON, tar and the protocols' own types.
+  (`text/plain`, form encodings): our APIs speak JSON, tar and the protocols' own types. The one exception is
+  a multipart upload under `form_paths`: the protocol's upload policies (namespace grants) and staging take one,
+  at capability URLs (a signed token, an unguessable id) that another site's page cannot name.
 - Bearer tokens are compared in constant time and as bytes, so a malformed one is a 401, never a 500.
 - Each piece of a body reaches the app only once measured: JSON nested deeper than 64 levels is refused
   here before anything parses it, and a RecursionError never becomes a 500 (`agent_env.json_depth`).
@@ -70,6 +72,7 @@ class HostGuard:
     `names`: host names besides loopback names and IP literals (e.g. the host of a configured public
     URL). `origins`: origins besides the server's own that may send requests (e.g. an explorer page).
     `json_rpc`: the app's JSON-RPC paths, answered in their protocol's shape (see `JsonBodies`).
+    `form_paths`: path prefixes below which a multipart form is taken (capability URLs only: module doc).
     """
 
     def __init__(
@@ -79,8 +82,10 @@ class HostGuard:
         names: Iterable[str] = (),
         origins: Iterable[str] = (),
         json_rpc: Mapping[str, int] | None = None,
+        form_paths: Iterable[str] = (),
     ) -> None:
         self.app = JsonBodies(app, json_rpc=json_rpc)
+        self.form_paths = tuple(form_paths)
         self.names = LOOPBACK_NAMES | {n.lower() for n in names if n}
         self.origins = {o.rstrip("/").lower() for o in origins if o}
         self._hosts_seen: set[bytes] = set()  # Host values already allowed (bounded): one set lookup per request
@@ -125,6 +130,9 @@ class HostGuard:
             return 403, "cross-origin requests are refused (Origin 'null')"
         if scope.get("method") in BODY_METHODS:
             ctype = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
+            multipart = ctype == "multipart/form-data" and scope.get("method") in ("POST", "PUT")
+            if multipart and self.form_paths and str(scope.get("path", "")).startswith(self.form_paths):
+                return None
             if ctype in SIMPLE_CONTENT_TYPES:
                 return 415, f"content type {ctype!r} is not accepted here; send application/json"
         return None

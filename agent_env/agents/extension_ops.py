@@ -12,7 +12,7 @@ them, and a run's calls to them.
 
 An operation's path, as the framework reads a card: the method's own `endpoint` wins; one the protocol serves at
 the extension's endpoint uses the card's `endpoint`; one it serves elsewhere (decide) uses the protocol's path.
-Every call goes to the agent's own origin only (`ExtensionClient.call`), and answers are read within a limit.
+The URIs and the protocol's paths are `extension_table`'s. Every call goes to the agent's own origin only (`ExtensionClient.call`), and answers are read within a limit.
 """
 
 from __future__ import annotations
@@ -22,31 +22,20 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_env.agents.extension_table import (  # noqa: F401 - the URIs: named through here too
+    ATTRIBUTION_PROBE,
+    ENDPOINTS,
+    INSTALL,
+    OPERATIONS,
+    PEER_AGENTS,
+    PROXY,
+    STAGING,
+    TOOLS,
+    TRIGGERS,
+)
 from agent_env.agents.extensions import ExtensionClient, ExtensionRefused
 from agent_env.gateway_client.wire import JsonObject
 
-PEER_AGENTS = "urn:agentenv:peer-agents/v1"
-TRIGGERS = "urn:agentenv:triggers/v1"
-ATTRIBUTION_PROBE = "urn:agentenv:attribution-probe/v1"
-INSTALL = "urn:agentenv:install/v1"
-STAGING = "urn:agentenv:staging/v1"
-TOOLS = "urn:agentenv:tools/v1"
-PROXY = "urn:agentenv:proxy/v1"
-
-ENDPOINT = {
-    PEER_AGENTS: "/ext/peer-agents",
-    TRIGGERS: "/ext/triggers",
-    ATTRIBUTION_PROBE: "/ext/attribution-probe",
-    STAGING: "/ext/staging",
-}
-OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {  # (uri, operation) -> (method, the protocol's path)
-    (PEER_AGENTS, "set"): ("POST", "/ext/peer-agents"),
-    (PEER_AGENTS, "list"): ("GET", "/ext/peer-agents"),
-    (TRIGGERS, "register"): ("POST", "/ext/triggers"),
-    (TRIGGERS, "decide"): ("POST", "/ext/triggers/decide"),
-    (TRIGGERS, "state"): ("GET", "/ext/triggers"),
-    (ATTRIBUTION_PROBE, "probe"): ("POST", "/ext/attribution-probe"),
-}
 MAX_PEERS = 64
 MAX_TRIGGERS = 256
 MAX_SOLVER_MESSAGE = 200_000  # characters of the agent's message a decision reads (the reference's limit)
@@ -143,7 +132,7 @@ class InstallDeclaration(BaseModel):
 class StagingDeclaration(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    endpoint: str = Field(ENDPOINT[STAGING], pattern=r"^/")
+    endpoint: str = Field(ENDPOINTS[STAGING], pattern=r"^/")
     max_bytes: int = Field(ge=0)
 
     def path(self, staging_id: str, key: str) -> str:
@@ -181,7 +170,7 @@ def operation_path(params: JsonObject, uri: str, name: str) -> tuple[str, str]:
     spec = (params.get("methods") or {}).get(name) or {}
     if spec.get("endpoint"):
         return str(spec.get("method", method)).upper(), spec["endpoint"]
-    if protocol_path != ENDPOINT[uri]:
+    if protocol_path != ENDPOINTS[uri]:
         return str(spec.get("method", method)).upper(), protocol_path
     return str(spec.get("method", method)).upper(), params.get("endpoint") or protocol_path
 

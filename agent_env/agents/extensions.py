@@ -6,7 +6,8 @@ the turn itself: it takes its MCP servers, config and skills from plain HTTP ope
 `capabilities.extensions[].params` = `{"endpoint": "/ext/mcp-config", "methods": {"add": {"method": "POST"},
 ...}}` (an operation's own `endpoint` overrides the extension's). Its framework needs no activation header:
 the operations are addressed by path, and the card is the contract. Paths resolve against the agent's URL and
-must stay on its origin, since `mcp-config` carries the agent's role token (DESIGN §9).
+must stay on its origin, since `mcp-config` carries the agent's role token (DESIGN §9). The URIs and the
+protocol's paths are `extension_table`'s (re-exported here for the modules that name them through this one).
 """
 
 from __future__ import annotations
@@ -23,22 +24,18 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from agent_env.agents.extension_table import (  # noqa: F401 - ENDPOINTS and the URIs: named through here too
+    AGENT_CONFIG,
+    ENDPOINTS,
+    MCP_CONFIG,
+    SKILL_CONFIG,
+    TRAJECTORY,
+)
 from agent_env.agents.transfer_serving import trajectory_to_object
 from agent_env.config import url_origin
 from agent_env.spec.agent import InlineSkill  # skill-config/v1 add, inline variant: the record's shape is the wire's
 
-MCP_CONFIG = "urn:agentenv:mcp-config/v1"
-AGENT_CONFIG = "urn:agentenv:agent-config/v1"
-SKILL_CONFIG = "urn:agentenv:skill-config/v1"
-TRAJECTORY = "urn:agentenv:trajectory/v1"
 CONFIGURING = (MCP_CONFIG, AGENT_CONFIG, SKILL_CONFIG, TRAJECTORY)  # the ones a run uses, in this order
-
-ENDPOINTS = {  # where the reference framework serves them, and ours too
-    MCP_CONFIG: "/ext/mcp-config",
-    AGENT_CONFIG: "/ext/agent-config",
-    SKILL_CONFIG: "/ext/skill-config",
-    TRAJECTORY: "/ext/trajectory",
-}
 MAX_TRAJECTORY_BYTES = 4_000_000  # an agent's own account of a turn, kept with the transcript
 
 

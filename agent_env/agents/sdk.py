@@ -53,8 +53,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agent_env import telemetry, tls
-from agent_env.agents import transfer_serving
+from agent_env.agents import staging, transfer_serving
 from agent_env.agents.extension_ops import InstallDeclaration
+from agent_env.agents.extension_table import ENDPOINTS, STAGING
 from agent_env.agents.extensions import Configured, card_extensions
 from agent_env.agents.served_extensions import Enabled, PeerListed, ServedExtensions, declarations
 from agent_env.guard import HostGuard
@@ -266,7 +267,10 @@ def _apply(configured: Configured, turn: Turn) -> None:
 
 def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard:
     declared = (
-        card_extensions(agent.config_fields) + transfer_serving.card_entries(agent) + declarations(Enabled.of(agent))
+        card_extensions(agent.config_fields)
+        + transfer_serving.card_entries(agent)
+        + declarations(Enabled.of(agent))
+        + staging.card_entries(staging.configured_max_bytes())
         if extensions
         else []
     )
@@ -291,8 +295,8 @@ def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard
 def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[list, DefaultRequestHandler]:
     """Starlette routes serving `agent` over A2A (card + JSON-RPC) for clients reaching it at `url`. With
     `extensions` (an agent served at its origin's root: their paths are absolute), it also declares and serves
-    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory, and those the agent
-    enables: peer-agents, triggers, attribution-probe, install), as its reference framework does; hosted agents are
+    the open protocol's urn:agentenv:*/v1 (mcp-config, agent-config, skill-config, trajectory, staging, and those
+    the agent enables: peer-agents, triggers, attribution-probe, install), as its reference framework does; hosted agents are
     configured by the gateway instead."""
     card = agent_card(agent, url, extensions=extensions)
     configured = Configured() if extensions else None
@@ -303,6 +307,7 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
     if extensions:  # where the reference framework's clients (A2A 0.3) send turns: `message/send` to /a2a
         routes += create_jsonrpc_routes(handler, rpc_url=LEGACY_RPC_PATH, enable_v0_3_compat=True)
     own = configured.routes() + transfer_serving.routes(agent) if configured else []
+    own += staging.routes(staging.StagingArea(staging.configured_max_bytes())) if extensions else []
     return routes + own + (served.routes() if served else []), handler
 
 
@@ -375,6 +380,7 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
         Starlette(routes=routes, lifespan=lifespan),
         names=[n for n in names if n],
         json_rpc={"/": JSON_RPC, LEGACY_RPC_PATH: JSON_RPC},
+        form_paths=(ENDPOINTS[STAGING] + "/",),  # staging/v1 takes a namespace grant's upload: a form
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

@@ -26,7 +26,7 @@ from starlette.routing import Route
 from agent_env.agents.agent_triggers import AgentTrigger, TriggerConflict, TriggerEngine
 from agent_env.agents.extension_ops import (
     ATTRIBUTION_PROBE,
-    ENDPOINT,
+    ENDPOINTS,
     INSTALL,
     PEER_AGENTS,
     TRIGGERS,
@@ -86,26 +86,28 @@ def declarations(enabled: Enabled) -> list[Any]:
             "set": {"method": "POST", "request": _fields(PeersSet)},
             "list": {"method": "GET", "response": {"required": ["peers"]}},
         }
-        out.append((PEER_AGENTS, "Configure peer A2A agents available for delegation.", ENDPOINT[PEER_AGENTS], methods))
+        out.append(
+            (PEER_AGENTS, "Configure peer A2A agents available for delegation.", ENDPOINTS[PEER_AGENTS], methods)
+        )
     if enabled.triggers:
         methods = {
             "register": {"method": "POST", "request": _fields(TriggersRegister)},
             "decide": {
                 "method": "POST",
-                "endpoint": ENDPOINT[TRIGGERS] + "/decide",
+                "endpoint": ENDPOINTS[TRIGGERS] + "/decide",
                 "request": _fields(DecideRequest),
                 "response": {"required": ["parts", "done", "fired"]},
             },
             "state": {"method": "GET", "response": {"required": ["firing_log"]}},
         }
-        out.append((TRIGGERS, "Register triggers and decide deterministic responses.", ENDPOINT[TRIGGERS], methods))
+        out.append((TRIGGERS, "Register triggers and decide deterministic responses.", ENDPOINTS[TRIGGERS], methods))
     if enabled.attribution_probe:
         methods = {"probe": {"method": "POST", "response": _fields(AttributionSeen)}}
         out.append(
             (
                 ATTRIBUTION_PROBE,
                 "Report the attribution dimensions last sent with a model request.",
-                ENDPOINT[ATTRIBUTION_PROBE],
+                ENDPOINTS[ATTRIBUTION_PROBE],
                 methods,
             )
         )
@@ -163,8 +165,8 @@ class ServedExtensions:
                 return JSONResponse({"peers": self.peer_listing()})
 
             routes += [
-                Route(ENDPOINT[PEER_AGENTS], _answering(peers_set), methods=["POST"]),
-                Route(ENDPOINT[PEER_AGENTS], _answering(peers_list), methods=["GET"]),
+                Route(ENDPOINTS[PEER_AGENTS], _answering(peers_set), methods=["POST"]),
+                Route(ENDPOINTS[PEER_AGENTS], _answering(peers_list), methods=["GET"]),
             ]
         if self.enabled.triggers:
 
@@ -181,9 +183,9 @@ class ServedExtensions:
                 return JSONResponse(self.engine.state())
 
             routes += [
-                Route(ENDPOINT[TRIGGERS], _answering(register), methods=["POST"]),
-                Route(ENDPOINT[TRIGGERS] + "/decide", _answering(decide), methods=["POST"]),
-                Route(ENDPOINT[TRIGGERS], _answering(state), methods=["GET"]),
+                Route(ENDPOINTS[TRIGGERS], _answering(register), methods=["POST"]),
+                Route(ENDPOINTS[TRIGGERS] + "/decide", _answering(decide), methods=["POST"]),
+                Route(ENDPOINTS[TRIGGERS], _answering(state), methods=["GET"]),
             ]
         if self.enabled.attribution_probe:
 
@@ -191,7 +193,7 @@ class ServedExtensions:
                 seen = self.attribution or AttributionSeen(last_seen_attribution={})
                 return JSONResponse(seen.model_dump(mode="json"))
 
-            routes.append(Route(ENDPOINT[ATTRIBUTION_PROBE], _answering(probe), methods=["POST"]))
+            routes.append(Route(ENDPOINTS[ATTRIBUTION_PROBE], _answering(probe), methods=["POST"]))
         return routes
 
 

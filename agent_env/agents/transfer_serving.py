@@ -13,26 +13,26 @@ An agent opts in by defining two hooks (no base class needed):
             return context_id                                              # where the state now lives
 
 The run sends grants (`agentenv_protocol.transfers`: a URL and headers per object, for a few minutes); the SDK
-moves the bytes with the protocol's own transfer helpers (sizes and digests checked), so the hooks only see bytes.
+moves the bytes with our one grant-transfer module (`stores.transfer`: sizes and digests checked, the grant's URL
+never logged or followed elsewhere), so the hooks only see bytes.
 The card declares the extension with the protocol's request and response contracts (`transfer_wire`).
 """
 
 from __future__ import annotations
 
 import json
-import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from agentenv_protocol.transfers import ReadObject, TransferError, download, upload
+from agentenv_protocol.transfers import TransferError
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agent_env.agents.extension_table import ENDPOINTS
 from agent_env.agents.transfer_wire import (
     SNAPSHOT,
     SNAPSHOT_DESCRIPTION,
@@ -45,6 +45,8 @@ from agent_env.agents.transfer_wire import (
     snapshot_card_params,
 )
 from agent_env.guard import BodyTooLarge, read_body
+from agent_env.stores import transfer
+from agent_env.stores.transfer import download, put
 
 MAX_REQUEST_BYTES = 256 * 1024  # a transfer request carries grants, never the objects
 
@@ -86,23 +88,20 @@ def routes(agent: Any) -> list[Route]:
             state: AgentState = await agent.save_state(wanted.context_id)
         except LookupError:
             return _refused(404, f"no conversation {wanted.context_id!r} to save")
-        uploaded = {"trajectory": await upload(wanted.objects.trajectory, state.trajectory)}
+        uploaded = {"trajectory": await put(wanted.objects.trajectory, state.trajectory)}
         if wanted.objects.workspace is not None and state.workspace is not None:
-            uploaded["workspace"] = await upload(wanted.objects.workspace, state.workspace)
+            uploaded["workspace"] = await put(wanted.objects.workspace, state.workspace)
         answer = ObjectSnapshotSaveResponse.model_validate({"context_id": wanted.context_id, "objects": uploaded})
         return JSONResponse(answer.model_dump(mode="json", exclude_none=True))
 
     async def load(request: Request) -> JSONResponse:
         wanted = ObjectSnapshotLoadRequest.model_validate(await _body(request))
-        with tempfile.TemporaryDirectory(prefix="agent-env-snapshot-") as folder:
-            trajectory = await _fetched(wanted.objects.trajectory, Path(folder) / "trajectory")
-            workspace = None
-            if wanted.objects.workspace is not None:
-                workspace = await _fetched(wanted.objects.workspace, Path(folder) / "workspace")
+        trajectory = await download(wanted.objects.trajectory)
+        workspace = None if wanted.objects.workspace is None else await download(wanted.objects.workspace)
         context_id = await agent.load_state(AgentState(trajectory, workspace), wanted.target_context_id)
         return JSONResponse(ObjectSnapshotLoadResponse(context_id=context_id).model_dump(mode="json"))
 
-    path = "/ext/snapshot"
+    path = ENDPOINTS[SNAPSHOT]
     return [Route(path, _answering(save), methods=["POST"]), Route(path, _answering(load), methods=["PUT"])]
 
 
@@ -116,16 +115,11 @@ async def trajectory_to_object(body: Any, trajectories: Mapping[str, Any]) -> JS
         if events is None:
             return _refused(404, f"No completed trajectory available for task {wanted.task_id!r}")
         data = json.dumps(events, ensure_ascii=False).encode()  # what the inline variant answers as "trajectory"
-        uploaded = await upload(wanted.objects.trajectory, data)
-    except (TransferError, ValueError) as e:
+        uploaded = await put(wanted.objects.trajectory, data)
+    except (*_MOVING, ValueError) as e:
         return _refusal(e)
     answer = TrajectoryObjectsResponse.model_validate({"objects": {"trajectory": uploaded.model_dump()}})
     return JSONResponse(answer.model_dump(mode="json", exclude_none=True))
-
-
-async def _fetched(source: ReadObject, path: Path) -> bytes:
-    await download(source, path)
-    return path.read_bytes()
 
 
 async def _body(request: Request) -> Any:
@@ -139,11 +133,21 @@ def _refused(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
 
 
+_MOVING = (transfer.ObjectMoveFailed, transfer.TooLarge, transfer.Mismatch)
+_CODES = {
+    transfer.StoreUnreachable: "transfer_unavailable",
+    transfer.ObjectMoveFailed: "transfer_rejected",
+    transfer.TooLarge: "transfer_too_large",
+}
+
+
 def _refusal(e: Exception) -> JSONResponse:
     """A failed transfer as its own code (the protocol's error body), a bad body as a 400 naming the field:
     neither quotes the request, which holds grants."""
-    if isinstance(e, TransferError):
-        return JSONResponse(e.body(), status_code=e.status_code)
+    if isinstance(e, _MOVING):
+        code = _CODES.get(type(e), "integrity_mismatch")
+        failed = TransferError(code, str(e) or "the object is over its grant's max_bytes")  # type: ignore[arg-type]
+        return JSONResponse(failed.body(), status_code=failed.status_code)
     if isinstance(e, ValidationError):
         errors = e.errors(include_input=False, include_url=False)
         return _refused(400, "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errors)[:2000])
@@ -154,7 +158,7 @@ def _answering(handler):
     async def route(request: Request) -> JSONResponse:
         try:
             return await handler(request)
-        except (TransferError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+        except (*_MOVING, ValueError) as e:  # pydantic's ValidationError is a ValueError
             return _refusal(e)
 
     return route

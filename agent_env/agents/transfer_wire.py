@@ -18,20 +18,10 @@ from typing import Annotated, Any, TypeVar
 from agentenv_protocol.transfers import ReadObject, RelativePath, Uploaded, WriteObject
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from agent_env.agents.extension_table import OPERATIONS, SKILL_CONFIG, SNAPSHOT, TRAJECTORY  # noqa: F401
 from agent_env.gateway_client.wire import JsonObject
 
-SNAPSHOT = "urn:agentenv:snapshot/v1"
-TRAJECTORY = "urn:agentenv:trajectory/v1"
-SKILL_CONFIG = "urn:agentenv:skill-config/v1"
 OPAQUE = "application/octet-stream"
-
-# Where each operation a run calls is served, as the protocol defines it: (method, path).
-OPERATIONS: Mapping[tuple[str, str], tuple[str, str]] = {
-    (SNAPSHOT, "save"): ("POST", "/ext/snapshot"),
-    (SNAPSHOT, "load"): ("PUT", "/ext/snapshot"),
-    (TRAJECTORY, "get"): ("POST", "/ext/trajectory"),
-    (SKILL_CONFIG, "add"): ("POST", "/ext/skill-config"),
-}
 SNAPSHOT_DESCRIPTION = "Save and restore agent-native state."
 
 

@@ -9,24 +9,28 @@ short-lived grants on our object store (`stores.grants`) and the agent moves the
 
 The bodies are our models of the protocol's request shapes (`transfer_wire`), the grants the protocol's own
 (`agentenv_protocol.transfers`), and a card's request contract is read the protocol's way (`card_request_accepts`).
-An agent's answer is a claim: what it wrote is checked in the store (present, within its grant's size) before
-anything is recorded. Grants never enter a run's history; keys do.
+The grants are on the run's store when they reach the agent, else on the agent's own staging/v1 (`handover`: the
+local store's grants are served on this host's loopback). An agent's answer is a claim: what it wrote is checked
+in the store (present, within its grant's size) before anything is recorded. Grants never enter a run's history;
+keys do.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import mimetypes
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urljoin
 
 import httpx
-from agentenv_protocol.transfers import HttpGetGrant, HttpPutGrant, ReadObject, WriteObject
+from agentenv_protocol.transfers import ReadObject
 from pydantic import BaseModel, ValidationError
 
 from agent_env.agents.extensions import ExtensionClient, ExtensionRefused, operation
+from agent_env.agents.handover import Handover, HandoverFailed
 from agent_env.agents.transfer_wire import (
     OPAQUE,
     OPERATIONS,
@@ -52,6 +56,7 @@ from agent_env.config import url_origin
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.stores import Stores, in_thread
 from agent_env.stores.grants import Grant, ObjectGrants
+from agent_env.stores.transfer import GrantNotWritten, written
 
 SNAPSHOT_OBJECTS = {"trajectory": 256 << 20, "workspace": 1 << 30}  # what each object may hold, at most
 MAX_TRAJECTORY_OBJECT_BYTES = 64 << 20  # a trajectory written through a grant (read back whole by the run)
@@ -65,47 +70,6 @@ class TransferFailed(Exception):
 
 def snapshot_prefix(run_id: str, name: str) -> str:
     return f"runs/{run_id}/agent_snapshots/{name}/"
-
-
-def write_object(grant: Grant, media_type: str) -> WriteObject:
-    """A write grant as the protocol carries it."""
-
-    return _wire(
-        lambda: WriteObject(
-            media_type=media_type,
-            max_bytes=grant.max_bytes or 1,
-            write=HttpPutGrant(
-                kind="http-put", url=grant.url, expires_at=grant.expires_at, headers=grant.headers or None
-            ),
-        )
-    )
-
-
-def read_object(grant: Grant, size: int, media_type: str, data: bytes | None = None) -> ReadObject:
-    """A read grant for the object of `size` bytes at the grant's key, as the protocol carries it (with its digest
-    when its bytes are at hand)."""
-
-    return _wire(
-        lambda: ReadObject(
-            media_type=media_type,
-            max_bytes=max(size, 1),
-            size_bytes=size,
-            sha256=hashlib.sha256(data).hexdigest() if data is not None else None,
-            read=HttpGetGrant(
-                kind="http-get", url=grant.url, expires_at=grant.expires_at, headers=grant.headers or None
-            ),
-        )
-    )
-
-
-def _wire(make: Any) -> Any:
-    try:
-        return make()
-    except ValidationError as e:
-        raise TransferFailed(
-            f"the object store's grants cannot be handed to an agent: {e.errors()[0]['msg']} (protocol v1 takes "
-            "only https:// grant URLs) — use the local object store, or an S3 endpoint over https"
-        ) from None
 
 
 def accepts(client: ExtensionClient, uri: str, name: str, model: type[BaseModel]) -> bool:
@@ -149,13 +113,27 @@ async def call(
 
 
 async def _written(grants: ObjectGrants, stores: Stores, grant: Grant) -> int | None:
-    """The size of what the agent wrote through `grant`, measured without reading it; None if nothing. Past the
-    grant's bound (a store that cannot bound a PUT, S3 or Cloud Storage, lets it through) it is deleted unread."""
-    size = await in_thread(grants.size, grant.key)
-    if size is not None and grant.max_bytes is not None and size > grant.max_bytes:
-        await stores.aio.objects.delete(grant.key)
-        raise TransferFailed(f"the agent wrote {size} bytes at {grant.key}, more than its grant's {grant.max_bytes}")
-    return size
+    """The size of what the agent wrote through `grant` (see `stores.transfer.written`), as TransferFailed."""
+    try:
+        return await written(grants, stores.objects, grant)
+    except GrantNotWritten as e:
+        raise TransferFailed(e.problem.replace("the holder of a grant", "the agent")) from None
+
+
+@contextlib.asynccontextmanager
+async def _handover(client: ExtensionClient, grants: ObjectGrants, stores: Stores) -> AsyncIterator[Handover]:
+    """The grants of one call (on the store, or the agent's staging: `handover`); what the agent staged is in the
+    store when the block ends well, and its staging removed however it ends."""
+    handover = Handover(client, grants, stores)
+    try:
+        try:
+            yield handover
+        except BaseException:
+            await handover.finish(pull=False)
+            raise
+        await handover.finish()
+    except HandoverFailed as e:
+        raise TransferFailed(str(e)) from None
 
 
 def _parsed(model: type[BaseModel], response: httpx.Response, what: str) -> Any:
@@ -170,14 +148,13 @@ async def save_snapshot(
 ) -> JsonObject:
     """Ask the agent to save its state of `context_id` under `prefix`; what it wrote, by object."""
 
-    issued = {
-        name: await in_thread(grants.write, prefix + name, media_type=OPAQUE, max_bytes=most)
-        for name, most in SNAPSHOT_OBJECTS.items()
-    }
-    objects = SnapshotWriteObjects(**{name: write_object(g, OPAQUE) for name, g in issued.items()})
-    body = ObjectSnapshotSaveRequest(context_id=context_id, objects=objects)
-    answer = _parsed(ObjectSnapshotSaveResponse, await call(client, SNAPSHOT, "save", body, timeout=timeout), "save")
-    sizes = {name: size for name, g in issued.items() if (size := await _written(grants, stores, g)) is not None}
+    async with _handover(client, grants, stores) as handover:
+        issued = {name: await handover.write(prefix + name, OPAQUE, most) for name, most in SNAPSHOT_OBJECTS.items()}
+        objects = SnapshotWriteObjects(**{name: wire for name, (_, wire) in issued.items()})
+        body = ObjectSnapshotSaveRequest(context_id=context_id, objects=objects)
+        answered = await call(client, SNAPSHOT, "save", body, timeout=timeout)
+        answer = _parsed(ObjectSnapshotSaveResponse, answered, "save")
+    sizes = {name: size for name, (g, _) in issued.items() if (size := await _written(grants, stores, g)) is not None}
     if "trajectory" not in sizes:
         raise TransferFailed(f"the agent answered snapshot save, but wrote no trajectory object at {prefix}trajectory")
     return {
@@ -200,16 +177,19 @@ async def load_snapshot(
     """Hand the agent the snapshot saved under `prefix` to load; the context id it restored it as."""
 
     read: dict[str, ReadObject] = {}
-    for name in SNAPSHOT_OBJECTS:
-        key = prefix + name
-        size = await in_thread(grants.size, key)
-        if size is None:
-            if name == "trajectory":
-                raise TransferFailed(f"no agent snapshot at {prefix} (no {key}): take one with snapshot_agent_state")
-            continue
-        read[name] = read_object(await in_thread(grants.read, key), size, OPAQUE)
-    body = ObjectSnapshotLoadRequest(objects=SnapshotReadObjects(**read), target_context_id=target_context_id)
-    answer = _parsed(ObjectSnapshotLoadResponse, await call(client, SNAPSHOT, "load", body, timeout=timeout), "load")
+    async with _handover(client, grants, stores) as handover:
+        for name in SNAPSHOT_OBJECTS:
+            key = prefix + name
+            if await in_thread(grants.size, key) is None:
+                if name == "trajectory":
+                    raise TransferFailed(
+                        f"no agent snapshot at {prefix} (no {key}): take one with snapshot_agent_state"
+                    )
+                continue
+            read[name] = await handover.read(key, OPAQUE)
+        body = ObjectSnapshotLoadRequest(objects=SnapshotReadObjects(**read), target_context_id=target_context_id)
+        answered = await call(client, SNAPSHOT, "load", body, timeout=timeout)
+    answer = _parsed(ObjectSnapshotLoadResponse, answered, "load")
     return str(answer.context_id)
 
 
@@ -218,11 +198,10 @@ async def trajectory_object(
 ) -> Any:
     """The agent's trajectory of one task, written by the agent through a grant at `key` and read from our store."""
 
-    grant = await in_thread(grants.write, key, media_type="application/json", max_bytes=MAX_TRAJECTORY_OBJECT_BYTES)
-    body = TaskObjectTrajectoryRequest(
-        task_id=task_id, objects=TrajectoryWriteObjects(trajectory=write_object(grant, "application/json"))
-    )
-    await call(client, TRAJECTORY, "get", body, timeout=timeout)
+    async with _handover(client, grants, stores) as handover:
+        grant, wire = await handover.write(key, "application/json", MAX_TRAJECTORY_OBJECT_BYTES)
+        body = TaskObjectTrajectoryRequest(task_id=task_id, objects=TrajectoryWriteObjects(trajectory=wire))
+        await call(client, TRAJECTORY, "get", body, timeout=timeout)
     if await _written(grants, stores, grant) is None:
         raise TransferFailed(f"the agent answered its trajectory's task_objects, but wrote nothing at {key}")
     try:
@@ -263,13 +242,13 @@ async def add_skill_bundles(
         if "SKILL.md" not in folder:
             continue
         bundled = []
-        for rest, key in sorted(folder.items()):
-            data = await stores.aio.objects.get(key)  # (a skill's files: small, and pinned by the run's plan)
-            media_type = mimetypes.guess_type(rest)[0] or OPAQUE
-            grant = await in_thread(grants.read, key)
-            bundled.append(SkillBundleFile(path=rest, object=read_object(grant, len(data), media_type, data)))
-        bundle = SkillBundle(max_total_bytes=sum(f.object.max_bytes for f in bundled), files=bundled)
-        body = BundleSkillRequest(name=skill, description=skills[skill], skill_bundle=bundle)
-        await call(client, SKILL_CONFIG, "add", body, timeout=TRANSFER_TIMEOUT_S, done=(409,))
+        async with _handover(client, grants, stores) as handover:
+            for rest, key in sorted(folder.items()):
+                data = await stores.aio.objects.get(key)  # (a skill's files: small, and pinned by the run's plan)
+                media_type = mimetypes.guess_type(rest)[0] or OPAQUE
+                bundled.append(SkillBundleFile(path=rest, object=await handover.read(key, media_type, data)))
+            bundle = SkillBundle(max_total_bytes=sum(f.object.max_bytes for f in bundled), files=bundled)
+            body = BundleSkillRequest(name=skill, description=skills[skill], skill_bundle=bundle)
+            await call(client, SKILL_CONFIG, "add", body, timeout=TRANSFER_TIMEOUT_S, done=(409,))
         given.append(skill)
     return given

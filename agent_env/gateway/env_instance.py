@@ -20,9 +20,10 @@ from agent_env.envs import changelog, dataplane
 from agent_env.envs.app import ToolError, ToolInfo
 from agent_env.envs.app_instance import DB_FILE, AppInstance, load_app_class
 from agent_env.envs.card import OPERATIONS
+from agent_env.envs.extensions import data_objects
 from agent_env.gateway import tokens
 from agent_env.gateway.mcp_tools import GET_TIME, get_time_spec
-from agent_env.gateway.remote import RemoteApp
+from agent_env.gateway.remote import RemoteApp, exports_objects
 from agent_env.gateway.spec import InstanceSpec, RoleSpec
 from agent_env.gateway.storage import InstanceUsage
 from agent_env.gateway.watch import Watcher
@@ -246,6 +247,20 @@ class EnvInstance:
 
     async def get(self) -> list[dataplane.Part]:
         return [dataplane.app_part(name, await _data(app, "export")) for name, app in self.apps.items()]
+
+    async def export_to(self, write_namespace: object) -> list[dataplane.Part]:
+        """data/get with a namespace grant (data-objects/v1): each app whose card declares it and that the grant
+        reaches uploads its export below `ROOT/APP` (the grant's policy holds every key below ROOT) and is answered
+        by the parts naming its objects, their paths relative to ROOT; the others answer inline."""
+        grant = data_objects.parse_grant(write_namespace)
+        parts: list[dataplane.Part] = []
+        for name, app in self.apps.items():
+            if not (isinstance(app, RemoteApp) and exports_objects(app, grant.write.url)):
+                parts.append(dataplane.app_part(name, await _data(app, "export")))
+                continue
+            for part in await app.export_to(grant.model_copy(update={"root_path": f"{grant.root_path}/{name}"})):
+                parts.append(data_objects.below(part, name))
+        return parts
 
     # -- snapshots: one tar of every app's state (its SQLite file; an export for remote apps) --
     async def snapshot(self) -> bytes:

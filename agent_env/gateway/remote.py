@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 import httpx2 as httpx
+from agentenv_protocol.transfers import WriteNamespaceGrant
 from agentenv_protocol.types import (
+    DATA_OBJECTS_EXTENSION_URI,
     METHOD_ADD,
     METHOD_GET,
     METHOD_RESET,
@@ -39,6 +41,7 @@ from agentenv_protocol.types import (
     DataPart,
     EnvironmentCard,
     GetDataResponse,
+    Part,
 )
 from pydantic import ValidationError
 
@@ -49,6 +52,7 @@ from agent_env.envs.card import HIDDEN_BY_DEFAULT_META_KEY, OPERATIONS
 from agent_env.envs.context import META_IDEMPOTENCY_KEY, Ctx
 from agent_env.gateway.app_process import AppProcess, start_server
 from agent_env.ports import free_port
+from agent_env.stores.transfer import reaches
 
 if TYPE_CHECKING:  # mcp is imported where a session opens (it is heavy)
     from mcp import Client
@@ -428,6 +432,15 @@ class RemoteApp(CardExtensions):
                 data.update(part.data)
         return data
 
+    async def export_to(self, grant: WriteNamespaceGrant) -> list[Part]:
+        """data/get with a namespace grant (data-objects/v1), for an app whose card declares it and that the grant
+        reaches (`exports_objects`); its answer's parts, naming what it uploaded under the grant's root."""
+        params = {"write_namespace": grant.model_dump(mode="json", exclude_none=True)}
+        try:
+            return GetDataResponse.model_validate(await self._rpc(METHOD_GET, params)).parts
+        except ValidationError as e:
+            raise ToolError(f"{self.name}: {METHOD_GET} answered no protocol GetDataResponse: {str(e)[:500]}") from None
+
     async def close(self) -> None:
         await self._drop_session()
         await self._http.aclose()
@@ -437,6 +450,15 @@ class RemoteApp(CardExtensions):
                 await asyncio.to_thread(self.proc.wait, 10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+def exports_objects(app: RemoteApp, grant_url: str) -> bool:
+    """Whether `app` takes data/get's namespace grant (its card declares data-objects/v1) and the grant reaches it."""
+    return (
+        METHOD_GET in app.operations
+        and DATA_OBJECTS_EXTENSION_URI in app.extensions
+        and reaches(grant_url, app.base_url)
+    )
 
 
 async def _serve(

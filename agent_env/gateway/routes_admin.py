@@ -184,6 +184,9 @@ class _Budgeted:
     async def get(self) -> list[dataplane.Part]:
         return await self.inst.get()
 
+    async def export_to(self, write_namespace: object) -> list[dataplane.Part]:
+        return await self.inst.export_to(write_namespace)
+
 
 # -- instances --
 

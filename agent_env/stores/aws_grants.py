@@ -2,6 +2,10 @@
 method, the bucket and key and the expiry (and, for a PUT, the content type), so a URL cannot be turned to another
 key or method and stops working when it expires. They carry a signature, never the access key's secret.
 
+A namespace grant is a presigned POST (an upload policy): its signed conditions hold every key below the
+namespace's root (which ends in '/', so `root` does not admit `root-evil/`) and each object's size; how many objects
+and their total, which a policy cannot hold, whoever reads the namespace checks.
+
 A presigned PUT cannot bound the size of what is uploaded (`bounds_writes` is False): whoever reads an object an
 agent wrote checks its size against the grant's bound first (`check_written`).
 """
@@ -12,7 +16,14 @@ import datetime
 from typing import TYPE_CHECKING
 
 from agent_env.errors import BadInput
-from agent_env.stores.grants import DEFAULT_TTL_S, Grant, ObjectGrants, check_ttl
+from agent_env.stores.grants import (
+    DEFAULT_TTL_S,
+    Grant,
+    NamespaceGrant,
+    NamespaceLimits,
+    ObjectGrants,
+    check_ttl,
+)
 
 if TYPE_CHECKING:
     from agent_env.stores.aws_objects import S3ObjectStore
@@ -37,6 +48,29 @@ class S3Grants(ObjectGrants):
             expires_at=_expiry(ttl_s),
             key=key,
             max_bytes=max_bytes,
+        )
+
+    def namespace(self, root: str, *, limits: NamespaceLimits, ttl_s: float = DEFAULT_TTL_S) -> NamespaceGrant:
+        root = root.rstrip("/")
+        below = self.store.full_key(root) + "/"
+        post = self.store.client.generate_presigned_post(
+            Bucket=self.store.bucket,
+            Key=below + "${filename}",  # the uploader names its own key (below the root: a signed condition)
+            Conditions=[
+                ["starts-with", "$key", below],
+                ["content-length-range", 0, limits.max_object_bytes],
+                ["starts-with", "$Content-Type", ""],  # a policy refuses fields it does not name
+            ],
+            ExpiresIn=max(1, int(check_ttl(ttl_s))),
+        )
+        fields = {k: v for k, v in post["fields"].items() if k != "key"}
+        return NamespaceGrant(
+            url=post["url"],
+            fields=fields,
+            expires_at=_expiry(ttl_s),
+            root=root,
+            root_path=below.rstrip("/"),
+            limits=limits,
         )
 
     def size(self, key: str) -> int | None:

@@ -8,6 +8,11 @@ with another method is a 403; a key is never taken from the request except below
 checked like every object key (no `..`, no absolute path) and resolved inside the root. A PUT is refused past its
 size bound (413), declared or streamed, and lands atomically (a temp file renamed into place).
 
+A namespace grant (an upload policy) is a POST of a multipart form to `.../grants/TOKEN`: the object's key in the
+form's `key` field, below the grant's prefix, and its bytes in `file`. Each object is bounded like a PUT; the
+namespace's count and total are checked against what is already below the prefix on disk, so a holder cannot pass
+them however it splits its uploads (the token stays stateless).
+
 The server starts with the first grant this process issues (a daemon thread; one per state directory's CA), and
 keeps nothing per grant: tokens are stateless, so nothing grows with the runs it served. Its grants end with it.
 """
@@ -32,19 +37,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Message
 
 from agent_env.errors import BadInput
-from agent_env.guard import HostGuard
+from agent_env.guard import BodyTooLarge, HostGuard
 from agent_env.stores.base import check_object_key
-from agent_env.stores.grants import Grant, ObjectGrants, check_ttl
+from agent_env.stores.grants import Grant, NamespaceGrant, NamespaceLimits, ObjectGrants, check_ttl
 from agent_env.stores.local_tls import server_files
 
 _KEY = secrets.token_bytes(32)  # this process's: its grants die with it
 _CHUNK = 64 * 1024
 _START_TIMEOUT_S = 10.0
+UPLOAD_KEY_FIELD, UPLOAD_FILE_FIELD = "key", "file"  # a namespace upload's form: the object's key, its bytes
+_FORM_OVERHEAD = 64 * 1024  # what a multipart form may add to its object's bytes (boundaries, small fields)
 
 
 class InvalidGrant(Exception):
@@ -53,13 +63,15 @@ class InvalidGrant(Exception):
 
 @dataclass(frozen=True)
 class Claims:
-    method: str  # GET or PUT
+    method: str  # GET, PUT or POST (a namespace's upload policy)
     root: str  # the store's root, by digest
     expires: float  # epoch seconds
     key: str | None = None  # one object...
-    prefix: str | None = None  # ...or (PUT only) any key below this, ending in '/'
-    max_bytes: int | None = None  # PUT: the most it may write
+    prefix: str | None = None  # ...or (PUT, POST) any key below this, ending in '/'
+    max_bytes: int | None = None  # PUT, POST: the most one object may hold
     media_type: str | None = None  # PUT: the content type it must declare
+    max_objects: int | None = None  # POST: how many objects the namespace may hold
+    max_total_bytes: int | None = None  # POST: and all of them together
 
 
 def sign(claims: Claims) -> str:
@@ -117,6 +129,27 @@ class LocalGrants(ObjectGrants):
         check_object_key(prefix.rstrip("/"))
         claims = Claims("PUT", self.root_id, self._expiry(ttl_s), prefix=prefix.rstrip("/") + "/", max_bytes=max_bytes)
         return self._grant(claims)
+
+    def namespace(self, root: str, *, limits: NamespaceLimits, ttl_s: float = 300.0) -> NamespaceGrant:
+        root = check_object_key(root.rstrip("/"))
+        claims = Claims(
+            "POST",
+            self.root_id,
+            self._expiry(ttl_s),
+            prefix=root + "/",
+            max_bytes=limits.max_object_bytes,
+            max_objects=limits.max_objects,
+            max_total_bytes=limits.max_total_bytes,
+        )
+        return NamespaceGrant(
+            url=f"{self.server.origin}/grants/{sign(claims)}",
+            path_field=UPLOAD_KEY_FIELD,
+            file_field=UPLOAD_FILE_FIELD,
+            expires_at=datetime.datetime.fromtimestamp(int(claims.expires), datetime.UTC),
+            root=root,
+            root_path=root,
+            limits=limits,
+        )
 
     def size(self, key: str) -> int | None:
         path = self.root / check_object_key(key)
@@ -202,6 +235,8 @@ def grant_app(roots: dict[str, Path]) -> HostGuard:
             return refused(403, f"grant refused: {e}")
         if claims.method != ("GET" if request.method == "HEAD" else request.method):
             return refused(403, f"grant refused: it is for a {claims.method}, not a {request.method}")
+        if claims.method == "POST":
+            return await _post(request, claims, roots)
         rest = request.path_params.get("rest")
         if (rest is None) == (claims.prefix is not None):
             return refused(
@@ -226,10 +261,81 @@ def grant_app(roots: dict[str, Path]) -> HostGuard:
         return await _store(request, path, claims.max_bytes or 0)
 
     routes = [
-        Route("/grants/{token}", handle, methods=["GET", "HEAD", "PUT"]),
+        Route("/grants/{token}", handle, methods=["GET", "HEAD", "PUT", "POST"]),
         Route("/grants/{token}/{rest:path}", handle, methods=["GET", "HEAD", "PUT"]),
     ]
-    return HostGuard(Starlette(routes=routes))
+    return HostGuard(Starlette(routes=routes), form_paths=("/grants/",))  # a namespace grant's upload is a form
+
+
+async def _post(request: Request, claims: Claims, roots: dict[str, Path]) -> Response:
+    """One object of a namespace, from a multipart form: its key below the grant's prefix, its bytes within the
+    object's bound, and the namespace's count and total within theirs once it is written (nothing is written else)."""
+    root, prefix, limit = roots.get(claims.root), claims.prefix or "", claims.max_bytes or 0
+    if root is None or not prefix:
+        return refused(404, "grant refused: its store is not served here")
+    seen = 0
+
+    async def counted() -> Message:  # the form is parsed as it arrives: its size is bounded as it arrives too
+        nonlocal seen
+        message = await request.receive()
+        seen += len(message.get("body", b""))
+        if seen > limit + _FORM_OVERHEAD:
+            raise BodyTooLarge
+        return message
+
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit + _FORM_OVERHEAD:
+        return refused(413, f"the object is larger than this grant's {limit} bytes")
+    try:
+        form = await Request(request.scope, counted).form(max_files=1, max_fields=16, max_part_size=8192)
+    except BodyTooLarge:
+        return refused(413, f"the object is larger than this grant's {limit} bytes")
+    except HTTPException as e:
+        return refused(400, f"not a namespace upload: {e.detail}")
+    try:
+        key, upload = form.get(UPLOAD_KEY_FIELD), form.get(UPLOAD_FILE_FIELD)
+        if not isinstance(key, str) or not isinstance(upload, UploadFile):
+            return refused(
+                400, f"a namespace upload is a multipart form with {UPLOAD_KEY_FIELD!r} and {UPLOAD_FILE_FIELD!r}"
+            )
+        if not key.startswith(prefix):
+            return refused(403, "grant refused: the key is not below its namespace")
+        try:
+            key = check_object_key(key)
+        except BadInput as e:
+            return refused(400, str(e))
+        path = (root / key).resolve()
+        folder = (root / prefix).resolve()
+        if not path.is_relative_to(folder):
+            return refused(403, "grant refused: the key leads out of its namespace")
+        size = upload.size if upload.size is not None else 0
+        if size > limit:
+            return refused(413, f"the object is larger than this grant's {limit} bytes")
+        others = [p for p in folder.rglob("*") if p.is_file() and p != path and not p.name.startswith(".tmp-")]
+        if claims.max_objects is not None and len(others) + 1 > claims.max_objects:
+            return refused(413, f"the namespace already holds {len(others)} objects, its grant's most")
+        total = sum(p.stat().st_size for p in others) + size
+        if claims.max_total_bytes is not None and total > claims.max_total_bytes:
+            return refused(413, f"the namespace would hold {total} bytes, over its grant's {claims.max_total_bytes}")
+        await asyncio.to_thread(_land, upload, path)
+    finally:
+        await form.close()
+    return Response(status_code=204)
+
+
+def _land(upload: UploadFile, path: Path) -> None:
+    """An uploaded file at `path`, atomically (a temp file beside it, renamed into place)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        upload.file.seek(0)
+        with os.fdopen(fd, "wb") as f:
+            while chunk := upload.file.read(_CHUNK):
+                f.write(chunk)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def refused(status: int, message: str) -> Response:

@@ -25,12 +25,13 @@ from agentenv_protocol.types import (
     FileWithUri,
     Part,
     uploaded_file_part,
+    uploaded_object_path,
 )
 from pydantic import ValidationError
 
 from agent_env.envs.dataplane import MAX_LISTED_PROBLEMS, InvalidParams
-from agent_env.envs.extensions import transfer
 from agent_env.errors import format_loc
+from agent_env.stores import transfer
 
 URI = DATA_OBJECTS_EXTENSION_URI
 GRANT = "write_namespace"  # data/get's param
@@ -81,6 +82,15 @@ async def upload_export(grant: WriteNamespaceGrant, app: str, body: bytes) -> Pa
     path = f"{app}.json"
     await transfer.post_to_namespace(grant, f"{grant.root_path}/{path}", body, MEDIA_TYPE)
     return uploaded_file_part(path, name=path, mime_type=MEDIA_TYPE)
+
+
+def below(part: Part, folder: str) -> Part:
+    """An answer's part naming an upload (its path relative to a grant's root) as seen from the root above it,
+    `folder` being where that grant's root was below it; a part naming no upload as it is."""
+    path = uploaded_object_path(part)
+    if path is None or not isinstance(part, FilePart):
+        return part
+    return uploaded_file_part(f"{folder}/{path}", name=part.file.name, mime_type=part.file.mimeType)
 
 
 def names_object(part: Part) -> TypeGuard[FilePart]:

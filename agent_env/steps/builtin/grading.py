@@ -25,6 +25,7 @@ from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.check import Check
+from agent_env.steps.builtin.env_export import export_data
 from agent_env.steps.builtin.envs import instance_id, store_artifact
 from agent_env.stores import in_thread, keys, open_secrets
 
@@ -485,7 +486,9 @@ async def aggregate_scores(ctx: StepContext, config: AggregateConfig) -> StepRes
 
 class CollectConfig(StepConfig):
     envs: list[str] = Field(default_factory=list, description="deploy_env steps whose trajectory and data to keep")
-    data: bool = Field(True, description="export each environment's data (data/get)")
+    data: bool = Field(
+        True, description="export each environment's data (data/get; apps that declare data-objects/v1 upload theirs)"
+    )
 
 
 @step_type("collect_artifacts", config=CollectConfig, timeout="10m", step_refs=("envs",))
@@ -500,11 +503,8 @@ async def collect_artifacts(ctx: StepContext, config: CollectConfig) -> JsonObje
         key = keys.artifact(ctx.run_id, env, "trajectory.jsonl")
         await objects.put(key, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode())
         kept.append(key)
-        if config.data:
-            exported = await gateway.data(instance, "data/get")  # type: ignore[union-attr]  # (envs: a gateway)
-            key = keys.artifact(ctx.run_id, env, "data.json")
-            await objects.put(key, json.dumps(exported, ensure_ascii=False, indent=1).encode())
-            kept.append(key)
+        if config.data:  # (through data-objects/v1 where an app declares it: env_export)
+            kept += await export_data(ctx, gateway, env, instance)  # type: ignore[arg-type]  # (envs: a gateway)
     kept += await objects.list(keys.transcripts(ctx.run_id))
     manifest = keys.artifact(ctx.run_id, "manifest.json")
     await objects.put(manifest, json.dumps({"run_id": ctx.run_id, "artifacts": kept}, indent=1).encode())
