@@ -17,8 +17,8 @@ from agentenv_protocol.types import DATA_OBJECTS_EXTENSION_URI, INTAKE_EXTENSION
 from gateway_util import mcp_client, running_gateway
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from reference_venv import reference_python, side_script  # noqa: F401 - fixtures: the side venv and its scripts
 from test_env_extensions import bearer, card_of, foreign_env  # noqa: F401 - the foreign env, as a fixture
-from test_protocol_agents import reference_python  # noqa: F401 - the side venv's Python, as a fixture
 
 from agent_env.config import load_settings
 from agent_env.envs.extensions import set_errors
@@ -67,7 +67,8 @@ async def test_a_composed_card_lists_an_apps_extensions_and_a_call_reaches_that_
             assert {t["name"] for t in pad["capabilities"]["tools"]} >= {"write_note", "delete_note"}
             assert not child(card, "mail")["capabilities"]["extensions"], "an app in the gateway's process serves none"
             assert [e["uri"] for e in card["capabilities"]["extensions"]] == [
-                e.uri for e in gateway_extensions.CARD_EXTENSIONS
+                *(e.uri for e in gateway_extensions.CARD_EXTENSIONS),
+                gateway_extensions.CHANGES_EXTENSION.uri,  # the in-process mail app keeps a changelog
             ], "the instance's own extensions stay the gateway's"
 
             # the role's view of the same card: the child's tools are the role's
