@@ -339,8 +339,7 @@ def find_config_file(start: Path | None = None) -> Path | None:
 
 
 class EnvVar(NamedTuple):
-    """An environment variable agent-env reads: `setting` is the path in `Settings` it overrides (empty: a value
-    read where it is used, not a setting)."""
+    """An environment variable agent-env reads: `setting` is the path in `Settings` it overrides (empty: none)."""
 
     name: str
     setting: tuple[str, ...] = ()
@@ -386,6 +385,7 @@ ENV_VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("AGENT_ENV_SERVER_TOKEN"),  # what an env server requires of callers (envs/serve.py, `env serve`)
     EnvVar("AGENT_ENV_PUBLIC_URL"),  # where an A2A agent served by the SDK is reached (agents/sdk.py)
     EnvVar("AGENT_ENV_WORKDIR"),  # the folder the CLI agent runs its command in (agents/cli_agent.py)
+    EnvVar("AGENT_ENV_STAGING_MAX_BYTES"),  # how much an SDK agent's staging/v1 area holds (agents/staging.py)
 )
 
 
