@@ -20,8 +20,8 @@ from agent_env.validators.a2a_extension_probe import (
     answered,
     open_extension,
     same_origin,
-    skipped,
 )
+from agent_env.validators.a2a_object_checks import OUTSIDE_A_RUN, Room, bundle_skill
 from agent_env.validators.report import Finding, ValidationReport
 
 # -- peer-agents/v1 --
@@ -104,10 +104,10 @@ async def _restore_peers(probe: ExtensionProbe, before: list[JsonObject]) -> Fin
 SKILL_MD = "---\nname: {name}\ndescription: {description}\n---\nA skill the agent-env validator added; ignore it.\n"
 
 
-async def verify_skill_config(agent: AgentClient) -> ValidationReport:
+async def verify_skill_config(agent: AgentClient, *, room: Room = OUTSIDE_A_RUN) -> ValidationReport:
     """`skill-config/v1`: an inline skill (name, description, skill_md) is added (2xx, answering its name), and
-    list then shows it. The probe skill stays (skill-config/v1 has no remove): validate an agent deployed for it.
-    The bundle variant (files as object grants) is reported as not checked: this validator issues no grants."""
+    list then shows it; when the card offers the bundle variant, a skill given as an object of `room` by a read
+    grant too. The probe skills stay (skill-config/v1 has no remove): validate an agent deployed for it."""
     report, probe = await open_extension(agent, "verify_a2a_skill_config", SKILL_CONFIG, "skill_config")
     if probe is None:
         return report
@@ -161,14 +161,7 @@ async def verify_skill_config(agent: AgentClient) -> ValidationReport:
             )
         )
     if probe.offers("add", "skill_bundle"):
-        report.checks.append(
-            skipped(
-                "skill_config.add_bundle",
-                "the bundle variant the card lists (skill_bundle files as object read grants)",
-                "this validator issues no object grants yet",
-                "validate the bundle variant through deploy_agent with a skill folder on an object store",
-            )
-        )
+        report.checks.extend(await bundle_skill(agent, room))
     return report
 
 
