@@ -28,8 +28,9 @@ from test_protocol_agents import reference_agent, reference_python  # noqa: F401
 
 from agent_env.agents.builtin import ScriptedAgent
 from agent_env.agents.sdk import Agent, Turn, a2a_routes, agent_card
-from agent_env.cli.a2a_agent_cmd import VALIDATORS, validation_task
 from agent_env.spec.agent import AgentRecord
+from agent_env.temporal.validation import AGENT_VALIDATORS as VALIDATORS
+from agent_env.temporal.validation import agent_validation_task as validation_task
 from agent_env.validators import a2a_card
 from agent_env.validators.report import ValidationReport
 
