@@ -362,7 +362,7 @@ async def test_a_hostile_agents_endless_or_deeply_nested_answers_are_findings_re
 
     from starlette.responses import Response, StreamingResponse
 
-    from agent_env.validators.a2a_extension_probe import MAX_ANSWER_BYTES
+    from agent_env.validators.a2a_wire import MAX_REPLY_BYTES as MAX_ANSWER_BYTES
 
     sent = []
 

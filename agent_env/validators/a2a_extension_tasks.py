@@ -14,15 +14,9 @@ import uuid
 from agent_env.agents.client import AgentClient, AgentReplyInvalid, AgentTimedOut, AgentUnreachable
 from agent_env.agents.extensions import TRAJECTORY
 from agent_env.gateway_client.wire import JsonObject
-from agent_env.validators.a2a_extension_probe import (
-    SNAPSHOT,
-    ExtensionProbe,
-    ProbeAnswer,
-    answered,
-    open_extension,
-    same_origin,
-)
+from agent_env.validators.a2a_extensions import answered, open_extension, same_origin
 from agent_env.validators.a2a_object_checks import OUTSIDE_A_RUN, Room, snapshot_round_trip, task_objects
+from agent_env.validators.a2a_wire import SNAPSHOT, ExtensionProbe, ProbeAnswer
 from agent_env.validators.report import Finding, ValidationReport
 
 TRAJECTORY_PROMPT = "This is a protocol check: answer with one short sentence."
