@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from test_agents import serving
-from test_object_transfers import Notes, trusting  # noqa: F401  (a fixture, by import)
+from test_object_transfers import Notes, reference_keeper, trusting  # noqa: F401  (a fixture, by import)
 from test_protocol_agents import reference_agent, reference_python  # noqa: F401  (a fixture, by import)
 
 from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
@@ -536,3 +536,23 @@ async def test_a_skill_bundle_is_given_by_read_grants_and_a_mutant_that_drops_or
     # a refusal, through this install's own loopback grant server: optional (an agent may not reach or trust it)
     assert failed(result) == ["skill_config.add_bundle"] and required_failures(result) == [], text(result)
     assert "HTTP 400" in text(result) and "SSL_CERT_FILE=" in text(result)
+
+
+async def test_a_reference_framework_agent_passes_the_checks_through_grants(
+    settings,
+    reference_python,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
+    """The reference framework's agent that keeps notes and saves them (test_object_transfers' keeper), trusting
+    this install's grants: its snapshot round trip, skill bundle and trajectory objects all pass."""
+    from agent_env.stores.local_tls import trust_bundle
+
+    with reference_keeper(reference_python, tmp_path, trust_bundle(settings.state_dir / "tls")) as url:
+        results = {
+            name: await validate_in_run(settings, name, url)
+            for name in ("verify_a2a_snapshot", "verify_a2a_skill_config", "verify_a2a_trajectory")
+        }
+    for result in results.values():
+        assert result.score.passed and failed(result) == [], text(result)
+    passed = {c["name"] for r in results.values() for c in checks(r) if c["passed"]}
+    assert {"snapshot.recall", "skill_config.list_shows_bundled", "trajectory.task_objects"} <= passed
