@@ -15,7 +15,7 @@ from agent_env.agents.client import AgentClient, AgentReplyInvalid, AgentTimedOu
 from agent_env.agents.extensions import TRAJECTORY
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.validators.a2a_extensions import answered, open_extension, same_origin
-from agent_env.validators.a2a_object_checks import OUTSIDE_A_RUN, Room, snapshot_round_trip, task_objects
+from agent_env.validators.a2a_object_checks import Rooms, outside_a_run, snapshot_round_trip, task_objects
 from agent_env.validators.a2a_wire import SNAPSHOT, ExtensionProbe, ProbeAnswer
 from agent_env.validators.report import Finding, ValidationReport
 
@@ -26,11 +26,11 @@ TRAJECTORY_STATES = {"pending", "running", "completed", "failed", "canceled"}
 
 
 async def verify_trajectory(
-    agent: AgentClient, *, prompt: str = TRAJECTORY_PROMPT, deadline_s: float = 120.0, room: Room = OUTSIDE_A_RUN
+    agent: AgentClient, *, prompt: str = TRAJECTORY_PROMPT, deadline_s: float = 120.0, rooms: Rooms = outside_a_run
 ) -> ValidationReport:
     """`trajectory/v1`: after one task (a turn with `prompt`), get {task_id} answers {"trajectory": [...]};
     an unknown task is a 404; the cursor read (`after`) and the objects variant (the trajectory written through a
-    grant into `room`) are checked when the card offers them."""
+    grant on the run's store, from `rooms`) are checked when the card offers them."""
     report, probe = await open_extension(agent, "verify_a2a_trajectory", TRAJECTORY, "trajectory")
     if probe is None:
         return report
@@ -79,7 +79,7 @@ async def verify_trajectory(
     if probe.offers("get", "after"):
         report.checks.append(await _events_read(probe, reply.task_id))
     if probe.offers("get", "objects"):
-        report.checks.append(await task_objects(agent, room, reply.task_id))
+        report.checks.append(await task_objects(agent, rooms, reply.task_id))
     return report
 
 
@@ -124,10 +124,10 @@ async def _events_read(probe: ExtensionProbe, task_id: str) -> Finding:
 
 
 async def verify_snapshot(
-    agent: AgentClient, *, room: Room = OUTSIDE_A_RUN, deadline_s: float = 120.0
+    agent: AgentClient, *, rooms: Rooms = outside_a_run, deadline_s: float = 120.0
 ) -> ValidationReport:
     """`snapshot/v1`: the card declares save (POST) and load (PUT); both are served and refuse a request
-    without objects (4xx, not 404/405); then a conversation saved through write grants into `room` and loaded
+    without objects (4xx, not 404/405); then a conversation saved through write grants on the run's store (`rooms`) and loaded
     into a fresh one through read grants goes on from the saved state."""
     report, probe = await open_extension(agent, "verify_a2a_snapshot", SNAPSHOT, "snapshot")
     if probe is None:
@@ -151,7 +151,7 @@ async def verify_snapshot(
     load = await probe.call("load", "PUT", {})
     report.checks.append(_refuses("snapshot.load", load, '{"objects": {"trajectory": <read grant>}}'))
     if report.passed:  # (an operation not served: no round trip to try)
-        report.checks.extend(await snapshot_round_trip(agent, room, deadline_s))
+        report.checks.extend(await snapshot_round_trip(agent, rooms, deadline_s))
     return report
 
 

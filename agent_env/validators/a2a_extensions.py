@@ -13,7 +13,7 @@ from typing import Any
 from agent_env.agents.client import AgentClient, AgentReplyInvalid, AgentUnreachable
 from agent_env.agents.extensions import SKILL_CONFIG, declared
 from agent_env.gateway_client.wire import JsonObject
-from agent_env.validators.a2a_object_checks import OUTSIDE_A_RUN, Room, bundle_skill
+from agent_env.validators.a2a_object_checks import Rooms, bundle_skill, outside_a_run
 from agent_env.validators.a2a_wire import (
     INSTALL,
     PEER_AGENTS,
@@ -192,9 +192,9 @@ async def _restore_peers(probe: ExtensionProbe, before: list[JsonObject]) -> Fin
 SKILL_MD = "---\nname: {name}\ndescription: {description}\n---\nA skill the agent-env validator added; ignore it.\n"
 
 
-async def verify_skill_config(agent: AgentClient, *, room: Room = OUTSIDE_A_RUN) -> ValidationReport:
+async def verify_skill_config(agent: AgentClient, *, rooms: Rooms = outside_a_run) -> ValidationReport:
     """`skill-config/v1`: an inline skill (name, description, skill_md) is added (2xx, answering its name), and
-    list then shows it; when the card offers the bundle variant, a skill given as an object of `room` by a read
+    list then shows it; when the card offers the bundle variant, a skill given as an object of the run's store (`rooms`) by a read
     grant too. The probe skills stay (skill-config/v1 has no remove): validate an agent deployed for it."""
     report, probe = await open_extension(agent, "verify_a2a_skill_config", SKILL_CONFIG, "skill_config")
     if probe is None:
@@ -249,7 +249,7 @@ async def verify_skill_config(agent: AgentClient, *, room: Room = OUTSIDE_A_RUN)
             )
         )
     if probe.offers("add", "skill_bundle"):
-        report.checks.extend(await bundle_skill(agent, room))
+        report.checks.extend(await bundle_skill(agent, rooms))
     return report
 
 

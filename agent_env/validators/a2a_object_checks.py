@@ -10,6 +10,7 @@ outside a run, a store that issues no grants) is reported as not checked, option
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -54,7 +55,11 @@ class GrantRoom:
 
 
 Room = GrantRoom | str  # a str: why no grants can be issued here
-OUTSIDE_A_RUN = "called outside a run: no object store to issue grants on"
+Rooms = Callable[[], Awaitable[Room]]  # asked only by a check that moves objects (a local store starts a server)
+
+
+async def outside_a_run() -> Room:
+    return "called outside a run: no object store to issue grants on"
 
 
 def not_checked(name: str, what: str, why: str) -> Finding:
@@ -73,9 +78,10 @@ def _id(kind: str) -> str:
 # -- snapshot/v1 --
 
 
-async def snapshot_round_trip(agent: AgentClient, room: Room, deadline_s: float) -> list[Finding]:
+async def snapshot_round_trip(agent: AgentClient, rooms: Rooms, deadline_s: float) -> list[Finding]:
     """Plant a code word in a conversation, save it through write grants, load it through read grants into a
     fresh conversation, and ask there for the word: the agent must answer from the restored state."""
+    room = await rooms()
     if isinstance(room, str):
         return [not_checked("snapshot.round_trip", "save then load through object grants", room)]
     token = uuid.uuid4().hex[:10]
@@ -143,9 +149,10 @@ BUNDLE_SKILL_MD = (
 )
 
 
-async def bundle_skill(agent: AgentClient, room: Room) -> list[Finding]:
+async def bundle_skill(agent: AgentClient, rooms: Rooms) -> list[Finding]:
     """Add a probe skill as a bundle (its SKILL.md an object of our store, handed over by a read grant); list
     must then show it."""
+    room = await rooms()
     if isinstance(room, str):
         return [not_checked("skill_config.add_bundle", "the bundle variant (files as object read grants)", room)]
     name = _id("bundle")
@@ -202,9 +209,10 @@ async def _skills(client: ExtensionClient) -> list[str] | None:
 # -- trajectory/v1 task_objects --
 
 
-async def task_objects(agent: AgentClient, room: Room, task_id: str) -> Finding:
+async def task_objects(agent: AgentClient, rooms: Rooms, task_id: str) -> Finding:
     """The objects variant: the ended task's trajectory, written by the agent through a write grant, lands in our
     store as a JSON list of events."""
+    room = await rooms()
     if isinstance(room, str):
         return not_checked(
             "trajectory.task_objects", "the objects variant (the trajectory written to a write grant)", room

@@ -52,7 +52,7 @@ verify_a2a_install = a2a_validator(
 )
 verify_a2a_skill_config = a2a_validator(
     "verify_a2a_skill_config",
-    lambda c: verify_skill_config(c.agent, room=c.room()),
+    lambda c: verify_skill_config(c.agent, rooms=c.room),
     "Validate an agent's skill-config/v1: add a probe skill inline (and as a bundle by a grant), list shows it.",
     config=A2AAgentUrl,
     timeout="3m",
@@ -60,7 +60,7 @@ verify_a2a_skill_config = a2a_validator(
 )
 verify_a2a_snapshot = a2a_validator(
     "verify_a2a_snapshot",
-    lambda c: verify_snapshot(c.agent, room=c.room(), deadline_s=c.config.timeout_seconds),
+    lambda c: verify_snapshot(c.agent, rooms=c.room, deadline_s=c.config.timeout_seconds),
     "Validate an agent's snapshot/v1: save a conversation by grants, load it into a fresh one, it goes on from it.",
     config=SnapshotValidation,
     timeout="65m",
@@ -68,7 +68,7 @@ verify_a2a_snapshot = a2a_validator(
 )
 verify_a2a_trajectory = a2a_validator(
     "verify_a2a_trajectory",
-    lambda c: verify_trajectory(c.agent, prompt=c.config.prompt, deadline_s=c.config.timeout_seconds, room=c.room()),
+    lambda c: verify_trajectory(c.agent, prompt=c.config.prompt, deadline_s=c.config.timeout_seconds, rooms=c.room),
     "Validate an agent's trajectory/v1: after one task, get answers a well-formed trajectory of it.",
     config=TrajectoryValidation,
     timeout="65m",

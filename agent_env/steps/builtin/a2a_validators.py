@@ -23,11 +23,12 @@ from agent_env.agents.client import AgentClient
 from agent_env.errors import BadInput
 from agent_env.steps import StepConfig, StepContext, StepResult, StepType, step_type
 from agent_env.steps.builtin.envs import instance_id
+from agent_env.stores import in_thread
 from agent_env.stores.grant_issuers import object_grants
 from agent_env.stores.local_grants import LocalGrants
 from agent_env.stores.local_tls import trust_bundle
 from agent_env.validators import a2a_card, a2a_config, a2a_mcp, a2a_modalities, a2a_protocol
-from agent_env.validators.a2a_object_checks import OUTSIDE_A_RUN, GrantRoom, Room
+from agent_env.validators.a2a_object_checks import GrantRoom, Room, outside_a_run
 from agent_env.validators.report import ValidationReport
 
 
@@ -62,18 +63,20 @@ class Checking:
     def agent(self) -> AgentClient:
         return AgentClient(self.url, self.http)
 
-    def room(self) -> Room:
+    async def room(self) -> Room:
         """Grants on the run's object store, under this step's own prefix (or why there are none)."""
         if self.ctx is None:
-            return OUTSIDE_A_RUN
-        try:
-            grants = object_grants(self.ctx.stores.objects, self.ctx.settings)
+            return await outside_a_run()
+        ctx = self.ctx
+        try:  # (in a thread: the local store's grant server starts with its first grants)
+            grants = await in_thread(object_grants, ctx.stores.objects, ctx.settings)
         except BadInput as e:
             return f"the run's object store issues no grants: {e.problem}"
         trust = ""
         if isinstance(grants, LocalGrants):  # (its CA is this install's: no agent trusts it unless told)
-            trust = f"trust this install's grant server with SSL_CERT_FILE={trust_bundle(self.ctx.settings.state_dir / 'tls')}"
-        return GrantRoom(grants, self.ctx.stores, f"runs/{self.ctx.run_id}/validators/{self.ctx.step_id}/", trust)
+            bundle = await in_thread(trust_bundle, ctx.settings.state_dir / "tls")
+            trust = f"trust this install's grant server with SSL_CERT_FILE={bundle}"
+        return GrantRoom(grants, ctx.stores, f"runs/{ctx.run_id}/validators/{ctx.step_id}/", trust)
 
 
 Check = Callable[[Checking], Awaitable[ValidationReport]]
