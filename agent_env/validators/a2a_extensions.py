@@ -2,6 +2,10 @@
 `skill-config/v1` (add a skill, then list shows it) and `install/v1` (its declaration is one an installer can
 run). Each applies only when the agent's card declares its extension; otherwise its report holds one optional
 finding, `<name>.declared`. The wire shapes are the protocol's (agentenv_protocol/a2a_agent/extensions.py).
+
+Every extension validator (these and `a2a_extension_tasks`') opens the same way (`open_extension`: the card, the
+declaration, its params, then `same_origin`), calls the agent through `a2a_wire.ExtensionProbe`, and reports an
+answer with `answered`.
 """
 
 from __future__ import annotations
