@@ -7,6 +7,7 @@ our SDK, and fail, naming the check, on agents with one fault each.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from typing import Any
 
 import httpx
@@ -17,11 +18,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from test_agents import serving
+from test_object_transfers import Notes, reference_keeper, trusting  # noqa: F401  (a fixture, by import)
 from test_protocol_agents import reference_agent, reference_python  # noqa: F401  (a fixture, by import)
 
 from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
+from agent_env.agents.transfer_serving import AgentState, new_context_id
 from agent_env.spec.run import RunStatus
 from agent_env.steps import catalog
+from agent_env.stores import open_stores
 from agent_env.validators.report import ValidationReport
 
 VALIDATORS = (
@@ -93,6 +97,17 @@ async def validate(name: str, url: str, **config: Any):
     return await step(None, step.config(url=url, **config))  # type: ignore[arg-type]
 
 
+async def validate_in_run(settings, name: str, url: str, **config: Any):
+    """One validator run as a step of a run: with the run's object store to issue grants on."""
+    from agent_env.steps.context import StepContext
+
+    step = catalog.get(name)
+    ctx = StepContext(
+        run_id=f"validate-{uuid.uuid4().hex[:8]}", task_id="t", step_id=name, attempt=1, settings=settings
+    )
+    return await step(ctx, step.config(url=url, **config))
+
+
 def checks(result) -> list[dict[str, Any]]:
     return result.outputs["report"]["checks"]
 
@@ -118,11 +133,11 @@ class Plain(Agent):
 
 
 @contextlib.asynccontextmanager
-async def sdk_agent(*overrides: Route, card: dict[str, Any] | None = None):
+async def sdk_agent(*overrides: Route, card: dict[str, Any] | None = None, agent: Agent | None = None):
     """An agent of our SDK (extensions on), with `overrides` answering before its own routes; yields its URL."""
     app = Starlette()
     async with serving(app) as url:
-        served, handler = a2a_routes(Plain(), url + "/", extensions=True)
+        served, handler = a2a_routes(agent or Plain(), url + "/", extensions=True)
         app.router.routes.extend([*overrides, *served])
         try:
             yield url + "/"
@@ -347,7 +362,7 @@ async def test_a_hostile_agents_endless_or_deeply_nested_answers_are_findings_re
 
     from starlette.responses import Response, StreamingResponse
 
-    from agent_env.validators.a2a_extension_probe import MAX_ANSWER_BYTES
+    from agent_env.validators.a2a_wire import MAX_REPLY_BYTES as MAX_ANSWER_BYTES
 
     sent = []
 
@@ -374,3 +389,170 @@ async def test_a_hostile_agents_endless_or_deeply_nested_answers_are_findings_re
 async def test_a_url_that_is_not_http_is_refused_by_the_config():
     with pytest.raises(ValueError, match="url"):
         catalog.get("verify_a2a_install").config(url="file:///etc/passwd")
+
+
+# -- object transfers through grants on the run's store (snapshot round trip, skill bundles, task_objects) --
+
+
+class Amnesiac(Notes):
+    """Saves its conversation, but restores nothing on load (answers as if it had)."""
+
+    async def load_state(self, state: AgentState, context_id: str | None) -> str:
+        self.loaded.append((state, context_id))
+        return context_id or new_context_id()
+
+
+async def test_the_snapshot_round_trip_passes_on_an_agent_that_restores_and_fails_on_one_that_restores_nothing(
+    settings,
+    trusting,  # noqa: F811 - the fixture imported above
+):
+    good = Notes()
+    async with sdk_agent(agent=good) as url:
+        result = await validate_in_run(settings, "verify_a2a_snapshot", url)
+    assert result.score.passed and failed(result) == [], text(result)
+    assert {"snapshot.save_objects", "snapshot.load_objects", "snapshot.recall"} <= {
+        c["name"] for c in checks(result) if c["passed"]
+    }
+    assert [c for _, c in good.loaded] and all(c.startswith("agent-env-validator-restored-") for _, c in good.loaded)
+    kept = open_stores(settings).objects.list("runs/")
+    assert not [k for k in kept if "/validators/verify_a2a_snapshot/snapshot/" in k]  # the probe's objects: removed
+
+    forgetful = Amnesiac()
+    async with sdk_agent(agent=forgetful) as url:
+        result = await validate_in_run(settings, "verify_a2a_snapshot", url)
+    assert not result.score.passed and required_failures(result) == ["snapshot.recall"], text(result)
+    assert forgetful.loaded  # it was handed the saved state: it saved and loaded, but went on from nothing
+    assert "code word" in text(result)
+
+
+async def test_a_snapshot_save_that_writes_nothing_fails_naming_the_save(settings, trusting):  # noqa: F811
+    async def claims_saved(request: Request) -> JSONResponse:
+        body = await request.json()
+        return (
+            JSONResponse({"context_id": body["context_id"], "objects": {}})
+            if "objects" in body
+            else JSONResponse({"detail": "objects: field required"}, status_code=400)
+        )
+
+    async with sdk_agent(Route("/ext/snapshot", claims_saved, methods=["POST"]), agent=Notes()) as url:
+        result = await validate_in_run(settings, "verify_a2a_snapshot", url)
+    assert required_failures(result) == ["snapshot.save_objects"], text(result)
+
+
+async def test_trajectory_task_objects_are_checked_in_the_store_and_fail_when_the_agent_writes_nothing(
+    settings,
+    trusting,  # noqa: F811
+):
+    async with sdk_agent() as url:
+        result = await validate_in_run(settings, "verify_a2a_trajectory", url)
+    assert result.score.passed and failed(result) == [], text(result)
+    assert "trajectory.task_objects" in {c["name"] for c in checks(result) if c["passed"]}
+
+    async def claims_written(request: Request) -> JSONResponse:
+        body = await request.json()
+        if "objects" in body:  # answered as if it had uploaded, but nothing was put through the grant
+            return JSONResponse({"objects": {"trajectory": {"size_bytes": 2, "sha256": "0" * 64}}})
+        return JSONResponse({"trajectory": []})
+
+    async with sdk_agent(Route("/ext/trajectory", claims_written, methods=["POST"])) as url:
+        result = await validate_in_run(settings, "verify_a2a_trajectory", url)
+    assert required_failures(result) == ["trajectory.task_objects"], text(result)
+    assert "wrote nothing" in text(result)  # it claimed a write: held to it, required
+
+
+SKILL_CONFIG_BUNDLES = {
+    "uri": "urn:agentenv:skill-config/v1",
+    "params": {
+        "endpoint": "/ext/skill-config",
+        "methods": {
+            "add": {
+                "method": "POST",
+                "request": {
+                    "oneOf": [
+                        {"required": ["name", "description", "skill_md"]},
+                        {"required": ["name", "description", "skill_bundle"]},
+                    ]
+                },
+            },
+            "list": {"method": "GET", "response": {"required": ["skills"]}},
+        },
+    },
+}
+
+
+@contextlib.asynccontextmanager
+async def bundle_agent(on_bundle: str):
+    """A hand-written agent taking skills inline and as bundles. `on_bundle`: "read" (reads each file through its
+    grant and keeps the skill), "forget" (answers 2xx, keeps nothing), "refuse" (400)."""
+    import tempfile
+    from pathlib import Path
+
+    from agentenv_protocol.transfers import ReadObject, download
+
+    skills: dict[str, dict[str, str]] = {}
+
+    async def add(request: Request) -> JSONResponse:
+        body = await request.json()
+        if "skill_bundle" in body:
+            if on_bundle == "refuse":
+                return JSONResponse({"detail": "bundles are not taken"}, status_code=400)
+            if on_bundle == "forget":
+                return JSONResponse({"name": body["name"]})
+            with tempfile.TemporaryDirectory() as folder:
+                for item in body["skill_bundle"]["files"]:
+                    await download(ReadObject.model_validate(item["object"]), Path(folder) / item["path"])
+                skill_md = (Path(folder) / "SKILL.md").read_text()
+        else:
+            skill_md = body["skill_md"]
+        skills[body["name"]] = {"description": body["description"], "skill_md": skill_md}
+        return JSONResponse({"name": body["name"]})
+
+    async def listed(request: Request) -> JSONResponse:
+        return JSONResponse({"skills": {n: {"description": s["description"]} for n, s in skills.items()}})
+
+    routes = (Route("/ext/skill-config", add, methods=["POST"]), Route("/ext/skill-config", listed, methods=["GET"]))
+    async with card_only([SKILL_CONFIG_BUNDLES], *routes) as url:
+        yield url, skills
+
+
+async def test_a_skill_bundle_is_given_by_read_grants_and_a_mutant_that_drops_or_refuses_it_fails(
+    settings,
+    trusting,  # noqa: F811
+):
+    async with bundle_agent("read") as (url, skills):
+        result = await validate_in_run(settings, "verify_a2a_skill_config", url)
+    assert result.score.passed and failed(result) == [], text(result)
+    assert {"skill_config.add_bundle", "skill_config.list_shows_bundled"} <= {
+        c["name"] for c in checks(result) if c["passed"]
+    }
+    bundled = [s for n, s in skills.items() if "-bundle-" in n]
+    assert len(bundled) == 1 and "added as a bundle" in bundled[0]["skill_md"]  # read through the grant
+
+    async with bundle_agent("forget") as (url, _):
+        result = await validate_in_run(settings, "verify_a2a_skill_config", url)
+    assert required_failures(result) == ["skill_config.list_shows_bundled"], text(result)
+    async with bundle_agent("refuse") as (url, _):
+        result = await validate_in_run(settings, "verify_a2a_skill_config", url)
+    # a refusal, through this install's own loopback grant server: optional (an agent may not reach or trust it)
+    assert failed(result) == ["skill_config.add_bundle"] and required_failures(result) == [], text(result)
+    assert "HTTP 400" in text(result) and "SSL_CERT_FILE=" in text(result)
+
+
+async def test_a_reference_framework_agent_passes_the_checks_through_grants(
+    settings,
+    reference_python,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
+    """The reference framework's agent that keeps notes and saves them (test_object_transfers' keeper), trusting
+    this install's grants: its snapshot round trip, skill bundle and trajectory objects all pass."""
+    from agent_env.stores.local_tls import trust_bundle
+
+    with reference_keeper(reference_python, tmp_path, trust_bundle(settings.state_dir / "tls")) as url:
+        results = {
+            name: await validate_in_run(settings, name, url)
+            for name in ("verify_a2a_snapshot", "verify_a2a_skill_config", "verify_a2a_trajectory")
+        }
+    for result in results.values():
+        assert result.score.passed and failed(result) == [], text(result)
+    passed = {c["name"] for r in results.values() for c in checks(r) if c["passed"]}
+    assert {"snapshot.recall", "skill_config.list_shows_bundled", "trajectory.task_objects"} <= passed

@@ -28,8 +28,9 @@ from test_protocol_agents import reference_agent, reference_python  # noqa: F401
 
 from agent_env.agents.builtin import ScriptedAgent
 from agent_env.agents.sdk import Agent, Turn, a2a_routes, agent_card
-from agent_env.cli.a2a_agent_cmd import VALIDATORS, validation_task
 from agent_env.spec.agent import AgentRecord
+from agent_env.temporal.validation import AGENT_VALIDATORS as VALIDATORS
+from agent_env.temporal.validation import agent_validation_task as validation_task
 from agent_env.validators import a2a_card
 from agent_env.validators.report import ValidationReport
 
@@ -288,3 +289,47 @@ def test_validators_not_installed_are_skipped_with_a_note(monkeypatch):
     task, notes = validation_task("http://127.0.0.1:9/", 30)
     assert "verify_a2a_role" not in {s["id"] for s in task["steps"]}
     assert "verify_a2a_role is not installed: skipped" in notes
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["env", "validate", "notes"],
+        ["env", "validate", "http://127.0.0.1:9/", "--json", "--read-only"],
+        ["env", "validate", "notes", "--bundle", "b"],
+        ["env", "validate", "notes", "--bundle=b", "--json"],
+        ["env", "validate", "notes", "--bundle"],
+        ["env", "validate", "notes", "--timeout", "5"],
+        ["env", "validate"],
+        ["a2a-agent", "validate", "http://127.0.0.1:9/"],
+        ["a2a-agent", "validate", "http://127.0.0.1:9/", "--json", "--timeout", "30"],
+        ["a2a-agent", "validate", "http://127.0.0.1:9/", "--timeout=2.5"],
+        ["a2a-agent", "validate", "http://127.0.0.1:9/", "--timeout", "x"],
+        ["a2a-agent", "validate", "http://127.0.0.1:9/", "--read-only"],
+        ["a2a-agent", "validate", "localhost:9"],
+        ["a2a-agent", "validate", "http://a/", "http://b/"],
+        ["a2a-agent", "validate", "--help"],
+    ],
+)
+def test_the_fast_path_reads_validate_as_typer_does_or_leaves_it_to_typer(args):
+    """`main` reads `env validate`'s and `a2a-agent validate`'s options before typer loads (the background worker
+    runs them warm); what it reads is what typer's command would be called with, the rest goes to typer."""
+    import typer
+
+    from agent_env.cli.commands import app
+    from agent_env.cli.run_args import parse_validate
+
+    command = typer.main.get_command(app).commands[args[0]].commands["validate"]  # type: ignore[attr-defined]
+    try:
+        params = command.make_context("validate", list(args[2:])).params
+    except Exception:  # noqa: BLE001 - typer refused them, or printed help and exited
+        params = None
+    fast = parse_validate(args[0], list(args[2:]))
+    if fast is None:
+        return
+    assert params is not None, f"{args}: read by the fast path, refused by typer"
+    assert (fast.target, fast.json_out) == (params.get("target", params.get("url")), params["json_out"])
+    if args[0] == "env":
+        assert (fast.read_only, fast.bundle) == (params["read_only"], params["bundle"])
+    else:
+        assert fast.timeout_s == params["timeout"]

@@ -414,6 +414,23 @@ def test_env_validate_end_to_end(tmp_path, good_card):
                 "verify_env_card",
                 "verify_mcp_tool_schema",
             }
+            # warm, the background worker runs it (as `agent-env run`): the command loads neither typer nor Temporal
+            probe = (
+                "import sys\nfrom agent_env.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+                "    print(e.code, 'typer' in sys.modules, 'temporalio' in sys.modules, file=sys.stderr)\n"
+            )
+            fast = subprocess.run(
+                [sys.executable, "-c", probe, "env", "validate", base, "--json"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=180,
+            )
+            assert fast.stderr.split() == ["0", "False", "False"], fast.stderr
+            warm = json.loads(fast.stdout)
+            assert warm["passed"] and [r["validator"] for r in warm["reports"]] == [
+                r["validator"] for r in doc["reports"]
+            ]
         card = {k: v for k, v in good_card.items() if k != "name"}
         with mutant(tmp_path / "bad", card=card) as base:
             bad = cli("env", "validate", base)

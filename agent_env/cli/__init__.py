@@ -20,6 +20,12 @@ def main(argv: list[str] | None = None) -> None:
 
             if (options := parse_run(args[1:])) is not None:
                 fast = run_via_worker(options)
+        elif args[:2] in (["env", "validate"], ["a2a-agent", "validate"]):  # the same, for a validation's run
+            from agent_env.cli.run_args import parse_validate
+            from agent_env.temporal.control_client import validate_via_worker
+
+            if (checking := parse_validate(args[0], args[2:])) is not None:
+                fast = validate_via_worker(checking)
         if fast is not None:
             code = fast
         else:

@@ -4,7 +4,8 @@ A Unix socket in the worker's private folder (mode 0600: this user only), one JS
 in size, answered with JSON lines.
 
 - `ping` answers the worker's pid, so a starter never mistakes a draining predecessor for it.
-- `run` plans a task, starts the run and follows it, streaming what `agent-env run` would print, rendered for
+- `run` (and `validate`: `env validate`, `a2a-agent validate`, through `validation`) plans a task, starts the run
+  and follows it, streaming what `agent-env run` would print, rendered for
   the caller's terminal. The worker has Temporal's client, the planner and the step types loaded and
   connected already, so the command needs none of them (`control_client`): it sends the options it parsed
   and prints what arrives. When the worker cannot serve it as the command itself would (another fingerprint,
@@ -33,8 +34,10 @@ from rich.markup import escape
 from agent_env import json_depth
 from agent_env.config import Settings
 from agent_env.errors import AgentEnvError
+from agent_env.spec.run import RunInput
+from agent_env.temporal import launch, validation
 from agent_env.temporal.background import unix_address
-from agent_env.temporal.control_client import TERMINAL_ENV, RunOptions
+from agent_env.temporal.control_client import TERMINAL_ENV, RunOptions, ValidateOptions
 from agent_env.temporal.follow import Terminal, plan_target, start_and_follow, start_gateway
 
 if TYPE_CHECKING:
@@ -50,15 +53,36 @@ class Stream(BaseModel):
     width: int | None = Field(None, ge=20, le=10_000)
 
 
-class RunRequest(BaseModel):
-    """`agent-env run TARGET [--task T] [--json] [--detach]`: the options the command parsed, and its terminal."""
+class _Request(BaseModel):
+    """A command the worker serves: the caller's fingerprint and terminal."""
 
-    op: str = "run"
-    options: RunOptions
     fingerprint: str = Field(max_length=64)  # the caller's `background.fingerprint`: the same code and settings
     stdout: Stream = Stream()
     stderr: Stream = Stream()
     env: dict[str, str] = Field(default_factory=dict)  # the caller's terminal variables (TERMINAL_ENV)
+
+
+class ValidateRequest(_Request):
+    """`agent-env env validate` / `agent-env a2a-agent validate`: the options the command parsed."""
+
+    op: str = "validate"
+    options: ValidateOptions
+
+    @field_validator("options")
+    @classmethod
+    def _bounded(cls, options: ValidateOptions) -> ValidateOptions:
+        if options.kind not in ("env", "a2a-agent"):
+            raise ValueError("options.kind is env or a2a-agent")
+        if len(options.target) > 4096 or len(options.bundle or "") > 4096 or not 0 < options.timeout_s <= 3600:
+            raise ValueError("options.target and .bundle are at most 4096 characters, .timeout_s in (0, 3600]")
+        return options
+
+
+class RunRequest(_Request):
+    """`agent-env run TARGET [--task T] [--json] [--detach]`: the options the command parsed, and its terminal."""
+
+    op: str = "run"
+    options: RunOptions
 
     @field_validator("options")
     @classmethod
@@ -100,8 +124,8 @@ async def _handle(
             send({"error": "unknown request"})
         elif request.get("op") == "ping":
             send({"pid": os.getpid()})
-        elif request.get("op") == "run":
-            run = RunRequest.model_validate(request)
+        elif request.get("op") in ("run", "validate"):
+            run = (RunRequest if request["op"] == "run" else ValidateRequest).model_validate(request)
             if run.fingerprint != fingerprint:
                 send({"fallback": "the background worker runs other code or settings"})
             else:
@@ -116,14 +140,14 @@ async def _handle(
 
 
 async def _serve_run(
-    run: RunRequest,
+    run: RunRequest | ValidateRequest,
     reader: asyncio.StreamReader,
     send: Callable[[dict[str, Any]], None],
     client: Client,
     settings: Settings,
 ) -> None:
-    """Plan, start and follow one run for the command at the other end; it going away (Ctrl-C) stops the
-    following, never the run."""
+    """Plan, start and follow one run (a task's, or a validation's) for the command at the other end; it going
+    away (Ctrl-C) stops the following, never the run."""
     wall_start = time.monotonic()
     out, err = _console(run.stdout, "out", send, run.env), _console(run.stderr, "err", send, run.env)
 
@@ -136,9 +160,15 @@ async def _serve_run(
         started.append(run_id)
         send({"run": run_id})  # the command says how to follow it if interrupted
 
-    term = Terminal(out, note, lambda text: send({"out": text + "\n"}), started=on_started)
+    def emit(text: str) -> None:
+        send({"out": text + "\n"})
+
+    notes: list[str] = []
     try:
-        inp = await asyncio.to_thread(plan_target, settings, run.options.target, run.options.task)
+        if isinstance(run, RunRequest):
+            inp = await asyncio.to_thread(plan_target, settings, run.options.target, run.options.task)
+        else:
+            inp, notes = await asyncio.to_thread(validation.plan, settings, run.options)
         await asyncio.to_thread(start_gateway, settings, inp, note)
     except AgentEnvError as e:  # bad input: said as the command says it
         err.print(f"[bold red]error:[/] {escape(e.problem)}")
@@ -149,17 +179,17 @@ async def _serve_run(
     except Exception as e:  # noqa: BLE001 - nothing printed yet: the command does it all itself, as it would
         send({"fallback": f"{type(e).__name__}: {e}"})
         return
-    follow = asyncio.create_task(
-        start_and_follow(
-            client,
-            settings,
-            inp,
-            detach=run.options.detach,
-            json_out=run.options.json_out,
-            term=term,
-            wall_start=wall_start,
+    if isinstance(run, RunRequest):
+        term = Terminal(out, note, emit, started=on_started)
+        options = run.options
+        work = start_and_follow(
+            client, settings, inp, detach=options.detach, json_out=options.json_out, term=term, wall_start=wall_start
         )
-    )
+    else:
+        for line in [] if run.options.json_out else notes:
+            note(line)
+        work = _validate(client, settings, inp, run.options, notes, out, emit, on_started, wall_start)
+    follow = asyncio.create_task(work)
     gone = asyncio.create_task(reader.read(1))  # EOF: the command went away (Ctrl-C)
     await asyncio.wait({follow, gone}, return_when=asyncio.FIRST_COMPLETED)
     gone.cancel()
@@ -175,6 +205,23 @@ async def _serve_run(
         else:
             err.print(f"[bold red]error:[/] {escape(str(e))}")
             send({"exit": 1})
+
+
+async def _validate(
+    client: Client,
+    settings: Settings,
+    inp: RunInput,
+    options: ValidateOptions,
+    notes: list[str],
+    out: Console,
+    emit: Callable[[str], None],
+    on_started: Callable[[str], None],
+    wall_start: float,
+) -> int:
+    handle = await launch.start(client, settings, inp)
+    on_started(inp.run_id)
+    state = await launch.wait_result(handle)
+    return validation.report(options, state, notes, out, emit, time.monotonic() - wall_start)
 
 
 def _console(stream: Stream, key: str, send: Callable[[dict[str, Any]], None], env: dict[str, str]) -> Console:

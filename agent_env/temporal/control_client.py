@@ -1,4 +1,5 @@
-"""`agent-env run` through the background worker: the fast path's client (the worker's end is `control`).
+"""`agent-env run` (and `env validate`, `a2a-agent validate`) through the background worker: the fast path's client
+(the worker's end is `control`).
 
 With the embedded server, the background worker already has what a run needs loaded and connected (Temporal's
 client, the planner, the step types). So when it runs this install's code and settings (same fingerprint),
@@ -49,14 +50,37 @@ class RunOptions:
     detach: bool = False
 
 
+@dataclass(frozen=True)
+class ValidateOptions:
+    """`agent-env env validate TARGET [--json] [--read-only] [--bundle B]` and `agent-env a2a-agent validate URL
+    [--json] [--timeout S]`, parsed (`control.ValidateRequest` validates them, within limits)."""
+
+    kind: str  # "env" or "a2a-agent"
+    target: str
+    json_out: bool = False
+    read_only: bool = False
+    timeout_s: float = 60.0
+    bundle: str | None = None  # absolute: the command's working directory when not given (the worker runs elsewhere)
+
+
 def run_via_worker(options: RunOptions) -> int | None:
     """The exit code, or None when the full command must run (nothing printed then)."""
     target = os.path.expanduser(options.target)
     if os.path.exists(target) or target.endswith(".toml"):
         options = RunOptions(**(asdict(options) | {"target": os.path.abspath(target)}))
+    return _via_worker("run", asdict(options))
+
+
+def validate_via_worker(options: ValidateOptions) -> int | None:
+    """`env validate` / `a2a-agent validate` through the worker, as `run_via_worker`."""
+    bundle = os.path.abspath(os.path.expanduser(options.bundle)) if options.bundle else os.getcwd()
+    return _via_worker("validate", asdict(options) | {"bundle": bundle})
+
+
+def _via_worker(op: str, options: dict[str, object]) -> int | None:
     request = {
-        "op": "run",
-        "options": asdict(options),
+        "op": op,
+        "options": options,
         "stdout": _stream(sys.stdout),
         "stderr": _stream(sys.stderr),
         "env": {k: os.environ[k] for k in TERMINAL_ENV if k in os.environ},

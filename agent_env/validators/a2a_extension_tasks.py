@@ -2,9 +2,9 @@
 a well-formed trajectory of it) and `snapshot/v1` (save and load). Each applies only when the agent's card
 declares its extension; otherwise its report holds one optional finding, `<name>.declared`.
 
-snapshot/v1 moves an agent's state through object grants (short-lived URLs of an object store the agent
-reads and writes); until this validator can issue them, it checks the declaration and that both operations
-are served and refuse a request without objects, and reports the save-then-load round trip as not checked.
+snapshot/v1 moves an agent's state through object grants (short-lived URLs of the run's object store the agent
+reads and writes): the validator checks the declaration, that both operations refuse a request without objects,
+and then the save → load round trip through grants (`a2a_object_checks`), as trajectory/v1's objects variant.
 """
 
 from __future__ import annotations
@@ -14,15 +14,9 @@ import uuid
 from agent_env.agents.client import AgentClient, AgentReplyInvalid, AgentTimedOut, AgentUnreachable
 from agent_env.agents.extensions import TRAJECTORY
 from agent_env.gateway_client.wire import JsonObject
-from agent_env.validators.a2a_extension_probe import (
-    SNAPSHOT,
-    ExtensionProbe,
-    ProbeAnswer,
-    answered,
-    open_extension,
-    same_origin,
-    skipped,
-)
+from agent_env.validators.a2a_extensions import answered, open_extension, same_origin
+from agent_env.validators.a2a_object_checks import Rooms, outside_a_run, snapshot_round_trip, task_objects
+from agent_env.validators.a2a_wire import SNAPSHOT, ExtensionProbe, ProbeAnswer
 from agent_env.validators.report import Finding, ValidationReport
 
 TRAJECTORY_PROMPT = "This is a protocol check: answer with one short sentence."
@@ -32,10 +26,11 @@ TRAJECTORY_STATES = {"pending", "running", "completed", "failed", "canceled"}
 
 
 async def verify_trajectory(
-    agent: AgentClient, *, prompt: str = TRAJECTORY_PROMPT, deadline_s: float = 120.0
+    agent: AgentClient, *, prompt: str = TRAJECTORY_PROMPT, deadline_s: float = 120.0, rooms: Rooms = outside_a_run
 ) -> ValidationReport:
     """`trajectory/v1`: after one task (a turn with `prompt`), get {task_id} answers {"trajectory": [...]};
-    an unknown task is a 404; the cursor read (`after`) is checked when the card offers it."""
+    an unknown task is a 404; the cursor read (`after`) and the objects variant (the trajectory written through a
+    grant on the run's store, from `rooms`) are checked when the card offers them."""
     report, probe = await open_extension(agent, "verify_a2a_trajectory", TRAJECTORY, "trajectory")
     if probe is None:
         return report
@@ -84,14 +79,7 @@ async def verify_trajectory(
     if probe.offers("get", "after"):
         report.checks.append(await _events_read(probe, reply.task_id))
     if probe.offers("get", "objects"):
-        report.checks.append(
-            skipped(
-                "trajectory.task_objects",
-                "the objects variant the card lists (the trajectory written to an object write grant)",
-                "this validator issues no object grants yet",
-                "validate it with a run whose object store issues grants (prompt_agent reads trajectories so)",
-            )
-        )
+        report.checks.append(await task_objects(agent, rooms, reply.task_id))
     return report
 
 
@@ -135,10 +123,12 @@ async def _events_read(probe: ExtensionProbe, task_id: str) -> Finding:
 # -- snapshot/v1 --
 
 
-async def verify_snapshot(agent: AgentClient) -> ValidationReport:
+async def verify_snapshot(
+    agent: AgentClient, *, rooms: Rooms = outside_a_run, deadline_s: float = 120.0
+) -> ValidationReport:
     """`snapshot/v1`: the card declares save (POST) and load (PUT); both are served and refuse a request
-    without objects (4xx, not 404/405); the save-then-load round trip needs object grants (reported as not
-    checked)."""
+    without objects (4xx, not 404/405); then a conversation saved through write grants on the run's store (`rooms`) and loaded
+    into a fresh one through read grants goes on from the saved state."""
     report, probe = await open_extension(agent, "verify_a2a_snapshot", SNAPSHOT, "snapshot")
     if probe is None:
         return report
@@ -160,14 +150,8 @@ async def verify_snapshot(agent: AgentClient) -> ValidationReport:
     report.checks.append(_refuses("snapshot.save", save, '{"context_id", "objects": {"trajectory": <write grant>}}'))
     load = await probe.call("load", "PUT", {})
     report.checks.append(_refuses("snapshot.load", load, '{"objects": {"trajectory": <read grant>}}'))
-    report.checks.append(
-        skipped(
-            "snapshot.round_trip",
-            "save then load through object grants",
-            "this validator issues no object grants yet",
-            "validate the round trip with the snapshot_agent_state step on an object store that issues grants",
-        )
-    )
+    if report.passed:  # (an operation not served: no round trip to try)
+        report.checks.extend(await snapshot_round_trip(agent, rooms, deadline_s))
     return report
 
 

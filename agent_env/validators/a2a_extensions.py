@@ -2,6 +2,10 @@
 `skill-config/v1` (add a skill, then list shows it) and `install/v1` (its declaration is one an installer can
 run). Each applies only when the agent's card declares its extension; otherwise its report holds one optional
 finding, `<name>.declared`. The wire shapes are the protocol's (agentenv_protocol/a2a_agent/extensions.py).
+
+Every extension validator (these and `a2a_extension_tasks`') opens the same way (`open_extension`: the card, the
+declaration, its params, then `same_origin`), calls the agent through `a2a_wire.ExtensionProbe`, and reports an
+answer with `answered`.
 """
 
 from __future__ import annotations
@@ -10,19 +14,107 @@ import string
 import uuid
 from typing import Any
 
-from agent_env.agents.client import AgentClient
-from agent_env.agents.extensions import SKILL_CONFIG
+from agent_env.agents.client import AgentClient, AgentReplyInvalid, AgentUnreachable
+from agent_env.agents.extensions import SKILL_CONFIG, declared
 from agent_env.gateway_client.wire import JsonObject
-from agent_env.validators.a2a_extension_probe import (
+from agent_env.validators.a2a_object_checks import Rooms, bundle_skill, outside_a_run
+from agent_env.validators.a2a_wire import (
     INSTALL,
     PEER_AGENTS,
+    STANDARD_ENDPOINTS,
     ExtensionProbe,
-    answered,
-    open_extension,
-    same_origin,
-    skipped,
+    OffOrigin,
+    ProbeAnswer,
 )
 from agent_env.validators.report import Finding, ValidationReport
+
+# -- what every extension validator checks first: the card, the declaration, its params --
+
+
+def not_declared(prefix: str, uri: str) -> Finding:
+    """The one finding of a validator whose extension the card does not declare: optional, nothing to fix
+    unless the agent means to serve it."""
+    return Finding.failed(
+        f"{prefix}.declared",
+        f"not declared: the card's capabilities.extensions lists no {uri}, so it was not checked",
+        f"if the agent serves {uri}, declare it in capabilities.extensions (its uri, and the params the protocol "
+        "defines for it); otherwise there is nothing to fix",
+        required=False,
+    )
+
+
+async def open_extension(
+    agent: AgentClient, validator: str, uri: str, prefix: str
+) -> tuple[ValidationReport, ExtensionProbe | None]:
+    """A report begun for `validator`, and the agent's `uri` extension to probe (None when there is nothing
+    to probe: no card, or the extension is not declared; the report says which)."""
+    report = ValidationReport(validator=validator, target=agent.url)
+    try:
+        card = await agent.card()
+    except (AgentUnreachable, AgentReplyInvalid) as e:
+        report.checks.append(
+            Finding.failed(
+                f"{prefix}.card",
+                f"no usable agent card: {e}",
+                "serve the A2A agent card at URL/.well-known/agent-card.json, naming the URL it is reached at",
+            )
+        )
+        return report, None
+    params = declared(card).get(uri)
+    if params is None:
+        report.checks.append(not_declared(prefix, uri))
+        return report, None
+    report.checks.append(Finding.ok(f"{prefix}.declared"))
+    problem = _malformed(params)
+    if problem:
+        report.checks.append(
+            Finding.failed(
+                f"{prefix}.params",
+                f"the card's {uri} params: {problem}",
+                'declare params as the protocol does: {"endpoint": "/ext/...", "methods": {"<operation>": '
+                '{"method": "POST", ...}}}',
+            )
+        )
+        return report, None
+    return report, ExtensionProbe(agent, uri, params)
+
+
+def _malformed(params: Any) -> str:
+    """What makes a declaration's params unreadable as the protocol's (empty when they read)."""
+    if not isinstance(params, dict):
+        return f"not an object ({type(params).__name__})"
+    methods = params.get("methods", {})
+    if not isinstance(methods, dict) or not all(isinstance(m, dict) for m in methods.values()):
+        return "methods is not an object of operations, each an object"
+    for where, value in [("endpoint", params.get("endpoint"))] + [
+        (f"methods.{name}.{key}", spec.get(key)) for name, spec in methods.items() for key in ("endpoint", "method")
+    ]:
+        if value is not None and not isinstance(value, str):
+            return f"{where} is {str(value)[:80]}, not a string"
+    return ""
+
+
+def answered(name: str, answer: ProbeAnswer, fix: str, *, required: bool = True) -> Finding:
+    """A check that the operation answered 2xx."""
+    if answer.ok:
+        return Finding.ok(name, required=required)
+    return Finding.failed(name, answer.said(), fix, required=required)
+
+
+def same_origin(probe: ExtensionProbe, prefix: str, operations: dict[str, str]) -> Finding:
+    """The card's operations (name -> default method) all resolve on the agent's origin."""
+    for name, method in operations.items():
+        try:
+            probe.where(name, method)
+        except OffOrigin as e:
+            return Finding.failed(
+                f"{prefix}.origin",
+                str(e),
+                "declare the extension's endpoint as a path on the agent's own origin (e.g. "
+                f"{STANDARD_ENDPOINTS.get(probe.uri, '/ext/...')})",
+            )
+    return Finding.ok(f"{prefix}.origin")
+
 
 # -- peer-agents/v1 --
 
@@ -104,10 +196,10 @@ async def _restore_peers(probe: ExtensionProbe, before: list[JsonObject]) -> Fin
 SKILL_MD = "---\nname: {name}\ndescription: {description}\n---\nA skill the agent-env validator added; ignore it.\n"
 
 
-async def verify_skill_config(agent: AgentClient) -> ValidationReport:
+async def verify_skill_config(agent: AgentClient, *, rooms: Rooms = outside_a_run) -> ValidationReport:
     """`skill-config/v1`: an inline skill (name, description, skill_md) is added (2xx, answering its name), and
-    list then shows it. The probe skill stays (skill-config/v1 has no remove): validate an agent deployed for it.
-    The bundle variant (files as object grants) is reported as not checked: this validator issues no grants."""
+    list then shows it; when the card offers the bundle variant, a skill given as an object of the run's store (`rooms`) by a read
+    grant too. The probe skills stay (skill-config/v1 has no remove): validate an agent deployed for it."""
     report, probe = await open_extension(agent, "verify_a2a_skill_config", SKILL_CONFIG, "skill_config")
     if probe is None:
         return report
@@ -161,14 +253,7 @@ async def verify_skill_config(agent: AgentClient) -> ValidationReport:
             )
         )
     if probe.offers("add", "skill_bundle"):
-        report.checks.append(
-            skipped(
-                "skill_config.add_bundle",
-                "the bundle variant the card lists (skill_bundle files as object read grants)",
-                "this validator issues no object grants yet",
-                "validate the bundle variant through deploy_agent with a skill folder on an object store",
-            )
-        )
+        report.checks.extend(await bundle_skill(agent, rooms))
     return report
 
 

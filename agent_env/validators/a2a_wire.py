@@ -1,6 +1,7 @@
 """How the A2A validators talk to an agent: its card as JSON, JSON-RPC in either dialect the A2A SDKs speak
 (0.3: `message/send`, `tasks/get`, `"kind"` parts; 1.0: `SendMessage`, `GetTask`, the `A2A-Version` header),
-and its `urn:agentenv:*` extension operations on its own origin.
+and its `urn:agentenv:*` extension operations on its own origin (`extension_call`, raw; `ExtensionProbe`, each
+answer kept for a finding). Every reply is read by the validators' one bounded reader (`target.read_within`).
 
 A validator reads what the agent sent, not what an SDK makes of it: a card missing a field is a finding, never a
 parse error. The agent is an adversary like any under evaluation: every reply is read within a size limit, and
@@ -20,12 +21,15 @@ from urllib.parse import urljoin
 
 import httpx
 
-from agent_env.agents.extensions import operation
+from agent_env.agents.client import AgentClient
+from agent_env.agents.extensions import ENDPOINTS, operation
 from agent_env.config import url_origin
 from agent_env.gateway_client.wire import JsonObject
+from agent_env.validators.target import AnswerTooLarge, Unreachable, json_within_depth, read_within
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")  # A2A >= 0.3, then the older name
-MAX_REPLY_BYTES = 2_000_000
+CALL_TIMEOUT_S = 30.0
+MAX_REPLY_BYTES = 4_000_000  # an agent's reply (a trajectory is the largest) is read no further
 TERMINAL = {"completed", "failed", "canceled", "rejected", "input_required", "auth_required"}
 METHODS = {  # JSON-RPC method names by dialect
     "0.3": {"send": "message/send", "get": "tasks/get"},
@@ -33,34 +37,20 @@ METHODS = {  # JSON-RPC method names by dialect
 }
 
 
-class AgentUnanswered(Exception):
+class AgentUnanswered(Unreachable):
     """The agent did not answer usably (unreachable, over the size limit, not JSON, on another origin)."""
 
 
 async def read_reply(http: httpx.AsyncClient, request: httpx.Request, limit: int = MAX_REPLY_BYTES) -> httpx.Response:
     """Send `request`; its reply read to at most `limit` bytes (AgentUnanswered past it or on a transport error)."""
     try:
-        response = await http.send(request, stream=True)
-    except httpx.HTTPError as e:
-        raise AgentUnanswered(f"{request.method} {request.url} got no answer ({type(e).__name__}: {e})") from None
-    try:
-        content = bytearray()
-        async for chunk in response.aiter_bytes():
-            content += chunk
-            if len(content) > limit:
-                raise AgentUnanswered(f"{request.method} {request.url} answered more than {limit} bytes")
-    except httpx.HTTPError as e:
-        raise AgentUnanswered(f"{request.method} {request.url} broke off ({type(e).__name__}: {e})") from None
-    finally:
-        await response.aclose()
-    return httpx.Response(response.status_code, headers=response.headers, content=bytes(content), request=request)
+        return await read_within(http, request, limit)
+    except Unreachable as e:
+        raise AgentUnanswered(str(e)) from None
 
 
 def json_of(response: httpx.Response) -> Any:
-    try:
-        return json.loads(response.content)
-    except ValueError:
-        return None
+    return json_within_depth(response.content)
 
 
 @dataclass
@@ -233,6 +223,33 @@ def task_of(reply: Any, dialect: str) -> JsonObject | None:
     return _task_in(result, dialect)
 
 
+# -- urn:agentenv:* extension operations, as the card declares them, on the agent's origin only --
+
+PEER_AGENTS = "urn:agentenv:peer-agents/v1"
+INSTALL = "urn:agentenv:install/v1"
+SNAPSHOT = "urn:agentenv:snapshot/v1"
+STANDARD_ENDPOINTS = {  # where the protocol puts each extension when its card names no endpoint
+    **ENDPOINTS,
+    PEER_AGENTS: "/ext/peer-agents",
+    SNAPSHOT: "/ext/snapshot",
+}
+
+
+class OffOrigin(AgentUnanswered):
+    """The card names an operation on another origin than the agent's: it is not called (what is sent may carry
+    a role token or grants)."""
+
+
+def resolve(agent_url: str, uri: str, params: JsonObject, name: str, method: str, path: str = "") -> tuple[str, str]:
+    """(method, absolute URL) of operation `name` as the card's `params` declare it (else `method` at `path`, or
+    the extension's standard endpoint); OffOrigin if that is not on the agent's origin."""
+    method, where = operation(params, name, method, path or STANDARD_ENDPOINTS.get(uri, "/"))
+    url = urljoin(agent_url, where)
+    if url_origin(url) != url_origin(agent_url):
+        raise OffOrigin(f"the card puts {uri} {name} at {url}, not on the agent's origin {agent_url}: not sent there")
+    return method, url
+
+
 async def extension_call(
     http: httpx.AsyncClient,
     agent: A2AEndpoint,
@@ -242,11 +259,76 @@ async def extension_call(
     default_path: str,
     body: JsonObject | None = None,
 ) -> httpx.Response:
-    """One operation of an extension as the card declares it, on the agent's origin only (AgentUnanswered if the
-    card names another: what is sent may carry a role token)."""
-    method, path = operation(agent.extensions().get(uri, {}), name, default_method, default_path)
-    url = urljoin(agent.url, path)
-    if url_origin(url) != agent.origin:
-        raise AgentUnanswered(f"{uri} {name} is declared at {url}, another origin than the agent's: not sent there")
+    """One operation of an extension as the card declares it (OffOrigin if on another origin)."""
+    method, url = resolve(agent.url, uri, agent.extensions().get(uri, {}), name, default_method, default_path)
     request = http.build_request(method, url, json=body if method != "GET" else None, timeout=30)
     return await read_reply(http, request)
+
+
+@dataclass
+class ProbeAnswer:
+    """What an operation answered: its status (0: no answer at all) and its body, parsed when it is JSON."""
+
+    method: str
+    url: str
+    status: int
+    body: Any = None  # the JSON answered; None when it was not JSON (or nothing came)
+    text: str = ""  # the start of the body, or why nothing came: for the report
+    too_large: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300 and not self.too_large
+
+    @property
+    def json_object(self) -> JsonObject | None:
+        return self.body if isinstance(self.body, dict) else None
+
+    def said(self) -> str:
+        """`POST http://…/ext/x answered 404: {"detail": …}`, for a finding's problem."""
+        if self.too_large:
+            return f"{self.method} {self.url} answered over {MAX_REPLY_BYTES} bytes"
+        if self.status == 0:
+            return f"{self.method} {self.url} got no answer ({self.text})"
+        return f"{self.method} {self.url} answered {self.status}: {self.text[:200] or '(empty)'}"
+
+
+class ExtensionProbe:
+    """One declared extension of the agent under test: its operations, called as its card declares them. A
+    failed call is an answer too (status 0): the checks report it, never raise."""
+
+    def __init__(self, agent: AgentClient, uri: str, params: JsonObject) -> None:
+        self.agent = agent
+        self.uri = uri
+        self.params = params
+
+    def where(self, name: str, default_method: str) -> tuple[str, str]:
+        """(method, absolute URL) of operation `name`; OffOrigin if the card puts it on another origin."""
+        return resolve(self.agent.url, self.uri, self.params, name, default_method)
+
+    def declares(self, name: str) -> bool:
+        """The card lists operation `name` under its params' `methods`."""
+        methods = self.params.get("methods")
+        return isinstance(methods, dict) and isinstance(methods.get(name), dict)
+
+    def offers(self, name: str, field: str) -> bool:
+        """The card's request of operation `name` names `field` (in its fields or a `oneOf` branch's): the
+        agent serves the variant that field makes."""
+        spec = (self.params.get("methods") or {}).get(name)
+        request = spec.get("request") if isinstance(spec, dict) else None
+        if not isinstance(request, dict):
+            return False
+        schemas = [request, *[b for b in request.get("oneOf") or [] if isinstance(b, dict)]]
+        return any(field in (s.get(k) or []) for s in schemas for k in ("required", "optional", "supported"))
+
+    async def call(self, name: str, default_method: str, body: JsonObject | None = None) -> ProbeAnswer:
+        method, url = self.where(name, default_method)
+        request = self.agent.http.build_request(method, url, json=body, timeout=CALL_TIMEOUT_S)
+        try:
+            response = await read_within(self.agent.http, request, MAX_REPLY_BYTES)
+        except AnswerTooLarge:
+            return ProbeAnswer(method, url, 0, too_large=True)
+        except Unreachable as e:
+            return ProbeAnswer(method, url, 0, text=str(e))
+        text = response.content.decode("utf-8", errors="replace")
+        return ProbeAnswer(method, url, response.status_code, body=json_of(response), text=text[:500])

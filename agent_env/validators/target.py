@@ -5,7 +5,8 @@ MCP, the admin token for the data plane).
 
 A credential goes only to the target's own origin: an MCP interface the card places elsewhere is reached
 without it (and the MCP check says so). Redirects are not followed, and what a server answers is read within
-`MAX_ANSWER` bytes, so a hostile server can neither move a token nor flood the validator.
+`MAX_ANSWER` bytes, so a hostile server can neither move a token nor flood the validator. That reading
+(`read_within`, `json_within_depth`) is every validator's, the A2A ones' too (`a2a_wire`).
 """
 
 from __future__ import annotations
@@ -97,30 +98,60 @@ class Unreachable(Exception):
     """The request got no answer (connection refused, timeout, an answer over the size limit)."""
 
 
+class AnswerTooLarge(Unreachable):
+    """The answer went past the size limit: read no further."""
+
+
+class NotConnected(Unreachable):
+    """The request never connected: nothing was sent, so it is safe to try again."""
+
+
+async def read_within(http: httpx.AsyncClient, request: httpx.Request, limit: int = MAX_ANSWER) -> httpx.Response:
+    """Send `request` and read its answer to at most `limit` bytes: every validator's reading of what a server
+    under test answers (env or agent), so none reads an adversary's answer whole. Unreachable past the limit or on
+    a transport error (NotConnected if nothing was sent)."""
+    try:
+        response = await http.send(request, stream=True)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        raise NotConnected(f"{request.method} {request.url} got no answer ({type(e).__name__}: {e})") from None
+    except httpx.HTTPError as e:
+        raise Unreachable(f"{request.method} {request.url} got no answer ({type(e).__name__}: {e})") from None
+    try:
+        raw = bytearray()
+        async for chunk in response.aiter_bytes():
+            raw += chunk
+            if len(raw) > limit:
+                raise AnswerTooLarge(f"{request.method} {request.url} answered more than {limit} bytes")
+    except httpx.HTTPError as e:
+        raise Unreachable(f"{request.method} {request.url} broke off ({type(e).__name__}: {e})") from None
+    finally:
+        await response.aclose()
+    return httpx.Response(response.status_code, headers=response.headers, content=bytes(raw), request=request)
+
+
+def json_within_depth(content: bytes) -> Any:
+    """`content` parsed as JSON, or None if it is not JSON or is nested past json_depth.MAX_DEPTH."""
+    try:
+        return json_depth.loads(content)
+    except ValueError:  # (TooDeep too)
+        return None
+
+
 async def request(
     http: httpx.AsyncClient, method: str, url: str, *, headers: dict[str, str], content: bytes | None = None
 ) -> EnvAnswer:
     send = {**headers, **({"content-type": "application/json"} if content is not None else {})}
     for attempt in range(1, CONNECT_ATTEMPTS + 1):
         try:
-            async with http.stream(method, url, headers=send, content=content) as response:
-                raw = bytearray()
-                async for chunk in response.aiter_bytes():
-                    raw += chunk
-                    if len(raw) > MAX_ANSWER:
-                        raise Unreachable(f"{method} {url} answered more than {MAX_ANSWER // 1024 // 1024} MiB")
+            response = await read_within(http, http.build_request(method, url, headers=send, content=content))
             break
-        except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # (nothing was sent: safe to try again)
+        except NotConnected:
             if attempt == CONNECT_ATTEMPTS:
-                raise Unreachable(f"{method} {url}: {type(e).__name__}: {e}") from None
-        except httpx.HTTPError as e:
-            raise Unreachable(f"{method} {url}: {type(e).__name__}: {e}") from None
-    text = raw.decode("utf-8", "replace")
-    try:
-        body = json_depth.loads(bytes(raw))
-    except ValueError:  # (TooDeep too)
-        body = None
-    return EnvAnswer(response.status_code, body, text, response.headers.get("content-type", ""))
+                raise
+    text = response.content.decode("utf-8", "replace")
+    return EnvAnswer(
+        response.status_code, json_within_depth(response.content), text, response.headers.get("content-type", "")
+    )
 
 
 async def rpc(
