@@ -13,12 +13,13 @@ from typing import Any
 import httpx
 import pytest
 import test_protocol_agents
+from reference_venv import A2A_CARD, side_script  # noqa: F401  (a fixture, by import)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from test_agents import serving
-from test_object_transfers import Notes, reference_keeper, trusting  # noqa: F401  (a fixture, by import)
+from test_object_transfers import REFERENCE_SNAPSHOT_AGENT, Notes, trusting  # noqa: F401  (a fixture, by import)
 from test_protocol_agents import reference_agent, reference_python  # noqa: F401  (a fixture, by import)
 
 from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
@@ -540,14 +541,15 @@ async def test_a_skill_bundle_is_given_by_read_grants_and_a_mutant_that_drops_or
 
 async def test_a_reference_framework_agent_passes_the_checks_through_grants(
     settings,
-    reference_python,  # noqa: F811 - the fixture imported above
-    tmp_path,
+    side_script,  # noqa: F811 - the fixture imported above
 ):
     """The reference framework's agent that keeps notes and saves them (test_object_transfers' keeper), trusting
     this install's grants: its snapshot round trip, skill bundle and trajectory objects all pass."""
     from agent_env.stores.local_tls import trust_bundle
 
-    with reference_keeper(reference_python, tmp_path, trust_bundle(settings.state_dir / "tls")) as url:
+    trust = trust_bundle(settings.state_dir / "tls")
+    with side_script("keeper", REFERENCE_SNAPSHOT_AGENT, ready=A2A_CARD, env={"SSL_CERT_FILE": str(trust)}) as base:
+        url = base + "/"
         results = {
             name: await validate_in_run(settings, name, url)
             for name in ("verify_a2a_snapshot", "verify_a2a_skill_config", "verify_a2a_trajectory")

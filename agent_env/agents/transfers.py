@@ -68,6 +68,10 @@ class TransferFailed(Exception):
     """The agent refused or failed a transfer, or did not write what it said it wrote."""
 
 
+class TransferRefused(TransferFailed):
+    """The agent answered a transfer's operation with an error status."""
+
+
 def snapshot_prefix(run_id: str, name: str) -> str:
     return f"runs/{run_id}/agent_snapshots/{name}/"
 
@@ -108,7 +112,7 @@ async def call(
     if (
         not response.is_success and response.status_code not in done
     ):  # never quote the answer: an agent may echo its grants back
-        raise TransferFailed(f"the agent at {client.agent_url} answered {uri} {name} with HTTP {response.status_code}")
+        raise TransferRefused(f"the agent at {client.agent_url} answered {uri} {name} with HTTP {response.status_code}")
     return httpx.Response(response.status_code, content=bytes(content), request=request)
 
 

@@ -19,6 +19,7 @@ from agent_env.agents.client import AgentClient, AgentReplyInvalid, AgentTimedOu
 from agent_env.agents.extensions import SKILL_CONFIG, ExtensionClient, ExtensionRefused
 from agent_env.agents.transfers import (
     TransferFailed,
+    TransferRefused,
     add_skill_bundles,
     load_snapshot,
     save_snapshot,
@@ -48,7 +49,7 @@ class GrantRoom:
         is optional: those URLs are on this machine's loopback, signed by this install's own CA, which an agent
         elsewhere cannot reach and one here trusts only when told. An agent that claimed success is always held
         to what it wrote."""
-        refused = isinstance(error, httpx.HTTPError) or " with HTTP " in str(error)  # (transfers.call's refusal)
+        refused = isinstance(error, httpx.HTTPError | TransferRefused)
         if self.trust:
             fix += f" (an agent that cannot fetch the grants' https URLs: {self.trust})"
         return Finding.failed(name, problem, fix, required=not (self.trust and refused))
