@@ -32,6 +32,8 @@ def load_config(path: str) -> dict:
 class Handler(http.server.BaseHTTPRequestHandler):
     token = ""
     env: dict = {}
+    home = "/root"  # where commands run
+    app_log = APP_LOG
 
     def log_message(self, format, *args):  # noqa: A002 - the stdlib's signature
         pass  # the console is not a request log
@@ -71,7 +73,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif route == "/logs":
             lines = int(self._query().get("lines", "20"))
             try:
-                with open(APP_LOG, "rb") as f:
+                with open(self.app_log, "rb") as f:
                     tail = b"".join(deque(f, maxlen=lines))
             except OSError:
                 tail = b""
@@ -104,7 +106,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             done = subprocess.run(
                 ask["command"],
                 env=self.env,
-                cwd="/root",
+                cwd=self.home,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=float(ask.get("timeout", 60)),
