@@ -4,6 +4,8 @@ real microVM adds (boot, forwards, network, teardown) is in test_smol_vm.py, whi
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from http.server import ThreadingHTTPServer
 
@@ -104,3 +106,25 @@ def test_the_qemu_command_keeps_secrets_off_it_and_maps_the_spec(tmp_path):
         tmp_path, tmp_path, spec.model_copy(update={"network": Network()}), 1, None, accel="tcg", kernel=tmp_path
     )
     assert "restrict=off" in " ".join(emulated) and "tsc_early_khz=" in " ".join(emulated)
+
+
+def test_a_vm_whose_record_was_never_written_is_still_stopped_and_a_stranger_is_not(tmp_path):
+    """A create cancelled between QEMU's start and its record leaves only the pidfile: a new create of that name
+    (or a remove) still stops that process, and never one whose command line does not name the folder."""
+    folder = tmp_path / "box"
+    folder.mkdir()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    ours = subprocess.Popen([*sleeper, str(folder)])
+    stranger = subprocess.Popen(sleeper)
+    try:
+        (folder / "qemu.pid").write_text(str(ours.pid))
+        assert smol_vm._stop_folder(folder) is True
+        assert ours.wait(timeout=10) is not None and not folder.exists()
+        folder.mkdir()
+        (folder / "qemu.pid").write_text(str(stranger.pid))
+        smol_vm._stop_folder(folder)
+        assert stranger.poll() is None and not folder.exists()
+    finally:
+        for proc in (ours, stranger):
+            proc.kill()
+            proc.wait()

@@ -138,10 +138,21 @@ def _alive(meta: dict) -> bool:
     return bool(pid) and _start_time(cast(int, pid)) == meta.get("started")
 
 
+def _unrecorded(folder: Path) -> dict | None:
+    """A QEMU started for this folder whose record was never written (its create was cancelled in between):
+    known by its pidfile, and ours only if its command line names the folder."""
+    try:
+        pid = int((folder / "qemu.pid").read_text())
+        ours = str(folder).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return {"pid": pid, "started": _start_time(pid)} if ours else None
+
+
 def _stop_folder(folder: Path, grace: float = 3.0) -> bool:
     """Kill the sandbox's QEMU (its pid checked against its start time: a reused pid is never ours) and delete
     its folder, which holds everything the VM wrote (the disk's overlay, the console)."""
-    meta = _read(folder)
+    meta = _read(folder) or _unrecorded(folder)
     existed = folder.exists()
     if meta and _alive(meta):
         with contextlib.suppress(ProcessLookupError):
