@@ -31,6 +31,7 @@ BUILTIN = {
     "docker": "agent_env.providers.docker:DockerProvider",
     "modal": "agent_env.providers.modal:ModalProvider",
     "e2b": "agent_env.providers.e2b:E2BProvider",
+    "smol_vm": "agent_env.providers.smol_vm:SmolVMProvider",
 }
 
 
