@@ -77,6 +77,7 @@ class Turn:
     conversation: list[Said] = field(default_factory=list)  # what was said before the prompt, oldest first
     context_id: str = ""
     message_id: str = ""  # the same for a resent turn: hosts answer it once
+    task_id: str = ""  # the A2A task this turn answers
     deadline_s: float | None = None  # how long the framework waits for this answer
     turn: int | None = None  # which time this agent is asked in this conversation (0 first), if the sender says
     seed: int | None = None  # the run's seed: seed anything random (model sampling...) with it
@@ -179,6 +180,14 @@ class Agent:
     async def answer(self, turn: Turn) -> str | Answer:
         raise NotImplementedError
 
+    def extension_declarations(self) -> list[Any]:
+        """Further card entries (`a2a.types.AgentExtension`) of extensions this agent serves itself."""
+        return []
+
+    def extension_routes(self, configured: Configured) -> list[Route]:
+        """Their routes; `configured`: what the run sets through the standard extensions (its MCP servers...)."""
+        return []
+
 
 def turn_from_message(message, context_id: str) -> Turn:
     env: dict[str, Any] = next((d[KEY] for d in get_data_parts(message.parts) if isinstance(d, dict) and KEY in d), {})
@@ -221,6 +230,7 @@ class _Executor(AgentExecutor):
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         turn = turn_from_message(context.message, task.context_id)
+        turn.task_id = task.id
         if self.configured is not None:
             _apply(self.configured, turn)
         if self.served is not None:
@@ -256,7 +266,12 @@ def _apply(configured: Configured, turn: Turn) -> None:
 
 def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard:
     declared = (
-        card_extensions() + transfer_serving.card_entries(agent) + declarations(Enabled.of(agent)) if extensions else []
+        card_extensions()
+        + transfer_serving.card_entries(agent)
+        + declarations(Enabled.of(agent))
+        + agent.extension_declarations()
+        if extensions
+        else []
     )
     return AgentCard(
         name=agent.name,
@@ -288,7 +303,9 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
     executor = _Executor(agent, configured, served)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     routes = card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
-    own = configured.routes() + transfer_serving.routes(agent) if configured else []
+    own = (
+        configured.routes() + transfer_serving.routes(agent) + agent.extension_routes(configured) if configured else []
+    )
     return routes + own + (served.routes() if served else []), handler
 
 
