@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -66,7 +67,12 @@ def _process(argv: list[str], url: str, folder: Path, what: str, cwd: Path | Non
             yield url
         finally:
             process.terminate()
-            process.wait(10)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+                raise
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +232,39 @@ async def test_our_proxys_card_declares_proxy_v1_as_the_reference_defines_it(tmp
         method = declared[PROXY]["methods"][name]
         assert (method["method"], method["endpoint"]) == (op.method, op.path)
         assert method["request"]["required"] == list(request_fields(op.request.model).required)
+
+
+async def test_a_trainer_plays_a_deployed_proxy_with_the_episode_turn_interface(notes_mcp, tmp_path):
+    from agent_env.agents.sdk import ToolFailed
+    from agent_env.episodes.proxy_player import ProxyPlayer
+
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    with our_proxy(tmp_path, work_dir) as url:
+        async with httpx.AsyncClient(timeout=30) as http:
+            agent = AgentClient(url, http)
+            await (await agent.extensions()).configure(mcp=McpServer(url=notes_mcp, name="notes"), config={}, skills=[])
+            player = await ProxyPlayer.attach(url)
+            assert await player.next_turn(wait=0) is None  # no turn yet
+            asked = asyncio.create_task(agent.ask("list the notes", {}, context_id="c-3", deadline_s=60))
+            turn = await player.next_turn()
+            assert turn is not None and turn.prompt == "list the notes"
+            async with turn.tools() as tools:
+                assert {"bash", "write_note", "list_notes"} <= {t["name"] for t in tools.list()}
+                assert await tools.call("write_note", {"key": "k2", "text": "from the trainer"})
+                listed = await tools.call("list_notes", {})
+                assert isinstance(listed, dict) and "k2" in json.dumps(listed)
+                assert await tools.call("bash", {"command": "echo made > made.txt; cat made.txt"}) == "made\n"
+                with pytest.raises(ToolFailed, match="exit code 2"):
+                    await tools.call("bash", {"command": "ls no-such-file"})
+                with pytest.raises(ToolFailed, match="offers no tool"):
+                    await tools.call("rm_everything", {})
+                assert [c["tool"] for c in tools.calls] == ["write_note", "list_notes", "bash", "bash", "rm_everything"]
+            assert (work_dir / "made.txt").read_text() == "made\n"  # it ran where the agent works
+            await turn.record_model_call({"role": "assistant", "content": "all listed"}, model="trainer-model")
+            assert await turn.end("there is one note")
+            reply = await asked
+            assert reply.text == "there is one note" and not reply.failed
+            trajectory = await (await agent.extensions()).trajectory(reply.task_id)
+            assert any(e.get("event") == "model" and e.get("model") == "trainer-model" for e in trajectory)
+            await player.close()

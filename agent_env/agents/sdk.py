@@ -176,6 +176,8 @@ class Agent:
     triggers: bool = False
     attribution_probe: bool = False
     install: InstallDeclaration | None = None
+    # How long a stopping server waits for turns in flight (None: until they end). A proxy's turns wait on a driver.
+    shutdown_grace_seconds: float | None = None
 
     async def answer(self, turn: Turn) -> str | Answer:
         raise NotImplementedError
@@ -371,7 +373,8 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
     app = HostGuard(
         Starlette(routes=routes, lifespan=lifespan), names=[n for n in names if n], json_rpc={"/": JSON_RPC}
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    grace = agent.shutdown_grace_seconds
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=grace)
 
 
 def new_message_id() -> str:
