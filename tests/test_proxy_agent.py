@@ -268,3 +268,63 @@ async def test_a_trainer_plays_a_deployed_proxy_with_the_episode_turn_interface(
             trajectory = await (await agent.extensions()).trajectory(reply.task_id)
             assert any(e.get("event") == "model" and e.get("model") == "trainer-model" for e in trajectory)
             await player.close()
+
+
+async def test_an_episode_plays_a_deployed_proxy_through_the_run(client, settings, worker, tmp_path):
+    """The run deploys the proxy (registering the env's MCP server with the agent's role token) and prompts it;
+    the trainer's turn comes from the proxy and its tools run there: the env's tools as the agent's role, bash in
+    the agent's folder. The run gets the reply and grades it."""
+    from agent_env.episodes import Episodes, EpisodeSpec
+    from agent_env.planning.tasks import parse_task
+    from agent_env.spec.run import RunStatus
+
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    with our_proxy(tmp_path, work_dir) as url:
+        record = {"name": "proxied", "type": "a2a", "role": "support", "config": {"url": url}}
+        task = parse_task(
+            {
+                "id": "proxied-episode",
+                "steps": [
+                    {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}},
+                    {
+                        "id": "agent",
+                        "type": "deploy_agent",
+                        "depends_on": ["desk"],
+                        "config": {"record": record, "env": "desk"},
+                    },
+                    {
+                        "id": "ask",
+                        "type": "prompt_agent",
+                        "depends_on": ["agent"],
+                        "config": {"agent": "agent", "prompt": "What is TCK-1004 about?", "turn_deadline": "60s"},
+                    },
+                    {
+                        "id": "grade",
+                        "type": "check_response",
+                        "depends_on": ["ask"],
+                        "config": {
+                            "response": "${steps.ask.outputs.answer}",
+                            "checks": [{"name": "read it", "contains": "TCK-1004"}],
+                        },
+                    },
+                ],
+            },
+            "test task",
+        )
+        spec = EpisodeSpec.from_task(task, proxied_agents=["proxied"])
+        assert spec.trainer_agents == [] and spec.proxied_agents == {"proxied": "agent"}
+        episode = await spec.start(Episodes(client, settings))
+        player = await episode.proxy("proxied")
+        turn = await player.next_turn()
+        assert turn is not None and turn.prompt == "What is TCK-1004 about?"
+        async with turn.tools() as tools:
+            names = {t["name"] for t in tools.list()}
+            assert {"bash", "get_ticket"} <= names and "issue_refund" not in names  # the support role's tools
+            ticket = await tools.call("get_ticket", {"ticket_id": "TCK-1004"})
+            assert await tools.call("bash", {"command": "echo looked > seen.txt; cat seen.txt"}) == "looked\n"
+        assert (work_dir / "seen.txt").exists()
+        await turn.end(f"TCK-1004: {json.dumps(ticket)[:200]}")
+        scores = await asyncio.wait_for(episode.result(), 120)
+        await player.close()
+    assert episode.state.status is RunStatus.PASSED and scores == {"grade": 1.0}, episode.state

@@ -129,10 +129,17 @@ async def list_tools(name: str, server: McpServer) -> list[ProxyToolListed]:
             async with _session(server) as client:
                 tools = (await client.list_tools()).tools
     except Exception as e:  # noqa: BLE001 - whatever the server did, the driver is told which and why
-        raise ServerFailed(f"env server {name!r} did not list its tools: {type(e).__name__}: {e}") from None
+        raise ServerFailed(f"env server {name!r} did not list its tools: {_why(e)}") from None
     return [
         ProxyToolListed(name=t.name, description=t.description, input_schema=t.input_schema, server=name) for t in tools
     ]
+
+
+def _why(error: BaseException) -> str:
+    """What went wrong, out of the task groups the MCP client wraps it in."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"[:2000]
 
 
 def tool_error(message: str) -> ProxyToolResult:
@@ -151,6 +158,6 @@ async def call_tool(server: McpServer | None, action: ProxyToolAction) -> ProxyT
     except TimeoutError:
         return tool_error(f"the tool call timed out after {timeout:g}s")
     except Exception as e:  # noqa: BLE001 - an unreachable or failing server is the call's result
-        return tool_error(f"{type(e).__name__}: {e}")
+        return tool_error(_why(e))
     content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
     return ProxyToolResult(content=content, is_error=bool(result.is_error))
