@@ -328,3 +328,40 @@ async def test_an_episode_plays_a_deployed_proxy_through_the_run(client, setting
         scores = await asyncio.wait_for(episode.result(), 120)
         await player.close()
     assert episode.state.status is RunStatus.PASSED and scores == {"grade": 1.0}, episode.state
+
+
+async def test_what_an_outsider_sends_a_proxy_is_bounded_and_checked(tmp_path):
+    """Attack: a web page's rebinding Host, a body over the limit, a guessable claim token, and a command flooding
+    its output: each refused or clipped, and the proxy still answers its driver."""
+    from agent_env.agents.proxy_actions import MAX_OUTPUT_BYTES
+    from agent_env.agents.proxy_agent import MAX_BODY_BYTES
+
+    with our_proxy(tmp_path, tmp_path) as url:
+        async with httpx.AsyncClient(timeout=60) as http:
+            claim = url + "ext/proxy/claim"
+            rebound = await http.post(claim, json={"token": "t" * 30}, headers={"host": "evil.example"})
+            assert rebound.status_code == 421
+            foreign = await http.post(claim, json={"token": "t" * 30}, headers={"origin": "https://evil.example"})
+            assert foreign.status_code == 403
+            huge = await http.post(claim, content=b'{"token": "' + b"t" * MAX_BODY_BYTES + b'"}')
+            assert huge.status_code == 413
+            short = await http.post(claim, json={"token": "short"})
+            assert short.status_code == 400 and "token" in short.json()["detail"]
+
+            agent = AgentClient(url, http)
+            driver = ProxyDriver(http, url, await agent.card())
+            await driver.claim()
+            asked = asyncio.create_task(agent.ask("flood", {}, context_id="c-4", deadline_s=60))
+            task_id, _ = await _open_turn(driver, asked)
+            flood = f"head -c {3 * MAX_OUTPUT_BYTES} /dev/zero | tr '\\0' x"
+            flooded = await driver.act(task_id, ProxyBashAction(kind="bash", command=flood))
+            assert flooded.kind == "bash" and flooded.exit_code == 0
+            assert (
+                flooded.stdout.startswith("x" * MAX_OUTPUT_BYTES)
+                and f"{2 * MAX_OUTPUT_BYTES} more bytes dropped" in flooded.stdout
+            )
+            slow = await driver.act(task_id, ProxyBashAction(kind="bash", command="sleep 30", timeout_seconds=0.5))
+            assert slow.kind == "bash" and slow.timed_out and slow.exit_code is None
+            assert await driver.reply(task_id, error="gave up")
+            reply = await asked
+            assert reply.failed and reply.text == "gave up"
