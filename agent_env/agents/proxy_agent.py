@@ -105,7 +105,7 @@ class ProxyAgent(Agent):
 
     name = "agentenv-proxy"
     description = "An agent played from outside agent-env: a driver answers its turns."
-    shutdown_grace_seconds = 5.0  # its open turns wait on a driver that may never reply: stopping ends them
+    shutdown_grace_seconds = 5  # its open turns wait on a driver that may never reply: stopping ends them
 
     def __init__(
         self,

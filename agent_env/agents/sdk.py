@@ -177,7 +177,7 @@ class Agent:
     attribution_probe: bool = False
     install: InstallDeclaration | None = None
     # How long a stopping server waits for turns in flight (None: until they end). A proxy's turns wait on a driver.
-    shutdown_grace_seconds: float | None = None
+    shutdown_grace_seconds: int | None = None
 
     async def answer(self, turn: Turn) -> str | Answer:
         raise NotImplementedError
