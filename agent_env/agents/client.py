@@ -20,7 +20,8 @@ from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH as CARD_WELL_KNOWN_PA
 from a2a.utils.errors import A2AError
 
 from agent_env import telemetry, tls
-from agent_env.agents.extensions import ExtensionClient
+from agent_env.agents.extensions import ExtensionClient, declared
+from agent_env.agents.proxy_wire import PROXY
 from agent_env.agents.sdk import KEY, new_message_id
 from agent_env.config import url_origin
 from agent_env.gateway_client.configured import admin_token, base_url
@@ -132,11 +133,13 @@ class AgentClient:
     ) -> AgentReply:
         """Send one turn; wait at most `deadline_s` for the answer. Resend a turn with its first message id."""
         client = await self._connect()
+        # A proxy (proxy/v1) passes text parts only on to its driver: its env comes through mcp-config/v1.
+        plain = PROXY in declared(self._card)
         message = Message(
             role=Role.ROLE_USER,
             message_id=message_id or new_message_id(),
             context_id=context_id,
-            parts=[new_text_part(prompt), new_data_part({KEY: context})],
+            parts=[new_text_part(prompt)] + ([] if plain else [new_data_part({KEY: context})]),
         )
         started = time.perf_counter()
         try:

@@ -81,6 +81,7 @@ class Turn:
     conversation: list[Said] = field(default_factory=list)  # what was said before the prompt, oldest first
     context_id: str = ""
     message_id: str = ""  # the same for a resent turn: hosts answer it once
+    task_id: str = ""  # the A2A task this turn answers
     deadline_s: float | None = None  # how long the framework waits for this answer
     turn: int | None = None  # which time this agent is asked in this conversation (0 first), if the sender says
     seed: int | None = None  # the run's seed: seed anything random (model sampling...) with it
@@ -183,9 +184,19 @@ class Agent:
     # on its card: a client sends only those. The system prompt (each turn's `turn.system_prompt`) unless it has no
     # model to give it to: a client then knows it is not followed.
     config_fields: tuple[str, ...] = ("system_prompt",)
+    # How long a stopping server waits for turns in flight (None: until they end). A proxy's turns wait on a driver.
+    shutdown_grace_seconds: int | None = None
 
     async def answer(self, turn: Turn) -> str | Answer:
         raise NotImplementedError
+
+    def extension_declarations(self) -> list[Any]:
+        """Further card entries (`a2a.types.AgentExtension`) of extensions this agent serves itself."""
+        return []
+
+    def extension_routes(self, configured: Configured) -> list[Route]:
+        """Their routes; `configured`: what the run sets through the standard extensions (its MCP servers...)."""
+        return []
 
 
 def turn_from_message(message, context_id: str) -> Turn:
@@ -229,6 +240,7 @@ class _Executor(AgentExecutor):
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         turn = turn_from_message(context.message, task.context_id)
+        turn.task_id = task.id
         if self.configured is not None:
             _apply(self.configured, turn)
         if self.served is not None:
@@ -271,6 +283,7 @@ def agent_card(agent: Agent, url: str, *, extensions: bool = False) -> AgentCard
         + transfer_serving.card_entries(agent)
         + declarations(Enabled.of(agent))
         + staging.card_entries(staging.configured_max_bytes())
+        + agent.extension_declarations()
         if extensions
         else []
     )
@@ -306,7 +319,9 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
     routes = card_routes(card, configured) + create_jsonrpc_routes(handler, rpc_url="/")
     if extensions:  # where the reference framework's clients (A2A 0.3) send turns: `message/send` to /a2a
         routes += create_jsonrpc_routes(handler, rpc_url=LEGACY_RPC_PATH, enable_v0_3_compat=True)
-    own = configured.routes() + transfer_serving.routes(agent) if configured else []
+    own = (
+        configured.routes() + transfer_serving.routes(agent) + agent.extension_routes(configured) if configured else []
+    )
     own += staging.routes(staging.StagingArea(staging.configured_max_bytes())) if extensions else []
     return routes + own + (served.routes() if served else []), handler
 
@@ -382,7 +397,8 @@ def serve(agent: Agent, host: str = "127.0.0.1", port: int = 9000, public_url: s
         json_rpc={"/": JSON_RPC, LEGACY_RPC_PATH: JSON_RPC},
         form_paths=(ENDPOINTS[STAGING] + "/",),  # staging/v1 takes a namespace grant's upload: a form
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    grace = agent.shutdown_grace_seconds
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=grace)
 
 
 def new_message_id() -> str:

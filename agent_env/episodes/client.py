@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agent_env.agents.sdk import Turn as AgentTurn
 from agent_env.config import load_settings
+from agent_env.episodes.proxy_player import ProxyPlayer
 from agent_env.episodes.tools import RestTools, TurnTools, client_for, tools_path
 from agent_env.errors import AgentEnvError
 from agent_env.gateway import embedded
-from agent_env.spec.run import RunState, TurnOffer
+from agent_env.spec.run import RunState, StepStatus, TurnOffer
 from agent_env.stores import in_thread, open_stores
 from agent_env.temporal import background, launch
 from agent_env.temporal.worker import create_worker
@@ -110,10 +111,13 @@ class Episodes:
         inp = await in_thread(spec.planned, self.settings, run_id or launch.new_run_id(spec.task.id))
         if self._stores is None:
             self._stores = await in_thread(open_stores, self.settings)
+        if not spec.trainer_agents:  # every agent played through its proxy: the run offers no turn of its own
+            handle = await launch.start(self.client, self.settings, inp, stores=self._stores)
+            return Episode(self, handle.id, proxied=spec.proxied_agents)
         handle, first = await launch.start_with_update(
             self.client, self.settings, inp, "next_turn", [None], stores=self._stores
         )
-        return Episode(self, handle.id, first_turn=first)
+        return Episode(self, handle.id, first_turn=first, proxied=spec.proxied_agents)
 
     async def start_group(self, spec: EpisodeSpec, size: int, *, seeds: list[int] | None = None, **kwargs: Any):
         """`size` rollouts of `spec` from one start state (its envs deployed once, forked per rollout): an
@@ -139,9 +143,15 @@ class Episodes:
 
 class Episode:
     def __init__(
-        self, episodes: Episodes, run_id: str, *, first_turn: WorkflowUpdateHandle[dict] | None = None
+        self,
+        episodes: Episodes,
+        run_id: str,
+        *,
+        first_turn: WorkflowUpdateHandle[dict] | None = None,
+        proxied: dict[str, str] | None = None,
     ) -> None:
         self.episodes, self.run_id = episodes, run_id
+        self._proxied = proxied or {}  # agents played through their proxy: name -> deploy_agent step id
         # The next turn, asked already (for any agent): by the start (the first one) or by the last answer.
         self._asked = first_turn
         # No run id: updates follow the run through continue-as-new.
@@ -236,6 +246,26 @@ class Episode:
                 "see why with `agent-env runs show " + self.run_id + "`",
             )
         self._asked = asked
+
+    async def proxy(self, agent: str) -> ProxyPlayer:
+        """Claim the proxy (proxy/v1) of an agent the spec plays through it (`proxied_agents`; by name or
+        deploy_agent step id), once the run deployed it: its turns are the ones the run prompts it with."""
+        step_id = self._proxied.get(agent, agent)
+        while True:
+            state = await launch.query_state(self.handle)
+            step = state.steps.get(step_id)
+            if step is None:
+                raise EpisodeError(f"run {self.run_id} deploys no agent {agent!r}", "name a proxied agent or its step")
+            if step.status.finished or state.status.finished:
+                break
+            await asyncio.sleep(0.1)
+        url = step.outputs.get("url")
+        if step.status is not StepStatus.SUCCEEDED or not isinstance(url, str) or step.outputs.get("hosted"):
+            raise EpisodeError(
+                f"agent {agent!r} of run {self.run_id} is no deployed proxy (its step is {step.status})",
+                "play through a proxy only an agent deployed at its own URL whose card declares urn:agentenv:proxy/v1",
+            )
+        return await ProxyPlayer.attach(url)
 
     async def abandon(self, reason: str) -> None:
         """Give the episode up: the run stops, recorded as cancelled with the reason."""

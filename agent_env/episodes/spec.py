@@ -32,7 +32,11 @@ class EpisodeSpec(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     task: TaskSpec
-    trainer_agents: list[str] = Field(min_length=1, description="deploy_agent steps the trainer plays (their names)")
+    trainer_agents: list[str] = Field(description="deploy_agent steps the trainer plays (their names)")
+    proxied_agents: dict[str, str] = Field(
+        default_factory=dict,
+        description="deploy_agent steps the trainer plays through their proxy (proxy/v1): name -> the step's id",
+    )
     turn_timeout: float | None = Field(
         None, gt=0, description="seconds the run waits for each of the trainer's turns (None: each prompt's own)"
     )
@@ -54,21 +58,34 @@ class EpisodeSpec(BaseModel):
         *,
         turn_timeout: float | None = None,
         seed: int | None = None,
+        proxied_agents: Sequence[str] = (),
     ) -> EpisodeSpec:
         """The task with `trainer_agents` played by the trainer: deploy_agent steps, each named by its id, its
         agent's name or its `as` name; by default the one agent the task prompts (with several, name them).
-        `turn_timeout`: every played turn's deadline in seconds; by default each prompt's own `turn_deadline`."""
+        `turn_timeout`: every played turn's deadline in seconds; by default each prompt's own `turn_deadline`.
+        `proxied_agents`: agents the run deploys and prompts as it would, which are proxies (proxy/v1) the trainer
+        plays through `episode.proxy(name)`: their tools and bash run where they live."""
         if isinstance(task, str):
             task = Task.get(task)
         if turn_timeout is not None:
             _check_turn_timeout(turn_timeout)
         deployed = _deployed_agents(task)
-        names = _prompted_agent(task, deployed) if trainer_agents is None else _named(task, trainer_agents)
+        proxied = _trainer_steps(task, _named(task, proxied_agents), deployed) if proxied_agents else {}
+        if trainer_agents is None and proxied:
+            trainer_agents = []
+        names = (
+            _prompted_agent(task, deployed) if trainer_agents is None else _named(task, trainer_agents, bool(proxied))
+        )
         data = task.model_dump(mode="json", exclude_none=True)
         if seed is not None:
             data["seed"] = seed
         steps = {s["id"]: s for s in data["steps"]}
         played = _trainer_steps(task, names, deployed)
+        if set(played) & set(proxied):
+            raise BadInput(
+                f"agents {sorted(set(played) & set(proxied))} are both played by the trainer and through a proxy",
+                "name each agent in trainer_agents or in proxied_agents, not both",
+            )
         for step_id, record in played.items():
             config = steps[step_id]["config"]
             config.pop("agent", None)
@@ -87,7 +104,8 @@ class EpisodeSpec(BaseModel):
                 deadline = turn_timeout if turn_timeout is not None else _own_deadline(step)
                 step["timeout"] = _step_timeout(step["config"], deadline)
         spec = parse_task(data, f"task {task.id} as an episode", task.bundle)
-        return cls(task=spec, trainer_agents=names, turn_timeout=turn_timeout, seed=spec.seed)
+        through = {name: step_id for name in proxied_agents for step_id in _trainer_steps(task, [name], deployed)}
+        return cls(task=spec, trainer_agents=names, proxied_agents=through, turn_timeout=turn_timeout, seed=spec.seed)
 
     def with_seed(self, seed: int) -> EpisodeSpec:
         """The same episode with another seed (e.g. a Gymnasium reset(seed=...))."""
@@ -197,13 +215,13 @@ def _prompted_agent(task: TaskSpec, deployed: dict[str, AgentRecord]) -> list[st
     )
 
 
-def _named(task: TaskSpec, trainer_agents: Sequence[str]) -> list[str]:
+def _named(task: TaskSpec, trainer_agents: Sequence[str], none_ok: bool = False) -> list[str]:
     if isinstance(trainer_agents, str) or not all(isinstance(n, str) for n in trainer_agents):
         raise BadInput(
             f"trainer_agents must be a list of agent names, not {trainer_agents!r}",
             f"e.g. trainer_agents=[{trainer_agents!r}]" if isinstance(trainer_agents, str) else "e.g. ['agent']",
         )
-    if not trainer_agents:
+    if not trainer_agents and not none_ok:
         raise BadInput(
             f"trainer_agents names no agent of task {task.id!r}",
             "name the agents you play, or leave trainer_agents out when the task prompts one agent",
