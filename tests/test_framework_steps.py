@@ -1,0 +1,252 @@
+"""The framework's step types that had no counterpart of ours (issue 32), under its names and fields:
+`env_outcome_verifier` (a bundle's verifier script, run in a sandbox against a deployed env's MCP endpoint) and
+`teardown_sandboxes`; and the framework's env folder that holds only a Dockerfile, read as an env on Docker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_cli import cli
+from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture
+
+from agent_env.bundles import BUILTIN_ROOT, find_env
+from agent_env.errors import BadInput
+from agent_env.planning.runs import plan
+from agent_env.planning.tasks import load_task
+from agent_env.providers import by_name
+from agent_env.spec.run import RunStatus
+from agent_env.temporal import launch
+
+EXAMPLES = Path(__file__).parent / "fixtures" / "framework_bundles"
+CHECK_ECHO = EXAMPLES / "echo-mcp" / "artifacts" / "check_echo"  # the framework's script, unchanged
+# The framework's check_echo in our terms: the MCP SDK 2.x's client (agent-env's Python, which a local sandbox
+# runs) yields two streams, not three, and names the error flag is_error; our echo server answers {"text": ...}
+# (and our gateway answers any tool's result as JSON text). The rest (verify(mcp_url), its rows) is the framework's.
+CHECK_ECHO_OURS = (
+    (CHECK_ECHO / "verify.py")
+    .read_text()
+    .replace("as (read, write, _):", "as (read, write):")
+    .replace("isError", "is_error")
+    .replace("text == SENT", 'json.loads(text) == {"text": SENT}')
+    .replace("from mcp import", "import json\nfrom mcp import")
+)
+OUR_ECHO = BUILTIN_ROOT / "echo-mcp" / "envs" / "echo"  # our echo MCP server: a local process, or Docker
+
+
+def echo_bundle(tmp_path: Path, script: str | None = None) -> Path:
+    """A bundle with our echo env and a verifier artifact: the framework's check_echo in our terms, or `script`."""
+    bundle = tmp_path / "b"
+    shutil.copytree(OUR_ECHO, bundle / "envs" / "echo")
+    check = bundle / "artifacts" / "check_echo"
+    check.mkdir(parents=True)
+    (check / "verify.py").write_text(script or CHECK_ECHO_OURS)
+    return bundle
+
+
+def write_task(bundle: Path, steps: list[dict], name: str = "t") -> Path:
+    (bundle / "tasks").mkdir(exist_ok=True)
+    path = bundle / "tasks" / f"{name}.json"
+    path.write_text(json.dumps(steps))
+    return path
+
+
+DEPLOY_ECHO = {"id": "env", "type": "deploy_env", "env": "echo", "provider": "local"}
+VERIFY_ECHO = {"id": "echoes", "type": "env_outcome_verifier", "env_id": "echo", "file_artifact_id": "check_echo"}
+
+
+async def run(client, settings, path: Path, timeout: float = 120):
+    task = load_task(path)
+    return await asyncio.wait_for(launch.wait_result(await launch.start_run(client, settings, task)), timeout)
+
+
+def test_steps_list_shows_them():
+    done = cli("steps", "list")
+    assert done.returncode == 0, done.stderr
+    for name in ("env_outcome_verifier", "teardown_sandboxes"):
+        assert name in done.stdout
+
+
+# -- env_outcome_verifier --
+
+
+async def test_the_framework_echo_check_passes_against_our_echo_env(client, settings, worker, tmp_path):
+    bundle = echo_bundle(tmp_path)
+    state = await run(client, settings, write_task(bundle, [DEPLOY_ECHO, {**VERIFY_ECHO, "verifier_id": "echoes"}]))
+    step = state.steps["echoes"]
+    assert state.status is RunStatus.PASSED, step.outputs
+    assert step.score is not None and step.score.value == 1.0
+    assert [(c.name, c.passed) for c in step.score.criteria] == [("echoes", True)]
+    assert "hello from agent-env" in step.score.criteria[0].detail
+    assert step.outputs["verifier_id"] == "echoes" and step.outputs["results"][0]["result"] is True
+    assert await by_name.load("local", settings).list(state.run_id) == [], "its sandbox and the env's are gone"
+
+
+FAILING = """
+async def verify(mcp_url):
+    return [{"id": "a", "result": True, "weight": 3}, {"id": "b", "result": False, "description": "no"}]
+"""
+
+
+@pytest.mark.parametrize(("aggregator", "value"), [("all_pass", 0.0), ("any_pass", 1.0), ("weighted_average", 0.75)])
+async def test_rows_are_aggregated_as_told(client, settings, worker, tmp_path, aggregator, value):
+    bundle = echo_bundle(tmp_path, FAILING)
+    task = write_task(bundle, [DEPLOY_ECHO, {**VERIFY_ECHO, "score_aggregator": aggregator}])
+    state = await run(client, settings, task)
+    score = state.steps["echoes"].score
+    assert score is not None and score.value == value
+    assert [(c.name, c.passed, c.weight) for c in score.criteria] == [("a", True, 3.0), ("b", False, 1.0)]
+    assert state.status is (RunStatus.FAILED if value < 1 else RunStatus.PASSED)
+
+
+SNOOPING = """
+import os, sys
+
+def verify(mcp_url):
+    # an outsider's script: what it can see of the token the forwarder uses
+    token_file = sys.argv[3]
+    seen = {"url": mcp_url, "token_file_left": os.path.exists(token_file), "argv": sys.argv}
+    return [{"id": "snoop", "result": mcp_url.startswith("http://127.0.0.1:"), "description": repr(seen)}]
+"""
+
+
+async def test_the_script_gets_a_bare_url_and_never_the_token(client, settings, worker, tmp_path):
+    bundle = echo_bundle(tmp_path, SNOOPING)
+    state = await run(client, settings, write_task(bundle, [DEPLOY_ECHO, VERIFY_ECHO]))
+    assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
+    detail = state.steps["echoes"].score.criteria[0].detail
+    assert "'token_file_left': False" in detail, "the token file is deleted before the script runs"
+
+
+RAISING = """
+def verify(mcp_url):
+    raise RuntimeError("the mailbox is empty")
+"""
+
+
+async def test_a_script_that_raises_fails_the_step_with_its_error(client, settings, worker, tmp_path):
+    bundle = echo_bundle(tmp_path, RAISING)
+    state = await run(client, settings, write_task(bundle, [DEPLOY_ECHO, VERIFY_ECHO]))
+    assert state.status is RunStatus.ERROR
+    assert "RuntimeError: the mailbox is empty" in (state.steps["echoes"].error or "")
+
+
+def test_env_id_must_be_deployed_by_an_earlier_step(settings, tmp_path):
+    bundle = echo_bundle(tmp_path)
+    with pytest.raises(BadInput) as e:
+        plan(load_task(write_task(bundle, [DEPLOY_ECHO, {**VERIFY_ECHO, "env_id": "mail"}])), "r-1", settings)
+    assert "env_id 'mail' is deployed by no deploy_env step" in str(e.value)
+    later = [{**VERIFY_ECHO, "depends_on": []}, {**DEPLOY_ECHO, "depends_on": []}]
+    with pytest.raises(BadInput) as e:
+        plan(load_task(write_task(bundle, later)), "r-1", settings)
+    assert "which it does not come after" in str(e.value) and "depends_on" in str(e.value)
+
+
+def test_the_script_is_the_artifacts_verify_py_pinned_at_plan_time(settings, tmp_path):
+    bundle = echo_bundle(tmp_path)
+    (bundle / "artifacts" / "check_echo" / "helper.py").write_text("x = 1\n")
+    planned = plan(load_task(write_task(bundle, [DEPLOY_ECHO, VERIFY_ECHO])), "r-1", settings)
+    config = next(s for s in planned.steps if s.id == "echoes").config
+    assert config["deployed"] == "${steps.env.outputs}"
+    assert settings and config["script"]
+    (bundle / "artifacts" / "check_echo" / "verify.py").unlink()
+    (bundle / "artifacts" / "check_echo" / "other.py").write_text("x = 2\n")
+    with pytest.raises(BadInput) as e:
+        plan(load_task(write_task(bundle, [DEPLOY_ECHO, VERIFY_ECHO])), "r-1", settings)
+    assert "which is the verifier?" in str(e.value) and "verify.py" in str(e.value)
+
+
+def test_prompt_id_is_named_as_not_supported(tmp_path):
+    bundle = echo_bundle(tmp_path)
+    with pytest.raises(BadInput) as e:
+        load_task(write_task(bundle, [DEPLOY_ECHO, {**VERIFY_ECHO, "prompt_id": "p"}]))
+    assert "prompt_id" in str(e.value) and "not supported yet" in str(e.value)
+
+
+# -- teardown_sandboxes --
+
+BOX = {"id": "box", "type": "deploy_sandbox", "sandbox_name": "work", "sandbox_mode": "vm", "sandbox_type": "local"}
+
+
+async def test_teardown_sandboxes_removes_a_bare_sandbox_mid_run(client, settings, worker, tmp_path):
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    steps = [
+        BOX,
+        {"id": "down", "type": "teardown_sandboxes", "sandbox_names": ["work"]},
+        {"id": "again", "type": "teardown_sandboxes", "sandbox_names": ["work"]},
+    ]
+    state = await run(client, settings, write_task(bundle, steps))
+    assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
+    box_id = state.steps["box"].outputs["sandbox"]["id"]
+    assert state.steps["down"].outputs == {"torn_down_sandbox_ids": [box_id], "already_gone": [], "failed": []}
+    assert state.steps["again"].outputs["already_gone"] == [box_id], "it was gone before the run ended"
+
+
+async def test_teardown_sandboxes_removes_an_envs_sandboxes(client, settings, worker, tmp_path):
+    bundle = echo_bundle(tmp_path)
+    steps = [DEPLOY_ECHO, {"id": "down", "type": "teardown_sandboxes", "env_ids": ["echo"]}]
+    state = await run(client, settings, write_task(bundle, steps))
+    assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
+    echo_box = state.steps["env"].outputs["sandboxes"][0]["id"]
+    assert state.steps["down"].outputs["torn_down_sandbox_ids"] == [echo_box]
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        ({"sandbox_names": ["nope"]}, "sandbox_names names 'nope', which no deploy_sandbox step"),
+        ({"env_ids": ["echo"]}, "env_ids names 'echo', which no deploy_env step"),
+        ({}, "give at least one of agent_names, env_ids, sandbox_names"),
+    ],
+)
+def test_teardown_sandboxes_names_what_it_cannot_find(settings, tmp_path, step, expected):
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    with pytest.raises(BadInput) as e:
+        plan(
+            load_task(write_task(bundle, [BOX, {"id": "down", "type": "teardown_sandboxes", **step}])), "r-1", settings
+        )
+    assert expected in str(e.value)
+
+
+# -- an env folder with only a Dockerfile --
+
+
+def test_a_dockerfile_only_env_is_an_env_on_docker():
+    record, folder = find_env(EXAMPLES / "echo-mcp", "echo")
+    assert folder == EXAMPLES / "echo-mcp" / "envs" / "echo"
+    [app] = record.apps
+    assert app.sandbox is not None
+    assert (app.sandbox.build, app.sandbox.port, app.sandbox.path, app.sandbox.provider) == (
+        ".",
+        8000,
+        "/mcp",
+        "docker",
+    )
+    assert list(record.roles) == ["agent"]
+    mail, _ = find_env(EXAMPLES / "mail-mcp", "mail")  # (named through its aliases.toml too)
+    assert mail.name == "mail"
+
+
+def test_an_env_toml_still_wins_over_a_dockerfile(tmp_path):
+    bundle = tmp_path / "b"
+    shutil.copytree(OUR_ECHO, bundle / "envs" / "echo")
+    shutil.copy(OUR_ECHO / "server" / "Dockerfile", bundle / "envs" / "echo" / "Dockerfile")
+    record, _ = find_env(bundle, "echo")
+    assert record.apps[0].sandbox is not None and record.apps[0].sandbox.build == "server"
+
+
+async def test_a_dockerfile_only_env_runs_on_docker_and_is_verified(docker_client, client, settings, worker, tmp_path):  # noqa: F811
+    bundle = tmp_path / "b"
+    shutil.copytree(OUR_ECHO / "server", bundle / "envs" / "echo")  # a Dockerfile and server.py, no env.toml
+    (bundle / "artifacts" / "check_echo").mkdir(parents=True)
+    (bundle / "artifacts" / "check_echo" / "verify.py").write_text(CHECK_ECHO_OURS)
+    steps = [{"id": "env", "type": "deploy_env", "env": "echo"}, {**VERIFY_ECHO, "sandbox_type": "local"}]
+    state = await run(client, settings, write_task(bundle, steps), timeout=300)
+    assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
+    assert state.steps["env"].outputs["sandboxes"][0]["provider"] == "docker"
+    assert docker_client.containers.list(all=True, filters={"label": f"agentenv.run={state.run_id}"}) == []
