@@ -108,6 +108,7 @@ BUILTINS = {
     # The framework's step types with no counterpart of ours before (issue 32), under its names and fields
     "env_outcome_verifier": "agent_env.steps.builtin.env_outcome:env_outcome_verifier",
     "teardown_sandboxes": "agent_env.steps.builtin.teardown_sandboxes:teardown_sandboxes",
+    "run_code": "agent_env.steps.builtin.run_code:run_code",
 }
 
 

@@ -66,7 +66,7 @@ async def run(client, settings, path: Path, timeout: float = 120):
 def test_steps_list_shows_them():
     done = cli("steps", "list")
     assert done.returncode == 0, done.stderr
-    for name in ("env_outcome_verifier", "teardown_sandboxes"):
+    for name in ("env_outcome_verifier", "teardown_sandboxes", "run_code"):
         assert name in done.stdout
 
 
@@ -210,6 +210,76 @@ def test_teardown_sandboxes_names_what_it_cannot_find(settings, tmp_path, step, 
         plan(
             load_task(write_task(bundle, [BOX, {"id": "down", "type": "teardown_sandboxes", **step}])), "r-1", settings
         )
+    assert expected in str(e.value)
+
+
+# -- run_code --
+
+SCORER = """
+from helper import double
+
+def run(input):
+    return {"doubled": double(input["args"]["n"]), "seen": sorted(input["results"])}
+"""
+
+
+def code_bundle(tmp_path: Path) -> Path:
+    bundle = echo_bundle(tmp_path)
+    scorer = bundle / "artifacts" / "scorer"
+    scorer.mkdir()
+    (scorer / "run.py").write_text(SCORER)
+    (scorer / "helper.py").write_text("def double(n):\n    return 2 * n\n")
+    (scorer / "notes.txt").write_text("not staged")
+    (bundle / "artifacts" / "one.py").write_text("async def main(input):\n    return input['results']['first']\n")
+    return bundle
+
+
+async def test_run_code_runs_a_script_in_a_sandbox_and_passes_results_on(client, settings, worker, tmp_path):
+    bundle = code_bundle(tmp_path)
+    steps = [
+        BOX,
+        {"id": "first", "type": "run_code", "sandbox_name": "work", "script_artifact_id": "scorer", "args": {"n": 21}},
+        {
+            "id": "second",
+            "type": "run_code",
+            "sandbox_name": "work",
+            "script_artifact_id": "one.py",
+            "entrypoint": "main",
+            "result_id": "again",
+        },
+        DEPLOY_ECHO,
+        {"id": "beside", "type": "run_code", "env_id": "echo", "script_artifact_id": "scorer", "args": {"n": 1}},
+    ]
+    state = await run(client, settings, write_task(bundle, steps))
+    assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
+    assert state.steps["first"].outputs == {"result_id": "first", "result": {"doubled": 42, "seen": []}}
+    assert state.steps["second"].outputs == {"result_id": "again", "result": {"doubled": 42, "seen": []}}
+    assert state.steps["beside"].outputs["result"] == {"doubled": 2, "seen": ["again", "first"]}
+
+
+async def test_run_code_fails_with_the_scripts_error(client, settings, worker, tmp_path):
+    bundle = code_bundle(tmp_path)
+    (bundle / "artifacts" / "scorer" / "run.py").write_text("def run(input):\n    raise ValueError('no such row')\n")
+    steps = [BOX, {"id": "first", "type": "run_code", "sandbox_name": "work", "script_artifact_id": "scorer"}]
+    state = await run(client, settings, write_task(bundle, steps))
+    assert state.status is RunStatus.ERROR
+    assert "ValueError: no such row" in (state.steps["first"].error or "")
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        ({"agent_name": "a"}, "agent_name"),
+        ({"sandbox_name": None}, "give exactly one of `sandbox_name`"),
+        ({"env_id": "echo"}, "give exactly one of `sandbox_name`"),
+        ({"script_file": "nope.py"}, "script_file 'nope.py' is not a .py file of 'scorer'"),
+    ],
+)
+def test_run_code_names_a_wrong_config(settings, tmp_path, step, expected):
+    bundle = code_bundle(tmp_path)
+    code = {"id": "c", "type": "run_code", "sandbox_name": "work", "script_artifact_id": "scorer", **step}
+    with pytest.raises(BadInput) as e:
+        plan(load_task(write_task(bundle, [BOX, DEPLOY_ECHO, code])), "r-1", settings)
     assert expected in str(e.value)
 
 
