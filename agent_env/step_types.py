@@ -109,6 +109,7 @@ BUILTINS = {
     "env_outcome_verifier": "agent_env.steps.builtin.env_outcome:env_outcome_verifier",
     "teardown_sandboxes": "agent_env.steps.builtin.teardown_sandboxes:teardown_sandboxes",
     "run_code": "agent_env.steps.builtin.run_code:run_code",
+    "add_skills": "agent_env.steps.builtin.add_skills:add_skills",
 }
 
 

@@ -66,7 +66,7 @@ async def run(client, settings, path: Path, timeout: float = 120):
 def test_steps_list_shows_them():
     done = cli("steps", "list")
     assert done.returncode == 0, done.stderr
-    for name in ("env_outcome_verifier", "teardown_sandboxes", "run_code"):
+    for name in ("env_outcome_verifier", "teardown_sandboxes", "run_code", "add_skills"):
         assert name in done.stdout
 
 
@@ -280,6 +280,61 @@ def test_run_code_names_a_wrong_config(settings, tmp_path, step, expected):
     code = {"id": "c", "type": "run_code", "sandbox_name": "work", "script_artifact_id": "scorer", **step}
     with pytest.raises(BadInput) as e:
         plan(load_task(write_task(bundle, [BOX, DEPLOY_ECHO, code])), "r-1", settings)
+    assert expected in str(e.value)
+
+
+# -- add_skills --
+
+
+async def test_add_skills_gives_an_a2a_agent_a_skill_mid_run(client, settings, worker, tmp_path):
+    from starlette.applications import Starlette
+    from test_agents import serving
+
+    from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
+
+    class Skilled(Agent):
+        name = "skilled"
+
+        async def answer(self, turn: Turn) -> Answer:
+            return Answer(text="; ".join(f"{s['name']}: {s['skill_md']}" for s in turn.skills))
+
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    app = Starlette()
+    async with serving(app) as url:
+        served, handler = a2a_routes(Skilled(), url + "/", extensions=True)
+        app.router.routes.extend(served)
+        skill = {"name": "triage", "description": "Sort tickets", "body": "Urgent first.", "license": "MIT"}
+        steps = [
+            {
+                "id": "agent",
+                "type": "deploy_agent",
+                "record": {"name": "skilled", "type": "a2a", "config": {"url": url + "/"}},
+            },
+            {"id": "give", "type": "add_skills", "agent_name": "skilled", "skills": [skill]},
+            {"id": "ask", "type": "prompt_agent", "agent": "agent", "prompt": "What can you do?"},
+        ]
+        state = await run(client, settings, write_task(bundle, steps))
+        await handler.aclose()
+    assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
+    assert state.steps["give"].outputs == {"agent_name": "skilled", "added": ["triage"]}
+    answer = state.steps["ask"].outputs["answer"]
+    assert answer.startswith("triage: ---\n") and 'license: "MIT"' in answer and answer.endswith("---\nUrgent first.")
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        ({"skills": [{"name": "s", "description": "d", "object_url": "s3://x"}]}, "`object_url`"),
+        ({"skills": [], "cli_artifact_ids": ["c"]}, "`cli_artifact_ids`"),
+        ({"skills": []}, "give at least one skill"),
+    ],
+)
+def test_add_skills_refuses_what_it_does_not_support_by_field(tmp_path, step, expected):
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    with pytest.raises(BadInput) as e:
+        load_task(write_task(bundle, [{"id": "give", "type": "add_skills", "agent_name": "a", **step}]))
     assert expected in str(e.value)
 
 
