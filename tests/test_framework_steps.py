@@ -19,6 +19,7 @@ from agent_env.planning.runs import plan
 from agent_env.planning.tasks import load_task
 from agent_env.providers import by_name
 from agent_env.spec.run import RunStatus
+from agent_env.stores import open_stores
 from agent_env.temporal import launch
 
 EXAMPLES = Path(__file__).parent / "fixtures" / "framework_bundles"
@@ -151,7 +152,8 @@ def test_the_script_is_the_artifacts_verify_py_pinned_at_plan_time(settings, tmp
     planned = plan(load_task(write_task(bundle, [DEPLOY_ECHO, VERIFY_ECHO])), "r-1", settings)
     config = next(s for s in planned.steps if s.id == "echoes").config
     assert config["deployed"] == "${steps.env.outputs}"
-    assert settings and config["script"]
+    pinned = open_stores(settings).objects.get(config["script"])
+    assert pinned == (bundle / "artifacts" / "check_echo" / "verify.py").read_bytes(), "verify.py, not helper.py"
     (bundle / "artifacts" / "check_echo" / "verify.py").unlink()
     (bundle / "artifacts" / "check_echo" / "other.py").write_text("x = 2\n")
     with pytest.raises(BadInput) as e:
