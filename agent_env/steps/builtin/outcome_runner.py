@@ -82,7 +82,7 @@ def main(script: str, target: str, token_file: str, result_file: str) -> int:
         if "run" in inspect.signature(verify).parameters:
             raise TypeError("verify(mcp_url, run=...) is not supported yet: write verify(mcp_url)")
         results = verify(local)
-        if inspect.isawaitable(results):
+        if inspect.iscoroutine(results):
             results = asyncio.run(results)
         outcome = {"results": results}
     except BaseException as e:  # noqa: BLE001 - whatever the script raises is the verifier's error, reported

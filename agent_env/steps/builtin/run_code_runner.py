@@ -3,7 +3,7 @@
     python3 run_code_runner.py RUN_DIR ENTRYPOINT SCRIPT_FILE
 
 Imports RUN_DIR/SCRIPT_FILE (its own folder and RUN_DIR on sys.path, so it imports its siblings), calls
-ENTRYPOINT with the JSON of RUN_DIR/input.json (awaited when it is a coroutine), and writes what it returns as
+ENTRYPOINT with the JSON of RUN_DIR/input.json (run when it is a coroutine), and writes what it returns as
 JSON to RUN_DIR/output.json. An error leaves no output and exits non-zero with its traceback on stderr.
 """
 
@@ -29,7 +29,7 @@ if not callable(function):
 with open(os.path.join(run_dir, "input.json")) as f:
     given = json.load(f)
 result = function(given)
-if inspect.isawaitable(result):
+if inspect.iscoroutine(result):
     result = asyncio.run(result)
 with open(os.path.join(run_dir, "output.json"), "w") as f:
     json.dump(result, f)
