@@ -110,6 +110,8 @@ BUILTINS = {
     "teardown_sandboxes": "agent_env.steps.builtin.teardown_sandboxes:teardown_sandboxes",
     "run_code": "agent_env.steps.builtin.run_code:run_code",
     "add_skills": "agent_env.steps.builtin.add_skills:add_skills",
+    "run_docker_container": "agent_env.steps.builtin.task_containers:run_docker_container",
+    "run_container_unit_tests_verifier": "agent_env.steps.builtin.task_containers:run_container_unit_tests_verifier",
 }
 
 

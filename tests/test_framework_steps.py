@@ -67,7 +67,14 @@ async def run(client, settings, path: Path, timeout: float = 120):
 def test_steps_list_shows_them():
     done = cli("steps", "list")
     assert done.returncode == 0, done.stderr
-    for name in ("env_outcome_verifier", "teardown_sandboxes", "run_code", "add_skills"):
+    for name in (
+        "env_outcome_verifier",
+        "teardown_sandboxes",
+        "run_code",
+        "add_skills",
+        "run_docker_container",
+        "run_container_unit_tests_verifier",
+    ):
         assert name in done.stdout
 
 
@@ -338,6 +345,74 @@ def test_add_skills_refuses_what_it_does_not_support_by_field(tmp_path, step, ex
     with pytest.raises(BadInput) as e:
         load_task(write_task(bundle, [{"id": "give", "type": "add_skills", "agent_name": "a", **step}]))
     assert expected in str(e.value)
+
+
+# -- task containers: run_docker_container, run_container_unit_tests_verifier --
+
+
+def container_bundle(tmp_path: Path) -> Path:
+    bundle = tmp_path / "b"
+    context = bundle / "artifacts" / "task_image"
+    context.mkdir(parents=True)
+    (context / "Dockerfile").write_text('FROM agentenv/base:bookworm\nCOPY ok /app/ok\nCMD ["sleep", "600"]\n')
+    (context / "ok").write_text("ready\n")
+    return bundle
+
+
+CONTAINER = {
+    "id": "task",
+    "type": "run_docker_container",
+    "sandbox_name": "work",
+    "docker_context_artifact_id": "task_image",
+}
+TESTS = {
+    "id": "tests",
+    "type": "run_container_unit_tests_verifier",
+    "sandbox_name": "work",
+    "container_name": "task-container",
+    "setup_commands": ["test -f /app/ok"],
+    "command": "echo $SHARE > /tmp/reward",
+    "env_vars": {"SHARE": "0.5"},
+    "reward_path": "/tmp/reward",
+    "result_paths": ["/app/ok"],
+}
+
+
+def test_task_containers_are_planned_with_their_context_pinned(settings, tmp_path):
+    bundle = container_bundle(tmp_path)
+    planned = plan(load_task(write_task(bundle, [BOX, CONTAINER, TESTS])), "r-1", settings)
+    by_id = {s.id: s.config for s in planned.steps}
+    assert by_id["task"]["build"] and open_stores(settings).objects.exists(by_id["task"]["build"])
+    assert by_id["tests"]["deployed"] == "${steps.task.outputs.container}"
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        ([BOX, {**CONTAINER, "privileged": True}], "`privileged`"),
+        ([BOX, {**CONTAINER, "volumes": ["/:/host"]}], "`volumes`: volumes is not supported yet"),
+        ([CONTAINER], "sandbox_name 'work' is given by no deploy_sandbox step"),
+        ([BOX, CONTAINER, {**TESTS, "container_name": "other"}], "container 'other' on sandbox 'work'"),
+        ([BOX, CONTAINER, {**TESTS, "user": "nobody"}], "`user`"),
+    ],
+)
+def test_task_containers_name_a_wrong_config(settings, tmp_path, steps, expected):
+    bundle = container_bundle(tmp_path)
+    with pytest.raises(BadInput) as e:
+        plan(load_task(write_task(bundle, steps)), "r-1", settings)
+    assert expected in str(e.value)
+
+
+async def test_a_task_container_is_built_run_and_tested(docker_client, client, settings, worker, tmp_path):  # noqa: F811
+    bundle = container_bundle(tmp_path)
+    failing = {**TESTS, "id": "fails", "command": "exit 3", "reward_path": None, "depends_on": ["tests"]}
+    state = await run(client, settings, write_task(bundle, [BOX, CONTAINER, TESTS, failing]), timeout=300)
+    tests = state.steps["tests"]
+    assert tests.score is not None and tests.score.value == 0.5, {k: s.error for k, s in state.steps.items()}
+    assert tests.outputs["extracted_files"] == {"/app/ok": "ready\n"}
+    assert state.steps["fails"].outputs["exit_code"] == 3 and state.steps["fails"].score.value == 0.0
+    assert state.steps["task"].outputs["container"]["provider"] == "docker"
+    assert docker_client.containers.list(all=True, filters={"label": f"agentenv.run={state.run_id}"}) == []
 
 
 # -- an env folder with only a Dockerfile --
