@@ -204,6 +204,29 @@ async def test_teardown_sandboxes_removes_an_envs_sandboxes(client, settings, wo
     assert state.steps["down"].outputs["torn_down_sandbox_ids"] == [echo_box]
 
 
+def test_teardown_sandboxes_finds_each_name_by_what_its_step_deploys(settings, tmp_path):
+    bundle = echo_bundle(tmp_path)
+    agent = {
+        "id": "agent",
+        "type": "deploy_agent",
+        "record": {"name": "helper", "type": "a2a", "config": {"url": "http://127.0.0.1:9/"}},
+    }
+    down = {
+        "id": "down",
+        "type": "teardown_sandboxes",
+        "sandbox_names": ["work"],
+        "env_ids": ["echo"],
+        "agent_names": ["helper"],
+    }
+    planned = plan(load_task(write_task(bundle, [BOX, DEPLOY_ECHO, agent, down])), "r-1", settings)
+    targets = next(s for s in planned.steps if s.id == "down").config["targets"]
+    assert [(t["kind"], t["name"], t["deployed"]) for t in targets] == [
+        ("sandbox_names", "work", "${steps.box.outputs}"),
+        ("env_ids", "echo", "${steps.env.outputs}"),
+        ("agent_names", "helper", "${steps.agent.outputs}"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("step", "expected"),
     [
