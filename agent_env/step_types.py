@@ -105,6 +105,13 @@ BUILTINS = {
     "deploy_sandbox": "agent_env.steps.builtin.bare_sandboxes:deploy_sandbox",
     "load_artifact": "agent_env.steps.builtin.bare_sandboxes:load_artifact",
     "verify_sandbox": "agent_env.steps.builtin.sandbox_verifier:verify_sandbox",
+    # The framework's step types with no counterpart of ours before (issue 32), under its names and fields
+    "env_outcome_verifier": "agent_env.steps.builtin.env_outcome:env_outcome_verifier",
+    "teardown_sandboxes": "agent_env.steps.builtin.teardown_sandboxes:teardown_sandboxes",
+    "run_code": "agent_env.steps.builtin.run_code:run_code",
+    "add_skills": "agent_env.steps.builtin.add_skills:add_skills",
+    "run_docker_container": "agent_env.steps.builtin.task_containers:run_docker_container",
+    "run_container_unit_tests_verifier": "agent_env.steps.builtin.task_containers:run_container_unit_tests_verifier",
 }
 
 

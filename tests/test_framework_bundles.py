@@ -236,7 +236,7 @@ def test_dry_run_plans_and_starts_nothing(fresh_env):  # noqa: F811
     planned = json.loads(cli("run", str(HELLO), "--dry-run", "--json", env=fresh_env).stdout)
     assert [s["type"] for s in planned["steps"]] == ["deploy_sandbox", "load_artifact", "verify_sandbox"]
     bad = cli("run", str(EXAMPLES / "echo-mcp"), "--dry-run", env=fresh_env)
-    assert bad.returncode == 2 and "smoke.json" in bad.stderr and "steps[1] (id 'echoes').type" in bad.stderr
+    assert bad.returncode == 2 and "smoke.json" in bad.stderr and "steps[0] (id 'env').sandbox_type" in bad.stderr
 
 
 def test_agent_env_run_runs_the_framework_hello_and_passes(server):

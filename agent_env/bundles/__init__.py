@@ -64,8 +64,26 @@ def _alias_bundles(bundle: Path | None) -> list[Path]:
     return ([bundle] if bundle else []) + sorted(p for p in BUILTIN_ROOT.iterdir() if p.is_dir())
 
 
+def dockerfile_env(name: str):
+    """The framework's env folder that holds only a Dockerfile: one MCP server built from it and run on Docker,
+    serving streamable HTTP at :8000/mcp (the MCP SDK's default), all its tools to one role, `agent`."""
+    app = {"name": name, "sandbox": {"build": ".", "port": 8000, "path": "/mcp", "provider": "docker"}}
+    try:
+        return env_record(
+            {
+                "name": name,
+                "description": f"envs/{name}/Dockerfile, built and run on Docker",
+                "apps": [app],
+                "roles": {"agent": {"tools": ["*"]}},
+            }
+        )
+    except ValidationError as e:
+        raise from_validation_error(e, f"envs/{name}/Dockerfile (its folder's name is the env's)") from None
+
+
 def find_env(bundle: Path | None, name: str, *, aliases: bool = True):
-    """An environment by name: `envs/NAME/env.toml` of the task's bundle, else of a built-in bundle
+    """An environment by name: `envs/NAME/env.toml` of the task's bundle, else its `envs/NAME/Dockerfile` alone (the
+    framework's form: an MCP server run on Docker, `dockerfile_env`), else `envs/NAME/env.toml` of a built-in bundle
     (worlds are shared: `support-desk`), else a built-in app as a one-app environment, else an alias the task's
     bundle or a built-in one gives an env of theirs (`aliases.toml`).
 
@@ -74,6 +92,8 @@ def find_env(bundle: Path | None, name: str, *, aliases: bool = True):
     """
 
     path = bundle / "envs" / name / "env.toml" if bundle else None
+    if bundle is not None and path is not None and not path.is_file() and (path.parent / "Dockerfile").is_file():
+        return dockerfile_env(name), path.parent
     if path is None or not path.is_file():
         path = next(
             (

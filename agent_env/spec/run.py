@@ -135,7 +135,8 @@ def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
         return {"deploys_agent": True, "sandboxes": agent_in_sandbox(config)}
     if step_type == "prompt_agent":
         return {"conversation": True}
-    if step_type == "deploy_sandbox":  # (newer than step traits: no recorded plan has one, the table stays whole)
+    # (newer than step traits: no recorded plan has one of these, so the table stays whole)
+    if step_type in ("deploy_sandbox", "env_outcome_verifier", "run_docker_container"):
         return {"sandboxes": True}
     if step_type in get_args(WorldStepVerb):
         return {"verb": step_type}
