@@ -144,7 +144,7 @@ async def test_a_card_without_the_changelog_feature_is_refused_naming_the_field(
     assert "`agent_changelog_object_url`" in error and "'apply-changelog'" in error, error
 
 
-def test_a_position_without_a_changelog_is_refused_when_the_task_is_read():
+def test_a_position_without_a_changelog_or_a_source_outside_captures_is_refused_when_the_task_is_read():
     from pydantic import ValidationError
 
     from agent_env.steps.builtin.agent_deploy import DeployAgentConfig
@@ -152,6 +152,8 @@ def test_a_position_without_a_changelog_is_refused_when_the_task_is_read():
     record = {"name": "a", "type": "a2a", "config": {"url": "http://127.0.0.1:1/"}}
     with pytest.raises(ValidationError, match="agent_changelog_toolcall_position_exclusive needs"):
         DeployAgentConfig.model_validate({"record": record, "agent_changelog_toolcall_position_exclusive": 3})
+    with pytest.raises(ValidationError, match="is not a changelog's prefix: give runs/RUN/agent_changelog/NAME/"):
+        DeployAgentConfig.model_validate({"record": record, "agent_changelog_object_url": "runs/x/agent_snapshots/a/"})
 
 
 REFERENCE_CHECK = """

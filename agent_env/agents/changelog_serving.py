@@ -13,6 +13,7 @@ The agent keeps one grant (the latest enable) and one counter: nothing grows wit
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -33,9 +34,11 @@ from agent_env.agents.changelog_wire import (
 )
 from agent_env.agents.extension_table import OPERATIONS, SNAPSHOT
 from agent_env.agents.transfer_serving import AgentState, _answering, _body, _refused, saves_state
+from agent_env.guard import BodyTooLarge, read_body
 from agent_env.stores.transfer import OPAQUE, download, post_to_namespace
 
 log = logging.getLogger(__name__)
+MAX_APPLY_BYTES = 8 << 20  # an apply carries a read grant per increment (under 1 KiB each), up to 10,000 of them
 
 
 def encode(state: AgentState, context_id: str) -> bytes:
@@ -64,12 +67,18 @@ class Changelog:
         self.grant: NamespaceChangelogEnableRequest | None = None
         self.sequence = 0
         self.written_bytes = 0
+        self.writing = asyncio.Lock()  # turns of several conversations end together: their increments go in order
 
     async def after_turn(self, context_id: str) -> None:
         """Write the turn's increment, if a capture is on. A failure is logged, never the turn's: the run sees the
         missing increment when it replays."""
         if self.grant is None:
             return
+        async with self.writing:
+            await self._write(context_id)
+
+    async def _write(self, context_id: str) -> None:
+        assert self.grant is not None
         namespace = self.grant.write_namespace
         if self.sequence >= namespace.max_objects:
             log.warning("changelog: the namespace grant's %d objects are written; no more", namespace.max_objects)
@@ -95,7 +104,11 @@ class Changelog:
             return JSONResponse(NamespaceChangelogEnableResponse(roots=[]).model_dump(mode="json"))
 
         async def apply(request: Request) -> JSONResponse:
-            wanted = ObjectChangelogApplyRequest.model_validate(await _body(request))
+            try:
+                body = json.loads(await read_body(request, MAX_APPLY_BYTES) or b"{}")
+            except BodyTooLarge:
+                raise ValueError(f"the request is over {MAX_APPLY_BYTES} bytes") from None
+            wanted = ObjectChangelogApplyRequest.model_validate(body)
             context_id = wanted.target_context_id
             for increment in wanted.increments:
                 try:

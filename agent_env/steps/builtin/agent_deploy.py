@@ -9,6 +9,7 @@ key fails before the run starts. Talking to it afterwards is `agents.prompt_agen
 from __future__ import annotations
 
 import itertools
+import re
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, model_validator
@@ -41,6 +42,7 @@ from agent_env.gateway_client.wire import JsonObject
 
 AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
 PURPOSES = {"llm": "agent", "persona": "persona", "cli": "agent"}
+_CAPTURE = re.compile(r"runs/[^/]+/agent_changelog/[^/]+/?")
 
 
 def agent_id(ctx: StepContext, step: str) -> str:
@@ -86,7 +88,9 @@ class DeployAgentConfig(StepConfig):
         "(urn:agentenv:snapshot/v1's changelog feature)",
     )
     agent_changelog_object_url: str | None = Field(
-        None, description="replay this changelog (an earlier run's `agent_changelog.changelog`) into the agent"
+        None,
+        description="replay this changelog (an earlier run's `agent_changelog.changelog`, "
+        "runs/RUN/agent_changelog/NAME/) into the agent",
     )
     agent_changelog_toolcall_position_exclusive: int | None = Field(
         None, ge=0, description="replay only the increments before this position (default: all)"
@@ -107,6 +111,12 @@ class DeployAgentConfig(StepConfig):
             raise ValueError("give `agent` (an agent of the bundle) or `record` (inline), not both")
         if self.agent_changelog_toolcall_position_exclusive is not None and not self.agent_changelog_object_url:
             raise ValueError("agent_changelog_toolcall_position_exclusive needs agent_changelog_object_url")
+        source = self.agent_changelog_object_url
+        if source and "${" not in source and not _CAPTURE.fullmatch(source):  # only a capture: no other object
+            raise ValueError(
+                f"agent_changelog_object_url {source!r} is not a changelog's prefix: give "
+                "runs/RUN/agent_changelog/NAME/ (a deploy_agent's outputs.agent_changelog.changelog)"
+            )
         if self.record is None:
             try:
                 find_agent((info.context or {}).get("bundle"), cast(str, self.agent))  # (no record: an agent)
