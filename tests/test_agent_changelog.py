@@ -219,3 +219,27 @@ def _plain(value):
     from google.protobuf.json_format import MessageToDict
 
     return MessageToDict(value)
+
+
+async def test_our_sdk_refuses_an_apply_out_of_order_or_of_bytes_it_did_not_write(tmp_path, settings, trusting):
+    """As an outsider would send them over HTTP: increments out of order, and an object that is no increment of its
+    own, are 400s naming the problem, and the agent loads nothing."""
+    from agent_env.stores.grant_issuers import object_grants
+    from agent_env.stores.local import FileObjectStore
+    from agent_env.stores.transfer import OPAQUE, read_object
+
+    store = FileObjectStore(settings.state_dir / "objects")
+    grants = object_grants(store, settings)
+    store.put("runs/r/agent_changelog/a/000000.state", b"not ours")
+    read = read_object(grants.read("runs/r/agent_changelog/a/000000.state"), 8, OPAQUE, b"not ours")
+    increment = {"sequence": 0, "object": read.model_dump(mode="json", exclude_none=True)}
+    notes = Notes()
+    async with served(notes) as [url], httpx.AsyncClient() as http:
+        backwards = {"increments": [{**increment, "sequence": 2}, increment]}
+        answer = await http.put(url + "ext/snapshot/changelog", json=backwards)
+        assert answer.status_code == 400 and "strictly increasing" in answer.json()["detail"]
+        answer = await http.put(url + "ext/snapshot/changelog", json={"increments": [increment]})
+        assert answer.status_code == 400, answer.text
+        assert "increment 0: a changelog increment is not one this agent wrote" in answer.json()["detail"]
+        assert "grants/v1." not in answer.text  # its grant is not quoted back
+    assert notes.loaded == []

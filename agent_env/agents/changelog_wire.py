@@ -78,7 +78,7 @@ def increment_sequence(path: str) -> int | None:
 def changelog_card_methods() -> JsonObject:
     """The feature's operations as a snapshot/v1 card lists them (beside save and load), the reference's way: each
     with its method, its own endpoint (not the extension's), and its request and answer fields."""
-    models = {
+    models: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
         ENABLE: (NamespaceChangelogEnableRequest, NamespaceChangelogEnableResponse),
         APPLY: (ObjectChangelogApplyRequest, ObjectChangelogApplyResponse),
     }
