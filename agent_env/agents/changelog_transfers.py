@@ -45,7 +45,8 @@ async def enable(client: ExtensionClient, grants: ObjectGrants, prefix: str, *, 
     if not reaches(grant.url, client.agent_url):
         raise TransferFailed(
             f"the run's object store serves its grants on this host's loopback, which the agent at "
-            f"{client.agent_url} cannot reach; a changelog's namespace grant is not staged"
+            f"{client.agent_url} cannot reach, and a changelog's namespace grant is not staged — use an object store the "
+            "agent reaches (S3 or Cloud Storage over https), or serve the agent on this host"
         )
     body = NamespaceChangelogEnableRequest(write_namespace=namespace_wire(grant))
     answer = _parsed(
@@ -76,6 +77,8 @@ async def apply(
 ) -> JsonObject:
     """Replay the capture below `prefix` up to position `before` (exclusive) into the agent; what it applied."""
     chosen = await increments(grants, stores, prefix, before)
+    if len(chosen) > LIMITS.max_objects:  # a store that cannot count a namespace's objects (S3's POST policies)
+        raise TransferFailed(f"the changelog at {prefix} has {len(chosen)} increments, over {LIMITS.max_objects}")
     async with _handover(client, grants, stores) as handover:
         wire = []
         for sequence, key in chosen:
