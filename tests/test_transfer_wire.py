@@ -1,7 +1,7 @@
 """Our object-transfer bodies and snapshot/v1's card entry (agent_env/agents/transfer_wire.py) are the reference
 protocol's on the wire. The reference's models live in its `agent` extra, which cannot install beside our pins, so
 what they render was recorded once from it into tests/fixtures/ (regenerate with the reference framework's python:
-`SNAPSHOT_V1.core_operations[...].request.to_card()` and each model's `model_fields`)."""
+`SNAPSHOT_V1.core_operations[...]` and `.optional_features["changelog"]` rendered as its registry's `to_card`, and each model's `model_fields`)."""
 
 from __future__ import annotations
 

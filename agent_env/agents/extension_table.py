@@ -46,6 +46,8 @@ OPERATIONS: Mapping[tuple[str, str], tuple[str, str]] = {  # (uri, operation) ->
     (TRAJECTORY, "get"): ("POST", "/ext/trajectory"),
     (SNAPSHOT, "save"): ("POST", "/ext/snapshot"),
     (SNAPSHOT, "load"): ("PUT", "/ext/snapshot"),
+    (SNAPSHOT, "enable-changelog"): ("POST", "/ext/snapshot/changelog"),  # the optional `changelog` feature
+    (SNAPSHOT, "apply-changelog"): ("PUT", "/ext/snapshot/changelog"),
     (PEER_AGENTS, "set"): ("POST", "/ext/peer-agents"),
     (PEER_AGENTS, "list"): ("GET", "/ext/peer-agents"),
     (TRIGGERS, "register"): ("POST", "/ext/triggers"),

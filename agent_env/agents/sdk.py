@@ -54,6 +54,7 @@ from starlette.routing import Route
 
 from agent_env import telemetry, tls
 from agent_env.agents import staging, transfer_serving
+from agent_env.agents.changelog_serving import Changelog, changelog_of
 from agent_env.agents.extension_ops import InstallDeclaration
 from agent_env.agents.extension_table import ENDPOINTS, STAGING
 from agent_env.agents.extensions import Configured, card_extensions
@@ -227,11 +228,16 @@ def turn_from_message(message, context_id: str) -> Turn:
 
 class _Executor(AgentExecutor):
     def __init__(
-        self, agent: Agent, configured: Configured | None = None, served: ServedExtensions | None = None
+        self,
+        agent: Agent,
+        configured: Configured | None = None,
+        served: ServedExtensions | None = None,
+        changelog: Changelog | None = None,
     ) -> None:
         self.agent = agent
         self.configured = configured
         self.served = served
+        self.changelog = changelog
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task = context.current_task
@@ -256,6 +262,8 @@ class _Executor(AgentExecutor):
             self.configured.keep_trajectory(
                 task.id, [{"event": "prompt", "text": turn.prompt}, *turn.trajectory, answered]
             )
+        if self.changelog is not None:  # before the answer goes out: a run that has it finds the increment
+            await self.changelog.after_turn(task.context_id)
         message = updater.new_agent_message([new_text_part(reply.text), new_data_part({KEY: reply.data})])
         await (updater.failed(message) if reply.failed else updater.complete(message))
 
@@ -314,7 +322,8 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
     card = agent_card(agent, url, extensions=extensions)
     configured = Configured() if extensions else None
     served = ServedExtensions(Enabled.of(agent)) if extensions else None
-    executor = _Executor(agent, configured, served)
+    changelog = changelog_of(agent) if extensions else None
+    executor = _Executor(agent, configured, served, changelog)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     routes = card_routes(card, configured) + create_jsonrpc_routes(handler, rpc_url="/")
     if extensions:  # where the reference framework's clients (A2A 0.3) send turns: `message/send` to /a2a
@@ -323,6 +332,7 @@ def a2a_routes(agent: Agent, url: str, *, extensions: bool = False) -> tuple[lis
         configured.routes() + transfer_serving.routes(agent) + agent.extension_routes(configured) if configured else []
     )
     own += staging.routes(staging.StagingArea(staging.configured_max_bytes())) if extensions else []
+    own += changelog.routes() if changelog else []
     return routes + own + (served.routes() if served else []), handler
 
 

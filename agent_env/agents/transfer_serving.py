@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agent_env.agents.changelog_wire import changelog_card_methods
 from agent_env.agents.extension_table import ENDPOINTS
 from agent_env.agents.transfer_wire import (
     SNAPSHOT,
@@ -69,12 +70,15 @@ def saves_state(agent: Any) -> bool:
 
 
 def card_entries(agent: Any) -> list[Any]:
-    """The card's extensions for what `agent` can transfer: snapshot/v1 if it has the hooks."""
+    """The card's extensions for what `agent` can transfer: snapshot/v1 (with its `changelog` feature:
+    `changelog_serving`) if it has the hooks."""
     if not saves_state(agent):
         return []
     from a2a.types import AgentExtension
 
-    return [AgentExtension(uri=SNAPSHOT, description=SNAPSHOT_DESCRIPTION, params=snapshot_card_params())]
+    params = snapshot_card_params()
+    params["methods"] = {**params["methods"], **changelog_card_methods()}  # its optional `changelog` feature too
+    return [AgentExtension(uri=SNAPSHOT, description=SNAPSHOT_DESCRIPTION, params=params)]
 
 
 def routes(agent: Any) -> list[Route]:

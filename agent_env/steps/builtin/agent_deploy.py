@@ -9,6 +9,7 @@ key fails before the run starts. Talking to it afterwards is `agents.prompt_agen
 from __future__ import annotations
 
 import itertools
+import re
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, model_validator
@@ -28,6 +29,7 @@ from agent_env.spec.env import AgentSandbox
 from agent_env.spec.run import PlannedConfig, agent_in_sandbox
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
+from agent_env.steps.builtin.agent_changelog import changelog_on_deploy
 from agent_env.steps.builtin.agent_extensions import RUN_USES, deploy_extras
 from agent_env.steps.builtin.envs import instance_id
 from agent_env.steps.builtin.sandbox_steps import pin_skills, put_pinned
@@ -40,6 +42,7 @@ from agent_env.gateway_client.wire import JsonObject
 
 AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
 PURPOSES = {"llm": "agent", "persona": "persona", "cli": "agent"}
+_CAPTURE = re.compile(r"runs/[^/]+/agent_changelog/[^/]+/?")
 
 
 def agent_id(ctx: StepContext, step: str) -> str:
@@ -79,6 +82,19 @@ class DeployAgentConfig(StepConfig):
     agent_snapshot_target_context_id: str | None = Field(
         None, description="the conversation the agent restores it as (default: one it picks, in the outputs)"
     )
+    enable_agent_changelog: bool = Field(
+        False,
+        description="the agent writes an increment of its state after each turn under runs/RUN/agent_changelog/NAME/ "
+        "(urn:agentenv:snapshot/v1's changelog feature)",
+    )
+    agent_changelog_object_url: str | None = Field(
+        None,
+        description="replay this changelog (an earlier run's `agent_changelog.changelog`, "
+        "runs/RUN/agent_changelog/NAME/) into the agent",
+    )
+    agent_changelog_toolcall_position_exclusive: int | None = Field(
+        None, ge=0, description="replay only the increments before this position (default: all)"
+    )
     peers: list[str] = Field(
         default_factory=list,
         description="deploy_agent steps whose agents it may delegate to, sent through urn:agentenv:peer-agents/v1",
@@ -93,6 +109,14 @@ class DeployAgentConfig(StepConfig):
             if self.agent is not None and self.record is not None and self.record.name == self.agent:
                 return self  # as planned: the record inlined
             raise ValueError("give `agent` (an agent of the bundle) or `record` (inline), not both")
+        if self.agent_changelog_toolcall_position_exclusive is not None and not self.agent_changelog_object_url:
+            raise ValueError("agent_changelog_toolcall_position_exclusive needs agent_changelog_object_url")
+        source = self.agent_changelog_object_url
+        if source and "${" not in source and not _CAPTURE.fullmatch(source):  # only a capture: no other object
+            raise ValueError(
+                f"agent_changelog_object_url {source!r} is not a changelog's prefix: give "
+                "runs/RUN/agent_changelog/NAME/ (a deploy_agent's outputs.agent_changelog.changelog)"
+            )
         if self.record is None:
             try:
                 find_agent((info.context or {}).get("bundle"), cast(str, self.agent))  # (no record: an agent)
@@ -268,6 +292,14 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         deployed = {"agent": record.name, "name": name, "url": url, "hosted": hosted}
         target = config.agent_snapshot_target_context_id
         restored = await restore_agent_state(ctx, deployed, config.agent_snapshot, target)
+    changelog = await changelog_on_deploy(
+        ctx,
+        {"agent": record.name, "name": name, "url": url, "hosted": hosted},
+        enable=config.enable_agent_changelog,
+        source=config.agent_changelog_object_url,
+        before=config.agent_changelog_toolcall_position_exclusive,
+        target_context_id=config.agent_snapshot_target_context_id,
+    )
     return {
         "agent": record.name,
         "type": record.type,
@@ -279,6 +311,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         "mcp_url": mcp_url,
         **({"extensions": extensions} if extensions else {}),
         **({"restored_context_id": restored} if restored else {}),
+        **changelog,
         **extras,
         **({"sandbox": sandbox} if sandbox else {}),
         **({"images": {record.name: image_id}} if image_id else {}),
