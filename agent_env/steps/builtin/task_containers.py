@@ -129,7 +129,7 @@ async def run_docker_container(ctx: StepContext, config: RunDockerContainerConfi
     )
     return {
         "container": {
-            "provider": provider,
+            "provider": provider.name,
             "id": sandbox.info.id,
             "container_name": config.container_name,
             "sandbox_name": config.sandbox_name,
