@@ -129,6 +129,8 @@ async def finish(cluster: Cluster, client, run_id: str, timeout: float = 180) ->
         return await asyncio.wait_for(launch.wait_result(handle), timeout)
     except TimeoutError:
         described = await handle.describe()
+        history = cluster.settings.state_dir.parent / "history.json"  # for tests/test_replay.py's replayer
+        history.write_text((await handle.fetch_history()).to_json())
         pending = [
             f"{a.activity_type.name} attempt {a.attempt} state {a.state} last failure {a.last_failure.message!r}"
             for a in described.raw_description.pending_activities
@@ -141,7 +143,8 @@ async def finish(cluster: Cluster, client, run_id: str, timeout: float = 180) ->
             )
         }
         raise AssertionError(
-            f"run {run_id} not finished after {timeout:.0f} s; status {described.status and described.status.name}; pending {pending}; "
+            f"run {run_id} not finished after {timeout:.0f} s (its history: {history}); status "
+            f"{described.status and described.status.name}; pending {pending}; "
             + "; ".join(f"{name} log tail:\n{text}" for name, text in logs.items())
         ) from None
 
