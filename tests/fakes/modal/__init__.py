@@ -4,7 +4,9 @@ State lives in this process. A sandbox is a temp folder: its command runs there 
 server on the sandbox's port is reachable on 127.0.0.1 at that port; `exec` runs local subprocesses; the
 `filesystem` API maps absolute sandbox paths under the folder. Signatures, return types and errors follow
 the SDK. Where it cannot: nothing is isolated and images are only recorded, tunnel URLs are plain http
-(no TLS), and `exec` runs its command to completion before returning.
+(no TLS), and `exec` runs its command to completion before returning. The V2 backend's calls
+(`Sandbox._experimental_create`, `_experimental_from_name`, `_experimental_list`, which the modal_vm provider
+uses) keep the SDK's split: V1's `from_name` and `list` do not find V2 sandboxes.
 
 Not in the SDK, for tests: `sandboxes()` (every sandbox created, each with the `create_kwargs` it was
 created with) and `reset()`.
