@@ -1,4 +1,5 @@
-"""The modal and e2b providers, against in-process fakes of their SDKs (tests/fakes/modal, tests/fakes/e2b).
+"""The cloud providers (modal, modal_vm, e2b, tensorlake, tenki), against in-process fakes of their SDKs
+(tests/fakes/modal, e2b, tensorlake, tenki): every one passes the same conformance tests (`cloud`).
 
 The fakes run sandbox commands as local subprocesses, so a sandbox serving HTTP is really fetched here.
 The same tests against the real services are in tests_live/.
@@ -7,6 +8,8 @@ The same tests against the real services are in tests_live/.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import sys
 import time
@@ -23,29 +26,38 @@ from agent_env.providers import by_name
 from agent_env.providers.base import Network, ProviderUnavailable, SandboxFailed, SandboxSpec
 
 FAKES = Path(__file__).parent / "fakes"
-SDKS = ("modal", "e2b")
-IMAGE = {"modal": "python:3.12-slim", "e2b": None}  # e2b: the configured template
+PROVIDERS = ("modal", "modal_vm", "e2b", "tensorlake", "tenki")
+SDK = {"modal": "modal", "modal_vm": "modal", "e2b": "e2b", "tensorlake": "tensorlake", "tenki": "tenki"}
+EXTRA = {**SDK}  # the extra that brings each provider's SDK
+IMAGE = {"modal": "python:3.12-slim", "modal_vm": "python:3.12-slim", "e2b": None, "tensorlake": None, "tenki": None}
+KEYS = {"tensorlake": "tl-test-key", "tenki": "tk-test-key"}  # their default secrets, from the environment
 
 
 def _drop_sdk_modules() -> None:
-    for name in [n for n in sys.modules if n.split(".")[0] in SDKS]:
+    for name in [n for n in sys.modules if n.split(".")[0] in {*SDK.values(), "vm_folder"}]:
         del sys.modules[name]
 
 
 @pytest.fixture
 def sdks(monkeypatch, tmp_path):
-    """The fake SDKs, imported as `modal` and `e2b`, with credentials in the environment."""
+    """The fake SDKs, imported as `modal`, `e2b`, `tensorlake` and `tenki`, with credentials: in the environment
+    for modal and e2b, in the secrets tensorlake and tenki read by default (`secret:tensorlake-api-key`, ...)."""
     _drop_sdk_modules()
     monkeypatch.syspath_prepend(str(FAKES))
     monkeypatch.setenv("MODAL_TOKEN_ID", "ak-test")
     monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-test")
     monkeypatch.setenv("E2B_API_KEY", "e2b_test")
+    monkeypatch.setenv("AGENT_ENV_SECRET_TENSORLAKE_API_KEY", KEYS["tensorlake"])
+    monkeypatch.setenv("AGENT_ENV_SECRET_TENKI_API_KEY", KEYS["tenki"])
     import e2b
     import modal
+    import tenki
+    import tensorlake.sandbox
 
-    yield SimpleNamespace(modal=modal, e2b=e2b)
-    modal.reset()
-    e2b.reset()
+    fakes = SimpleNamespace(modal=modal, modal_vm=modal, e2b=e2b, tensorlake=tensorlake.sandbox, tenki=tenki)
+    yield fakes
+    for sdk in (modal, e2b, tensorlake.sandbox, tenki):
+        sdk.reset()
     _drop_sdk_modules()  # later tests must not find the fakes
 
 
@@ -54,7 +66,7 @@ def settings(tmp_path):
     return Settings(state_dir=tmp_path)
 
 
-@pytest.fixture(params=SDKS)
+@pytest.fixture(params=PROVIDERS)
 def cloud(request, sdks, settings):
     return by_name.load(request.param, settings)
 
@@ -79,19 +91,17 @@ async def fetch(url: str) -> httpx.Response:
 
 
 def test_importing_the_providers_does_not_import_the_sdks():
-    code = (
-        "import sys, agent_env.providers.modal, agent_env.providers.e2b; "
-        "assert not {'modal', 'e2b'} & set(sys.modules), 'SDK imported'"
-    )
+    modules = ", ".join(f"agent_env.providers.{name}" for name in PROVIDERS)
+    code = f"import sys, {modules}; assert not {set(SDK.values())!r} & set(sys.modules), 'SDK imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("provider", SDKS)
+@pytest.mark.parametrize("provider", PROVIDERS)
 async def test_check_refuses_without_the_sdk(provider, settings, monkeypatch):
-    monkeypatch.setitem(sys.modules, provider, None)  # `import <sdk>` now fails
+    monkeypatch.setitem(sys.modules, SDK[provider], None)  # `import <sdk>` now fails
     with pytest.raises(ProviderUnavailable) as e:
         await by_name.load(provider, settings).check()
-    assert e.value.fix == f"pip install 'agentenv-framework[{provider}]'"
+    assert e.value.fix == f"pip install 'agentenv-framework[{EXTRA[provider]}]'"
 
 
 async def test_modal_check_needs_a_token(sdks, settings, monkeypatch, tmp_path):
@@ -248,3 +258,163 @@ async def test_e2b_refuses_what_templates_fix(sdks, settings, tmp_path):
     with pytest.raises(BadInput, match="cannot enforce network 'allowlist'"):
         await by_name.create("e2b", spec("e2b", network=Network.parse(["10.0.0.0/8"])), settings)
     assert sdks.e2b.sandboxes() == []
+
+
+# --- modal_vm ------------------------------------------------------------------------------------------------
+
+
+async def test_modal_vm_boots_a_vm_with_docker_started_before_its_command(sdks, settings, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"  # a `dockerd` the image has: the sandbox starts it, then its command
+    bin_dir.mkdir()
+    marker = tmp_path / "dockerd-started"
+    (bin_dir / "dockerd").write_text(f"#!/bin/sh\ntouch {marker}\nexec sleep 30\n")
+    (bin_dir / "dockerd").chmod(0o755)
+    (bin_dir / "docker").write_text("#!/bin/sh\nexit 1\n")  # no daemon answers yet
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    vm = by_name.load("modal_vm", settings)
+    box = await vm.create(spec("modal_vm", image=None, name="vm", command=["sleep", "30"]))
+    kwargs = recorded(sdks, "modal_vm")
+    assert kwargs["experimental_options"] == {"vm_runtime": True}
+    assert sdks.modal.sandboxes()[-1].v2  # Modal's V2 backend, the only one that starts VMs
+    image = kwargs["image"]  # no image: a Docker-capable Ubuntu
+    assert (image.kind, image.args["base"].args, image.args["packages"]) == (
+        "apt",
+        {"tag": "ubuntu:24.04"},
+        ["docker.io", "ca-certificates", "curl"],
+    )
+    for _ in range(100):
+        if marker.exists():
+            break
+        await asyncio.sleep(0.05)
+    assert marker.exists(), "dockerd was not started"
+    assert (await box.exec(["echo", "up"])).stdout == "up\n"
+
+    assert list(sdks.modal.Sandbox.list(app_id=kwargs["app"].app_id)) == []  # V1's list misses V2 sandboxes...
+    assert [i.id for i in await vm.list("run-1")] == [box.info.id]  # ...the provider finds them
+    assert (await vm.create(spec("modal_vm", image=None, name="vm"))).info.id == box.info.id  # by name, too
+    with pytest.raises(BadInput, match="the modal_vm provider cannot snapshot"):
+        await box.snapshot()
+    assert await vm.remove(box.info.id) is True
+
+
+async def test_modal_vm_without_a_command_keeps_running(sdks, settings):
+    box = await by_name.load("modal_vm", settings).create(spec("modal_vm", name="idle"))
+    assert (await box.exec(["true"])).exit_code == 0
+    assert sdks.modal.sandboxes()[-1].poll() is None  # its keep-alive runs: Modal would end it otherwise
+    await box.stop()
+
+
+# --- tensorlake and tenki: API keys as secret references, their settings ----------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["tensorlake", "tenki"])
+async def test_the_api_key_is_a_secret_resolved_where_it_is_used(provider, sdks, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENT_ENV_SECRET_MY_KEY", "resolved-key")
+    settings = Settings(state_dir=tmp_path, sandboxes={"providers": {provider: {"api_key": "secret:my-key"}}})
+    _, box = await by_name.create(provider, spec(provider, env={"TOKEN": "s3cret"}), settings)
+    made = getattr(sdks, provider).sandboxes()[-1]
+    assert made.api_key == "resolved-key"  # the SDK's client got it ...
+    assert "resolved-key" not in repr(made.create_kwargs)  # ... and not the VM (its env is the spec's)
+    assert (await box.exec(["sh", "-c", "echo $TOKEN"])).stdout == "s3cret\n"
+    await box.stop()
+
+
+@pytest.mark.parametrize("provider", ["tensorlake", "tenki"])
+async def test_without_a_key_the_provider_is_unusable_naming_the_secret(provider, sdks, settings, monkeypatch):
+    monkeypatch.delenv(f"AGENT_ENV_SECRET_{provider.upper()}_API_KEY")
+    with pytest.raises(ProviderUnavailable) as e:
+        await by_name.load(provider, settings).check()
+    assert f"agent-env secrets set {provider}-api-key" in e.value.fix
+    assert f"AGENT_ENV_SECRET_{provider.upper()}_API_KEY" in e.value.fix
+    assert f"[sandboxes.providers.{provider}] api_key" in e.value.fix
+    assert provider not in {p.name for p in await by_name.usable(settings)}  # `sandboxes list` skips it
+
+
+@pytest.mark.parametrize("provider", ["tensorlake", "tenki"])
+async def test_unknown_settings_and_builds_are_refused(provider, sdks, tmp_path):
+    settings = Settings(state_dir=tmp_path, sandboxes={"providers": {provider: {"regoin": "eu"}}})
+    with pytest.raises(BadInput) as e:
+        await by_name.load(provider, settings).check()
+    assert "regoin" in e.value.problem and "api_key" in e.value.fix
+    with pytest.raises(BadInput, match="cannot build"):
+        await by_name.load(provider, Settings(state_dir=tmp_path)).create(spec(provider, build=str(tmp_path)))
+    assert getattr(sdks, provider).sandboxes() == []
+
+
+@pytest.mark.parametrize("provider", ["tensorlake", "tenki"])
+async def test_the_command_gets_the_env_and_its_output_is_the_log(provider, sdks, settings):
+    box = await by_name.load(provider, settings).create(
+        spec(provider, command=["sh", "-c", "echo hello $WHO; sleep 30"], env={"WHO": "world"})
+    )
+    for _ in range(100):
+        if "hello world" in await box.logs():
+            break
+        await asyncio.sleep(0.05)
+    assert await box.logs() == "hello world\n"
+    await box.stop()
+    assert await by_name.load(provider, settings).list() == []
+
+
+@pytest.mark.parametrize("provider", ["tensorlake", "tenki"])
+async def test_network_and_limits(provider, sdks, settings):
+    cloud = by_name.load(provider, settings)
+    await cloud.create(spec(provider, name="closed", network=Network.parse("none"), cpus=1.5, memory_mb=1025))
+    closed = recorded(sdks, provider)
+    await cloud.create(spec(provider, name="some", network=Network.parse(["10.0.0.0/8"])))
+    some = recorded(sdks, provider)
+    await cloud.create(spec(provider, name="open"))
+    opened = recorded(sdks, provider)
+    if provider == "tensorlake":
+        assert (closed["allow_internet_access"], closed["cpus"], closed["memory_mb"]) == (False, 1.5, 1025)
+        assert (some["allow_internet_access"], some["allow_out"]) == (True, ["10.0.0.0/8"])
+        assert (opened["allow_internet_access"], opened["allow_out"], opened["timeout_secs"]) == (True, None, 6 * 3600)
+    else:  # whole cores, even memory
+        assert (closed["allow_outbound"], closed["cpu_cores"], closed["memory_mb"]) == (False, 2, 1026)
+        assert (some["allow_outbound"], some["allow_cidrs"]) == (True, ["10.0.0.0/8"])
+        assert (opened["allow_outbound"], opened["allow_cidrs"], opened["max_duration"]) == (True, None, 6 * 3600)
+        assert (opened["tags"], opened["metadata"]["agentenv.run"]) == (["agentenv"], "run-1")
+
+
+async def test_tenki_filters_ipv4_only_and_boots_one_image_or_snapshot(sdks, tmp_path):
+    tenki = by_name.load("tenki", Settings(state_dir=tmp_path))
+    with pytest.raises(BadInput, match="IPv4 only"):
+        await tenki.create(spec("tenki", network=Network.parse(["2001:db8::/32"])))
+    both = {"image": "ubuntu-docker", "snapshot_id": "snap-1"}
+    with pytest.raises(BadInput, match="both image and snapshot_id"):
+        await by_name.load("tenki", Settings(state_dir=tmp_path, sandboxes={"providers": {"tenki": both}})).check()
+    configured = Settings(state_dir=tmp_path, sandboxes={"providers": {"tenki": {"snapshot_id": "snap-1"}}})
+    await by_name.load("tenki", configured).create(spec("tenki", name="from-snapshot"))
+    assert (recorded(sdks, "tenki")["snapshot_id"], recorded(sdks, "tenki")["image"]) == ("snap-1", None)
+    await by_name.load("tenki", configured).create(spec("tenki", name="own-image", image="my/image:1"))
+    assert (recorded(sdks, "tenki")["snapshot_id"], recorded(sdks, "tenki")["image"]) == (None, "my/image:1")
+
+
+async def test_tensorlake_every_call_goes_to_the_configured_api(sdks, tmp_path):
+    here = Settings(state_dir=tmp_path, sandboxes={"providers": {"tensorlake": {"api_url": "https://tl.internal"}}})
+    box = await by_name.load("tensorlake", here).create(spec("tensorlake"))
+    assert recorded(sdks, "tensorlake")["api_url"] == "https://tl.internal"
+    assert await by_name.load("tensorlake", Settings(state_dir=tmp_path)).list() == []  # the public API has none
+    assert [i.id for i in await by_name.load("tensorlake", here).list()] == [box.info.id]
+    assert await by_name.load("tensorlake", here).remove(box.info.id) is True
+
+
+async def test_tensorlake_labels_live_in_the_vm_and_its_name_says_whose_it_is(sdks, settings, tmp_path):
+    tl = by_name.load("tensorlake", settings)
+    box = await tl.create(spec("tensorlake", name="web", owner="env-a"))
+    made = sdks.tensorlake.sandboxes()[-1]
+    assert made.name.startswith("agentenv-") and "web" not in made.name  # a hash: names may be long
+
+    # A workload that rewrites its labels cannot make its VM another install's: the name says whose it is.
+    labels = json.loads((made.folder.root / "tmp/agentenv/labels.json").read_text())
+    (made.folder.root / "tmp/agentenv/labels.json").write_text(json.dumps({**labels, "agentenv.install": "s-other"}))
+    [info] = await tl.list()
+    assert (info.install, info.name, info.owner) == (tl.install, "web", "env-a")
+
+    # A VM whose create was cut short before it was labelled goes soon after it was made (the reaper sees it).
+    (made.folder.root / "tmp/agentenv/labels.json").unlink()
+    [info] = await tl.list()
+    assert info.run_id == "" and info.expires_at <= time.time() + 900
+    other = await by_name.load("tensorlake", Settings(state_dir=tmp_path / "other")).list()
+    assert other == []  # another install does not list it
+    await box.stop()

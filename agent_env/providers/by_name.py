@@ -30,8 +30,11 @@ BUILTIN = {
     "local": "agent_env.providers.local:LocalProvider",
     "docker": "agent_env.providers.docker:DockerProvider",
     "modal": "agent_env.providers.modal:ModalProvider",
+    "modal_vm": "agent_env.providers.modal_vm:ModalVmProvider",
     "e2b": "agent_env.providers.e2b:E2BProvider",
     "smol_vm": "agent_env.providers.smol_vm:SmolVMProvider",
+    "tensorlake": "agent_env.providers.tensorlake:TensorlakeProvider",
+    "tenki": "agent_env.providers.tenki:TenkiProvider",
 }
 
 

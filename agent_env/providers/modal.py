@@ -86,6 +86,9 @@ class ModalProvider(SandboxProvider):
     capabilities = Capabilities(
         isolated=True, build=True, network=["open", "none", "allowlist"], resources=True, snapshot=True
     )
+    # What a subclass (modal_vm) changes: its sandboxes' class, how one is started, found by name and listed,
+    # its command and its default image (the methods below `_create`).
+    sandbox_class: type[ModalSandbox] = ModalSandbox
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -97,7 +100,7 @@ class ModalProvider(SandboxProvider):
             import modal  # noqa: F401
         except ImportError:
             raise ProviderUnavailable(
-                "the modal provider needs the Modal SDK, which is not installed",
+                f"the {self.name} provider needs the Modal SDK, which is not installed",
                 "pip install 'agentenv-framework[modal]'",
             ) from None
         if not _has_credentials():
@@ -117,7 +120,7 @@ class ModalProvider(SandboxProvider):
         app = modal.App.lookup(self.app_name, create_if_missing=True)
         name = _modal_name(spec.name)
         try:  # a retry of the same step: the sandbox it started is still running
-            sb = modal.Sandbox.from_name(self.app_name, name)
+            sb = self._by_name(name)
         except NotFoundError:
             pass
         else:
@@ -127,11 +130,11 @@ class ModalProvider(SandboxProvider):
                     f"a sandbox named {name!r} of another agent-env install runs in Modal app {self.app_name!r}",
                     "give this install its own app ([sandboxes] modal_app)",
                 )
-            return ModalSandbox(self._info(sb, tags, spec.port), sb)
+            return self.sandbox_class(self._info(sb, tags, spec.port), sb)
         labels = {k: v for k, v in spec.labels(self.install).items() if v}  # Modal tag values must not be empty
         try:
-            sb = modal.Sandbox.create(
-                *(spec.command or []),
+            sb = self._start(
+                self._command(spec),
                 app=app,
                 name=name,
                 tags=labels,
@@ -144,14 +147,35 @@ class ModalProvider(SandboxProvider):
                 **_network(spec.network),
             )
         except AlreadyExistsError:  # a concurrent retry created it first
-            sb = modal.Sandbox.from_name(self.app_name, name)
+            sb = self._by_name(name)
             labels = sb.get_tags()
         except RemoteError as e:  # includes ImageBuildError
             raise SandboxFailed(
                 f"Modal could not build or start sandbox {spec.name!r}: {e}",
                 f"fix the image or Dockerfile; the build log is on modal.com (app {self.app_name!r})",
             ) from None
-        return ModalSandbox(self._info(sb, labels, spec.port), sb)
+        return self.sandbox_class(self._info(sb, labels, spec.port), sb)
+
+    def _start(self, command: list[str], **options: Any) -> Any:
+        import modal
+
+        return modal.Sandbox.create(*command, **options)
+
+    def _by_name(self, name: str) -> Any:
+        import modal
+
+        return modal.Sandbox.from_name(self.app_name, name)
+
+    def _listed(self, app_id: str, tags: dict[str, str]) -> Any:
+        import modal
+
+        return modal.Sandbox.list(app_id=app_id, tags=tags)
+
+    def _command(self, spec: SandboxSpec) -> list[str]:
+        return spec.command or []
+
+    def _default_image(self) -> Any:
+        return None  # Modal's default image
 
     def _image(self, spec: SandboxSpec) -> Any:
         import modal
@@ -174,7 +198,7 @@ class ModalProvider(SandboxProvider):
             return modal.Image.from_dockerfile(context / "Dockerfile", context_dir=str(context))
         if spec.image and spec.image.startswith("im-"):  # a snapshot (Sandbox.snapshot) or another Modal image
             return modal.Image.from_id(spec.image)
-        return modal.Image.from_registry(spec.image) if spec.image else None  # None: Modal's default image
+        return modal.Image.from_registry(spec.image) if spec.image else self._default_image()
 
     def _info(self, sb: Any, labels: dict[str, str], port: int | None) -> SandboxInfo:
         url = sb.tunnels()[port].url if port else None
@@ -193,7 +217,7 @@ class ModalProvider(SandboxProvider):
             return []
         out = []
         tags = {LABEL_INSTALL: self.install, **({LABEL_RUN: run_id} if run_id else {})}
-        for sb in modal.Sandbox.list(app_id=app.app_id, tags=tags):
+        for sb in self._listed(app.app_id, tags):
             labels = sb.get_tags()
             if LABEL_RUN in labels:  # the app may hold sandboxes agent-env did not create
                 out.append(SandboxInfo.from_labels(self.name, sb.object_id, labels))

@@ -4,7 +4,9 @@ State lives in this process. A sandbox is a temp folder: its command runs there 
 server on the sandbox's port is reachable on 127.0.0.1 at that port; `exec` runs local subprocesses; the
 `filesystem` API maps absolute sandbox paths under the folder. Signatures, return types and errors follow
 the SDK. Where it cannot: nothing is isolated and images are only recorded, tunnel URLs are plain http
-(no TLS), and `exec` runs its command to completion before returning.
+(no TLS), and `exec` runs its command to completion before returning. The V2 backend's calls
+(`Sandbox._experimental_create`, `_experimental_from_name`, `_experimental_list`, which the modal_vm provider
+uses) keep the SDK's split: V1's `from_name` and `list` do not find V2 sandboxes.
 
 Not in the SDK, for tests: `sandboxes()` (every sandbox created, each with the `create_kwargs` it was
 created with) and `reset()`.
@@ -93,6 +95,9 @@ class Image:
     ) -> Image:
         return Image("dockerfile", path=Path(path), context_dir=context_dir)
 
+    def apt_install(self, *packages: str | list[str], force_build: bool = False, **kwargs: Any) -> Image:
+        return Image("apt", base=self, packages=list(packages))
+
 
 @dataclass
 class Tunnel:
@@ -170,8 +175,10 @@ class Sandbox:
         timeout: int | None,
         ports: Sequence[int],
         create_kwargs: dict[str, Any],
+        v2: bool = False,
     ) -> None:
         self.object_id = f"sb-{next(_ids):022d}"
+        self.v2 = v2  # made by _experimental_create: only the _experimental_ lookups find it, as in the SDK
         self._app, self._name, self._tags, self._env, self._ports = app, name, dict(tags), env, list(ports)
         self.create_kwargs = create_kwargs
         self.root = Path(tempfile.mkdtemp(prefix="fake-modal-"))
@@ -213,6 +220,8 @@ class Sandbox:
         encrypted_ports: Sequence[int] = [],
         unencrypted_ports: Sequence[int] = [],  # noqa: B006
         client: Any = None,
+        experimental_options: dict[str, Any] | None = None,
+        _v2: bool = False,
     ) -> Sandbox:
         if app is None:
             raise InvalidError("App is required when creating a Sandbox outside a Modal container")
@@ -223,7 +232,7 @@ class Sandbox:
                 raise InvalidError(f"Secret key name {key!r} is invalid for environment variables.")
         if block_network and outbound_cidr_allowlist is not None:
             raise InvalidError("`outbound_cidr_allowlist` cannot be used when `block_network` is enabled")
-        if name is not None and any(sb._name == name for sb in _running(app.app_id)):
+        if name is not None and any(sb._name == name and sb.v2 == _v2 for sb in _running(app.app_id)):
             raise AlreadyExistsError(f"Sandbox with name '{name}' already exists")
         kwargs = dict(
             app=app,
@@ -240,6 +249,7 @@ class Sandbox:
             outbound_cidr_allowlist=outbound_cidr_allowlist,
             encrypted_ports=list(encrypted_ports),
             unencrypted_ports=list(unencrypted_ports),
+            experimental_options=experimental_options,
         )
         sb = Sandbox(
             app,
@@ -250,9 +260,72 @@ class Sandbox:
             timeout,
             [*encrypted_ports, *unencrypted_ports],
             kwargs,
+            v2=_v2,
         )
         _sandboxes[sb.object_id] = sb
         return sb
+
+    @staticmethod
+    def _experimental_create(
+        *args: str,
+        app: App | None = None,
+        name: str | None = None,
+        tags: dict[str, str] | None = None,
+        image: Image | None = None,
+        env: dict[str, str | None] | None = None,
+        timeout: int = 300,
+        cpu: float | tuple[float, float] | None = None,
+        memory: int | tuple[int, int] | None = None,
+        block_network: bool = False,
+        outbound_cidr_allowlist: Sequence[str] | None = None,
+        encrypted_ports: Sequence[int] = [],
+        unencrypted_ports: Sequence[int] = [],  # noqa: B006
+        experimental_options: dict[str, Any] | None = None,
+        client: Any = None,
+        **kwargs: Any,
+    ) -> Sandbox:
+        """The V2 backend's create (which alone takes `experimental_options={"vm_runtime": True}`)."""
+        return Sandbox.create(
+            *args,
+            app=app,
+            name=name,
+            tags=tags,
+            image=image,
+            env=env,
+            timeout=timeout,
+            cpu=cpu,
+            memory=memory,
+            block_network=block_network,
+            outbound_cidr_allowlist=outbound_cidr_allowlist,
+            encrypted_ports=encrypted_ports,
+            unencrypted_ports=unencrypted_ports,
+            experimental_options=experimental_options,
+            _v2=True,
+        )
+
+    @staticmethod
+    def _experimental_from_name(
+        app_name: str,
+        name: str,
+        *,
+        environment_name: str | None = None,
+        include_terminated: bool = False,
+        client: Any = None,
+    ) -> Sandbox:
+        app = _apps.get(app_name)
+        for sb in _running(app.app_id) if app else []:
+            if sb._name == name and sb.v2:
+                return sb
+        raise NotFoundError(f"Sandbox '{name}' not found in App '{app_name}'")
+
+    @staticmethod
+    def _experimental_list(
+        *, app_id: str | None = None, tags: dict[str, str] | None = None, client: Any = None
+    ) -> Iterator[Sandbox]:
+        """Both backends' sandboxes, as in the SDK."""
+        for sb in _running(app_id):
+            if all(sb._tags.get(k) == v for k, v in (tags or {}).items()):
+                yield sb
 
     def snapshot_filesystem(self, timeout: int = 55) -> Image:
         """Like Modal's: the sandbox's filesystem as a new image (here: a copy of its folder)."""
@@ -271,7 +344,7 @@ class Sandbox:
     ) -> Sandbox:
         app = _apps.get(app_name)
         for sb in _running(app.app_id) if app else []:
-            if sb._name == name:
+            if sb._name == name and not sb.v2:
                 return sb
         raise NotFoundError(f"Sandbox '{name}' not found in App '{app_name}'")
 
@@ -284,7 +357,7 @@ class Sandbox:
     @staticmethod
     def list(*, app_id: str | None = None, tags: dict[str, str] | None = None, client: Any = None) -> Iterator[Sandbox]:
         for sb in _running(app_id):
-            if all(sb._tags.get(k) == v for k, v in (tags or {}).items()):
+            if not sb.v2 and all(sb._tags.get(k) == v for k, v in (tags or {}).items()):
                 yield sb
 
     def get_tags(self) -> dict[str, str]:
