@@ -8,7 +8,10 @@ tool calls the judge reads), `score_aggregator` (all_pass, the default; any_pass
 `verifier_id`, `output_format` (rubric_binary: a verdict per criterion; rubric_partial: a score from 0 to 1),
 `grading_policy_prompt`, `agent_name` (a deployed agent judges) or `use_agent_judge: false` with `default_model`
 and `default_model_api_base` (the judge model: [models.judge] through our model endpoints), and
-`judge_timeout_seconds`. The framework's fields this judge does not do are refused when the task is checked.
+`judge_timeout_seconds`. The framework's fields this judge does not do are refused when the task is checked. Unlike
+the framework, no judge agent is deployed for the step: without `agent_name` the judge model grades (the
+framework's `use_agent_judge` defaults to an agent it deploys; `use_agent_judge: true` without `agent_name` is
+refused here, naming the fix).
 
 Ours besides: `each_call` (a criterion per tool call an agent made), `transcripts` (more prompts), `state`
 (read-only tool calls whose results the judge sees), `reference` / `reference_file`, `judge_model` (another
