@@ -117,10 +117,11 @@ async def test_llm_agent_uses_tools_through_the_fake_model_and_the_judge_grades(
             },
             {
                 "id": "grade",
-                "type": "rubric_judge",
+                "type": "rubrics_verifier",
                 "depends_on": ["work"],
                 "config": {
-                    "transcripts": ["work"],
+                    "prompt_id": "work",
+                    "score_aggregator": "weighted_average",
                     "state": [
                         {
                             "env": "desk",
@@ -132,20 +133,24 @@ async def test_llm_agent_uses_tools_through_the_fake_model_and_the_judge_grades(
                     "criteria": [
                         {
                             "id": "read-ticket",
-                            "text": "The agent read the ticket ('Charged twice for order ORD-1001').",
+                            "description": "The agent read the ticket ('Charged twice for order ORD-1001').",
                             "weight": 2,
                         },
-                        {"id": "refused", "text": "The refund attempt was refused ('not available to role')."},
-                        {"id": "refunded", "text": "A refund was issued ('RF-0002')."},
+                        {"id": "refused", "description": "The refund attempt was refused ('not available to role')."},
+                        {"id": "refunded", "description": "A refund was issued ('RF-0002')."},
                     ],
                     "pass_threshold": 0.7,
                 },
             },
             {
                 "id": "total",
-                "type": "aggregate_scores",
+                "type": "aggregate_verifiers",
                 "depends_on": ["grade", "work"],
-                "config": {"inputs": [{"step": "grade", "weight": 1}], "mode": "weighted", "pass_threshold": 0.7},
+                "config": {
+                    "inputs": [{"step": "grade", "weight": 1}],
+                    "score_aggregator": "weighted_average",
+                    "pass_threshold": 0.7,
+                },
             },
         )
     )
@@ -154,17 +159,24 @@ async def test_llm_agent_uses_tools_through_the_fake_model_and_the_judge_grades(
     assert (work["tool_calls"], work["refused"]) == (2, 1)
     assert work["answer"] == "Looked at TCK-1004; the refund was not mine to issue."
     grade = state.steps["grade"]
-    verdicts = {v["id"]: v["verdict"] for v in grade.outputs["verdicts"]}
-    assert verdicts == {"read-ticket": "pass", "refused": "pass", "refunded": "fail"}
+    verdicts = {r["id"]: r["result"] for r in grade.outputs["results"]}
+    assert verdicts == {"read-ticket": True, "refused": True, "refunded": False}
+    assert grade.outputs["verifier_id"] == "grade" and grade.outputs["score"] == pytest.approx(3 / 4)
     assert grade.score.value == pytest.approx(3 / 4)
     assert "missing: RF-0002" in {c.name: c for c in grade.score.criteria}["refunded"].detail
     assert state.score == pytest.approx(0.75) and state.steps["total"].score.value == pytest.approx(0.75)
 
 
 async def test_judge_answers_that_cannot_be_used_are_retried_then_fail_clearly(run_task):
-    grade = {"criteria": [{"id": "c1", "text": "The material mentions 'hello'."}], "reference": "hello there"}
+    grade = {"criteria": [{"id": "c1", "description": "The material mentions 'hello'."}], "reference": "hello there"}
     flaky = await run_task(
-        task({"id": "grade", "type": "rubric_judge", "config": {**grade, "judge_model": {"model": "fake-judge-flaky"}}})
+        task(
+            {
+                "id": "grade",
+                "type": "rubrics_verifier",
+                "config": {**grade, "judge_model": {"model": "fake-judge-flaky"}},
+            }
+        )
     )
     assert flaky.status is RunStatus.PASSED, flaky
     assert flaky.steps["grade"].outputs["asked"] == 2
@@ -172,7 +184,7 @@ async def test_judge_answers_that_cannot_be_used_are_retried_then_fail_clearly(r
         task(
             {
                 "id": "grade",
-                "type": "rubric_judge",
+                "type": "rubrics_verifier",
                 "retries": 0,
                 "config": {**grade, "attempts": 2, "judge_model": {"model": "fake-garbage"}},
             }
@@ -275,15 +287,15 @@ async def test_aggregates_all_pass_and_any_pass(run_task):
             checks("bad", False),
             {
                 "id": "all",
-                "type": "aggregate_scores",
+                "type": "aggregate_verifiers",
                 "depends_on": ["good", "bad"],
-                "config": {"inputs": ["good", "bad"], "mode": "all_pass"},
+                "config": {"inputs": ["good", "bad"], "score_aggregator": "all_pass"},
             },
             {
                 "id": "any",
-                "type": "aggregate_scores",
+                "type": "aggregate_verifiers",
                 "depends_on": ["all"],
-                "config": {"inputs": ["good", "bad"], "mode": "any_pass"},
+                "config": {"inputs": ["good", "bad"], "score_aggregator": "any_pass"},
             },
         )
     )
@@ -297,7 +309,7 @@ def test_aggregate_inputs_must_be_upstream_steps():
             task(
                 {"id": "a", "type": "check", "config": {"checks": [{"name": "x", "value": 1, "truthy": True}]}},
                 {"id": "b", "type": "check", "config": {"checks": [{"name": "x", "value": 1, "truthy": True}]}},
-                {"id": "agg", "type": "aggregate_scores", "depends_on": ["a"], "config": {"inputs": ["a", "b"]}},
+                {"id": "agg", "type": "aggregate_verifiers", "depends_on": ["a"], "config": {"inputs": ["a", "b"]}},
             ),
             "t",
         )
@@ -309,7 +321,8 @@ def test_a_missing_api_key_fails_before_the_run_starts(settings, monkeypatch):
 
     mine = load_settings()
     spec = parse_task(
-        task({"id": "grade", "type": "rubric_judge", "config": {"criteria": [{"id": "a", "text": "anything"}]}}), "t"
+        task({"id": "grade", "type": "rubrics_verifier", "config": {"criteria": [{"id": "a", "description": "x"}]}}),
+        "t",
     )
     with pytest.raises(
         BadInput,

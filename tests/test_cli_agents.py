@@ -284,13 +284,13 @@ def test_model_overrides_change_only_what_they_name():
 JUDGED = """id = "judged"
 [[steps]]
 id = "grade"
-type = "rubric_judge"
+type = "rubrics_verifier"
 retries = 0
 [steps.config]
 reference = "hello there"
 attempts = 1
-criteria = [{ id = "mentions-hello", text = "The material mentions 'hello'." },
-            { id = "mentions-there", text = "The material mentions 'there'." }]
+criteria = [{ id = "mentions-hello", description = "The material mentions 'hello'." },
+            { id = "mentions-there", description = "The material mentions 'there'." }]
 """
 
 
@@ -306,7 +306,7 @@ def test_run_model_override_and_runs_show_criteria(server, tmp_path):
     shown = cli("runs", "show", run_id)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    grade = next(i for i, line in enumerate(lines) if "rubric_judge" in line)
+    grade = next(i for i, line in enumerate(lines) if "rubrics_verifier" in line)
     assert "score 1.00 (2/2)" in lines[grade]
     assert lines[grade + 1].strip().startswith("✓ mentions-hello: found: hello")
     assert lines[grade + 2].strip().startswith("✓ mentions-there: found: there")

@@ -49,9 +49,9 @@ async def test_invoice_queue(client, settings, worker):
     state = await run_bundle(client, settings, "invoice-queue")
     assert state.status is RunStatus.PASSED and state.score == 1, state
     decisions = state.steps["decisions"]
-    assert len(decisions.outputs["verdicts"]) == 8
-    assert all(v["verdict"] == "pass" for v in decisions.outputs["verdicts"])
-    texts = [v["text"] for v in decisions.outputs["verdicts"]]
+    assert len(decisions.outputs["results"]) == 8
+    assert all(r["result"] for r in decisions.outputs["results"])
+    texts = [r["description"] for r in decisions.outputs["results"]]
     assert "'INV-3003: held'" in " ".join(texts)
 
 
@@ -73,8 +73,8 @@ async def test_invoice_queue_catches_a_wrong_and_a_missing_decision(client, sett
 
     state = await run_bundle(client, settings, "invoice-queue", sloppy)
     assert state.status is RunStatus.FAILED, state
-    verdicts = state.steps["decisions"].outputs["verdicts"]
-    failed = [v["text"] for v in verdicts if v["verdict"] == "fail"]
+    rows = state.steps["decisions"].outputs["results"]
+    failed = [r["description"] for r in rows if not r["result"] and r["id"] != "enough-calls"]
     assert failed == [
         "The clerk's decision 'INV-3003: approved' is what the AP policy requires, as the answer key says."
     ]

@@ -274,7 +274,7 @@ PINNED = {  # what a run pins when it is planned -> (a bundle, where the link go
         "envs/shop/seed.json",
     ),
     "load_data file": (lambda root: write_bundle(root, TASK, NOTES_ENV).parents[1], "seed.json"),
-    "rubric_judge reference_file": (lambda root: invoice_bundle(root), "reference/answer-key.txt"),
+    "rubrics_verifier reference_file": (lambda root: invoice_bundle(root), "reference/answer-key.txt"),
 }
 
 

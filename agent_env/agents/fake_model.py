@@ -13,15 +13,16 @@ It is a fake, and says so: nothing here understands language.
 - A step's `tool` names the request's declared tool of that name, else the one named `..._NAME` after a `__`
   (Claude Code declares MCP tools as `mcp__SERVER__TOOL`; Codex declares them in a `namespace` named `mcp__SERVER`,
   and the call names that namespace), so one script drives every kind of agent.
-- `fake-judge` grades rubric criteria: a criterion passes when every 'quoted' term in its text appears
-  in the material it is given (case-insensitive), with a reason saying which terms it found or missed.
+- `fake-judge` grades rubric criteria: a criterion passes when every 'quoted' term in its description appears
+  in the material it is given (case-insensitive), with a reason saying which terms it found or missed; its
+  `score` (for rubric_partial) is the share of the terms found.
 - `fake-garbage` answers text that is not JSON; `fake-judge-flaky` does so once, then judges;
   `fake-slow-N` waits N seconds first; `fake-small` (and `fake-small-*`) answers anything with "ok": the small
   model the CLI presets name, for the titles and chores CLIs send on the side.
 - A script step may carry faults: `"delay": S` waits S seconds before answering; `"rate_limited": S` answers
   the first sight of a request with a 429 and `Retry-After: S` (the retry of the same request is served).
 - The model `fake` serves everyone at once: the judge for a grading request (the last message is the
-  JSON of `rubric_judge`, whoever sends it: the judge model or a judge agent), else the script named by
+  JSON of `rubrics_verifier`, whoever sends it: the judge model or a judge agent), else the script named by
   the request's `user` (our LLM agents send their agent's name there).
 
 It has the gateway's FastAPI shape (agent_env.http_app): the key is checked by a dependency, bodies are read
@@ -90,11 +91,11 @@ Scripts = dict[str, Script]
 
 class Criterion(TypedDict):
     id: str
-    text: str
+    description: str
 
 
 class GradingRequest(TypedDict):
-    """What `rubric_judge` asks (agent_env.steps.builtin.grading): criteria, and the material to grade."""
+    """What a judge is asked (agent_env.steps.builtin.judging): criteria, and the material to grade."""
 
     criteria: list[Criterion]
     material: Any
@@ -103,6 +104,7 @@ class GradingRequest(TypedDict):
 class Verdict(TypedDict):
     id: str
     verdict: str
+    score: float
     reason: str
 
 
@@ -152,7 +154,7 @@ def resolve_tool(wanted: str, tools: Tools) -> tuple[str, str | None]:
 
 
 def grading_request(messages: list[Message]) -> GradingRequest | None:
-    """The rubric_judge request in the last user message, if that is what it is."""
+    """The judge's request in the first user message, if that is what it is."""
     users = [m for m in messages if m.get("role") == "user"]
     content = users[0].get("content") if users else None  # retries append a correction after it
     try:
@@ -165,16 +167,17 @@ def grading_request(messages: list[Message]) -> GradingRequest | None:
 
 
 def judge(request: GradingRequest) -> Verdicts:
-    """Verdicts for the criteria listed in the judge's request (see agent_env.steps.builtin.grading)."""
+    """Verdicts for the criteria listed in the judge's request (see agent_env.steps.builtin.judging)."""
     material = json.dumps(request.get("material"), ensure_ascii=False).lower()
     verdicts: list[Verdict] = []
     for criterion in request["criteria"]:
-        terms = QUOTED.findall(criterion["text"])
+        terms = QUOTED.findall(criterion["description"])
         missing = [t for t in terms if t.lower() not in material]
         verdicts.append(
             {
                 "id": criterion["id"],
                 "verdict": "fail" if missing or not terms else "pass",
+                "score": round((len(terms) - len(missing)) / len(terms), 6) if terms else 0.0,
                 "reason": (
                     f"missing: {', '.join(missing)}"
                     if missing

@@ -20,6 +20,7 @@ from agent_env.planning.runs import plan
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.agent import AgentRecord
 from agent_env.spec.duration import MAX_SECONDS, Duration
+from agent_env.spec.named_steps import agent_names
 from agent_env.spec.run import RunInput
 from agent_env.spec.task import TaskSpec
 from agent_env.task_lookup import Task
@@ -252,11 +253,12 @@ def _trainer_steps(task: TaskSpec, names: list[str], deployed: dict[str, AgentRe
 
 def _refuse_what_a_trainer_cannot_play(task: TaskSpec, played: dict[str, AgentRecord]) -> None:
     for step in task.steps:
-        if step.type == "rubric_judge" and step.config.get("judge") in played:
+        judge = step.config.get("agent_name") if step.type == "rubrics_verifier" else None
+        if judge is not None and any(judge in agent_names(task.step(sid)) for sid in played):
             raise BadInput(
-                f"step {step.id!r} has {step.config['judge']!r} judge the others: a trainer's model "
+                f"step {step.id!r} has {judge!r} judge the others: a trainer's model "
                 "cannot grade the episode it plays in",
-                "train a different agent, or grade with the judge model (leave out `judge`)",
+                "train a different agent, or grade with the judge model (leave out `agent_name`)",
             )
     for trigger in task.triggers:
         for action in trigger.actions:

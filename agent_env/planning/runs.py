@@ -104,7 +104,7 @@ def pin(task: TaskSpec, steps: list[StepPlan]) -> dict[str, Any]:
             pins.setdefault("images", {})[where] = image
         for purpose, endpoint in (s.config.get("models") or {}).items() if isinstance(s.config, dict) else ():
             pins.setdefault("models", {})[f"{s.id}.{purpose}"] = pinned_endpoint(endpoint)
-        if s.type == "rubric_judge" and isinstance(s.config.get("model"), dict):
+        if s.type == "rubrics_verifier" and isinstance(s.config.get("model"), dict):
             pins.setdefault("models", {})[f"{s.id}.judge"] = pinned_endpoint(s.config["model"])
     artifacts = sorted({key for s in steps for key in _content_keys(s.config) if not key.endswith(".tar")})
     if artifacts:

@@ -15,7 +15,7 @@ from agent_env.spec.task import FailurePolicy
 from agent_env.spec.verbs import WorldStepVerb
 from agent_env.spec.world_state import WorldSpec, WorldState
 
-AGGREGATE = "aggregate_scores"  # the step type whose score, when present, is the run's
+AGGREGATE = "aggregate_verifiers"  # the step type whose score, when present, is the run's
 
 
 class StepStatus(StrEnum):
@@ -261,7 +261,7 @@ class RunState(BaseModel):
         )
 
     def scores(self) -> dict[str, Score]:
-        """The scores that decide the run: the last `aggregate_scores` step's, if the task has one (it
+        """The scores that decide the run: the last `aggregate_verifiers` step's, if the task has one (it
         combines the others as the task says), else every step's."""
         scores = {sid: s.score for sid, s in self.steps.items() if s.score is not None}
         final = [sid for sid, s in self.steps.items() if s.type == AGGREGATE and s.score is not None]

@@ -27,7 +27,7 @@ from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
 from agent_env.step_types import StepFunction, StepType
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
-from agent_env.steps.builtin import grading
+from agent_env.steps.builtin import judging
 from agent_env.stores import in_thread, keys
 from agent_env.validators import env_card, env_protocol, mcp_tools, spec_conformance
 from agent_env.validators import target as net
@@ -150,7 +150,7 @@ class AssessmentConfig(EnvTargetConfig):
 
 
 def prepare_assessment(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
-    return grading.prepare_judge(prepare_target(config, plan), plan)
+    return judging.prepare_judge(prepare_target(config, plan), plan)
 
 
 @step_type(
@@ -188,13 +188,10 @@ async def verify_mcp_env_assessment(ctx: StepContext, config: AssessmentConfig) 
             "tool_calls": doc["tool_calls"],
         }
     ids = {f"tool-{n}": t.name for n, t in enumerate(tools, 1)}
-    criteria = [grading.RubricCriterion(id=i, text=ASSESS.format(quoted=f"'{name}'")) for i, name in ids.items()]
-    judging = grading.RubricJudgeConfig(
-        criteria=criteria, attempts=config.attempts, model=config.model, judge_deployed=config.judge_deployed
-    )
-    request = {"criteria": [{"id": c.id, "text": c.text} for c in criteria], "material": material}
+    criteria = [{"id": i, "description": ASSESS.format(quoted=f"'{name}'")} for i, name in ids.items()]
+    judge = judging.Judging(attempts=config.attempts, model=config.model, judge_deployed=config.judge_deployed)
     used: Usage = {}
-    verdicts, asked = await grading._judge(ctx, judging, request, used)  # (rubric_judge's ask-until-usable loop)
+    verdicts, asked = await judging.judge(ctx, judge, {"criteria": criteria, "material": material}, used)
     for verdict in verdicts:
         name = ids[verdict["id"]]
         report.checks.append(

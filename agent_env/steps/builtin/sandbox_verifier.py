@@ -123,16 +123,17 @@ def aggregate(rows: list[JsonObject], how: str) -> float:
     if not rows:
         return 0.0
     if how == "all_pass":
-        return 1.0 if all(r["result"] for r in rows) else 0.0
+        return 1.0 if all(r.get("result") is True for r in rows) else 0.0
     if how == "any_pass":
-        return 1.0 if any(r["result"] for r in rows) else 0.0
+        return 1.0 if any(r.get("result") is True for r in rows) else 0.0
     gained = total = penalty = 0.0
     for r in rows:
         weight = float(r.get("weight", 1.0))
+        score = float(r.get("score", 1.0 if r.get("result") is True else 0.0))  # (a row may carry only `result`)
         if weight > 0:
-            gained, total = gained + r["score"] * weight, total + weight
+            gained, total = gained + score * weight, total + weight
         elif weight < 0:
-            penalty += (1.0 - r["score"]) * -weight
+            penalty += (1.0 - score) * -weight
     return max(0.0, min(1.0, (gained - penalty) / total)) if total else 0.0
 
 
