@@ -12,13 +12,14 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from gateway_util import running_gateway
 from test_cli import cli
 from test_durability import cluster, finish, wait_until  # noqa: F401 - the durability tier's fixture
 
 from agent_env.errors import BadInput
 from agent_env.gateway import tokens
 from agent_env.gateway.embedded import connect
-from agent_env.gateway_client import GatewayUnavailable
+from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
 from agent_env.planning.runs import plan
 from agent_env.planning.tasks import load_task, parse_task
 from agent_env.spec.run import RunStatus
@@ -219,6 +220,34 @@ async def test_a_review_outlives_its_worker(cluster: object) -> None:  # noqa: F
     state = await finish(cluster, client, handle.id)
     assert state.status is RunStatus.PASSED and state.steps["look"].score.value == 1.0
     assert state.steps["look"].attempts == 2
+
+
+async def test_the_gateway_keeps_a_review_once_with_its_first_deadline(tmp_path):
+    """Opened again (a retried step), a review is the same one; a long poll ends at its decision; the run's end
+    expires what still waits; a body naming another review is refused."""
+    async with running_gateway(tmp_path / "gw") as (_, _, admin):
+        request = {"id": "r-1.look/review", "run_id": "r-1", "step": "look", "upstream": {}, "timeout_s": 300}
+        first = await admin.open_review(request)
+        again = await admin.open_review({**request, "timeout_s": 1})
+        assert again["deadline"] == first["deadline"] and again["state"] == "waiting"
+        assert (await admin.human_turn(first["id"], 0.2))["state"] == "waiting", "no decision within the wait"
+
+        polling = asyncio.create_task(admin.human_turn(first["id"], 30))
+        await asyncio.sleep(0.3)
+        await admin.answer_human_turn(first["id"], "fine", score=0.9)
+        decided = await asyncio.wait_for(polling, 10)
+        assert (decided["state"], decided["verdict"], decided["score"]) == ("answered", "continue", 0.9)
+        assert (await admin.open_review(request))["score"] == 0.9, "a retried step finds the decision"
+
+        await admin.open_review({**request, "id": "r-1.other/review", "step": "other"})
+        await admin.end_run("r-1")
+        assert (await admin.human_turn("r-1.other/review"))["state"] == "expired"
+        with pytest.raises(GatewayRefused) as refused:
+            await admin._object("PUT", "/admin/human/r-2.x/review", json={**request, "id": "r-1.look/review"})
+        assert refused.value.status == 400
+        with pytest.raises(GatewayRefused) as missing:
+            await admin.human_turn("nobody/review")
+        assert missing.value.status == 404
 
 
 def test_the_review_step_is_documented():
