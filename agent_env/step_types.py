@@ -113,6 +113,9 @@ BUILTINS = {
     "add_skills": "agent_env.steps.builtin.add_skills:add_skills",
     "run_docker_container": "agent_env.steps.builtin.task_containers:run_docker_container",
     "run_container_unit_tests_verifier": "agent_env.steps.builtin.task_containers:run_container_unit_tests_verifier",
+    # people in the run (issue 32): an agent a person plays, a person's review; both through the people's inbox
+    "deploy_human_agent": "agent_env.steps.builtin.human_agent:deploy_human_agent",
+    "review": "agent_env.steps.builtin.review:review",
 }
 
 

@@ -19,6 +19,7 @@ import pytest
 from conftest import free_port, plan_key_of
 
 from agent_env.config import load_settings
+from agent_env.gateway_client import GatewayRefused
 from agent_env.spec.run import RunStatus
 from agent_env.task_lookup import resolve_target
 from agent_env.temporal import launch
@@ -264,3 +265,26 @@ async def test_a_remembered_owner_that_lost_the_instance_is_forgotten(pool, pool
         assert (await gateway.get_instance(spec["id"]))["id"] == spec["id"]
         assert await gateway.url_for(spec["id"]) == other
         assert await gateway.delete_instance(spec["id"])
+
+
+async def test_a_review_lives_on_one_gateway_and_the_pool_finds_it(pool, pool_worker):
+    """Opened through the pool (placed with its run), found again by a pool that never saw it (a retried step on a
+    new worker), listed among the pool's waiting turns and decided through it."""
+    from agent_env.gateway.embedded import admin_token, connect
+    from agent_env.gateway_client.single import SingleGateway
+
+    request = {"id": "rv-run.look/review", "run_id": "rv-run", "step": "look", "upstream": {}, "timeout_s": 300}
+    async with connect(pool_worker) as gateway:
+        opened = await gateway.open_review(request)
+    async with connect(pool_worker) as fresh:
+        assert (await fresh.open_review(request))["deadline"] == opened["deadline"], "the same review, found"
+        assert request["id"] in [t["id"] for t in await fresh.human_turns()]
+        await fresh.answer_human_turn(request["id"], "fine", score=1.0)
+        assert (await fresh.human_turn(request["id"]))["verdict"] == "continue"
+    held = []
+    for url in pool.urls:
+        async with SingleGateway(url, admin_token(pool_worker)) as one:
+            held += [url for t in await one.human_turns() if t["id"] == request["id"]]
+            with contextlib.suppress(GatewayRefused):
+                held += [url] if (await one.human_turn(request["id"]))["state"] == "answered" else []
+    assert len(held) == 1, "kept on one gateway only"

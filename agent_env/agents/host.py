@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, Field
 
+from agent_env.agents import reviews
 from agent_env.agents.models import Endpoints
+from agent_env.agents.reviews import HumanAnswer
 from agent_env.config import ModelSettings, Settings
 from agent_env.spec.agent import AgentRecord, InlineSkill
 from agent_env.spec.times import utc_now_iso
 from agent_env.stores import in_thread, open_secrets
+from agent_env.stores.base import Document
 
 if TYPE_CHECKING:
     from agent_env.agents.sdk import Turn
@@ -150,13 +153,34 @@ class AgentHost:
     def pending(self) -> builtins.list[dict[str, Any]]:
         return [d for d in self.store.query(HUMAN) if d["state"] == "waiting"]
 
-    def reply(self, turn_id: str, text: str) -> dict[str, Any] | None:
-        doc = self.store.get(HUMAN, turn_id)
+    def reply(self, turn_id: str, answer: HumanAnswer) -> Document | None:
+        """The turn answered (as it stands if it is not waiting); ValueError: a verdict for an agent's turn."""
+        doc = self.turn(turn_id)
         if doc is None or doc["state"] != "waiting":
             return doc
-        doc.update(answer=text, answered_at=utc_now_iso(), state="answered")
+        doc = reviews.decided(doc, answer)
         self.store.put(HUMAN, turn_id, doc)
         return doc
+
+    def turn(self, turn_id: str) -> Document | None:
+        doc = self.store.get(HUMAN, turn_id)
+        return reviews.current(self.store, HUMAN, doc) if doc is not None else None
+
+    async def decision(self, turn_id: str, wait_s: float) -> Document | None:
+        """The turn once it is no longer waiting, or as it stands after `wait_s` (a long poll: the review step
+        asks again, so nothing waits longer than one request)."""
+        end = asyncio.get_running_loop().time() + min(max(wait_s, 0.0), reviews.MAX_WAIT_S)
+        while (doc := self.turn(turn_id)) is not None and doc["state"] == "waiting":
+            if (left := end - asyncio.get_running_loop().time()) <= 0:
+                break
+            await asyncio.sleep(min(0.2, left))
+        return doc
+
+    def open_review(self, request: reviews.ReviewRequest) -> Document:
+        return reviews.open_review(self.store, HUMAN, request)
+
+    def end_reviews(self, run_id: str) -> builtins.list[str]:
+        return reviews.expire_run(self.store, HUMAN, run_id)
 
     # -- serving --
 

@@ -86,16 +86,28 @@ def pending_command(json_out: bool) -> int:
                 escape(t["id"]),
                 escape(t.get("agent", "")),
                 t.get("asked_at", ""),
-                escape(_one_line(t.get("prompt", ""), 200)),
+                escape(_one_line(t.get("prompt", ""), 200) + _under_review(t)),
             )
         console().print(table)
         console().print(
             f"{len(turns)} waiting — answer one with `agent-env agents answer ID TEXT` "
-            "(ID may be a unique prefix, or the agent's name when it has one turn waiting)"
+            "(ID may be a unique prefix, or the agent's name when it has one turn waiting); "
+            "decide a review with `... answer ID COMMENT [--score 0..1] [--abort]` (`--json` shows all it holds)"
         )
         return 0
 
     return aio.run(go())
+
+
+def _under_review(turn: dict) -> str:
+    """A review's deadline and, a line each, the outputs it shows (an agent's answer where there is one)."""
+    if turn.get("kind") != "review":
+        return ""
+    shown = [
+        f"\n  {step}: " + _one_line(out.get("answer", json.dumps(out)) if isinstance(out, dict) else out, 300)
+        for step, out in (turn.get("upstream") or {}).items()
+    ]
+    return f" (deadline {turn.get('deadline')})" + "".join(shown)
 
 
 def _match(turns: list[dict], given: str) -> str:
@@ -116,11 +128,19 @@ def _match(turns: list[dict], given: str) -> str:
     return given
 
 
-def answer_command(turn_id: str, text: str) -> int:
+def answer_command(turn_id: str, text: str, *, score: float | None = None, abort: bool = False) -> int:
+    """Answer a turn; a review is decided: continue (or `abort`), with an optional score."""
+    import getpass
+
     from agent_env.gateway_client import GatewayRefused
 
     if not text.strip():
         raise BadInput("the answer is empty", 'give the text to answer with: agent-env agents answer ID "..."')
+
+    try:
+        by: str | None = getpass.getuser()  # who decided, as a review records it
+    except (KeyError, OSError):
+        by = None
 
     async def go() -> int:
         async with _connect() as client:
@@ -128,14 +148,19 @@ def answer_command(turn_id: str, text: str) -> int:
             chosen = _match(turns, turn_id)
             fix = ("waiting now: " + ", ".join(t["id"] for t in turns)) if turns else "no turn is waiting now"
             try:
-                turn = await client.answer_human_turn(chosen, text)
+                verdict = {"verdict": "abort" if abort else None, "score": score, "by": by}
+                turn = await client.answer_human_turn(chosen, text, **verdict)
             except GatewayRefused as e:
                 if e.status == 404:
                     raise NotFound(f"no turn {turn_id!r} is waiting for an answer", fix) from None
-                if e.status == 409:  # answered or expired already
+                if e.status in (400, 409):  # a verdict for an agent's turn; answered or expired already
                     raise BadInput(e.problem, fix) from None
                 raise
-        console().print(f"answered turn [bold]{turn['id']}[/] of {turn.get('agent', '?')}")
+        if turn.get("kind") == "review":
+            scored = f" (score {turn['score']:g})" if turn.get("score") is not None else ""
+            console().print(f"decided review [bold]{turn['id']}[/]: {turn['verdict']}{scored}")
+        else:
+            console().print(f"answered turn [bold]{turn['id']}[/] of {turn.get('agent', '?')}")
         return 0
 
     return aio.run(go())

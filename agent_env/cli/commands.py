@@ -458,12 +458,16 @@ def agents_answer(
         str,
         typer.Argument(help="The turn's id (or a unique prefix, or the agent's name when it has one turn waiting)."),
     ],
-    text: Annotated[str, typer.Argument(help="What the person answers.")],
+    text: Annotated[str, typer.Argument(help="What the person answers (a review: the reviewer's comment).")],
+    score: Annotated[float | None, typer.Option(min=0, max=1, help="A review's score, 0..1.")] = None,
+    abort: Annotated[
+        bool, typer.Option("--abort", help="A review's verdict: abort the run (default: continue).")
+    ] = False,
 ) -> None:
-    """Answer a turn waiting for a person; the run that asked continues."""
+    """Answer a turn waiting for a person, or decide a review; the run that asked continues."""
     from agent_env.cli.agents_cmd import answer_command
 
-    raise typer.Exit(answer_command(turn_id, text))
+    raise typer.Exit(answer_command(turn_id, text, score=score, abort=abort))
 
 
 @episodes_app.command("serve")

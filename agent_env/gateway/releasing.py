@@ -35,6 +35,7 @@ class Releasing(Instances):
         agents = [a["id"] for a in self.store.query(AGENTS, where={"run_id": run_id})]
         for agent_id in agents:
             await self.agents.delete(agent_id)
+        self.agents.end_reviews(run_id)  # nobody waits for them any more
         return {"instances": instances, "agents": agents, "sessions": sessions}
 
     def _mark_ended(self, docs: list[wire.JsonObject], when: datetime) -> None:

@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from agent_env.agents.host import CARD_PATH as AGENT_CARD_PATH
 from agent_env.agents.host import DeployRequest
+from agent_env.agents.reviews import HumanAnswer, ReviewRequest
 from agent_env.envs import card as cards
 from agent_env.envs import dataplane
 from agent_env.gateway import tokens
@@ -61,10 +62,6 @@ class AgentRole(BaseModel):
     role: str
 
 
-class HumanAnswer(BaseModel):
-    answer: str
-
-
 class LoadRequest(BaseModel):
     """data/add with an idempotency key (and optionally a reset first): what the run's steps use."""
 
@@ -101,6 +98,7 @@ BODIES: tuple[type[BaseModel], ...] = (
     LoadRequest,
     DeployRequest,
     HumanAnswer,
+    ReviewRequest,
 )
 
 
@@ -461,10 +459,28 @@ async def human_turns(gateway: GatewayDep) -> Response:
     return JSONResponse({"turns": gateway.agents.pending()})
 
 
+@router.get("/admin/human/{turn:path}", tags=["agents"])
+async def human_turn(turn: str, gateway: GatewayDep, wait: float = 0) -> Response:
+    """One turn or review, whatever its state; `wait`: up to that many seconds (at most 60) for its decision."""
+    found = await gateway.agents.decision(turn, wait)
+    if found is None:
+        raise GatewayError(404, f"no turn {turn!r} (see `agent-env agents pending`)")
+    return JSONResponse(found)
+
+
+@router.put("/admin/human/{turn:path}", tags=["agents"], openapi_extra=json_body(ReviewRequest))
+async def open_review(request: Request, turn: str, gateway: GatewayDep) -> Response:
+    """Open a review for a person (the `review` step); opened again, the same review as it stands."""
+    return JSONResponse(gateway.agents.open_review(await named_body(request, ReviewRequest, turn, "review")))
+
+
 @router.post("/admin/human/{turn:path}", tags=["agents"], openapi_extra=json_body(HumanAnswer))
 async def human_answer(request: Request, turn: str, gateway: GatewayDep) -> Response:
     body = parse(HumanAnswer, await json_of(request), "answer")
-    answered = gateway.agents.reply(turn, body.answer)
+    try:
+        answered = gateway.agents.reply(turn, body)
+    except ValueError as e:
+        raise GatewayError(400, str(e)) from None
     if answered is None:
         raise GatewayError(404, f"no turn {turn!r} (see `agent-env agents pending`)")
     if answered["answer"] != body.answer:

@@ -290,10 +290,24 @@ class GatewayPool:
     async def human_turns(self) -> list[JsonObject]:
         return [turn for part in await asyncio.gather(*(c.human_turns() for c in self.clients)) for turn in part]
 
-    async def answer_human_turn(self, turn_id: str, answer: str) -> JsonObject:
+    async def human_turn(self, turn_id: str, wait_s: float = 0) -> JsonObject:
+        owner = await self._find("turn", turn_id, lambda c: c.human_turn(turn_id))
+        return await owner.human_turn(turn_id, wait_s)
+
+    async def open_review(self, request: JsonObject) -> JsonObject:
+        """On the gateway that has it already (a retried step), else placed with its run."""
+        try:
+            client = await self._find("turn", request["id"], lambda c: c.human_turn(request["id"]))
+        except GatewayRefused as e:
+            if e.status != 404:
+                raise
+            client = self._remember("turn", request["id"], await self.place(request.get("run_id")))
+        return await client.open_review(request)
+
+    async def answer_human_turn(self, turn_id: str, answer: str, **verdict: Any) -> JsonObject:
         for client in self.clients:
             try:
-                return await client.answer_human_turn(turn_id, answer)
+                return await client.answer_human_turn(turn_id, answer, **verdict)
             except GatewayRefused as e:
                 if e.status != 404:
                     raise

@@ -242,8 +242,16 @@ class SingleGateway:
     async def human_turns(self) -> list[JsonObject]:
         return (await self._answer(wire.Turns, "GET", "/admin/human"))["turns"]
 
-    async def answer_human_turn(self, turn_id: str, answer: str) -> JsonObject:
-        return await self._object("POST", f"/admin/human/{turn_id}", json={"answer": answer})
+    async def human_turn(self, turn_id: str, wait_s: float = 0) -> JsonObject:
+        answer: JsonObject = await self._json("GET", f"/admin/human/{turn_id}", params={"wait": wait_s})
+        return answer
+
+    async def open_review(self, request: JsonObject) -> JsonObject:
+        return await self._object("PUT", f"/admin/human/{request['id']}", json=request)
+
+    async def answer_human_turn(self, turn_id: str, answer: str, **verdict: Any) -> JsonObject:
+        body = {"answer": answer, **{k: v for k, v in verdict.items() if v is not None}}
+        return await self._object("POST", f"/admin/human/{turn_id}", json=body)
 
     async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
