@@ -111,8 +111,21 @@ def run(
         ),
     ] = None,
     dry: Annotated[bool, typer.Option("--dry-run", help="Check and plan the task, show it; start nothing.")] = False,
+    evals: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--eval",
+            metavar="NAME",
+            help="Run this eval's tasks: the bundle's evals/NAME.toml, else the registry's NAME[@VERSION]. Repeatable.",
+        ),
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--max-concurrency", min=1, max=64, help="An eval's runs at a time.")] = 4,
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
+
+    A bundle with evals (evals/NAME.toml) runs every eval unless --task names a task; --eval names the evals
+    to run. Each task of an eval is a run of its own, a few at a time; then a table of each task's status and
+    score, the mean score and the pass rate. Exit 0 when every task passes.
 
     The run executes in Temporal; this command follows it and prints its progress and outcome only. With the
     embedded server, a background worker executes it (started on demand: `agent-env worker status`), so an
@@ -122,7 +135,17 @@ def run(
     from agent_env.cli.run_cmd import run_command
 
     raise typer.Exit(
-        run_command(target, task, detach=detach, json_out=json_out, models=model or [], urls=model_url or [], dry=dry)
+        run_command(
+            target,
+            task,
+            detach=detach,
+            json_out=json_out,
+            models=model or [],
+            urls=model_url or [],
+            dry=dry,
+            evals=evals or [],
+            concurrency=concurrency,
+        )
     )
 
 
