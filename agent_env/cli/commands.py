@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from agent_env.cli.a2a_agent_cmd import a2a_agent_app
+from agent_env.cli.episodes_cmd import episodes_app
 from agent_env.cli.setup_commands import (
     bundle_app,
     config_app,
@@ -63,7 +64,6 @@ sandboxes_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(sandboxes_app, name="sandboxes")
-episodes_app = typer.Typer(help="Trainer episodes: play a task's agents from your own loop.", no_args_is_help=True)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(config_app, name="config")
 app.add_typer(registry_app, name="registry")
@@ -113,19 +113,14 @@ def run(
     dry: Annotated[bool, typer.Option("--dry-run", help="Check and plan the task, show it; start nothing.")] = False,
     evals: Annotated[
         list[str] | None,
-        typer.Option(
-            "--eval",
-            metavar="NAME",
-            help="Run this eval's tasks: the bundle's evals/NAME.toml, else the registry's NAME[@VERSION]. Repeatable.",
-        ),
+        typer.Option("--eval", help="Run evals/NAME.toml, else the registry's NAME[@VERSION]. Repeatable."),
     ] = None,
     concurrency: Annotated[int, typer.Option("--max-concurrency", min=1, max=64, help="An eval's runs at a time.")] = 4,
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
 
-    A bundle with evals (evals/NAME.toml) runs every eval unless --task names a task; --eval names the evals
-    to run. Each task of an eval is a run of its own, a few at a time; then a table of each task's status and
-    score, the mean score and the pass rate. Exit 0 when every task passes.
+    A bundle with evals/ runs its evals (--eval NAME: one) unless --task names a task: a run per task, then a
+    table of scores, mean and pass rate (exit 0 when all pass).
 
     The run executes in Temporal; this command follows it and prints its progress and outcome only. With the
     embedded server, a background worker executes it (started on demand: `agent-env worker status`), so an
@@ -487,21 +482,6 @@ def agents_answer(
     from agent_env.cli.agents_cmd import answer_command
 
     raise typer.Exit(answer_command(turn_id, text))
-
-
-@episodes_app.command("serve")
-def episodes_serve(
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to bind.")] = 8792,
-    worker: Annotated[
-        bool,
-        typer.Option(help="Run a worker in this process (--no-worker: workers run elsewhere, `agent-env worker`)."),
-    ] = True,
-) -> None:
-    """Serve the episode turn loop over HTTP (start, next-turn, end, abandon, result), until Ctrl-C."""
-    from agent_env.cli.episodes_cmd import serve_command
-
-    raise typer.Exit(serve_command(host, port, worker))
 
 
 @sandboxes_app.command("list")
