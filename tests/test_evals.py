@@ -16,6 +16,7 @@ import httpx
 import pytest
 from test_cli import cli
 
+from agent_env.cli.run_args import parse_run
 from agent_env.config import Settings
 from agent_env.errors import BadInput, NotFound
 from agent_env.explorer.auth import Door
@@ -308,7 +309,35 @@ def test_agent_env_run_runs_a_bundles_evals_and_prints_the_table(server, tmp_pat
     solo = next(t for t in tables if t["eval"] == "solo")
     assert (solo["passed"], solo["mean"], solo["pass_rate"]) == (1, 1.0, 1.0)
 
+    assert parse_run([str(bundle)]) is None, "a bundle's evals are not the fast path's (it runs one task)"
+    assert parse_run([str(bundle), "--task", "alone"]) is not None
     alone = cli("run", str(bundle), "--task", "alone", timeout=120)  # a task on its own still runs alone
     assert alone.returncode == 0 and "PASSED" in alone.stdout, alone.stdout + alone.stderr
     mixed = cli("run", str(bundle), "--task", "alone", "--eval", "smoke")
     assert mixed.returncode == 2 and "--task and --eval" in mixed.stderr
+
+
+def test_an_eval_pushed_to_the_registry_runs_by_name_from_anywhere(server, tmp_path):
+    name = f"ev-{uuid.uuid4().hex[:8]}"
+    bundle = tmp_path / name
+    check_task(bundle, f"{name}-a", 4)
+    check_task(bundle, f"{name}-b", 4, version="2")
+    write_eval(bundle, name, f'tasks = ["{name}-a", "{name}-b"]\n')
+    pushed = cli("registry", "push", str(bundle))
+    assert pushed.returncode == 0 and f"pushed: eval {name}@1" in pushed.stdout, pushed.stdout + pushed.stderr
+    shown = cli("registry", "show", "evals", name)
+    assert f"tasks: {name}-a@1, {name}-b@2" in shown.stdout, shown.stdout
+    pulled = cli("registry", "pull", "evals", name, "--out", str(tmp_path / "pulled"))
+    assert pulled.returncode == 0 and (tmp_path / "pulled" / "evals" / f"{name}.toml").is_file()
+
+    elsewhere = tmp_path / "empty"
+    elsewhere.mkdir()
+    done = cli("run", "--eval", f"{name}@1", "--json", cwd=elsewhere, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = json.loads(done.stdout)
+    assert (table["eval"], table["version"], table["source"]) == (name, "1", "registry")
+    assert [(r["task"], r["version"], r["status"]) for r in table["rows"]] == [
+        (f"{name}-a", "1", "passed"),
+        (f"{name}-b", "2", "passed"),
+    ]
+    assert (table["mean"], table["pass_rate"]) == (1.0, 1.0)
