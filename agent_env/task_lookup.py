@@ -1,5 +1,9 @@
 """Finding a task by what a user names: a path, a bundle, a built-in bundle's name, or the registry.
 
+Evals (`evals_to_run`, `eval_tasks`): `agent-env run BUNDLE` runs the bundle's evals when it has some, and
+`--eval NAME` names one (the bundle's, else the registry's `NAME[@VERSION]`); each task an eval names is the
+bundle's of that name (at the version it pins, if it pins one), else the registry's.
+
 Two ways in. `resolve_target` is `agent-env run TARGET [--task NAME]`: a task file, a bundle folder, a built-in
 bundle's name, then a task in the registry. `Task.get(id, version=None)` is a trainer's: a path (a bundle folder or
 a task file); a built-in bundle's name (its own task); a task file of that name in a built-in bundle or in a bundle
@@ -13,12 +17,14 @@ pulls with planning's checks), so none of them imports another to look further.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from agent_env.bundles import BUILTIN_ROOT, is_bundle, runnables, task_files
+from agent_env.bundles import BUILTIN_ROOT, eval_files, is_bundle, runnables, task_files
 from agent_env.errors import BadInput, NotFound
 from agent_env.planning.tasks import load_task
-from agent_env.registry.resolve import registry_task
+from agent_env.registry.resolve import registry_eval, registry_task
+from agent_env.spec.evals import EvalSpec, TaskRef, read_eval_file
 from agent_env.spec.loader import read_task_file
 from agent_env.spec.task import TaskSpec, suggest
 
@@ -129,3 +135,66 @@ def _registered(task_id: str, label: str | None, seen: list[str]) -> TaskSpec | 
     except NotFound as e:  # the registry has the task, but not at that label
         seen.append(f"the registry's {e.problem.removeprefix('task ')}: {e.fix}" if e.fix else e.problem)
         return None
+
+
+def bundle_folder(target: str | None) -> Path | None:
+    """The bundle folder `target` names (a folder, or a built-in bundle's name); None for anything else."""
+    if target is None:
+        return None
+    path = Path(target).expanduser()
+    if path.is_dir():
+        return path
+    builtin = BUILTIN_ROOT / target
+    return builtin if builtin.is_dir() and not path.suffix else None
+
+
+def evals_to_run(target: str | None, names: Sequence[str] = ()) -> list[EvalSpec]:
+    """The evals `agent-env run TARGET [--eval NAME]...` runs: each named one (the bundle's by file name or id,
+    else the registry's `NAME[@VERSION]`), or, with none named, every eval of the bundle (none: run a task)."""
+    bundle = bundle_folder(target)
+    found = {name: read_eval_file(path) for name, path in (eval_files(bundle) if bundle else {}).items()}
+    if not names:
+        return list(found.values())
+    chosen = []
+    for name in names:
+        by_id = [spec for spec in found.values() if name in (spec.name, spec.id)]
+        spec = by_id[0] if by_id else registry_eval(name)
+        if spec is None:
+            where = f"bundle {bundle} has no evals/{name}.toml and the registry" if bundle else "the registry"
+            raise NotFound(
+                f"{where} has no eval {name!r}",
+                f"choose one of: {', '.join(found)}"
+                if found
+                else "push its bundle with `agent-env registry push "
+                "FOLDER` (`agent-env registry list evals` lists them), or give the bundle that holds it",
+            )
+        chosen.append(spec)
+    return chosen
+
+
+def eval_tasks(spec: EvalSpec, bundle: Path | None) -> list[TaskSpec]:
+    """The tasks `spec` names, in its order: the bundle's of that name (at the version pinned, if any), else the
+    registry's; NotFound naming the eval's file and the reference otherwise."""
+    tasks = []
+    for i, ref in enumerate(spec.tasks):
+        where = f"{spec.source}: tasks[{i}]"
+        try:
+            found = _bundle_task(bundle, ref) if bundle else None
+            found = found or registry_task(str(ref))
+        except BadInput as e:
+            raise type(e)(f"{where}: {e.problem}", e.fix) from None
+        if found is None:
+            raise NotFound(
+                f"{where}: no task {ref.task!r}" + (f" in {bundle}/tasks/ or" if bundle else "") + " in the registry",
+                "check the name, add the task under tasks/, or push it with `agent-env registry push FOLDER`",
+            )
+        tasks.append(found)
+    return tasks
+
+
+def _bundle_task(bundle: Path, ref: TaskRef) -> TaskSpec | None:
+    path = task_files(bundle).get(ref.task)
+    if path is None:
+        return None
+    task = load_task(path)
+    return task if ref.version is None or task.version == ref.version else None

@@ -319,7 +319,7 @@ async def test_artifacts_download_as_attachments(explorer, finished_runs, settin
 
 async def test_registry_and_episodes(explorer):
     registry = (await explorer.get("/api/registry")).json()
-    assert set(registry) == {"envs", "agents", "tasks"}
+    assert set(registry) == {"envs", "agents", "tasks", "evals"}
     assert "episodes" in (await explorer.get("/api/episodes")).json()
 
 

@@ -23,6 +23,7 @@ from headless import screenshot
 
 from agent_env.explorer.auth import COOKIE, IDLE_TTL, KEY_HEADER, Door
 from agent_env.explorer.server import create_app
+from agent_env.spec.evals import EvalRun, EvalTaskRun
 from agent_env.stores import keys, open_stores
 
 browser = headless.browser
@@ -267,6 +268,41 @@ def test_an_artifact_downloads(browser, site, finished_runs, settings, tmp_path)
         assert saved.read_bytes() == stores.objects.get(keys.snapshot(workplace.run_id, "end_state"))
     finally:
         stores.close()
+    assert console_errors(browser) == []
+
+
+def test_an_eval_run_shows_its_table(browser, site, finished_runs, settings):
+    """An eval run over the session's two runs (recorded as `run_eval` records one): the list shows its aggregate,
+    its page a row per task with status and score, and a link to each run."""
+    base, _ = site
+    workplace, refund = finished_runs
+    record = EvalRun(
+        eval_run_id=f"eval-browser-{time.time_ns()}",
+        eval="browser",
+        version="2",
+        source="evals/browser.toml",
+        started_at="2026-01-01T00:00:00Z",
+        tasks=[
+            EvalTaskRun(task=s.task_id, version=s.task_version, ref=s.task_id, run_id=s.run_id)
+            for s in (workplace, refund)
+        ],
+    )
+    stores = open_stores(settings)
+    try:
+        stores.documents.put(keys.EVAL_RUNS, record.eval_run_id, record.model_dump(mode="json"))
+    finally:
+        stores.close()
+    sign_in(browser, site)
+    browser.get(f"{base}/#/evals")
+    wait(browser, lambda d: found(d, f'[data-testid="evals-row"][data-name="{record.eval_run_id}"]'), "the eval run")
+    found(browser, f'[data-testid="evals-row"][data-name="{record.eval_run_id}"] a')[0].click()
+    wait(browser, lambda d: len(found(d, '[data-testid="eval-tasks-row"]')) == 2, "the eval's table")
+    rows = {r.get_attribute("data-name"): r.text for r in found(browser, '[data-testid="eval-tasks-row"]')}
+    assert "passed" in rows[workplace.task_id] and "failed" in rows[refund.task_id], rows
+    mean = ((workplace.score or 0) + (refund.score or 0)) / 2
+    aggregate = found(browser, '[data-testid="eval-aggregate"]')[0].text
+    assert f"mean {mean:.2f} · pass rate 0.50 (1/2 passed, 2 finished)" == aggregate
+    screenshot(browser, "explorer-eval-table")
     assert console_errors(browser) == []
 
 

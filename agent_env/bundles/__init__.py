@@ -1,6 +1,7 @@
 """Bundles: folders holding `tasks/` (and, with later capabilities, `envs/`, `agents/`, `artifacts/`).
 
 A task is `tasks/NAME.toml`, or the framework's `tasks/NAME.json` (a list of steps; `agent_env.spec.json_tasks`).
+An eval is `evals/NAME.toml`: a set of task references (`agent_env.spec.evals`).
 
 Built-in bundles live next to this file; `agent-env run NAME` finds them by name.
 """
@@ -41,6 +42,12 @@ def is_bundle(folder: Path) -> bool:
 def task_files(bundle: Path) -> dict[str, Path]:
     folder = bundle / "tasks"
     return {p.stem: p for suffix in TASK_SUFFIXES for p in sorted(folder.glob(f"*{suffix}")) if p.is_file()}
+
+
+def eval_files(bundle: Path) -> dict[str, Path]:
+    """The bundle's evals (`evals/NAME.toml`, the framework's form: `agent_env.spec.evals`) by name."""
+    folder = bundle / "evals"
+    return {p.stem: p for p in sorted(folder.glob("*.toml")) if p.is_file()} if folder.is_dir() else {}
 
 
 def runnables(cwd: Path | None = None) -> list[Runnable]:

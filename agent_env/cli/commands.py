@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from agent_env.cli.a2a_agent_cmd import a2a_agent_app
+from agent_env.cli.episodes_cmd import episodes_app
 from agent_env.cli.setup_commands import (
     bundle_app,
     config_app,
@@ -63,7 +64,6 @@ sandboxes_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(sandboxes_app, name="sandboxes")
-episodes_app = typer.Typer(help="Trainer episodes: play a task's agents from your own loop.", no_args_is_help=True)
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(config_app, name="config")
 app.add_typer(registry_app, name="registry")
@@ -111,8 +111,16 @@ def run(
         ),
     ] = None,
     dry: Annotated[bool, typer.Option("--dry-run", help="Check and plan the task, show it; start nothing.")] = False,
+    evals: Annotated[
+        list[str] | None,
+        typer.Option("--eval", help="Run evals/NAME.toml, else the registry's NAME[@VERSION]. Repeatable."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--max-concurrency", min=1, max=64, help="An eval's runs at a time.")] = 4,
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
+
+    A bundle with evals/ runs its evals (--eval NAME: one) unless --task names a task: a run per task, then a
+    table of scores, mean and pass rate (exit 0 when all pass).
 
     The run executes in Temporal; this command follows it and prints its progress and outcome only. With the
     embedded server, a background worker executes it (started on demand: `agent-env worker status`), so an
@@ -122,7 +130,17 @@ def run(
     from agent_env.cli.run_cmd import run_command
 
     raise typer.Exit(
-        run_command(target, task, detach=detach, json_out=json_out, models=model or [], urls=model_url or [], dry=dry)
+        run_command(
+            target,
+            task,
+            detach=detach,
+            json_out=json_out,
+            models=model or [],
+            urls=model_url or [],
+            dry=dry,
+            evals=evals or [],
+            concurrency=concurrency,
+        )
     )
 
 
@@ -468,21 +486,6 @@ def agents_answer(
     from agent_env.cli.agents_cmd import answer_command
 
     raise typer.Exit(answer_command(turn_id, text, score=score, abort=abort))
-
-
-@episodes_app.command("serve")
-def episodes_serve(
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to bind.")] = 8792,
-    worker: Annotated[
-        bool,
-        typer.Option(help="Run a worker in this process (--no-worker: workers run elsewhere, `agent-env worker`)."),
-    ] = True,
-) -> None:
-    """Serve the episode turn loop over HTTP (start, next-turn, end, abandon, result), until Ctrl-C."""
-    from agent_env.cli.episodes_cmd import serve_command
-
-    raise typer.Exit(serve_command(host, port, worker))
 
 
 @sandboxes_app.command("list")

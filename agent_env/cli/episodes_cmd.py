@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from agent_env.cli.output import console
-from agent_env.config import load_settings
+from typing import Annotated
+
+import typer
+
+episodes_app = typer.Typer(help="Trainer episodes: play a task's agents from your own loop.", no_args_is_help=True)
+
+
+@episodes_app.command("serve")
+def episodes_serve(
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8792,
+    worker: Annotated[
+        bool,
+        typer.Option(help="Run a worker in this process (--no-worker: workers run elsewhere, `agent-env worker`)."),
+    ] = True,
+) -> None:
+    """Serve the episode turn loop over HTTP (start, next-turn, end, abandon, result), until Ctrl-C."""
+    raise typer.Exit(serve_command(host, port, worker))
 
 
 def serve_command(host: str, port: int, worker: bool) -> int:
     import uvicorn
 
+    from agent_env.cli.output import console
+    from agent_env.config import load_settings
     from agent_env.episodes.http import create_app
     from agent_env.guard import is_ip_literal
 

@@ -85,6 +85,8 @@ def show_command(kind: str, ref: str, json_out: bool) -> int:
         out.print(f"  pushed by {escape(v.pushed_by)} at {v.pushed_at}")
         if description := v.record.get("description"):
             out.print(f"  {escape(str(description))}")
+        if refs := v.record.get("tasks") if v.kind == "evals" else None:
+            out.print("  tasks: " + ", ".join(escape(f"{r.get('task')}@{r.get('version', 'latest')}") for r in refs))
         for dep_kind, named in v.uses.items():
             out.print(f"  uses {dep_kind}: " + ", ".join(f"{n}@{lbl}" for n, lbl in named.items()))
         out.print(f"  files ({len(v.files)}):")

@@ -7,6 +7,8 @@ else goes to typer. `tests/test_cli.py` holds this reading to typer's own for th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agent_env.temporal.control_client import RunOptions, ValidateOptions
 
 
@@ -31,7 +33,15 @@ def parse_run(args: list[str]) -> RunOptions | None:
             return None
         else:
             target = arg
-    return RunOptions(target, task, json_out=json_out, detach=detach) if target else None
+    if not target or (task is None and _has_evals(target)):
+        return None  # an eval's runs and table are typer's (`cli/eval_cmd.py`)
+    return RunOptions(target, task, json_out=json_out, detach=detach)
+
+
+def _has_evals(target: str) -> bool:
+    """Whether `target` is a folder with evals/*.toml: `run` then runs its evals, not one task."""
+    folder = Path(target).expanduser() / "evals"
+    return folder.is_dir() and any(folder.glob("*.toml"))
 
 
 def parse_validate(group: str, args: list[str]) -> ValidateOptions | None:

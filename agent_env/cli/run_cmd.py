@@ -28,10 +28,13 @@ def run_command(
     models: Sequence[str] = (),
     urls: Sequence[str] = (),
     dry: bool = False,
+    evals: Sequence[str] = (),
+    concurrency: int = 4,
 ) -> int:
     """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only. `dry`: plan
     the run and show it, starting nothing (no server, worker, gateway or sandbox; the plan and the files it pins
-    are kept in the object store, content-addressed, as a run's are)."""
+    are kept in the object store, content-addressed, as a run's are). `evals`: the evals to run (`--eval`); a
+    bundle with evals runs them all unless a `task` is named (`cli/eval_cmd.py`)."""
     settings = load_settings()
     install = settings  # what the background worker runs with: the overrides are pinned in this run's plan only
     if models or urls:
@@ -39,8 +42,22 @@ def run_command(
 
         install = settings.model_copy(deep=True)
         apply_overrides(settings, parse_overrides(list(models), list(urls)))
-    if target is None:
+    if evals and task:
+        from agent_env.errors import BadInput
+
+        raise BadInput("--task and --eval both name what to run", "give one: a task with --task, or evals with --eval")
+    if target is None and not evals:
         return _list_runnables()
+    if task is None:
+        from agent_env.task_lookup import evals_to_run
+
+        if specs := evals_to_run(target, evals):
+            from agent_env.cli.eval_cmd import run_evals
+
+            return run_evals(
+                settings, install, target, specs, json_out=json_out, detach=detach, dry=dry, concurrency=concurrency
+            )
+    assert target is not None
     from agent_env.temporal.follow import plan_target
 
     inp = plan_target(settings, target, task)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-_KIND_HELP = "envs | tasks | agents | artifacts (or env, task, ...)."
+_KIND_HELP = "envs | tasks | agents | artifacts | evals (or env, task, ...)."
 
 secrets_app = typer.Typer(
     help="Secrets behind `secret:NAME` references (API keys). Values are never printed.", no_args_is_help=True
@@ -25,7 +25,7 @@ config_app = typer.Typer(
 )
 
 registry_app = typer.Typer(
-    help="The registry: immutable versions of envs, tasks, agents and artifacts in this install's stores "
+    help="The registry: immutable versions of envs, tasks, agents, artifacts and evals in this install's stores "
     "(shared by every install pointing at the same stores). A version's label is its record's `version`; "
     "pushing other content under a pushed label is refused: bump `version`. `agent-env run NAME[@VERSION]` "
     "runs a task from the registry when nothing here has that name.",

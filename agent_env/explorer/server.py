@@ -12,7 +12,9 @@
     GET /api/runs/{run}/calls/{n}            one call whole
     GET /api/runs/{run}/transcripts/{step}   a prompt step's conversation
     GET /api/runs/{run}/artifacts            what the run kept; .../artifacts/{path} downloads one
-    GET /api/registry                        envs, agents and tasks of the registry
+    GET /api/evals                           eval runs, newest first, each with its aggregate -> {evals}
+    GET /api/evals/{eval_run}                one eval run's table: each task's status and score, mean, pass rate
+    GET /api/registry                        envs, agents, tasks and evals of the registry
     GET /api/episodes                        runs a trainer played in
 
 Every API route needs the session cookie and the session's key in a header (else 401; auth.py says why
@@ -43,7 +45,7 @@ from starlette.staticfiles import StaticFiles
 from agent_env import http_app
 from agent_env.config import Settings
 from agent_env.errors import AgentEnvError, NotFound
-from agent_env.explorer import artifacts, calls, runs, timeline
+from agent_env.explorer import artifacts, calls, evals, runs, timeline
 from agent_env.explorer.auth import COOKIE, KEY_HEADER, Door
 from agent_env.gateway.embedded import connect
 from agent_env.guard import HostGuard
@@ -285,6 +287,18 @@ async def artifact_file(run: str, path: str, explorer: ExplorerDep) -> Response:
     )
 
 
+@api.get("/evals")
+async def eval_list(explorer: ExplorerDep) -> JSONResponse:
+    tables = await asyncio.to_thread(evals.eval_list, explorer.stores)
+    return JSONResponse({"evals": [t.model_dump(mode="json", exclude={"rows"}) for t in tables]})
+
+
+@api.get("/evals/{eval_run}")
+async def eval_detail(eval_run: str, explorer: ExplorerDep) -> JSONResponse:
+    table = await asyncio.to_thread(evals.eval_table, explorer.stores, eval_run)
+    return JSONResponse(table.model_dump(mode="json"))
+
+
 @api.get("/registry")
 async def registry(explorer: ExplorerDep) -> JSONResponse:
     return JSONResponse(await asyncio.to_thread(registry_view, explorer.stores))
@@ -356,7 +370,7 @@ class RegistryEntry(TypedDict):
 
 
 def registry_view(stores: Stores) -> dict[str, list[RegistryEntry]]:
-    """The registry's envs, agents and tasks: each name, its latest version and what it says it is."""
+    """The registry's envs, agents, tasks and evals: each name, its latest version and what it says it is."""
     registry = Registry(stores.documents, stores.objects)  # not closed: the stores are the explorer's
     return {
         kind: [
@@ -369,5 +383,5 @@ def registry_view(stores: Stores) -> dict[str, list[RegistryEntry]]:
             }
             for name, versions in registry.all_versions(kind).items()
         ]
-        for kind in ("envs", "agents", "tasks")
+        for kind in ("envs", "agents", "tasks", "evals")
     }

@@ -1,5 +1,8 @@
 """A bundle folder read into registry items: its envs (`envs/NAME/`), agents (`agents/NAME/`), artifacts
-(`artifacts/NAME`, a file or a folder) and tasks (`tasks/NAME.toml`).
+(`artifacts/NAME`, a file or a folder), tasks (`tasks/NAME.toml`) and evals (`evals/NAME.toml`).
+
+An eval is its record alone: the task references it makes, those naming the bundle's own tasks pinned to the
+labels pushed with it (a reference to a registry task keeps the version it gives, or none: the latest).
 
 Records are checked by the same code that loads them for a run (`bundles.find_env`, `bundles.find_agent`,
 `planning.tasks.load_task`), and every invalid one is reported at once, so nothing half-valid is pushed.
@@ -26,9 +29,10 @@ from agent_env.errors import AgentEnvError, BadInput
 from agent_env.planning.tasks import load_task
 from agent_env.registry.manifest import file_sha256
 from agent_env.registry.models import KINDS, FileEntry, Item, Kind
+from agent_env.spec.evals import eval_from
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-ITEM_FOLDERS = ("envs", "agents", "artifacts", "tasks")
+ITEM_FOLDERS = ("envs", "agents", "artifacts", "tasks", "evals")
 
 
 def read_bundle(folder: Path) -> list[Item]:
@@ -66,6 +70,9 @@ def read_bundle(folder: Path) -> list[Item]:
             attempt(_task, path, loose, deps)
         for path in sorted((folder / "tasks").glob("*.json")):
             attempt(_json_task, path)
+    labels = {i.name: i.label for i in items if i.kind == "tasks"}
+    for path in sorted((folder / "evals").glob("*.toml")) if (folder / "evals").is_dir() else []:
+        attempt(_eval, path, labels)
     if problems:
         n = len(problems)
         raise BadInput(
@@ -73,7 +80,7 @@ def read_bundle(folder: Path) -> list[Item]:
             "fix each record and push again",
         )
     if not items:
-        raise BadInput(f"{folder} holds no envs, agents, artifacts or tasks", "give the path of a bundle folder")
+        raise BadInput(f"{folder} holds no envs, agents, artifacts, tasks or evals", "give the path of a bundle folder")
     return items
 
 
@@ -173,6 +180,15 @@ def _json_task(root: Path, tree: list[packing.Entry], path: Path) -> Item:
         f"{path}: the registry holds TOML tasks only for now",
         "run the bundle from its folder (`agent-env run FOLDER`), or write the task as tasks/NAME.toml",
     )
+
+
+def _eval(root: Path, tree: list[packing.Entry], path: Path, labels: dict[str, str]) -> Item:
+    name = _checked_name("eval", path.stem, path)
+    spec = eval_from(_toml(root, path), name, str(path))
+    for ref in spec.tasks:
+        if ref.task in labels and ref.version is None:
+            ref.version = labels[ref.task]
+    return Item(kind="evals", name=name, record=spec.record(), files=[], root=root)
 
 
 def _loose_files(root: Path, tree: list[packing.Entry]) -> list[FileEntry]:

@@ -1,5 +1,6 @@
 """What the registry stores and says: a version (record, files, dependencies, digest, who pushed it and when),
-the item a bundle offers for pushing, and the outcome of a push."""
+the item a bundle offers for pushing, and the outcome of a push. An eval's version is its record alone (the
+references it pins), with no files."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-KINDS = ("envs", "tasks", "agents", "artifacts")
-Kind = Literal["envs", "tasks", "agents", "artifacts"]
-SINGULAR = {"envs": "env", "tasks": "task", "agents": "agent", "artifacts": "artifact"}
+KINDS = ("envs", "tasks", "agents", "artifacts", "evals")
+Kind = Literal["envs", "tasks", "agents", "artifacts", "evals"]
+SINGULAR = {"envs": "env", "tasks": "task", "agents": "agent", "artifacts": "artifact", "evals": "eval"}
 
 
 class FileEntry(BaseModel):
@@ -22,7 +23,7 @@ class FileEntry(BaseModel):
 
 
 class Item(BaseModel):
-    """An env, task, agent or artifact as read from a bundle, before it is pushed."""
+    """An env, task, agent, artifact or eval as read from a bundle, before it is pushed."""
 
     kind: Kind
     name: str

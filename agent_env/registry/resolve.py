@@ -1,6 +1,7 @@
 """`agent-env run NAME[@VERSION]` for a task found only in the registry: its snapshot (the task and the envs,
 agents and artifacts it used at push time) is pulled once into a cache folder under the state directory, keyed
-by the task version's digest, and runs from there as any bundle does."""
+by the task version's digest, and runs from there as any bundle does. An eval found only in the registry is its
+record (`registry_eval`): its tasks are found as `agent-env run` finds them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from agent_env.config import load_settings
 from agent_env.errors import NotFound
 from agent_env.planning.tasks import load_task
 from agent_env.registry.store import open_registry
+from agent_env.spec.evals import EvalSpec
 from agent_env.spec.task import TaskSpec
 
 
@@ -39,6 +41,20 @@ def registry_task(target: str) -> TaskSpec | None:
     finally:
         registry.close()
     return load_task(bundle / "tasks" / f"{name}.toml")
+
+
+def registry_eval(target: str) -> EvalSpec | None:
+    """The eval `target` (`NAME[@VERSION]`) names in the registry; None when it has no eval of that name."""
+    name, label = split_ref(target)
+    registry = open_registry(load_settings())
+    try:
+        try:
+            registry.versions("evals", name)
+        except NotFound:
+            return None
+        return registry.eval(name, label)
+    finally:
+        registry.close()
 
 
 def _pull_atomically(registry, version, bundle: Path) -> None:

@@ -20,6 +20,7 @@ from agent_env.errors import BadInput, NotFound
 from agent_env.registry.bundle_items import read_bundle
 from agent_env.registry.manifest import digest, file_sha256
 from agent_env.registry.models import SINGULAR, Item, Kind, PushResult, Version
+from agent_env.spec.evals import EvalSpec, eval_from, eval_toml
 from agent_env.spec.times import iso
 from agent_env.stores import keys
 from agent_env.stores.backends import open_store
@@ -127,6 +128,17 @@ class Registry:
             f"use one of: {', '.join(v.label for v in versions)}",
         )
 
+    def eval(self, name: str, label: str | None = None) -> EvalSpec:
+        """The eval `name` names (its latest version, or `label`), checked against its digest."""
+        v = self.version("evals", name, label)
+        if digest(v.kind, v.name, v.record, v.files, v.uses) != v.digest:
+            raise BadInput(
+                f"the registry's record of {v.ref} does not match its digest {v.digest}: it was altered",
+                "push the eval again from its bundle under a new version",
+            )
+        found = eval_from(v.record, v.name, f"the registry's {v.ref}")
+        return found.model_copy(update={"source": "registry"})
+
     def snapshot(self, version: Version) -> list[Version]:
         """A version and what it uses (a task's envs, agents and artifacts, at the labels of push time)."""
         return [version] + [
@@ -137,7 +149,7 @@ class Registry:
 
     def runs_using(self, version: Version) -> list[dict]:
         """Run records whose pins name this version (tasks by `ID@VERSION`, envs and agents by `NAME@VERSION`)."""
-        if version.kind == "artifacts":
+        if version.kind in ("artifacts", "evals"):
             return []
         if version.kind == "tasks":
             wanted = f"{version.record.get('id', version.name)}@{version.label}"
@@ -174,6 +186,8 @@ class Registry:
                         "push the item again from its original folder, or ask whoever manages the object store",
                     )
                 contents[_inside(entry.path)] = data
+            if v.kind == "evals":  # an eval is its record: written as the file it was read from
+                contents[_inside(f"evals/{v.name}.toml")] = eval_toml(eval_from(v.record, v.name, v.ref)).encode()
         return sorted(packing.write(out, path, data) for path, data in contents.items())
 
 

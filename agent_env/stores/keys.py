@@ -15,7 +15,7 @@ Objects:
     registry/blobs/sha256-HEX                    a registry file's bytes, stored once per content
 
 Documents: run records in the `RUNS` collection, by run id; registry versions in `REGISTRY`, by
-`registry_version(kind, name, label)`.
+`registry_version(kind, name, label)`; eval runs in `EVAL_RUNS`, by eval run id.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 
 RUNS = "runs"  # the document collection of run records
-REGISTRY = "registry"  # the document collection of registry versions (envs, tasks, agents, artifacts)
+REGISTRY = "registry"  # the document collection of registry versions (envs, tasks, agents, artifacts, evals)
+EVAL_RUNS = "eval_runs"  # the document collection of eval runs (`spec.evals.EvalRun`), by eval run id
 
 _CONTENT = "artifacts/sha256-"
 

@@ -1,5 +1,6 @@
-// The explorer's page: a router over the hash (#/, #/runs/ID, #/registry) and the views it shows.
+// The explorer's page: a router over the hash (#/, #/runs/ID, #/evals, #/evals/ID, #/registry) and the views it shows.
 import { el } from "./dom.js";
+import { evalsView, evalView } from "./evals.js";
 import { registryView } from "./registry.js";
 import { runView } from "./run.js";
 import { runsView } from "./runs.js";
@@ -13,8 +14,11 @@ function route() {
   const [path, query] = (location.hash.slice(1) || "/").split("?");
   const params = new URLSearchParams(query || "");
   const run = path.match(/^\/runs\/(.+)$/);
+  const evalRun = path.match(/^\/evals\/(.+)$/);
   try {
     if (run) stop = runView(root, decodeURIComponent(run[1]));
+    else if (evalRun) stop = evalView(root, decodeURIComponent(evalRun[1]));
+    else if (path === "/evals") evalsView(root).catch(show);
     else if (path === "/registry") registryView(root).catch(show);
     else stop = runsView(root, params);
   } catch (e) {

@@ -1,4 +1,4 @@
-// The registry's envs, agents and tasks, and the runs a trainer played in (episodes).
+// The registry's envs, agents, tasks and evals, and the runs a trainer played in (episodes).
 import { el, getJSON, score, section, status, when } from "./dom.js";
 
 function table(testid, columns, rows) {
@@ -27,6 +27,7 @@ export async function registryView(root) {
     section("Environments", table("registry-envs", item, registry.envs)),
     section("Agents", table("registry-agents", item, registry.agents)),
     section("Tasks", table("registry-tasks", item, registry.tasks)),
+    section("Evals", table("registry-evals", item, registry.evals)),
     section(
       "Trainer episodes",
       table(
