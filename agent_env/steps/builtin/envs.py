@@ -25,6 +25,7 @@ from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import apps
 from agent_env.spec.env import AppRef, EnvRecord
 from agent_env.spec.run import Criterion, PlannedConfig, Score, apps_in_sandboxes
+from agent_env.spec.task import upstream
 from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin import env_changes
@@ -369,11 +370,31 @@ class ModifyToolAccessConfig(StepConfig):
         return self
 
 
+def deploying_env_step(env_id: str, plan: PlanContext) -> str:
+    """The id of the deploy_env step of the task that deploys `env_id` and comes before this step."""
+    task = plan.task
+    if task is None:
+        raise BadInput(f"{plan.step_id}: env_id is resolved within a task", "plan the step as part of a task")
+    deploys = [
+        s for s in task.steps if s.type == "deploy_env" and env_id in (s.config.get("env_id"), s.config.get("env"))
+    ]
+    where = f"step {plan.step_id!r}"
+    if not deploys:
+        raise BadInput(f"{where}: env_id {env_id!r} is deployed by no deploy_env step of task {task.id!r}", "add one")
+    if len(deploys) > 1:
+        raise BadInput(f"{where}: steps {[s.id for s in deploys]} all deploy env {env_id!r}", "deploy it once")
+    deploy = deploys[0].id
+    if plan.step_id is not None and deploy not in upstream(plan.step_id, {s.id: s.depends_on for s in task.steps}):
+        raise BadInput(
+            f"{where}: env {env_id!r} is deployed by step {deploy!r}, which it does not come after",
+            f"add {deploy!r} to its depends_on",
+        )
+    return deploy
+
+
 def env_step_of(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     """The framework's `env_id` becomes the id of the deploy_env step that deploys it (our `env`)."""
     if isinstance(config.get("env_id"), str) and config.get("env") is None:
-        from agent_env.steps.builtin.env_outcome import deploying_env_step
-
         env = deploying_env_step(config["env_id"], plan)
         config = {**{k: v for k, v in config.items() if k != "env_id"}, "env": env}
     return config

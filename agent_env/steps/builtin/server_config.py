@@ -28,7 +28,7 @@ EVERY_APP = "*"
 class ConfigDirective(StepConfig):
     service: str = Field(min_length=1, description="the app's name in the env, or * for every app")
     uri: str = Field(min_length=1, description="the extension's URI on the app's card, e.g. urn:agentenv:set-errors/v1")
-    args: dict[str, Any] = Field(default_factory=dict, description="the body the extension's operation takes")
+    args: JsonObject = Field(default_factory=dict, description="the body the extension's operation takes")
     method: str | None = Field(None, description="the extension's method, when it declares several")
 
     @model_validator(mode="before")

@@ -14,7 +14,7 @@ does not make.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -23,6 +23,7 @@ from agent_env.spec.run import PlannedConfig
 from agent_env.spec.verbs import VERBS, WorldStepVerb
 from agent_env.spec.world import MAX_RATE, TimeValue
 from agent_env.steps import PlanContext, PrepareFunction, StepConfig, StepContext, StepType, step_type
+from agent_env.steps.builtin.envs import deploying_env_step
 
 ENV_ID = (
     "the env a deploy_env step of this task deploys (checked when the run is planned); all of a run's envs share it"
@@ -41,7 +42,7 @@ REFUSED = {
 }
 
 
-def _refuse(cls: type, value: Any, info: ValidationInfo) -> Any:
+def _refuse(info: ValidationInfo) -> NoReturn:
     raise ValueError(f"`{info.field_name}` is not taken here: {REFUSED[str(info.field_name)]}; remove it")
 
 
@@ -59,7 +60,10 @@ class SyncEnvClockConfig(StepConfig):
     )
     timeout_seconds: float | None = Field(None, description="the framework's; refused: the workflow makes no call")
 
-    _refused = field_validator("timeout_seconds")(classmethod(_refuse))
+    @field_validator("timeout_seconds")
+    @classmethod
+    def _refused(cls, value: Any, info: ValidationInfo) -> Any:
+        _refuse(info)
 
     @field_validator("tolerate_missing_sync_time")
     @classmethod
@@ -115,21 +119,22 @@ class RegisterEnvTriggersConfig(StepConfig):
     await_fired: Any = Field(None, description="the framework's; not supported yet")
     await_timeout_seconds: Any = Field(None, description="the framework's; not supported yet")
 
-    _refused = field_validator(
+    @field_validator(
         "watch_roles",
         "executor_agent_name",
         "executor_timeout_seconds",
         "executor_hours",
         "await_fired",
         "await_timeout_seconds",
-    )(classmethod(_refuse))
+    )
+    @classmethod
+    def _refused(cls, value: Any, info: ValidationInfo) -> Any:
+        _refuse(info)
 
 
 def _check_env_id(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     """`env_id` must be an env a deploy_env step of the task deploys, before this step."""
     if isinstance(config.get("env_id"), str):
-        from agent_env.steps.builtin.env_outcome import deploying_env_step
-
         deploying_env_step(config["env_id"], plan)
     return config
 
