@@ -55,12 +55,12 @@ BUILTINS = {
     "reset_env": "agent_env.steps.builtin.envs:reset_env",
     "snapshot_env": "agent_env.steps.builtin.envs:snapshot_env",
     "restore_env": "agent_env.steps.builtin.envs:restore_env",
-    "set_role_tools": "agent_env.steps.builtin.envs:set_role_tools",
+    "modify_env_tool_access": "agent_env.steps.builtin.envs:modify_env_tool_access",
     "call_tool": "agent_env.steps.builtin.envs:call_tool",
     "check_state": "agent_env.steps.builtin.envs:check_state",
     "teardown_env": "agent_env.steps.builtin.envs:teardown_env",
-    "set_clock": "agent_env.steps.builtin.world_steps:set_clock",
-    "register_triggers": "agent_env.steps.builtin.world_steps:register_triggers",
+    "sync_env_clock": "agent_env.steps.builtin.world_steps:sync_env_clock",
+    "register_env_triggers": "agent_env.steps.builtin.world_steps:register_env_triggers",
     "cancel_triggers": "agent_env.steps.builtin.world_steps:cancel_triggers",
     "wait_clock": "agent_env.steps.builtin.world_steps:wait_clock",
     "deploy_agent": "agent_env.steps.builtin.agent_deploy:deploy_agent",
@@ -116,6 +116,7 @@ BUILTINS = {
     # people in the run (issue 32): an agent a person plays, a person's review; both through the people's inbox
     "deploy_human_agent": "agent_env.steps.builtin.human_agent:deploy_human_agent",
     "review": "agent_env.steps.builtin.review:review",
+    "apply_server_config": "agent_env.steps.builtin.server_config:apply_server_config",
 }
 
 

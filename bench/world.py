@@ -78,7 +78,7 @@ type = "deploy_env"
 config = { env = "notes" }
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["pad"]
 [[steps]]
 id = "hold"

@@ -370,7 +370,7 @@ config = {{ env = "desk", record = {{ name = "dana-persona", type = "persona", r
 
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["dana"]
 
 [[steps]]

@@ -309,12 +309,12 @@ config = { env = "notes" }
 
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["pad"]
 
 [[steps]]
 id = "jump"
-type = "set_clock"
+type = "sync_env_clock"
 depends_on = ["rules"]
 config = { time = "+2h" }
 

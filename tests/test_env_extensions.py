@@ -207,13 +207,13 @@ async def test_an_instance_of_a_run_refuses_the_control_the_run_owns(desks):
     admin_auth, sam = bearer(gateway.admin_token), await admin.token(RUN, "sam")
     before = await mcp_tools(base, RUN, sam)
     for method, path, body, step in (
-        ("POST", "/tools/disable", {"role": "support", "tools": ["send_email"]}, "set_role_tools"),
-        ("POST", "/tools/enable", {"role": "support", "tools": ["issue_refund"]}, "set_role_tools"),
-        ("PUT", "/clock/set-time", {"virtual_time": "2030-01-01T00:00:00Z"}, "set_clock"),
-        ("POST", "/clock/clear", {}, "set_clock"),
-        ("POST", "/triggers/register", {"triggers": []}, "register_triggers"),
+        ("POST", "/tools/disable", {"role": "support", "tools": ["send_email"]}, "modify_env_tool_access"),
+        ("POST", "/tools/enable", {"role": "support", "tools": ["issue_refund"]}, "modify_env_tool_access"),
+        ("PUT", "/clock/set-time", {"virtual_time": "2030-01-01T00:00:00Z"}, "sync_env_clock"),
+        ("POST", "/clock/clear", {}, "sync_env_clock"),
+        ("POST", "/triggers/register", {"triggers": []}, "register_env_triggers"),
         ("POST", "/triggers/remove", {"ids": ["t"]}, "cancel_triggers"),
-        ("POST", "/triggers/clear", {}, "register_triggers"),
+        ("POST", "/triggers/clear", {}, "register_env_triggers"),
     ):
         answer = await http.request(method, f"/envs/{RUN}{path}", json=body, headers=admin_auth)
         assert answer.status_code == 409, (path, answer.text)
@@ -242,7 +242,7 @@ async def test_trigger_state_shows_what_the_run_watches_and_no_registration_is_t
     assert state["triggers"][0]["when"] == {"env": "desk", "tool": "issue_refund"}
     assert (await http.get(f"/envs/{FREE}/triggers/state", headers=admin_auth)).json()["triggers"] == []
     answer = await http.post(f"/envs/{FREE}/triggers/register", json={"triggers": []}, headers=admin_auth)
-    assert answer.status_code == 501 and "register_triggers" in answer.json()["error"]
+    assert answer.status_code == 501 and "register_env_triggers" in answer.json()["error"]
 
 
 async def test_state_trajectory_and_step_answer_what_they_say(desks):
@@ -418,7 +418,7 @@ async def test_role_and_clock_changes_reach_a_foreign_env_that_declares_them(for
         agent = await admin.token("mixed", "agent")
         assert {"ping", "secret"} <= await mcp_tools(base, "mixed", agent)
 
-        # set_role_tools (the run's step) -> disable-tool / enable-tool on the app, by its own tool names
+        # modify_env_tool_access (the run's step) -> disable-tool / enable-tool on the app, by its own tool names
         await admin.set_role("mixed", "agent", ["*"], ["secret"])
         seen = httpx2.get(f"{foreign_env}/seen").json()
         assert seen["rules"] == {"agent": {"secret": True, "ping": False}}
@@ -426,7 +426,7 @@ async def test_role_and_clock_changes_reach_a_foreign_env_that_declares_them(for
         await admin.change_role("mixed", "agent", ["secret"], [])  # (the trigger action set_tools)
         assert httpx2.get(f"{foreign_env}/seen").json()["rules"] == {"agent": {"secret": False, "ping": False}}
 
-        # the run's clock (set_clock, pushed with the world) -> clock/v1 set_time
+        # the run's clock (sync_env_clock, pushed with the world) -> clock/v1 set_time
         clock = {
             "mode": "frozen",
             "virtual_anchor": "2031-05-01T12:00:00Z",

@@ -76,7 +76,7 @@ depends_on = ["seed"]
 config = { env = "env" }
 [[steps]]
 id = "promote"
-type = "set_role_tools"
+type = "modify_env_tool_access"
 depends_on = ["before"]
 config = { env = "env", role = "reader", tools = ["*"] }
 [[steps]]

@@ -126,7 +126,7 @@ def test_steps_list_prints_every_type_with_its_origin_and_traits():
     assert "built-in" in rows["prompt_agent"] and "timeout 2h" in rows["prompt_agent"]
     assert "conversation" in rows["prompt_agent"] and "Give an agent a task" in rows["prompt_agent"]
     assert "plugin" in rows["echo"] and "local" in rows["echo"] and "Output the configured value." in rows["echo"]
-    assert "in workflow (set_clock)" in rows["set_clock"]
+    assert "in workflow (sync_env_clock)" in rows["sync_env_clock"]
     assert "✗ does not load" in rows["explodes"] and "explodes on import" in " ".join(done.stdout.split())
 
 

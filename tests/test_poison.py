@@ -120,7 +120,7 @@ PERSONA_TASK = {
     ],
     "steps": [
         box_env(),
-        {"id": "rules", "type": "register_triggers", "depends_on": ["box"]},
+        {"id": "rules", "type": "register_env_triggers", "depends_on": ["box"]},
         {"id": "hold", "type": "wait_file", "depends_on": ["rules"], "config": {"path": "GATE"}},
     ],
 }

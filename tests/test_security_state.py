@@ -255,7 +255,7 @@ config = {{ env = "notes" }}
 
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["pad"]
 
 [[steps]]

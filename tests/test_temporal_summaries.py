@@ -116,7 +116,7 @@ config = {{ env = "notes" }}
 
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["pad"]
 
 [[steps]]
@@ -198,7 +198,7 @@ config = { env = "notes" }
 
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["pad"]
 """
 

@@ -78,7 +78,7 @@ config = {{ env = "notes" }}
 
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["pad"]
 
 [[steps]]
@@ -147,7 +147,7 @@ config = { env = "notes" }
 
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["pad"]
 
 [[steps]]
@@ -230,7 +230,7 @@ def test_trigger_spec_errors_name_the_field():
     assert "needs `count` or `until`" in bad(BASE + trigger('{ type = "time", at = "+1h", every = "1h" }'))
     assert "needs an offset" in bad(BASE.replace('"2026-01-01T00:00:00Z"', '"2026-01-01T00:00:00"'))
     assert "'ghost' is not a trigger" in bad(
-        BASE + '[[steps]]\nid = "r"\ntype = "register_triggers"\nconfig = { triggers = ["ghost"] }\n'
+        BASE + '[[steps]]\nid = "r"\ntype = "register_env_triggers"\nconfig = { triggers = ["ghost"] }\n'
     )
     no_clock = BASE.replace('[clock]\nstart = "2026-01-01T00:00:00Z"\n', "")
     assert "wait_clock needs the task's clock" in bad(
@@ -264,18 +264,18 @@ config = { env = "notes" }
 
 [[steps]]
 id = "rules"
-type = "register_triggers"
+type = "register_env_triggers"
 depends_on = ["pad"]
 
 [[steps]]
 id = "jump"
-type = "set_clock"
+type = "sync_env_clock"
 depends_on = ["rules"]
 config = { time = "+2h" }
 
 [[steps]]
 id = "go"
-type = "set_clock"
+type = "sync_env_clock"
 depends_on = ["jump"]
 config = { mode = "event_driven" }
 

@@ -13,6 +13,7 @@ from temporalio import activity
 from agent_env.activities.shared import Activities, clipped_hits, fatal, keep_heartbeating, step_failed
 from agent_env.errors import format_loc
 from agent_env.spec.run import StepCall, StepOutcome
+from agent_env.spec.verbs import RENAMED_STEP_TYPES
 from agent_env.steps import StepContext, StepFailed, catalog
 from agent_env.workflows import contract
 
@@ -25,7 +26,8 @@ class StepActivities(Activities):
     async def run_step(self, call: StepCall) -> StepOutcome:
         info = activity.info()
         try:
-            step_type = catalog.get(call.type)
+            # (a run planned before a step type took the framework's name carries the old one)
+            step_type = catalog.get(RENAMED_STEP_TYPES.get(call.type, call.type))
         except KeyError:
             raise fatal(f"unknown step type '{call.type}' on this worker", "UnknownStepType") from None
         except ImportError as e:

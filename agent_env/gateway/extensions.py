@@ -13,7 +13,7 @@ truth for its clock, roles and triggers (DESIGN §2 rule 2): the gateway holds a
 here would differ from what the run believes and from its record, and the run's next push would undo it. Routing
 it to the run instead would need a workflow update of its own for each operation, sealed like every update, and
 would turn an operator's call into a decision recorded in history that the task never declared; the task's own
-steps (`set_role_tools`, `set_clock`, `register_triggers`, `cancel_triggers`) already say it, so the refusal names
+steps (`modify_env_tool_access`, `sync_env_clock`, `register_env_triggers`, `cancel_triggers`) already say it, so the refusal names
 them. Instances without a run (created over the admin API by a harness of one's own) take these operations.
 
 Not served: the writes of `triggers/v1` (register, remove, clear):
@@ -253,7 +253,7 @@ def changed_rules(
 async def change_tools(gateway: WorldPushes, inst: EnvInstance, action: str, change: ToolsChange) -> JsonObject:
     """Apply a disable-tool/v1 or enable-tool/v1 request through the gateway's own role changes (so agents are
     told their tools changed, and apps behind the instance that take tool access hear of it too)."""
-    refuse_if_run_owned(inst, f"{action} tools", "set_role_tools steps (or set_tools trigger actions)")
+    refuse_if_run_owned(inst, f"{action} tools", "modify_env_tool_access steps (or set_tools trigger actions)")
     disable = action == "disable"
     if disable and change.tools != WILDCARD and any(_is_get_time(t) for t in change.tools):
         raise GatewayError(400, f"{roles.GET_TIME!r} is the world's clock: every role keeps it; disable others")
@@ -278,7 +278,7 @@ async def change_tools(gateway: WorldPushes, inst: EnvInstance, action: str, cha
 
 async def set_time(gateway: WorldPushes, inst: EnvInstance, request: SetTime) -> JsonObject:
     """Anchor the instance's clock at `virtual_time`, running at the given pace from now."""
-    refuse_if_run_owned(inst, "set_time", "set_clock steps")
+    refuse_if_run_owned(inst, "set_time", "sync_env_clock steps")
     rate = request.virtual_seconds_per_real_second
     clock = ClockState(
         mode="paced" if rate > 0 else "frozen",
@@ -292,7 +292,7 @@ async def set_time(gateway: WorldPushes, inst: EnvInstance, request: SetTime) ->
 
 async def clear_time(gateway: WorldPushes, inst: EnvInstance) -> JsonObject:
     """Drop the clock set with set_time: the instance's time is its fixed `now` again, or the real time."""
-    refuse_if_run_owned(inst, "clear the clock", "set_clock steps")
+    refuse_if_run_owned(inst, "clear the clock", "sync_env_clock steps")
     await gateway.push_world(inst.spec.id, WorldPush(run_id=""))
     return {"ok": True, "armed": False}
 

@@ -1,7 +1,7 @@
 """What the gateway tells the apps behind an instance that it reaches at a URL (servers that are not ours, written
 with the protocol's env SDK or the framework's gateway) when a role's tools or the clock change, where their cards
-declare the extension for it: `disable-tool/v1` and `enable-tool/v1` (the step `set_role_tools`, the trigger action
-`set_tools`, the instance's own tool-access extension) and `clock/v1` set_time (the run's clock, `set_clock`).
+declare the extension for it: `disable-tool/v1` and `enable-tool/v1` (the step `modify_env_tool_access`, the trigger action
+`set_tools`, the instance's own tool-access extension) and `clock/v1` set_time (the run's clock, `sync_env_clock`).
 
 This gateway enforces roles and stamps every call with the world's time itself, so agents coming through it need
 neither; these keep such an app's own view the run's (its tool listing, its clock and what it does by its time,

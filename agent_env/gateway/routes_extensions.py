@@ -119,11 +119,11 @@ async def triggers_state(inst: AdminInstance) -> Response:
 @router.post("/envs/{instance}/triggers/clear")
 async def triggers_write(request: Request, inst: AdminInstance) -> Response:
     verb = request.url.path.rsplit("/", 1)[-1]
-    extensions.refuse_if_run_owned(inst, f"{verb} triggers", "register_triggers and cancel_triggers steps")
+    extensions.refuse_if_run_owned(inst, f"{verb} triggers", "register_env_triggers and cancel_triggers steps")
     raise GatewayError(
         501,
         f"{verb} triggers: this gateway's triggers belong to runs, whose workflows carry out their actions; "
-        "declare them in a task (`triggers`) and register them with a register_triggers step",
+        "declare them in a task (`triggers`) and register them with a register_env_triggers step",
     )
 
 

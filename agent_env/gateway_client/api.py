@@ -94,6 +94,13 @@ class GatewayClient(Protocol):
         ...
 
     async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject: ...
+    async def env_card(self, instance: str) -> JsonObject:
+        """The instance's environment card as the admin sees it (every app, with the extensions it declares)."""
+        ...
+
+    async def invoke_extension(self, instance: str, verb: str, path: str, body: JsonObject) -> Any:
+        """One operation a card declares, at `path` under the instance's base (as the card names it)."""
+        ...
 
     # -- runs --
     async def parked_hits(self, run_id: str) -> list[JsonObject]:

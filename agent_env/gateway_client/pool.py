@@ -260,6 +260,12 @@ class GatewayPool:
     async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject:
         return await self._at(instance, lambda c: c.data(instance, method, params))
 
+    async def env_card(self, instance: str) -> JsonObject:
+        return await self._at(instance, lambda c: c.env_card(instance))
+
+    async def invoke_extension(self, instance: str, verb: str, path: str, body: JsonObject) -> Any:
+        return await self._at(instance, lambda c: c.invoke_extension(instance, verb, path, body))
+
     async def list_tools(self, instance: str, token: str) -> list[JsonObject]:
         return await self._at(instance, lambda c: c.list_tools(instance, token))
 

@@ -263,6 +263,12 @@ class SingleGateway:
         result: JsonObject = answer["result"]  # the data plane answers every method with an object
         return result
 
+    async def env_card(self, instance: str) -> JsonObject:
+        return await self._object("GET", f"/envs/{instance}/.well-known/agent-env.json")
+
+    async def invoke_extension(self, instance: str, verb: str, path: str, body: JsonObject) -> Any:
+        return await self._json(verb, f"/envs/{instance}{path}", json=body)
+
     # -- agents (REST) --
     async def list_tools(self, instance: str, token: str) -> list[JsonObject]:
         headers = {"authorization": f"Bearer {token}"}

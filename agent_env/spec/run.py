@@ -12,7 +12,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, Field, model_validator
 
 from agent_env.spec.task import FailurePolicy
-from agent_env.spec.verbs import WorldStepVerb
+from agent_env.spec.verbs import RENAMED_STEP_TYPES, WorldStepVerb
 from agent_env.spec.world_state import WorldSpec, WorldState
 
 AGGREGATE = "aggregate_verifiers"  # the step type whose score, when present, is the run's
@@ -100,6 +100,9 @@ class StepPlan(StepTraits):
         the built-in type of their name (only built-ins had any then), so they replay the same decisions."""
         if isinstance(data, dict) and not NEW_TRAITS & data.keys():
             data = {**data, **builtin_traits(data.get("type"), data.get("config") or {})}
+        if isinstance(data, dict) and data.get("verb") in RENAMED_STEP_TYPES:
+            # recorded before the world steps took the framework's names: the same verb under its name now
+            data = {**data, "verb": RENAMED_STEP_TYPES[data["verb"]]}
         return data
 
 
@@ -138,6 +141,8 @@ def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
     # (newer than step traits: no recorded plan has one of these, so the table stays whole)
     if step_type in ("deploy_sandbox", "env_outcome_verifier", "run_docker_container"):
         return {"sandboxes": True}
+    if isinstance(step_type, str):
+        step_type = RENAMED_STEP_TYPES.get(step_type, step_type)
     if step_type in get_args(WorldStepVerb):
         return {"verb": step_type}
     return {}

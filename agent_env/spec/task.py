@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from agent_env.spec.templates import referenced_steps
 from agent_env.spec.world import ClockSpec, PersonaSpec, TriggerSpec
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
-WORLD_STEPS = ("set_clock", "register_triggers", "cancel_triggers", "wait_clock")
+WORLD_STEPS = ("sync_env_clock", "register_env_triggers", "cancel_triggers", "wait_clock")
 
 
 class FailurePolicy(StrEnum):
@@ -73,6 +74,31 @@ class TaskSpec(BaseModel):
     def step(self, step_id: str) -> StepSpec:
         return next(s for s in self.steps if s.id == step_id)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _world_from_steps(cls, data: Any) -> Any:
+        """The framework's tasks (JSON lists of steps) have no [clock] or [[triggers]]: a sync_env_clock step's
+        absolute `virtual_time` starts the world's clock there (standing until the step sets its pace), and a
+        trigger written in full in a register_env_triggers step's `triggers` joins the task's, named by its id."""
+        if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+            return data
+        steps = [s for s in data["steps"] if isinstance(s, dict) and isinstance(s.get("config"), dict)]
+        if data.get("clock") is None:
+            start = next(
+                (
+                    t
+                    for s in steps
+                    if s.get("type") == "sync_env_clock" and _absolute(t := s["config"].get("virtual_time"))
+                ),
+                None,
+            )
+            if start is not None:
+                data = {**data, "clock": {"start": start, "mode": "frozen"}}
+        if any(s.get("type") == "register_env_triggers" and _has_objects(s["config"].get("triggers")) for s in steps):
+            triggers = list(data.get("triggers") or [])
+            data = {**data, "steps": [_triggers_by_id(s, triggers) for s in data["steps"]], "triggers": triggers}
+        return data
+
     @model_validator(mode="after")
     def _check_graph(self) -> TaskSpec:
         if problems := graph_problems(self.steps):
@@ -83,6 +109,34 @@ class TaskSpec(BaseModel):
     def has_world(self) -> bool:
         """Triggers, personas or steps that act on the world's clock and rules."""
         return bool(self.triggers or self.personas or any(s.type in WORLD_STEPS for s in self.steps))
+
+
+def _absolute(value: Any) -> bool:
+    """An RFC 3339 time with an offset (not `+DURATION`, not a `${...}` reference)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _triggers_by_id(step: Any, triggers: list[Any]) -> Any:
+    """The step, its triggers written in full moved to `triggers` and named by their ids."""
+    if not (
+        isinstance(step, dict) and step.get("type") == "register_env_triggers" and isinstance(step.get("config"), dict)
+    ):
+        return step
+    written = step["config"].get("triggers")
+    if not _has_objects(written):
+        return step
+    triggers += [t for t in written if isinstance(t, dict)]
+    ids = [t.get("id") if isinstance(t, dict) else t for t in written]
+    return {**step, "config": {**step["config"], "triggers": ids}}
+
+
+def _has_objects(value: Any) -> bool:
+    return isinstance(value, list) and any(isinstance(t, dict) for t in value)
 
 
 def problem(loc: tuple[Any, ...], kind: str, message: str, value: Any) -> InitErrorDetails:

@@ -3,12 +3,15 @@
 A verb is either a decision the workflow applies itself (the clock, triggers, waits, the run's end: no I/O,
 recorded in history) or an effect on an environment, done by an activity through the gateway. Task steps
 (agent_env.steps.builtin.world_steps and .envs) and trigger actions (agent_env.spec.world) are the two ways to say
-one; where both can, they share the verb's name and fields (`triggers`, with `ids` accepted for actions).
+one. Steps take the AgentEnv Framework's step names (`sync_env_clock`, `register_env_triggers`,
+`modify_env_tool_access`); trigger actions keep theirs (`set_clock`, `register_triggers`, `set_tools`), the same
+decision under the action's name, with the same fields where both have them (`triggers`, with `ids` accepted
+for actions).
 
-Two verbs look alike and are not the same: the step `set_role_tools` replaces a role's rules (`tools` it
-may call, `deny` patterns), the action `set_tools` changes them (`enable` adds, `disable` denies, the rest
-is kept). A trigger fires in the middle of a run whose roles other triggers may have changed: it edits;
-a setup step states the whole rule.
+The step `modify_env_tool_access` either changes a role's rules (`action` enable or disable `tools`, the rest
+kept), as the action `set_tools` does, or, without `action`, replaces them (`tools` it may call, `deny`
+patterns): a setup step may state the whole rule; a trigger fires in the middle of a run whose roles other
+triggers may have changed, so it only edits.
 """
 
 from __future__ import annotations
@@ -17,7 +20,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 # The verbs a step the workflow applies itself may name (StepPlan.verb).
-WorldStepVerb = Literal["set_clock", "register_triggers", "cancel_triggers", "wait_clock"]
+WorldStepVerb = Literal["sync_env_clock", "register_env_triggers", "cancel_triggers", "wait_clock"]
+
+# Plans recorded before the steps took the framework's names carry the old type (and verb): what each is now.
+# Only recorded plans are read with it (a run in flight, a recorded history); a task naming an old type is refused.
+RENAMED_STEP_TYPES = {
+    "set_clock": "sync_env_clock",
+    "register_triggers": "register_env_triggers",
+    "set_role_tools": "modify_env_tool_access",
+}
 
 
 @dataclass(frozen=True)
@@ -32,15 +43,24 @@ class Verb:
 VERBS: dict[str, Verb] = {
     v.name: v
     for v in (
-        Verb("set_clock", "Set the world's clock: its time, pace or mode.", in_workflow=True, step=True, action=True),
-        Verb("register_triggers", "Start watching the task's triggers.", in_workflow=True, step=True, action=True),
+        Verb(
+            "sync_env_clock",
+            "Set the world's clock: its time, pace or mode.",
+            in_workflow=True,
+            step=True,
+            action=False,
+        ),
+        Verb("set_clock", "Set the world's clock: its time, pace or mode.", in_workflow=True, step=False, action=True),
+        Verb("register_env_triggers", "Start watching the task's triggers.", in_workflow=True, step=True, action=False),
+        Verb("register_triggers", "Start watching the task's triggers.", in_workflow=True, step=False, action=True),
         Verb("cancel_triggers", "Stop triggers before they fire (again).", in_workflow=True, step=True, action=True),
         Verb("wait_clock", "Wait until the world's clock reaches a time.", in_workflow=True, step=True, action=False),
         Verb("end_run", "End the run: steps still running are cancelled.", in_workflow=True, step=False, action=True),
         Verb("call_tool", "Call a tool as a role or agent.", in_workflow=False, step=True, action=True),
         Verb(
-            "set_role_tools",
-            "Replace a role's rules: the tools it may call and the patterns it is denied.",
+            "modify_env_tool_access",
+            "Change a role's rules (enable or disable tools), or replace them: the tools it may call and the patterns "
+            "it is denied.",
             in_workflow=False,
             step=True,
             action=False,

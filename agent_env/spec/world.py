@@ -219,7 +219,8 @@ class CallToolAction(_Action):
 
 class SetToolsAction(_Action):
     """Change a role's rules mid-run: `enable` tools (names or patterns), `disable` others, keep the rest. Unlike
-    the step `set_role_tools`, which replaces the role's rules (`tools`, `deny`): see agent_env.spec.verbs."""
+    the step `modify_env_tool_access` without `action`, which replaces the role's rules (`tools`, `deny`): see
+    agent_env.spec.verbs."""
 
     type: Literal["set_tools"]
     env: str
@@ -351,9 +352,9 @@ def world_problems(task: Any, envs: dict[str, DeployedEnv]) -> list[tuple[tuple[
         for j, action in enumerate(t.actions):
             problems += _action_problems(action, envs, ids, start, where + ("actions", j))
     for i, s in enumerate(task.steps):
-        if s.type in ("set_clock", "wait_clock") and task.clock is None:
+        if s.type in ("sync_env_clock", "wait_clock") and task.clock is None:
             problems.append((("steps", i, "type"), f"{s.type} needs the task's clock: add a [clock] with a start"))
-        if s.type in ("register_triggers", "cancel_triggers"):
+        if s.type in ("register_env_triggers", "cancel_triggers"):
             for tid in s.config.get("triggers") or []:
                 if tid != "*" and tid not in ids:
                     problems.append(

@@ -344,7 +344,7 @@ def world_step(driver: WorldDriver, plan: StepPlan, config: Mapping[str, Any]) -
     real = driver.now_real()
     world.begin(real)
     try:
-        if plan.verb == "set_clock":
+        if plan.verb == "sync_env_clock":
             world.set_clock(
                 real,
                 time=config.get("time"),
@@ -353,7 +353,7 @@ def world_step(driver: WorldDriver, plan: StepPlan, config: Mapping[str, Any]) -
                 cause=f"step {plan.id}",
             )
             outputs: dict[str, Any] = {"now": iso(world.now(real))}
-        elif plan.verb == "register_triggers":
+        elif plan.verb == "register_env_triggers":
             outputs = {"registered": world.register(config.get("triggers") or ["*"], real)}
             driver.watches_added = True
         elif plan.verb == "cancel_triggers":

@@ -28,8 +28,8 @@ from agent_env.providers import by_name
 from agent_env.providers.apps import sandbox_name as unique_name
 from agent_env.providers.base import SandboxSpec
 from agent_env.spec.run import Criterion, PlannedConfig, Score
-from agent_env.spec.task import upstream
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
+from agent_env.steps.builtin.envs import deploying_env_step
 from agent_env.steps.builtin.sandbox_steps import _artifact_files, _pin, heartbeating
 from agent_env.steps.builtin.sandbox_verifier import DETAIL_CHARS, aggregate
 
@@ -57,28 +57,6 @@ class EnvOutcomeVerifierConfig(StepConfig):
         if self.prompt_id is not None:
             raise ValueError("`prompt_id`: giving the script the graded prompt's run is not supported yet")
         return self
-
-
-def deploying_env_step(env_id: str, plan: PlanContext) -> str:
-    """The id of the deploy_env step of the task that deploys `env_id` and comes before this step."""
-    task = plan.task
-    if task is None:
-        raise BadInput("env_outcome_verifier: env_id is resolved within a task", "plan the step as part of a task")
-    deploys = [
-        s for s in task.steps if s.type == "deploy_env" and env_id in (s.config.get("env_id"), s.config.get("env"))
-    ]
-    where = f"step {plan.step_id!r}"
-    if not deploys:
-        raise BadInput(f"{where}: env_id {env_id!r} is deployed by no deploy_env step of task {task.id!r}", "add one")
-    if len(deploys) > 1:
-        raise BadInput(f"{where}: steps {[s.id for s in deploys]} all deploy env {env_id!r}", "deploy it once")
-    deploy = deploys[0].id
-    if plan.step_id is not None and deploy not in upstream(plan.step_id, {s.id: s.depends_on for s in task.steps}):
-        raise BadInput(
-            f"{where}: env {env_id!r} is deployed by step {deploy!r}, which it does not come after",
-            f"add {deploy!r} to its depends_on",
-        )
-    return deploy
 
 
 def script_of(plan: PlanContext, ref: str) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -23,8 +23,9 @@ from agent_env.gateway_client.placement import Placement
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import apps
-from agent_env.spec.env import AppRef, EnvRecord, RoleSpec
+from agent_env.spec.env import AppRef, EnvRecord
 from agent_env.spec.run import Criterion, PlannedConfig, Score, apps_in_sandboxes
+from agent_env.spec.task import upstream
 from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin import env_changes
@@ -343,17 +344,80 @@ async def restore_env(ctx: StepContext, config: RestoreConfig) -> JsonObject:
 # -- roles and tools --
 
 
-class SetRoleConfig(EnvStep, RoleSpec):
-    """Replaces the role's rules (`tools`, `deny`). Unlike the trigger action `set_tools`, which changes them
-    (`enable`, `disable`, the rest kept): see agent_env.spec.verbs."""
+class ModifyToolAccessConfig(StepConfig):
+    """The framework's `modify_env_tool_access`: `action` enable or disable `tools` for `role`, the role's other
+    rules kept (as the trigger action `set_tools` does). Ours as well: without `action`, `tools` (and `deny`) replace
+    the role's rules. The env is `env` (a deploy_env step's id) or the framework's `env_id` (the env it deploys)."""
 
+    env: str | None = Field(None, description="the id of the deploy_env step whose environment this step acts on")
+    env_id: str | None = Field(None, description="or the env a deploy_env step of this task deploys")
     role: str
+    action: Literal["enable", "disable"] | None = Field(
+        None, description="enable or disable `tools`, keeping the role's other rules; without it, replace them"
+    )
+    tools: list[str] = Field(default_factory=lambda: ["*"], description="tool names or patterns")
+    deny: list[str] = Field(default_factory=list, description="without `action`: patterns the role is denied")
+
+    @model_validator(mode="after")
+    def _one_env(self) -> ModifyToolAccessConfig:
+        if (self.env is None) == (self.env_id is None):
+            raise ValueError("give exactly one of `env` (a deploy_env step's id) or `env_id` (the env it deploys)")
+        if self.action is not None and self.deny:
+            raise ValueError(
+                "`deny` goes with no `action` (it replaces the role's rules): list them in `tools` with "
+                "action disable instead"
+            )
+        return self
 
 
-@step_type("set_role_tools", config=SetRoleConfig, local=True, timeout="1m", step_refs=("env",))
-async def set_role_tools(ctx: StepContext, config: SetRoleConfig) -> JsonObject:
+def deploying_env_step(env_id: str, plan: PlanContext) -> str:
+    """The id of the deploy_env step of the task that deploys `env_id` and comes before this step."""
+    task = plan.task
+    if task is None:
+        raise BadInput(f"{plan.step_id}: env_id is resolved within a task", "plan the step as part of a task")
+    deploys = [
+        s for s in task.steps if s.type == "deploy_env" and env_id in (s.config.get("env_id"), s.config.get("env"))
+    ]
+    where = f"step {plan.step_id!r}"
+    if not deploys:
+        raise BadInput(f"{where}: env_id {env_id!r} is deployed by no deploy_env step of task {task.id!r}", "add one")
+    if len(deploys) > 1:
+        raise BadInput(f"{where}: steps {[s.id for s in deploys]} all deploy env {env_id!r}", "deploy it once")
+    deploy = deploys[0].id
+    if plan.step_id is not None and deploy not in upstream(plan.step_id, {s.id: s.depends_on for s in task.steps}):
+        raise BadInput(
+            f"{where}: env {env_id!r} is deployed by step {deploy!r}, which it does not come after",
+            f"add {deploy!r} to its depends_on",
+        )
+    return deploy
+
+
+def env_step_of(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
+    """The framework's `env_id` becomes the id of the deploy_env step that deploys it (our `env`)."""
+    if isinstance(config.get("env_id"), str) and config.get("env") is None:
+        env = deploying_env_step(config["env_id"], plan)
+        config = {**{k: v for k, v in config.items() if k != "env_id"}, "env": env}
+    return config
+
+
+@step_type(
+    "modify_env_tool_access",
+    config=ModifyToolAccessConfig,
+    local=True,
+    timeout="1m",
+    step_refs=("env",),
+    prepare=env_step_of,
+)
+async def modify_env_tool_access(ctx: StepContext, config: ModifyToolAccessConfig) -> JsonObject:
     """Change which tools a role sees and may call (from the next call; agents are notified)."""
-    tools = await (await ctx.gateway()).set_role(instance_id(ctx, config.env), config.role, config.tools, config.deny)
+    if config.env is None:
+        raise StepFailed("the step's env_id was not resolved when the run was planned: plan the task again")
+    gateway, instance = await ctx.gateway(), instance_id(ctx, config.env)
+    if config.action is None:
+        tools = await gateway.set_role(instance, config.role, config.tools, config.deny)
+    else:
+        enable, disable = (config.tools, []) if config.action == "enable" else ([], config.tools)
+        tools = await gateway.change_role(instance, config.role, enable, disable)
     return {"role": config.role, "tools": tools}
 
 

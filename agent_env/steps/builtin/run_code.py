@@ -25,7 +25,7 @@ from agent_env.spec.run import PlannedConfig
 from agent_env.spec.task import upstream
 from agent_env.steps import PlanContext, StepContext, StepFailed, step_type
 from agent_env.steps.builtin.bare_sandboxes import InSandbox, prepare_in_sandbox, sandbox_of
-from agent_env.steps.builtin.env_outcome import deploying_env_step
+from agent_env.steps.builtin.envs import deploying_env_step
 from agent_env.steps.builtin.sandbox_steps import SandboxStep, _artifact_files, _pin, attach, heartbeating
 
 RUNNER = Path(__file__).with_name("run_code_runner.py")
