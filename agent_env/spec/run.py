@@ -136,6 +136,8 @@ def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
         return {"deploys_env": True, "sandboxes": apps_in_sandboxes(config)}
     if step_type == "deploy_agent":
         return {"deploys_agent": True, "sandboxes": agent_in_sandbox(config)}
+    if step_type == "deploy_human_agent":
+        return {"deploys_agent": True}
     if step_type == "prompt_agent":
         return {"conversation": True}
     # (newer than step traits: no recorded plan has one of these, so the table stays whole)

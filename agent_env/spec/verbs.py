@@ -28,6 +28,8 @@ RENAMED_STEP_TYPES = {
     "set_clock": "sync_env_clock",
     "register_triggers": "register_env_triggers",
     "set_role_tools": "modify_env_tool_access",
+    "rubric_judge": "rubrics_verifier",
+    "aggregate_scores": "aggregate_verifiers",
 }
 
 
