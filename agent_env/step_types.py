@@ -116,6 +116,9 @@ BUILTINS = {
     # people in the run (issue 32): an agent a person plays, a person's review; both through the people's inbox
     "deploy_human_agent": "agent_env.steps.builtin.human_agent:deploy_human_agent",
     "review": "agent_env.steps.builtin.review:review",
+    # agents installed into a running sandbox, and a CLI of an env's tools (issue 32)
+    "build_mcp_cli": "agent_env.steps.builtin.mcp_cli:build_mcp_cli",
+    "install_agent": "agent_env.steps.builtin.install_agent:install_agent",
 }
 
 
