@@ -18,6 +18,7 @@ from agent_env.errors import BadInput
 
 if TYPE_CHECKING:
     from agent_env.gateway_client import GatewayClient
+    from agent_env.gateway_client.wire import JsonObject
 
 
 async def _client_and_instance(instance: str):
@@ -61,7 +62,7 @@ def list_command(instance: str, agent: str | None, json_out: bool) -> int:
     return aio.run(go())
 
 
-def show_tools(tools: list[dict[str, Any]], header: str, json_out: bool) -> int:
+def show_tools(tools: list[JsonObject], header: str, json_out: bool) -> int:
     """The tools an agent sees, with the flags `call` takes for each (or as JSON)."""
     if json_out:
         print(json.dumps(tools, indent=2))

@@ -27,11 +27,11 @@ import gzip
 import json
 import posixpath
 import shlex
-from typing import Any
 
 from pydantic import Field, model_validator
 
 from agent_env import waiting
+from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
 from agent_env.agents.extension_ops import INSTALL, InstallDeclaration
 from agent_env.bundles import find_agent
 from agent_env.errors import AgentEnvError, BadInput
@@ -227,7 +227,7 @@ async def install_agent(ctx: StepContext, config: InstallAgentConfig) -> JsonObj
                 f"container {config.container_name!r} does not publish port {port}, which agent "
                 f"{record.name!r} serves on: give its run_docker_container step ports = [{port}]"
             )
-    values: dict[str, Any] = {
+    values: JsonObject = {
         "container": (container or {}).get("id"),
         "work_dir": here,
         "agent_ctx_tar": tar,
@@ -274,8 +274,6 @@ async def install_agent(ctx: StepContext, config: InstallAgentConfig) -> JsonObj
 
 
 async def _answering(ctx: StepContext, url: str, name: str) -> None:
-    from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
-
     forget_agent(url)  # an earlier agent may have had this port
     client = agent_client(ctx.settings, url, hosted=False)
 
