@@ -128,3 +128,13 @@ def test_a_wrong_config_is_named_when_the_run_is_planned(settings, tmp_path, ste
     with pytest.raises(BadInput) as e:
         plan(load_task(write_task(bundle, [ENV, BOX, step])), "r-1", settings)
     assert expected in str(e.value)
+
+
+def test_steps_list_and_show_name_both_steps():
+    from test_cli import cli
+
+    listed = cli("steps", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "build_mcp_cli" in listed.stdout and "install_agent" in listed.stdout
+    shown = cli("steps", "show", "build_mcp_cli")
+    assert shown.returncode == 0 and "command_name" in shown.stdout and "cli_artifact_id" in shown.stdout

@@ -2,7 +2,8 @@
 
 `call` is generated from the tool's JSON Schema: `agent-env tools call INSTANCE send_email --to a@b.c
 --subject Hi --body "..."` (arrays take repeated flags or JSON, objects take JSON, `--flag` alone is
-true for booleans). `--json '{...}'` gives all the arguments at once.
+true for booleans). `--json '{...}'` gives all the arguments at once. `installed_cli` is the same for the command
+the build_mcp_cli step installs in a sandbox: one environment, as the agent whose token is beside it.
 """
 
 from __future__ import annotations

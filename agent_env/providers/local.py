@@ -15,7 +15,9 @@ to run). Each sandbox's `sandbox.json` records its pid and the process's start t
 is never mistaken for ours, and the environment the provider gave it, sealed (Fernet, under this state
 dir's `sandboxes/local.key`, 0600): a command `exec`'d in the sandbox gets exactly that environment, even
 while the sandbox's process is still starting (its /proc/PID/environ reads empty then) or after it changed
-its own, and the record holds none of its secrets in the clear.
+its own, and the record holds none of its secrets in the clear. Each `exec`'d command runs in a process group of
+its own; one that leaves processes running (an agent `install_agent` started) is recorded in `groups.jsonl`, and
+stopping the sandbox stops those groups with its own process.
 """
 
 from __future__ import annotations

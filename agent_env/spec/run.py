@@ -138,6 +138,8 @@ def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
     # (newer than step traits: no recorded plan has one of these, so the table stays whole)
     if step_type in ("deploy_sandbox", "env_outcome_verifier", "run_docker_container"):
         return {"sandboxes": True}
+    if step_type == "install_agent":  # into a sandbox another step deployed
+        return {"deploys_agent": True}
     if step_type in get_args(WorldStepVerb):
         return {"verb": step_type}
     return {}
