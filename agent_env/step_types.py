@@ -117,6 +117,9 @@ BUILTINS = {
     "deploy_human_agent": "agent_env.steps.builtin.human_agent:deploy_human_agent",
     "review": "agent_env.steps.builtin.review:review",
     "apply_server_config": "agent_env.steps.builtin.server_config:apply_server_config",
+    # agents installed into a running sandbox, and a CLI of an env's tools (issue 32)
+    "build_mcp_cli": "agent_env.steps.builtin.mcp_cli:build_mcp_cli",
+    "install_agent": "agent_env.steps.builtin.install_agent:install_agent",
 }
 
 

@@ -59,6 +59,7 @@ from agent_env.agents.extension_ops import InstallDeclaration
 from agent_env.agents.extension_table import ENDPOINTS, STAGING
 from agent_env.agents.extensions import Configured, card_extensions
 from agent_env.agents.served_extensions import Enabled, PeerListed, ServedExtensions, declarations
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.guard import HostGuard
 from agent_env.json_depth import JSON_RPC
 
@@ -344,16 +345,22 @@ def card_routes(card: AgentCard, configured: Configured | None = None) -> list[R
     """The card as the A2A SDK renders it, with whole numbers in extensions' params as integers: a protobuf Struct
     holds every number as a double, and install/v1's `a2a_port` must read 8000, not 8000.0. A name or description
     the run set through agent-config/v1 (`configured`) replaces the agent's own, as the reference framework does."""
-    body = agent_card_to_dict(card)
-    for extension in body.get("capabilities", {}).get("extensions", []):
-        if "params" in extension:
-            extension["params"] = _whole(extension["params"])
+    body = card_body(card)
 
     async def served(request: Request) -> JSONResponse:
         return JSONResponse({**body, **configured.identity()} if configured is not None else body)
 
     paths = (AGENT_CARD_WELL_KNOWN_PATH, LEGACY_CARD_PATH) if configured is not None else (AGENT_CARD_WELL_KNOWN_PATH,)
     return [Route(path, served, methods=["GET"]) for path in paths]
+
+
+def card_body(card: AgentCard) -> JsonObject:
+    """The card as JSON, as served: the A2A SDK's rendering, whole numbers in extensions' params as integers."""
+    body = agent_card_to_dict(card)
+    for extension in body.get("capabilities", {}).get("extensions", []):
+        if "params" in extension:
+            extension["params"] = _whole(extension["params"])
+    return body
 
 
 def _whole(value: Any) -> Any:

@@ -2,18 +2,24 @@
 
 `call` is generated from the tool's JSON Schema: `agent-env tools call INSTANCE send_email --to a@b.c
 --subject Hi --body "..."` (arrays take repeated flags or JSON, objects take JSON, `--flag` alone is
-true for booleans). `--json '{...}'` gives all the arguments at once.
+true for booleans). `--json '{...}'` gives all the arguments at once. `installed_cli` is the same for the command
+the build_mcp_cli step installs in a sandbox: one environment, as the agent whose token is beside it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+import sys
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_env.cli import aio
 from agent_env.cli.output import console
 from agent_env.config import load_settings
 from agent_env.errors import BadInput
+
+if TYPE_CHECKING:
+    from agent_env.gateway_client import GatewayClient
+    from agent_env.gateway_client.wire import JsonObject
 
 
 async def _client_and_instance(instance: str):
@@ -52,18 +58,23 @@ def list_command(instance: str, agent: str | None, json_out: bool) -> int:
         client, described = await _client_and_instance(instance)
         who = _agent(described, agent)
         tools = await client.list_tools(described["id"], await client.token(described["id"], who))
-        if json_out:
-            print(json.dumps(tools, indent=2))
-            return 0
-        console().print(f"[bold]{described['id']}[/] as {who} (role {described['agents'][who]}): {len(tools)} tools")
-        for tool in tools:
-            params = tool["inputSchema"].get("properties", {})
-            required = set(tool["inputSchema"].get("required", []))
-            args = " ".join(f"--{n.replace('_', '-')}" + ("" if n in required else "?") for n in params)
-            console().print(f"  [bold]{tool['name']}[/] {args}\n      [dim]{tool['description'].splitlines()[0]}[/]")
-        return 0
+        return show_tools(tools, f"[bold]{described['id']}[/] as {who} (role {described['agents'][who]})", json_out)
 
     return aio.run(go())
+
+
+def show_tools(tools: list[JsonObject], header: str, json_out: bool) -> int:
+    """The tools an agent sees, with the flags `call` takes for each (or as JSON)."""
+    if json_out:
+        print(json.dumps(tools, indent=2))
+        return 0
+    console().print(f"{header}: {len(tools)} tools")
+    for tool in tools:
+        params = tool["inputSchema"].get("properties", {})
+        required = set(tool["inputSchema"].get("required", []))
+        args = " ".join(f"--{n.replace('_', '-')}" + ("" if n in required else "?") for n in params)
+        console().print(f"  [bold]{tool['name']}[/] {args}\n      [dim]{tool['description'].splitlines()[0]}[/]")
+    return 0
 
 
 def parse_arguments(schema: dict[str, Any], argv: list[str], raw_json: str | None) -> dict[str, Any]:
@@ -128,32 +139,40 @@ def _convert(kind: str, value: str, flag: str) -> Any:
 
 
 def call_command(instance: str, tool: str, agent: str | None, raw_json: str | None, argv: list[str]) -> int:
-    from agent_env.gateway_client import GatewayRefused
-
     async def go() -> int:
         client, described = await _client_and_instance(instance)
         who = _agent(described, agent)
         token = await client.token(described["id"], who)
-        tools = {t["name"]: t for t in await client.list_tools(described["id"], token)}
-        if tool not in tools:
-            raise BadInput(
-                f"{who} (role {described['agents'][who]}) has no tool {tool!r}", f"tools: {', '.join(tools)}"
-            )
-        if "--help" in argv or "-h" in argv:
-            console().print(f"[bold]{tool}[/]: {tools[tool]['description']}")
-            for name, prop in tools[tool]["inputSchema"].get("properties", {}).items():
-                console().print(f"  --{name.replace('_', '-')}  [dim]{_kind(prop)}[/]  {prop.get('description', '')}")
-            return 0
-        arguments = parse_arguments(tools[tool]["inputSchema"], argv, raw_json)
-        try:
-            result = await client.call_tool(described["id"], token, tool, arguments)
-        except GatewayRefused as e:
-            console().print(f"[red]{tool} failed:[/] {e}")
-            return 1
-        print(json.dumps(result, indent=2, ensure_ascii=False))
-        return 0
+        return await call_as(
+            client, described["id"], token, f"{who} (role {described['agents'][who]})", tool, raw_json, argv
+        )
 
     return aio.run(go())
+
+
+async def call_as(
+    client: GatewayClient, instance: str, token: str, who: str, tool: str, raw_json: str | None, argv: list[str]
+) -> int:
+    """Call `tool` with arguments parsed from `argv` by its schema, as the agent whose token this is: the gateway
+    lists and allows only what its role may call."""
+    from agent_env.gateway_client import GatewayRefused
+
+    tools = {t["name"]: t for t in await client.list_tools(instance, token)}
+    if tool not in tools:
+        raise BadInput(f"{who} has no tool {tool!r}", f"tools: {', '.join(tools)}")
+    if "--help" in argv or "-h" in argv:
+        console().print(f"[bold]{tool}[/]: {tools[tool]['description']}")
+        for name, prop in tools[tool]["inputSchema"].get("properties", {}).items():
+            console().print(f"  --{name.replace('_', '-')}  [dim]{_kind(prop)}[/]  {prop.get('description', '')}")
+        return 0
+    arguments = parse_arguments(tools[tool]["inputSchema"], argv, raw_json)
+    try:
+        result = await client.call_tool(instance, token, tool, arguments)
+    except GatewayRefused as e:
+        console().print(f"[red]{tool} failed:[/] {e}")
+        return 1
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+    return 0
 
 
 def token_command(instance: str, agent: str) -> int:
@@ -163,3 +182,52 @@ def token_command(instance: str, agent: str) -> int:
         return 0
 
     return aio.run(go())
+
+
+# -- the command build_mcp_cli puts in a sandbox: these same commands, for one environment, as one agent --
+
+SETTINGS_FILE = ".env"  # beside the command (bin/.env), 0600: where the gateway is, which instance, the token
+SETTINGS_KEYS = ("gateway_url", "instance", "agent", "role", "token")
+
+
+def installed_cli(command: str, script: str, argv: list[str]) -> int:
+    """`COMMAND [list [--json]]` lists the tools; `COMMAND TOOL --name value ...` calls one (`-` or `_` in its
+    name), `TOOL --help` shows its arguments. It acts as the agent whose token `.env` beside `script` holds, so
+    the gateway applies that agent's role: what it may see and call, and every limit, as for the agent itself."""
+    from pathlib import Path
+
+    from agent_env.gateway_client import GatewayRefused
+    from agent_env.gateway_client.single import SingleGateway
+
+    settings_path = Path(script).resolve().parent / SETTINGS_FILE
+    try:
+        lines = settings_path.read_text().splitlines()
+    except OSError:
+        print(f"{command}: no {settings_path}: this command is installed by the build_mcp_cli step", file=sys.stderr)
+        return 2
+    found = dict(line.partition("=")[::2] for line in lines if "=" in line)
+    if missing := [k for k in SETTINGS_KEYS if not found.get(k)]:
+        print(f"{command}: {settings_path} lacks {', '.join(missing)}: install it again", file=sys.stderr)
+        return 2
+    who = f"{found['agent']} (role {found['role']})"
+
+    async def go() -> int:
+        async with SingleGateway(found["gateway_url"]) as client:
+            if not argv or argv[0] in ("list", "--help", "-h"):
+                tools = await client.list_tools(found["instance"], found["token"])
+                header = f"{command}: {found['instance']} as {who}; `{command} TOOL --help` for one's arguments"
+                return show_tools(tools, header, "--json" in argv)
+            raw_json = None
+            rest = list(argv[1:])
+            if "--json" in rest:
+                at = rest.index("--json")
+                raw_json = rest[at + 1] if at + 1 < len(rest) else "{}"
+                del rest[at : at + 2]
+            tool = argv[0].replace("-", "_")
+            return await call_as(client, found["instance"], found["token"], who, tool, raw_json, rest)
+
+    try:
+        return aio.run(go())
+    except (BadInput, GatewayRefused) as e:  # a tool its role does not allow, a token the gateway refuses
+        print(f"{command}: {e}", file=sys.stderr)
+        return 2

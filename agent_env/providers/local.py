@@ -15,7 +15,9 @@ to run). Each sandbox's `sandbox.json` records its pid and the process's start t
 is never mistaken for ours, and the environment the provider gave it, sealed (Fernet, under this state
 dir's `sandboxes/local.key`, 0600): a command `exec`'d in the sandbox gets exactly that environment, even
 while the sandbox's process is still starting (its /proc/PID/environ reads empty then) or after it changed
-its own, and the record holds none of its secrets in the clear.
+its own, and the record holds none of its secrets in the clear. Each `exec`'d command runs in a process group of
+its own; one that leaves processes running (an agent `install_agent` started) is recorded in `groups.jsonl`, and
+stopping the sandbox stops those groups with its own process.
 """
 
 from __future__ import annotations
@@ -190,13 +192,18 @@ class LocalSandbox(Sandbox):
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: what it leaves running is stopped with the sandbox
         )
+        started = _start_time(proc.pid)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
             raise
+        if _group_alive(proc.pid):  # it started something that runs on (an agent it installed): recorded
+            await asyncio.to_thread(_record_group, self.folder, proc.pid, started)
         return ExecResult(
             exit_code=proc.returncode or 0, stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace")
         )
@@ -229,20 +236,66 @@ def _alive(meta: dict) -> bool:
     return bool(pid) and _start_time(cast(int, pid)) == meta.get("started")
 
 
+GROUPS_FILE = "groups.jsonl"  # process groups exec'd commands left running: stopped with the sandbox
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _record_group(folder: Path, pgid: int, started: str | None) -> None:
+    with open(folder / GROUPS_FILE, "a") as f:
+        f.write(json.dumps({"pgid": pgid, "started": started}) + "\n")
+
+
+def _left_groups(folder: Path) -> list[int]:
+    """The recorded groups still running. A group's id is its first process's pid, which is not reused while the
+    group lives; a process now holding that pid with another start time leads a group that is not ours."""
+    try:
+        lines = (folder / GROUPS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    groups = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            pgid, started = int(entry["pgid"]), entry.get("started")
+        except (ValueError, KeyError, TypeError):
+            continue
+        now = _start_time(pgid)
+        if (now is None or now == started) and _group_alive(pgid):
+            groups.append(pgid)
+    return groups
+
+
 def _stop_folder(folder: Path, grace: float = 3.0) -> bool:
     meta = _read(folder)
     existed = folder.exists()
-    if meta and _alive(meta):
+    main = meta["pid"] if meta and _alive(meta) else None
+    left = _left_groups(folder)  # what commands exec'd in it left running (an agent install_agent started)
+    for pgid in [*left, *([main] if main else [])]:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(meta["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while _alive(meta) and time.monotonic() < deadline:
-            time.sleep(0.02)
+            os.killpg(pgid, signal.SIGTERM)
+
+    def running() -> list[int]:
+        if main is not None:
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(meta["pid"], os.WNOHANG)  # reap it if it is our child
-        if _alive(meta):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(meta["pid"], signal.SIGKILL)
+                os.waitpid(main, os.WNOHANG)  # reap it if it is our child
+        alive = [g for g in left if _group_alive(g)]
+        return alive + ([main] if main is not None and meta and _alive(meta) else [])
+
+    deadline = time.monotonic() + grace
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pgid in running():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
     shutil.rmtree(folder, ignore_errors=True)
     return existed
 

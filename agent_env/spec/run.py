@@ -145,6 +145,8 @@ def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
         return {"sandboxes": True}
     if isinstance(step_type, str):
         step_type = RENAMED_STEP_TYPES.get(step_type, step_type)
+    if step_type == "install_agent":  # into a sandbox another step deployed
+        return {"deploys_agent": True}
     if step_type in get_args(WorldStepVerb):
         return {"verb": step_type}
     return {}
