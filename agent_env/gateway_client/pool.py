@@ -300,8 +300,7 @@ class GatewayPool:
         owner = await self._find("turn", turn_id, lambda c: c.human_turn(turn_id))
         return await owner.human_turn(turn_id, wait_s)
 
-    async def open_review(self, request: JsonObject) -> JsonObject:
-        """On the gateway that has it already (a retried step), else placed with its run."""
+    async def open_review(self, request: JsonObject) -> JsonObject:  # where it is (a retried step), else with its run
         try:
             client = await self._find("turn", request["id"], lambda c: c.human_turn(request["id"]))
         except GatewayRefused as e:
@@ -311,13 +310,8 @@ class GatewayPool:
         return await client.open_review(request)
 
     async def answer_human_turn(self, turn_id: str, answer: str, **verdict: Any) -> JsonObject:
-        for client in self.clients:
-            try:
-                return await client.answer_human_turn(turn_id, answer, **verdict)
-            except GatewayRefused as e:
-                if e.status != 404:
-                    raise
-        raise GatewayRefused(404, f"no gateway of the pool has a turn {turn_id!r} waiting")
+        owner = await self._find("turn", turn_id, lambda c: c.human_turn(turn_id))
+        return await owner.answer_human_turn(turn_id, answer, **verdict)
 
     # -- hosted agents --
 

@@ -136,7 +136,7 @@ def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
         return {"deploys_env": True, "sandboxes": apps_in_sandboxes(config)}
     if step_type == "deploy_agent":
         return {"deploys_agent": True, "sandboxes": agent_in_sandbox(config)}
-    if step_type == "deploy_human_agent":
+    if step_type in ("deploy_human_agent", "install_agent"):  # (install_agent: into a sandbox another step deployed)
         return {"deploys_agent": True}
     if step_type == "prompt_agent":
         return {"conversation": True}
@@ -145,8 +145,6 @@ def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
         return {"sandboxes": True}
     if isinstance(step_type, str):
         step_type = RENAMED_STEP_TYPES.get(step_type, step_type)
-    if step_type == "install_agent":  # into a sandbox another step deployed
-        return {"deploys_agent": True}
     if step_type in get_args(WorldStepVerb):
         return {"verb": step_type}
     return {}

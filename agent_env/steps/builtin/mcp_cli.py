@@ -22,7 +22,7 @@ from agent_env.gateway_client.wire import JsonObject
 from agent_env.spec.run import PlannedConfig
 from agent_env.steps import PlanContext, StepContext, StepFailed, step_type
 from agent_env.steps.builtin.bare_sandboxes import InSandbox, prepare_in_sandbox, sandbox_of
-from agent_env.steps.builtin.env_outcome import deploying_env_step
+from agent_env.steps.builtin.envs import deploying_env_step
 from agent_env.stores import keys
 
 INSTALL_ROOT = "/opt/cli"  # the framework's: /opt/cli/COMMAND_NAME/bin/COMMAND_NAME
