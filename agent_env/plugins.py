@@ -24,6 +24,9 @@ from agent_env.envs.builtin import ENTRY_POINT_GROUP as ENVS
 from agent_env.providers.base import SandboxProvider
 from agent_env.providers.by_name import BUILTIN as PROVIDER_BUILTINS
 from agent_env.providers.by_name import ENTRY_POINT_GROUP as PROVIDERS
+from agent_env.providers.topologies import BUILTIN as TOPOLOGY_BUILTINS
+from agent_env.providers.topologies import ENTRY_POINT_GROUP as ENV_PROVIDERS
+from agent_env.providers.topologies import EnvironmentProvider
 from agent_env.step_types import BUILTINS as STEP_BUILTINS
 from agent_env.step_types import ENTRY_POINT_GROUP as STEPS
 from agent_env.step_types import StepType
@@ -35,6 +38,8 @@ GROUPS = {
     PROVIDERS: "sandbox providers: a subclass of agent_env.providers.SandboxProvider",
     STORES: "store backends: a factory(kind, options, settings) returning a store",
     ENVS: "env types (apps by name): a subclass of agent_env.envs.App",
+    ENV_PROVIDERS: "env topologies (where an env is served): a subclass of "
+    "agent_env.providers.topologies.EnvironmentProvider",
 }
 SELF = "agentenv-framework"
 
@@ -72,6 +77,7 @@ def builtins() -> dict[str, dict[str, str]]:
         PROVIDERS: dict(PROVIDER_BUILTINS),
         STORES: {"local": "agent_env.stores.backends:open_store", **CLOUD},
         ENVS: dict(APPS),
+        ENV_PROVIDERS: dict(TOPOLOGY_BUILTINS),
     }
 
 
@@ -135,9 +141,13 @@ def check(plugin: Plugin) -> Plugin:
         return _fail(plugin, "error", _one_line(e), _fix_for(plugin))
     except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin may raise anything on import
         return _fail(plugin, "error", _one_line(e), _fix_for(plugin))
-    problem = {STEPS: _step_problem, PROVIDERS: _provider_problem, STORES: _store_problem, ENVS: _app_problem}[
-        plugin.group
-    ](plugin.name, obj)
+    problem = {
+        STEPS: _step_problem,
+        PROVIDERS: _provider_problem,
+        STORES: _store_problem,
+        ENVS: _app_problem,
+        ENV_PROVIDERS: _topology_problem,
+    }[plugin.group](plugin.name, obj)
     if problem:
         return _fail(plugin, "error", *problem)
     return plugin
@@ -204,6 +214,25 @@ def _app_problem(name: str, obj: Any) -> tuple[str, str] | None:
         return (
             f"the app {obj.__name__} is named {vars(obj).get('name')!r}, not {name!r}",
             "use the same name in the entry point and in the class's `name`",
+        )
+    return None
+
+
+def _topology_problem(name: str, obj: Any) -> tuple[str, str] | None:
+    if not (isinstance(obj, type) and issubclass(obj, EnvironmentProvider)):
+        return (
+            f"is {_kind(obj)}, not an EnvironmentProvider subclass",
+            "point the entry point at a class deriving from agent_env.providers.topologies.EnvironmentProvider",
+        )
+    if getattr(obj, "type", None) != name or getattr(obj, "__abstractmethods__", None):
+        return (
+            f"the topology {obj.__name__} has type {getattr(obj, 'type', None)!r}"
+            + (
+                f" and leaves {', '.join(sorted(obj.__abstractmethods__))} unimplemented"
+                if obj.__abstractmethods__
+                else ""
+            ),
+            "give the class `type` = the entry point's name, and implement start and stop",
         )
     return None
 

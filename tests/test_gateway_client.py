@@ -9,6 +9,7 @@ import inspect
 import pytest
 
 from agent_env.gateway_client import api, wire
+from agent_env.gateway_client.env_servers import EnvServers
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.single import SingleGateway
 
@@ -26,7 +27,7 @@ def test_the_protocol_names_what_runs_use():
     assert {"put_instance", "call_as", "push_world", "end_run", "call_tool", "aclose", "__aenter__"} <= set(methods)
 
 
-@pytest.mark.parametrize("client", [SingleGateway, GatewayPool])
+@pytest.mark.parametrize("client", [SingleGateway, GatewayPool, EnvServers])
 def test_each_client_implements_every_method_of_the_protocol(client):
     missing, different = [], []
     for name, expected in protocol_methods().items():

@@ -11,6 +11,7 @@ from temporalio import activity
 from agent_env.activities.shared import HEARTBEAT_EVERY, Activities, keep_heartbeating
 from agent_env.gateway.release import end_run, retire_instance
 from agent_env.providers.apps import remove_sandboxes
+from agent_env.providers.topologies import close_run_servers
 from agent_env.workflows import contract
 
 
@@ -25,7 +26,13 @@ class ReleaseActivities(Activities):
             for instance in instances:
                 await retire_instance(gateway, self.stores, run_id, instance)
             ended = await end_run(gateway, self.stores, run_id)
+            servers = await close_run_servers(self.settings, self.stores, run_id)  # envs' own servers
             removed = await remove_sandboxes(self.settings, run_id) if sandboxes else []
         finally:
             beat.cancel()
-        return {"instances": len(instances), "sandboxes": len(removed), **ended}
+        return {
+            "instances": len(instances),
+            "sandboxes": len(removed),
+            **ended,
+            **({"servers": servers} if servers else {}),
+        }

@@ -176,6 +176,13 @@ class EnvRecord(_Spec):
     version: str = "1"
     description: str = ""
     apps: list[AppRef] = Field(min_length=1)
+    env_provider_type: str = Field(
+        "gateway",
+        pattern=NAME,
+        description="its topology: `gateway` (an instance behind the install's gateway), `server` (a server of its "
+        "own, reached directly, with the gateway's roles and tokens at its door) or an `agent_env.env_providers` "
+        "plugin's name (a server of its own on that plugin's compute)",
+    )
     roles: dict[str, RoleSpec] = Field(default_factory=lambda: {"agent": RoleSpec()})
     data: list[str] = Field(
         default_factory=list,

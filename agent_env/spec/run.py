@@ -117,9 +117,12 @@ PlannedConfig = dict[str, Any]
 
 
 def apps_in_sandboxes(config: PlannedConfig) -> bool:
-    """A planned deploy_env config (its record inlined) with an app in a sandbox."""
+    """A planned deploy_env config (its record inlined) with an app in a sandbox, or served by a server of its own
+    (a topology other than `gateway`: the run's end stops it)."""
     record = config.get("record") or {}
-    return any(isinstance(app, dict) and app.get("sandbox") for app in record.get("apps", []))
+    return record.get("env_provider_type", "gateway") != "gateway" or any(
+        isinstance(app, dict) and app.get("sandbox") for app in record.get("apps", [])
+    )
 
 
 def agent_in_sandbox(config: PlannedConfig) -> bool:

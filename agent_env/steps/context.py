@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent_env.gateway.embedded import connect
+from agent_env.gateway_client.env_servers import EnvServers
 from agent_env.stores import Stores, open_stores
 
 if TYPE_CHECKING:
@@ -57,7 +58,9 @@ class StepContext:
         key = (str(self.settings.state_dir), tuple(self.settings.gateway.urls()))
         client = _GATEWAYS.get(key)
         if client is None:
-            client = _GATEWAYS[key] = await asyncio.to_thread(connect, self.settings)
+            base = await asyncio.to_thread(connect, self.settings)
+            # instances on servers of their own (topologies other than `gateway`) are reached where they are served
+            client = _GATEWAYS[key] = EnvServers(base, self.settings, open_stores(self.settings))
         return client
 
 

@@ -69,6 +69,15 @@ def placements(run_id: str) -> str:
     return f"{run(run_id)}placements/"
 
 
+def env_server(run_id: str, instance: str) -> str:
+    """Where an instance deployed on a server of its own (a topology other than `gateway`) is served."""
+    return f"{run(run_id)}env-servers/{instance}.json"
+
+
+def env_servers(run_id: str) -> str:
+    return f"{run(run_id)}env-servers/"
+
+
 def trajectory(run_id: str, instance: str) -> str:
     return f"{run(run_id)}trajectories/{instance}.jsonl"
 

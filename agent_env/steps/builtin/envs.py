@@ -19,10 +19,11 @@ from agent_env.envs.records import check_composition, env_for_app
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.gateway.release import retire_instance
 from agent_env.gateway_client import GatewayClient, GatewayRefused, wire
+from agent_env.gateway_client.env_servers import EnvServers, unrouted
 from agent_env.gateway_client.placement import Placement
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.wire import JsonObject
-from agent_env.providers import apps
+from agent_env.providers import apps, topologies
 from agent_env.spec.env import AppRef, EnvRecord
 from agent_env.spec.run import Criterion, PlannedConfig, Score, apps_in_sandboxes
 from agent_env.spec.task import upstream
@@ -106,6 +107,7 @@ def prepare_deploy(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     """Pin the environment record in the run, and its data files as artifacts in the object store."""
 
     record, folder = find_env(plan.bundle, config["env"])
+    topologies.load(record.env_provider_type)  # a topology this install lacks fails here, before the run starts
     for app in record.apps:  # a missing secret fails here, before the run starts
         if app.sandbox:
             apps.check_secrets(plan.settings, app.sandbox, f"app {app.name!r} of env {record.name}")
@@ -123,7 +125,8 @@ def quick_deploy(config: PlannedConfig) -> bool:
     """Apps in the gateway's own process and little data: done in milliseconds, so a local activity."""
     record = config.get("record") or {}
     return (
-        all((app.get("run") or "in_process") == "in_process" and app.get("app") for app in record.get("apps", []))
+        record.get("env_provider_type", topologies.GATEWAY) == topologies.GATEWAY
+        and all((app.get("run") or "in_process") == "in_process" and app.get("app") for app in record.get("apps", []))
         and len(config.get("artifacts") or []) <= 1
     )
 
@@ -149,6 +152,16 @@ async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime
     record = config.record or env_for_app(config.env)
     gateway = await ctx.gateway()
     instance = instance_id(ctx, ctx.step_id)
+    server = topologies.env_server(
+        ctx.settings,
+        run_id=ctx.run_id,
+        instance=instance,
+        env_name=record.name,
+        topology=record.env_provider_type,
+        sandbox=config.provider,
+    )
+    if (own := await topologies.open_server(server, ctx.stores)) is not None:  # (see agent_env.providers.topologies)
+        gateway = gateway.remember(instance, own) if isinstance(gateway, EnvServers) else own
     apps, sandboxes, images = [], [], {}
     for ref in record.apps:
         if ref.sandbox is None:
@@ -177,7 +190,7 @@ async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime
             parts = [{"kind": "data", "data": json.loads(await ctx.stores.aio.objects.get(key))} for key in data]
             await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
     base = await gateway.url_for(instance)  # its gateway's (a pool places each instance on one)
-    if isinstance(gateway, GatewayPool):  # so another gateway can take the instance over if this one is lost
+    if isinstance(unrouted(gateway), GatewayPool):  # so another gateway can take the instance over if it is lost
         placement = Placement(spec=spec, gateway=base, data=data)
         await ctx.stores.aio.objects.put(keys.placement(ctx.run_id, instance), placement.model_dump_json().encode())
     return {
@@ -317,8 +330,8 @@ async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> JsonObject:
     blob = await gateway.snapshot(instance)
     key = snapshot_key(ctx.run_id, config.name or ctx.step_id)
     await ctx.stores.aio.objects.put(key, blob)
-    if isinstance(gateway, GatewayPool):  # the state a gateway taking the instance over starts from
-        await in_thread(gateway.snapshot_taken, ctx.stores, instance, key)
+    if isinstance(pool := unrouted(gateway), GatewayPool):  # the state a gateway taking the instance over starts from
+        await in_thread(pool.snapshot_taken, ctx.stores, instance, key)
     outputs: JsonObject = {"snapshot": key, "bytes": len(blob)}
     if config.include_env_changes:
         outputs["env_changes"] = await env_changes.capture(
@@ -505,7 +518,12 @@ async def teardown_env(ctx: StepContext, config: TeardownConfig) -> JsonObject:
     """Stop serving an environment and its sandboxes; its trajectory is kept in the object store first."""
 
     instance = instance_id(ctx, config.env)
-    outputs = await retire_instance(await ctx.gateway(), ctx.stores, ctx.run_id, instance, keep_data=config.keep_data)
+    gateway = await ctx.gateway()
+    outputs = await retire_instance(gateway, ctx.stores, ctx.run_id, instance, keep_data=config.keep_data)
+    if await topologies.close_server(ctx.settings, ctx.stores, instance):  # its own server stops too
+        outputs["server_stopped"] = True
+        if isinstance(gateway, EnvServers):
+            gateway.forget(instance)
     if removed := await apps.remove_sandboxes(ctx.settings, ctx.run_id, owner=instance):
         outputs["sandboxes_removed"] = len(removed)
     return outputs
