@@ -18,7 +18,13 @@ from agent_env.errors import BadInput
 from agent_env.gateway.embedded import connect
 from agent_env.gateway_client import GatewayRefused, GatewayUnavailable
 from agent_env.gateway_client.configured import admin_token
-from agent_env.gateway_client.env_servers import EnvServerRecord, record_of, server_client, server_key
+from agent_env.gateway_client.env_servers import (
+    EnvServerRecord,
+    EnvServers,
+    record_of,
+    server_client,
+    server_key,
+)
 from agent_env.gateway_client.keys import admin_token as admin_token_of
 from agent_env.providers import topologies
 from agent_env.spec.run import RunStatus
@@ -176,6 +182,7 @@ async def test_the_server_topology_serves_one_instance_and_stops_without_a_trace
         again = await topologies.open_server(server, stores)  # a retried deploy finds the same server
         assert again is not None and again.base_url == own.base_url
         await again.aclose()
+        await routed_to_its_server(settings, stores, instance, own.base_url)
     finally:
         await own.aclose()
         assert await topologies.close_server(settings, stores, instance)
@@ -183,6 +190,25 @@ async def test_the_server_topology_serves_one_instance_and_stops_without_a_trace
     with pytest.raises(httpx.TransportError):
         httpx.get(own.base_url + "/healthz", timeout=2)
     assert not await topologies.close_server(settings, stores, instance), "stopping twice finds nothing to stop"
+
+
+async def routed_to_its_server(settings, stores, instance: str, url: str) -> None:
+    """What runs see (`EnvServers`): every request about the instance reaches its own server."""
+    async with EnvServers(connect(settings), settings, stores) as router:
+        assert await router.url_for(instance) == url
+        assert (await router.get_instance(instance))["apps"] == ["meter"]
+        before = await router.snapshot(instance)
+        await router.call_as(instance, "bump", {"by": 5}, role="a")
+        assert await router.last_seq(instance) == 2
+        await router.restore(instance, before)
+        assert (await router.call_as(instance, "read", {}, role="a"))["result"] == {"reading": 2}
+        assert await router.set_role(instance, "a", ["read"]) == ["get_time", "read"]
+        assert "error" in await router.call_as(instance, "bump", {}, role="a")
+        exported = await router.data(instance, "data/get")
+        assert exported["parts"][0]["data"] == {"meter": [{"id": 1, "reading": 2}]}
+        assert [e["tool"] for e in await router.trajectory(instance)][:2] == ["bump", "bump"]
+        assert await router.parked_hits("topo-run") == []
+        assert instance in (await router.end_run("topo-run"))["instances"]
 
 
 def test_unknown_and_broken_topologies_name_the_fix():

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from agent_env.config import Settings
     from agent_env.stores import Stores
 
-CACHED = 1024  # env servers a long-lived worker keeps a client of (oldest closed first)
+CACHED = 4096  # instances a long-lived worker remembers the server of (oldest forgotten, their clients closed)
 
 
 class EnvServerRecord(BaseModel):
@@ -88,7 +88,10 @@ class EnvServers:
         self.base = base
         self.base_url = base.base_url
         self.settings, self.stores = settings, stores
-        self._servers: OrderedDict[str, SingleGateway] = OrderedDict()  # instance -> its server's client
+        self._closing: set[asyncio.Task[None]] = set()
+        # instance -> its own server's client, or None: the base serves it. An instance is deployed once, on one
+        # topology, before any step names it, so what was found stays true for the instance's life.
+        self._servers: OrderedDict[str, SingleGateway | None] = OrderedDict()
 
     async def __aenter__(self) -> Self:
         return self
@@ -98,32 +101,35 @@ class EnvServers:
 
     async def aclose(self) -> None:
         for client in self._servers.values():
-            await client.aclose()
+            if client is not None:
+                await client.aclose()
         self._servers.clear()
         await self.base.aclose()
 
-    def remember(self, instance: str, client: SingleGateway) -> SingleGateway:
-        old = self._servers.pop(instance, None)
+    def remember(self, instance: str, client: SingleGateway | None) -> SingleGateway | None:
+        """Note what serves `instance` (None: the base)."""
+        self.forget(instance)
         self._servers[instance] = client
-        if old is not None and old is not client:
-            asyncio.get_running_loop().create_task(old.aclose())
         while len(self._servers) > CACHED:
-            asyncio.get_running_loop().create_task(self._servers.popitem(last=False)[1].aclose())
+            self._close(self._servers.popitem(last=False)[1])
         return client
 
     def forget(self, instance: str) -> None:
-        client = self._servers.pop(instance, None)
+        self._close(self._servers.pop(instance, None))
+
+    def _close(self, client: SingleGateway | None) -> None:
         if client is not None:
-            asyncio.get_running_loop().create_task(client.aclose())
+            task = asyncio.get_running_loop().create_task(client.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def holder(self, instance: str) -> GatewayClient:
         """The client of whatever serves `instance`: its own server when one is recorded, else the base."""
-        if (client := self._servers.get(instance)) is not None:
-            return client
+        if instance in self._servers:
+            self._servers.move_to_end(instance)
+            return self._servers[instance] or self.base
         record = await record_of(self.stores, instance)
-        if record is None:
-            return self.base
-        return self.remember(instance, server_client(self.settings, record))
+        return self.remember(instance, server_client(self.settings, record) if record else None) or self.base
 
     async def _run_servers(self, run_id: str) -> list[GatewayClient]:
         return [await self.holder(r.instance) for r in await run_records(self.stores, run_id)]

@@ -161,7 +161,9 @@ async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime
         sandbox=config.provider,
     )
     if (own := await topologies.open_server(server, ctx.stores)) is not None:  # (see agent_env.providers.topologies)
-        gateway = gateway.remember(instance, own) if isinstance(gateway, EnvServers) else own
+        if isinstance(gateway, EnvServers):
+            gateway.remember(instance, own)
+        gateway = own
     apps, sandboxes, images = [], [], {}
     for ref in record.apps:
         if ref.sandbox is None:
