@@ -224,16 +224,13 @@ def _topology_problem(name: str, obj: Any) -> tuple[str, str] | None:
             f"is {_kind(obj)}, not an EnvironmentProvider subclass",
             "point the entry point at a class deriving from agent_env.providers.topologies.EnvironmentProvider",
         )
-    if getattr(obj, "type", None) != name or getattr(obj, "__abstractmethods__", None):
+    if getattr(obj, "type", None) != name:
         return (
-            f"the topology {obj.__name__} has type {getattr(obj, 'type', None)!r}"
-            + (
-                f" and leaves {', '.join(sorted(obj.__abstractmethods__))} unimplemented"
-                if obj.__abstractmethods__
-                else ""
-            ),
-            "give the class `type` = the entry point's name, and implement start and stop",
+            f"the topology {obj.__name__} has type {getattr(obj, 'type', None)!r}, not {name!r}",
+            "use the same name in the entry point and in the class's `type`",
         )
+    if missing := sorted(getattr(obj, "__abstractmethods__", ())):
+        return (f"the topology {obj.__name__} leaves {', '.join(missing)} unimplemented", "implement start and stop")
     return None
 
 

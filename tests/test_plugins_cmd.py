@@ -53,6 +53,9 @@ def test_plugin_list_shows_every_group_and_reports_broken_plugins_without_failin
     assert found["envs", "notes", "agentenv-framework"]["builtin"]
     assert found["envs", "tally", "agentenv-teststeps"]["status"] == "ok"
     assert "not an App subclass" in found["envs", "not_an_app", "agentenv-brokenplugins"]["error"]
+    assert found["env_providers", "server", "agentenv-framework"]["builtin"]
+    assert found["env_providers", "spare_host", "agentenv-testtopology"]["status"] == "ok"
+    assert "not an EnvironmentProvider" in found["env_providers", "not_a_topology", "agentenv-brokenplugins"]["error"]
 
     missing = found["task_steps", "broken", "agentenv-teststeps"]
     assert missing["status"] == "error" and "agentenv_teststeps_missing" in missing["error"]

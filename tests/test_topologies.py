@@ -60,9 +60,21 @@ type = "call_tool"
 depends_on = ["bump"]
 config = {{ env = "env", role = "operator", tool = "set_reading", arguments = {{ value = 41 }} }}
 [[steps]]
+id = "opal"
+type = "deploy_agent"
+depends_on = ["set"]
+[steps.config]
+env = "env"
+record = {{ name = "opal", type = "scripted", config = {{ turns = [[{{ tool = "bump" }}, {{ say = "bumped" }}]] }} }}
+[[steps]]
+id = "ask"
+type = "prompt_agent"
+depends_on = ["opal"]
+config = {{ agent = "opal", prompt = "Bump the meter." }}
+[[steps]]
 id = "viewer_cannot_bump"
 type = "call_tool"
-depends_on = ["set"]
+depends_on = ["ask"]
 config = {{ env = "env", agent = "vic", tool = "bump", expect_error = true }}
 [[steps]]
 id = "pause"
@@ -76,7 +88,7 @@ depends_on = ["pause"]
 [steps.config]
 env = "env"
 role = "viewer"
-checks = [{{ name = "set", tool = "read", path = "reading", equals = 41 }}]
+checks = [{{ name = "set, then bumped by the agent", tool = "read", path = "reading", equals = 42 }}]
 """
 
 
@@ -111,12 +123,14 @@ async def test_a_task_runs_on_an_env_served_by_its_own_server(client, settings, 
     assert env["gateway"] == record.url and env["urls"]["mcp"].startswith(record.url + "/")
     assert env["agents"]["vic"] == {"role": "viewer", "token_ref": f"gateway-token:{instance}/vic"}
     assert state.steps["bump"].outputs["result"] == {"reading": 3}
+    assert (state.steps["ask"].outputs["answer"], state.steps["ask"].outputs["tool_calls"]) == ("bumped", 1)
     assert "not available to role 'viewer'" in state.steps["viewer_cannot_bump"].outputs["error"]
     assert state.score == 1.0
     # The run's end kept its trajectory and stopped its server.
     trajectory = [json.loads(line) for line in stores.objects.get(keys.trajectory(state.run_id, instance)).splitlines()]
     assert [e["tool"] for e in trajectory if e["agent"] == "@operator"] == ["bump", "set_reading"]
     assert {e["tool"] for e in trajectory if e["agent"] == "vic"} == {"bump"}, "the step's and the outsider's"
+    assert [e["tool"] for e in trajectory if e["agent"] == "opal"] == ["bump"], "the agent reached it directly"
     assert all(e["refused"] for e in trajectory if e["agent"] == "vic")
     assert await record_of(stores, instance) is None
     with pytest.raises(httpx.TransportError):
