@@ -252,8 +252,14 @@ class EnvServers:
     async def human_turns(self) -> list[JsonObject]:
         return await self.base.human_turns()
 
-    async def answer_human_turn(self, turn_id: str, answer: str) -> JsonObject:
-        return await self.base.answer_human_turn(turn_id, answer)
+    async def human_turn(self, turn_id: str, wait_s: float = 0) -> JsonObject:
+        return await self.base.human_turn(turn_id, wait_s)
+
+    async def open_review(self, request: JsonObject) -> JsonObject:
+        return await self.base.open_review(request)
+
+    async def answer_human_turn(self, turn_id: str, answer: str, **verdict: Any) -> JsonObject:
+        return await self.base.answer_human_turn(turn_id, answer, **verdict)
 
     # -- agents (REST, with a role token) --
     async def list_tools(self, instance: str, token: str) -> list[JsonObject]:
