@@ -211,6 +211,8 @@ async def routed_to_its_server(settings, stores, instance: str, url: str) -> Non
     async with EnvServers(connect(settings), settings, stores) as router:
         assert await router.url_for(instance) == url
         assert (await router.get_instance(instance))["apps"] == ["meter"]
+        card = await router.env_card(instance)
+        assert [t["name"] for t in card["capabilities"]["tools"]] == ["get_time", "read", "bump", "set_reading"]
         before = await router.snapshot(instance)
         await router.call_as(instance, "bump", {"by": 5}, role="a")
         assert await router.last_seq(instance) == 2

@@ -216,6 +216,12 @@ class EnvServers:
     async def data(self, instance: str, method: str, params: JsonObject | None = None) -> JsonObject:
         return await (await self.holder(instance)).data(instance, method, params)
 
+    async def env_card(self, instance: str) -> JsonObject:
+        return await (await self.holder(instance)).env_card(instance)
+
+    async def invoke_extension(self, instance: str, verb: str, path: str, body: JsonObject) -> Any:
+        return await (await self.holder(instance)).invoke_extension(instance, verb, path, body)
+
     # -- runs: the base and the run's own servers --
     async def parked_hits(self, run_id: str) -> list[JsonObject]:
         parked = await self.base.parked_hits(run_id)
