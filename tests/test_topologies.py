@@ -183,9 +183,7 @@ async def test_an_env_naming_a_topology_this_install_lacks_fails_when_the_run_is
 async def test_the_server_topology_serves_one_instance_and_stops_without_a_trace(settings, tmp_path):
     stores = open_stores(settings)
     run_id, instance = "topo-run", "topo-run.env"
-    server = topologies.env_server(
-        settings, run_id=run_id, instance=instance, env_name="gauge", topology="server", sandbox=None
-    )
+    server = topologies.env_server(settings, run_id=run_id, instance=instance, env_name="gauge", topology="server")
     assert server.env[topologies.SERVER_TOKEN_ENV] not in " ".join(server.command), "its key is not on its command line"
     own = await topologies.open_server(server, stores)
     assert own is not None

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, ClassVar
 from agent_env import waiting
 from agent_env.envs.serve import SERVER_TOKEN_ENV
 from agent_env.errors import BadInput, StepFailed
-from agent_env.gateway_client.api import GatewayRefused, GatewayUnavailable
+from agent_env.gateway_client.api import GatewayClient, GatewayRefused, GatewayUnavailable
 from agent_env.gateway_client.env_servers import (
     EnvServerRecord,
+    EnvServers,
     record_of,
     run_records,
     save,
@@ -166,7 +167,13 @@ def load(name: str) -> EnvironmentProvider:
 
 
 def env_server(
-    settings: Settings, *, run_id: str, instance: str, env_name: str, topology: str, sandbox: str | None
+    settings: Settings,
+    *,
+    run_id: str,
+    instance: str,
+    env_name: str,
+    topology: str = GATEWAY,
+    sandbox: str | None = None,
 ) -> EnvServer:
     """What a topology starts for `instance`, its key (derived, so any worker of the install makes the same) in
     its environment."""
@@ -179,6 +186,17 @@ def env_server(
         sandbox_provider=sandbox,
         env={SERVER_TOKEN_ENV: server_key(settings, instance).hex()},
     )
+
+
+async def serving(gateway: GatewayClient, server: EnvServer, stores: Stores) -> GatewayClient:
+    """What a deploy puts `server.instance` on: `gateway` for the `gateway` topology, else the instance's own server,
+    started by its topology (and remembered by `gateway`, so the run's later requests find it)."""
+    own = await open_server(server, stores)
+    if own is None:
+        return gateway
+    if isinstance(gateway, EnvServers):
+        gateway.remember(server.instance, own)
+    return own
 
 
 async def open_server(server: EnvServer, stores: Stores) -> SingleGateway | None:
@@ -223,12 +241,14 @@ async def open_server(server: EnvServer, stores: Stores) -> SingleGateway | None
     return client
 
 
-async def close_server(settings: Settings, stores: Stores, instance: str) -> bool:
-    """Stop `instance`'s own server, if it has one, and forget it; whether it had one."""
+async def close_server(settings: Settings, stores: Stores, instance: str, gateway: GatewayClient | None = None) -> bool:
+    """Stop `instance`'s own server, if it has one, and forget it (`gateway` too); whether it had one."""
     record = await record_of(stores, instance)
     if record is None:
         return False
     await _stop(settings, stores, record)
+    if isinstance(gateway, EnvServers):
+        gateway.forget(instance)
     return True
 
 
@@ -247,7 +267,6 @@ async def _stop(settings: Settings, stores: Stores, record: EnvServerRecord) -> 
         instance=record.instance,
         env_name=record.env,
         topology=record.topology,
-        sandbox=None,
     )
     await load(record.topology).stop(server, record.handle, stores)
     await stores.aio.objects.delete(keys.env_server(record.run_id, record.instance))

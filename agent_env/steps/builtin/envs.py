@@ -19,7 +19,7 @@ from agent_env.envs.records import check_composition, env_for_app
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.gateway.release import retire_instance
 from agent_env.gateway_client import GatewayClient, GatewayRefused, wire
-from agent_env.gateway_client.env_servers import EnvServers, unrouted
+from agent_env.gateway_client.env_servers import unrouted
 from agent_env.gateway_client.placement import Placement
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.wire import JsonObject
@@ -152,18 +152,9 @@ async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime
     record = config.record or env_for_app(config.env)
     gateway = await ctx.gateway()
     instance = instance_id(ctx, ctx.step_id)
-    server = topologies.env_server(
-        ctx.settings,
-        run_id=ctx.run_id,
-        instance=instance,
-        env_name=record.name,
-        topology=record.env_provider_type,
-        sandbox=config.provider,
-    )
-    if (own := await topologies.open_server(server, ctx.stores)) is not None:  # (see agent_env.providers.topologies)
-        if isinstance(gateway, EnvServers):
-            gateway.remember(instance, own)
-        gateway = own
+    server = topologies.env_server(ctx.settings, run_id=ctx.run_id, instance=instance, env_name=record.name)
+    server.topology, server.sandbox_provider = record.env_provider_type, config.provider
+    gateway = await topologies.serving(gateway, server, ctx.stores)
     apps, sandboxes, images = [], [], {}
     for ref in record.apps:
         if ref.sandbox is None:
@@ -522,10 +513,8 @@ async def teardown_env(ctx: StepContext, config: TeardownConfig) -> JsonObject:
     instance = instance_id(ctx, config.env)
     gateway = await ctx.gateway()
     outputs = await retire_instance(gateway, ctx.stores, ctx.run_id, instance, keep_data=config.keep_data)
-    if await topologies.close_server(ctx.settings, ctx.stores, instance):  # its own server stops too
+    if await topologies.close_server(ctx.settings, ctx.stores, instance, gateway):  # its own server stops too
         outputs["server_stopped"] = True
-        if isinstance(gateway, EnvServers):
-            gateway.forget(instance)
     if removed := await apps.remove_sandboxes(ctx.settings, ctx.run_id, owner=instance):
         outputs["sandboxes_removed"] = len(removed)
     return outputs
