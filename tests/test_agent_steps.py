@@ -13,7 +13,7 @@ from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.stores import open_stores
 from agent_env.temporal import launch
 
-DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
+DESK = {"id": "desk", "type": "deploy_env", "config": {"env_id": "support-desk"}}
 
 
 def scripted(name: str, *turns: list[dict], role: str | None = None) -> dict:

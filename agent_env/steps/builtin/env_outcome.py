@@ -64,9 +64,7 @@ def deploying_env_step(env_id: str, plan: PlanContext) -> str:
     task = plan.task
     if task is None:
         raise BadInput("env_outcome_verifier: env_id is resolved within a task", "plan the step as part of a task")
-    deploys = [
-        s for s in task.steps if s.type == "deploy_env" and env_id in (s.config.get("env_id"), s.config.get("env"))
-    ]
+    deploys = [s for s in task.steps if s.type == "deploy_env" and s.config.get("env_id") == env_id]
     where = f"step {plan.step_id!r}"
     if not deploys:
         raise BadInput(f"{where}: env_id {env_id!r} is deployed by no deploy_env step of task {task.id!r}", "add one")
