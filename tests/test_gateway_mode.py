@@ -59,9 +59,7 @@ def spec(mode: str | None) -> dict:
 
 
 async def three_calls(admin) -> list[dict]:
-    calls = [
-        admin.call_as("gate-1", "pass_through", {"label": label}, role="agent") for label in ("a", "b", "c")
-    ]
+    calls = [admin.call_as("gate-1", "pass_through", {"label": label}, role="agent") for label in ("a", "b", "c")]
     return await asyncio.gather(*calls)
 
 

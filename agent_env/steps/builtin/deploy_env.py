@@ -142,7 +142,8 @@ def _registry_env(plan: PlanContext, name: str, version: int) -> tuple[EnvRecord
                 staging.rename(folder)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return find_env(folder, name, aliases=False)
+    record, where = find_env(folder, name, aliases=False)
+    return record, where
 
 
 def _artifact_data(plan: PlanContext, artifact: str, version: int | None) -> list[str]:
@@ -200,7 +201,7 @@ def quick_deploy(config: PlannedConfig) -> bool:
 @step_type(
     "deploy_env",
     config=DeployConfig,
-    timeout="2m",
+    timeout="10m",  # (a sandboxed app's first build: an image, or a local provider's virtualenv)
     prepare=prepare_deploy,
     quick=quick_deploy,
     deploys_env=True,
