@@ -347,7 +347,7 @@ reply = {{ type = "call_tool", env = "desk", tool = "send_email", agent = "dana"
 [[steps]]
 id = "desk"
 type = "deploy_env"
-config = {{ env = "support-desk", agents = {{ sam = "support", dana = "customer" }} }}
+config = {{ env_id = "support-desk", agents = {{ sam = "support", dana = "customer" }} }}
 
 [[steps]]
 id = "dana"
