@@ -50,7 +50,7 @@ ENTRY_POINT_GROUP = "agent_env.task_steps"  # (the framework's name; `agent-env 
 BUILTINS = {
     "check": "agent_env.steps.builtin.check:check",
     "sleep": "agent_env.steps.builtin.sleep:sleep",
-    "deploy_env": "agent_env.steps.builtin.envs:deploy_env",
+    "deploy_env": "agent_env.steps.builtin.deploy_env:deploy_env",
     "load_data": "agent_env.steps.builtin.envs:load_data",
     "reset_env": "agent_env.steps.builtin.envs:reset_env",
     "snapshot_env": "agent_env.steps.builtin.envs:snapshot_env",

@@ -40,7 +40,7 @@ SAMPLES = 80  # turn latencies per step of the ladder, at least
 NOTES = {
     "id": "bench-episode",
     "steps": [
-        {"id": "pad", "type": "deploy_env", "config": {"env": "notes"}},
+        {"id": "pad", "type": "deploy_env", "config": {"env_id": "notes"}},
         {
             "id": "writer",
             "type": "deploy_agent",

@@ -33,7 +33,7 @@ def task(notes: int) -> dict:
     """The episodes benchmark's task on the env `pad`, which loads `notes` notes first."""
     spec = copy.deepcopy(episode_bench.NOTES)
     spec["id"] = "bench-group"
-    spec["steps"][0]["config"]["env"] = "pad"
+    spec["steps"][0]["config"]["env_id"] = "pad"
     spec["steps"][3]["config"]["checks"][0] |= {"name": "ten more", "equals": notes + CALLS}
     return spec
 

@@ -36,7 +36,7 @@ def make_bundle(root: Path) -> Path:
         (env / "files" / f"f{i:03}.txt").write_text(f"{i:03} " + base64.b64encode(os.urandom(765)).decode())
     (root / "tasks").mkdir()
     (root / "tasks" / "bench.toml").write_text(
-        'id = "bench"\n\n[[steps]]\nid = "env"\ntype = "deploy_env"\nconfig = { env = "bench-env" }\n'
+        'id = "bench"\n\n[[steps]]\nid = "env"\ntype = "deploy_env"\nconfig = { env_id = "bench-env" }\n'
     )
     assert sum(1 for p in root.rglob("*") if p.is_file()) == FILES
     return root

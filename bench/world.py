@@ -75,7 +75,7 @@ repeat = true
 [[steps]]
 id = "pad"
 type = "deploy_env"
-config = { env = "notes" }
+config = { env_id = "notes" }
 [[steps]]
 id = "rules"
 type = "register_env_triggers"

@@ -74,7 +74,7 @@ PROMPTED = """
     [[steps]]
     id = "notes"
     type = "deploy_env"
-    config = { env = "notes" }
+    config = { env_id = "notes" }
     [[steps]]
     id = "agent"
     type = "deploy_agent"

@@ -13,7 +13,7 @@ from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.stores import open_stores
 from agent_env.temporal import launch
 
-DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
+DESK = {"id": "desk", "type": "deploy_env", "config": {"env_id": "support-desk"}}
 
 
 def scripted(name: str, *turns: list[dict], role: str | None = None) -> dict:
@@ -360,7 +360,7 @@ reply = {{ type = "call_tool", env = "desk", tool = "send_email", agent = "dana"
 [[steps]]
 id = "desk"
 type = "deploy_env"
-config = {{ env = "support-desk", agents = {{ sam = "support", dana = "customer" }} }}
+config = {{ env_id = "support-desk", agents = {{ sam = "support", dana = "customer" }} }}
 
 [[steps]]
 id = "dana"

@@ -277,7 +277,7 @@ def test_a_worker_started_under_another_docker_host_is_replaced(env, tmp_path):
     (bundle / "envs" / "box" / "env.toml").write_text(SANDBOXED_ON_DOCKER)
     (bundle / "tasks").mkdir()
     task = _write(
-        bundle / "tasks", "t", 'id = "box"\n[[steps]]\nid = "box"\ntype = "deploy_env"\nconfig = { env = "box" }\n'
+        bundle / "tasks", "t", 'id = "box"\n[[steps]]\nid = "box"\ntype = "deploy_env"\nconfig = { env_id = "box" }\n'
     )
     before = {**env, "DOCKER_HOST": "unix:///nonexistent/before.sock"}
     now = {**env, "DOCKER_HOST": "unix:///nonexistent/now.sock"}

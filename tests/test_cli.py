@@ -242,7 +242,7 @@ def test_tools_and_trajectory_commands(server, tmp_path):
     gate = tmp_path / "gate"
     path = tmp_path / "notes.toml"
     path.write_text(
-        'id = "notes-held"\n[[steps]]\nid = "notes"\ntype = "deploy_env"\nconfig = { env = "notes" }\n'
+        'id = "notes-held"\n[[steps]]\nid = "notes"\ntype = "deploy_env"\nconfig = { env_id = "notes" }\n'
         f'[[steps]]\nid = "hold"\ntype = "wait_file"\ndepends_on = ["notes"]\nconfig = {{ path = "{gate}" }}\n'
     )
     done = cli("run", str(path), "--detach")

@@ -72,7 +72,7 @@ def write_bundle(root: Path) -> Path:
         [[steps]]
         id = "notes"
         type = "deploy_env"
-        config = { env = "notes" }
+        config = { env_id = "notes" }
         [[steps]]
         id = "agent"
         type = "deploy_agent"

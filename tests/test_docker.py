@@ -45,7 +45,7 @@ DEPLOY_AND_HOLD = """
 [[steps]]
 id = "echo"
 type = "deploy_env"
-config = { env = "echo" }
+config = { env_id = "echo" }
 [[steps]]
 id = "hold"
 type = "sleep"
@@ -337,7 +337,7 @@ async def test_tools_through_the_gateway_then_cancel_or_failure_removes_the_cont
         [[steps]]
         id = "echo"
         type = "deploy_env"
-        config = { env = "echo" }
+        config = { env_id = "echo" }
         [[steps]]
         id = "boom"
         type = "fail"
@@ -361,7 +361,7 @@ async def test_a_broken_dockerfile_fails_the_deploy_step_clearly(docker_client, 
         [[steps]]
         id = "echo"
         type = "deploy_env"
-        config = { env = "echo" }
+        config = { env_id = "echo" }
         """,
     )
     dockerfile = bundle / "envs" / "echo" / "server" / "Dockerfile"

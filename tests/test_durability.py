@@ -212,7 +212,7 @@ actions = [{ type = "call_tool", env = "pad", tool = "write_note", arguments = {
 [[steps]]
 id = "pad"
 type = "deploy_env"
-config = { env = "notes" }
+config = { env_id = "notes" }
 
 [[steps]]
 id = "rules"

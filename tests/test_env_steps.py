@@ -63,7 +63,7 @@ id = "life"
 [[steps]]
 id = "env"
 type = "deploy_env"
-config = { env = "shop", agents = { ann = "reader" } }
+config = { env_id = "shop", agents = { ann = "reader" } }
 [[steps]]
 id = "seed"
 type = "load_data"
@@ -158,7 +158,7 @@ id = "t"
 [[steps]]
 id = "env"
 type = "deploy_env"
-config = { env = "notes" }
+config = { env_id = "notes" }
 [[steps]]
 id = "call"
 type = "call_tool"
@@ -168,7 +168,7 @@ config = { env = "env", tool = "list_notes" }
         load_task(write_bundle(tmp_path / "a", bad_ref))
     # The hint lists every env the bundle can reach: its own and the built-in ones.
     with pytest.raises(BadInput, match=r"no environment 'nowhere' in bundle b — use one of: .*\bshop\b.*\bnotes\b"):
-        load_task(write_bundle(tmp_path / "b", TASK.replace('env = "shop"', 'env = "nowhere"'), NOTES_ENV))
+        load_task(write_bundle(tmp_path / "b", TASK.replace('env_id = "shop"', 'env_id = "nowhere"'), NOTES_ENV))
     with pytest.raises(BadInput, match="agent 'ann' has role 'owner'"):
         load_task(write_bundle(tmp_path / "c", TASK.replace('ann = "reader"', 'ann = "owner"'), NOTES_ENV))
     with pytest.raises(BadInput, match="'erase_everything' matches no tool"):
@@ -190,7 +190,7 @@ id = "tally"
 [[steps]]
 id = "env"
 type = "deploy_env"
-config = { env = "tally" }
+config = { env_id = "tally" }
 [[steps]]
 id = "add"
 type = "call_tool"

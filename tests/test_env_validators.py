@@ -301,7 +301,7 @@ async def test_the_validators_run_as_steps_and_gate_their_verdicts(run_task):
     universe = {"notes": {"notes": [{"key": "k", "text": "hello", "updated_at": "2026-01-01T00:00:00Z"}]}}
     on = {"env": "deploy"}
     steps = [
-        {"id": "deploy", "type": "deploy_env", "config": {"env": "notes"}},
+        {"id": "deploy", "type": "deploy_env", "config": {"env_id": "notes"}},
         *(
             {"id": sid, "type": kind, "depends_on": ["deploy"], "config": on}
             for sid, kind in [

@@ -24,7 +24,7 @@ def pad_task(seeded: int = SEEDED) -> dict:
     return {
         "id": "pad-group",
         "steps": [
-            {"id": "pad", "type": "deploy_env", "config": {"env": "pad"}},
+            {"id": "pad", "type": "deploy_env", "config": {"env_id": "pad"}},
             {
                 "id": "writer",
                 "type": "deploy_agent",

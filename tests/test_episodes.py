@@ -132,7 +132,7 @@ async def test_turn_deadline_abandon_and_refused_answers(episodes):
 NOTES_TASK = {
     "id": "notes-episode",
     "steps": [
-        {"id": "pad", "type": "deploy_env", "config": {"env": "notes"}},
+        {"id": "pad", "type": "deploy_env", "config": {"env_id": "notes"}},
         {
             "id": "writer",
             "type": "deploy_agent",

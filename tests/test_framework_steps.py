@@ -55,7 +55,7 @@ def write_task(bundle: Path, steps: list[dict], name: str = "t") -> Path:
     return path
 
 
-DEPLOY_ECHO = {"id": "env", "type": "deploy_env", "env": "echo", "provider": "local"}
+DEPLOY_ECHO = {"id": "env", "type": "deploy_env", "env_id": "echo", "sandbox_type": "local"}
 VERIFY_ECHO = {"id": "echoes", "type": "env_outcome_verifier", "env_id": "echo", "file_artifact_id": "check_echo"}
 
 
@@ -470,8 +470,106 @@ async def test_a_dockerfile_only_env_runs_on_docker_and_is_verified(docker_clien
     shutil.copytree(OUR_ECHO / "server", bundle / "envs" / "echo")  # a Dockerfile and server.py, no env.toml
     (bundle / "artifacts" / "check_echo").mkdir(parents=True)
     (bundle / "artifacts" / "check_echo" / "verify.py").write_text(CHECK_ECHO_OURS)
-    steps = [{"id": "env", "type": "deploy_env", "env": "echo"}, {**VERIFY_ECHO, "sandbox_type": "local"}]
+    steps = [{"id": "env", "type": "deploy_env", "env_id": "echo"}, {**VERIFY_ECHO, "sandbox_type": "local"}]
     state = await run(client, settings, write_task(bundle, steps), timeout=300)
     assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
     assert state.steps["env"].outputs["sandboxes"][0]["provider"] == "docker"
     assert docker_client.containers.list(all=True, filters={"label": f"agentenv.run={state.run_id}"}) == []
+
+
+# -- deploy_env: the framework's fields --
+
+
+def deploy_bundle(tmp_path: Path, **fields) -> Path:
+    """A bundle whose one task deploys the built-in `notes` app with `fields`, then reads note `a`."""
+    bundle = tmp_path / "b"
+    bundle.mkdir(exist_ok=True)
+    read = {"id": "read", "type": "call_tool", "env": "env", "tool": "read_note", "arguments": {"key": "a"}}
+    return write_task(bundle, [{"id": "env", "type": "deploy_env", "env_id": "notes", **fields}, read])
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"sandbox_type": "lcoal"}, "sandbox_type 'lcoal' is no sandbox provider: use one of .*local"),
+        ({"sandbox_type": "docker,nope"}, "sandbox_type 'nope' is no sandbox provider"),
+        ({"gateway_mode": "eventual"}, r"gateway_mode: Input should be 'performance' or 'consistent'"),
+        ({"env_state_type": "postgres"}, "`env_state_type`: an external env state backend is not supported"),
+        ({"env_state_instance_id": "db-1"}, "`env_state_instance_id`: an external env state backend"),
+        ({"artifact_version": 2}, "`artifact_version` without `artifact_id`"),
+        ({"artifact_id": "seed", "load_data": False}, "`artifact_id` is the data to load, and `load_data` is false"),
+        ({"ttl_seconds": 0}, "ttl_seconds: Input should be greater than 0"),
+        ({"env": "notes"}, r"steps\[0\] \(id 'env'\)\.env: unknown"),
+    ],
+)
+def test_deploy_env_refuses_what_it_cannot_do_by_field(tmp_path, fields, expected):
+    with pytest.raises(BadInput, match=expected):
+        load_task(deploy_bundle(tmp_path, **fields))
+
+
+def test_deploy_env_names_a_wrong_artifact_or_env_version_when_planned(settings, tmp_path):
+    path = deploy_bundle(tmp_path, artifact_id="seed")
+    with pytest.raises(BadInput, match="artifact 'seed' is in neither the bundle's artifacts/ nor the registry"):
+        plan(load_task(path), "r-1", settings)
+    (path.parent.parent / "artifacts" / "seed").mkdir(parents=True)
+    (path.parent.parent / "artifacts" / "seed" / "notes.csv").write_text("a,b\n")
+    with pytest.raises(BadInput, match="deploy_env artifact_id 'seed': 'notes.csv' is no JSON data"):
+        plan(load_task(path), "r-1", settings)
+    with pytest.raises(BadInput, match="deploy_env env_version 3 of env 'notes': no env 'notes' in the registry"):
+        plan(load_task(deploy_bundle(tmp_path, env_version=3)), "r-1", settings)
+
+
+def test_env_version_deploys_the_registrys_version(settings, tmp_path):
+    from agent_env.registry.store import open_registry
+
+    bundle = tmp_path / "pushed"
+    (bundle / "envs" / "pad").mkdir(parents=True)
+    (bundle / "envs" / "pad" / "env.toml").write_text('name = "pad"\nversion = "1"\n[[apps]]\napp = "notes"\n')
+    registry = open_registry(settings)
+    try:
+        registry.push_bundle(bundle)
+    finally:
+        registry.close()
+    here = tmp_path / "b"
+    (here / "envs" / "pad").mkdir(parents=True)  # the bundle's own pad, changed since: not the one deployed
+    (here / "envs" / "pad" / "env.toml").write_text('name = "pad"\nversion = "2"\n[[apps]]\napp = "chat"\n')
+    task = load_task(write_task(here, [{"id": "env", "type": "deploy_env", "env_id": "pad", "env_version": 1}]))
+    [step] = plan(task, "r-1", settings).steps
+    assert [app["app"] for app in step.config["record"]["apps"]] == ["notes"]
+    unversioned = load_task(write_task(here, [{"id": "env", "type": "deploy_env", "env_id": "pad"}], "u"))
+    assert [app["app"] for app in plan(unversioned, "r-2", settings).steps[0].config["record"]["apps"]] == ["chat"]
+
+
+async def test_deploy_env_loads_an_artifact_as_data_and_records_what_it_was_asked(client, settings, worker, tmp_path):
+    from agent_env.gateway.embedded import connect
+
+    row = {"key": "a", "text": "from the artifact", "author": "seed", "updated_at": "2026-01-01T00:00:00Z"}
+    fields = {
+        "artifact_id": "seed",
+        "gateway_mode": "consistent",
+        "ttl_seconds": 3600,
+        "cpu": 1,
+        "memory_mb": 256,
+        "disk_size_gb": 5,
+        "metadata": {"purpose": "a test"},
+        "sandbox_type": "local",
+    }
+    path = deploy_bundle(tmp_path, **fields)
+    (path.parent.parent / "artifacts" / "seed").mkdir(parents=True)
+    (path.parent.parent / "artifacts" / "seed" / "notes.json").write_text(json.dumps({"notes": {"notes": [row]}}))
+    state = await run(client, settings, path)
+    assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
+    assert state.steps["read"].outputs["result"]["text"] == "from the artifact"
+    outputs = state.steps["env"].outputs
+    assert outputs["metadata"] == {"purpose": "a test"}
+    assert outputs["requested"] == {
+        "gateway_mode": "consistent",
+        "ttl_seconds": 3600,
+        "cpu": 1.0,
+        "memory_mb": 256,
+        "disk_size_gb": 5.0,
+        "resources_applied": False,  # notes runs in the gateway: no sandbox to limit
+    }
+    async with connect(settings) as gateway:
+        [stored] = [s for s in await gateway.list_instances() if s["id"] == outputs["instance"]]
+    assert stored["gateway_mode"] == "consistent" and stored["expires_at"]

@@ -25,7 +25,7 @@ from agent_env.spec.run import RunStatus
 SMALL_TASK = {
     "id": "small",
     "steps": [
-        {"id": "notes", "type": "deploy_env", "config": {"env": "notes"}},
+        {"id": "notes", "type": "deploy_env", "config": {"env_id": "notes"}},
         {
             "id": "write",
             "type": "call_tool",
@@ -99,7 +99,7 @@ async def test_a_hosted_agent_run_leaves_no_agent_behind(run_task, settings):
         {
             "id": "hosted",
             "steps": [
-                {"id": "env", "type": "deploy_env", "config": {"env": "notes"}},
+                {"id": "env", "type": "deploy_env", "config": {"env_id": "notes"}},
                 {"id": "pat", "type": "deploy_agent", "depends_on": ["env"], "config": {"record": pat, "env": "env"}},
                 {
                     "id": "ask",

@@ -181,7 +181,7 @@ async def test_a_gateway_restarted_mid_run_and_the_run_completes(pool, pool_work
 LOST = {
     "id": "pool-lost",
     "steps": [
-        {"id": "pad", "type": "deploy_env", "config": {"env": "notes"}},
+        {"id": "pad", "type": "deploy_env", "config": {"env_id": "notes"}},
         {
             "id": "first",
             "type": "call_tool",

@@ -23,7 +23,7 @@ from agent_env.spec.world_state import MAX_FIELD_BYTES, TriggerHit, clip_fields,
 from agent_env.temporal import launch
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
-BOX = {"id": "box", "type": "deploy_env", "config": {"env": "box", "agents": {"sam": "all", "dana": "all"}}}
+BOX = {"id": "box", "type": "deploy_env", "config": {"env_id": "box", "agents": {"sam": "all", "dana": "all"}}}
 BOX_ENV = 'name = "box"\ndata = []\n[[apps]]\napp = "poison_app:Poison"\n[roles.all]\ntools = ["*"]\n'
 
 

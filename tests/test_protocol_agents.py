@@ -27,7 +27,7 @@ from reference_venv import (  # noqa: F401 - fixtures (imported here too)
 from agent_env.spec.run import RunStatus
 from agent_env.stores import open_stores
 
-DESK = {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}}
+DESK = {"id": "desk", "type": "deploy_env", "config": {"env_id": "support-desk"}}
 SKILL_MD = "---\nname: refunds\ndescription: How refunds are handled\n---\nSupport never refunds; billing does.\n"
 
 # An agent as the framework's docs write one: its config, skills and MCP servers come from the extensions.

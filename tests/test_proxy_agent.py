@@ -286,7 +286,7 @@ async def test_an_episode_plays_a_deployed_proxy_through_the_run(client, setting
             {
                 "id": "proxied-episode",
                 "steps": [
-                    {"id": "desk", "type": "deploy_env", "config": {"env": "support-desk"}},
+                    {"id": "desk", "type": "deploy_env", "config": {"env_id": "support-desk"}},
                     {
                         "id": "agent",
                         "type": "deploy_agent",

@@ -88,7 +88,7 @@ PUT_EXEC_COLLECT = """
     [[steps]]
     id = "env"
     type = "deploy_env"
-    config = { env = "box" }
+    config = { env_id = "box" }
 
     [[steps]]
     id = "put"
@@ -158,7 +158,7 @@ FAILURES = """
     [[steps]]
     id = "env"
     type = "deploy_env"
-    config = { env = "box" }
+    config = { env_id = "box" }
 
     [[steps]]
     id = "fails"
@@ -380,7 +380,7 @@ def test_an_unknown_artifact_fails_the_plan(settings, tmp_path):
         [[steps]]
         id = "env"
         type = "deploy_env"
-        config = { env = "box" }
+        config = { env_id = "box" }
         [[steps]]
         id = "put"
         type = "put_files"
@@ -412,7 +412,7 @@ DOCKER_STEPS = """
     [[steps]]
     id = "env"
     type = "deploy_env"
-    config = { env = "box" }
+    config = { env_id = "box" }
 
     [[steps]]
     id = "put"

@@ -271,7 +271,7 @@ def echo_bundle(root: Path, provider: str) -> Path:
         [[steps]]
         id = "echo"
         type = "deploy_env"
-        config = { env = "echo" }
+        config = { env_id = "echo" }
         [[steps]]
         id = "hold"
         type = "sleep"

@@ -722,7 +722,7 @@ async def test_an_agents_token_dies_with_its_run_also_after_a_gateway_restart(cl
     task = {
         "id": "token-life",
         "steps": [
-            {"id": "notes", "type": "deploy_env", "config": {"env": "notes"}},
+            {"id": "notes", "type": "deploy_env", "config": {"env_id": "notes"}},
             {"id": "hold", "type": "wait_file", "depends_on": ["notes"], "config": {"path": str(gate)}},
         ],
     }

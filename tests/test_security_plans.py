@@ -57,7 +57,7 @@ def marked_bundle(root: Path, marker: Path) -> Path:
     )
     (root / "tasks").mkdir()
     (root / "tasks" / "t.toml").write_text(
-        'id = "marked"\n[[steps]]\nid = "env"\ntype = "deploy_env"\nconfig = { env = "box" }\n'
+        'id = "marked"\n[[steps]]\nid = "env"\ntype = "deploy_env"\nconfig = { env_id = "box" }\n'
     )
     return root
 

@@ -112,7 +112,7 @@ actions = [{{ type = "call_tool", env = "pad", tool = "write_note", arguments = 
 [[steps]]
 id = "pad"
 type = "deploy_env"
-config = {{ env = "notes" }}
+config = {{ env_id = "notes" }}
 
 [[steps]]
 id = "rules"
@@ -194,7 +194,7 @@ actions = [{ type = "call_tool", env = "pad", tool = "write_note", arguments = {
 [[steps]]
 id = "pad"
 type = "deploy_env"
-config = { env = "notes" }
+config = { env_id = "notes" }
 
 [[steps]]
 id = "rules"

@@ -74,7 +74,7 @@ actions = [{{ type = "call_tool", env = "pad", tool = "write_note", arguments = 
 [[steps]]
 id = "pad"
 type = "deploy_env"
-config = {{ env = "notes" }}
+config = {{ env_id = "notes" }}
 
 [[steps]]
 id = "rules"
@@ -143,7 +143,7 @@ actions = [{ type = "call_tool", env = "pad", tool = "write_note", arguments = {
 [[steps]]
 id = "pad"
 type = "deploy_env"
-config = { env = "notes" }
+config = { env_id = "notes" }
 
 [[steps]]
 id = "rules"
@@ -199,7 +199,7 @@ start = "2026-01-01T00:00:00Z"
 [[steps]]
 id = "pad"
 type = "deploy_env"
-config = { env = "notes" }
+config = { env_id = "notes" }
 """
 
 
@@ -260,7 +260,7 @@ actions = [{ type = "end_run", reason = "closing time" }]
 [[steps]]
 id = "pad"
 type = "deploy_env"
-config = { env = "notes" }
+config = { env_id = "notes" }
 
 [[steps]]
 id = "rules"

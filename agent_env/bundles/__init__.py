@@ -72,9 +72,11 @@ def _alias_bundles(bundle: Path | None) -> list[Path]:
 
 
 def dockerfile_env(name: str):
-    """The framework's env folder that holds only a Dockerfile: one MCP server built from it and run on Docker,
-    serving streamable HTTP at :8000/mcp (the MCP SDK's default), all its tools to one role, `agent`."""
-    app = {"name": name, "sandbox": {"build": ".", "port": 8000, "path": "/mcp", "provider": "docker"}}
+    """The framework's env folder that holds only a Dockerfile: one MCP server built from it and run on Docker (or
+    the provider a deploy_env step's `sandbox_type` names), serving streamable HTTP at :8000/mcp (the MCP SDK's
+    default; MCP_PORT tells the protocol's env SDK), all its tools to one role, `agent`."""
+    sandbox = {"build": ".", "port": 8000, "path": "/mcp", "provider": "docker", "env": {"MCP_PORT": "8000"}}
+    app = {"name": name, "sandbox": sandbox}
     try:
         return env_record(
             {

@@ -90,12 +90,14 @@ def mcp_tool(spec) -> types.Tool:
 
 
 def tool_result(value: Any) -> types.CallToolResult:
-    """A successful result: JSON text for every client, structured content for those that read it."""
+    """A successful result: JSON text for every client (a string as itself, as MCP servers answer one), structured
+    content for those that read it."""
     import mcp.types as types
 
     structured = value if isinstance(value, dict) else {"result": value}
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False))],
+        content=[types.TextContent(type="text", text=text)],
         structured_content=structured,
     )
 

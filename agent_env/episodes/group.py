@@ -35,7 +35,8 @@ from agent_env.errors import BadInput
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.env import EnvRecord
 from agent_env.steps import StepContext
-from agent_env.steps.builtin.envs import DeployConfig, deploy, instance_id
+from agent_env.steps.builtin.deploy_env import DeployConfig, deploy
+from agent_env.steps.builtin.envs import instance_id
 from agent_env.stores import in_thread, open_stores
 from agent_env.temporal import launch
 
@@ -142,7 +143,7 @@ def _forkable_envs(task: TaskSpec) -> list[str]:
         if step.type != "deploy_env":
             continue
         given = step.config.get("record")
-        record = EnvRecord.model_validate(given) if given else find_env(task.bundle, step.config["env"])[0]
+        record = EnvRecord.model_validate(given) if given else find_env(task.bundle, step.config["env_id"])[0]
         if all(app.sandbox is None and app.url is None for app in record.apps):
             steps.append(step.id)
     return steps

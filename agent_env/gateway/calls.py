@@ -97,7 +97,24 @@ class Calls(WorldPushes):
         at: datetime | None = None,
     ) -> wire.CallOutcome:
         """Call a tool as `caller`, enforcing its role, and record it. Returns {"result"} or {"error", "refused"?}.
-        Past a storage budget it raises GatewayError(507) instead, and records nothing (storage.py)."""
+        Past a storage budget it raises GatewayError(507) instead, and records nothing (storage.py). An instance
+        in consistent mode serves one call at a time, in arrival order, from its check to its trajectory entry."""
+        ordered = caller.instance.in_order
+        if ordered is None:
+            return await self._call(caller, name, arguments, via, idempotency_key, cause, at)
+        async with ordered:
+            return await self._call(caller, name, arguments, via, idempotency_key, cause, at)
+
+    async def _call(
+        self,
+        caller: Caller,
+        name: str,
+        arguments: wire.JsonObject,
+        via: str,
+        idempotency_key: str | None,
+        cause: str | None,
+        at: datetime | None,
+    ) -> wire.CallOutcome:
         inst, role = caller.instance, caller.role
         started = time.perf_counter()
         vnow = at.astimezone(UTC) if at is not None else inst.now()

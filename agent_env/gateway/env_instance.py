@@ -78,6 +78,8 @@ class EnvInstance:
         self.last_used = time.monotonic()
         self.usage = InstanceUsage(folder)  # what it keeps on disk, for its storage budgets
         self.change_ids = changelog.ChangeIds()  # its in-process apps' changelog ids (changelog.py)
+        # consistent mode: its tool calls one at a time, in arrival order (an asyncio.Lock wakes its waiters FIFO)
+        self.in_order = asyncio.Lock() if spec.gateway_mode == "consistent" else None
 
     @classmethod
     async def open(cls, spec: InstanceSpec, folder: Path, *, key: bytes | None = None) -> EnvInstance:

@@ -386,8 +386,9 @@ class RemoteApp(CardExtensions):
             return json_depth.loads(text)
         except json_depth.TooDeep:  # nested deeper than an agent may send: kept as the text it came as
             return text
-        except ValueError:
-            return result.structured_content if result.structured_content is not None else text
+        except ValueError:  # plain text; a string an MCP SDK also wraps as {"result": text} stays the string
+            structured = result.structured_content
+            return structured if structured is not None and structured != {"result": text} else text
 
     # -- data plane, over the protocol's JSON-RPC --
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -31,6 +32,11 @@ class InstanceSpec(_Spec):
         None,
         description="the gateway deletes the instance at this (real) time, whoever forgot it: a group's prototype "
         "is gone even if its trainer died; default: never",
+    )
+    gateway_mode: Literal["performance", "consistent"] = Field(
+        "performance",
+        description="consistent: its tool calls are served one at a time, in the order they arrive (the "
+        "trajectory's order is the order they ran in); performance: concurrently",
     )
     ended_at: datetime | None = Field(
         None,

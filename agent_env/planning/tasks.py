@@ -136,9 +136,9 @@ def deployed_envs(task: TaskSpec, bundle: Path | None) -> dict[str, DeployedEnv]
     """The environments the task's deploy_env steps bring up, by step id: their tools, roles and agents."""
     envs: dict[str, DeployedEnv] = {}
     for s in task.steps:
-        if s.type == "deploy_env" and isinstance(s.config.get("env"), str):
+        if s.type == "deploy_env" and isinstance(s.config.get("env_id"), str):
             try:
-                record, _ = bundles.find_env(bundle, s.config["env"])
+                record, _ = bundles.find_env(bundle, s.config["env_id"])
             except (AgentEnvError, ValueError):
                 continue  # reported by the step's own validation
             agents = dict(s.config.get("agents") or {}) or {r: r for r in record.roles}

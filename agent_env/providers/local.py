@@ -9,9 +9,9 @@ which holds the worker's credentials (AGENT_ENV_SECRET_*, the gateway's token, T
 Its Python is agent-env's: a command naming `python3` (or `python`) runs the interpreter agent-env runs on, and
 PATH has agent-env's venv first, so a sandboxed agent or app imports agent_env as it would in its image.
 
-A sandbox's port is a free host port handed to the process as $PORT (and $HOST=127.0.0.1); a build
-context is copied into the work folder (the Dockerfile itself is not interpreted: `command` says what
-to run). Each sandbox's `sandbox.json` records its pid and the process's start time, so a reused pid
+A sandbox's port is a free host port handed to the process as $PORT (and $HOST=127.0.0.1, and as MCP_PORT and
+MCP_HOST, which the protocol's env SDK reads); a build context is copied into the work folder, and its Dockerfile
+read for what a process can take from it (`local_build`: its pip installs into a virtualenv, ENV, CMD). Each sandbox's `sandbox.json` records its pid and the process's start time, so a reused pid
 is never mistaken for ours, and the environment the provider gave it, sealed (Fernet, under this state
 dir's `sandboxes/local.key`, 0600): a command `exec`'d in the sandbox gets exactly that environment, even
 while the sandbox's process is still starting (its /proc/PID/environ reads empty then) or after it changed
@@ -36,6 +36,7 @@ from typing import cast
 
 from agent_env.errors import BadInput, NotFound
 from agent_env.ports import free_port, port_taken
+from agent_env.providers import local_build
 from agent_env.providers.base import (
     Capabilities,
     ExecResult,
@@ -64,35 +65,39 @@ INHERITED = (
 PYTHONS = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
 
 
-def own_python(command: list[str]) -> list[str]:
+def own_python(command: list[str], python: str | None = None) -> list[str]:
     """`command` with a bare `python`/`python3` as the interpreter agent-env runs on: a local sandbox's Python
     imports agent_env (its SDKs) and what is installed beside it, as a container's does from its image, whether
-    or not the shell that started the worker had the venv activated."""
-    if command and command[0] in PYTHONS and sys.executable:
-        return [sys.executable, *command[1:]]
+    or not the shell that started the worker had the venv activated. `python`: the sandbox's own instead (the
+    virtualenv its build context's Dockerfile installs into: `local_build`)."""
+    python = python or sys.executable
+    if command and command[0] in PYTHONS and python:
+        return [python, *command[1:]]
     return command
 
 
-def _venv_first(path: str | None) -> str | None:
-    """PATH with the bin folder of agent-env's venv first (as activating it does): a command the sandbox runs
-    itself (`sh -c "python3 ..."`) finds the same Python. Unchanged outside a venv."""
-    if sys.prefix == sys.base_prefix:
+def _venv_first(path: str | None, python: str | None = None) -> str | None:
+    """PATH with the bin folder of agent-env's venv (or `python`'s) first (as activating it does): a command the
+    sandbox runs itself (`sh -c "python3 ..."`) finds the same Python. Unchanged outside a venv."""
+    if python is None and sys.prefix == sys.base_prefix:
         return path
-    own = str(Path(sys.prefix) / "bin")
+    own = str(Path(python).parent if python else Path(sys.prefix) / "bin")
     entries = path.split(os.pathsep) if path else []
     return path if entries[:1] == [own] else os.pathsep.join([own, *entries])
 
 
-def sandbox_env(declared: dict[str, str], port: int | None) -> dict[str, str]:
-    """A sandbox's whole environment: `INHERITED` and LC_* from the worker's (PATH with agent-env's venv first),
-    what its spec declares, and where it serves."""
+def sandbox_env(declared: dict[str, str], port: int | None, python: str | None = None) -> dict[str, str]:
+    """A sandbox's whole environment: `INHERITED` and LC_* from the worker's (PATH with agent-env's venv, or the
+    sandbox's `python`'s, first), what its spec declares, and where it serves: HOST and PORT, and MCP_HOST and
+    MCP_PORT, where the protocol's env SDK (agentenv_protocol) serves."""
     env = {k: v for k, v in os.environ.items() if k in INHERITED or k.startswith("LC_")}
-    if path := _venv_first(env.get("PATH")):
+    if path := _venv_first(env.get("PATH"), python):
         env["PATH"] = path
     env.update(declared)
     env["HOST"] = "127.0.0.1"
     if port:
-        env["PORT"] = str(port)
+        env["PORT"] = env["MCP_PORT"] = str(port)
+        env["MCP_HOST"] = "127.0.0.1"
     return env
 
 
@@ -154,11 +159,14 @@ def _start_time(pid: int) -> str | None:
 
 
 class LocalSandbox(Sandbox):
-    def __init__(self, info: SandboxInfo, folder: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, info: SandboxInfo, folder: Path, env: dict[str, str] | None = None, python: str | None = None
+    ) -> None:
         super().__init__(info)
         self.folder = folder
         self.work = folder / "work"
         self._declared = env  # the environment it was started with (read from its record when first needed)
+        self.python = python if env is not None else (_read(folder) or {}).get("python")
 
     def _path(self, path: str) -> Path:
         target = (self.work / path.lstrip("/")).resolve()
@@ -186,7 +194,7 @@ class LocalSandbox(Sandbox):
 
     async def exec(self, command: list[str], *, timeout: float = 60) -> ExecResult:
         proc = await asyncio.create_subprocess_exec(
-            *own_python(command),
+            *own_python(command, self.python),
             cwd=self.work,
             env=self._env(),
             stdin=subprocess.DEVNULL,
@@ -328,9 +336,11 @@ class LocalProvider(SandboxProvider):
             return LocalSandbox(self._info(folder, meta), folder)
         if folder.exists():
             await asyncio.to_thread(_stop_folder, folder)
-        if not spec.command:
+        built = local_build.read_dockerfile(Path(spec.build)) if spec.build else local_build.LocalBuild()
+        if not (spec.command or built.command):
             raise BadInput(
-                f"sandbox {spec.name!r} has no `command`: the local provider runs processes, not images",
+                f"sandbox {spec.name!r} has no `command`: the local provider runs processes, not images"
+                + (" (its Dockerfile has no CMD)" if spec.build else ""),
                 "give the app a `command` (run with $PORT set), or use the docker provider",
             )
         if spec.host_port is not None and port_taken(spec.host_port):
@@ -339,14 +349,21 @@ class LocalProvider(SandboxProvider):
                 "free that port, or leave `host_port` unset to get a free one",
             )
         port = spec.host_port or (free_port() if spec.port else None)
-        command = own_python(spec.command)
-        env = sandbox_env(spec.env, port)
+        python = None
+        if built.installs and spec.build:  # (made once per content: the next sandbox of it starts at once)
+            venvs = self.root.parent / "local-venvs"
+            python = str(await asyncio.to_thread(local_build.virtualenv, venvs, Path(spec.build), built.installs))
+        command = own_python(spec.command or built.command or [], python)
+        env = sandbox_env({**built.env, **spec.env}, port, python)
         sealed = _sealing(self.root).encrypt(json.dumps(env).encode()).decode()  # a broken key fails before anything
         work = folder / "work"
         work.mkdir(parents=True)
         if spec.build:
             shutil.copytree(spec.build, work, dirs_exist_ok=True)
         with open(folder / "sandbox.log", "ab") as log:
+            for passed in built.passed_over:
+                log.write(f"local provider: passed over the Dockerfile's {passed}\n".encode())
+            log.flush()
             try:
                 proc = subprocess.Popen(
                     command,
@@ -360,7 +377,7 @@ class LocalProvider(SandboxProvider):
             except OSError as e:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise SandboxFailed(
-                    f"sandbox {spec.name!r} could not start {spec.command[0]!r}: {e}", "check the app's `command`"
+                    f"sandbox {spec.name!r} could not start {command[0]!r}: {e}", "check the app's `command`"
                 ) from None
         meta = {
             "pid": proc.pid,
@@ -369,11 +386,12 @@ class LocalProvider(SandboxProvider):
             "url": f"http://127.0.0.1:{port}" if port else None,
             "command": command,
             "env": sealed,
+            **({"python": python} if python else {}),
         }
         tmp = folder / "sandbox.json.tmp"
         tmp.write_text(json.dumps(meta))
         tmp.replace(folder / "sandbox.json")
-        return LocalSandbox(self._info(folder, meta), folder, env)
+        return LocalSandbox(self._info(folder, meta), folder, env, python)
 
     async def list(self, run_id: str | None = None) -> list[SandboxInfo]:
         out = []

@@ -48,7 +48,7 @@ def env_validation_task(target: str, *, read_only: bool = False) -> JsonObject:
     where: JsonObject = {"url": target.rstrip("/")} if is_url else {"env": "deploy"}
     steps: list[JsonObject] = []
     if not is_url:
-        steps.append({"id": "deploy", "type": "deploy_env", "config": {"env": target}})
+        steps.append({"id": "deploy", "type": "deploy_env", "config": {"env_id": target}})
     for kind, step in STEP_IDS.items():
         config = dict(where)
         if kind == "verify_env_core_protocol" and read_only:
@@ -129,7 +129,7 @@ OFFERED = {"url", "env", "timeout_seconds"}  # what a validator's config may be 
 
 def agent_validation_task(url: str, timeout_s: float) -> tuple[JsonObject, list[str]]:
     """The task (as a task file would say it) and the notes on validators left out."""
-    steps: list[JsonObject] = [{"id": ENV_STEP, "type": "deploy_env", "config": {"env": "mail"}}]
+    steps: list[JsonObject] = [{"id": ENV_STEP, "type": "deploy_env", "config": {"env_id": "mail"}}]
     notes = []
     installed = set(catalog.names())
     for name in AGENT_VALIDATORS:

@@ -8,7 +8,10 @@ becomes a reference to the step's outputs, and the script's bytes are pinned in 
 
 The script is the bundle author's code, so it never runs in the worker: it runs in a sandbox of its own
 (`sandbox_type`, default the configured provider for environments; `image` for providers that run images, which
-must have Python and the MCP SDK), removed when the step ends. It reaches the environment as one of its agents
+must have Python and the MCP SDK), removed when the step ends. When the env's one sandboxed app is built from a
+Dockerfile (the framework's env folders) and no `image` is given, the sandbox is built from that context too: the
+script runs with the MCP SDK the env was written with (the framework's scripts use the SDK's 1.x client, which
+agent-env's own Python does not have), as an image on Docker, a virtualenv on the local provider. It reaches the environment as one of its agents
 (the first the deploy gave a role, or `agent`): through a forwarder in the sandbox that adds that agent's token,
 so the script sees a bare MCP URL as in the framework and can do no more than that agent can.
 """
@@ -22,9 +25,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from agent_env.bundles import find_env
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.gateway_client.wire import JsonObject
-from agent_env.providers import by_name
+from agent_env.providers import apps, by_name
 from agent_env.providers.apps import sandbox_name as unique_name
 from agent_env.providers.base import SandboxSpec
 from agent_env.spec.run import Criterion, PlannedConfig, Score
@@ -32,9 +36,10 @@ from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, St
 from agent_env.steps.builtin.envs import deploying_env_step
 from agent_env.steps.builtin.sandbox_steps import _artifact_files, _pin, heartbeating
 from agent_env.steps.builtin.sandbox_verifier import DETAIL_CHARS, aggregate
+from agent_env.stores import in_thread
 
 RUNNER = Path(__file__).with_name("outcome_runner.py")
-WORK = "/verifier"  # in the verifier's sandbox
+WORK = "/tmp/verifier"  # in the verifier's sandbox: writable by an image's own (non-root) user too
 MAX_ROWS = 1000
 
 
@@ -51,6 +56,7 @@ class EnvOutcomeVerifierConfig(StepConfig):
     timeout_seconds: int = Field(300, gt=0, le=3600, description="how long the script may run")
     deployed: JsonObject | str | None = Field(None, description="filled in when the run is planned")
     script: str | None = Field(None, description="filled in when the run is planned: the script's object key")
+    build: str | None = Field(None, description="filled in when the run is planned: the env's build context's key")
 
     @model_validator(mode="after")
     def _check(self) -> EnvOutcomeVerifierConfig:
@@ -75,11 +81,25 @@ def script_of(plan: PlanContext, ref: str) -> bytes:
 
 def prepare_outcome(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     checked = EnvOutcomeVerifierConfig.model_validate(config)
-    config["deployed"] = f"${{steps.{deploying_env_step(checked.env_id, plan)}.outputs}}"
+    deploy = deploying_env_step(checked.env_id, plan)
+    config["deployed"] = f"${{steps.{deploy}.outputs}}"
+    if checked.image is None:
+        config["build"] = _env_build(plan, deploy)
     version = checked.file_artifact_version
     ref = checked.file_artifact_id + ("" if version is None else f"@{version}")
     config["script"] = _pin(plan, script_of(plan, ref))
     return config
+
+
+def _env_build(plan: PlanContext, deploy: str) -> str | None:
+    """The build context of the deployed env's one sandboxed app, pinned (the same key its deploy pins), if it has
+    one built from a folder of the bundle."""
+    step = next(s for s in plan.task.steps if s.id == deploy) if plan.task else None
+    if step is None or step.config.get("env_version") is not None:
+        return None
+    record, folder = find_env(plan.bundle, str(step.config["env_id"]))
+    built = [app.sandbox.build for app in record.apps if app.sandbox is not None and app.sandbox.build]
+    return apps.pin_build(plan.stores, folder, built[0]) if len(built) == 1 and folder is not None else None
 
 
 def rows_of(outcome: object) -> list[JsonObject]:
@@ -105,11 +125,14 @@ def rows_of(outcome: object) -> list[JsonObject]:
 
 async def run_script(ctx: StepContext, config: EnvOutcomeVerifierConfig, url: str, token: str) -> object:
     """Run the script in a sandbox of its own, removed after; what the runner wrote."""
+    name = unique_name(f"{ctx.run_id}.{ctx.step_id}", "verifier")
+    build = await in_thread(apps.unpack_build, ctx.settings, ctx.stores, config.build, name) if config.build else None
     spec = SandboxSpec(
-        name=unique_name(f"{ctx.run_id}.{ctx.step_id}", "verifier"),
+        name=name,
         run_id=ctx.run_id,
         owner=f"{ctx.run_id}.{ctx.step_id}",
         image=config.image,
+        build=str(build) if build else None,
         command=["sleep", str(config.timeout_seconds + 120)],  # idles: the script is exec'd into it
         ttl=float(config.timeout_seconds + 300),
     )

@@ -8,24 +8,19 @@ crash takes effect once.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any, Literal, cast
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from agent_env import packing
-from agent_env.bundles import find_env
-from agent_env.envs.records import check_composition, env_for_app
-from agent_env.errors import AgentEnvError, BadInput
+from agent_env.errors import BadInput
 from agent_env.gateway.release import retire_instance
-from agent_env.gateway_client import GatewayClient, GatewayRefused, wire
+from agent_env.gateway_client import wire
 from agent_env.gateway_client.env_servers import unrouted
-from agent_env.gateway_client.placement import Placement
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import apps, topologies
-from agent_env.spec.env import AppRef, EnvRecord
-from agent_env.spec.run import Criterion, PlannedConfig, Score, apps_in_sandboxes
+from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.spec.task import upstream
 from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
@@ -53,188 +48,6 @@ class EnvStep(StepConfig):
 class ActorStep(EnvStep):
     role: str | None = Field(None, description="act as this role (default: the environment's first role)")
     agent: str | None = Field(None, description="act as this agent (with its current role)")
-
-
-# -- deploy --
-
-
-class DeployConfig(StepConfig):
-    env: str = Field(description="an environment of the bundle (envs/NAME/env.toml) or a built-in app")
-    agents: dict[str, str] = Field(default_factory=dict, description="agent -> role; default: one agent per role")
-    load_data: bool = Field(True, description="load the environment's default data")
-    now: datetime | None = Field(None, description="a fixed time for this world (RFC 3339)")
-    provider: str | None = Field(
-        None,
-        description='sandbox provider (or chain, "docker,local") for its '
-        "sandboxed apps; default: the app's, then [sandboxes] envs",
-    )
-    record: EnvRecord | None = Field(None, description="filled in when the run is planned")
-    artifacts: list[str] = Field(default_factory=list, description="filled in when the run is planned")
-    builds: dict[str, str] = Field(
-        default_factory=dict, description="filled in when the run is planned: app -> its build context's object key"
-    )
-    fork_from: str | None = Field(
-        None,
-        description="an instance of the same environment to copy instead of loading the data: the new instance "
-        "starts from its current state (a group of rollouts forks one prototype); gone, the data is loaded",
-    )
-
-    @field_validator("record")
-    @classmethod
-    def _record_composes(cls, record: EnvRecord | None) -> EnvRecord | None:
-        if record is not None:
-            check_composition(record.apps, record.roles)
-        return record
-
-    @model_validator(mode="after")
-    def _env_exists(self, info: ValidationInfo) -> DeployConfig:
-        if self.record is None:
-            try:
-                record, _ = find_env((info.context or {}).get("bundle"), self.env)
-            except AgentEnvError as e:
-                raise ValueError(str(e).replace("\n  fix:", " —")) from None
-        else:
-            record = self.record
-        for agent, role in self.agents.items():
-            if role not in record.roles:
-                raise ValueError(
-                    f"agent {agent!r} has role {role!r}; the environment's roles are: {', '.join(record.roles)}"
-                )
-        return self
-
-
-def prepare_deploy(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
-    """Pin the environment record in the run, and its data files as artifacts in the object store."""
-
-    record, folder = find_env(plan.bundle, config["env"])
-    topologies.load(record.env_provider_type)  # a topology this install lacks fails here, before the run starts
-    for app in record.apps:  # a missing secret fails here, before the run starts
-        if app.sandbox:
-            apps.check_secrets(plan.settings, app.sandbox, f"app {app.name!r} of env {record.name}")
-    config["record"] = record.model_dump(mode="json")
-    config["artifacts"] = [store_artifact(plan, packing.read(folder, f)) for f in record.data] if folder else []
-    config["builds"] = {
-        app.name: apps.pin_build(plan.stores, folder, app.sandbox.build)
-        for app in record.apps
-        if app.sandbox and app.sandbox.build and folder
-    }
-    return config
-
-
-def quick_deploy(config: PlannedConfig) -> bool:
-    """Apps in the gateway's own process and little data: done in milliseconds, so a local activity."""
-    record = config.get("record") or {}
-    return (
-        record.get("env_provider_type", topologies.GATEWAY) == topologies.GATEWAY
-        and all((app.get("run") or "in_process") == "in_process" and app.get("app") for app in record.get("apps", []))
-        and len(config.get("artifacts") or []) <= 1
-    )
-
-
-@step_type(
-    "deploy_env",
-    config=DeployConfig,
-    timeout="2m",
-    prepare=prepare_deploy,
-    quick=quick_deploy,
-    deploys_env=True,
-    sandboxes=apps_in_sandboxes,
-)
-async def deploy_env(ctx: StepContext, config: DeployConfig) -> JsonObject:
-    """Start an instance of an environment on the gateway and load its data (or fork `fork_from`); outputs
-    its URLs and agents."""
-    return await deploy(ctx, config)
-
-
-async def deploy(ctx: StepContext, config: DeployConfig, *, expires_at: datetime | None = None) -> JsonObject:
-    """What `deploy_env` does, for the step and for a group's prototype (`expires_at`: the gateway deletes it
-    then, even if no one released it)."""
-    record = config.record or env_for_app(config.env)
-    gateway = await ctx.gateway()
-    instance = instance_id(ctx, ctx.step_id)
-    server = topologies.env_server(ctx.settings, run_id=ctx.run_id, instance=instance, env_name=record.name)
-    server.topology, server.sandbox_provider = record.env_provider_type, config.provider
-    gateway = await topologies.serving(gateway, server, ctx.stores)
-    apps, sandboxes, images = [], [], {}
-    for ref in record.apps:
-        if ref.sandbox is None:
-            apps.append(ref.model_dump(exclude_defaults=True))
-            continue
-        provider, sandbox = await _start_sandbox(ctx, config, gateway, instance, ref, record.name)
-        sandboxes.append({"app": ref.name, "provider": provider, "id": sandbox.info.id, "url": sandbox.url})
-        if sandbox.info.image_id:  # the exact image it ran, for the run's record
-            images[ref.name] = sandbox.info.image_id
-        apps.append({"name": ref.name, "url": sandbox.url, "path": ref.sandbox.path, "prefix": ref.prefix})
-    spec = {
-        "id": instance,
-        "run_id": ctx.run_id,
-        "env": record.name,
-        "apps": apps,
-        "roles": {name: role.model_dump() for name, role in record.roles.items()},
-        "agents": config.agents,
-        "now": config.now.isoformat() if config.now else None,
-        **({"expires_at": expires_at.isoformat()} if expires_at else {}),
-    }
-    data = config.artifacts if config.load_data else []
-    described = await _fork(gateway, config.fork_from, spec) if config.fork_from else None
-    if described is None:  # (what put and fork answer is what the data leaves as it is: apps, agents, paths)
-        described = await gateway.put_instance(spec)
-        if data:
-            parts = [{"kind": "data", "data": json.loads(await ctx.stores.aio.objects.get(key))} for key in data]
-            await gateway.load(instance, parts, idempotency_key=ctx.idempotency_key, reset=True)
-    base = await gateway.url_for(instance)  # its gateway's (a pool places each instance on one)
-    if isinstance(unrouted(gateway), GatewayPool):  # so another gateway can take the instance over if it is lost
-        placement = Placement(spec=spec, gateway=base, data=data)
-        await ctx.stores.aio.objects.put(keys.placement(ctx.run_id, instance), placement.model_dump_json().encode())
-    return {
-        "instance": instance,
-        "gateway": base,
-        "apps": described["apps"],
-        "urls": {name: base + path for name, path in described["paths"].items()},
-        # Tokens are secrets and stay out of run history: these references are resolved when needed.
-        "agents": {
-            agent: {"role": role, "token_ref": f"gateway-token:{instance}/{agent}"}
-            for agent, role in described["agents"].items()
-        },
-        **({"sandboxes": sandboxes} if sandboxes else {}),
-        **({"images": images} if images else {}),
-    }
-
-
-async def _fork(gateway: GatewayClient, source: str, spec: dict[str, Any]) -> wire.InstanceView | None:
-    """Fork `source` into the new instance (its description); None when the source is gone (its group ended,
-    or it expired): the step then deploys the environment itself, from the same record and data."""
-
-    try:
-        return await gateway.fork(source, spec)
-    except GatewayRefused as e:
-        if e.status != 404 or source not in str(e):
-            raise
-        return None
-
-
-async def _start_sandbox(
-    ctx: StepContext, config: DeployConfig, gateway: GatewayClient, instance: str, ref: AppRef, record_name: str
-) -> tuple[str, Any]:
-    """Start the app's sandbox with the token its server must require: the gateway derives it from its
-    key (this worker may not hold the key), hands it over the admin API, and sends it on every call; it
-    lives in this activity's memory and the sandbox's environment, never in run history."""
-    box, name = ref.sandbox, ref.name
-    if box is None or name is None:  # (the caller passes sandboxed apps; AppRef requires their names)
-        raise ValueError(f"app {ref.name!r} of env {record_name} is no named sandboxed app")
-    provider, sandbox = await apps.start(
-        ctx.settings,
-        ctx.stores,
-        run_id=ctx.run_id,
-        owner=instance,
-        name=name,
-        box=box,
-        build_key=config.builds.get(name),
-        chain=config.provider or box.provider or ctx.settings.sandboxes.envs,
-        label=f"app {name!r} of env {record_name}",
-        server_token=await gateway.server_token(instance, name),
-    )
-    return provider.name, sandbox
 
 
 # -- data --
@@ -381,9 +194,7 @@ def deploying_env_step(env_id: str, plan: PlanContext) -> str:
     task = plan.task
     if task is None:
         raise BadInput(f"{plan.step_id}: env_id is resolved within a task", "plan the step as part of a task")
-    deploys = [
-        s for s in task.steps if s.type == "deploy_env" and env_id in (s.config.get("env_id"), s.config.get("env"))
-    ]
+    deploys = [s for s in task.steps if s.type == "deploy_env" and s.config.get("env_id") == env_id]
     where = f"step {plan.step_id!r}"
     if not deploys:
         raise BadInput(f"{where}: env_id {env_id!r} is deployed by no deploy_env step of task {task.id!r}", "add one")

@@ -2,7 +2,7 @@
 mid-run, so a long task stops paying for them after their last use (place it after that step).
 
 The names are what the task deploys: `sandbox_names` a deploy_sandbox step's `sandbox_name`, `env_ids` a
-deploy_env step's env, `agent_names` a deploy_agent step's agent (its `as`, else its agent's name). When the run is
+deploy_env step's `env_id`, `agent_names` a deploy_agent step's agent (its `as`, else its agent's name). When the run is
 planned each becomes a reference to the deploying step's outputs; a name no step deploys is refused then.
 Removal is best effort, as in the framework: a sandbox already gone or that fails to go is reported in the
 outputs (`already_gone`, `failed`) and the step still succeeds. Only sandboxes of this run are removed. An env's instance stays on the
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 # what each list names: (its deploying step's type, the config fields that give the name, first given wins)
 KINDS = {
     "sandbox_names": ("deploy_sandbox", ("sandbox_name",)),
-    "env_ids": ("deploy_env", ("env_id", "env")),
+    "env_ids": ("deploy_env", ("env_id",)),
     "agent_names": ("deploy_agent", ("as", "as_", "agent", "record.name")),
 }
 
