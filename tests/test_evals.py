@@ -50,7 +50,7 @@ def notes_task(bundle: Path, name: str, text: str, expected: str) -> None:
             [[steps]]
             id = "notes"
             type = "deploy_env"
-            config = {{ env = "notes" }}
+            config = {{ env_id = "notes" }}
 
             [[steps]]
             id = "write"

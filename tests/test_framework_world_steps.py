@@ -39,7 +39,7 @@ AT_ONE = {
 }
 
 FRAMEWORK_TASK = [
-    {"id": "desk", "type": "deploy_env", "env": "shop"},
+    {"id": "desk", "type": "deploy_env", "env_id": "shop"},
     {
         "id": "start",
         "type": "sync_env_clock",
@@ -129,7 +129,7 @@ async def test_a_directive_naming_an_extension_the_app_does_not_declare_fails_na
     client, settings, worker, tmp_path
 ):
     steps = [
-        {"id": "desk", "type": "deploy_env", "env": "shop"},
+        {"id": "desk", "type": "deploy_env", "env_id": "shop"},
         {
             "id": "skipped",
             "type": "apply_server_config",
@@ -185,7 +185,7 @@ async def test_a_directive_naming_an_extension_the_app_does_not_declare_fails_na
 
 
 def _load_error(tmp_path: Path, step: dict) -> str:
-    path = bundle_with(tmp_path / "b", [{"id": "desk", "type": "deploy_env", "env": "shop"}, step])
+    path = bundle_with(tmp_path / "b", [{"id": "desk", "type": "deploy_env", "env_id": "shop"}, step])
     with pytest.raises(BadInput) as e:
         load_task(path)
     return str(e.value)
@@ -236,7 +236,7 @@ def test_env_id_must_be_an_env_the_task_deploys(settings, tmp_path):
         ("register_env_triggers", {}),
     ):
         steps = [
-            {"id": "desk", "type": "deploy_env", "env": "shop"},
+            {"id": "desk", "type": "deploy_env", "env_id": "shop"},
             {"id": "s", "type": step_type, "env_id": "nope", **extra},
         ]
         task = load_task(bundle_with(tmp_path / step_type, steps))

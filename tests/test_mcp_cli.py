@@ -27,7 +27,7 @@ tools = ["list_notes", "read_note"]
 tools = ["*"]
 """
 
-ENV = {"id": "env", "type": "deploy_env", "env": "desk", "agents": {"ro": "reader", "rw": "writer"}}
+ENV = {"id": "env", "type": "deploy_env", "env_id": "desk", "agents": {"ro": "reader", "rw": "writer"}}
 BOX = {"id": "box", "type": "deploy_sandbox", "sandbox_name": "work", "sandbox_mode": "vm", "sandbox_type": "local"}
 RW = {
     "id": "cli_rw",

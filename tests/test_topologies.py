@@ -48,7 +48,7 @@ id = "metered"
 [[steps]]
 id = "env"
 type = "deploy_env"
-config = {{ env = "gauge", agents = {{ vic = "viewer", opal = "operator" }} }}
+config = {{ env_id = "gauge", agents = {{ vic = "viewer", opal = "operator" }} }}
 [[steps]]
 id = "bump"
 type = "call_tool"
