@@ -348,26 +348,10 @@ async def test_deploy_sandbox_on_docker(docker_client, client, settings, worker,
     assert docker_client.containers.list(all=True, filters={"label": f"agentenv.run={state.run_id}"}) == []
 
 
-def test_agent_env_run_runs_the_framework_mail_mcp_on_docker_and_passes(docker_client, server):  # noqa: F811
-    """Its env folder is a Dockerfile only (built and run on Docker, serving on MCP_PORT); its verifier runs on
-    the configured provider with the env's own SDK. The Dockerfile pulls its FROM image and pip installs from PyPI
-    inside the build: without the internet the test says so and skips."""
-    base = (EXAMPLES / "mail-mcp" / "envs" / "mail" / "Dockerfile").read_text().split()[1]
-    try:
-        docker_client.images.get(base)
-    except Exception:  # noqa: BLE001 - not here: pulled, if this machine reaches the registry
-        try:
-            docker_client.images.pull(base)
-        except Exception as e:  # noqa: BLE001
-            pytest.skip(f"mail-mcp's Dockerfile needs {base} and PyPI, out of reach here: {type(e).__name__}: {e}")
-    done = cli("run", str(EXAMPLES / "mail-mcp"), timeout=1800)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "PASSED · score 1.00" in done.stdout, done.stdout
-
-
 def test_the_framework_mail_mcp_passes_on_the_local_provider(server, tmp_path):
     """mail-mcp with one field added (sandbox_type local on its deploy_env): its server and verifier run here
-    without Docker or the internet."""
+    without Docker or the internet. (Unchanged it runs on Docker, whose build pulls its FROM image from
+    public.ecr.aws and pip installs from PyPI inside the build: out of reach on these machines, so untested.)"""
     bundle = tmp_path / "mail-mcp"
     shutil.copytree(EXAMPLES / "mail-mcp", bundle)
     steps = json.loads((bundle / "tasks" / "smoke.json").read_text())
