@@ -25,16 +25,17 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from agent_env.spec.duration import parse_duration
+from agent_env.spec.named_steps import FrameworkName, refusal
 from agent_env.spec.run import PlannedConfig, Score, StepTraits
 from agent_env.spec.verbs import WorldStepVerb
 from agent_env.stores import Stores, open_stores
@@ -124,9 +125,26 @@ BUILTINS = {
 
 
 class StepConfig(BaseModel):
-    """Base for step configs: unknown fields are errors, so typos are caught at validation."""
+    """Base for step configs: unknown fields are errors, so typos are caught at validation.
+
+    A step type under the framework's name says what becomes of each of the framework's fields it does not take
+    as is: `framework_names` maps one onto a field of ours (planning rewrites it, see FrameworkName), and
+    `refused_fields` refuses one by name with why (planning reports it; never an unknown field)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    framework_names: ClassVar[Mapping[str, tuple[str, FrameworkName]]] = {}
+    refused_fields: ClassVar[Mapping[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_refused(cls, data: object) -> object:
+        """Planning reports these by field; this holds wherever else a config is read."""
+        if isinstance(data, dict):
+            for field, why in cls.refused_fields.items():
+                if field in data:
+                    raise ValueError(refusal(field, why))
+        return data
 
 
 class StepResult(BaseModel):

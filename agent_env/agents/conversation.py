@@ -7,12 +7,14 @@ deterministic and light: pydantic and spec models only (no HTTP client, no A2A, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_env.spec.duration import Duration
+from agent_env.spec.named_steps import FrameworkName
 from agent_env.spec.predicates import TextTest
 from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.spec.world_state import json_size
@@ -39,8 +41,45 @@ class Conversation(_Config):
     partner_prompt: str = Field("", description="instructions for the partner (its system prompt)")
 
 
+_HOW_IT_RUNS = "how the agent works (model, harness, its tools, its turns) is its agent.toml's, not the prompt's"
+_PARTNER = "an agent that plays the user is a `conversation` here: {partner: a deploy_agent step, max_turns}"
+
+
 class PromptAgentConfig(_Config):
+    # The framework's fields (agent_env.planning.framework_fields; as agent_env.steps.StepConfig declares them)
+    framework_names: ClassVar[Mapping[str, tuple[str, FrameworkName]]] = {
+        "agent_name": ("agent", "agent_step"),
+        "timeout_seconds": ("turn_deadline", "same"),
+    }
+    refused_fields: ClassVar[Mapping[str, str]] = {
+        "parts": "a prompt here is text: write it in `prompt`",
+        **dict.fromkeys(
+            ("model", "model_params", "max_turns", "max_thinking_tokens", "effort", "harness", "output_format"),
+            _HOW_IT_RUNS,
+        ),
+        "agentenv_tools": _HOW_IT_RUNS,
+        "context_id": "each prompt_agent step is a conversation of its own (deploy_agent restores one from a snapshot)",
+        "live_trajectory": "the gateway records the trajectory as the calls happen, always",
+        "poll_interval_seconds": "the step waits on the agent's answer over A2A; there is no polling to tune",
+        "snapshot_config": "snapshot the agent after the prompt with a snapshot_agent_state step",
+        "trajectory_output_prefix": "the run keeps transcripts and trajectories in its own folder of the object store",
+        **dict.fromkeys(
+            (
+                "max_conversation_turns",
+                "user_agent_name",
+                "user_a2a_url",
+                "user_agent_timeout_seconds",
+                "user_output_format",
+                "user_model",
+            ),
+            _PARTNER,
+        ),
+    }
+
     agent: str = Field(description="the deploy_agent step of the agent to prompt")
+    prompt_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$", description="what verifiers name this prompt by (default: its id)"
+    )
     prompt: str = Field(min_length=1, description="the task (or, in a conversation, the partner's first message)")
     system_prompt: str | None = Field(None, description="default: the agent's own")
     conversation: Conversation | None = None

@@ -16,6 +16,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from agent_env import bundles
 from agent_env.envs.records import exposed_tools
 from agent_env.errors import AgentEnvError, BadInput
+from agent_env.planning.framework_fields import refused_problems, renamed, without_refused
 from agent_env.spec.json_tasks import read_json_task
 from agent_env.spec.loader import bundle_of, read_task_file, task_problems_error, task_shape
 from agent_env.spec.task import StepSpec, TaskSpec, problem, reference_problems, suggest
@@ -83,7 +84,9 @@ def task_problems(task: TaskSpec, bundle: Path | None) -> list[InitErrorDetails]
     """Problems found against the installed step types, apps and bundles: each step's type and config
     first, then what configs name, then the world."""
     context = {"bundle": bundle}
-    problems = [p for i, step in enumerate(task.steps) for p in _at(("steps", i), step_type_problems(step, context))]
+    problems = [
+        p for i, step in enumerate(task.steps) for p in _at(("steps", i), step_type_problems(step, context, task))
+    ]
     if problems:
         return problems
     if problems := reference_problems(task.steps, _step_refs):
@@ -95,8 +98,11 @@ def task_problems(task: TaskSpec, bundle: Path | None) -> list[InitErrorDetails]
     return []
 
 
-def step_type_problems(step: StepSpec, context: dict[str, Any] | None = None) -> list[InitErrorDetails]:
-    """The step's type must be registered and its config must fit that type's model.
+def step_type_problems(
+    step: StepSpec, context: dict[str, Any] | None = None, task: TaskSpec | None = None
+) -> list[InitErrorDetails]:
+    """The step's type must be registered and its config must fit that type's model; the framework's fields it
+    names things by are rewritten into ours (with `task`, which they are found in), those it refuses reported.
 
     Values that hold ${...} references are checked after they resolve, when the step runs.
     """
@@ -117,10 +123,14 @@ def step_type_problems(step: StepSpec, context: dict[str, Any] | None = None) ->
                 step.type,
             )
         ]
+    model = step_type.config
+    problems = refused_problems(step, model) + (renamed(task, step, model) if task is not None else [])
+    config = without_refused(step.config, model)  # and a framework name left (not rewritten: reported, or no task)
+    config = {k: v for k, v in config.items() if k not in getattr(model, "framework_names", {})}
     try:
-        step_type.config.model_validate(step.config, context=context)
+        model.model_validate(config, context=context)
     except ValidationError as e:
-        return [
+        return problems + [
             InitErrorDetails(
                 type=PydanticCustomError(err["type"], err["msg"]),  # no context: the text is used as is
                 loc=("config", *err["loc"]),
@@ -129,7 +139,7 @@ def step_type_problems(step: StepSpec, context: dict[str, Any] | None = None) ->
             for err in e.errors(include_url=False)
             if not has_template(err.get("input"))
         ]
-    return []
+    return problems
 
 
 def deployed_envs(task: TaskSpec, bundle: Path | None) -> dict[str, DeployedEnv]:

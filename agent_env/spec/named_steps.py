@@ -6,9 +6,21 @@ step of a task that made it (one, and upstream of the step that names it), or sa
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from agent_env.errors import BadInput
 from agent_env.spec.task import StepSpec, TaskSpec, upstream
+
+# How one of the framework's fields names what a field of ours names (a step type declares it in its config's
+# `framework_names`; agent_env.planning.framework_fields rewrites it): as is, or a deployed env, agent, prompt or
+# verifier by the framework's name for it where ours names the step that made it (`env_steps`: a list of envs, of
+# which ours takes one; `prompt_steps`: ours is a list).
+FrameworkName = Literal["same", "env_step", "env_steps", "agent_step", "prompt_step", "prompt_steps", "verifier_step"]
+
+
+def refusal(field: str, why: str) -> str:
+    """What a refused framework field's error says (a step type's `refused_fields`)."""
+    return f"the framework's field {field!r} is not supported here: {why}"
 
 
 def _config(step: StepSpec, field: str) -> object:
@@ -75,3 +87,15 @@ def agent_step(task: TaskSpec, asker: str, agent_name: str) -> str:
 def verifier_step(task: TaskSpec, asker: str, verifier: str) -> str:
     """The step whose results go by the name `verifier` (its verifier_id, else its id)."""
     return _named(task, asker, "verifier_ids", verifier, lambda s: verifier_id(s) == verifier, "verifier step")
+
+
+def env_step(task: TaskSpec, asker: str, env_id: str) -> str:
+    """The deploy_env step that deploys the env `env_id` (its `env_id`, or our `env`)."""
+    return _named(
+        task,
+        asker,
+        "env_id",
+        env_id,
+        lambda s: s.type == "deploy_env" and env_id in (_config(s, "env_id"), _config(s, "env")),
+        "deploy_env step",
+    )

@@ -33,6 +33,21 @@ from agent_env.validators.report import ValidationReport
 
 
 class A2AAgentCheck(StepConfig):
+    refused_fields = {
+        **dict.fromkeys(
+            ("a2a_agent_id", "a2a_agent_version"),
+            "the agent checked is the one answering at `url` (the framework names one of its registry)",
+        ),
+        "poll_interval_seconds": "the check waits on the agent's answers; there is no polling to tune",
+        "prompt_id": "the check sends prompts of its own",
+        "probes": "the check sends probes of its own",
+        **dict.fromkeys(("expected_token", "peer_prompt_id"), "the check sends a probe and token of its own"),
+        **dict.fromkeys(
+            ("rubric_verifier_id", "rubric_criterion_id"), "the check's verdict is its own; no verifier step grades it"
+        ),
+        "skill_bundle_object_url": "the check installs a skill bundle of its own",
+    }
+
     url: str = Field(
         pattern=r"^https?://", description="the agent's A2A URL (its card is at URL/.well-known/agent-card.json)"
     )

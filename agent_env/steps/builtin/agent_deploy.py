@@ -51,6 +51,33 @@ def agent_id(ctx: StepContext, step: str) -> str:
 
 class DeployAgentConfig(StepConfig):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    framework_names = {
+        "a2a_agent_id": ("agent", "same"),
+        "agent_name": ("as", "same"),
+        "sandbox_type": ("provider", "same"),
+        "env_ids": ("env", "env_steps"),
+        "env_step_id": ("env", "same"),
+    }
+    refused_fields = {
+        "a2a_agent_version": "the agent is the bundle's (agents/NAME); the run pins its record when it is planned",
+        "agent_description": "an agent's description is its agent.toml's",
+        "system_prompt": "an agent's system prompt is its agent.toml's, or a prompt_agent step's `system_prompt`",
+        "skills": "give an agent skills with an add_skills step, or in its agent.toml",
+        "env_vars": "an agent's environment is its agent.toml's (secrets as secret:NAME there)",
+        "litellm_base_url": "model endpoints are the install's [models] settings",
+        "metadata": "a step has no free-form metadata here; the run records what it did",
+        "network_policy": "a sandbox's network is its provider's settings ([sandboxes])",
+        "enable_docker": "a sandbox's abilities are its provider's settings ([sandboxes])",
+        "sandbox_name": "a sandboxed agent gets a sandbox of its own (install_agent puts one into a deployed sandbox)",
+        **dict.fromkeys(
+            ("cpu", "memory_mb", "disk_size_gb", "ttl_seconds"),
+            "a sandbox's size and lifetime are its provider's settings ([sandboxes]); the run's end tears it down",
+        ),
+        **dict.fromkeys(
+            ("agent_snapshot_files_artifact_id", "agent_snapshot_files_artifact_version"),
+            "restore an agent with `agent_snapshot` (a snapshot_agent_state snapshot)",
+        ),
+    }
 
     agent: str | None = Field(None, description="an agent of the bundle (agents/NAME/agent.toml)")
     record: AgentRecord | None = Field(

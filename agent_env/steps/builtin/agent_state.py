@@ -46,6 +46,15 @@ _INLINE_ONLY: OrderedDict[str, None] = OrderedDict()  # agents whose task_object
 
 
 class SnapshotAgentStateConfig(StepConfig):
+    framework_names = {
+        "agent_name": ("agent", "agent_step"),
+        "prompt_id": ("prompt", "prompt_step"),
+        "artifact_id": ("name", "same"),
+    }
+    refused_fields = dict.fromkeys(
+        ("env_id", "universe_artifact_id"), "the snapshot is the agent's own state, kept in the run's folder"
+    )
+
     agent: str = Field(description="the deploy_agent step of the agent to snapshot")
     prompt: str = Field(description="the prompt_agent step whose conversation with it to save")
     name: str | None = Field(

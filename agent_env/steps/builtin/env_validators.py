@@ -37,6 +37,8 @@ URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 
 
 class EnvTargetConfig(StepConfig):
+    framework_names = {"env_id": ("env", "env_step")}
+
     env: str | None = Field(None, description="the deploy_env step whose environment is checked")
     url: str | None = Field(None, description="or the base URL of an env server (its card at /.well-known/...)")
     agent: str | None = Field(None, description="with env: the agent whose role token reads the card and MCP")
@@ -137,6 +139,8 @@ ASSESS = (
 
 
 class AssessmentConfig(EnvTargetConfig):
+    framework_names = {**EnvTargetConfig.framework_names, "prompt_id": ("transcripts", "prompt_steps")}
+
     transcripts: list[str] = Field(
         default_factory=list,
         description="prompt_agent steps in which an agent exercised the tools (the judge reads them)",

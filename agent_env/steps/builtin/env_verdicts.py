@@ -42,6 +42,11 @@ def verdict_of(step: str, view: Any) -> GateVerdict:
 
 
 class GateConfig(StepConfig):
+    refused_fields = dict.fromkeys(
+        ("env_id", "required_gates"),
+        "the gates here are the validator steps named in `inputs` (`required`: those that must pass)",
+    )
+
     inputs: list[str] = Field(min_length=1, description="the validator steps whose verdicts are combined")
     required: list[str] | None = Field(None, description="the gates that must pass (default: every input)")
     views: JsonObject = Field(default_factory=dict, description="filled in when the run is planned")
@@ -91,6 +96,18 @@ async def validation_gate_aggregator(ctx: StepContext, config: GateConfig) -> St
 
 
 class RoundTripConfig(EnvTargetConfig):
+    refused_fields = {
+        **EnvTargetConfig.refused_fields,
+        **dict.fromkeys(
+            ("universe_artifact_id", "universe_artifact_version"),
+            "the universe is given inline (`data`) or as a JSON file of the bundle (`file`)",
+        ),
+        **dict.fromkeys(
+            ("emit_file_artifact_universe", "persist_result"),
+            "the verdict is the step's outputs; what it loaded and exported stays in the run's folder",
+        ),
+    }
+
     data: JsonObject | None = Field(None, description="the universe inline: {app: {table: [rows]}}")
     file: str | None = Field(None, description="the universe as a JSON file of the bundle")
     artifact: str | None = Field(None, description="filled in when the run is planned")
@@ -129,6 +146,12 @@ async def verify_universe_load_export_roundtrip(ctx: StepContext, config: RoundT
 
 
 class CombineConfig(StepConfig):
+    framework_names = {"judge_verifier_id": ("judge", "verifier_step")}
+    refused_fields = dict.fromkeys(
+        ("env_id", "universe_artifact_id", "universe_artifact_version"),
+        "the env and universe are the round trip's: name its step in `roundtrip`",
+    )
+
     roundtrip: str = Field(description="the verify_universe_load_export_roundtrip step")
     judge: str | None = Field(
         None, description="a judging step (rubric_judge, verify_mcp_env_assessment) that gates it"

@@ -26,6 +26,7 @@ from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin import env_changes
 from agent_env.steps.builtin.check import Check
+from agent_env.steps.builtin.env_step_configs import ActorStep, EnvStep, SnapshotConfig
 from agent_env.stores import in_thread, keys
 
 
@@ -39,15 +40,6 @@ def store_artifact(plan: PlanContext, data: bytes) -> str:
     if not plan.stores.objects.exists(key):
         plan.stores.objects.put(key, data)
     return key
-
-
-class EnvStep(StepConfig):
-    env: str = Field(description="the id of the deploy_env step whose environment this step acts on")
-
-
-class ActorStep(EnvStep):
-    role: str | None = Field(None, description="act as this role (default: the environment's first role)")
-    agent: str | None = Field(None, description="act as this agent (with its current role)")
 
 
 # -- data --
@@ -113,15 +105,6 @@ async def reset_env(ctx: StepContext, config: EnvStep) -> JsonObject:
 
 
 # -- snapshots --
-
-
-class SnapshotConfig(EnvStep):
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="default: the step's id")
-    include_env_changes: bool = Field(
-        False,
-        description="also keep who changed what (the environment's changelog, changes/v1) as JSON lines beside the "
-        "snapshot; outputs `env_changes`: its key and counts, or the error that stopped it (the snapshot stands)",
-    )
 
 
 def snapshot_key(run_id: str, name: str) -> str:

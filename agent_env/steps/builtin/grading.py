@@ -99,6 +99,24 @@ async def check_response(ctx: StepContext, config: CheckResponseConfig) -> StepR
 
 
 class CollectConfig(StepConfig):
+    # The framework's collect_artifacts copies files out of a sandbox; ours keeps what the run made
+    refused_fields = dict.fromkeys(
+        (
+            "agent_name",
+            "artifact_paths",
+            "artifacts_key",
+            "base_path",
+            "container_name",
+            "env_id",
+            "exclude_basenames",
+            "manifest_step_id",
+            "sandbox_name",
+            "universe_id_suffix",
+        ),
+        "collect_artifacts here keeps the run's trajectories, data and transcripts (`envs`, `data`); "
+        "copy files out of a sandbox with collect_files",
+    )
+
     envs: list[str] = Field(default_factory=list, description="deploy_env steps whose trajectory and data to keep")
     data: bool = Field(
         True, description="export each environment's data (data/get; apps that declare data-objects/v1 upload theirs)"

@@ -17,6 +17,11 @@ from agent_env.steps.builtin.agent_extensions import deploy_extras, deployed_ext
 
 
 class PeerAgentsConfig(StepConfig):
+    refused_fields = {
+        "peerings": "a step tells one agent its peers here: `agent` and `peers` (deploy_agent steps); "
+        "write a step for each agent"
+    }
+
     agent: str = Field(description="the deploy_agent step of the agent that is told its peers")
     peers: list[str] = Field(min_length=1, max_length=64, description="the deploy_agent steps of its peers")
     deployed: JsonObject = Field(default_factory=dict, description="filled in when the run is planned")

@@ -19,6 +19,8 @@ from agent_env.steps.builtin.agent_extensions import deployed_extension
 
 
 class RegisterAgentTriggersConfig(StepConfig):
+    framework_names = {"agent_name": ("agent", "agent_step")}
+
     agent: str = Field(description="the deploy_agent step of the agent that takes the rules (it plays a user)")
     triggers: list[AgentTrigger] = Field(min_length=1, max_length=256, description="the rules (agent_triggers)")
     deployed: JsonObject = Field(default_factory=dict, description="filled in when the run is planned")

@@ -1,0 +1,38 @@
+"""The configs of steps that act on one deployed env: which env (the id of the deploy_env step, or the framework's
+`env_id` for the env it deploys), as whom, and snapshot_env's."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from agent_env.steps import StepConfig
+
+
+class EnvStep(StepConfig):
+    framework_names = {"env_id": ("env", "env_step"), "env_step_id": ("env", "same")}
+
+    env: str = Field(description="the id of the deploy_env step whose environment this step acts on")
+
+
+class ActorStep(EnvStep):
+    role: str | None = Field(None, description="act as this role (default: the environment's first role)")
+    agent: str | None = Field(None, description="act as this agent (with its current role)")
+
+
+class SnapshotConfig(EnvStep):
+    framework_names = {**EnvStep.framework_names, "snapshot_id": ("name", "same")}
+    refused_fields = {
+        **dict.fromkeys(
+            ("env_instance_id", "gateway_url"), "the env is a deploy_env step of the run: name it by `env_id` or `env`"
+        ),
+        "original_universe_artifact_id": "a snapshot here is the env's whole state, not a change to a universe",
+        "export_timeout_seconds": "the step's timeout is the task's `timeout` on the step",
+        "include_env_trajectory": "the env's trajectory is kept by collect_artifacts and teardown_env",
+    }
+
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="default: the step's id")
+    include_env_changes: bool = Field(
+        False,
+        description="also keep who changed what (the environment's changelog, changes/v1) as JSON lines beside the "
+        "snapshot; outputs `env_changes`: its key and counts, or the error that stopped it (the snapshot stands)",
+    )
