@@ -196,7 +196,10 @@ def _load_error(tmp_path: Path, step: dict) -> str:
     [
         ({"type": "register_env_triggers", "env_id": "shop", "watch_roles": ["writer"]}, "`watch_roles`"),
         ({"type": "register_env_triggers", "executor_agent_name": "ann"}, "`executor_agent_name`"),
-        ({"type": "register_env_triggers", "await_fired": ["t"]}, "`await_fired` is not taken here: not supported yet"),
+        (
+            {"type": "register_env_triggers", "triggers": ["x"], "await_fired": ["t"]},
+            "`await_fired` names ['t'], which this step does not register",
+        ),
         (
             {"type": "sync_env_clock", "virtual_time": "2026-01-01T00:00:00Z", "timeout_seconds": 30},
             "`timeout_seconds`",

@@ -104,7 +104,7 @@ class WorldActivities(Activities):
                 action["instruction"],
                 run_id=key.split("/world/")[0],
                 turn=0,
-                deadline_s=240,
+                deadline_s=min(float(action.get("timeout") or 240), 240),
                 context_id=key,
                 message_id=key,
             )

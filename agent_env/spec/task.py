@@ -8,7 +8,7 @@ checked by `agent_env.planning.tasks`, which loads tasks; the pure checks it run
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from agent_env.spec import framework_triggers
 from agent_env.spec.duration import Duration
 from agent_env.spec.templates import referenced_steps
 from agent_env.spec.world import ClockSpec, PersonaSpec, TriggerSpec
@@ -96,7 +97,11 @@ class TaskSpec(BaseModel):
                 data = {**data, "clock": {"start": start, "mode": "frozen"}}
         if any(s.get("type") == "register_env_triggers" and _has_objects(s["config"].get("triggers")) for s in steps):
             triggers = list(data.get("triggers") or [])
-            data = {**data, "steps": [_triggers_by_id(s, triggers) for s in data["steps"]], "triggers": triggers}
+            data = {
+                **data,
+                "steps": [_triggers_by_id(s, i, steps, triggers) for i, s in enumerate(data["steps"])],
+                "triggers": triggers,
+            }
         return data
 
     @model_validator(mode="after")
@@ -121,8 +126,9 @@ def _absolute(value: Any) -> bool:
         return False
 
 
-def _triggers_by_id(step: Any, triggers: list[Any]) -> Any:
-    """The step, its triggers written in full moved to `triggers` and named by their ids."""
+def _triggers_by_id(step: Any, index: int, steps: list[Any], triggers: list[Any]) -> Any:
+    """The step, its triggers written in full moved to `triggers` and named by their ids; those written in the
+    framework's format are read into ours (agent_env.spec.framework_triggers), with the step's fields they use."""
     if not (
         isinstance(step, dict) and step.get("type") == "register_env_triggers" and isinstance(step.get("config"), dict)
     ):
@@ -130,9 +136,60 @@ def _triggers_by_id(step: Any, triggers: list[Any]) -> Any:
     written = step["config"].get("triggers")
     if not _has_objects(written):
         return step
+    config = dict(step["config"])
+    if any(framework_triggers.is_framework(t) for t in written):
+        try:
+            context = _framework_context(config, steps)
+            written = [
+                framework_triggers.translate(t, j, str(step.get("id")), context)
+                if framework_triggers.is_framework(t)
+                else t
+                for j, t in enumerate(written)
+            ]
+        except framework_triggers.FrameworkTriggerError as e:
+            error = problem(("steps", index, "config", *e.loc), "framework_trigger", e.text, written)
+            raise ValidationError.from_exception_data("TaskSpec", [error]) from None
+        for field in framework_triggers.STEP_FIELDS:
+            config.pop(field, None)
     triggers += [t for t in written if isinstance(t, dict)]
     ids = [t.get("id") if isinstance(t, dict) else t for t in written]
-    return {**step, "config": {**step["config"], "triggers": ids}}
+    return {**step, "config": {**config, "triggers": ids}}
+
+
+def _framework_context(config: Mapping[str, Any], steps: list[Any]) -> framework_triggers.TriggerContext:
+    """What the step's framework triggers need: the deploy_env step of its `env_id`, its watched roles, the
+    deploy_agent steps that may play an nl action's executor."""
+    env_id = config.get("env_id")
+    envs = [s["id"] for s in steps if s.get("type") == "deploy_env" and env_id in _names(s, "env_id", "env")]
+    if not isinstance(env_id, str) or len(envs) != 1:
+        raise framework_triggers.FrameworkTriggerError(
+            "env_id",
+            f"{env_id!r} is " + ("deployed by several steps" if envs else "deployed by no deploy_env step"),
+            "name the env a deploy_env step of this task deploys once: its triggers watch and act on it",
+        )
+    executors: dict[str, framework_triggers.Executor] = {}
+    for s in steps:
+        if s.get("type") == "deploy_agent" and isinstance(s.get("id"), str):
+            record = s["config"].get("record")
+            name = s["config"].get("as") or s["config"].get("agent") or (record or {}).get("name")
+            if isinstance(name, str):
+                for key in {s["id"], name}:
+                    executors[key] = framework_triggers.Executor(s["id"], name)
+    roles = config.get("watch_roles")
+    timeout = config.get("executor_timeout_seconds")
+    if roles is not None and (not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles)):
+        raise framework_triggers.FrameworkTriggerError("watch_roles", "must be a list of role names", "list them")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise framework_triggers.FrameworkTriggerError(
+            "executor_timeout_seconds", f"must be a positive number, not {timeout!r}", "give seconds"
+        )
+    return framework_triggers.TriggerContext(
+        envs[0], roles, executors, config.get("executor_agent_name"), None if timeout is None else float(timeout)
+    )
+
+
+def _names(step: Mapping[str, Any], *fields: str) -> list[Any]:
+    return [step["config"].get(f) for f in fields]
 
 
 def _has_objects(value: Any) -> bool:

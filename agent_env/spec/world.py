@@ -31,6 +31,7 @@ from agent_env.spec.duration import Duration, parse_duration
 from agent_env.spec.predicates import Operators, TextTest
 
 MAX_RATE = 86_400.0
+MAX_INSTRUCT = timedelta(minutes=4)  # what an instructed agent may take (its activity has 5m)
 TRIGGER_ID = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
 PATH = re.compile(r"^(arguments|result|agent|role|tool)(\.[A-Za-z0-9_\-]+)*$")
 
@@ -239,7 +240,17 @@ class InstructAction(_Action):
     agent: str
     instruction: str
     by: str | None = Field(None, description="the deploy_agent step whose agent carries the instruction out")
+    timeout: Duration | None = Field(
+        None, description="with `by`: how long the agent has to carry it out (at most 4m; default 4m)"
+    )
     reply: CallToolAction | None = None
+
+    @field_validator("timeout")
+    @classmethod
+    def _within(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and not timedelta(0) < value <= MAX_INSTRUCT:
+            raise ValueError("an instructed agent's `timeout` is above 0 and at most 4m (240 s)")
+        return value
 
 
 class SetClockAction(_Action):
@@ -426,7 +437,8 @@ def _action_problems(
                     )
                 )
     elif isinstance(action, SetToolsAction):
-        problems += _env_tool_problems(action.env, action.enable + action.disable, envs, where)
+        names = [t for t in action.enable + action.disable if not any(c in t for c in "*?[")]  # (patterns: any)
+        problems += _env_tool_problems(action.env, names, envs, where)
         if action.env in envs and action.role not in envs[action.env][1]:
             problems.append((where + ("role",), f"no role {action.role!r} in environment {action.env!r}"))
     elif isinstance(action, InstructAction):

@@ -78,6 +78,14 @@ class WorldSpec(BaseModel):
     personas: dict[str, PersonaSpec] = Field(default_factory=dict)
 
 
+class Awaiting(BaseModel):
+    """A register_env_triggers step holding until its `triggers` have each fired, or `deadline` (real time)."""
+
+    triggers: list[str]
+    deadline: datetime
+    registered: list[str] = Field(default_factory=list)  # the step's outputs once it ends
+
+
 class WorldState(BaseModel):
     clock: ClockState | None = None
     triggers: dict[str, TriggerStatus] = Field(default_factory=dict)
@@ -85,6 +93,7 @@ class WorldState(BaseModel):
     events: list[WorldEvent] = Field(default_factory=list)
     instances: dict[str, str] = Field(default_factory=dict, description="deploy step id -> instance id")
     next_seq: int = 1
+    awaiting: dict[str, Awaiting] = Field(default_factory=dict, description="step id -> what it waits to fire")
     ended: str | None = None
     dropped: dict[str, int] = Field(
         default_factory=dict,

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TurnReply,
         played_by_trainer,
     )
+    from agent_env.workflows.world_awaits import Awaits
     from agent_env.workflows.world_driver import WorldDriver
     from agent_env.workflows.world_rules import World, WorldError
 
@@ -61,6 +62,7 @@ class TaskRun:
         self.updates = 0  # updates this run has taken (it continues as new before Temporal's limit)
         world = World(inp.world, self.state.world) if inp.world and self.state.world is not None else None
         self.world_driver = WorldDriver(inp.run_id, self.dag, world, self.tasks.busy, self.scope)
+        self.awaits = Awaits(self.dag, self.world_driver, lambda patch: continuation.changed(inp, patch))
         self.trainer = TrainerTurns(inp.run_id, self.dag, self.wake, lambda patch: continuation.changed(inp, patch))
 
     # -- the workflow's face: updates come from outside (the gateway for agents' calls, trainers) --
@@ -223,11 +225,12 @@ class TaskRun:
                 return
             self._start_ready_steps()
             await world.advance()
+            self.awaits.settle()
             self._start_ready_steps()  # the world may have finished waits that others depend on
             if self.dag.error or world.ended:
                 await self.stop_running()
                 return
-            if not self.tasks.busy() and not world.waiting and not world.can_go_on():
+            if not self.tasks.busy() and not world.waiting and not self.awaits.holding and not world.can_go_on():
                 return
             self.show()
             await self._wait()
@@ -240,6 +243,8 @@ class TaskRun:
         pacing = self.world_driver.pacing()
         if pacing is not None:
             waiters.append(pacing)
+        if (timer := self.awaits.timer()) is not None:
+            waiters.append(timer)
         self.wake.clear()
         wake = asyncio.create_task(self.wake.wait())
         waiters.append(wake)
@@ -251,7 +256,7 @@ class TaskRun:
     def show(self) -> None:
         """The run right now as the Temporal UI's current details (held in memory: no workflow task, no event)."""
         driver = self.world_driver
-        running = [*self.tasks.running, *sorted(driver.waiting)]
+        running = [*self.tasks.running, *sorted(driver.waiting), *self.awaits.held()]
         turns = [p.offer.id for p in self.state.trainer.values() if p.offer is not None]
         workflow.set_current_details(
             details.current_details(self.state, running, driver.world, driver.now_real(), turns)
@@ -268,7 +273,7 @@ class TaskRun:
                 continue
             self.dag.start(plan.id, workflow.now())
             if plan.in_workflow:
-                world_driver.world_step(self.world_driver, plan, config)
+                world_driver.world_step(self.world_driver, plan, config, self.awaits)
             elif played_by_trainer(plan, config):
                 self.tasks.start(plan.id, self.trainer.prompt(plan, config))
             else:
@@ -291,4 +296,5 @@ class TaskRun:
         ended = self.world_driver.ended
         reason = f"the world ended: {ended}" if ended else None
         self.world_driver.cancel_waits(reason)
+        self.awaits.cancel(reason)
         self.dag.skip_pending(reason)

@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
+
+if TYPE_CHECKING:
+    from agent_env.workflows.world_awaits import Awaits
 
 with workflow.unsafe.imports_passed_through():
     from agent_env.spec.duration import checked_seconds
@@ -335,8 +338,9 @@ class WorldDriver:
         self.waiting.clear()
 
 
-def world_step(driver: WorldDriver, plan: StepPlan, config: Mapping[str, Any]) -> None:
-    """Steps that change the world's rules run in the workflow, at once: they are decisions."""
+def world_step(driver: WorldDriver, plan: StepPlan, config: Mapping[str, Any], awaits: Awaits | None = None) -> None:
+    """Steps that change the world's rules run in the workflow, at once: they are decisions (a register_env_triggers
+    step with `await_fired` ends once its triggers have fired: `awaits` holds it)."""
     dag, world = driver.dag, driver.world
     if world is None:
         dag.fail(plan.id, f"{plan.type} needs the task to declare a [clock] or [[triggers]]", workflow.now())
@@ -356,6 +360,9 @@ def world_step(driver: WorldDriver, plan: StepPlan, config: Mapping[str, Any]) -
         elif plan.verb == "register_env_triggers":
             outputs = {"registered": world.register(config.get("triggers") or ["*"], real)}
             driver.watches_added = True
+            if awaits is not None and awaits.start(plan.id, config, real, outputs["registered"]):
+                driver.push_needed = True
+                return  # the step ends when they have fired (the run's loop settles it), or at its deadline
         elif plan.verb == "cancel_triggers":
             outputs = {"cancelled": world.cancel(config["triggers"], real, cause=f"step {plan.id}")}
         elif plan.verb == "wait_clock":

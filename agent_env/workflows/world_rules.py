@@ -25,6 +25,7 @@ from agent_env.spec.world import (
     parse_time,
 )
 from agent_env.spec.world_state import (
+    Awaiting,
     ClockState,
     Scheduled,
     TriggerStatus,
@@ -347,6 +348,43 @@ class World:
             elif isinstance(when, TimeWhen) and when.unless is not None and when.unless.env == env_step:
                 out.append(Watch(trigger=f"{tid}#unless", kind="tool_call", spec=when.unless.model_dump(mode="json")))
         return out
+
+
+# -- steps held until triggers fire (register_env_triggers' await_fired) --
+
+
+def await_fired(world: World, step: str, ids: list[str], deadline: datetime, registered: list[str]) -> None:
+    """`step` holds until each of `ids` has fired once (see `settled`), or `deadline` (real time) passes."""
+    unknown = [i for i in ids if i not in world.triggers]
+    if unknown:
+        raise WorldError(f"await_fired: no trigger {unknown[0]!r} (triggers: {', '.join(world.triggers)})")
+    world.state.awaiting[step] = Awaiting(triggers=ids, deadline=deadline, registered=registered)
+
+
+def settled(world: World, real: datetime) -> list[tuple[str, dict[str, object] | None, str | None]]:
+    """The held steps that are done: (step, its outputs, None) once all its triggers fired; (step, None, why) once
+    one of them can no longer fire, or its deadline has passed. They are held no more."""
+    out: list[tuple[str, dict[str, object] | None, str | None]] = []
+    for step, waits in list(world.state.awaiting.items()):
+        statuses = {t: world.state.triggers[t] for t in waits.triggers}
+        unfired = [t for t, s in statuses.items() if s.fires == 0]
+        ended = [t for t in unfired if statuses[t].done or not statuses[t].registered]
+        if not unfired:
+            out.append(
+                (step, {"registered": waits.registered, "fired": {t: s.fires for t, s in statuses.items()}}, None)
+            )
+        elif ended:
+            out.append((step, None, f"awaited trigger(s) {ended} can no longer fire (cancelled or ended)"))
+        elif real >= waits.deadline:
+            out.append((step, None, f"awaited trigger(s) {unfired} did not fire within await_timeout_seconds"))
+        else:
+            continue
+        del world.state.awaiting[step]
+    return out
+
+
+def next_deadline(world: World) -> datetime | None:
+    return min((w.deadline for w in world.state.awaiting.values()), default=None)
 
 
 def persona_matches(persona: PersonaSpec, when: PersonaWhen) -> list[dict[str, Any]]:

@@ -6,10 +6,11 @@ declarations give their configs a schema and validation. What they do are the wo
 
 The framework's fields are taken as well: `env_id` (a deploy_env step's env: checked when the run is planned;
 every env of a run shares the world's clock and triggers), `virtual_time` and `virtual_seconds_per_real_second`
-(0: frozen), mapped onto ours (`time`, `rate`, `mode`) when the run is planned. The framework's fields that mean
-nothing here are refused naming the field: a gateway trigger engine's executor agents and watched roles (our
-triggers name their roles, and an `instruct` action names its agent with `by`), timeouts of calls the workflow
-does not make.
+(0: frozen), mapped onto ours (`time`, `rate`, `mode`) when the run is planned. Triggers written in full in the
+framework's format are read into ours when the task is loaded (agent_env.spec.framework_triggers), with the step's
+`watch_roles`, `executor_agent_name` and `executor_timeout_seconds`; `await_fired` holds the step until the
+triggers it names have fired, for at most `await_timeout_seconds` (real time). The framework's fields that mean
+nothing here are refused naming the field: executors' working hours, timeouts of calls the workflow does not make.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ ENV_ID = (
 # The framework's fields that mean nothing here (or not yet): given, each is an error naming it and why.
 REFUSED = {
     "timeout_seconds": "the workflow sets the world's clock itself, with no call to time out",
-    "watch_roles": "each trigger names the roles it watches (`when.roles`)",
-    "executor_agent_name": "an `instruct` action names the agent that carries it out (`by`, a deploy_agent step)",
-    "executor_timeout_seconds": "there is no executor agent (an `instruct` action names its agent with `by`)",
-    "executor_hours": "there is no executor agent (an `instruct` action names its agent with `by`)",
-    "await_fired": "not supported yet: have a later step wait for what the trigger does (a wait_clock or a check)",
-    "await_timeout_seconds": "not supported yet (nor is await_fired)",
+    "watch_roles": "it applies to triggers written in full in the framework's format in this step; ours name "
+    "their roles (`when.roles`)",
+    "executor_agent_name": "it carries out the nl actions of triggers written in full in the framework's format in "
+    "this step; our `instruct` action names its agent (`by`, a deploy_agent step)",
+    "executor_timeout_seconds": "it goes with the nl actions of triggers written in the framework's format in this "
+    "step; our `instruct` action has its own `timeout`",
+    "executor_hours": "working hours of executor agents are not taken here: give the nl action a `delay`",
 }
 
 
@@ -109,27 +111,36 @@ def _clock_as_ours(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
 class RegisterEnvTriggersConfig(StepConfig):
     triggers: list[str] = Field(
         default_factory=lambda: ["*"],
-        description="trigger ids (default: all); a trigger written here in full joins the task's [[triggers]]",
+        description="trigger ids (default: all); a trigger written here in full (ours, or the framework's format) "
+        "joins the task's [[triggers]]",
     )
     env_id: str | None = Field(None, description=ENV_ID)
-    watch_roles: Any = Field(None, description="the framework's; refused: each trigger names its roles")
-    executor_agent_name: Any = Field(None, description="the framework's; refused: `instruct` names its agent (by)")
-    executor_timeout_seconds: Any = Field(None, description="the framework's; refused with executor_agent_name")
-    executor_hours: Any = Field(None, description="the framework's; refused with executor_agent_name")
-    await_fired: Any = Field(None, description="the framework's; not supported yet")
-    await_timeout_seconds: Any = Field(None, description="the framework's; not supported yet")
-
-    @field_validator(
-        "watch_roles",
-        "executor_agent_name",
-        "executor_timeout_seconds",
-        "executor_hours",
-        "await_fired",
-        "await_timeout_seconds",
+    watch_roles: Any = Field(None, description="the framework's: the roles whose calls its action triggers watch")
+    executor_agent_name: Any = Field(None, description="the framework's: the agent that carries out nl actions")
+    executor_timeout_seconds: Any = Field(None, description="the framework's: how long its executor has")
+    executor_hours: Any = Field(None, description="the framework's; refused: give the nl action a `delay`")
+    await_fired: list[str] | None = Field(
+        None, min_length=1, description="the step ends once each of these triggers has fired (once)"
     )
+    await_timeout_seconds: float = Field(
+        120, gt=0, le=MAX_SECONDS, description="with await_fired: real seconds to wait before the step fails"
+    )
+
+    @field_validator("watch_roles", "executor_agent_name", "executor_timeout_seconds", "executor_hours")
     @classmethod
     def _refused(cls, value: Any, info: ValidationInfo) -> Any:
-        _refuse(info)
+        if value is not None:  # (what the framework's triggers of the step used is consumed when they are read)
+            _refuse(info)
+        return value
+
+    @model_validator(mode="after")
+    def _awaits_its_own(self) -> RegisterEnvTriggersConfig:
+        unknown = [t for t in self.await_fired or [] if "*" not in self.triggers and t not in self.triggers]
+        if unknown:
+            raise ValueError(
+                f"`await_fired` names {unknown}, which this step does not register (it registers {self.triggers})"
+            )
+        return self
 
 
 def _check_env_id(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
