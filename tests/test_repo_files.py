@@ -84,7 +84,7 @@ def test_third_party_notices_list_the_base_closure_and_each_extra():
     )  # (in the base install, as the framework has it)
     for extra in ("modal", "e2b", "tensorlake", "tenki"):  # not in the dev install: named, not walked
         assert listed[f"`agentenv-framework[{extra}]`"] == set()
-    assert "| temporalio | MIT | agentenv-framework (`>=1.35,<2`) |" in NOTICES.read_text()
+    assert "| temporalio | MIT | agentenv-framework (`>=1.31,<1.32`) |" in NOTICES.read_text()
 
 
 @pytest.mark.processes
