@@ -11,6 +11,7 @@ from agent_env import packing
 from agent_env.cli.output import console
 from agent_env.config import load_settings
 from agent_env.errors import BadInput, NotFound
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.registry.models import Version
 from agent_env.registry.resolve import split_ref
 from agent_env.registry.store import Registry, open_registry
@@ -46,7 +47,7 @@ def _universes(registry: Registry) -> list[tuple[Version, int]]:
 def list_command(json_out: bool) -> int:
     registry = _open()
     try:
-        rows = [
+        rows: list[JsonObject] = [
             {
                 "name": v.name,
                 "latest": v.label,
@@ -81,12 +82,12 @@ def show_command(ref: str, json_out: bool) -> int:
         loaded = environment_data(registry, name, version.label)
     finally:
         registry.close()
-    apps = {
+    apps: dict[str, JsonObject] = {
         app: {"artifact": str(loaded.environments[app]), "tables": {t: _count(rows) for t, rows in data.items()}}
         for app, data in sorted(loaded.data.items())
         if isinstance(data, dict)
     }
-    shown: dict[str, Any] = {
+    shown: JsonObject = {
         "name": name,
         "version": version.label,
         "type": artifact_type(version.record),
@@ -137,7 +138,7 @@ def push_command(
     try:
         files, source = _run_output(registry, run_id, output) if run_id else (_local(paths), None)
         pins = [_pin(registry, parent) for parent in parents]
-        record: dict[str, Any] = {"description": description} if description else {}
+        record: JsonObject = {"description": description} if description else {}
         if environment_name is not None:
             record |= {"type": "environment", "environment_name": environment_name}
             files = {DATA_FILE: _one_json(files, environment_name)}

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_env.errors import BadInput, NotFound
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.registry.bundle_items import NAME
 from agent_env.registry.manifest import digest, file_sha256
 from agent_env.registry.models import FileEntry, Item, PushResult, Version
@@ -49,7 +50,7 @@ class EnvironmentData:
     """What an environment artifact or a universe holds, as a composed environment loads it."""
 
     pin: ArtifactPin  # the artifact, at the version read
-    data: dict[str, Any]  # app -> its tables
+    data: dict[str, JsonObject]  # app -> its tables
     environments: dict[str, ArtifactPin] = field(default_factory=dict)  # app -> its environment artifact
 
 

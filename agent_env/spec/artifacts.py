@@ -12,7 +12,8 @@ made by a run says so in `lineage`: the run and step that made it, and the versi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -45,7 +46,7 @@ class Lineage(BaseModel):
 
 class EnvironmentArtifactRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
-    type: Literal["environment"] = ENVIRONMENT
+    type: Literal["environment"] = "environment"
     environment_name: str = Field(min_length=1, description="the app whose data this is")
     description: str | None = None
     lineage: Lineage | None = None
@@ -53,7 +54,7 @@ class EnvironmentArtifactRecord(BaseModel):
 
 class UniverseRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
-    type: Literal["environment_universe"] = UNIVERSE
+    type: Literal["environment_universe"] = "environment_universe"
     environment_artifact_refs: list[ArtifactPin] = Field(min_length=1)
     description: str | None = None
     lineage: Lineage | None = None
@@ -66,7 +67,7 @@ class UniverseRecord(BaseModel):
         return self
 
 
-def artifact_type(record: dict[str, Any]) -> str | None:
+def artifact_type(record: Mapping[str, object]) -> str | None:
     """The `type` an artifact's record gives (None for a plain artifact: files only)."""
     found = record.get("type")
     return found if isinstance(found, str) else None

@@ -13,7 +13,7 @@ captured (`snapshot_id`) is read when the load runs, at the version that step ma
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agent_env.errors import BadInput
 from agent_env.gateway_client.wire import JsonObject
@@ -82,7 +82,7 @@ async def load_into_env(ctx: StepContext, env: str, pinned: dict[str, str], made
     parts: list[JsonObject] = []
     apps: set[str] = set()
     for key in keys:
-        data: dict[str, Any] = json.loads(await ctx.stores.aio.objects.get(key))
+        data: JsonObject = json.loads(await ctx.stores.aio.objects.get(key))
         apps |= set(data)
         parts.append({"kind": "data", "data": data})
     await (await ctx.gateway()).load(instance_id(ctx, env), parts, idempotency_key=ctx.idempotency_key)
