@@ -191,7 +191,7 @@ async def test_a_universe_of_two_envs_loads_into_one_composed_env_and_exports_ba
     name = unique("office")
     office_universe(shared, name)
     trip = [
-        {"id": "deploy", "type": "deploy_env", "env": "office"},
+        {"id": "deploy", "type": "deploy_env", "env_id": "office"},
         {"id": "trip", "type": "verify_universe_load_export_roundtrip", "env": "deploy", "universe_artifact_id": name},
         {"id": "compat", "type": "combine_universe_verdicts", "roundtrip": "trip"},
     ]
@@ -215,7 +215,7 @@ async def test_an_env_state_captured_as_version_2_is_loaded_by_a_later_run(clien
     notes, desk = office_universe(shared, name)
     read_later = {"name": "run 1's note", "tool": "read_note", "arguments": {"key": "later"}, "path": "text"}
     capture = [
-        {"id": "deploy", "type": "deploy_env", "env": "office", "load_data": False},
+        {"id": "deploy", "type": "deploy_env", "env_id": "office", "load_data": False},
         {"id": "load", "type": "load_artifact", "env_step_id": "deploy", "artifact_id": name},
         {
             "id": "write",
@@ -232,12 +232,12 @@ async def test_an_env_state_captured_as_version_2_is_loaded_by_a_later_run(clien
             "original_universe_artifact_id": name,
         },
         # a judge in the same run: a fresh instance given what snap captured
-        {"id": "judge_env", "type": "deploy_env", "env": "office", "load_data": False},
+        {"id": "judge_env", "type": "deploy_env", "env_id": "office", "load_data": False},
         {"id": "judge_load", "type": "load_artifact", "env_step_id": "judge_env", "artifact_from_step_id": "snap"},
         {"id": "judge", "type": "check_state", "env": "judge_env", "checks": [{**read_later, "equals": "from run 1"}]},
     ]
     later = [
-        {"id": "deploy", "type": "deploy_env", "env": "office", "load_data": False},
+        {"id": "deploy", "type": "deploy_env", "env_id": "office", "load_data": False},
         {"id": "load", "type": "load_artifact", "env_id": "office", "artifact_id": name},
         {
             "id": "check",
@@ -412,7 +412,7 @@ async def test_cli_pushes_artifacts_makes_a_universe_and_a_new_version_from_a_ru
 
     # a run loads the universe, an agent's call changes it, collect_artifacts keeps the export ...
     steps = [
-        {"id": "deploy", "type": "deploy_env", "env": "office", "load_data": False},
+        {"id": "deploy", "type": "deploy_env", "env_id": "office", "load_data": False},
         {"id": "load", "type": "load_artifact", "env_id": "office", "artifact_id": name},
         {
             "id": "write",
@@ -442,3 +442,15 @@ async def test_cli_pushes_artifacts_makes_a_universe_and_a_new_version_from_a_ru
         [AGENT_ENV, "universe", "create", name, f"{name}-notes", f"{name}-notes@1"], capture_output=True, text=True
     )
     assert refused.returncode == 2 and "named twice" in refused.stderr
+
+
+def test_a_step_taking_any_artifact_as_data_finds_a_universes_data_and_leaves_plain_artifacts(registry):
+    from agent_env.registry.universes import registry_environment_data
+
+    office_universe(registry, "office")
+    key = registry_environment_data(registry.documents, registry.objects, "office", 1)
+    assert key is not None and json.loads(registry.objects.get(key)) == {"notes": NOTES, "helpdesk": HELPDESK}
+    push_new_version(registry, "plain", {}, {"data.json": b"{}"})
+    assert registry_environment_data(registry.documents, registry.objects, "plain") is None
+    assert registry_environment_data(registry.documents, registry.objects, "nowhere") is None
+    assert registry_environment_data(registry.documents, registry.objects, "office", 7) is None

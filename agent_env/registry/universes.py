@@ -245,3 +245,19 @@ def pin_environment_data(
     if not objects.exists(key):
         objects.put(key, blob)
     return key, loaded
+
+
+def registry_environment_data(
+    documents: DocumentStore, objects: ObjectStore, artifact_id: str, version: str | int | None = None
+) -> str | None:
+    """For a step that takes any artifact as an env's data (deploy_env's `artifact_id`): the object key of the
+    data of the registry's environment artifact or universe `artifact_id` (pinned as `pin_environment_data` does),
+    or None when the registry holds no such version or it is another kind of artifact (plain JSON files)."""
+    registry = Registry(documents, objects)
+    try:
+        found = registry.version("artifacts", artifact_id, None if version is None else str(version))
+    except NotFound:
+        return None
+    if artifact_type(found.record) not in (ENVIRONMENT, UNIVERSE):
+        return None
+    return pin_environment_data(documents, objects, artifact_id, found.label)[0]
