@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import Result
 from test_object_transfers import Notes, trusting  # noqa: F401 - its agent, and the fixture trusting our CA
 
 from agent_env.config import Settings
@@ -379,9 +380,14 @@ async def test_an_agents_state_is_kept_as_an_artifact_a_later_run_reads(
 # -- the commands --
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([AGENT_ENV, *args], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+def cli(*args: str) -> Result:
+    """The command, run in this process (its own exit code and output)."""
+    from typer.testing import CliRunner
+
+    from agent_env.cli.commands import app
+
+    done = CliRunner().invoke(app, list(args))
+    assert done.exit_code == 0, (done.output, done.exception)
     return done
 
 
