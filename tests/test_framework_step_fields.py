@@ -145,9 +145,9 @@ def test_the_frameworks_names_plan_as_ours(tmp_path, settings):
     config = {s.id: s.config for s in task.steps}
     assert config["echo"] == {"agent": "echo", "as": "echoer", "env": "notes"}
     assert config["ask"] == {"agent": "echo", "prompt": "hi", "prompt_id": "greet", "turn_deadline": 60}
-    assert config["save"] == {"agent": "echo", "prompt": "ask", "name": "after-hi"}
+    assert config["save"] == {"agent": "echo", "prompt": "ask", "artifact_id": "after-hi"}
     assert config["clear"] == {"env": "notes"}
-    assert config["snap"] == {"env": "notes", "name": "s1"}
+    assert config["snap"] == {"env": "notes", "snapshot_id": "s1"}
     assert config["card"] == {"env": "notes"}
     planned = {s.id: s for s in plan(task, "r-1", settings).steps}
     assert planned["ask"].config["deployed"] == "${steps.echo.outputs}"

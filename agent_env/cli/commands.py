@@ -18,6 +18,7 @@ from agent_env.cli.setup_commands import (
     secrets_app,
     steps_app,
 )
+from agent_env.cli.universes_app import artifact_app, universe_app
 
 app = typer.Typer(
     name="agent-env",
@@ -65,6 +66,8 @@ app.add_typer(sandboxes_app, name="sandboxes")
 app.add_typer(episodes_app, name="episodes")
 app.add_typer(config_app, name="config")
 app.add_typer(registry_app, name="registry")
+app.add_typer(universe_app, name="universe")
+app.add_typer(artifact_app, name="artifact")
 app.add_typer(bundle_app, name="bundle")
 app.add_typer(a2a_agent_app, name="a2a-agent")
 

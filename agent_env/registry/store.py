@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import getpass
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -63,15 +63,17 @@ class Registry:
             results.append(self.push(item))
         return results
 
-    def push(self, item: Item) -> PushResult:
-        """Store `item` as a new version, or find it already stored; BadInput if its label holds other content."""
+    def push(self, item: Item, contents: Mapping[str, bytes] | None = None) -> PushResult:
+        """Store `item` as a new version, or find it already stored; BadInput if its label holds other content.
+        Its files' bytes are read from its folder, or given in `contents` (path -> bytes: a run's output)."""
         item_digest = _digest(item)
         key = keys.registry_version(item.kind, item.name, item.label)
         if (stored := self.documents.get(keys.REGISTRY, key)) is None:
             for entry in item.files:
                 blob = keys.registry_blob(entry.sha256)
                 if not self.objects.exists(blob):
-                    self.objects.create(blob, _read_again(item, entry.path, entry.sha256))  # False: a racer stored it
+                    data = _read_again(item, entry.path, entry.sha256) if contents is None else contents[entry.path]
+                    self.objects.create(blob, data)  # False: a racer stored it
             version = Version(
                 kind=item.kind,
                 name=item.name,

@@ -138,6 +138,17 @@ def by_app(parts: Any, apps: list[str]) -> dict[str, JsonObject]:
     return out
 
 
+def exported_by_app(exported: JsonObject) -> dict[str, JsonObject]:
+    """A data/get answer's data by app, as each part names its app (an env of our SDK or gateway names them)."""
+    parts = exported.get("parts")
+    named = [
+        p["metadata"][META_APP]
+        for p in (parts if isinstance(parts, list) else [])
+        if isinstance(p, dict) and isinstance(p.get("metadata"), dict) and isinstance(p["metadata"].get(META_APP), str)
+    ]
+    return by_app(parts, sorted(set(named)))
+
+
 def load_parts(card: Any, universe: JsonObject) -> list[JsonObject]:
     """The universe as data/add parts: a composed env (a card with children) takes {app: data} and routes it to
     its apps; an env of one app takes its own data, named by its metadata."""
@@ -161,6 +172,14 @@ async def _call(http: Any, target: net.EnvTarget, method: str, params: Any, step
 
 async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> tuple[ValidationReport, JsonObject]:
     """The report (per app: `universe.<app>.loads`, `universe.<app>.stable`) and the verdict as data."""
+    report, verdict, _ = await round_trip_exported(target, card, universe)
+    return report, verdict
+
+
+async def round_trip_exported(
+    target: net.EnvTarget, card: Any, universe: JsonObject
+) -> tuple[ValidationReport, JsonObject, dict[str, JsonObject]]:
+    """`round_trip`, and export 1 by app (what the env gave back of the universe; empty if it gave nothing)."""
     report = ValidationReport(validator=VALIDATOR, target=target.base)
     ops = offered(card)
     lacking = [m for m in (METHOD_ADD, METHOD_GET) if m not in ops]
@@ -172,7 +191,7 @@ async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> 
                 "serve data/add and data/get (and data/reset) and list them in capabilities.operations",
             )
         )
-        return report, {"compatible": False, "environments": {}}
+        return report, {"compatible": False, "environments": {}}, {}
     apps = sorted(universe)
     parts = load_parts(card, universe)
     reset = METHOD_RESET in ops
@@ -185,7 +204,7 @@ async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> 
             export1 = await _call(http, target, METHOD_GET, {}, "export 1")
         except RoundTripFailed as e:
             report.checks.append(Finding.failed("universe.round_trip", str(e), FIX_CALLS))
-            return report, {"compatible": False, "environments": environments, "error": str(e)}
+            return report, {"compatible": False, "environments": environments, "error": str(e)}, {}
         first = by_app(export1.get("parts"), apps)
         for app in apps:  # what the first load kept, decided before the reload (which a lossy export may break)
             lost = load_issues(universe[app], first.get(app, {})) if isinstance(universe[app], dict) else []
@@ -198,7 +217,7 @@ async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> 
             export2 = await _call(http, target, METHOD_GET, {}, "export 2")
         except RoundTripFailed as e:
             report.checks.append(Finding.failed("universe.round_trip", str(e), FIX_CALLS))
-            return report, {"compatible": False, "environments": environments, "error": str(e)}
+            return report, {"compatible": False, "environments": environments, "error": str(e)}, first
     if not reset:
         report.checks.append(
             Finding.failed(
@@ -214,7 +233,7 @@ async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> 
         report.checks.append(_finding(f"universe.{app}.stable", moved, "reloading the export changed it"))
         environments[app]["stability_issues"] = moved
         environments[app]["compatible"] = environments[app]["compatible"] and not moved
-    return report, {"compatible": report.passed, "environments": environments}
+    return report, {"compatible": report.passed, "environments": environments}, first
 
 
 def _finding(name: str, issues: list[str], what: str) -> Finding:

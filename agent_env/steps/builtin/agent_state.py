@@ -5,7 +5,9 @@ through `urn:agentenv:trajectory/v1` (`prompt_agent`, after each turn).
 
 The agent moves its objects itself, through short-lived grants on the run's object store (`stores.grants`): the
 snapshot lands under `runs/RUN/agent_snapshots/NAME/` (`trajectory`, and `workspace` if the agent keeps one), and
-the step's outputs name those keys, never a grant.
+the step's outputs name those keys, never a grant. With the framework's `artifact_id`, snapshot_agent_state also keeps
+those objects as a new version of that registry artifact (type `agent_state`, with its lineage: the run, the step,
+the prefix), for a judge (`load_artifact` into its sandbox) or a later run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from agent_env.agents.transfers import (
 )
 from agent_env.errors import BadInput
 from agent_env.gateway_client.wire import JsonObject
+from agent_env.registry.store import Registry
+from agent_env.registry.universes import push_new_version
+from agent_env.spec.artifacts import AGENT_STATE, Lineage
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
@@ -49,7 +54,6 @@ class SnapshotAgentStateConfig(StepConfig):
     framework_names = {
         "agent_name": ("agent", "agent_step"),
         "prompt_id": ("prompt", "prompt_step"),
-        "artifact_id": ("name", "same"),
     }
     refused_fields = dict.fromkeys(
         ("env_id", "universe_artifact_id"), "the snapshot is the agent's own state, kept in the run's folder"
@@ -61,6 +65,11 @@ class SnapshotAgentStateConfig(StepConfig):
         None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the snapshot's name in the run (default: the step's id)"
     )
     timeout_seconds: float = Field(600, gt=0, le=3600, description="how long the agent may take to save")
+    artifact_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        description="also keep the state as a new version of this registry artifact (for a judge or a later run)",
+    )
     deployed: JsonObject = Field(default_factory=dict, description="filled in when the step starts")
 
 
@@ -83,9 +92,22 @@ async def snapshot_agent_state(ctx: StepContext, config: SnapshotAgentStateConfi
     prefix = snapshot_prefix(ctx.run_id, config.name or ctx.step_id)
     try:
         grants = object_grants(ctx.stores.objects, ctx.settings)
-        return await save_snapshot(client, grants, ctx.stores, prefix, context_id, timeout=config.timeout_seconds)
+        saved = await save_snapshot(client, grants, ctx.stores, prefix, context_id, timeout=config.timeout_seconds)
     except (TransferFailed, ExtensionRefused, BadInput) as e:
         raise StepFailed(f"agent {config.deployed.get('name')!r} could not save its state: {e}") from None
+    if config.artifact_id is not None:
+        record = {
+            "type": AGENT_STATE,
+            "agent": config.deployed.get("name"),
+            "context_id": saved.get("context_id") or context_id,
+            "lineage": Lineage(run_id=ctx.run_id, step=ctx.step_id, source=prefix).model_dump(exclude_none=True),
+        }
+        objects = saved.get("objects") or {}
+        files = {name: await ctx.stores.aio.objects.get(key) for name, key in sorted(objects.items())}
+        registry = Registry(ctx.stores.documents, ctx.stores.objects)
+        pushed = await in_thread(push_new_version, registry, config.artifact_id, record, files)
+        saved["artifact"] = {"id": pushed.name, "version": pushed.label}
+    return saved
 
 
 async def restore_agent_state(

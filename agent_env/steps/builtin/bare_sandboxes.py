@@ -27,6 +27,7 @@ from agent_env.spec.run import PlannedConfig
 from agent_env.spec.task import upstream
 from agent_env.step_types import PrepareFunction
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
+from agent_env.steps.builtin.env_artifacts import into_env_check, load_into_env, prepare_into_env
 from agent_env.steps.builtin.sandbox_steps import (
     MAX_PUT_FILES,
     SandboxStep,
@@ -172,13 +173,10 @@ async def deploy_sandbox(ctx: StepContext, config: DeploySandboxConfig) -> JsonO
 # -- load_artifact --
 
 _NOT_YET = {
-    "env_id": "loading into an environment",
-    "env_step_id": "loading into an environment",
     "agent_name": "loading into an agent's sandbox",
     "container_name": "loading into a container of a vm",
     "urls": "downloading URLs",
     "collected_artifacts_step_id": "loading what a step collected",
-    "artifact_from_step_id": "loading what a step made",
     "snapshot_after_load": "snapshotting after a load",
 }
 
@@ -193,25 +191,39 @@ class LoadArtifactConfig(InSandbox):
     artifact_version: int | str | None = Field(None, description="its registry version")
     artifacts: list[ArtifactRef] | None = Field(None, description="several artifacts, each {id, version}")
     destination_path: str | None = Field(None, description=f"the folder they go in (default {DEFAULT_DESTINATION})")
-    env_id: str | None = None
-    env_step_id: str | None = None
+    env_id: str | None = Field(
+        None, description="load environment artifacts or universes into the env this task deploys"
+    )
+    env_step_id: str | None = Field(None, description="or into the env of this deploy_env step")
     agent_name: str | None = None
     container_name: str | None = None
     urls: list[Any] | None = None
     collected_artifacts_step_id: str | None = None
-    artifact_from_step_id: str | None = None
+    artifact_from_step_id: str | None = Field(
+        None, description="into an env: load the universe this snapshot_env step captured (its snapshot_id)"
+    )
     snapshot_after_load: bool | None = None
     pinned: dict[str, str] = Field(
         default_factory=dict, description="filled in when the run is planned: path -> the bytes' object key"
     )
+    env: str | None = Field(None, description="filled in when the run is planned: the deploy_env step loaded into")
+    env_data: dict[str, str] = Field(
+        default_factory=dict, description="filled in when the run is planned: NAME@VERSION -> its data's object key"
+    )
+    made: JsonObject | None = Field(None, description="filled in when the run is planned: that step's outputs")
 
     @model_validator(mode="after")
     def _check(self) -> LoadArtifactConfig:
         for field, what in _NOT_YET.items():
             if getattr(self, field) is not None:
                 raise ValueError(f"`{field}`: {what} is not supported yet; load into a deploy_sandbox sandbox")
+        if self.env_id is not None or self.env_step_id is not None:
+            into_env_check(self)
+            return self
+        if self.artifact_from_step_id is not None:
+            raise ValueError("`artifact_from_step_id` loads what a step captured into an env: give `env_id`")
         if self.sandbox_name is None:
-            raise ValueError("give `sandbox_name`: the deploy_sandbox sandbox to load into")
+            raise ValueError("give `sandbox_name`: the deploy_sandbox sandbox to load into (or `env_id`: an env)")
         if (self.artifact_id is None) == (self.artifacts is None):
             raise ValueError("give exactly one of `artifact_id` or `artifacts`")
         if self.destination_path is not None:
@@ -220,12 +232,18 @@ class LoadArtifactConfig(InSandbox):
 
     def refs(self) -> list[str]:
         """Each artifact as NAME[@VERSION]."""
+        if self.artifact_id is None and self.artifacts is None:
+            return []
         listed = self.artifacts or [ArtifactRef(id=str(self.artifact_id), version=self.artifact_version)]
         return [a.id + ("" if a.version is None else f"@{a.version}") for a in listed]
 
 
 def prepare_load(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
-    """Pin every file of the artifacts as content-addressed objects, keyed by where each goes."""
+    """Pin every file of the artifacts as content-addressed objects, keyed by where each goes (into an env: each
+    artifact's data, see `env_artifacts`)."""
+    if config.get("env_id") is not None or config.get("env_step_id") is not None:
+        checked = LoadArtifactConfig.model_validate({k: v for k, v in config.items() if k != "deployed"})
+        return prepare_into_env(config, plan, checked.refs())
     config = prepare_in_sandbox("load_artifact")(config, plan)
     checked = LoadArtifactConfig.model_validate({k: v for k, v in config.items() if k != "deployed"})
     destination = (checked.destination_path or DEFAULT_DESTINATION).rstrip("/")
@@ -245,8 +263,12 @@ def prepare_load(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     config=LoadArtifactConfig,
     timeout="10m",
     prepare=prepare_load,
+    step_refs=("env_step_id", "artifact_from_step_id"),
 )
 async def load_artifact(ctx: StepContext, config: LoadArtifactConfig) -> JsonObject:
-    """Put an artifact's files (the bundle's artifacts/ID, or the registry's) into a deploy_sandbox sandbox."""
+    """Put an artifact's files (the bundle's artifacts/ID, or the registry's) into a deploy_sandbox sandbox, or
+    environment artifacts and universes into a deployed environment."""
+    if config.env is not None:
+        return await load_into_env(ctx, config.env, config.env_data, config.made)
     sandbox = await sandbox_of(ctx, config)
     return {"files": await put_pinned(ctx, sandbox, config.pinned)}

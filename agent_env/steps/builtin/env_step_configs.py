@@ -1,11 +1,14 @@
 """The configs of steps that act on one deployed env: which env (the id of the deploy_env step, or the framework's
-`env_id` for the env it deploys), as whom, and snapshot_env's."""
+`env_id` for the env it deploys), as whom, and snapshot_env's (which may capture the env's data as a universe of the
+registry: `snapshot_id`, see env_snapshots)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agent_env.steps import StepConfig
+
+ARTIFACT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # a registry artifact's name
 
 
 class EnvStep(StepConfig):
@@ -20,12 +23,10 @@ class ActorStep(EnvStep):
 
 
 class SnapshotConfig(EnvStep):
-    framework_names = {**EnvStep.framework_names, "snapshot_id": ("name", "same")}
     refused_fields = {
         **dict.fromkeys(
             ("env_instance_id", "gateway_url"), "the env is a deploy_env step of the run: name it by `env_id` or `env`"
         ),
-        "original_universe_artifact_id": "a snapshot here is the env's whole state, not a change to a universe",
         "export_timeout_seconds": "the step's timeout is the task's `timeout` on the step",
         "include_env_trajectory": "the env's trajectory is kept by collect_artifacts and teardown_env",
     }
@@ -36,3 +37,20 @@ class SnapshotConfig(EnvStep):
         description="also keep who changed what (the environment's changelog, changes/v1) as JSON lines beside the "
         "snapshot; outputs `env_changes`: its key and counts, or the error that stopped it (the snapshot stands)",
     )
+    snapshot_id: str | None = Field(
+        None,
+        pattern=ARTIFACT_NAME,
+        description="also capture each app's data as the next version of this universe in the registry",
+    )
+    original_universe_artifact_id: str | None = Field(
+        None,
+        pattern=ARTIFACT_NAME[:-1] + r"(@[A-Za-z0-9._-]+)?$",
+        description="the universe the env started from (NAME or NAME@VERSION): the capture's parent, pinned when "
+        "the run is planned",
+    )
+
+    @model_validator(mode="after")
+    def _capture(self) -> SnapshotConfig:
+        if self.original_universe_artifact_id is not None and self.snapshot_id is None:
+            raise ValueError("`original_universe_artifact_id` goes with `snapshot_id` (the universe captured into)")
+        return self

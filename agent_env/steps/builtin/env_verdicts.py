@@ -12,11 +12,15 @@ from typing import Any, cast
 from pydantic import Field, model_validator
 
 from agent_env.gateway_client.wire import JsonObject
+from agent_env.registry.store import Registry
+from agent_env.registry.universes import pin_environment_data, push_universe
+from agent_env.spec.artifacts import ArtifactPin, Lineage
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepResult, step_type
 from agent_env.steps.builtin.env_validators import EnvTargetConfig, env_target, prepare_target, reported
 from agent_env.steps.builtin.envs import prepare_load
+from agent_env.stores import in_thread
 from agent_env.validators import env_card, universe
 from agent_env.validators.gate import GateVerdict, aggregate
 from agent_env.validators.report import Finding, ValidationReport
@@ -99,10 +103,6 @@ class RoundTripConfig(EnvTargetConfig):
     refused_fields = {
         **EnvTargetConfig.refused_fields,
         **dict.fromkeys(
-            ("universe_artifact_id", "universe_artifact_version"),
-            "the universe is given inline (`data`) or as a JSON file of the bundle (`file`)",
-        ),
-        **dict.fromkeys(
             ("emit_file_artifact_universe", "persist_result"),
             "the verdict is the step's outputs; what it loaded and exported stays in the run's folder",
         ),
@@ -110,17 +110,33 @@ class RoundTripConfig(EnvTargetConfig):
 
     data: JsonObject | None = Field(None, description="the universe inline: {app: {table: [rows]}}")
     file: str | None = Field(None, description="the universe as a JSON file of the bundle")
+    universe_artifact_id: str | None = Field(
+        None,
+        description="or a universe (or environment artifact) of the registry; export 1 is pushed back as NAME.export",
+    )
+    universe_artifact_version: int | str | None = Field(None, description="its version (default: the latest)")
     artifact: str | None = Field(None, description="filled in when the run is planned")
+    universe: str | None = Field(None, description="filled in when the run is planned: NAME@VERSION")
 
     @model_validator(mode="after")
     def _one_source(self) -> RoundTripConfig:
-        if (self.data is None) == (self.file is None and self.artifact is None):
-            raise ValueError("give exactly one of `data` (the universe inline) or `file` (a JSON file of the bundle)")
+        given = [self.data is not None, self.file is not None, self.universe_artifact_id is not None]
+        if sum(given) != 1 and not (self.artifact and sum(given) == 0):
+            raise ValueError(
+                "give exactly one of `data` (the universe inline), `file` (a JSON file of the bundle) or "
+                "`universe_artifact_id` (a universe of the registry)"
+            )
         return self
 
 
 def prepare_roundtrip(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
-    return prepare_load(prepare_target(config, plan), plan)
+    config = prepare_target(config, plan)
+    if name := config.get("universe_artifact_id"):
+        version = config.get("universe_artifact_version")
+        config["artifact"], found = pin_environment_data(plan.stores.documents, plan.stores.objects, name, version)
+        config["universe"] = str(found.pin)
+        return config
+    return prepare_load(config, plan)
 
 
 @step_type(
@@ -132,7 +148,8 @@ def prepare_roundtrip(config: PlannedConfig, plan: PlanContext) -> PlannedConfig
     retries=1,
 )
 async def verify_universe_load_export_roundtrip(ctx: StepContext, config: RoundTripConfig) -> StepResult:
-    """Load a universe, export, reload the export, export again: per app, nothing lost and nothing changed."""
+    """Load a universe, export, reload the export, export again: per app, nothing lost and nothing changed. A
+    registry universe's export 1 is pushed back as universe NAME.export (its environment artifacts NAME.export.APP)."""
     data = config.data
     if data is None:
         data = json.loads(await ctx.stores.aio.objects.get(cast(str, config.artifact)))
@@ -141,8 +158,14 @@ async def verify_universe_load_export_roundtrip(ctx: StepContext, config: RoundT
     if card is None:
         report = ValidationReport(validator=universe.VALIDATOR, target=target.base, checks=[served])
         return reported(report, verdict={"compatible": False, "environments": {}})
-    report, verdict = await universe.round_trip(target, card, cast(JsonObject, data))
-    return reported(report, verdict=verdict)
+    report, verdict, exported = await universe.round_trip_exported(target, card, cast(JsonObject, data))
+    if config.universe is not None and exported:
+        name, _, label = config.universe.partition("@")
+        lineage = Lineage(run_id=ctx.run_id, step=ctx.step_id, parents=[ArtifactPin(id=name, version=label)])
+        registry = Registry(ctx.stores.documents, ctx.stores.objects)
+        pin = await in_thread(push_universe, registry, f"{name}.export", exported, lineage)
+        verdict["exported_universe_artifact_id"] = str(pin)
+    return reported(report, verdict=verdict, **({"universe": config.universe} if config.universe else {}))
 
 
 class CombineConfig(StepConfig):

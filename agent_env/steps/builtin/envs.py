@@ -16,18 +16,15 @@ from agent_env import packing
 from agent_env.errors import BadInput
 from agent_env.gateway.release import retire_instance
 from agent_env.gateway_client import wire
-from agent_env.gateway_client.env_servers import unrouted
-from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import apps, topologies
 from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.spec.task import upstream
 from agent_env.spec.templates import TemplateError, lookup
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
-from agent_env.steps.builtin import env_changes
 from agent_env.steps.builtin.check import Check
-from agent_env.steps.builtin.env_step_configs import ActorStep, EnvStep, SnapshotConfig
-from agent_env.stores import in_thread, keys
+from agent_env.steps.builtin.env_step_configs import ActorStep, EnvStep
+from agent_env.stores import keys
 
 
 def instance_id(ctx: StepContext, env_step: str) -> str:
@@ -102,45 +99,6 @@ async def reset_env(ctx: StepContext, config: EnvStep) -> JsonObject:
     """Empty every app of an environment."""
     await (await ctx.gateway()).data(instance_id(ctx, config.env), "data/reset")
     return {}
-
-
-# -- snapshots --
-
-
-def snapshot_key(run_id: str, name: str) -> str:
-    return keys.snapshot(run_id, name)
-
-
-@step_type("snapshot_env", config=SnapshotConfig, timeout="10m", step_refs=("env",))
-async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> JsonObject:
-    """Save an environment's whole state in the object store."""
-    gateway = await ctx.gateway()
-    instance = instance_id(ctx, config.env)
-    blob = await gateway.snapshot(instance)
-    key = snapshot_key(ctx.run_id, config.name or ctx.step_id)
-    await ctx.stores.aio.objects.put(key, blob)
-    if isinstance(pool := unrouted(gateway), GatewayPool):  # the state a gateway taking the instance over starts from
-        await in_thread(pool.snapshot_taken, ctx.stores, instance, key)
-    outputs: JsonObject = {"snapshot": key, "bytes": len(blob)}
-    if config.include_env_changes:
-        outputs["env_changes"] = await env_changes.capture(
-            ctx, gateway, instance, keys.snapshot_changes(ctx.run_id, config.name or ctx.step_id)
-        )
-    return outputs
-
-
-class RestoreConfig(EnvStep):
-    snapshot: str = Field(description="a snapshot's name in this run, or its object key")
-
-
-@step_type("restore_env", config=RestoreConfig, timeout="10m", step_refs=("env",))
-async def restore_env(ctx: StepContext, config: RestoreConfig) -> JsonObject:
-    """Put an environment back into a saved state."""
-    key = config.snapshot if "/" in config.snapshot else snapshot_key(ctx.run_id, config.snapshot)
-    if not await ctx.stores.aio.objects.exists(key):
-        raise StepFailed(f"no snapshot {config.snapshot!r} (looked for {key}); take one with a snapshot_env step")
-    await (await ctx.gateway()).restore(instance_id(ctx, config.env), await ctx.stores.aio.objects.get(key))
-    return {"restored": key}
 
 
 # -- roles and tools --
