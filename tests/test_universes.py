@@ -263,7 +263,9 @@ async def test_an_env_state_captured_as_version_2_is_loaded_by_a_later_run(clien
             ],
         },
     ]
-    bundle = write_bundle(tmp_path, {"capture": capture, "later": later})
+    # deploy_env's own artifact_id takes the universe too: the same data, with no load step
+    by_deploy = [{"id": "deploy", "type": "deploy_env", "env_id": "office", "artifact_id": name}, later[2]]
+    bundle = write_bundle(tmp_path, {"capture": capture, "later": later, "by_deploy": by_deploy})
     first = await run(client, settings, bundle / "tasks" / "capture.json")
     snap = first.steps["snap"].outputs
     assert (snap["environment_universe_artifact_id"], snap["environment_universe_artifact_version"]) == (name, "2")
@@ -286,6 +288,9 @@ async def test_an_env_state_captured_as_version_2_is_loaded_by_a_later_run(clien
     assert second.steps["load"].outputs == {"apps": ["helpdesk", "notes"], "loaded": [f"{name}@2"]}
     check = second.steps["check"]
     assert check.score is not None and check.score.value == 1.0, check.outputs
+    third = await run(client, settings, bundle / "tasks" / "by_deploy.json")
+    check = third.steps["check"]
+    assert check.score is not None and check.score.value == 1.0, (third.error, check.outputs)
 
 
 async def test_an_agents_state_is_kept_as_an_artifact_a_later_run_reads(

@@ -33,6 +33,7 @@ from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import apps, by_name, topologies
 from agent_env.registry.store import Registry
+from agent_env.registry.universes import registry_environment_data
 from agent_env.spec.env import AppRef, EnvRecord
 from agent_env.spec.run import PlannedConfig, apps_in_sandboxes
 from agent_env.steps import PlanContext, StepConfig, StepContext, step_type
@@ -148,7 +149,10 @@ def _registry_env(plan: PlanContext, name: str, version: int) -> tuple[EnvRecord
 
 
 def _artifact_data(plan: PlanContext, artifact: str, version: int | None) -> list[str]:
-    """The artifact's JSON files ({app: {table: [rows]}}), each pinned as a data artifact."""
+    """The artifact's JSON files ({app: {table: [rows]}}), each pinned as a data artifact; a registry environment
+    artifact or universe: its apps' data."""
+    if (key := registry_environment_data(plan.stores.documents, plan.stores.objects, artifact, version)) is not None:
+        return [key]
     ref = artifact + ("" if version is None else f"@{version}")
     pinned = []
     for name, data in sorted(_artifact_files(plan, ref)):
