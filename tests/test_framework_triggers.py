@@ -33,7 +33,7 @@ START = "2026-07-01T00:00:00Z"
 # A tool-call trigger firing a tool action (its args read the provoking call), a state trigger, a time trigger whose
 # permission action changes a role's tools, and a time trigger `after` it; the step waits for the first time trigger.
 WORLD = [
-    {"id": "desk", "type": "deploy_env", "env": "shop", "agents": {"wren": "writer", "rhea": "reader"}},
+    {"id": "desk", "type": "deploy_env", "env_id": "shop", "agents": {"wren": "writer", "rhea": "reader"}},
     {"id": "start", "type": "sync_env_clock", "env_id": "shop", "virtual_time": START,
      "virtual_seconds_per_real_second": 3600},
     {
@@ -115,7 +115,7 @@ async def test_framework_triggers_fire_tool_state_time_and_permission_actions(cl
 
 async def test_await_fired_fails_the_step_when_its_trigger_never_fires(client, settings, worker, tmp_path):
     steps = [
-        {"id": "desk", "type": "deploy_env", "env": "shop"},
+        {"id": "desk", "type": "deploy_env", "env_id": "shop"},
         {
             "id": "rules",
             "type": "register_env_triggers",
@@ -140,7 +140,7 @@ async def test_await_fired_fails_the_step_when_its_trigger_never_fires(client, s
 
 async def test_await_fired_fails_at_once_when_its_trigger_is_cancelled(client, settings, worker, tmp_path):
     steps = [
-        {"id": "desk", "type": "deploy_env", "env": "shop"},
+        {"id": "desk", "type": "deploy_env", "env_id": "shop"},
         {"id": "start", "type": "sync_env_clock", "env_id": "shop", "virtual_time": START},
         {
             "id": "rules",
@@ -166,7 +166,7 @@ async def test_await_fired_fails_at_once_when_its_trigger_is_cancelled(client, s
 
 
 PERSONA = [
-    {"id": "desk", "type": "deploy_env", "env": "support-desk", "agents": {"sam": "support", "dana": "customer"}},
+    {"id": "desk", "type": "deploy_env", "env_id": "support-desk", "agents": {"sam": "support", "dana": "customer"}},
     {"id": "dana", "type": "deploy_agent", "env": "desk", "as": "dana",
      "record": {"name": "dana-persona", "type": "persona", "role": "customer",
                 "config": {"llm": True, "brief": "Dana, charged twice.", "model": {"model": "fake"}}}},
