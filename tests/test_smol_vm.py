@@ -382,6 +382,9 @@ async def test_an_image_workload_runs_in_docker_inside_the_vm(vm, docker_client,
     with pytest.raises(FileNotFoundError):
         await sb.get_file("/data/missing")
     assert "started hi" in await sb.logs()
+    with pytest.raises(TimeoutError, match="sleep did not finish within 2s"):
+        await sb.exec(["sleep", "321"], timeout=2)
+    assert "sleep 321" not in (await sb.exec(["ps"])).stdout  # killed, in the container
 
     host_id = docker_client.images.get(build_tag(context, context_tar(context))).id  # as the provider tagged it
     [info] = await vm.list("run-1")
