@@ -2,7 +2,8 @@
 scripts/smol-vm-image builds. The provider conformance cases (lifecycle, stop, exec timeout: as the cloud
 providers pass them in test_providers_cloud.py), then what only a VM promises: its network mode, its limits,
 an exec channel outsiders cannot use, secrets kept off the host's process table and disk, and a teardown
-that leaves no process and no file.
+that leaves no process and no file. And an image workload: a tiny image the host's Docker builds, run by the
+Docker daemon inside the VM (it needs a Docker daemon on the host too: the Docker tier).
 
 Skipped, naming why, without a usable /dev/kvm, QEMU or the built guest; AGENT_ENV_REQUIRE_SMOL_VM=1 (CI) fails
 instead. AGENT_ENV_SMOL_VM_ACCEL=tcg runs them in QEMU's software emulation where KVM cannot boot the guest (slow).
@@ -26,6 +27,7 @@ from agent_env.config import SandboxSettings, Settings
 from agent_env.errors import BadInput
 from agent_env.providers import by_name, smol_vm
 from agent_env.providers.base import Network, ProviderUnavailable, SandboxFailed, SandboxSpec
+from agent_env.providers.docker_images import build_tag, context_tar
 from agent_env.providers.smol_vm import SmolVMProvider
 
 
@@ -264,9 +266,6 @@ async def test_the_command_runs_with_its_env_and_logs(vm):
 
 
 async def test_what_it_cannot_do_is_a_clear_error(vm, settings, tmp_path):
-    with pytest.raises(BadInput, match="asks for an image") as e:
-        await vm.create(spec(image="python:3.12-slim"))
-    assert "docker provider" in e.value.fix
     with pytest.raises(BadInput, match="cannot enforce network 'allowlist'"):
         await by_name.create("smol_vm", spec(network=Network.parse(["10.0.0.0/8"])), settings)
     busy = free_port()
@@ -276,6 +275,15 @@ async def test_what_it_cannot_do_is_a_clear_error(vm, settings, tmp_path):
         with pytest.raises(SandboxFailed, match=f"127.0.0.1:{busy} is already in use"):
             await vm.create(spec(command=["sleep", "9"], port=80, host_port=busy))
     assert await vm.list() == []
+
+
+async def test_an_image_workload_without_the_docker_guest_names_the_script(settings, tmp_path):
+    provider = by_name.load("smol_vm", settings)
+    provider.config.update(guest=str(tmp_path / "guest"), accel="tcg")
+    with pytest.raises(ProviderUnavailable, match="Docker guest in .*/guest-docker lacks vmlinuz") as e:
+        await provider.create(spec(image="agentenv/base:bookworm"))
+    assert "scripts/smol-vm-image --docker" in e.value.fix
+    assert not (provider.root / "box").exists()
 
 
 async def test_check_names_what_is_missing(settings, tmp_path):
@@ -308,3 +316,81 @@ async def test_a_pvm_host_is_named_with_its_fixes(settings, monkeypatch):
 def test_the_image_script_is_valid_bash():
     script = Path(__file__).parent.parent / "scripts" / "smol-vm-image"
     subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+# -- an image workload: Docker inside the VM --
+
+
+@pytest.fixture
+def docker_client(vm):
+    """The host's Docker daemon, which builds and saves the image (the Docker tier: CI sets
+    AGENT_ENV_REQUIRE_DOCKER=1 and fails without it)."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as e:  # noqa: BLE001 - any reason means the tier cannot run
+        message = f"an image workload needs a Docker daemon on the host (run scripts/docker-setup): {e}"
+        if os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    yield client
+    client.close()
+
+
+def tiny_image(folder: Path, busybox: Path) -> Path:
+    """A build context for an image FROM scratch holding only a static busybox (about 1 MB: quick to copy into
+    an emulated VM). Its own command exits at once: the sandbox's `command` is what serves."""
+    folder.mkdir()
+    (folder / "busybox").write_bytes(busybox.read_bytes())
+    (folder / "busybox").chmod(0o755)
+    (folder / "Dockerfile").write_text(
+        'FROM scratch\nCOPY busybox /bin/busybox\nRUN ["/bin/busybox", "--install", "-s", "/bin"]\nCMD ["true"]\n'
+    )
+    return folder
+
+
+async def test_an_image_workload_runs_in_docker_inside_the_vm(vm, docker_client, tmp_path):
+    """One VM (emulated, each boot is costly), every promise: the host's image, the sandbox's command, env and port,
+    exec and files in the container, its logs, its image id recorded, and a teardown that leaves nothing."""
+    with pytest.raises(SandboxFailed, match="'agentenv/no-such:1' is not on the host's Docker daemon"):
+        await vm.create(spec(name="nope", image="agentenv/no-such:1"))
+    assert not (vm.root / "nope").exists()
+
+    context = tiny_image(tmp_path / "tiny", vm.docker_guest / "busybox")
+    serve = (
+        'echo "started $GREETING"; mkdir /www; echo "hello $GREETING" >/www/index.html; exec httpd -f -p $PORT -h /www'
+    )
+    sb = await vm.create(
+        spec(name="img", build=str(context), command=["sh", "-c", serve], port=8080, env={"GREETING": "hi"})
+    )
+    folder = vm.root / "img"
+    [pid] = qemu_pids_for(folder)
+    assert not (folder / "image.tar").exists()  # the image's copy went into the VM
+
+    page = await fetch(sb.url)  # the host reaches the container's port
+    assert (page.status_code, page.text) == (200, "hello hi\n")
+
+    inside = await sb.exec(["sh", "-c", "echo $GREETING $HOST:$PORT; ls /bin/busybox /usr/bin/dockerd; exit 3"])
+    assert inside.exit_code == 3  # the container's own filesystem: busybox, no dockerd (that is the VM's)
+    assert inside.stdout.startswith("hi 0.0.0.0:8080\n/bin/busybox\n") and "dockerd" in inside.stderr
+
+    await sb.put_file("/data/x.bin", b"\x00\xffbytes")
+    assert (await sb.exec(["cat", "/data/x.bin"])).stdout.endswith("bytes")  # written into the container
+    assert await sb.get_file("/www/index.html") == b"hello hi\n"  # what the container's command wrote
+    with pytest.raises(FileNotFoundError):
+        await sb.get_file("/data/missing")
+    assert "started hi" in await sb.logs()
+    with pytest.raises(TimeoutError, match="sleep did not finish within 2s"):
+        await sb.exec(["sleep", "321"], timeout=2)
+    assert "sleep 321" not in (await sb.exec(["ps"])).stdout  # killed, in the container
+
+    host_id = docker_client.images.get(build_tag(context, context_tar(context))).id  # as the provider tagged it
+    [info] = await vm.list("run-1")
+    assert info.image_id == sb.info.image_id == host_id  # the very image the host built ran
+    assert (await vm.create(spec(name="img", build=str(context), port=8080))).info.image_id == host_id  # a retry
+
+    await sb.stop()
+    assert not running(pid) and qemu_pids_for(folder) == []
+    assert not folder.exists() and list(vm.root.iterdir()) == []

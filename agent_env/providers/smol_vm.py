@@ -23,7 +23,14 @@ QEMU and deletes the folder, which leaves no process and no file (and there neve
 Settings (`[sandboxes.providers.smol_vm]`): `guest` (the folder), `kernel` (another kernel than the guest's,
 e.g. one built with CONFIG_PVM_GUEST for a cloud VM whose nested KVM is PVM: Debian's kernel hangs there, and
 `check` says so), `accel` ("kvm", or "tcg": QEMU's software emulation, slow, for machines without usable KVM),
-`boot_timeout` (seconds). An `image` (a Docker daemon inside the VM) is not supported yet: it is refused.
+`boot_timeout` (seconds).
+
+An image workload (`image`: an image on the host's Docker daemon, or `build`: a folder with a Dockerfile, built by
+the host's Docker as the docker provider builds it) boots the second guest, `<guest>-docker` (scripts/smol-vm-image
+--docker: the same plus Debian's Docker engine), whose agent starts dockerd at boot. While the VM boots, the host's
+Docker saves the image into the sandbox's folder; the provider then streams that tar to the agent, which loads it
+and runs the container on the VM's network with the sandbox's env and command; the tar is deleted. From then on
+exec, files and logs are the container's, the forwarded port is the container's, and teardown is the VM's.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import httpx
 
@@ -57,6 +64,8 @@ from agent_env.providers.base import (
     SandboxSpec,
     install_id,
 )
+from agent_env.providers.docker import DockerProvider
+from agent_env.providers.docker_images import BASE_IMAGE, BASE_IMAGE_FIX
 from agent_env.providers.local import _start_time
 
 QEMU = "qemu-system-x86_64"
@@ -68,15 +77,18 @@ BOOT_TIMEOUT = 60.0  # KVM boots in about a second; software emulation (tcg) on 
 ACCELS = ("kvm", "tcg")
 DEFAULT_MEMORY_MB = 512
 BUILD_FIX = "build the guest once with scripts/smol-vm-image (needs root and a Debian mirror)"
+DOCKER_BUILD_FIX = "build the Docker guest once with scripts/smol-vm-image --docker (needs root and a Debian mirror)"
 
 
-def guest_dir(configured: object, state_dir: Path) -> Path:
+def guest_dir(configured: object, state_dir: Path, *, docker: bool = False) -> Path:
     """Where the guest's kernel, initramfs and disk are: the config's `guest`, else this state dir's, else the
-    default state dir's (one guest serves every install of this machine)."""
+    default state dir's (one guest serves every install of this machine). The Docker guest is its sibling
+    `<guest>-docker`."""
+    suffix = "-docker" if docker else ""
     if configured:
-        return Path(str(configured)).expanduser()
-    own = state_dir / "smol_vm" / "guest"
-    return own if (own / "rootfs.ext4").exists() else default_state_dir() / "smol_vm" / "guest"
+        return Path(str(configured) + suffix).expanduser()
+    own = state_dir / "smol_vm" / f"guest{suffix}"
+    return own if (own / "rootfs.ext4").exists() else default_state_dir() / "smol_vm" / f"guest{suffix}"
 
 
 def pvm_host() -> bool:
@@ -169,6 +181,35 @@ def _stop_folder(folder: Path, grace: float = 3.0) -> bool:
     return existed
 
 
+def _write_record(folder: Path, meta: dict) -> None:
+    record = folder / "sandbox.json"  # private: it holds the exec channel's token
+    fd = os.open(record.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(meta, f)
+    record.with_suffix(".tmp").replace(record)
+
+
+def _host_image(docker: DockerProvider, name: str) -> Any:
+    """The image on the host's Docker daemon (never pulled: as the docker provider, images are local)."""
+    try:
+        return docker.client.images.get(name)
+    except Exception as e:
+        if getattr(e, "status_code", None) != 404:  # docker.errors.ImageNotFound is the daemon's 404
+            raise
+        raise SandboxFailed(
+            f"image {name!r} is not on the host's Docker daemon",
+            BASE_IMAGE_FIX if name == BASE_IMAGE else f"build or load it first (`docker build -t {name} ...`)",
+        ) from None
+
+
+def _save_image(image: Any, tar: Path) -> None:
+    """`docker save` the host's image into the sandbox's folder (0600, like everything in it)."""
+    fd = os.open(tar, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        for chunk in image.save(named=True):
+            f.write(chunk)
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -220,12 +261,30 @@ class SmolVMSandbox(Sandbox):
     async def stop(self) -> None:
         await asyncio.to_thread(_stop_folder, self.folder)
 
+    async def run_image(self, tar: Path, timeout: float) -> str:
+        """Stream a `docker save` tar to the guest's agent, which loads and runs it; the loaded image's id."""
+
+        async def chunks():
+            with tar.open("rb") as f:
+                while chunk := await asyncio.to_thread(f.read, 1 << 20):
+                    yield chunk
+
+        headers = {"Content-Length": str(tar.stat().st_size)}
+        r = await self._call("PUT", "/image", content=chunks(), headers=headers, timeout=timeout)
+        if r.status_code != 200:
+            raise SandboxFailed(
+                f"the image workload of microVM {self.info.name!r} did not start: {self.redact(r.text)}",
+                "check the image and its command (`docker run` them on the host), or the VM's memory_mb",
+            )
+        return str(r.json()["image_id"])
+
 
 class SmolVMProvider(SandboxProvider):
     name = "smol_vm"
-    capabilities = Capabilities(isolated=True, build=False, network=["open", "none"], resources=True)
+    capabilities = Capabilities(isolated=True, build=True, network=["open", "none"], resources=True)
 
     def __init__(self, settings) -> None:
+        self.settings = settings
         self.state_dir = Path(settings.state_dir)
         self.root = self.state_dir / "sandboxes" / "smol_vm"
         self.install = install_id(settings)
@@ -233,6 +292,10 @@ class SmolVMProvider(SandboxProvider):
     @property
     def guest(self) -> Path:
         return guest_dir(self.config.get("guest"), self.state_dir)
+
+    @property
+    def docker_guest(self) -> Path:
+        return guest_dir(self.config.get("guest"), self.state_dir, docker=True)
 
     @property
     def accel(self) -> str:
@@ -246,8 +309,12 @@ class SmolVMProvider(SandboxProvider):
 
     @property
     def kernel(self) -> Path:
+        return self._kernel(self.guest)
+
+    def _kernel(self, guest: Path) -> Path:
+        """The configured kernel, else the guest's own (its initramfs holds that kernel's modules)."""
         configured = self.config.get("kernel")
-        return Path(str(configured)).expanduser() if configured else self.guest / "vmlinuz"
+        return Path(str(configured)).expanduser() if configured else guest / "vmlinuz"
 
     async def check(self) -> None:
         if self.accel == "kvm":
@@ -276,8 +343,9 @@ class SmolVMProvider(SandboxProvider):
             )
 
     def _info(self, folder: Path, meta: dict) -> SandboxInfo:
+        status = "running" if _alive(meta) else "exited"
         return SandboxInfo.from_labels(
-            self.name, folder.name, meta["labels"], url=meta.get("url"), status="running" if _alive(meta) else "exited"
+            self.name, folder.name, meta["labels"], url=meta.get("url"), status=status, image_id=meta.get("image_id")
         )
 
     def _sandbox(self, folder: Path, meta: dict) -> SmolVMSandbox:
@@ -292,36 +360,64 @@ class SmolVMProvider(SandboxProvider):
                     f"a microVM named {spec.name!r} of another agent-env install runs in {folder}",
                     "leave it to that install, or give this install a state dir of its own",
                 )
-            return self._sandbox(folder, meta)  # a retried step finds the VM it started
-        if folder.exists():
+            if meta.get("image_id") or not (spec.image or spec.build):
+                return self._sandbox(folder, meta)  # a retried step finds the VM it started
+        if folder.exists():  # (or a VM whose image workload never started: it starts afresh)
             await asyncio.to_thread(_stop_folder, folder)
-        if spec.image or spec.build:
-            raise BadInput(
-                f"sandbox {spec.name!r} asks for an image: the smol_vm provider runs a `command` in its Debian guest "
-                "(images in a Docker daemon inside the VM are not built yet)",
-                "give the app a `command` (python3 is in the guest), or use the docker provider for images",
-            )
         if spec.host_port is not None and port_taken(spec.host_port):
             raise SandboxFailed(
                 f"port 127.0.0.1:{spec.host_port} is already in use",
                 "free that port, or leave `host_port` unset to get a free one",
             )
-        return await self._boot(folder, spec)
-
-    async def _boot(self, folder: Path, spec: SandboxSpec) -> SmolVMSandbox:
+        if spec.image or spec.build:
+            return await self._boot_image(folder, spec)
         folder.mkdir(parents=True, mode=0o700)
+        return await self._boot(folder, spec, self.guest)
+
+    async def _boot_image(self, folder: Path, spec: SandboxSpec) -> SmolVMSandbox:
+        """Boot the Docker guest while the host's Docker saves the image into the folder, then run it in the VM."""
+        missing = [f for f in GUEST_FILES if not (self.docker_guest / f).is_file()]
+        if missing:
+            raise ProviderUnavailable(
+                f"the smol_vm Docker guest in {self.docker_guest} lacks {', '.join(missing)}", DOCKER_BUILD_FIX
+            )
+        docker = DockerProvider(self.settings)
+        try:
+            await docker.check()
+            image = await asyncio.to_thread(_host_image, docker, await docker.image_for(spec))
+            folder.mkdir(parents=True, mode=0o700)
+            tar = folder / "image.tar"
+            saving = asyncio.create_task(asyncio.to_thread(_save_image, image, tar))
+            try:
+                sandbox = await self._boot(folder, spec, self.docker_guest)
+                await saving
+                image_id = await sandbox.run_image(tar, float(self.config.get("boot_timeout", BOOT_TIMEOUT)) + 600)
+            except BaseException:
+                with contextlib.suppress(BaseException):
+                    await saving  # (a thread cannot be cancelled: it finishes before its folder goes)
+                await asyncio.to_thread(_stop_folder, folder)
+                raise
+        finally:
+            docker.close()
+        tar.unlink()
+        meta = {**cast(dict, _read(folder)), "image_id": image_id}
+        _write_record(folder, meta)
+        sandbox.info.image_id = image_id
+        return sandbox
+
+    async def _boot(self, folder: Path, spec: SandboxSpec, guest: Path) -> SmolVMSandbox:
         token = secrets.token_urlsafe(32)
         agent_port = free_port()
         host_port = spec.host_port or (free_port() if spec.port else None)
         env = {**spec.env, "HOST": "0.0.0.0"} | ({"PORT": str(spec.port)} if spec.port else {})
-        config = {"token": token, "env": env, "command": spec.command}
+        config = {"token": token, "env": env, "command": spec.command, "container": bool(spec.image or spec.build)}
         for name, text in (("agent.py", GUEST_AGENT.read_text()), ("config.json", json.dumps(config))):
             fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(text)
         started = await asyncio.to_thread(
             subprocess.run,
-            qemu_command(folder, self.guest, spec, agent_port, host_port, accel=self.accel, kernel=self.kernel),
+            qemu_command(folder, guest, spec, agent_port, host_port, accel=self.accel, kernel=self._kernel(guest)),
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": str(folder)},  # the disk overlay's place
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -342,11 +438,7 @@ class SmolVMProvider(SandboxProvider):
             "agent": f"http://127.0.0.1:{agent_port}",
             "token": token,
         }
-        record = folder / "sandbox.json"
-        fd = os.open(record.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(meta, f)
-        record.with_suffix(".tmp").replace(record)
+        _write_record(folder, meta)
         sandbox = self._sandbox(folder, meta)
         sandbox.secrets = tuple(spec.env.values())
         try:
