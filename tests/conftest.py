@@ -147,6 +147,7 @@ _PROCESS_MODULES = {
     "test_durability",
     "test_server",
     "test_docker",
+    "test_smol_vm",  # (boots microVMs)
     "test_gateway_lifecycle",
     "test_security_state",
     "test_security_envservers",
