@@ -223,7 +223,7 @@ def test_tasks_sharing_an_env_carry_it_once(source, target, tmp_path):
     bundle = desk_bundle(tmp_path)
     text = (bundle / "tasks" / "support-desk.toml").read_text()
     for name in ("desk-2", "desk-3"):
-        (bundle / "tasks" / f"{name}.toml").write_text(text.replace('id = "support-desk"', f'id = "{name}"'))
+        (bundle / "tasks" / f"{name}.toml").write_text(text.replace('\nid = "support-desk"', f'\nid = "{name}"'))
     source.push_bundle(bundle)
     out = tmp_path / "three.tar.gz"
     summary = export_bundle(source, ["support-desk", "desk-2", "desk-3"], out)
@@ -269,7 +269,7 @@ def test_export_import_then_run_in_another_install(tmp_path):
     task = bundle / "tasks" / "support-desk.toml"
     task.rename(bundle / "tasks" / f"{name}.toml")
     text = (bundle / "tasks" / f"{name}.toml").read_text()
-    (bundle / "tasks" / f"{name}.toml").write_text(text.replace('id = "support-desk"', f'id = "{name}"'))
+    (bundle / "tasks" / f"{name}.toml").write_text(text.replace('\nid = "support-desk"', f'\nid = "{name}"'))
     a, b = home(tmp_path, "a"), home(tmp_path, "b")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -31,10 +31,10 @@ def desk_task(root: Path, name: str) -> Path:
     bundle = root / "bundle"
     shutil.copytree(BUILTIN_ROOT / "support-desk", bundle)
     task = bundle / "tasks" / "support-desk.toml"
-    text = task.read_text().replace('id = "support-desk"', f'id = "{name}"')
+    text = task.read_text().replace('\nid = "support-desk"', f'\nid = "{name}"')
     text = text.replace(
-        'config = { env = "support-desk", agents',
-        'config = { env = "support-desk", now = "2026-03-02T09:00:00Z", agents',
+        'config = { env_id = "support-desk", agents',
+        'config = { env_id = "support-desk", now = "2026-03-02T09:00:00Z", agents',
     )
     text += (
         '\n[[steps]]\nid = "keep"\ntype = "collect_artifacts"\ndepends_on = ["books"]\nconfig = { envs = ["desk"] }\n'
