@@ -126,8 +126,10 @@ async def test_a_local_sandbox_gets_none_of_the_workers_credentials(client, sett
     venv_first = os.pathsep.join([str(Path(sys.prefix) / "bin"), os.environ["PATH"]])
     assert seen["PATH"] in (os.environ["PATH"], venv_first), "programs are found as in the worker's shell"
     inherited = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH"}
-    extra = {k for k in seen if k not in inherited and not k.startswith("LC_")} - {"GREETING", "DUMP", "HOST", "PORT"}
-    assert not extra, f"only the allowlist, the declared env and HOST/PORT: also got {sorted(extra)}"
+    where = {"HOST", "PORT", "MCP_HOST", "MCP_PORT"}  # (MCP_*: the same address, for the protocol's env SDK)
+    extra = {k for k in seen if k not in inherited and not k.startswith("LC_")} - {"GREETING", "DUMP", *where}
+    assert not extra, f"only the allowlist, the declared env and where to listen: also got {sorted(extra)}"
+    assert seen["MCP_HOST"] == seen["HOST"] and seen["MCP_PORT"] == seen["PORT"]
 
 
 async def test_a_command_run_in_a_local_sandbox_sees_its_env_not_the_workers(settings, tmp_path, monkeypatch):
