@@ -60,7 +60,8 @@ class StepContext:
         if client is None:
             base = await asyncio.to_thread(connect, self.settings)
             # instances on servers of their own (topologies other than `gateway`) are reached where they are served
-            client = _GATEWAYS[key] = EnvServers(base, self.settings, open_stores(self.settings))
+            stores = await asyncio.to_thread(open_stores, self.settings)
+            client = _GATEWAYS[key] = EnvServers(base, self.settings, stores)
         return client
 
 
