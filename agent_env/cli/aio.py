@@ -25,3 +25,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return loop.run_until_complete(main)
     except asyncio.CancelledError:  # Ctrl-C reached a command that does not handle it: the CLI says so, exits 130
         raise KeyboardInterrupt from None
+    finally:
+        # The loop is left behind, its Ctrl-C handler must not be: code after it (following a run over the
+        # background worker's socket) blocks outside any loop, where only KeyboardInterrupt can stop it.
+        loop.remove_signal_handler(signal.SIGINT)
