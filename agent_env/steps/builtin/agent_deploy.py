@@ -28,8 +28,17 @@ from agent_env.spec.agent import AgentRecord, CliConfig, InlineSkill
 from agent_env.spec.env import AgentSandbox
 from agent_env.spec.run import PlannedConfig, agent_in_sandbox
 from agent_env.spec.templates import ref
-from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, step_type
+from agent_env.steps import PlanContext, StepContext, StepFailed, step_type
 from agent_env.steps.builtin.agent_changelog import changelog_on_deploy
+from agent_env.steps.builtin.agent_deploy_fields import (
+    FrameworkDeployFields,
+    apply_to_plan,
+    inline_skills,
+    model_override,
+    registry_agent,
+    requested,
+    sandbox_for,
+)
 from agent_env.steps.builtin.agent_extensions import RUN_USES, deploy_extras
 from agent_env.steps.builtin.envs import instance_id
 from agent_env.steps.builtin.sandbox_steps import pin_skills, put_pinned
@@ -49,36 +58,23 @@ def agent_id(ctx: StepContext, step: str) -> str:
     return f"{ctx.run_id}.{step}"
 
 
-class DeployAgentConfig(StepConfig):
+class DeployAgentConfig(FrameworkDeployFields):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     framework_names = {
         "a2a_agent_id": ("agent", "same"),
+        "a2a_agent_version": ("agent_version", "same"),
         "agent_name": ("as", "same"),
         "sandbox_type": ("provider", "same"),
         "env_ids": ("env", "env_steps"),
         "env_step_id": ("env", "same"),
     }
     refused_fields = {
-        "a2a_agent_version": "the agent is the bundle's (agents/NAME); the run pins its record when it is planned",
-        "agent_description": "an agent's description is its agent.toml's",
-        "system_prompt": "an agent's system prompt is its agent.toml's, or a prompt_agent step's `system_prompt`",
-        "skills": "give an agent skills with an add_skills step, or in its agent.toml",
-        "env_vars": "an agent's environment is its agent.toml's (secrets as secret:NAME there)",
-        "litellm_base_url": "model endpoints are the install's [models] settings",
-        "metadata": "a step has no free-form metadata here; the run records what it did",
-        "network_policy": "a sandbox's network is its provider's settings ([sandboxes])",
-        "enable_docker": "a sandbox's abilities are its provider's settings ([sandboxes])",
-        "sandbox_name": "a sandboxed agent gets a sandbox of its own (install_agent puts one into a deployed sandbox)",
-        **dict.fromkeys(
-            ("cpu", "memory_mb", "disk_size_gb", "ttl_seconds"),
-            "a sandbox's size and lifetime are its provider's settings ([sandboxes]); the run's end tears it down",
-        ),
-        **dict.fromkeys(
-            ("agent_snapshot_files_artifact_id", "agent_snapshot_files_artifact_version"),
-            "restore an agent with `agent_snapshot` (a snapshot_agent_state snapshot)",
-        ),
+        "sandbox_name": "an agent here is served from a sandbox of its own, never placed into a deploy_sandbox one "
+        "(the framework's needs a VM sandbox hosting a second container, which no provider here runs) — install "
+        "and serve an agent in a deployed sandbox with install_agent, or give the agent a `sandbox`",
+        "enable_docker": "no provider here runs a Docker daemon inside an agent's sandbox (the framework's is "
+        "rootless Docker in a VM sandbox) — build what the agent needs into its sandbox's image",
     }
-
     agent: str | None = Field(None, description="an agent of the bundle (agents/NAME/agent.toml)")
     record: AgentRecord | None = Field(
         None, description="the agent's record inline (filled in from `agent` when the run is planned)"
@@ -144,7 +140,7 @@ class DeployAgentConfig(StepConfig):
                 f"agent_changelog_object_url {source!r} is not a changelog's prefix: give "
                 "runs/RUN/agent_changelog/NAME/ (a deploy_agent's outputs.agent_changelog.changelog)"
             )
-        if self.record is None:
+        if self.record is None and self.agent_version is None:  # (a registry version is found when planned)
             try:
                 find_agent((info.context or {}).get("bundle"), cast(str, self.agent))  # (no record: an agent)
             except AgentEnvError as e:
@@ -157,8 +153,11 @@ def prepare_deploy_agent(config: PlannedConfig, plan: PlanContext) -> PlannedCon
     now (a missing API key fails here, before the run starts, not minutes into it)."""
     if config.get("record"):
         record, folder = AgentRecord.model_validate(config["record"]), None
+    elif config.get("agent_version") is not None:
+        record, folder = registry_agent(plan, config["agent"], int(config["agent_version"]))
     else:
         record, folder = find_agent(plan.bundle, config["agent"], with_folder=True)
+    record = apply_to_plan(config, record, plan)
     config["record"] = record.model_dump(mode="json")
     config["agent"] = record.name
     if config.get("peers"):
@@ -171,7 +170,8 @@ def prepare_deploy_agent(config: PlannedConfig, plan: PlanContext) -> PlannedCon
         config["peers_deployed"] = {p: ref(f"steps.{p}.outputs") for p in config["peers"]}
     box = agent_sandbox(record)
     if box is not None:
-        apps.check_secrets(plan.settings, box, f"agent {record.name!r}")
+        given = box.model_copy(update={"env": {**box.env, **(config.get("env_vars") or {})}})
+        apps.check_secrets(plan.settings, given, f"agent {record.name!r}")
     if box is not None and box.build and not config.get("build"):
         if folder is None:
             raise BadInput(
@@ -180,7 +180,8 @@ def prepare_deploy_agent(config: PlannedConfig, plan: PlanContext) -> PlannedCon
                 "put the agent in the bundle (agents/NAME/agent.toml), or give its sandbox an `image` or a `command`",
             )
         config["build"] = apps.pin_build(plan.stores, folder, box.build)  # every worker builds the very same context
-    if record.skills:
+    inline = [s for s in config.get("skills") or [] if not isinstance(s, str)]
+    if record.skills or inline:
         unread = {  # why these agents take no skills, and the fix
             "human": ("a person reads their `instructions`", "put what they need in `instructions`"),
             "trainer": ("a trainer's own loop prompts its model, not the run", "give them to the trainer's model"),
@@ -194,9 +195,9 @@ def prepare_deploy_agent(config: PlannedConfig, plan: PlanContext) -> PlannedCon
                 f"their script without them; {why}",
                 f"remove `skills`: {fix}",
             )
-        if record.type not in ("a2a", "cli") and len(record.skills) > MAX_SKILLS:
+        if record.type not in ("a2a", "cli") and len(record.skills) + len(inline) > MAX_SKILLS:
             raise BadInput(
-                f"agent {record.name!r} has {len(record.skills)} skills; a hosted agent takes at most {MAX_SKILLS} "
+                f"agent {record.name!r} has {len(record.skills) + len(inline)} skills; a hosted agent takes at most {MAX_SKILLS} "
                 "(each SKILL.md goes into its model's system prompt)",
                 "give it fewer skills, or merge some",
             )
@@ -204,8 +205,7 @@ def prepare_deploy_agent(config: PlannedConfig, plan: PlanContext) -> PlannedCon
     models = {}
     if record.needs_model():
         purpose = PURPOSES[record.type]
-        override = record.model_override()
-        endpoint = plan.settings.model(purpose, override.model_dump(exclude_none=True) if override else None)
+        endpoint = plan.settings.model(purpose, model_override(record, config.get("litellm_base_url")))
         check_endpoint(endpoint, purpose, open_secrets(plan.settings))
         models[purpose] = endpoint.model_dump(mode="json")
     config["models"] = models
@@ -268,9 +268,9 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
             "trainer": True,
             "mcp_url": f"{await gateway.url_for(instance)}/envs/{instance}/mcp" if instance else None,
         }
-    sandbox, image_id = None, None
+    sandbox, image_id, asked = None, None, requested(config, False)  # (a hosted agent's sizes: recorded only)
     if (box := agent_sandbox(record)) is not None:
-        sandbox, url = await _start_agent_sandbox(ctx, config, record, box)
+        sandbox, url, asked = await _start_agent_sandbox(ctx, config, record, box)
         image_id = sandbox.pop("image_id", None)  # the exact image it ran, for the run's record
         hosted = False
     elif record.type == "a2a":
@@ -301,7 +301,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
                 "record": record.model_dump(mode="json"),
                 "models": {p: m.model_dump(mode="json") for p, m in config.models.items()},
                 "keys": keys,
-                "skills": [s.model_dump(mode="json") for s in skills],
+                "skills": [s.model_dump(mode="json") for s in skills + inline_skills(config.skills)],
             }
         )
         url = f"{await gateway.agent_url_base(agent_id(ctx, ctx.step_id))}/agents/{agent_id(ctx, ctx.step_id)}/"
@@ -334,6 +334,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         "role": role,
         "env": instance,
         "url": url,
+        **({"description": record.description} if config.agent_description is not None else {}),
         "hosted": hosted,
         "mcp_url": mcp_url,
         **({"extensions": extensions} if extensions else {}),
@@ -342,6 +343,8 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         **extras,
         **({"sandbox": sandbox} if sandbox else {}),
         **({"images": {record.name: image_id}} if image_id else {}),
+        **({"requested": asked} if asked else {}),
+        **({"metadata": config.metadata} if config.metadata else {}),
     }
 
 
@@ -378,7 +381,7 @@ async def _configure(
     Returns the extension URIs the agent declares that runs use (trajectory/v1: read after each prompt), and what
     the others add to the step's outputs (agent_extensions.deploy_extras: its peers, its install declaration)."""
     from agent_env.agents.client import agent_client
-    from agent_env.agents.extensions import CONFIGURING, SKILL_CONFIG, ExtensionRefused, McpServer
+    from agent_env.agents.extensions import AGENT_CONFIG, CONFIGURING, SKILL_CONFIG, ExtensionRefused, McpServer
 
     skill_files, models = config.skill_files, config.models
     client = await agent_client(ctx.settings, url, hosted=False).extensions()
@@ -389,13 +392,29 @@ async def _configure(
     typed = record.typed_config()
     artifact_skills = await in_thread(_artifact_skills, ctx, skill_files)
     bundled = await _bundled_skills(ctx, client, artifact_skills, skill_files)
-    skills = getattr(typed, "skills", []) + [s for s in artifact_skills if s.name not in bundled]
+    given = inline_skills(config.skills)
+    skills = getattr(typed, "skills", []) + [s for s in artifact_skills if s.name not in bundled] + given
     agent_config = typed.agent_config if record.type == "a2a" else await in_thread(_cli_settings, ctx, typed, models)
     if skill_files and not client.has(SKILL_CONFIG) and typed.sandbox is None:
         raise StepFailed(
             f"agent {record.name!r} has skills ({', '.join(record.skills)}), but its card declares no "
             f"{SKILL_CONFIG} and it runs in no sandbox to put them in: give it a `sandbox`, or serve the extension"
         )
+    if given and not client.has(SKILL_CONFIG):
+        raise StepFailed(
+            f"agent {record.name!r} is given inline skills ({', '.join(s.name for s in given)}), but its card "
+            f"declares no {SKILL_CONFIG}: serve the extension, or give the skills as artifacts to a sandboxed agent"
+        )
+    identity = {
+        k: v for k, v in (("description", config.agent_description), ("system_prompt", config.system_prompt)) if v
+    }
+    if identity and record.type == "a2a":  # (a cli agent's bridge takes its settings only: the plan refused those)
+        if not client.has(AGENT_CONFIG):
+            raise StepFailed(
+                f"agent {record.name!r} is given `{'` and `'.join(identity)}`, but its card declares no "
+                f"{AGENT_CONFIG} to set them through: serve the extension, or leave them out"
+            )
+        agent_config = {**agent_config, **identity}
     try:
         await client.configure(mcp=mcp, config=agent_config, skills=skills)
     except ExtensionRefused as e:
@@ -449,12 +468,14 @@ def _cli_settings(ctx: StepContext, typed: CliConfig, models: dict[str, Any]) ->
 
 async def _start_agent_sandbox(
     ctx: StepContext, config: DeployAgentConfig, record: AgentRecord, box: AgentSandbox
-) -> tuple[dict[str, Any], str]:
-    """Start (or, on a retry, find) the agent's sandbox and wait for its card; returns (sandbox, agent URL).
-    The sandbox is the run's: its end (or the reaper) removes it."""
+) -> tuple[dict[str, Any], str, JsonObject]:
+    """Start (or, on a retry, find) the agent's sandbox, as the step sizes it, and wait for its card; returns
+    (sandbox, agent URL, what the step asked of it). The sandbox is the run's: its end (or the reaper) removes it."""
     from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
 
     owner = agent_id(ctx, ctx.step_id)
+    chain = config.provider or box.provider or ctx.settings.sandboxes.agents
+    box, asked = sandbox_for(box, config, chain, ctx.settings)
     provider, sandbox = await apps.start(
         ctx.settings,
         ctx.stores,
@@ -463,7 +484,7 @@ async def _start_agent_sandbox(
         name=record.name,
         box=box,
         build_key=config.build,
-        chain=config.provider or box.provider or ctx.settings.sandboxes.agents,
+        chain=chain,
         label=f"agent {record.name!r}",
     )
     if config.skill_files:  # under /skills/NAME/ (put again on a retry: the same bytes)
@@ -504,7 +525,7 @@ async def _start_agent_sandbox(
             "names a URL relative to its card; behind a proxy give it public_url or $AGENT_ENV_PUBLIC_URL)"
         )
     box_info = {"provider": provider.name, "id": sandbox.info.id, "url": sandbox.url, "image_id": sandbox.info.image_id}
-    return box_info, url
+    return box_info, url, asked
 
 
 async def _exited(provider: SandboxProvider, run_id: str, sandbox_id: str) -> bool:
