@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from test_agent_sandboxes import run, write_agent_bundle
+from test_object_transfers import Notes, trusting  # noqa: F401 - a fixture
 from test_security_secrets import temporal_history
 
 from agent_env.errors import BadInput
@@ -163,6 +164,7 @@ def planned(settings, steps: list[dict], bundle: Path | None = None) -> dict:
     return {s.id: s.config for s in launch.plan(spec, "plan-1", settings).steps}
 
 
+NOTES = {"name": "notes", "type": "a2a"}
 LLM = {"name": "helper", "type": "llm", "config": {"system_prompt": "its own"}}
 
 
@@ -244,3 +246,86 @@ def test_a2a_agent_version_deploys_the_registrys_version(settings, tmp_path):
     assert config["build"].startswith("artifacts/sha256-")
     with pytest.raises(BadInput, match="a2a_agent_version 7 of agent 'shout'"):
         planned(settings, [{**steps[0], "a2a_agent_version": 7}], bundle)
+
+
+async def test_an_agent_is_restored_from_a_registry_snapshot_artifact(run_task, settings, trusting):  # noqa: F811
+    """snapshot_agent_state keeps an agent's state as an artifact; a later run's deploy_agent restores another agent
+    from it with the framework's agent_snapshot_files_artifact_id."""
+    from starlette.applications import Starlette
+    from test_agents import serving
+
+    from agent_env.agents.sdk import a2a_routes
+
+    first, second = Notes(), Notes()
+    apps = [Starlette(), Starlette()]
+    async with serving(apps[0]) as url_a, serving(apps[1]) as url_b:
+        handlers = []
+        for app, agent, url in ((apps[0], first, url_a), (apps[1], second, url_b)):
+            routes, handler = a2a_routes(agent, url + "/", extensions=True)
+            app.router.routes.extend(routes)
+            handlers.append(handler)
+
+        def deploy(step: str, url: str, **more) -> dict:
+            return {
+                "id": step,
+                "type": "deploy_agent",
+                "config": {"record": {**NOTES, "config": {"url": url + "/"}}, **more},
+            }
+
+        def ask(step: str, agent: str, prompt: str) -> dict:
+            return {"id": step, "type": "prompt_agent", "config": {"agent": agent, "prompt": prompt}}
+
+        saved = await run_task(
+            {
+                "id": "save",
+                "steps": [
+                    deploy("a", url_a),
+                    {**ask("p1", "a", "blue door"), "depends_on": ["a"]},
+                    {
+                        "id": "snap",
+                        "type": "snapshot_agent_state",
+                        "depends_on": ["p1"],
+                        "config": {"agent": "a", "prompt": "p1", "artifact_id": "door-state"},
+                    },
+                ],
+            }
+        )
+        assert saved.status is RunStatus.PASSED, saved.error or saved
+        assert saved.steps["snap"].outputs["artifact"] == {"id": "door-state", "version": "1"}
+        restored = await run_task(
+            {
+                "id": "restore",
+                "steps": [
+                    deploy("b", url_b, agent_snapshot_files_artifact_id="door-state"),
+                    {**ask("p2", "b", "which door?"), "depends_on": ["b"]},
+                ],
+            }
+        )
+        for handler in handlers:
+            await handler.aclose()
+    assert restored.status is RunStatus.PASSED, restored.error or restored
+    assert restored.steps["b"].outputs["restored_context_id"]
+    assert [s.workspace for s, _ in second.loaded] == [b"files"]
+    assert restored.steps["p2"].outputs["answer"] == "blue door | which door?", "it went on from the saved state"
+
+
+def test_a_snapshot_artifact_that_is_no_agents_state_is_refused_when_planned(settings, tmp_path):
+    from agent_env.registry.universes import push_new_version
+
+    stores = open_stores(settings)
+    push_new_version(Registry(stores.documents, stores.objects), "notes-data", {"type": "data"}, {"a.json": b"{}"})
+    record = {**NOTES, "config": {"url": "http://127.0.0.1:1/"}}
+    fields = {"record": record, "agent_snapshot_files_artifact_id": "notes-data"}
+    with pytest.raises(BadInput, match="'notes-data' is no agent's saved state"):
+        planned(settings, [{"id": "a", "type": "deploy_agent", "config": fields}])
+    with pytest.raises(BadInput, match="no-such-state"):
+        planned(
+            settings,
+            [
+                {
+                    "id": "a",
+                    "type": "deploy_agent",
+                    "config": {**fields, "agent_snapshot_files_artifact_id": "no-such-state"},
+                }
+            ],
+        )
