@@ -8,13 +8,11 @@ key fails before the run starts. Talking to it afterwards is `agents.prompt_agen
 
 from __future__ import annotations
 
-import itertools
 import re
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
-from agent_env import waiting
 from agent_env.agents.extensions import ExtensionClient
 from agent_env.agents.host import MAX_SKILLS
 from agent_env.agents.models import check_endpoint, resolve_key
@@ -23,6 +21,7 @@ from agent_env.bundles import find_agent
 from agent_env.config import ModelSettings
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.gateway_client import GatewayClient, GatewayRefused
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import apps
 from agent_env.spec.agent import AgentRecord, CliConfig, InlineSkill
 from agent_env.spec.env import AgentSandbox
@@ -37,19 +36,14 @@ from agent_env.steps.builtin.agent_deploy_fields import (
     model_override,
     registry_agent,
     requested,
-    sandbox_for,
 )
 from agent_env.steps.builtin.agent_extensions import RUN_USES, deploy_extras
+from agent_env.steps.builtin.agent_sandbox_start import start_agent_sandbox
 from agent_env.steps.builtin.envs import instance_id
-from agent_env.steps.builtin.sandbox_steps import pin_skills, put_pinned
+from agent_env.steps.builtin.sandbox_steps import pin_skills
 from agent_env.stores import in_thread, open_secrets
 from agent_env.stores.grant_issuers import object_grants
 
-if TYPE_CHECKING:
-    from agent_env.providers.base import Sandbox, SandboxProvider
-from agent_env.gateway_client.wire import JsonObject
-
-AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's start to answer with its card
 PURPOSES = {"llm": "agent", "persona": "persona", "cli": "agent"}
 _CAPTURE = re.compile(r"runs/[^/]+/agent_changelog/[^/]+/?")
 
@@ -270,7 +264,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         }
     sandbox, image_id, asked = None, None, requested(config, False)  # (a hosted agent's sizes: recorded only)
     if (box := agent_sandbox(record)) is not None:
-        sandbox, url, asked = await _start_agent_sandbox(ctx, config, record, box)
+        sandbox, url, asked = await start_agent_sandbox(ctx, config, record, box)
         image_id = sandbox.pop("image_id", None)  # the exact image it ran, for the run's record
         hosted = False
     elif record.type == "a2a":
@@ -464,79 +458,3 @@ def _cli_settings(ctx: StepContext, typed: CliConfig, models: dict[str, Any]) ->
         ),
     )
     return settings.model_dump(mode="json")
-
-
-async def _start_agent_sandbox(
-    ctx: StepContext, config: DeployAgentConfig, record: AgentRecord, box: AgentSandbox
-) -> tuple[dict[str, Any], str, JsonObject]:
-    """Start (or, on a retry, find) the agent's sandbox, as the step sizes it, and wait for its card; returns
-    (sandbox, agent URL, what the step asked of it). The sandbox is the run's: its end (or the reaper) removes it."""
-    from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
-
-    owner = agent_id(ctx, ctx.step_id)
-    chain = config.provider or box.provider or ctx.settings.sandboxes.agents
-    box, asked = sandbox_for(box, config, chain, ctx.settings)
-    provider, sandbox = await apps.start(
-        ctx.settings,
-        ctx.stores,
-        run_id=ctx.run_id,
-        owner=owner,
-        name=record.name,
-        box=box,
-        build_key=config.build,
-        chain=chain,
-        label=f"agent {record.name!r}",
-    )
-    if config.skill_files:  # under /skills/NAME/ (put again on a retry: the same bytes)
-        await put_pinned(ctx, sandbox, config.skill_files)
-    url = sandbox.url.rstrip("/") + box.path
-    where = f"agent {record.name!r} (a {provider.name} sandbox, {sandbox.info.id})"
-    forget_agent(url)  # an earlier sandbox may have had this port: forget its card
-    client = agent_client(ctx.settings, url, hosted=False)
-    misses = itertools.count(1)
-
-    async def still_running() -> None:
-        if next(misses) % 4 == 0 and await _exited(provider, ctx.run_id, sandbox.info.id):  # ~1/s: lists cost
-            raise StepFailed(f"{where} exited before serving A2A; its last output:\n{await _output_tail(sandbox)}")
-
-    try:  # still starting: ask again until it exits or time is up
-        card = await waiting.until(
-            client.card,
-            what=where,
-            timeout=AGENT_START_TIMEOUT,
-            interval=0.25,
-            give_up_on=(AgentReplyInvalid,),
-            check=still_running,
-        )
-    except AgentReplyInvalid as e:  # it answered, with a card pointing elsewhere: waiting will not help
-        forget_agent(url)
-        raise StepFailed(f"{where}: {e}") from None
-    except waiting.TimedOut as e:
-        raise StepFailed(
-            f"{where} did not answer with an A2A card at {url} within {AGENT_START_TIMEOUT:g}s "
-            f"({e.last}); its last output:\n{await _output_tail(sandbox)}"
-        ) from None
-    advertised = [i.url for i in card.supported_interfaces]  # resolved, and on the agent's origin (the client's rule)
-    if not any(u.rstrip("/") == url.rstrip("/") for u in advertised):  # clients would send turns there
-        forget_agent(url)
-        raise StepFailed(
-            f"{where} answers at {url}, but its card advertises {', '.join(advertised) or 'no URL'} "
-            "— serve the card with the URL it is reached at (agent_env.agents.sdk.serve on all interfaces "
-            "names a URL relative to its card; behind a proxy give it public_url or $AGENT_ENV_PUBLIC_URL)"
-        )
-    box_info = {"provider": provider.name, "id": sandbox.info.id, "url": sandbox.url, "image_id": sandbox.info.image_id}
-    return box_info, url, asked
-
-
-async def _exited(provider: SandboxProvider, run_id: str, sandbox_id: str) -> bool:
-    return not any(i.id == sandbox_id and i.status not in ("exited", "dead") for i in await provider.list(run_id))
-
-
-async def _output_tail(sandbox: Sandbox, lines: int = 20) -> str:
-    """What the sandbox printed last, where its provider keeps it (it is gone once the run's sandboxes are
-    removed, so errors carry it)."""
-    try:
-        text = sandbox.redact(await sandbox.logs(lines))
-    except Exception:  # noqa: BLE001 - the output is a courtesy; the error stands without it
-        text = ""
-    return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (none)"

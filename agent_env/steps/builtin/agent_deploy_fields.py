@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent_env.bundles import find_agent
 from agent_env.errors import AgentEnvError, BadInput
@@ -66,7 +66,14 @@ class FrameworkSkill(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     description: str = Field("", max_length=1024)
-    skill_md: str = Field(validation_alias=AliasChoices("skill_md", "content"), max_length=100_000)
+    skill_md: str = Field(max_length=100_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_name(cls, data: object) -> object:
+        if isinstance(data, dict) and "content" in data and "skill_md" not in data:
+            data = {("skill_md" if k == "content" else k): v for k, v in data.items()}
+        return data
 
     def inline(self) -> InlineSkill:
         return InlineSkill(name=self.name, description=self.description or self.name, skill_md=self.skill_md)
@@ -158,8 +165,8 @@ def apply_to_plan(config: JsonObject, record: AgentRecord, plan: PlanContext) ->
                 "remove it"
                 + (" (give the CLI its instructions in prompt_agent's prompt)" if record.type == "cli" else ""),
             )
-        if (field := prompted[record.type]) is not None:
-            update["config"] = {**record.config, field: config["system_prompt"]}
+        if (key := prompted[record.type]) is not None:
+            update["config"] = {**record.config, key: config["system_prompt"]}
     refs = [s for s in config.get("skills") or [] if isinstance(s, str)]
     if refs:
         update["skills"] = record.skills + [s for s in refs if s not in record.skills]
@@ -193,7 +200,8 @@ def registry_agent(plan: PlanContext, name: str, version: int) -> tuple[AgentRec
                 staging.rename(folder)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return find_agent(folder, name, with_folder=True, aliases=False)
+    found_record, found_folder = find_agent(folder, name, with_folder=True, aliases=False)
+    return found_record, found_folder
 
 
 def pin_snapshot_artifact(plan: PlanContext, artifact: str, version: int | None) -> str:
