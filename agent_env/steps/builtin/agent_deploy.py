@@ -3,7 +3,9 @@
 The built-in types are hosted by the gateway at `/agents/<run id>.<step id>/`; an `a2a` agent is yours, at its
 own URL or started in a sandbox for the run; a `cli` agent runs a coding CLI in a sandbox. What the agent needs is
 pinned when the run is planned (its record, model endpoints, build context, skills) and checked then, so a missing
-key fails before the run starts. Talking to it afterwards is `agents.prompt_agent`.
+key fails before the run starts. The framework's fields that shape the deployment (the agent's sandbox, prompt,
+description, skills, registry version, a snapshot artifact) are `agent_deploy_fields`'; a sandboxed agent is started
+by `agent_sandbox_start`. Talking to it afterwards is `agents.prompt_agent`.
 """
 
 from __future__ import annotations
