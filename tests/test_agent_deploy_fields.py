@@ -329,3 +329,38 @@ def test_a_snapshot_artifact_that_is_no_agents_state_is_refused_when_planned(set
                 }
             ],
         )
+
+
+async def test_a_hosted_llm_agent_runs_with_the_steps_prompt_endpoint_and_skills(client, settings, worker, tmp_path):
+    """The record's model and prompt are its own; the step's system_prompt, litellm_base_url and skills (an artifact
+    and one inline) are what its model is sent."""
+    from test_skills_hosted import TONE_MD, recorded_model, skilled_bundle, system_prompts
+
+    async with recorded_model({"skilled": [{"say": "Done."}]}) as (url, bodies):
+        bundle = skilled_bundle(
+            tmp_path / "b",
+            f"""
+[[steps]]
+id = "agent"
+type = "deploy_agent"
+[steps.config]
+system_prompt = "The step's prompt."
+litellm_base_url = "{url}"
+skills = ["tone", {{ name = "wrap", description = "wrap up", skill_md = "# Wrap\\nwrap-marker-93c1." }}]
+[steps.config.record]
+name = "sorter"
+type = "llm"
+config = {{ system_prompt = "Its own prompt.", model = {{ base_url = "http://127.0.0.1:1/v1", model = "skilled" }} }}
+
+[[steps]]
+id = "ask"
+type = "prompt_agent"
+depends_on = ["agent"]
+config = {{ agent = "agent", prompt = "Go." }}
+""",
+        )
+        state = await run(client, settings, bundle)
+    assert state.status is RunStatus.PASSED, state.error or state.steps["agent"].error
+    (prompt,) = system_prompts(bodies, "skilled")
+    assert prompt.startswith("The step's prompt.\n\n") and "Its own prompt." not in prompt
+    assert TONE_MD.strip() in prompt and "wrap-marker-93c1." in prompt, "the artifact's skill and the inline one"
