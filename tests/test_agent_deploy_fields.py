@@ -364,3 +364,45 @@ config = {{ agent = "agent", prompt = "Go." }}
     (prompt,) = system_prompts(bodies, "skilled")
     assert prompt.startswith("The step's prompt.\n\n") and "Its own prompt." not in prompt
     assert TONE_MD.strip() in prompt and "wrap-marker-93c1." in prompt, "the artifact's skill and the inline one"
+
+
+PLACED = """
+    id = "placed"
+    [[steps]]
+    id = "box"
+    type = "deploy_sandbox"
+    config = { sandbox_name = "work", sandbox_mode = "vm", sandbox_type = "local" }
+    [[steps]]
+    id = "agent"
+    type = "deploy_agent"
+    depends_on = ["box"]
+    config = { agent = "shout", sandbox_name = "work", env_vars = { GREETING = "placed" } }
+    [[steps]]
+    id = "ask"
+    type = "prompt_agent"
+    depends_on = ["agent"]
+    config = { agent = "agent", prompt = "where are you?", turn_deadline = "30s" }
+    """
+
+
+async def test_an_agent_is_served_in_a_sandbox_a_deploy_sandbox_step_runs(client, settings, worker, tmp_path):
+    bundle = write_agent_bundle(tmp_path / "b", PLACED)
+    (bundle / "agents" / "shout" / "app" / "agent.py").write_text(PROBE)
+    state = await run(client, settings, bundle)
+    assert state.status is RunStatus.PASSED, state.error or state.steps["agent"].error
+    assert json.loads(state.steps["ask"].outputs["answer"])["greeting"] == "placed"
+    placed = state.steps["agent"].outputs["sandbox"]
+    assert placed["sandbox_name"] == "work" and placed["id"] == state.steps["box"].outputs["sandbox"]["id"]
+    local = by_name.load("local", settings)
+    assert await local.list(state.run_id) == [], "the agent went with the sandbox, at the run's end"
+
+
+def test_sandbox_name_needs_an_agent_with_a_program_and_a_deploy_sandbox_step(settings, tmp_path):
+    steps = [{"id": "a", "type": "deploy_agent", "config": {"record": LLM, "sandbox_name": "work"}}]
+    with pytest.raises(BadInput, match="places the agent's program in a deployed sandbox, and this agent has none"):
+        planned(settings, steps)
+    bundle = write_agent_bundle(
+        tmp_path / "b", PLACED.replace('sandbox_name = "work", env', 'sandbox_name = "w2", env')
+    )
+    with pytest.raises(BadInput, match="sandbox_name 'w2' is given by no deploy_sandbox step"):
+        launch.plan(load_task(bundle / "tasks" / "t.toml"), "plan-1", settings)

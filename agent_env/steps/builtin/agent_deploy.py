@@ -40,6 +40,7 @@ from agent_env.steps.builtin.agent_deploy_fields import (
     requested,
 )
 from agent_env.steps.builtin.agent_extensions import RUN_USES, deploy_extras
+from agent_env.steps.builtin.agent_in_sandbox import start_in_deployed_sandbox
 from agent_env.steps.builtin.agent_sandbox_start import start_agent_sandbox
 from agent_env.steps.builtin.envs import instance_id
 from agent_env.steps.builtin.sandbox_steps import pin_skills
@@ -65,9 +66,6 @@ class DeployAgentConfig(FrameworkDeployFields):
         "env_step_id": ("env", "same"),
     }
     refused_fields = {
-        "sandbox_name": "an agent here is served from a sandbox of its own, never placed into a deploy_sandbox one "
-        "(the framework's needs a VM sandbox hosting a second container, which no provider here runs) — install "
-        "and serve an agent in a deployed sandbox with install_agent, or give the agent a `sandbox`",
         "enable_docker": "no provider here runs a Docker daemon inside an agent's sandbox (the framework's is "
         "rootless Docker in a VM sandbox) — build what the agent needs into its sandbox's image",
     }
@@ -113,6 +111,12 @@ class DeployAgentConfig(FrameworkDeployFields):
     )
     agent_changelog_toolcall_position_exclusive: int | None = Field(
         None, ge=0, description="replay only the increments before this position (default: all)"
+    )
+    sandbox_name: str | None = Field(
+        None, description="serve the agent in this deploy_sandbox step's sandbox (a local vm one), not its own"
+    )
+    sandbox_deployed: JsonObject | None = Field(
+        None, description="filled in when the run is planned: a reference to that deploy_sandbox step's outputs"
     )
     peers: list[str] = Field(
         default_factory=list,
@@ -266,7 +270,8 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         }
     sandbox, image_id, asked = None, None, requested(config, False)  # (a hosted agent's sizes: recorded only)
     if (box := agent_sandbox(record)) is not None:
-        sandbox, url, asked = await start_agent_sandbox(ctx, config, record, box)
+        start = start_in_deployed_sandbox if config.sandbox_name else start_agent_sandbox
+        sandbox, url, asked = await start(ctx, config, record, box)
         image_id = sandbox.pop("image_id", None)  # the exact image it ran, for the run's record
         hosted = False
     elif record.type == "a2a":

@@ -17,6 +17,7 @@ fails before the run starts, with the fix; applied to the agent's sandbox when i
   where the chain's providers enforce them, recorded either way; after `ttl_seconds` the reaper removes it; a
   policy a provider cannot enforce fails the deploy). `disk_size_gb` is recorded: no provider here sets one.
 - `metadata`: kept in the step's outputs.
+- `sandbox_name`: serve the agent in a deploy_sandbox step's sandbox instead of one of its own (agent_in_sandbox).
 - `agent_snapshot_files_artifact_id` (`_version`): restore the agent from a registry artifact of type
   agent_state (snapshot_agent_state's `artifact_id` makes them), as `agent_snapshot` restores a run's snapshot.
 """
@@ -43,7 +44,9 @@ from agent_env.spec.artifacts import AGENT_STATE
 from agent_env.spec.env import ENV_NAME, AgentSandbox
 from agent_env.spec.secret_refs import NAME as SECRET_NAME
 from agent_env.spec.secret_refs import PREFIX, is_reference
+from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig
+from agent_env.steps.builtin.bare_sandboxes import deploying_step
 from agent_env.steps.builtin.deploy_env import _limits_apply
 
 if TYPE_CHECKING:
@@ -154,6 +157,8 @@ def apply_to_plan(config: JsonObject, record: AgentRecord, plan: PlanContext) ->
             f"{label}: `litellm_base_url` is a model endpoint, and this agent has none here",
             "remove it (an a2a agent at a URL of its own takes its endpoint from its own settings)",
         )
+    if config.get("sandbox_name") is not None:
+        _place_in_sandbox(config, record, plan, label)
     update: JsonObject = {}
     if config.get("agent_description") is not None:
         update["description"] = config["agent_description"]
@@ -181,6 +186,24 @@ def apply_to_plan(config: JsonObject, record: AgentRecord, plan: PlanContext) ->
         version = config.get("agent_snapshot_files_artifact_version")
         config["agent_snapshot"] = pin_snapshot_artifact(plan, config["agent_snapshot_files_artifact_id"], version)
     return record
+
+
+def _place_in_sandbox(config: JsonObject, record: AgentRecord, plan: PlanContext, label: str) -> None:
+    """`sandbox_name`: the agent's command runs in that deploy_sandbox step's sandbox (agent_in_sandbox)."""
+    box = record.sandbox()
+    if box is None or not box.command:
+        raise BadInput(
+            f"{label}: `sandbox_name` places the agent's program in a deployed sandbox, and this agent has "
+            + ("none" if box is None else "no `command` in its sandbox"),
+            "give the agent a `sandbox` with a `command` (and a `build` folder for its files), or leave sandbox_name out",
+        )
+    for field, why in (("provider", "its provider"), ("network_policy", "its network")):
+        if config.get(field) is not None:
+            raise BadInput(
+                f"{label}: `{field}` with `sandbox_name`: the sandbox is the deploy_sandbox step's, and so is {why}",
+                f"remove `{field}`, or set it on the deploy_sandbox step",
+            )
+    config["sandbox_deployed"] = ref(f"steps.{deploying_step(config, plan, 'deploy_agent')}.outputs")
 
 
 def registry_agent(plan: PlanContext, name: str, version: int) -> tuple[AgentRecord, Path]:

@@ -4,9 +4,10 @@ its A2A card awaited (an agent that exits first, or whose card names another URL
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agent_env import waiting
+from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.providers import apps
 from agent_env.spec.agent import AgentRecord
@@ -24,11 +25,9 @@ AGENT_START_TIMEOUT = 60.0  # a sandboxed agent has this long from its sandbox's
 
 async def start_agent_sandbox(
     ctx: StepContext, config: DeployAgentConfig, record: AgentRecord, box: AgentSandbox
-) -> tuple[dict[str, Any], str, JsonObject]:
+) -> tuple[JsonObject, str, JsonObject]:
     """Start (or, on a retry, find) the agent's sandbox, as the step sizes it, and wait for its card; returns
     (sandbox, agent URL, what the step asked of it). The sandbox is the run's: its end (or the reaper) removes it."""
-    from agent_env.agents.client import AgentReplyInvalid, agent_client, forget_agent
-
     owner = f"{ctx.run_id}.{ctx.step_id}"  # (deploy_agent's agent_id)
     chain = config.provider or box.provider or ctx.settings.sandboxes.agents
     box, asked = sandbox_for(box, config, chain, ctx.settings)
