@@ -406,3 +406,19 @@ def test_sandbox_name_needs_an_agent_with_a_program_and_a_deploy_sandbox_step(se
     )
     with pytest.raises(BadInput, match="sandbox_name 'w2' is given by no deploy_sandbox step"):
         launch.plan(load_task(bundle / "tasks" / "t.toml"), "plan-1", settings)
+
+
+async def test_an_agent_that_dies_in_a_deployed_sandbox_fails_the_deploy_with_its_output(
+    client, settings, worker, tmp_path, monkeypatch
+):
+    key = f"sk-placed-{os.urandom(8).hex()}"
+    monkeypatch.setenv("AGENT_ENV_SECRET_PLACED_KEY", key)
+    bundle = write_agent_bundle(tmp_path / "b", PLACED.replace('GREETING = "placed"', 'KEY = "secret:placed-key"'))
+    (bundle / "agents" / "shout" / "app" / "agent.py").write_text(
+        'import os\nraise SystemExit("no model for shout, key " + os.environ["KEY"])\n'
+    )
+    state = await run(client, settings, bundle)
+    assert state.status is RunStatus.ERROR
+    error = state.steps["agent"].error
+    assert "agent 'shout' (in sandbox 'work') exited before serving A2A" in error, error
+    assert "no model for shout, key" in error and key not in error, "its output, its secret redacted"

@@ -12,6 +12,7 @@ sandbox: the run's end, or a teardown, removes it.
 from __future__ import annotations
 
 import gzip
+import itertools
 import posixpath
 import shlex
 from typing import TYPE_CHECKING
@@ -73,15 +74,21 @@ async def start_in_deployed_sandbox(
         ctx,
         sandbox,
         f"cd {shlex.quote(here)} && set -a && . ./.env && set +a && rm .env && "
-        f"(nohup {command} > {LOG} 2>&1 < /dev/null &)",
+        f"(nohup {command} > {LOG} 2>&1 < /dev/null & echo $! > agent.pid)",
         label,
     )
     url = f"http://127.0.0.1:{port}{box.path}"
     forget_agent(url)
     client = agent_client(ctx.settings, url, hosted=False)
 
-    async def heartbeat() -> None:
+    misses = itertools.count(1)
+
+    async def still_running() -> None:
         ctx.heartbeat()
+        if next(misses) % 4 == 0:  # ~1/s
+            alive = await sandbox.exec(["sh", "-c", f"kill -0 $(cat {shlex.quote(here)}/agent.pid)"], timeout=10)
+            if alive.exit_code != 0:
+                raise StepFailed(f"{label} exited before serving A2A; its last output:\n{await _tail(sandbox, here)}")
 
     try:
         await waiting.until(
@@ -90,15 +97,24 @@ async def start_in_deployed_sandbox(
             timeout=START_TIMEOUT,
             interval=0.25,
             give_up_on=(AgentReplyInvalid,),
-            check=heartbeat,
+            check=still_running,
         )
     except (AgentReplyInvalid, waiting.TimedOut) as e:
         forget_agent(url)
-        tail = await sandbox.exec(["sh", "-c", f"tail -n 20 {shlex.quote(posixpath.join(here, LOG))}"], timeout=10)
-        output = "\n".join("    " + line for line in sandbox.redact(tail.stdout).splitlines()) or "    (none)"
-        raise StepFailed(f"{label} did not answer with an A2A card at {url}: {e}; its last output:\n{output}") from None
+        raise StepFailed(
+            f"{label} did not answer with an A2A card at {url}: {e}; its last output:\n{await _tail(sandbox, here)}"
+        ) from None
     where = {"provider": "local", "id": sandbox.info.id, "url": url.removesuffix(box.path), "sandbox_name": name}
     return where, url, requested(config, False)
+
+
+async def _tail(sandbox: Sandbox, here: str, lines: int = 20) -> str:
+    """What the agent printed last (its secrets redacted)."""
+    try:
+        done = await sandbox.exec(["tail", "-n", str(lines), posixpath.join(here, LOG)], timeout=10)
+    except Exception:  # noqa: BLE001 - the output is a courtesy; the error stands without it
+        return "    (none)"
+    return "\n".join("    " + line for line in sandbox.redact(done.stdout).splitlines()) or "    (none)"
 
 
 def _env_file(env: dict[str, str]) -> bytes:
