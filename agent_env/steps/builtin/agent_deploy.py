@@ -195,9 +195,9 @@ def prepare_deploy_agent(config: PlannedConfig, plan: PlanContext) -> PlannedCon
                 f"their script without them; {why}",
                 f"remove `skills`: {fix}",
             )
-        if record.type not in ("a2a", "cli") and len(record.skills) + len(inline) > MAX_SKILLS:
+        if record.type not in ("a2a", "cli") and (count := len(record.skills) + len(inline)) > MAX_SKILLS:
             raise BadInput(
-                f"agent {record.name!r} has {len(record.skills) + len(inline)} skills; a hosted agent takes at most {MAX_SKILLS} "
+                f"agent {record.name!r} has {count} skills; a hosted agent takes at most {MAX_SKILLS} "
                 "(each SKILL.md goes into its model's system prompt)",
                 "give it fewer skills, or merge some",
             )
