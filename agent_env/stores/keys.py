@@ -6,6 +6,7 @@ Objects:
     plans/sha256-HEX.json                        a run's plan, by its digest (`runs rerun` starts it again)
     runs/RUN/snapshots/NAME.tar                  snapshot_env; restore_env reads it back
     runs/RUN/snapshots/NAME.changes.jsonl        snapshot_env's include_env_changes: the changelog (changes/v1)
+    runs/RUN/snapshots/NAME.trajectory.jsonl     snapshot_env's include_env_trajectory: every call made in the env
     runs/RUN/placements/INSTANCE.json            where a gateway pool placed an instance, and how to rebuild it
     runs/RUN/trajectories/INSTANCE.jsonl         an instance's trajectory, kept when it is retired
     runs/RUN/transcripts/STEP.json               a prompt's transcript
@@ -59,6 +60,10 @@ def snapshot(run_id: str, name: str) -> str:
 
 def snapshot_changes(run_id: str, name: str) -> str:
     return f"{run(run_id)}snapshots/{name}.changes.jsonl"
+
+
+def snapshot_trajectory(run_id: str, name: str) -> str:
+    return f"{run(run_id)}snapshots/{name}.trajectory.jsonl"
 
 
 def placement(run_id: str, instance: str) -> str:
