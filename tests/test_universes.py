@@ -465,3 +465,29 @@ def test_a_step_taking_any_artifact_as_data_finds_a_universes_data_and_leaves_pl
     assert registry_environment_data(registry.documents, registry.objects, "plain") is None
     assert registry_environment_data(registry.documents, registry.objects, "nowhere") is None
     assert registry_environment_data(registry.documents, registry.objects, "office", 7) is None
+
+
+def test_snapshot_agent_state_pins_the_universe_whose_apps_it_keeps(shared, settings, tmp_path):
+    """The framework's env_id and universe_artifact_id: the env becomes its deploy_env step, the universe is pinned
+    when the run is planned, and its apps are those whose data the step keeps beside the agent's state."""
+    from agent_env.planning.runs import plan
+
+    name = unique("office")
+    office_universe(shared, name)
+    record = {"name": "a", "type": "a2a", "config": {"url": "http://127.0.0.1:9/"}}
+    steps = [
+        {"id": "pad", "type": "deploy_env", "env_id": "notes"},
+        {"id": "a", "type": "deploy_agent", "record": record},
+        {"id": "p", "type": "prompt_agent", "agent": "a", "prompt": "hi"},
+        {"id": "snap", "type": "snapshot_agent_state", "agent": "a", "prompt": "p", "env_id": "notes",
+         "universe_artifact_id": name},
+    ]  # fmt: skip
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "t.json").write_text(json.dumps(steps))
+    planned = {s.id: s for s in plan(load_task(tmp_path / "tasks" / "t.json"), "r-1", settings).steps}
+    config = planned["snap"].config
+    assert config["env"] == "pad"
+    assert config["universe_artifact_id"] == f"{name}@1" and config["universe_apps"] == ["helpdesk", "notes"]
+    (tmp_path / "tasks" / "t.json").write_text(json.dumps([*steps[:3], {**steps[3], "universe_artifact_id": "nope"}]))
+    with pytest.raises(BadInput, match="universe_artifact_id"):
+        plan(load_task(tmp_path / "tasks" / "t.json"), "r-1", settings)
