@@ -14,6 +14,8 @@ Objects:
     runs/RUN/artifacts/...                       collect_artifacts (ENV/trajectory.jsonl, ENV/data.json,
                                                  manifest.json)
     registry/blobs/sha256-HEX                    a registry file's bytes, stored once per content
+    compatibility/ENV/UNIVERSE@VERSION.json      whether an env takes a universe back unchanged: the latest
+                                                 round trip's verdict (persist_result), or the combined one
 
 Documents: run records in the `RUNS` collection, by run id; registry versions in `REGISTRY`, by
 `registry_version(kind, name, label)`; eval runs in `EVAL_RUNS`, by eval run id.
@@ -103,6 +105,11 @@ def message(run_id: str, step: str, side: str, turn: int) -> str:
 def artifact(run_id: str, *parts: str) -> str:
     """A file collect_artifacts keeps: `artifact(run, env, "data.json")`, `artifact(run, "manifest.json")`."""
     return "/".join((f"{run(run_id)}artifacts", *parts))
+
+
+def compatibility(env: str, universe: str) -> str:
+    """An env's verdict on a universe (`NAME@VERSION`), kept across runs."""
+    return f"compatibility/{env}/{universe}.json"
 
 
 def registry_blob(sha256_hex: str) -> str:
