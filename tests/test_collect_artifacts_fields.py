@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_agent_sandboxes import write_agent_bundle
+from test_framework_steps import CONTAINER, container_bundle
 
 from agent_env.errors import BadInput
 from agent_env.planning.runs import plan
@@ -173,3 +174,15 @@ def test_a_wrong_collect_is_refused_when_the_run_is_planned(settings, tmp_path, 
     with pytest.raises(BadInput) as e:
         plan(load_task(path), "r-1", settings)
     assert expected in str(e.value)
+
+
+def test_a_containers_files_are_named_by_its_sandbox_and_container(settings, tmp_path):
+    """sandbox_name and container_name: the run_docker_container step of that pair (planned, not run: Docker)."""
+    bundle = container_bundle(tmp_path)
+    collect = {"id": "c", "type": "collect_artifacts", "sandbox_name": "work", "container_name": "task-container",
+               "artifact_paths": ["/app/ok"]}  # fmt: skip
+    planned = {s.id: s for s in plan(load_task(write_task(bundle, [BOX, CONTAINER, collect])), "r-1", settings).steps}
+    assert planned["c"].config["deployed"] == {"sandbox": "${steps.task.outputs.container}"}
+    wrong = {**collect, "container_name": "other"}
+    with pytest.raises(BadInput, match="container 'other' on sandbox 'work'"):
+        plan(load_task(write_task(bundle, [BOX, CONTAINER, wrong])), "r-1", settings)
