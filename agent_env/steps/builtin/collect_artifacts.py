@@ -2,8 +2,8 @@
 trajectories and exported data of deploy_env steps (`envs`), the run's transcripts, and files out of a deployed
 thing's filesystem, as the framework's fields name them.
 
-Files: where from: the sandbox of a deploy_agent step (the framework's `agent_name`), of a deploy_env step (`env_id`), of
-a deploy_sandbox step (`sandbox_name`), or a run_docker_container container beside one (`sandbox_name` and
+Files come from the sandbox of a deploy_agent step (the framework's `agent_name`), of a deploy_env step (`env_id`),
+of a deploy_sandbox step (`sandbox_name`), or a run_docker_container container beside one (`sandbox_name` and
 `container_name`). Which files: the `artifacts` map in the JSON answer of a prompt_agent step (`manifest_step_id`:
 logical name -> path), else `artifact_paths`, else every file under `base_path`. A relative path is under
 `base_path`; an absolute one is read as is; an entry with a URL scheme is no file of the sandbox (kept as a link).
@@ -142,6 +142,8 @@ async def collect_from_sandbox(
         found = [(w, n) for w, n in found if posixpath.basename(w.path) not in exclude]
         missing: list[str] = []
     else:
+        if len(wanted) > bounds.max_files:  # (a manifest is an agent's answer: bounded before a probe each)
+            raise StepFailed(f"{len(wanted)} files named, more than max_files ({bounds.max_files}): raise it")
         found, missing = [], []
         for want in wanted:
             sized = [(p, n) for p, n in await _files_matching(sandbox_, want.path) if p == want.path]
