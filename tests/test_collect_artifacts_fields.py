@@ -17,7 +17,6 @@ from agent_env.errors import BadInput
 from agent_env.planning.runs import plan
 from agent_env.planning.tasks import load_task
 from agent_env.registry.store import Registry
-from agent_env.spec.run import RunStatus
 from agent_env.stores import open_stores
 from agent_env.temporal import launch
 
@@ -146,14 +145,17 @@ async def test_an_agents_files_are_collected_by_its_name_as_its_answer_lists_the
         {"id": "ask", "type": "prompt_agent", "agent_name": "solver", "prompt": listing, "prompt_id": "p",
          "timeout_seconds": 60},
         {"id": "collect", "type": "collect_artifacts", "agent_name": "solver", "manifest_step_id": "p"},
+        {"id": "bounded", "type": "collect_artifacts", "agent_name": "solver", "manifest_step_id": "p",
+         "max_files": 1, "fail_task_on_error": False},
     ]  # fmt: skip
     path = write_task(bundle, steps)
     config = next(s.config for s in load_task(path).steps if s.id == "collect")
     assert config == {"sandbox": "agent", "manifest": "ask"}
     state = await run(client, settings, path)
-    assert state.status is RunStatus.PASSED, state.error or {k: s.error for k, s in state.steps.items()}
+    assert state.steps["collect"].status.value == "succeeded", {k: s.error for k, s in state.steps.items()}
     files = {f["name"]: stored(settings, f["key"]) for f in state.steps["collect"].outputs["files"]}
     assert files == {"report": b"the report", "notes": b"notes"}
+    assert "2 files named, more than max_files (1)" in state.steps["bounded"].error, "an agent's list is bounded"
 
 
 @pytest.mark.parametrize(
