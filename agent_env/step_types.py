@@ -70,7 +70,7 @@ BUILTINS = {
     "rubrics_verifier": "agent_env.steps.builtin.rubrics:rubrics_verifier",
     "agent_prompt_response_verifier": "agent_env.steps.builtin.response_verifier:agent_prompt_response_verifier",
     "aggregate_verifiers": "agent_env.steps.builtin.aggregate_verifiers:aggregate_verifiers",
-    "collect_artifacts": "agent_env.steps.builtin.grading:collect_artifacts",
+    "collect_artifacts": "agent_env.steps.builtin.collect_artifacts:collect_artifacts",
     "check_image": "agent_env.steps.builtin.image_check:check_image",
     "sandbox_exec": "agent_env.steps.builtin.sandbox_steps:sandbox_exec",
     "put_files": "agent_env.steps.builtin.sandbox_steps:put_files",

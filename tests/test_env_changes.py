@@ -11,6 +11,7 @@ import httpx2
 import pytest
 from agentenv_protocol import client as reference_client
 from gateway_util import mcp_client, running_gateway, support_data, support_spec
+from pydantic import ValidationError
 from test_env_extensions import refusing_env
 
 from agent_env.envs import changelog
@@ -20,6 +21,7 @@ from agent_env.envs.context import Ctx
 from agent_env.gateway import extensions
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus
+from agent_env.step_types import catalog
 from agent_env.stores import open_stores
 from agent_env.temporal import launch
 
@@ -376,3 +378,47 @@ async def test_snapshot_env_keeps_the_runs_changes_with_who_made_them(client, se
         ),
     ]
     assert rows[0]["virtual_time"] == rows[0]["changed_fields"]["updated_at"], "the world's time of the write"
+
+
+# -- the framework's other fields of snapshot_env: the instance by its id, its trajectory, the export's time --
+
+BY_INSTANCE = (
+    CHANGES_RUN
+    + """
+[[steps]]
+id = "by_instance"
+type = "snapshot_env"
+depends_on = ["saved"]
+config = { env_instance_id = "${run.id}.pad", include_env_trajectory = true, export_timeout_seconds = 60 }
+
+[[steps]]
+id = "foreign"
+type = "snapshot_env"
+depends_on = ["saved"]
+on_failure = "continue"
+config = { env_instance_id = "another-run.pad" }
+"""
+)
+
+
+async def test_snapshot_env_takes_this_runs_instance_by_id_and_keeps_its_trajectory(client, settings, worker):
+    handle = await launch.start_run(client, settings, parse_task(tomllib.loads(BY_INSTANCE), "t"))
+    state = await launch.wait_result(handle)
+    taken = state.steps["by_instance"]
+    assert taken.status.value == "succeeded", taken.error or state.error
+    assert taken.outputs["snapshot"] == f"runs/{state.run_id}/snapshots/by_instance.tar"
+    entry = taken.outputs["env_trajectory"]
+    key = f"runs/{state.run_id}/snapshots/by_instance.trajectory.jsonl"
+    assert entry["object_key"] == key and entry["capture_step_id"] == "by_instance", entry
+    calls = [json.loads(line) for line in open_stores(settings).objects.get(key).decode().splitlines()]
+    assert len(calls) == entry["event_count"] >= 2
+    assert "write_note" in json.dumps(calls), "the step's and the trigger's calls are in it"
+    foreign = state.steps["foreign"]
+    assert foreign.status.value == "failed" and "is no env instance of this run" in foreign.error
+
+
+def test_snapshot_env_names_its_env_once():
+    with pytest.raises(ValidationError, match="give `env`"):
+        catalog.get("snapshot_env").config.model_validate({"env": "pad", "env_instance_id": "r.pad"})
+    with pytest.raises(ValidationError, match="export_timeout_seconds"):
+        catalog.get("snapshot_env").config.model_validate({"env": "pad", "export_timeout_seconds": 3600})

@@ -444,3 +444,31 @@ def test_env_validate_end_to_end(tmp_path, good_card):
     finally:
         cli("server", "stop")
         cli("gateway", "stop")
+
+
+async def test_the_gate_takes_the_frameworks_gates_by_name_for_an_env(run_task):
+    """required_gates names the framework's gates (the verification a validator records): each is the validator
+    steps of that type before the gate, of the env `env` (the framework's `env_id`) names; a gate no step gives fails it (fail-closed)."""
+    steps = [
+        {"id": "deploy", "type": "deploy_env", "config": {"env_id": "notes"}},
+        {"id": "other", "type": "deploy_env", "config": {"env_id": "notes"}},
+        {"id": "tools", "type": "verify_mcp_tool_schema", "depends_on": ["deploy"], "config": {"env": "deploy"}},
+        {"id": "card", "type": "verify_env_card", "depends_on": ["other"], "config": {"env": "other"}},
+        *(
+            {"id": gid, "type": "validation_gate_aggregator", "depends_on": ["tools", "card"], "on_failure": "continue",
+             "config": config}
+            for gid, config in [
+                ("named", {"env": "deploy", "required_gates": ["mcp_tool_schema"]}),
+                ("defaults", {"env": "deploy"}),
+                ("card_of_other", {"env": "deploy", "required_gates": ["environment_card"]}),
+            ]
+        ),
+    ]  # fmt: skip
+    state = await run_task({"id": "gates", "steps": steps}, timeout=120)
+    named = state.steps["named"].outputs
+    assert named["passed"] and named["failed_gates"] == [] and named["missing_gates"] == [], named
+    defaults = state.steps["defaults"].outputs
+    assert not defaults["passed"] and defaults["missing_gates"] == ["mcp_tool_correctness"], defaults
+    assert "no verify_mcp_env_assessment step comes before" in json.dumps(defaults["report"])
+    other = state.steps["card_of_other"].outputs
+    assert other["missing_gates"] == ["environment_card"], "the card of another env's step is no gate of this one"

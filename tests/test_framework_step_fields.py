@@ -119,8 +119,8 @@ def test_a_refused_or_renamed_field_is_not_also_a_field_of_ours(step):
 
 def test_a_config_read_without_planning_refuses_the_field_too():
     model = catalog.get("collect_artifacts").config
-    with pytest.raises(ValueError, match="the framework's field 'sandbox_name' is not supported here: collect_artif"):
-        model.model_validate({"sandbox_name": "box"})
+    with pytest.raises(ValueError, match="the framework's field 'artifacts_key' is not supported here: a run here"):
+        model.model_validate({"artifacts_key": "expected"})
 
 
 def test_the_frameworks_names_plan_as_ours(tmp_path, settings):

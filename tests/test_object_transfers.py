@@ -17,6 +17,7 @@ from reference_venv import A2A_CARD, reference_python, side_script  # noqa: F401
 
 from agent_env.agents.sdk import Agent, Answer, Turn
 from agent_env.agents.transfer_serving import AgentState, new_context_id
+from agent_env.registry.store import Registry
 from agent_env.stores.grant_issuers import object_grants
 from agent_env.stores.local import FileObjectStore
 from agent_env.stores.local_tls import CERT_FILE, trust_bundle
@@ -266,6 +267,13 @@ async def test_our_sdk_agent_saves_and_restores_its_state_through_snapshot_agent
                         "depends_on": ["p1"],
                         "config": {"agent": "a", "prompt": "p1"},
                     },
+                    {"id": "pad", "type": "deploy_env", "depends_on": ["p1"], "config": {"env_id": "notes"}},
+                    {
+                        "id": "with_env",
+                        "type": "snapshot_agent_state",
+                        "depends_on": ["snap", "pad"],
+                        "config": {"agent": "a", "prompt": "p1", "env": "pad", "artifact_id": "notes-and-agent"},
+                    },
                     {
                         **deploy(
                             "b", url_b, agent_snapshot="snap", agent_snapshot_target_context_id="${run.id}/p2/agent"
@@ -295,6 +303,14 @@ async def test_our_sdk_agent_saves_and_restores_its_state_through_snapshot_agent
     stores = open_stores(settings)
     assert json.loads(stores.objects.get(snap["objects"]["trajectory"])) == ["blue door"]
     assert stores.objects.get(snap["objects"]["workspace"]) == b"files"
+    # with the framework's env_id: each app's data of the env beside the snapshot, and in the registry artifact
+    with_env = state.steps["with_env"].outputs
+    assert list(with_env["services"]) == ["notes"] and with_env["services_missing"] == []
+    notes = json.loads(stores.objects.get(with_env["services"]["notes"]))
+    assert with_env["services"]["notes"] == f"runs/{run_id}/agent_snapshots/with_env/services/notes.json"
+    assert isinstance(notes, dict) and notes, notes
+    kept = Registry(stores.documents, stores.objects).version("artifacts", "notes-and-agent")
+    assert any(f.path.endswith("/services/notes.json") for f in kept.files), kept.files
     assert state.steps["b"].outputs["restored_context_id"] == f"{run_id}/p2/agent"
     assert [(s.workspace, c) for s, c in second.loaded] == [(b"files", f"{run_id}/p2/agent")]
     assert state.steps["p2"].outputs["answer"] == "blue door | which door?"  # it went on from the restored state

@@ -466,3 +466,67 @@ async def test_two_agents_are_peered_both_ways_once_both_are_deployed(run_task):
     assert state.status is RunStatus.PASSED, state.error
     assert state.steps["a-b"].outputs == {"agent": "a", "peers": ["b"]}
     assert listed == {"a": ["b"], "b": ["a"]}
+
+
+async def test_one_step_peers_agents_by_name_as_the_frameworks_peerings_do(run_task):
+    first, second = Starlette(), Starlette()
+    async with serving(first) as first_url, serving(second) as second_url, httpx.AsyncClient() as http:
+        handlers = [
+            await served_agent(Delegating(), first, first_url),
+            await served_agent(Delegating(), second, second_url),
+        ]
+        peerings = [
+            {"source_agent_name": "alpha", "peer_agent_names": ["beta"]},
+            {"source_agent_name": "beta", "peer_agent_names": ["alpha"]},
+        ]
+        state = await run_task(
+            {
+                "id": "peerings",
+                "steps": [
+                    {"id": "one", "type": "deploy_agent", "config": {"record": a2a("alpha", first_url)}},
+                    {"id": "two", "type": "deploy_agent", "config": {"record": a2a("beta", second_url)}},
+                    {
+                        "id": "peer",
+                        "type": "peer_agents",
+                        "depends_on": ["one", "two"],
+                        "config": {"peerings": peerings},
+                    },
+                ],
+            }
+        )
+        listed = {
+            name: [p["name"] for p in (await http.get(url + "/ext/peer-agents")).json()["peers"]]
+            for name, url in (("alpha", first_url), ("beta", second_url))
+        }
+        for handler in handlers:
+            await handler.aclose()
+    assert state.status is RunStatus.PASSED, state.error
+    assert state.steps["peer"].outputs == {
+        "peerings": [{"agent": "alpha", "peers": ["beta"]}, {"agent": "beta", "peers": ["alpha"]}]
+    }
+    assert listed == {"alpha": ["beta"], "beta": ["alpha"]}
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"peerings": [{"source_agent_name": "alpha", "peer_agent_names": ["alpha"]}]}, "lists itself as a peer"),
+        ({"peerings": [{"source_agent_name": "alpha", "peer_agent_names": ["gamma"]}]}, "names no deploy_agent step"),
+        ({"agent": "one", "peers": ["two"], "peerings": [{"source_agent_name": "alpha", "peer_agent_names": ["beta"]}]},
+         "or `peerings`"),
+    ],
+)  # fmt: skip
+def test_peerings_name_deployed_agents(settings, config, expected):
+    from agent_env.planning.runs import plan
+    from agent_env.planning.tasks import parse_task
+
+    task = {
+        "id": "t",
+        "steps": [
+            {"id": "one", "type": "deploy_agent", "config": {"record": a2a("alpha", "http://127.0.0.1:1/")}},
+            {"id": "two", "type": "deploy_agent", "config": {"record": a2a("beta", "http://127.0.0.1:2/")}},
+            {"id": "peer", "type": "peer_agents", "depends_on": ["one", "two"], "config": config},
+        ],
+    }
+    with pytest.raises(Exception, match=expected):
+        plan(parse_task(task, "t"), "r-1", settings)

@@ -211,6 +211,39 @@ async def test_a_universe_of_two_envs_loads_into_one_composed_env_and_exports_ba
     assert lineage["run_id"] == state.run_id and lineage["parents"] == [{"id": name, "version": "1"}]
 
 
+async def test_the_round_trip_keeps_its_exports_for_a_judge_and_the_verdict_for_the_env(
+    client, settings, worker, shared, tmp_path
+):
+    """The framework's fields: env_id and a pinned universe version; emit_file_artifact_universe (the universe and
+    both exports as files of one artifact), persist_result and the combined verdict (the env's compatibility with
+    the universe, kept across runs; the combining step writes last)."""
+    name = unique("office")
+    office_universe(shared, name)
+    at = {"env_id": "office", "universe_artifact_id": name, "universe_artifact_version": 1}
+    trip = [
+        {"id": "deploy", "type": "deploy_env", "env_id": "office"},
+        {"id": "trip", "type": "verify_universe_load_export_roundtrip", **at, "emit_file_artifact_universe": True,
+         "persist_result": True},
+        {"id": "compat", "type": "combine_universe_verdicts", "roundtrip": "trip", **at},
+    ]  # fmt: skip
+    state = await run(client, settings, write_bundle(tmp_path, {"trip": trip}) / "tasks" / "trip.json")
+    verdict = state.steps["trip"].outputs["verdict"]
+    assert verdict["file_artifact_universe_id"] == f"{name}.roundtrip@1"
+    files = shared.version("artifacts", f"{name}.roundtrip")
+    assert files.record["type"] == "file_artifact_universe"
+    prefix = f"artifacts/{name}.roundtrip/"
+    assert sorted(f.path.removeprefix(prefix) for f in files.files) == [
+        f"{which}/{app}.json" for which in ("export_1", "export_2", "original") for app in ("helpdesk", "notes")
+    ]
+    original = next(f for f in files.files if f.path == prefix + "original/notes.json")
+    assert json.loads(shared.objects.get(keys.registry_blob(original.sha256))) == NOTES
+    key = keys.compatibility("office", f"{name}@1")
+    assert verdict["persisted"] == key == state.steps["compat"].outputs["verdict"]["persisted"]
+    kept = json.loads(shared.objects.get(key))
+    assert kept["step"] == "compat" and kept["compatible"] is True and kept["agent_judge_skipped"] is True
+    assert kept["run_id"] == state.run_id and sorted(kept["environments"]) == ["helpdesk", "notes"]
+
+
 async def test_an_env_state_captured_as_version_2_is_loaded_by_a_later_run(client, settings, worker, shared, tmp_path):
     name = unique("office")
     notes, desk = office_universe(shared, name)
@@ -465,3 +498,29 @@ def test_a_step_taking_any_artifact_as_data_finds_a_universes_data_and_leaves_pl
     assert registry_environment_data(registry.documents, registry.objects, "plain") is None
     assert registry_environment_data(registry.documents, registry.objects, "nowhere") is None
     assert registry_environment_data(registry.documents, registry.objects, "office", 7) is None
+
+
+def test_snapshot_agent_state_pins_the_universe_whose_apps_it_keeps(shared, settings, tmp_path):
+    """The framework's env_id and universe_artifact_id: the env becomes its deploy_env step, the universe is pinned
+    when the run is planned, and its apps are those whose data the step keeps beside the agent's state."""
+    from agent_env.planning.runs import plan
+
+    name = unique("office")
+    office_universe(shared, name)
+    record = {"name": "a", "type": "a2a", "config": {"url": "http://127.0.0.1:9/"}}
+    steps = [
+        {"id": "pad", "type": "deploy_env", "env_id": "notes"},
+        {"id": "a", "type": "deploy_agent", "record": record},
+        {"id": "p", "type": "prompt_agent", "agent": "a", "prompt": "hi"},
+        {"id": "snap", "type": "snapshot_agent_state", "agent": "a", "prompt": "p", "env_id": "notes",
+         "universe_artifact_id": name},
+    ]  # fmt: skip
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "t.json").write_text(json.dumps(steps))
+    planned = {s.id: s for s in plan(load_task(tmp_path / "tasks" / "t.json"), "r-1", settings).steps}
+    config = planned["snap"].config
+    assert config["env"] == "pad"
+    assert config["universe_artifact_id"] == f"{name}@1" and config["universe_apps"] == ["helpdesk", "notes"]
+    (tmp_path / "tasks" / "t.json").write_text(json.dumps([*steps[:3], {**steps[3], "universe_artifact_id": "nope"}]))
+    with pytest.raises(BadInput, match="universe_artifact_id"):
+        plan(load_task(tmp_path / "tasks" / "t.json"), "r-1", settings)

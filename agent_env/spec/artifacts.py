@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ENVIRONMENT = "environment"
 UNIVERSE = "environment_universe"
+FILE_UNIVERSE = "file_artifact_universe"  # files collect_artifacts took out of a sandbox, together
 AGENT_STATE = "agent_state"  # an agent's saved state (snapshot/v1's objects), as snapshot_agent_state made it
 DATA_FILE = "data.json"  # the file an environment artifact's data is kept in
 

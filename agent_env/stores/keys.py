@@ -6,6 +6,7 @@ Objects:
     plans/sha256-HEX.json                        a run's plan, by its digest (`runs rerun` starts it again)
     runs/RUN/snapshots/NAME.tar                  snapshot_env; restore_env reads it back
     runs/RUN/snapshots/NAME.changes.jsonl        snapshot_env's include_env_changes: the changelog (changes/v1)
+    runs/RUN/snapshots/NAME.trajectory.jsonl     snapshot_env's include_env_trajectory: every call made in the env
     runs/RUN/placements/INSTANCE.json            where a gateway pool placed an instance, and how to rebuild it
     runs/RUN/trajectories/INSTANCE.jsonl         an instance's trajectory, kept when it is retired
     runs/RUN/transcripts/STEP.json               a prompt's transcript
@@ -13,6 +14,8 @@ Objects:
     runs/RUN/artifacts/...                       collect_artifacts (ENV/trajectory.jsonl, ENV/data.json,
                                                  manifest.json)
     registry/blobs/sha256-HEX                    a registry file's bytes, stored once per content
+    compatibility/ENV/UNIVERSE@VERSION.json      whether an env takes a universe back unchanged: the latest
+                                                 round trip's verdict (persist_result), or the combined one
 
 Documents: run records in the `RUNS` collection, by run id; registry versions in `REGISTRY`, by
 `registry_version(kind, name, label)`; eval runs in `EVAL_RUNS`, by eval run id.
@@ -61,6 +64,10 @@ def snapshot_changes(run_id: str, name: str) -> str:
     return f"{run(run_id)}snapshots/{name}.changes.jsonl"
 
 
+def snapshot_trajectory(run_id: str, name: str) -> str:
+    return f"{run(run_id)}snapshots/{name}.trajectory.jsonl"
+
+
 def placement(run_id: str, instance: str) -> str:
     return f"{run(run_id)}placements/{instance}.json"
 
@@ -98,6 +105,11 @@ def message(run_id: str, step: str, side: str, turn: int) -> str:
 def artifact(run_id: str, *parts: str) -> str:
     """A file collect_artifacts keeps: `artifact(run, env, "data.json")`, `artifact(run, "manifest.json")`."""
     return "/".join((f"{run(run_id)}artifacts", *parts))
+
+
+def compatibility(env: str, universe: str) -> str:
+    """An env's verdict on a universe (`NAME@VERSION`), kept across runs."""
+    return f"compatibility/{env}/{universe}.json"
 
 
 def registry_blob(sha256_hex: str) -> str:

@@ -172,14 +172,15 @@ async def _call(http: Any, target: net.EnvTarget, method: str, params: Any, step
 
 async def round_trip(target: net.EnvTarget, card: Any, universe: JsonObject) -> tuple[ValidationReport, JsonObject]:
     """The report (per app: `universe.<app>.loads`, `universe.<app>.stable`) and the verdict as data."""
-    report, verdict, _ = await round_trip_exported(target, card, universe)
+    report, verdict, _, _ = await round_trip_exported(target, card, universe)
     return report, verdict
 
 
 async def round_trip_exported(
     target: net.EnvTarget, card: Any, universe: JsonObject
-) -> tuple[ValidationReport, JsonObject, dict[str, JsonObject]]:
-    """`round_trip`, and export 1 by app (what the env gave back of the universe; empty if it gave nothing)."""
+) -> tuple[ValidationReport, JsonObject, dict[str, JsonObject], dict[str, JsonObject]]:
+    """`round_trip`, and exports 1 and 2 by app (what the env gave back of the universe, then of export 1; empty
+    where it gave nothing)."""
     report = ValidationReport(validator=VALIDATOR, target=target.base)
     ops = offered(card)
     lacking = [m for m in (METHOD_ADD, METHOD_GET) if m not in ops]
@@ -191,7 +192,7 @@ async def round_trip_exported(
                 "serve data/add and data/get (and data/reset) and list them in capabilities.operations",
             )
         )
-        return report, {"compatible": False, "environments": {}}, {}
+        return report, {"compatible": False, "environments": {}}, {}, {}
     apps = sorted(universe)
     parts = load_parts(card, universe)
     reset = METHOD_RESET in ops
@@ -204,7 +205,7 @@ async def round_trip_exported(
             export1 = await _call(http, target, METHOD_GET, {}, "export 1")
         except RoundTripFailed as e:
             report.checks.append(Finding.failed("universe.round_trip", str(e), FIX_CALLS))
-            return report, {"compatible": False, "environments": environments, "error": str(e)}, {}
+            return report, {"compatible": False, "environments": environments, "error": str(e)}, {}, {}
         first = by_app(export1.get("parts"), apps)
         for app in apps:  # what the first load kept, decided before the reload (which a lossy export may break)
             lost = load_issues(universe[app], first.get(app, {})) if isinstance(universe[app], dict) else []
@@ -217,7 +218,7 @@ async def round_trip_exported(
             export2 = await _call(http, target, METHOD_GET, {}, "export 2")
         except RoundTripFailed as e:
             report.checks.append(Finding.failed("universe.round_trip", str(e), FIX_CALLS))
-            return report, {"compatible": False, "environments": environments, "error": str(e)}, first
+            return report, {"compatible": False, "environments": environments, "error": str(e)}, first, {}
     if not reset:
         report.checks.append(
             Finding.failed(
@@ -233,7 +234,7 @@ async def round_trip_exported(
         report.checks.append(_finding(f"universe.{app}.stable", moved, "reloading the export changed it"))
         environments[app]["stability_issues"] = moved
         environments[app]["compatible"] = environments[app]["compatible"] and not moved
-    return report, {"compatible": report.passed, "environments": environments}, first
+    return report, {"compatible": report.passed, "environments": environments}, first, second
 
 
 def _finding(name: str, issues: list[str], what: str) -> Finding:

@@ -3,7 +3,8 @@ beside its snapshot, with the counts the framework records (rows; attributed: on
 
 What the step outputs under `env_changes` is the framework's entry (`captured_at_utc`, `capture_step_id`, the counts,
 or `error`), with the object's store key as `object_key`. A capture that fails leaves the snapshot standing and says
-why, as the framework's does: the changelog is an account of the state, not the state.
+why, as the framework's does: the changelog is an account of the state, not the state. `include_env_trajectory` keeps
+the instance's trajectory (every call made in it) beside the snapshot the same way (`env_trajectory`).
 """
 
 from __future__ import annotations
@@ -45,3 +46,16 @@ async def _capture(ctx: StepContext, gateway: GatewayClient, instance: str, key:
         more = page["has_more"] and bool(page["changes"])
     await ctx.stores.aio.objects.put(key, b"".join(lines))
     return {"object_key": key, **counts}
+
+
+async def capture_trajectory(ctx: StepContext, gateway: GatewayClient, instance: str, key: str) -> JsonObject:
+    """The instance's trajectory as JSON lines at `key`: its key and count, or the error that stopped it."""
+    entry: JsonObject = {"captured_at_utc": datetime.now(UTC).isoformat(), "capture_step_id": ctx.step_id}
+    try:
+        entries = await asyncio.wait_for(gateway.trajectory(instance), CAPTURE_BUDGET_S)
+        lines = b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in entries)
+        await ctx.stores.aio.objects.put(key, lines)
+        entry |= {"object_key": key, "event_count": len(entries)}
+    except (AgentEnvError, TimeoutError, OSError) as e:
+        entry["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return entry

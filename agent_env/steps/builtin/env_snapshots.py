@@ -12,9 +12,12 @@ universe's own artifact for the app (`agent_env.registry.universes.push_universe
 
 from __future__ import annotations
 
+import asyncio
+
 from pydantic import Field
 
 from agent_env.errors import BadInput, NotFound
+from agent_env.gateway_client import GatewayClient
 from agent_env.gateway_client.env_servers import unrouted
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.wire import JsonObject
@@ -46,16 +49,48 @@ def prepare_snapshot(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
 async def snapshot_env(ctx: StepContext, config: SnapshotConfig) -> JsonObject:
     """Save an environment's whole state in the object store; with `snapshot_id`, also as a registry universe."""
     gateway = await ctx.gateway()
-    instance = instance_id(ctx, config.env)
+    instance = _instance(ctx, config)
+    name = config.name or ctx.step_id
+    outputs: JsonObject = {}
+    if config.include_env_trajectory:  # first: what was done in the env up to the snapshot
+        outputs["env_trajectory"] = await env_changes.capture_trajectory(
+            ctx, gateway, instance, keys.snapshot_trajectory(ctx.run_id, name)
+        )
+    try:
+        async with asyncio.timeout(config.export_timeout_seconds):
+            outputs |= await _snapshot(ctx, gateway, config, instance, name)
+    except TimeoutError:
+        raise StepFailed(
+            f"saving the env's state took longer than export_timeout_seconds ({config.export_timeout_seconds:g}s)"
+        ) from None
+    return outputs
+
+
+def _instance(ctx: StepContext, config: SnapshotConfig) -> str:
+    """The env instance: the deploy_env step's, or `env_instance_id` if it is one of this run's."""
+    if config.env is not None:
+        return instance_id(ctx, config.env)
+    given = str(config.env_instance_id)
+    if not given.startswith(f"{ctx.run_id}.") or given == f"{ctx.run_id}.":
+        raise StepFailed(
+            f"env_instance_id {given!r} is no env instance of this run (they are RUN_ID.STEP): "
+            "write ${run.id}.STEP with the id of the deploy_env step, or give `env_id`"
+        )
+    return given
+
+
+async def _snapshot(
+    ctx: StepContext, gateway: GatewayClient, config: SnapshotConfig, instance: str, name: str
+) -> JsonObject:
     blob = await gateway.snapshot(instance)
-    key = snapshot_key(ctx.run_id, config.name or ctx.step_id)
+    key = snapshot_key(ctx.run_id, name)
     await ctx.stores.aio.objects.put(key, blob)
     if isinstance(pool := unrouted(gateway), GatewayPool):  # the state a gateway taking the instance over starts from
         await in_thread(pool.snapshot_taken, ctx.stores, instance, key)
     outputs: JsonObject = {"snapshot": key, "bytes": len(blob)}
     if config.include_env_changes:
         outputs["env_changes"] = await env_changes.capture(
-            ctx, gateway, instance, keys.snapshot_changes(ctx.run_id, config.name or ctx.step_id)
+            ctx, gateway, instance, keys.snapshot_changes(ctx.run_id, name)
         )
     if config.snapshot_id is not None:
         data = exported_by_app(await gateway.data(instance, "data/get"))

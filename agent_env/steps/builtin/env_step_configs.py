@@ -24,13 +24,26 @@ class ActorStep(EnvStep):
 
 class SnapshotConfig(EnvStep):
     refused_fields = {
-        **dict.fromkeys(
-            ("env_instance_id", "gateway_url"), "the env is a deploy_env step of the run: name it by `env_id` or `env`"
-        ),
-        "export_timeout_seconds": "the step's timeout is the task's `timeout` on the step",
-        "include_env_trajectory": "the env's trajectory is kept by collect_artifacts and teardown_env",
+        "gateway_url": "the env is reached through this install's own gateway, never a URL a task names: the step "
+        "sends the run's credentials, and a credential goes only to its own origin",
     }
 
+    env: str | None = Field(  # type: ignore[assignment]  # (or env_instance_id)
+        None, description="the id of the deploy_env step whose environment this step acts on"
+    )
+    env_instance_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.${}\-]{1,256}$",
+        description="the env instance instead of `env`: one this run deployed (RUN_ID.STEP, e.g. ${run.id}.notes)",
+    )
+    export_timeout_seconds: float | None = Field(
+        None, gt=0, le=600, description="how long saving and exporting the env's state may take (default: the step's)"
+    )
+    include_env_trajectory: bool = Field(
+        False,
+        description="also keep the env's trajectory (every call made in it) as JSON lines beside the snapshot; "
+        "outputs `env_trajectory`: its key and count, or the error that stopped it (the snapshot stands)",
+    )
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="default: the step's id")
     include_env_changes: bool = Field(
         False,
@@ -51,6 +64,8 @@ class SnapshotConfig(EnvStep):
 
     @model_validator(mode="after")
     def _capture(self) -> SnapshotConfig:
+        if (self.env is None) == (self.env_instance_id is None):
+            raise ValueError("name the env: give `env` (or the framework's `env_id`) or `env_instance_id`, one of them")
         if self.original_universe_artifact_id is not None and self.snapshot_id is None:
             raise ValueError("`original_universe_artifact_id` goes with `snapshot_id` (the universe captured into)")
         return self

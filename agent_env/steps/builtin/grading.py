@@ -1,4 +1,4 @@
-"""`check_response` (assertions on an agent's answer) and `collect_artifacts`; `json_in`, the JSON an answer holds.
+"""`check_response` (assertions on an agent's answer); `json_in`, the JSON an answer holds.
 
 Each verifier records a Score (0..1, a threshold, a row per criterion). A run's score is the mean of its
 steps' scores, unless the task has `aggregate_verifiers` steps: then the last of them is the run's score. The
@@ -13,14 +13,10 @@ from typing import Any
 
 from pydantic import Field
 
-from agent_env.gateway_client.wire import JsonObject
 from agent_env.spec.paths import walk
 from agent_env.spec.run import Criterion, Score
 from agent_env.steps import StepConfig, StepContext, StepResult, step_type
 from agent_env.steps.builtin.check import Check
-from agent_env.steps.builtin.env_export import export_data
-from agent_env.steps.builtin.envs import instance_id
-from agent_env.stores import keys
 
 # -- check_response --
 
@@ -93,51 +89,3 @@ async def check_response(ctx: StepContext, config: CheckResponseConfig) -> StepR
         outputs={"passed": sum(c.passed for c in criteria), "total": len(criteria)},
         score=Score.from_criteria(criteria, config.pass_threshold),
     )
-
-
-# -- collect_artifacts --
-
-
-class CollectConfig(StepConfig):
-    # The framework's collect_artifacts copies files out of a sandbox; ours keeps what the run made
-    refused_fields = dict.fromkeys(
-        (
-            "agent_name",
-            "artifact_paths",
-            "artifacts_key",
-            "base_path",
-            "container_name",
-            "env_id",
-            "exclude_basenames",
-            "manifest_step_id",
-            "sandbox_name",
-            "universe_id_suffix",
-        ),
-        "collect_artifacts here keeps the run's trajectories, data and transcripts (`envs`, `data`); "
-        "copy files out of a sandbox with collect_files",
-    )
-
-    envs: list[str] = Field(default_factory=list, description="deploy_env steps whose trajectory and data to keep")
-    data: bool = Field(
-        True, description="export each environment's data (data/get; apps that declare data-objects/v1 upload theirs)"
-    )
-
-
-@step_type("collect_artifacts", config=CollectConfig, timeout="10m", step_refs=("envs",))
-async def collect_artifacts(ctx: StepContext, config: CollectConfig) -> JsonObject:
-    """Keep what a run produced in its artifact folder: trajectories, exported data, transcripts; with a manifest."""
-    objects = ctx.stores.aio.objects
-    kept: list[str] = []
-    gateway = await ctx.gateway() if config.envs else None
-    for env in config.envs:
-        instance = instance_id(ctx, env)
-        entries = await gateway.trajectory(instance)  # type: ignore[union-attr]  # (envs: a gateway)
-        key = keys.artifact(ctx.run_id, env, "trajectory.jsonl")
-        await objects.put(key, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode())
-        kept.append(key)
-        if config.data:  # (through data-objects/v1 where an app declares it: env_export)
-            kept += await export_data(ctx, gateway, env, instance)  # type: ignore[arg-type]  # (envs: a gateway)
-    kept += await objects.list(keys.transcripts(ctx.run_id))
-    manifest = keys.artifact(ctx.run_id, "manifest.json")
-    await objects.put(manifest, json.dumps({"run_id": ctx.run_id, "artifacts": kept}, indent=1).encode())
-    return {"artifacts": kept, "manifest": manifest}
