@@ -22,7 +22,9 @@ its own), every field in `turn.config`; a `name` or `description` set there rena
 
 Each turn arrives as an A2A message: the prompt as text, and a data part `{"agentenv": {...}}` with the
 system prompt, the environment's MCP URL and this agent's role token, its role and name, the run and
-its seed, its config and the conversation so far (so agents need keep no state).
+its seed, its config and the conversation so far (so agents need keep no state), and the prompt's own settings when
+it gives some (`turn.settings`: model, model_params, effort, max_turns, max_thinking_tokens, output_format); a
+prompt's file and data parts come beside it (`turn.attachments`).
 """
 
 from __future__ import annotations
