@@ -102,6 +102,7 @@ async def test_a_prompts_model_settings_reach_the_model_request(run_task, model_
     assert len(asked) == 1, log
     assert (asked[0]["temperature"], asked[0]["top_p"], asked[0]["reasoning_effort"]) == (0.5, 0.9, "low")
     assert asked[0]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert isinstance(asked[0]["thinking"]["budget_tokens"], int), "a whole number stays one on the way"
     out = state.steps["ask"].outputs
     assert out["structured_output"] == {"answer": 42} and out["output_matches_format"] is True
     # max_turns = 1: one model call, offered no tools; the tool call it still asks for is not made
@@ -158,5 +159,7 @@ def test_parts_are_bounded_and_one_of_prompt_or_parts():
         PromptAgentConfig.model_validate({"agent": "a", "parts": big})
     with pytest.raises(ValidationError, match="one of `uri` or `bytes`"):
         PromptAgentConfig.model_validate({"agent": "a", "parts": [{"kind": "file", "file": {"name": "x"}}]})
+    with pytest.raises(ValidationError, match="base64"):
+        PromptAgentConfig.model_validate({"agent": "a", "parts": [{"kind": "file", "file": {"bytes": "!not base64"}}]})
     with pytest.raises(ValidationError, match="may not set"):
         PromptAgentConfig.model_validate({"agent": "a", "prompt": "x", "model_params": {"messages": []}})

@@ -7,11 +7,12 @@ deterministic and light: pydantic and spec models only (no HTTP client, no A2A, 
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from agent_env.spec.duration import Duration
 from agent_env.spec.named_steps import FrameworkName
@@ -87,9 +88,15 @@ MAX_PARTS, MAX_PARTS_BYTES = 32, 256_000  # a prompt's parts are in the run's hi
 
 class FileContent(_Config):
     uri: str | None = Field(None, max_length=2000)
-    bytes: str | None = Field(None, description="base64")
+    bytes: Annotated[str | None, AfterValidator(_base64)] = Field(None, description="base64")
     name: str | None = Field(None, max_length=200)
     mimeType: str | None = Field(None, max_length=200)
+
+
+def _base64(value: str | None) -> str | None:
+    if value is not None:
+        binascii.a2b_base64(value, strict_mode=True)  # (binascii.Error is a ValueError: pydantic reports it)
+    return value
 
 
 class Part(_Config):

@@ -229,10 +229,11 @@ def turn_from_message(message, context_id: str) -> Turn:
                 "deadline_s",
                 "turn",
                 "seed",
-                "settings",
             )
             if env.get(k) is not None
         },
+        # a data part holds numbers as doubles: a prompt's max_turns or token budget reads 2048, not 2048.0
+        settings=_whole(env.get("settings") or {}),
     )
 
 
@@ -246,7 +247,7 @@ def attachments_of(parts) -> list[JsonObject]:
         elif part.HasField("raw"):
             out.append({"kind": "file", "file": {"bytes": base64.b64encode(part.raw).decode(), **named}})
         elif part.HasField("data"):
-            data = get_data_parts([part])[0]
+            data = _whole(get_data_parts([part])[0])
             if not (isinstance(data, dict) and KEY in data):
                 out.append({"kind": "data", "data": data})
     return out
