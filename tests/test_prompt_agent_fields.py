@@ -55,11 +55,12 @@ class Mirror(Agent):
     """Answers with what its turn brought: the prompt, its attachments, its settings and what was said before."""
 
     name = "mirror"
+    config_fields = ("system_prompt", "effort")  # its card lists these as taken through agent-config/v1
 
     async def answer(self, turn: Turn) -> str:
         said = [m["text"] for m in turn.conversation]
         return json.dumps({"prompt": turn.prompt, "attachments": turn.attachments, "settings": turn.settings,
-                           "before": said})  # fmt: skip
+                           "before": said, "config": turn.config})  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +129,7 @@ async def test_parts_go_as_a2a_parts_and_a_context_id_continues_the_conversation
             "steps": [
                 agent,
                 {"id": "first", "type": "prompt_agent", "depends_on": ["m"],
-                 "config": {"agent": "m", "parts": parts, "context_id": "thread", "effort": "high"}},
+                 "config": {"agent": "m", "parts": parts, "context_id": "thread", "effort": "high", "model": "m-1"}},
                 {"id": "second", "type": "prompt_agent", "depends_on": ["first"],
                  "config": {"agent": "m", "prompt": "And then?", "context_id": "thread"}},
                 {"id": "apart", "type": "prompt_agent", "depends_on": ["second"],
@@ -140,7 +141,10 @@ async def test_parts_go_as_a2a_parts_and_a_context_id_continues_the_conversation
     first = json.loads(state.steps["first"].outputs["answer"])
     assert first["prompt"] == "Read the attached."
     assert first["attachments"] == parts[1:]
-    assert first["settings"] == {"effort": "high"} and first["before"] == []
+    assert first["settings"] == {"effort": "high", "model": "m-1"} and first["before"] == []
+    # set through agent-config/v1 as well, as the framework does: only what its card lists (effort, not model)
+    assert first["config"].get("effort") == "high" and "model" not in first["config"]
+    assert state.steps["first"].outputs["configured"] == ["effort"]
     second = json.loads(state.steps["second"].outputs["answer"])
     assert second["before"] == ["Read the attached.", state.steps["first"].outputs["answer"]]
     assert second["attachments"] == [] and second["settings"] == {}

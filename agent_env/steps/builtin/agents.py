@@ -29,6 +29,8 @@ from agent_env.agents.conversation import (  # noqa: F401 - StopWhen, Conversati
     turn_number,
 )
 from agent_env.agents.extension_ops import TRIGGERS
+from agent_env.agents.extension_table import AGENT_CONFIG
+from agent_env.agents.extensions import ExtensionClient, ExtensionRefused
 from agent_env.agents.usage import summed
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
@@ -114,6 +116,10 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
     if agent.get("trainer") or partner.get("trainer"):
         raise StepFailed("a trainer plays this agent: its turns are offered by the run (start it as an episode)")
     gateway = await ctx.gateway()
+    configured: list[str] = []
+    if config.sent() and AGENT_CONFIG in agent.get("extensions", ()):
+        client = await agent_client(ctx.settings, agent["url"], hosted=bool(agent.get("hosted"))).extensions()
+        configured = await configure_listed(client, config.sent())
     marks = await trajectory_marks(gateway, agent, partner)
     deadline = config.turn_deadline.total_seconds()
     transcript: list[dict[str, Any]] = [opening(config)]
@@ -136,7 +142,8 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
             timed_out,
             time.perf_counter() - started,
         )
-        return outputs | (shape_check(outputs["answer"], config.output_format) if config.output_format else {})
+        checked = shape_check(outputs["answer"], config.output_format) if config.output_format else {}
+        return outputs | checked | ({"configured": configured} if configured else {})
 
     timed_out = None
     try:
@@ -257,6 +264,15 @@ async def trajectory_marks(gateway: GatewayClient, agent: dict[str, Any], partne
         if who.get("env") and who["env"] not in marks:
             marks[who["env"]] = await gateway.last_seq(who["env"])
     return marks
+
+
+async def configure_listed(client: ExtensionClient, prompt_settings: JsonObject) -> list[str]:
+    """A prompt's settings also set through the agent's agent-config/v1, those its card lists (the framework's
+    agents read a prompt's model, effort... there, not from the turn). The names set."""
+    try:
+        return await client.set_listed(prompt_settings)
+    except ExtensionRefused as e:
+        raise StepFailed(str(e)) from None
 
 
 def context_key(run_id: str, context_id: str) -> str:
