@@ -171,8 +171,8 @@ def test_the_frameworks_names_plan_as_ours(tmp_path, settings):
             "steps[0] (id 's').env_ids: env_ids names ['a', 'b']; an agent here works in one env",
         ),
         (
-            [{"id": "s", "type": "prompt_agent", "agent": "a", "prompt": "hi", "parts": [{"text": "hi"}]}],
-            "steps[0] (id 's').parts: the framework's field 'parts' is not supported here: a prompt here is text",
+            [{"id": "s", "type": "prompt_agent", "agent": "a", "prompt": "hi", "harness": "claude_code"}],
+            "steps[0] (id 's').harness: the framework's field 'harness' is not supported here: an agent's harness is",
         ),
     ],
 )  # fmt: skip

@@ -69,19 +69,19 @@ class LlmAgent(Agent):
         self.endpoints, self.skills = endpoints, skills
 
     async def answer(self, turn: Turn) -> Answer:
-        model = self.endpoints.open("agent")
-        messages: list[Wire] = [
-            {"role": "system", "content": with_skills(turn.system_prompt or self.config.system_prompt, self.skills)}
-        ]
+        model = self.endpoints.open("agent", turn.settings)
+        system = with_skills(turn.system_prompt or self.config.system_prompt, self.skills)
+        messages: list[Wire] = [{"role": "system", "content": system + shaped(turn.settings.get("output_format"))}]
         for m in turn.conversation:
             messages.append({"role": "assistant" if m.get("from") == "agent" else "user", "content": m.get("text", "")})
-        messages.append({"role": "user", "content": turn.prompt})
+        messages.append({"role": "user", "content": with_attachments(turn.prompt, turn.attachments)})
+        budget = self.config.max_tool_calls, turn.settings.get("max_turns")
         try:
             async with asyncio.timeout(self.config.time_budget.total_seconds()):
                 if turn.mcp_url:
                     async with turn.tools() as tools:
-                        return await tool_loop(model, messages, tools, self.config.max_tool_calls, self.name, turn.seed)
-                return await tool_loop(model, messages, None, self.config.max_tool_calls, self.name, turn.seed)
+                        return await tool_loop(model, messages, tools, budget, self.name, turn.seed)
+                return await tool_loop(model, messages, None, budget, self.name, turn.seed)
         except TimeoutError:
             said = f"out of time ({self.config.time_budget.total_seconds():g}s budget)"
             return Answer(text=said, data={"usage": model.usage}, failed=True)
@@ -89,13 +89,42 @@ class LlmAgent(Agent):
             await model.aclose()
 
 
-async def tool_loop(model, messages: list[Wire], tools, max_calls: int, user: str, seed: int | None = None) -> Answer:
-    """Ask the model; run the tool calls it makes; repeat until it answers (or its calls run out)."""
+def shaped(output_format: Any) -> str:
+    """What the system prompt adds for a prompt that wants its answer in a shape (its `output_format`)."""
+    if not isinstance(output_format, dict) or "schema" not in output_format:
+        return ""
+    schema = _json(output_format["schema"])
+    return f"\n\nAnswer with one JSON object, and nothing else, that matches this JSON Schema:\n{schema}"
+
+
+def with_attachments(prompt: str, attachments: list[Wire]) -> str:
+    """The prompt with the parts that came beside it: a file by its name and URI (its bytes are not read), data as
+    JSON."""
+    lines = []
+    for part in attachments:
+        if part.get("kind") == "data":
+            lines.append(f"data: {_json(part.get('data'))}")
+        elif isinstance(file := part.get("file"), dict):
+            where = file.get("uri") or f"{len(file.get('bytes') or '') * 3 // 4} bytes, not shown"
+            lines.append(f"file {file.get('name') or ''} ({file.get('mimeType') or 'unknown type'}): {where}")
+    return "\n\n".join([prompt, "Attached:\n" + "\n".join(lines)]) if lines else prompt
+
+
+async def tool_loop(
+    model, messages: list[Wire], tools, budget: int | tuple[int, int | None], user: str, seed: int | None = None
+) -> Answer:
+    """Ask the model; run the tool calls it makes; repeat until it answers (or its calls run out). `budget`: tool
+    calls, or (tool calls, model calls): the last model call allowed is offered no tools, so it answers."""
+    max_calls, max_turns = budget if isinstance(budget, tuple) else (budget, None)
     functions = mcp_tools_as_functions(await tools.list()) if tools else None
-    calls = 0
+    calls = asked = 0
     while True:
-        reply = await model.complete(messages, functions if calls < max_calls else None, user=user, seed=seed)
-        if not reply.tool_calls:
+        asked += 1
+        last = max_turns is not None and asked >= max_turns
+        reply = await model.complete(
+            messages, functions if calls < max_calls and not last else None, user=user, seed=seed
+        )
+        if not reply.tool_calls or last:  # (past its last model call, a call it still asks for is not made)
             calls_made = tools.calls if tools else []
             return Answer(text=reply.content or "", data={"tool_calls": calls_made, "usage": model.usage})
         messages.append(
@@ -145,7 +174,7 @@ class PersonaAgent(Agent):
         return self.config.default_reply.replace("${message}", said)
 
     async def _model_answer(self, turn: Turn) -> Answer:
-        model = self.endpoints.open("persona")
+        model = self.endpoints.open("persona", turn.settings)
         try:
             messages = [
                 {

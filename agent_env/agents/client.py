@@ -7,15 +7,17 @@ worker keeps one `AgentClient` per agent URL (`agent_client`), so an agent's car
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 import httpx
 from a2a.client import A2ACardResolver, Client, ClientCallContext, ClientConfig, ClientFactory
-from a2a.helpers import get_data_parts, get_message_text, new_data_part, new_text_part
-from a2a.types import AgentCard, Message, Role, SendMessageRequest, TaskState
+from a2a.helpers import get_data_parts, get_message_text, new_data_part, new_raw_part, new_text_part, new_url_part
+from a2a.types import AgentCard, Message, Part, Role, SendMessageRequest, TaskState
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH as CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError
 
@@ -25,6 +27,7 @@ from agent_env.agents.proxy_wire import PROXY
 from agent_env.agents.sdk import KEY, new_message_id
 from agent_env.config import url_origin
 from agent_env.gateway_client.configured import admin_token, base_url
+from agent_env.gateway_client.wire import JsonObject
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -129,9 +132,17 @@ class AgentClient:
         return self._card
 
     async def ask(
-        self, prompt: str, context: dict[str, Any], *, context_id: str, deadline_s: float, message_id: str | None = None
+        self,
+        prompt: str,
+        context: dict[str, Any],
+        *,
+        context_id: str,
+        deadline_s: float,
+        message_id: str | None = None,
+        attachments: Sequence[JsonObject] = (),
     ) -> AgentReply:
-        """Send one turn; wait at most `deadline_s` for the answer. Resend a turn with its first message id."""
+        """Send one turn; wait at most `deadline_s` for the answer. Resend a turn with its first message id.
+        `attachments`: file and data parts beside the text (the framework's JSON shape, bounded by the step)."""
         client = await self._connect()
         # A proxy (proxy/v1) passes text parts only on to its driver: its env comes through mcp-config/v1.
         plain = PROXY in declared(self._card)
@@ -139,7 +150,8 @@ class AgentClient:
             role=Role.ROLE_USER,
             message_id=message_id or new_message_id(),
             context_id=context_id,
-            parts=[new_text_part(prompt)] + ([] if plain else [new_data_part({KEY: context})]),
+            parts=[new_text_part(prompt)]
+            + ([] if plain else [*map(a2a_part, attachments), new_data_part({KEY: context})]),
         )
         started = time.perf_counter()
         try:
@@ -180,6 +192,17 @@ class AgentClient:
     async def extensions(self) -> ExtensionClient:
         """The agent's `urn:agentenv:*` extension operations, as its card declares them."""
         return ExtensionClient(self.http, self.url, await self.card())
+
+
+def a2a_part(part: JsonObject) -> Part:
+    """A file or data part of the framework's JSON shape (`{"kind": "file", "file": {"uri"|"bytes", ...}}`)."""
+    if part["kind"] == "data":
+        return new_data_part(part["data"])
+    file = part["file"]
+    name, media_type = file.get("name"), file.get("mimeType")
+    if file.get("uri"):
+        return new_url_part(file["uri"], media_type, name)
+    return new_raw_part(base64.b64decode(file["bytes"]), media_type, name)
 
 
 def _transient(cause: BaseException | None) -> bool:
@@ -238,6 +261,8 @@ async def ask_deployed(
     deadline_s: float,
     context_id: str,
     message_id: str,
+    attachments: Sequence[JsonObject] = (),
+    prompt_settings: JsonObject | None = None,
     **context: Any,
 ) -> AgentReply:
     """One turn of an agent a run deployed (`who`: its deploy_agent step's outputs), answered once per
@@ -251,11 +276,17 @@ async def ask_deployed(
         "deadline_s": deadline_s,
         "turn": turn,
         **context,
+        **({"settings": prompt_settings} if prompt_settings else {}),  # the prompt's own (Turn.settings)
     }
     if who.get("env"):
         context.update(mcp_url=who["mcp_url"], token=await gateway.token(who["env"], who["name"]))
 
     with telemetry.span(f"agent turn {who['name']}", agent=who["name"], turn=turn, hosted=bool(who["hosted"])):
         return await agent_client(settings, who["url"], hosted=who["hosted"]).ask(
-            prompt, context, context_id=context_id, message_id=message_id, deadline_s=deadline_s
+            prompt,
+            context,
+            context_id=context_id,
+            message_id=message_id,
+            deadline_s=deadline_s,
+            attachments=attachments,
         )

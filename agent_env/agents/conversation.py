@@ -7,11 +7,12 @@ deterministic and light: pydantic and spec models only (no HTTP client, no A2A, 
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from agent_env.spec.duration import Duration
 from agent_env.spec.named_steps import FrameworkName
@@ -41,26 +42,93 @@ class Conversation(_Config):
     partner_prompt: str = Field("", description="instructions for the partner (its system prompt)")
 
 
-_HOW_IT_RUNS = "how the agent works (model, harness, its tools, its turns) is its agent.toml's, not the prompt's"
 _PARTNER = "an agent that plays the user is a `conversation` here: {partner: a deploy_agent step, max_turns}"
+# litellm's call arguments the framework sets itself (its ModelParam): a prompt's model_params may not set them
+RESERVED_MODEL_PARAMS = frozenset(
+    ("model", "messages", "api_key", "api_base", "user", "metadata", "timeout", "response_format")
+)
 
 
-class PromptAgentConfig(_Config):
+class OutputFormat(_Config):
+    """The answer's shape: one JSON object matching `schema` (the framework's `{"type": "json_schema", ...}`)."""
+
+    type: Literal["json_schema"] = "json_schema"
+    schema_: dict[str, JsonValue] = Field(
+        alias="schema", description="a JSON Schema the answer's JSON object must match"
+    )
+
+
+class PromptSettings(_Config):
+    """How the agent works on this prompt, sent with each of its turns (the `settings` of its `agentenv` data
+    part); agent-env's built-in agents follow them, an agent of yours may. Unset: the agent's own."""
+
+    model: str | None = Field(None, max_length=200, description="the model to answer with")
+    model_params: dict[str, JsonValue] | None = Field(None, description="the model call's parameters, e.g. temperature")
+    effort: str | None = Field(None, pattern=r"^[a-z]{1,20}$", description="reasoning effort: low, medium, high...")
+    max_turns: int | None = Field(None, ge=1, le=1000, description="the agent's model calls per turn at most")
+    max_thinking_tokens: int | None = Field(None, ge=1, le=1_000_000, description="its thinking budget per call")
+    output_format: OutputFormat | None = Field(None, description="checked on the answer, in the step's outputs")
+
+    @field_validator("model_params")
+    @classmethod
+    def _params(cls, params: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
+        if params and (reserved := sorted(set(params) & RESERVED_MODEL_PARAMS)):
+            raise ValueError(f"model_params may not set {reserved}: agent-env sets them on the call")
+        if params and json_size(params) > MAX_SETTINGS_BYTES:
+            raise ValueError(f"model_params is over {MAX_SETTINGS_BYTES} bytes of JSON")
+        return params
+
+    def sent(self) -> dict[str, JsonValue]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, include=set(PromptSettings.model_fields))
+
+
+MAX_SETTINGS_BYTES = 16_000
+MAX_PARTS, MAX_PARTS_BYTES = 32, 256_000  # a prompt's parts are in the run's history
+
+
+class FileContent(_Config):
+    uri: str | None = Field(None, max_length=2000)
+    bytes: Annotated[str | None, AfterValidator(_base64)] = Field(None, description="base64")
+    name: str | None = Field(None, max_length=200)
+    mimeType: str | None = Field(None, max_length=200)
+
+
+def _base64(value: str | None) -> str | None:
+    if value is not None:
+        binascii.a2b_base64(value, strict_mode=True)  # (binascii.Error is a ValueError: pydantic reports it)
+    return value
+
+
+class Part(_Config):
+    """One part of an A2A message (the framework's `parts`): `text`, `file` (a URI or base64 bytes) or `data`."""
+
+    kind: Literal["text", "file", "data"]
+    text: str | None = None
+    file: FileContent | None = None
+    data: dict[str, JsonValue] | None = None
+    metadata: dict[str, JsonValue] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Part:
+        if getattr(self, self.kind) is None:
+            raise ValueError(f"a {self.kind} part has `{self.kind}`")
+        if self.kind == "file" and (self.file is None or (self.file.uri is None) == (self.file.bytes is None)):
+            raise ValueError("a file part's `file` has one of `uri` or `bytes`")
+        return self
+
+
+class PromptAgentConfig(PromptSettings):
     # The framework's fields (agent_env.planning.framework_fields; as agent_env.steps.StepConfig declares them)
     framework_names: ClassVar[Mapping[str, tuple[str, FrameworkName]]] = {
         "agent_name": ("agent", "agent_step"),
         "timeout_seconds": ("turn_deadline", "same"),
     }
     refused_fields: ClassVar[Mapping[str, str]] = {
-        "parts": "a prompt here is text: write it in `prompt`",
-        **dict.fromkeys(
-            ("model", "model_params", "max_turns", "max_thinking_tokens", "effort", "harness", "output_format"),
-            _HOW_IT_RUNS,
-        ),
-        "agentenv_tools": _HOW_IT_RUNS,
-        "context_id": "each prompt_agent step is a conversation of its own (deploy_agent restores one from a snapshot)",
+        "harness": "an agent's harness is its agent record's (llm, cli preset, a2a): deploy_agent sets it, a "
+        "prompt cannot switch it",
+        "agentenv_tools": "the tools an agent sees are its role's in the environment (the env record's roles); a "
+        "prompt adds none",
         "live_trajectory": "the gateway records the trajectory as the calls happen, always",
-        "poll_interval_seconds": "the step waits on the agent's answer over A2A; there is no polling to tune",
         "snapshot_config": "snapshot the agent after the prompt with a snapshot_agent_state step",
         "trajectory_output_prefix": "the run keeps transcripts and trajectories in its own folder of the object store",
         **dict.fromkeys(
@@ -76,11 +144,37 @@ class PromptAgentConfig(_Config):
         ),
     }
 
+    @model_validator(mode="before")
+    @classmethod
+    def _text_of_parts(cls, data: Any) -> Any:
+        """Given `parts` (and no `prompt`), the prompt is their text; the other parts go with it."""
+        if isinstance(data, dict) and isinstance(parts := data.get("parts"), list):
+            if data.get("prompt") is not None:
+                raise ValueError("give `prompt` or `parts`, not both")
+            if json_size(parts) > MAX_PARTS_BYTES:
+                raise ValueError(f"parts are over {MAX_PARTS_BYTES} bytes of JSON: give large files by `uri`")
+            texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            data = {**data, "prompt": "\n\n".join(texts) or "(see the attached parts)"}
+        return data
+
+    def attachments(self) -> list[dict[str, JsonValue]]:
+        """The parts sent beside the prompt's text (files, data)."""
+        return [p.model_dump(mode="json", exclude_none=True) for p in self.parts or () if p.kind != "text"]
+
     agent: str = Field(description="the deploy_agent step of the agent to prompt")
     prompt_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$", description="what verifiers name this prompt by (default: its id)"
     )
     prompt: str = Field(min_length=1, description="the task (or, in a conversation, the partner's first message)")
+    parts: list[Part] | None = Field(
+        None, max_length=MAX_PARTS, description="instead of `prompt`: the message as A2A parts (text, file, data)"
+    )
+    context_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$", description="continue the earlier prompts' conversation of this id"
+    )
+    poll_interval_seconds: float | None = Field(
+        None, ge=0, description="the framework's; unused: the step waits on the agent's A2A answer, it does not poll"
+    )
     system_prompt: str | None = Field(None, description="default: the agent's own")
     conversation: Conversation | None = None
     turn_deadline: Duration = Field(timedelta(minutes=5), description="how long one answer may take")
@@ -100,9 +194,15 @@ def played_by_trainer(config: PlannedConfig) -> bool:
 
 def opening(config: PromptAgentConfig) -> dict[str, Any]:
     """The first message: the task, or in a conversation, the partner's opening line."""
+    attached = {"attachments": config.attachments()} if config.parts else {}  # its file and data parts, if any
     if config.conversation:
-        return {"side": "partner", "speaker": config.partner_deployed.get("name", "partner"), "text": config.prompt}
-    return {"side": "user", "speaker": "run", "text": config.prompt}
+        return {
+            "side": "partner",
+            "speaker": config.partner_deployed.get("name", "partner"),
+            "text": config.prompt,
+            **attached,
+        }
+    return {"side": "user", "speaker": "run", "text": config.prompt, **attached}
 
 
 def agent_turns(transcript: list[dict[str, Any]]) -> int:

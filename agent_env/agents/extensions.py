@@ -33,6 +33,7 @@ from agent_env.agents.extension_table import (  # noqa: F401 - ENDPOINTS and the
 )
 from agent_env.agents.transfer_serving import trajectory_to_object
 from agent_env.config import url_origin
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.spec.agent import InlineSkill  # skill-config/v1 add, inline variant: the record's shape is the wire's
 
 CONFIGURING = (MCP_CONFIG, AGENT_CONFIG, SKILL_CONFIG, TRAJECTORY)  # the ones a run uses, in this order
@@ -134,6 +135,17 @@ class ExtensionClient:
                 self._check(await self.call(SKILL_CONFIG, "add", "POST", skill), SKILL_CONFIG)
             done.append(SKILL_CONFIG)
         return done
+
+    async def set_listed(self, fields: JsonObject) -> list[str]:
+        """agent-config/v1 set of those `fields` its card lists as taken (as the reference framework negotiates a
+        prompt's model, effort...: an agent is sent only what it says it takes). Returns the names set."""
+        params = self.extensions.get(AGENT_CONFIG) or {}
+        request = ((params.get("methods") or {}).get("set") or {}).get("request") or {}
+        listed = {f for k in ("supported", "required", "optional") for f in request.get(k) or [] if isinstance(f, str)}
+        taken = {k: v for k, v in fields.items() if k in listed}
+        if taken:
+            self._check(await self.call(AGENT_CONFIG, "set", "POST", _Config.model_validate(taken)), AGENT_CONFIG)
+        return sorted(taken)
 
     async def trajectory(self, task_id: str) -> Any:
         """The agent's trajectory of one ended task (None if it kept none: a 404)."""

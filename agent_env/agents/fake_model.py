@@ -238,10 +238,13 @@ def _tokens(value: Any) -> int:
 class FakeModel:
     """The server's state: the scripts it plays, its key, the requests a scripted 429 has refused once."""
 
-    def __init__(self, scripts: Scripts, api_key: str | None, usage_log: list[Usage] | None) -> None:
+    def __init__(
+        self, scripts: Scripts, api_key: str | None, usage_log: list[Usage] | None, request_log: list[Wire] | None
+    ) -> None:
         self.scripts = scripts
         self.api_key = api_key
         self.usage_log = usage_log
+        self.request_log = request_log
         self.seen: set[str] = set()
 
     async def answer(
@@ -285,6 +288,13 @@ class FakeModel:
             return {"role": "assistant", "content": None, "tool_calls": [call]}
         return {"role": "assistant", "content": step["say"].replace("${seed}", str(seed))}
 
+    def logged(self, body: Wire) -> None:
+        """Keep a request's settings (all but the conversation and the tools): what a test checks reached it."""
+        if self.request_log is not None:
+            self.request_log.append(
+                {k: v for k, v in body.items() if k not in ("messages", "input", "tools", "system")}
+            )
+
     def counted(self, model: str, asked: Any, said: Message) -> tuple[int, int]:
         used = _tokens(asked), _tokens(said)
         if self.usage_log is not None:
@@ -317,6 +327,7 @@ async def asked(request: Request) -> tuple[Wire, bytes]:
     body = http_app.parse_json(raw)
     if not isinstance(body, dict):
         raise http_app.Refused(400, "the body must be a JSON object")
+    request.app.state.fake.logged(body)
     return body, raw
 
 
@@ -387,12 +398,14 @@ def create_app(
     api_key: str | None = None,
     host_names: tuple[str, ...] = (),
     usage_log: list[Usage] | None = None,
+    request_log: list[Wire] | None = None,
 ) -> HostGuard:
     """`api_key`: when given, requests must carry it (as real endpoints require theirs). Behind HostGuard:
     a web page the user visits cannot drive it (DNS rebinding, cross-site posts); `host_names`: names it
-    answers for besides loopback names and IP literals. `usage_log`: each answer's reported usage is appended."""
+    answers for besides loopback names and IP literals. `usage_log`: each answer's reported usage is appended;
+    `request_log`: each request's settings (its body but the conversation and tools)."""
     app = http_app.create("agent-env fake model", handlers={http_app.Refused: _refused})
-    app.state.fake = FakeModel(scripts, api_key, usage_log)
+    app.state.fake = FakeModel(scripts, api_key, usage_log, request_log)
     app.include_router(router)
     app.add_api_route("/v1/models", models, methods=["GET"])
     return HostGuard(names=host_names, app=app)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_env.agents import usage
-from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
+from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall, Tuning
 from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
@@ -17,7 +17,7 @@ __all__ = ["ChatModel", "ChatReply", "ModelError", "ToolCall", "Endpoints", "che
 
 
 class ChatModel:
-    def __init__(self, config: ModelSettings, api_key: str | None) -> None:
+    def __init__(self, config: ModelSettings, api_key: str | None, tuning: Tuning | None = None) -> None:
         if not config.base_url or not config.model:
             raise BadInput(
                 "no model endpoint is configured for this purpose",
@@ -26,7 +26,7 @@ class ChatModel:
             )
         from agent_env.agents.model_providers import open_provider
 
-        self.config = config
+        self.config, self.tuning = config, tuning
         self.usage: usage.Usage = {}  # this model's calls so far, per model name
         self._provider = open_provider(config, api_key)
 
@@ -42,7 +42,9 @@ class ChatModel:
         user: str | None = None,
         seed: int | None = None,
     ) -> ChatReply:
-        reply = await self._provider.complete(messages, tools, response_json=response_json, user=user, seed=seed)
+        reply = await self._provider.complete(
+            messages, tools, response_json=response_json, user=user, seed=seed, tuning=self.tuning
+        )
         usage.add(self.usage, reply.model or self.config.model or "", reply.input_tokens, reply.output_tokens)
         return reply
 
@@ -68,14 +70,21 @@ class Endpoints:
     def __init__(self, configs: dict[str, ModelSettings], keys: dict[str, str | None]) -> None:
         self.configs, self.keys = configs, keys
 
-    def open(self, purpose: str) -> ChatModel:
+    def open(self, purpose: str, settings: Wire | None = None) -> ChatModel:
+        """`settings`: a prompt's (PromptSettings, as its turn brought them): its model and parameters for these
+        calls. The endpoint stays the configured one (and its key with it): a prompt names a model, not a URL."""
         config = self.configs.get(purpose)
         if config is None:
             raise BadInput(
                 f"this agent was deployed without a model endpoint for {purpose!r}",
                 "redeploy it: deploy_agent pins the endpoints a model-driven agent needs",
             )
-        return ChatModel(config, self.keys.get(purpose))
+        if not settings:
+            return ChatModel(config, self.keys.get(purpose))
+        params = dict(settings.get("model_params") or {})
+        own = {k: params.pop(k) for k in ("temperature", "max_tokens") if k in params}  # the endpoint's own fields
+        tuning = Tuning(settings.get("effort"), settings.get("max_thinking_tokens"), params)
+        return ChatModel(config.overridden({"model": settings.get("model"), **own}), self.keys.get(purpose), tuning)
 
 
 def check_endpoint(config: ModelSettings, purpose: str, secrets) -> None:

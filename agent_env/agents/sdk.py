@@ -22,11 +22,14 @@ its own), every field in `turn.config`; a `name` or `description` set there rena
 
 Each turn arrives as an A2A message: the prompt as text, and a data part `{"agentenv": {...}}` with the
 system prompt, the environment's MCP URL and this agent's role token, its role and name, the run and
-its seed, its config and the conversation so far (so agents need keep no state).
+its seed, its config and the conversation so far (so agents need keep no state), and the prompt's own settings when
+it gives some (`turn.settings`: model, model_params, effort, max_turns, max_thinking_tokens, output_format); a
+prompt's file and data parts come beside it (`turn.attachments`).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import uuid
@@ -91,6 +94,10 @@ class Turn:
     trajectory: list[dict[str, Any]] = field(default_factory=list)  # this turn's tool calls, for trajectory/v1
     peers: list[PeerListed] = field(default_factory=list)  # set through peer-agents/v1: name, url, description
     served: ServedExtensions | None = field(default=None, repr=False)
+    # The prompt's own settings (agent_env.agents.conversation.PromptSettings: model, model_params, effort, max_turns,
+    # max_thinking_tokens, output_format), where the run gave them; and its parts beside the text (files, data).
+    settings: JsonObject = field(default_factory=dict)
+    attachments: list[JsonObject] = field(default_factory=list)
 
     def attribution(self) -> dict[str, str]:
         """What to send with a model call to attribute its cost (the run, the agent); attribution-probe/v1
@@ -207,6 +214,7 @@ def turn_from_message(message, context_id: str) -> Turn:
         prompt=get_message_text(message),
         context_id=context_id,
         message_id=message.message_id,
+        attachments=attachments_of(message.parts),
         **{
             k: env[k]
             for k in (
@@ -224,7 +232,25 @@ def turn_from_message(message, context_id: str) -> Turn:
             )
             if env.get(k) is not None
         },
+        # a data part holds numbers as doubles: a prompt's max_turns or token budget reads 2048, not 2048.0
+        settings=_whole(env.get("settings") or {}),
     )
+
+
+def attachments_of(parts) -> list[JsonObject]:
+    """A message's file and data parts (not its `agentenv` part) in the framework's JSON shape."""
+    out: list[JsonObject] = []
+    for part in parts:
+        named = {k: v for k, v in (("name", part.filename), ("mimeType", part.media_type)) if v}
+        if part.HasField("url"):
+            out.append({"kind": "file", "file": {"uri": part.url, **named}})
+        elif part.HasField("raw"):
+            out.append({"kind": "file", "file": {"bytes": base64.b64encode(part.raw).decode(), **named}})
+        elif part.HasField("data"):
+            data = _whole(get_data_parts([part])[0])
+            if not (isinstance(data, dict) and KEY in data):
+                out.append({"kind": "data", "data": data})
+    return out
 
 
 class _Executor(AgentExecutor):

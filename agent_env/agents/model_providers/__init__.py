@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Protocol
 
-from agent_env.agents.model_providers.reply import ChatReply
+from agent_env.agents.model_providers.reply import ChatReply, Tuning
 from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
@@ -26,6 +26,7 @@ class ModelProvider(Protocol):
         response_json: bool,
         user: str | None,
         seed: int | None,
+        tuning: Tuning | None = None,
     ) -> ChatReply: ...
 
 

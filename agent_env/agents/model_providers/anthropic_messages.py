@@ -11,7 +11,7 @@ import anthropic
 
 from agent_env.agents.model_providers.clients import NO_KEY, shared
 from agent_env.agents.model_providers.errors import explained
-from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
+from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall, Tuning
 from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 
@@ -83,8 +83,16 @@ class AnthropicMessages:
         response_json: bool,
         user: str | None,
         seed: int | None,  # Messages has no seed
+        tuning: Tuning | None = None,
     ) -> ChatReply:
         system, converted = as_messages(messages)
+        max_tokens = self.config.max_tokens
+        body: Wire = dict(tuning.params) if tuning is not None else {}
+        if tuning is not None and tuning.effort:
+            body["output_config"] = {"effort": tuning.effort}
+        if tuning is not None and tuning.thinking_tokens:
+            body["thinking"] = {"type": "enabled", "budget_tokens": tuning.thinking_tokens}
+            max_tokens = max(max_tokens, tuning.thinking_tokens + 1024)  # the budget must be below max_tokens
         if response_json:
             system = f"{system}\n\n{JSON_ONLY}".strip()
         extra: Wire = {}
@@ -94,11 +102,13 @@ class AnthropicMessages:
             extra["metadata"] = {"user_id": user}  # who is asking; the local fake picks its script by it
         if tools:
             extra["tools"] = as_tools(tools)
+        if body:
+            extra["extra_body"] = body
         try:
             response = await client(self.config, self.api_key).messages.create(
                 model=self.config.model or "",
                 messages=converted,  # type: ignore[arg-type]  # Messages blocks as built above
-                max_tokens=self.config.max_tokens,  # (no temperature: the Messages API of SDK 2.x takes none)
+                max_tokens=max_tokens,  # (no temperature: the Messages API of SDK 2.x takes none)
                 **extra,
             )
         except anthropic.AnthropicError as e:

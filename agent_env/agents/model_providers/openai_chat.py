@@ -8,7 +8,7 @@ import openai
 
 from agent_env.agents.model_providers.clients import NO_KEY, shared
 from agent_env.agents.model_providers.errors import explained
-from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
+from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall, Tuning
 from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 
@@ -40,8 +40,11 @@ class OpenAIChat:
         response_json: bool,
         user: str | None,
         seed: int | None,
+        tuning: Tuning | None = None,
     ) -> ChatReply:
         extra: Wire = {}
+        if tuning is not None:
+            extra.update(tuned(tuning))
         if user:
             extra["user"] = user  # who is asking (the standard field); the local fake picks its script by it
         if tools:
@@ -76,3 +79,15 @@ class OpenAIChat:
             usage.prompt_tokens if usage else 0,
             usage.completion_tokens if usage else 0,
         )
+
+
+def tuned(tuning: Tuning) -> Wire:
+    """A prompt's tuning as chat completions arguments: `reasoning_effort`; the thinking budget as LiteLLM and the
+    Anthropic-compatible servers read it; the other parameters in the body as given."""
+    body: Wire = dict(tuning.params)
+    if tuning.thinking_tokens:
+        body["thinking"] = {"type": "enabled", "budget_tokens": tuning.thinking_tokens}
+    extra: Wire = {"extra_body": body} if body else {}
+    if tuning.effort:
+        extra["reasoning_effort"] = tuning.effort
+    return extra

@@ -9,7 +9,7 @@ import openai
 
 from agent_env.agents.model_providers.errors import explained
 from agent_env.agents.model_providers.openai_chat import client
-from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall
+from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCall, Tuning
 from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 
@@ -53,9 +53,14 @@ class OpenAIResponses:
         response_json: bool,
         user: str | None,
         seed: int | None,  # the Responses API has no seed
+        tuning: Tuning | None = None,  # (no thinking budget in the Responses API: its effort is the knob)
     ) -> ChatReply:
         instructions, items = as_input(messages)
         extra: Wire = {}
+        if tuning is not None and tuning.params:
+            extra["extra_body"] = dict(tuning.params)
+        if tuning is not None and tuning.effort:
+            extra["reasoning"] = {"effort": tuning.effort}
         if instructions:
             extra["instructions"] = instructions
         if user:

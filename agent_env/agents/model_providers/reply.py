@@ -25,3 +25,13 @@ class ChatReply:
     model: str = ""  # the model that answered, as the endpoint names it
     input_tokens: int = 0
     output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A prompt's settings for its model calls beyond the endpoint's own (agent_env.agents.conversation
+    PromptSettings): each provider sends them its API's way."""
+
+    effort: str | None = None  # reasoning effort
+    thinking_tokens: int | None = None  # the thinking budget
+    params: Wire = field(default_factory=dict)  # further body parameters, sent as given (top_p, stop...)

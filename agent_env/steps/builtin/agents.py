@@ -11,8 +11,12 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]  # (it comes with mcp)
+from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+
 from agent_env.agents.conversation import (  # noqa: F401 - StopWhen, Conversation, tail: imported from here too
     Conversation,
+    OutputFormat,
     PromptAgentConfig,
     StopWhen,
     agent_turns,
@@ -25,6 +29,8 @@ from agent_env.agents.conversation import (  # noqa: F401 - StopWhen, Conversati
     turn_number,
 )
 from agent_env.agents.extension_ops import TRIGGERS
+from agent_env.agents.extension_table import AGENT_CONFIG
+from agent_env.agents.extensions import ExtensionClient, ExtensionRefused
 from agent_env.agents.usage import summed
 from agent_env.spec.run import PlannedConfig
 from agent_env.spec.templates import ref
@@ -110,13 +116,21 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
     if agent.get("trainer") or partner.get("trainer"):
         raise StepFailed("a trainer plays this agent: its turns are offered by the run (start it as an episode)")
     gateway = await ctx.gateway()
+    configured: list[str] = []
+    if config.sent() and AGENT_CONFIG in agent.get("extensions", ()):
+        client = await agent_client(ctx.settings, agent["url"], hosted=bool(agent.get("hosted"))).extensions()
+        configured = await configure_listed(client, config.sent())
     marks = await trajectory_marks(gateway, agent, partner)
     deadline = config.turn_deadline.total_seconds()
     transcript: list[dict[str, Any]] = [opening(config)]
+    # `context_id`: the earlier prompts of that conversation are what this one's turns see said before
+    earlier = await earlier_in_context(ctx.stores, ctx.run_id, config.context_id, ctx.step_id)
     started = time.perf_counter()
 
     async def finish(timed_out: str | None) -> dict[str, Any]:
-        return await finish_prompt(
+        if config.context_id:
+            await keep_in_context(ctx.stores, ctx.run_id, config.context_id, ctx.step_id, earlier, transcript)
+        outputs = await finish_prompt(
             ctx.stores,
             gateway,
             ctx.run_id,
@@ -128,6 +142,8 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
             timed_out,
             time.perf_counter() - started,
         )
+        checked = shape_check(outputs["answer"], config.output_format) if config.output_format else {}
+        return outputs | checked | ({"configured": configured} if configured else {})
 
     timed_out = None
     try:
@@ -154,12 +170,15 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
                 gateway,
                 who,
                 side=side,
-                transcript=transcript,
+                transcript=earlier + transcript,
                 run_id=ctx.run_id,
                 step_id=ctx.step_id,
                 system_prompt=system_prompt_for(config, side),
                 deadline=deadline,
                 seed=config.seed,
+                turn=turn_number(transcript, side),
+                conversation_id=config.context_id,
+                prompt_settings=config.sent() if side == "agent" else None,
             )
             transcript.append(entry)
             if reply.failed:
@@ -187,28 +206,35 @@ async def ask(
     deadline: float,
     seed: int | None = None,
     turn: int | None = None,
+    conversation_id: str | None = None,
+    prompt_settings: JsonObject | None = None,
 ) -> tuple[JsonObject, AgentReply]:
     """One turn of a hosted or A2A agent: it answers the transcript's last message. Returns (entry, reply);
     raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline.
-    `turn`: the side's turn number, when `transcript` is only the conversation's tail."""
+    `turn`: the side's turn number, when `transcript` is only the conversation's tail (or begins with earlier
+    prompts'); `conversation_id`: the A2A context's, when prompts share one (their `context_id`); `prompt_settings`:
+    the prompt's (model, effort... : PromptSettings), sent with the turn."""
     from agent_env.agents.client import AgentReplyInvalid, AgentUnreachable, ask_deployed
 
     turn = turn_number(transcript, side) if turn is None else turn
     context_id = f"{run_id}/{step_id}"
+    said = transcript[-1]
     try:
         reply = await ask_deployed(
             settings,
             gateway,
             who,
-            transcript[-1]["text"],
+            said["text"],
             run_id=run_id,
             turn=turn,
             deadline_s=deadline,
-            context_id=f"{context_id}/{side}",
+            context_id=f"{run_id}/{conversation_id or step_id}/{side}",
             message_id=f"{context_id}/{side}/{turn}",
+            attachments=said.get("attachments", ()),
             system_prompt=system_prompt,
             conversation=conversation_view(transcript, side),
             seed=seed,
+            prompt_settings=prompt_settings,
         )
     except AgentUnreachable as e:
         raise StepFailed(str(e), retryable=True) from None
@@ -238,6 +264,76 @@ async def trajectory_marks(gateway: GatewayClient, agent: dict[str, Any], partne
         if who.get("env") and who["env"] not in marks:
             marks[who["env"]] = await gateway.last_seq(who["env"])
     return marks
+
+
+async def configure_listed(client: ExtensionClient, prompt_settings: JsonObject) -> list[str]:
+    """A prompt's settings also set through the agent's agent-config/v1, those its card lists (the framework's
+    agents read a prompt's model, effort... there, not from the turn). The names set."""
+    try:
+        return await client.set_listed(prompt_settings)
+    except ExtensionRefused as e:
+        raise StepFailed(str(e)) from None
+
+
+def context_key(run_id: str, context_id: str) -> str:
+    """Where the messages of the prompts sharing a `context_id` are kept, in the order they were said."""
+    return f"{keys.transcripts(run_id)}contexts/{context_id}.json"
+
+
+async def earlier_in_context(stores: Stores, run_id: str, context_id: str | None, step_id: str) -> list[JsonObject]:
+    """What the other prompts of this conversation said (none without a `context_id`, or before its first)."""
+    if not context_id or not await stores.aio.objects.exists(context_key(run_id, context_id)):
+        return []
+    kept = json.loads(await stores.aio.objects.get(context_key(run_id, context_id)))
+    return [{k: v for k, v in m.items() if k != "attachments"} for m in kept if m.get("step") != step_id]
+
+
+async def keep_in_context(
+    stores: Stores, run_id: str, context_id: str, step_id: str, earlier: list[JsonObject], said: list[JsonObject]
+) -> None:
+    """The conversation with this prompt's messages after the earlier ones (a retried prompt's replace its own)."""
+    mine = [{**m, "step": step_id} for m in await in_thread(expanded, stores, said)]
+    body = json.dumps(earlier + mine, ensure_ascii=False).encode()
+    await stores.aio.objects.put(context_key(run_id, context_id), body)
+
+
+def shape_check(answer: str, output_format: OutputFormat) -> JsonObject:
+    """The answer's JSON object checked against the prompt's `output_format` schema: the object (None when the
+    answer holds none) and whether it matches, with the first problem when not."""
+    found = last_json_object(answer)
+    problem = None
+    if found is None:
+        problem = "the answer holds no JSON object"
+    else:
+        try:
+            validator = validator_for(output_format.schema_)(output_format.schema_)
+            validator.check_schema(output_format.schema_)
+            error = next(iter(validator.iter_errors(found)), None)
+        except SchemaError as e:
+            error, problem = None, f"the output_format schema is not valid JSON Schema: {e.message}"
+        if error is not None:
+            where = "/".join(map(str, error.absolute_path)) or "(the object)"
+            problem = f"at {where}: {error.message}"[:1000]
+    return {
+        "structured_output": None if found is None else clip(found, MAX_FIELD_BYTES),
+        "output_matches_format": problem is None,
+        "output_format_problem": problem,
+    }
+
+
+def last_json_object(text: str) -> JsonObject | None:
+    """The answer as a JSON object, else the last JSON object written in it (agents put theirs at the end)."""
+    decoder, found, at = json.JSONDecoder(), None, text.find("{")
+    while at != -1:
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except ValueError:
+            at = text.find("{", at + 1)
+            continue
+        if isinstance(value, dict):
+            found = value
+        at = text.find("{", end)
+    return found
 
 
 def _agent_trajectories(transcript: list[dict[str, Any]]) -> list[Any]:
