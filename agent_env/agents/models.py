@@ -68,14 +68,15 @@ class Endpoints:
     def __init__(self, configs: dict[str, ModelSettings], keys: dict[str, str | None]) -> None:
         self.configs, self.keys = configs, keys
 
-    def open(self, purpose: str) -> ChatModel:
+    def open(self, purpose: str, model: str | None = None) -> ChatModel:
+        """`model`: another model of the same endpoint, for a turn that asks for one (its Turn.config)."""
         config = self.configs.get(purpose)
         if config is None:
             raise BadInput(
                 f"this agent was deployed without a model endpoint for {purpose!r}",
                 "redeploy it: deploy_agent pins the endpoints a model-driven agent needs",
             )
-        return ChatModel(config, self.keys.get(purpose))
+        return ChatModel(config.model_copy(update={"model": model}) if model else config, self.keys.get(purpose))
 
 
 def check_endpoint(config: ModelSettings, purpose: str, secrets) -> None:

@@ -133,7 +133,7 @@ def _sides(config: dict[str, Any]) -> set[str]:
 
 def _prompted_sides(config: dict[str, Any]) -> list[str]:
     """The deploy_agent steps a prompt's config prompts: its agent, then its conversation's partner."""
-    partner = (config.get("conversation") or {}).get("partner")
+    partner = (config.get("conversation") or {}).get("partner") or config.get("user_agent")  # (the framework's name)
     return [side for side in (config.get("agent"), partner) if isinstance(side, str)]
 
 
