@@ -154,7 +154,7 @@ async def test_a_user_at_an_a2a_url_plays_the_user_and_gets_no_credential(run_ta
         ("support-bot", "I refunded ORD-1001."),
     ]
     (turn,) = human.turns
-    assert turn.token is None and turn.mcp_url is None and turn.config == {}
+    assert turn.token is None and turn.mcp_url is None and turn.settings == {}
     assert seen and set(seen) == {None}
 
 

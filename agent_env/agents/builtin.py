@@ -32,12 +32,6 @@ def with_skills(system_prompt: str, skills: Sequence[InlineSkill]) -> str:
     return "\n\n".join(filter(None, [system_prompt.strip(), SKILLS_HEADING, *fenced]))
 
 
-def _asked_model(turn: Turn) -> str | None:
-    """The model a turn asks for (a prompt's `user_model`), if it names one."""
-    model = turn.config.get("model")
-    return model if isinstance(model, str) and model else None
-
-
 class ScriptedAgent(Agent):
     """Plays its Nth turn on its Nth prompt (the last one again if asked more). Deterministic."""
 
@@ -75,7 +69,7 @@ class LlmAgent(Agent):
         self.endpoints, self.skills = endpoints, skills
 
     async def answer(self, turn: Turn) -> Answer:
-        model = self.endpoints.open("agent", _asked_model(turn))
+        model = self.endpoints.open("agent", turn.settings)
         messages: list[Wire] = [
             {"role": "system", "content": with_skills(turn.system_prompt or self.config.system_prompt, self.skills)}
         ]
@@ -151,7 +145,7 @@ class PersonaAgent(Agent):
         return self.config.default_reply.replace("${message}", said)
 
     async def _model_answer(self, turn: Turn) -> Answer:
-        model = self.endpoints.open("persona", _asked_model(turn))
+        model = self.endpoints.open("persona", turn.settings)
         try:
             messages = [
                 {

@@ -11,6 +11,7 @@ from agent_env.agents.model_providers.reply import ChatReply, ModelError, ToolCa
 from agent_env.agents.wire import Wire
 from agent_env.config import ModelSettings
 from agent_env.errors import BadInput
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.stores.secrets import PREFIX, MissingSecret, env_var, is_reference
 
 __all__ = ["ChatModel", "ChatReply", "ModelError", "ToolCall", "Endpoints", "check_endpoint", "resolve_key"]
@@ -68,15 +69,18 @@ class Endpoints:
     def __init__(self, configs: dict[str, ModelSettings], keys: dict[str, str | None]) -> None:
         self.configs, self.keys = configs, keys
 
-    def open(self, purpose: str, model: str | None = None) -> ChatModel:
-        """`model`: another model of the same endpoint, for a turn that asks for one (its Turn.config)."""
+    def open(self, purpose: str, settings: JsonObject | None = None) -> ChatModel:
+        """`settings`: a prompt's, as its turn brought them: the model it names answers these calls. The endpoint
+        stays the configured one (and its key with it): a prompt names a model, not a URL."""
         config = self.configs.get(purpose)
         if config is None:
             raise BadInput(
                 f"this agent was deployed without a model endpoint for {purpose!r}",
                 "redeploy it: deploy_agent pins the endpoints a model-driven agent needs",
             )
-        return ChatModel(config.model_copy(update={"model": model}) if model else config, self.keys.get(purpose))
+        model = (settings or {}).get("model")
+        named = config.model_copy(update={"model": model}) if isinstance(model, str) and model else config
+        return ChatModel(named, self.keys.get(purpose))
 
 
 def check_endpoint(config: ModelSettings, purpose: str, secrets) -> None:

@@ -91,6 +91,8 @@ class Turn:
     trajectory: list[dict[str, Any]] = field(default_factory=list)  # this turn's tool calls, for trajectory/v1
     peers: list[PeerListed] = field(default_factory=list)  # set through peer-agents/v1: name, url, description
     served: ServedExtensions | None = field(default=None, repr=False)
+    # The prompt's own settings (its model, the format it asks the answer in...), where the run gave them.
+    settings: JsonObject = field(default_factory=dict)
 
     def attribution(self) -> dict[str, str]:
         """What to send with a model call to attribute its cost (the run, the agent); attribution-probe/v1
@@ -221,6 +223,7 @@ def turn_from_message(message, context_id: str) -> Turn:
                 "deadline_s",
                 "turn",
                 "seed",
+                "settings",
             )
             if env.get(k) is not None
         },

@@ -189,7 +189,7 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
                     system_prompt=system_prompt_for(config, side),
                     deadline=walks_away.total_seconds() if walks_away else deadline,
                     seed=config.seed,
-                    turn_config=partner_turn_config(rules) if rules else None,
+                    prompt_settings=partner_settings(rules) if rules else None,
                 )
             except AgentTimedOut as e:
                 if walks_away is None:
@@ -230,7 +230,7 @@ async def ask(
     deadline: float,
     seed: int | None = None,
     turn: int | None = None,
-    turn_config: dict[str, object] | None = None,
+    prompt_settings: JsonObject | None = None,
 ) -> tuple[JsonObject, AgentReply]:
     """One turn of a hosted or A2A agent: it answers the transcript's last message. Returns (entry, reply);
     raises StepFailed for agents that cannot be reached or answer nonsense, AgentTimedOut past the deadline.
@@ -253,7 +253,7 @@ async def ask(
             system_prompt=system_prompt,
             conversation=conversation_view(transcript, side),
             seed=seed,
-            **({"config": turn_config} if turn_config else {}),
+            **({"settings": prompt_settings} if prompt_settings else {}),
         )
     except AgentUnreachable as e:
         raise StepFailed(str(e), retryable=True) from None
@@ -276,9 +276,9 @@ async def ask(
     return entry, reply
 
 
-def partner_turn_config(talk: Conversation) -> dict[str, object]:
-    """What the partner's turns carry for this conversation (its Turn.config): the model it answers with, the
-    format it is asked to answer in."""
+def partner_settings(talk: Conversation) -> JsonObject:
+    """What the partner's turns carry for this conversation (their `settings`, as a prompt's are sent to its agent):
+    the model it answers with, the format it is asked to answer in."""
     config = {"model": talk.partner_model, "output_format": talk.partner_output_format}
     return {k: v for k, v in config.items() if v is not None}
 
