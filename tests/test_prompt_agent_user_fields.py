@@ -9,6 +9,7 @@ import json
 import pytest
 from starlette.applications import Starlette
 from test_agents import serving
+from test_object_transfers import Notes, trusting  # noqa: F401 - the fixture
 
 from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
 from agent_env.errors import BadInput
@@ -169,10 +170,33 @@ async def test_a_user_at_an_a2a_url_plays_the_user_and_gets_no_credential(run_ta
             {"user_agent_name": "nobody", "max_conversation_turns": 2},
             "user_agent_name: step 'talk': agent_name 'nobody' names no deploy_agent step",
         ),
-        ({"snapshot_config": {"per_turn": True}}, "is not supported here: the agent's state is not captured"),
+        ({"snapshot_config": {"interval_seconds": 30}}, "snapshots on a timer (interval_seconds) are not taken here"),
+        ({"snapshot_config": {"at_end": False}}, "no snapshot is ever taken"),
     ],
 )
 def test_what_the_fields_cannot_be_is_said_at_the_field(fields, expected):
     with pytest.raises(BadInput) as e:
         parse_task(talk(**fields), "test task")
     assert expected in e.value.problem
+
+
+async def test_snapshot_config_saves_the_agents_state_per_turn_and_at_the_end(run_task, settings, trusting):  # noqa: F811
+    """snapshot_config: the prompted agent (ours, serving snapshot/v1) saves its state of the prompt after each turn
+    the user answers and when the prompt ends, as run snapshots the step's outputs list."""
+    notes, app = Notes(), Starlette()
+    async with serving(app) as url:
+        routes, handler = a2a_routes(notes, url + "/", extensions=True)
+        app.router.routes.extend(routes)
+        task = talk(
+            user=dana(), user_agent_name="dana-sim", max_conversation_turns=2, snapshot_config={"per_turn": True}
+        )
+        task["steps"][1]["config"]["record"] = {"name": "support", "type": "a2a", "config": {"url": url + "/"}}
+        state = await run_task(task)
+        await handler.aclose()
+    assert state.status is RunStatus.PASSED, state.error or state
+    shots = state.steps["talk"].outputs["snapshots"]
+    prefix = f"runs/{state.run_id}/agent_snapshots/talk"
+    assert [(s["at"], s["snapshot"]) for s in shots] == [("turn-1", f"{prefix}.turn-1/"), ("end", f"{prefix}.end/")]
+    objects = open_stores(settings).objects
+    kept = [json.loads(objects.get(s["objects"]["trajectory"])) for s in shots]
+    assert kept == [["I was charged twice!"], ["I was charged twice!", "Hello?"]]

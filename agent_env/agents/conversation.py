@@ -89,6 +89,27 @@ class Conversation(_Config):
         return self
 
 
+class PromptSnapshots(_Config):
+    """The framework's snapshot_config: the prompted agent's state saved (snapshot/v1) while the prompt runs."""
+
+    at_end: bool = Field(True, description="when the prompt ends")
+    per_turn: bool = Field(False, description="after each of the agent's turns that the user answers")
+    max_snapshots: int = Field(24, ge=1, le=200, description="the per-turn ones at most")
+    timeout_seconds: float = Field(300, gt=0, le=3600, description="how long the agent may take to save")
+    interval_seconds: float | None = Field(None, description="refused: not on a timer, per turn instead")
+    env_id: str | None = Field(None, description="refused: snapshot an env with a snapshot_env step")
+
+    @model_validator(mode="after")
+    def _captures(self) -> PromptSnapshots:
+        if self.interval_seconds:
+            raise ValueError("snapshots on a timer (interval_seconds) are not taken here: set per_turn instead")
+        if self.env_id is not None:
+            raise ValueError("env_id: an environment's state is saved by a snapshot_env step, not by the prompt")
+        if not (self.at_end or self.per_turn):
+            raise ValueError("with at_end false and per_turn false no snapshot is ever taken")
+        return self
+
+
 class FrameworkUser(_Config):
     """The framework's user-simulator fields, taken as a `conversation` (one mechanism; `as_conversation`)."""
 
@@ -111,6 +132,7 @@ class FrameworkUser(_Config):
     user_agent_timeout_seconds: float | None = Field(None, gt=0, le=86_400, description="conversation.partner_deadline")
     user_model: str | None = Field(None, pattern=MODEL_NAME, description="conversation.partner_model")
     user_output_format: dict[str, object] | None = Field(None, description="conversation.partner_output_format")
+    snapshot_config: PromptSnapshots | None = Field(None, description="save the agent's state as the prompt runs")
     live_trajectory: bool = Field(False, description="taken: the run records each call as it happens, always")
     trajectory_output_prefix: str | None = Field(
         None,
@@ -160,8 +182,6 @@ class PromptAgentConfig(FrameworkUser):
         "agentenv_tools": _HOW_IT_RUNS,
         "context_id": "each prompt_agent step is a conversation of its own (deploy_agent restores one from a snapshot)",
         "poll_interval_seconds": "the step waits on the agent's answer over A2A; there is no polling to tune",
-        "snapshot_config": "the agent's state is not captured while a prompt runs (on a timer or per turn): "
-        "capture it after the prompt with a snapshot_agent_state step",
     }
 
     agent: str = Field(description="the deploy_agent step of the agent to prompt")

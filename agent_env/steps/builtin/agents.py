@@ -32,6 +32,7 @@ from agent_env.spec.templates import ref
 from agent_env.spec.world_state import MAX_FIELD_BYTES, clip
 from agent_env.steps import PlanContext, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.agent_extensions import partner_decision
+from agent_env.steps.builtin.agent_state import capture_state
 from agent_env.stores import in_thread, keys
 
 if TYPE_CHECKING:
@@ -155,10 +156,13 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
             also_under=config.trajectory_output_prefix,
         )
 
-    timed_out = None
+    timed_out, shots = None, config.snapshot_config
+    taken: list[JsonObject] = []  # the agent's state saved as the prompt runs (snapshot_config)
     try:
         while (side := next_side(config, transcript)) is not None:
             who = agent if side == "agent" else partner
+            if side == "partner" and shots and shots.per_turn and len(taken) < shots.max_snapshots:
+                taken.append(await snapshot(ctx, agent, f"turn-{agent_turns(transcript)}", shots.timeout_seconds))
             if side == "partner" and TRIGGERS in who.get("extensions", ()):  # its rules may answer for it
                 client = await agent_client(ctx.settings, who["url"], hosted=bool(who.get("hosted"))).extensions()
                 decision = await partner_decision(
@@ -213,8 +217,21 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
         if config.on_timeout == "fail":
             await finish(timed_out)
             raise StepFailed(timed_out) from None
-    outputs = await finish(timed_out)
+    if shots and shots.at_end:
+        taken.append(final := await snapshot(ctx, agent, "end", shots.timeout_seconds))
+    outputs = await finish(timed_out) | ({"snapshots": taken} if shots else {})
+    if shots and shots.at_end and "error" in final:  # the framework's rule: the prompt's last point is its grade
+        raise StepFailed(f"the snapshot at the prompt's end was not taken: {final['error']}")
     return StepResult(outputs=outputs, score=timeout_score(timed_out))
+
+
+async def snapshot(ctx: StepContext, agent: JsonObject, at: str, timeout: float) -> JsonObject:
+    """The agent's state of this prompt saved (snapshot_config) as the run's snapshot STEP.AT; or why not."""
+    try:
+        saved = await capture_state(ctx, agent, f"{ctx.run_id}/{ctx.step_id}/agent", f"{ctx.step_id}.{at}", timeout)
+    except StepFailed as e:
+        return {"at": at, "error": str(e)[:1000]}
+    return {"at": at, **saved}
 
 
 async def ask(
