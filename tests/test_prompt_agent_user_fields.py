@@ -12,6 +12,7 @@ from test_agents import serving
 from test_object_transfers import Notes, trusting  # noqa: F401 - the fixture
 
 from agent_env.agents.sdk import Agent, Answer, Turn, a2a_routes
+from agent_env.episodes import EpisodeSpec
 from agent_env.errors import BadInput
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus
@@ -200,3 +201,13 @@ async def test_snapshot_config_saves_the_agents_state_per_turn_and_at_the_end(ru
     objects = open_stores(settings).objects
     kept = [json.loads(objects.get(s["objects"]["trajectory"])) for s in shots]
     assert kept == [["I was charged twice!"], ["I was charged twice!", "Hello?"]]
+
+
+def test_a_prompt_a_trainer_plays_in_refuses_what_only_the_step_does():
+    """An episode's run holds a prompt a trainer plays in itself: the fields only the prompt_agent step acts on are
+    refused by name there, not ignored."""
+    task = parse_task(talk(user=dana(), user_agent_name="dana-sim", max_conversation_turns=2, user_model="x"), "t")
+    with pytest.raises(BadInput, match="step 'talk' sets user_model: a prompt a trainer plays in is held by the run"):
+        EpisodeSpec.from_task(task, ["support"])
+    plain = parse_task(talk(user=dana(), user_agent_name="dana-sim", max_conversation_turns=2), "t")
+    assert EpisodeSpec.from_task(plain, ["support"]).trainer_agents == ["support"]
