@@ -255,6 +255,7 @@ async def ask_deployed(
     gateway: GatewayClient,
     who: dict[str, Any],
     prompt: str,
+    /,  # (so a turn's context may hold `settings`: a prompt's, not these)
     *,
     run_id: str,
     turn: int,

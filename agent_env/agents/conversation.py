@@ -11,6 +11,7 @@ import binascii
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
@@ -33,16 +34,136 @@ class StopWhen(_Config, TextTest):
     field = "stop_when"
 
 
+URL_PARTNER = "user"  # what a partner at a URL (the framework's user_a2a_url) goes by in a transcript
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,199}$"
+# What the framework asks a user simulator for when the task names no format: its line, and whether it is satisfied.
+USER_REPLY_FORMAT: dict[str, object] = {
+    "type": "json_schema",
+    "schema": {
+        "type": "object",
+        "properties": {"message": {"type": "string"}, "done": {"type": "boolean"}},
+        "required": ["message", "done"],
+    },
+}
+
+
+def a2a_url(url: str) -> str:
+    """An agent's A2A URL a task names: http(s), with no credentials in it (the URL is in the run's history, and
+    no credential of ours is sent to an agent the task did not deploy)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url[:200]!r} is not an http(s) URL of an A2A agent")
+    if parts.username or parts.password or parts.fragment:
+        raise ValueError("the URL may not hold credentials or a fragment: they would enter the run's history")
+    return url
+
+
 class Conversation(_Config):
     """Another agent plays the user (a customer, a colleague): it answers each of the agent's replies."""
 
-    partner: str = Field(description="the deploy_agent step of who plays the user")
+    partner: str | None = Field(None, description="the deploy_agent step of who plays the user")
+    partner_url: str | None = Field(
+        None, max_length=2048, description="or the A2A URL of an agent the task did not deploy (it gets no credential)"
+    )
     max_turns: int = Field(6, ge=1, le=200, description="the agent's turns at most")
     stop_when: StopWhen | None = Field(None, description="end early when a message says this")
     partner_prompt: str = Field("", description="instructions for the partner (its system prompt)")
+    partner_deadline: Duration | None = Field(
+        None,
+        description="how long the partner may take; one that misses it ends the conversation (default: "
+        "turn_deadline, and on_timeout applies)",
+    )
+    partner_model: str | None = Field(None, pattern=MODEL_NAME, description="the partner's model in this conversation")
+    partner_output_format: dict[str, object] | None = Field(
+        None, description="asks the partner for a JSON object: its `message` is what it says, `done: true` ends"
+    )
+
+    @field_validator("partner_url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        return url if url is None else a2a_url(url)
+
+    @model_validator(mode="after")
+    def _one_partner(self) -> Conversation:
+        if (self.partner is None) == (self.partner_url is None):
+            raise ValueError("name who plays the user: `partner` (a deploy_agent step) or `partner_url`, one of them")
+        return self
 
 
-_PARTNER = "an agent that plays the user is a `conversation` here: {partner: a deploy_agent step, max_turns}"
+class PromptSnapshots(_Config):
+    """The framework's snapshot_config: the prompted agent's state saved (snapshot/v1) while the prompt runs."""
+
+    at_end: bool = Field(True, description="when the prompt ends")
+    per_turn: bool = Field(False, description="after each of the agent's turns that the user answers")
+    max_snapshots: int = Field(24, ge=1, le=200, description="the per-turn ones at most")
+    timeout_seconds: float = Field(300, gt=0, le=3600, description="how long the agent may take to save")
+    interval_seconds: float | None = Field(None, description="refused: not on a timer, per turn instead")
+    env_id: str | None = Field(None, description="refused: snapshot an env with a snapshot_env step")
+
+    @model_validator(mode="after")
+    def _captures(self) -> PromptSnapshots:
+        if self.interval_seconds:
+            raise ValueError("snapshots on a timer (interval_seconds) are not taken here: set per_turn instead")
+        if self.env_id is not None:
+            raise ValueError("env_id: an environment's state is saved by a snapshot_env step, not by the prompt")
+        if not (self.at_end or self.per_turn):
+            raise ValueError("with at_end false and per_turn false no snapshot is ever taken")
+        return self
+
+
+class FrameworkUser(_Config):
+    """The framework's user-simulator fields, taken as a `conversation` (one mechanism; `as_conversation`)."""
+
+    user_agent: str | None = Field(None, description="the framework's user_agent_name: conversation.partner")
+    user_a2a_url: str | None = Field(None, max_length=2048, description="conversation.partner_url")
+
+    @field_validator("user_a2a_url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        return url if url is None else a2a_url(url)
+
+    @field_validator("trajectory_output_prefix")
+    @classmethod
+    def _within(cls, prefix: str | None) -> str | None:
+        if prefix is not None and {".", ".."} & set(prefix.split("/")):
+            raise ValueError("a folder of the run's: no '.' or '..' in it")
+        return prefix
+
+    max_conversation_turns: int | None = Field(None, ge=1, le=200, description="conversation.max_turns (default 1)")
+    user_agent_timeout_seconds: float | None = Field(None, gt=0, le=86_400, description="conversation.partner_deadline")
+    user_model: str | None = Field(None, pattern=MODEL_NAME, description="conversation.partner_model")
+    user_output_format: dict[str, object] | None = Field(None, description="conversation.partner_output_format")
+    snapshot_config: PromptSnapshots | None = Field(None, description="save the agent's state as the prompt runs")
+    live_trajectory: bool = Field(False, description="taken: the run records each call as it happens, always")
+    trajectory_output_prefix: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/?$",
+        description="also keep the transcript (the agents' trajectories in it) under this folder of the run's",
+    )
+
+    def as_conversation(self, given: Conversation | None) -> Conversation | None:
+        """The conversation the framework's fields describe (the given one when they describe none)."""
+        if self.user_agent is None and self.user_a2a_url is None:
+            if (self.max_conversation_turns or 1) > 1:
+                raise ValueError("max_conversation_turns > 1 needs who plays the user: user_agent_name or user_a2a_url")
+            return given
+        if self.user_agent is not None and self.user_a2a_url is not None:
+            raise ValueError("give user_agent_name or user_a2a_url, not both")
+        fields = {
+            "partner": self.user_agent,
+            "partner_url": self.user_a2a_url,
+            "max_turns": self.max_conversation_turns or 1,
+            "partner_deadline": self.user_agent_timeout_seconds,
+            "partner_model": self.user_model,
+            # a simulator the task deployed is asked for the framework's reply format; a URL's agent as it is
+            "partner_output_format": self.user_output_format or (USER_REPLY_FORMAT if self.user_agent else None),
+        }
+        made = Conversation.model_validate({k: v for k, v in fields.items() if v is not None})
+        if given is not None and given != made:
+            raise ValueError("give `conversation` or the framework's user_* fields, not both")
+        return made
+
+
 # litellm's call arguments the framework sets itself (its ModelParam): a prompt's model_params may not set them
 RESERVED_MODEL_PARAMS = frozenset(
     ("model", "messages", "api_key", "api_base", "user", "metadata", "timeout", "response_format")
@@ -117,31 +238,18 @@ class Part(_Config):
         return self
 
 
-class PromptAgentConfig(PromptSettings):
+class PromptAgentConfig(PromptSettings, FrameworkUser):
     # The framework's fields (agent_env.planning.framework_fields; as agent_env.steps.StepConfig declares them)
     framework_names: ClassVar[Mapping[str, tuple[str, FrameworkName]]] = {
         "agent_name": ("agent", "agent_step"),
         "timeout_seconds": ("turn_deadline", "same"),
+        "user_agent_name": ("user_agent", "agent_step"),
     }
     refused_fields: ClassVar[Mapping[str, str]] = {
         "harness": "an agent's harness is its agent record's (llm, cli preset, a2a): deploy_agent sets it, a "
         "prompt cannot switch it",
         "agentenv_tools": "the tools an agent sees are its role's in the environment (the env record's roles); a "
         "prompt adds none",
-        "live_trajectory": "the gateway records the trajectory as the calls happen, always",
-        "snapshot_config": "snapshot the agent after the prompt with a snapshot_agent_state step",
-        "trajectory_output_prefix": "the run keeps transcripts and trajectories in its own folder of the object store",
-        **dict.fromkeys(
-            (
-                "max_conversation_turns",
-                "user_agent_name",
-                "user_a2a_url",
-                "user_agent_timeout_seconds",
-                "user_output_format",
-                "user_model",
-            ),
-            _PARTNER,
-        ),
     }
 
     @model_validator(mode="before")
@@ -185,6 +293,11 @@ class PromptAgentConfig(PromptSettings):
     partner_deployed: dict[str, Any] = Field(default_factory=dict, description="filled in when the run is planned")
     seed: int | None = Field(None, description="filled in when the run is planned (the run's seed, for agents)")
 
+    @model_validator(mode="after")
+    def _framework_user(self) -> PromptAgentConfig:
+        self.conversation = self.as_conversation(self.conversation)
+        return self
+
 
 def played_by_trainer(config: PlannedConfig) -> bool:
     """Whether a trainer plays a side of this (resolved) prompt config: then the run holds the conversation."""
@@ -196,12 +309,8 @@ def opening(config: PromptAgentConfig) -> dict[str, Any]:
     """The first message: the task, or in a conversation, the partner's opening line."""
     attached = {"attachments": config.attachments()} if config.parts else {}  # its file and data parts, if any
     if config.conversation:
-        return {
-            "side": "partner",
-            "speaker": config.partner_deployed.get("name", "partner"),
-            "text": config.prompt,
-            **attached,
-        }
+        named = config.partner_deployed.get("name") or (URL_PARTNER if config.conversation.partner_url else "partner")
+        return {"side": "partner", "speaker": named, "text": config.prompt, **attached}
     return {"side": "user", "speaker": "run", "text": config.prompt, **attached}
 
 

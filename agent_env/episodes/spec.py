@@ -133,7 +133,7 @@ def _sides(config: dict[str, Any]) -> set[str]:
 
 def _prompted_sides(config: dict[str, Any]) -> list[str]:
     """The deploy_agent steps a prompt's config prompts: its agent, then its conversation's partner."""
-    partner = (config.get("conversation") or {}).get("partner")
+    partner = (config.get("conversation") or {}).get("partner") or config.get("user_agent")  # (the framework's name)
     return [side for side in (config.get("agent"), partner) if isinstance(side, str)]
 
 
@@ -251,8 +251,24 @@ def _trainer_steps(task: TaskSpec, names: list[str], deployed: dict[str, AgentRe
     return played
 
 
+# What a prompt's own step does and the run, holding a prompt a trainer plays in (workflows.trainer_turns), does not
+_NOT_HELD = ("user_a2a_url", "user_agent_timeout_seconds", "user_model", "user_output_format", "snapshot_config",
+             "trajectory_output_prefix")  # fmt: skip
+_NOT_HELD_IN_CONVERSATION = ("partner_url", "partner_deadline", "partner_model", "partner_output_format")
+
+
 def _refuse_what_a_trainer_cannot_play(task: TaskSpec, played: dict[str, AgentRecord]) -> None:
     for step in task.steps:
+        if step.type == "prompt_agent" and _sides(step.config) & set(played):
+            talk = step.config.get("conversation") or {}
+            held = [k for k in _NOT_HELD if step.config.get(k) is not None]
+            held += [f"conversation.{k}" for k in _NOT_HELD_IN_CONVERSATION if talk.get(k) is not None]
+            if held:
+                raise BadInput(
+                    f"step {step.id!r} sets {', '.join(held)}: a prompt a trainer plays in is held by the run, "
+                    "which does not do that",
+                    "leave those fields out of the task the episode plays",
+                )
         judge = step.config.get("agent_name") if step.type == "rubrics_verifier" else None
         if judge is not None and any(judge in agent_names(task.step(sid)) for sid in played):
             raise BadInput(

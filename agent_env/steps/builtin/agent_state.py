@@ -156,6 +156,21 @@ async def _env_state(ctx: StepContext, env: str, apps: list[str] | None, prefix:
     return {"services": services, "services_missing": sorted(set(apps or ()) - set(services))}
 
 
+async def capture_state(
+    ctx: StepContext, deployed: JsonObject, context_id: str, name: str, timeout: float
+) -> JsonObject:
+    """Save a deployed agent's state of a conversation as the run's snapshot `name` (a prompt's snapshot_config);
+    StepFailed when it cannot."""
+    client = await _snapshotting(ctx, deployed, deployed.get("name") or "")
+    try:
+        grants = object_grants(ctx.stores.objects, ctx.settings)
+        return await save_snapshot(
+            client, grants, ctx.stores, snapshot_prefix(ctx.run_id, name), context_id, timeout=timeout
+        )
+    except (TransferFailed, ExtensionRefused, BadInput) as e:
+        raise StepFailed(f"agent {deployed.get('name')!r} could not save its state: {e}") from None
+
+
 async def restore_agent_state(
     ctx: StepContext, deployed: JsonObject, snapshot: str, target_context_id: str | None
 ) -> str:

@@ -15,6 +15,7 @@ from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]  #
 from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
 from agent_env.agents.conversation import (  # noqa: F401 - StopWhen, Conversation, tail: imported from here too
+    URL_PARTNER,
     Conversation,
     OutputFormat,
     PromptAgentConfig,
@@ -37,6 +38,7 @@ from agent_env.spec.templates import ref
 from agent_env.spec.world_state import MAX_FIELD_BYTES, clip
 from agent_env.steps import PlanContext, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.agent_extensions import partner_decision
+from agent_env.steps.builtin.agent_state import capture_state
 from agent_env.stores import in_thread, keys
 
 if TYPE_CHECKING:
@@ -91,9 +93,31 @@ def prepare_prompt(config: PlannedConfig, plan: PlanContext) -> PlannedConfig:
     """The deploy steps' outputs, resolved by the workflow when this step starts."""
     config["deployed"] = ref(f"steps.{config['agent']}.outputs")
     config["seed"] = ref("run.seed")
-    if isinstance(config.get("conversation"), dict) and config["conversation"].get("partner"):
-        config["partner_deployed"] = ref(f"steps.{config['conversation']['partner']}.outputs")
+    conversation = config.get("conversation")
+    partner = (conversation.get("partner") if isinstance(conversation, dict) else None) or config.get("user_agent")
+    if isinstance(partner, str):
+        config["partner_deployed"] = ref(f"steps.{partner}.outputs")
     return config
+
+
+def reached_at(url: str) -> JsonObject:
+    """A partner the task did not deploy, as a deployed one is described: not hosted (so it gets no credential
+    of ours), in no environment (so it gets no role token)."""
+    return {"name": URL_PARTNER, "url": url, "hosted": False}
+
+
+def said_as(format_given: bool, text: str) -> tuple[str, bool, JsonObject]:
+    """A partner's reply asked for in a format: (what it says, whether it is done, its other fields). A reply that
+    is not such a JSON object is what it says, as the framework takes it."""
+    if format_given:
+        try:
+            reply = json.loads(text)
+        except ValueError:
+            reply = None
+        if isinstance(reply, dict) and isinstance(reply.get("message"), str):
+            fields = {k: v for k, v in reply.items() if k not in ("message", "done")}
+            return reply["message"], reply.get("done") is True, fields
+    return text, False, {}
 
 
 @step_type(
@@ -108,11 +132,13 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
     """Give an agent a task, or hold a conversation with it; records the transcript and its tool calls."""
     from agent_env.agents.client import AgentTimedOut, agent_client
 
-    agent, partner = config.deployed, config.partner_deployed
+    agent, partner, talk = config.deployed, config.partner_deployed, config.conversation
     if not agent:
         raise StepFailed(f"step {config.agent!r} did not deploy an agent")
-    if config.conversation and not partner:
-        raise StepFailed(f"step {config.conversation.partner!r} did not deploy an agent")
+    if talk and talk.partner_url:
+        partner = reached_at(talk.partner_url)
+    if talk and not partner:
+        raise StepFailed(f"step {talk.partner!r} did not deploy an agent")
     if agent.get("trainer") or partner.get("trainer"):
         raise StepFailed("a trainer plays this agent: its turns are offered by the run (start it as an episode)")
     gateway = await ctx.gateway()
@@ -141,14 +167,18 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
             partner,
             timed_out,
             time.perf_counter() - started,
+            also_under=config.trajectory_output_prefix,
         )
         checked = shape_check(outputs["answer"], config.output_format) if config.output_format else {}
         return outputs | checked | ({"configured": configured} if configured else {})
 
-    timed_out = None
+    timed_out, shots = None, config.snapshot_config
+    taken: list[JsonObject] = []  # the agent's state saved as the prompt runs (snapshot_config)
     try:
         while (side := next_side(config, transcript)) is not None:
             who = agent if side == "agent" else partner
+            if side == "partner" and shots and shots.per_turn and len(taken) < shots.max_snapshots:
+                taken.append(await snapshot(ctx, agent, f"turn-{agent_turns(transcript)}", shots.timeout_seconds))
             if side == "partner" and TRIGGERS in who.get("extensions", ()):  # its rules may answer for it
                 client = await agent_client(ctx.settings, who["url"], hosted=bool(who.get("hosted"))).extensions()
                 decision = await partner_decision(
@@ -165,22 +195,38 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
                         break
                     if said:
                         continue
-            entry, reply = await ask(
-                ctx.settings,
-                gateway,
-                who,
-                side=side,
-                transcript=earlier + transcript,
-                run_id=ctx.run_id,
-                step_id=ctx.step_id,
-                system_prompt=system_prompt_for(config, side),
-                deadline=deadline,
-                seed=config.seed,
-                turn=turn_number(transcript, side),
-                conversation_id=config.context_id,
-                prompt_settings=config.sent() if side == "agent" else None,
-            )
+            rules = talk if side == "partner" else None  # the conversation's, for the partner's turn
+            walks_away = rules.partner_deadline if rules else None
+            try:
+                entry, reply = await ask(
+                    ctx.settings,
+                    gateway,
+                    who,
+                    side=side,
+                    transcript=earlier + transcript,
+                    run_id=ctx.run_id,
+                    step_id=ctx.step_id,
+                    system_prompt=system_prompt_for(config, side),
+                    deadline=walks_away.total_seconds() if walks_away else deadline,
+                    seed=config.seed,
+                    turn=turn_number(transcript, side),
+                    conversation_id=config.context_id,
+                    prompt_settings=partner_settings(rules) if rules else config.sent(),
+                )
+            except AgentTimedOut as e:
+                if walks_away is None:
+                    raise
+                # past its own deadline the user walked away, as the framework has it: the conversation ends
+                transcript.append({"side": side, "speaker": who["name"], "text": "", "timed_out": str(e)})
+                break
+            done = False
+            if rules:
+                entry["text"], done, fields = said_as(bool(rules.partner_output_format), entry["text"])
+                entry.update({"fields": fields} if fields else {})
+                entry.update({"done": True} if done else {})
             transcript.append(entry)
+            if done:
+                break
             if reply.failed:
                 await finish(None)
                 raise StepFailed(f"{who['name']} could not answer ({reply.state}): {reply.text[:500]}")
@@ -189,8 +235,21 @@ async def prompt_agent(ctx: StepContext, config: PromptAgentConfig) -> StepResul
         if config.on_timeout == "fail":
             await finish(timed_out)
             raise StepFailed(timed_out) from None
-    outputs = await finish(timed_out)
+    if shots and shots.at_end:
+        taken.append(final := await snapshot(ctx, agent, "end", shots.timeout_seconds))
+    outputs = await finish(timed_out) | ({"snapshots": taken} if shots else {})
+    if shots and shots.at_end and "error" in final:  # the framework's rule: the prompt's last point is its grade
+        raise StepFailed(f"the snapshot at the prompt's end was not taken: {final['error']}")
     return StepResult(outputs=outputs, score=timeout_score(timed_out))
+
+
+async def snapshot(ctx: StepContext, agent: JsonObject, at: str, timeout: float) -> JsonObject:
+    """The agent's state of this prompt saved (snapshot_config) as the run's snapshot STEP.AT; or why not."""
+    try:
+        saved = await capture_state(ctx, agent, f"{ctx.run_id}/{ctx.step_id}/agent", f"{ctx.step_id}.{at}", timeout)
+    except StepFailed as e:
+        return {"at": at, "error": str(e)[:1000]}
+    return {"at": at, **saved}
 
 
 async def ask(
@@ -255,6 +314,13 @@ async def ask(
         if trajectory is not None:
             entry["trajectory"] = trajectory
     return entry, reply
+
+
+def partner_settings(talk: Conversation) -> JsonObject:
+    """What the partner's turns carry for this conversation (their `settings`, as a prompt's are sent to its agent):
+    the model it answers with, the format it is asked to answer in."""
+    config = {"model": talk.partner_model, "output_format": talk.partner_output_format}
+    return {k: v for k, v in config.items() if v is not None}
 
 
 async def trajectory_marks(gateway: GatewayClient, agent: dict[str, Any], partner: dict[str, Any]) -> dict[str, int]:
@@ -351,8 +417,10 @@ async def finish_prompt(
     partner: JsonObject | None,
     timed_out: str | None,
     seconds: float,
+    also_under: str | None = None,
 ) -> dict[str, Any]:
-    """Keep the conversation and the tool calls both sides made meanwhile; the step's outputs."""
+    """Keep the conversation and the tool calls both sides made meanwhile; the step's outputs. `also_under`: a
+    folder of the run's (the framework's trajectory_output_prefix) that keeps a copy too."""
     transcript = await in_thread(expanded, stores, transcript)
     names = {agent.get("name"), partner.get("name") if partner else None}
     calls = []
@@ -367,7 +435,11 @@ async def finish_prompt(
         "tool_calls": calls,
         "timed_out": timed_out,
     }
-    await stores.aio.objects.put(transcript_key(run_id, step_id), json.dumps(doc, ensure_ascii=False).encode())
+    body = json.dumps(doc, ensure_ascii=False).encode()
+    await stores.aio.objects.put(transcript_key(run_id, step_id), body)
+    copy = f"{keys.run(run_id)}{also_under.rstrip('/')}/{step_id}.json" if also_under else None
+    if copy:
+        await stores.aio.objects.put(copy, body)
     answers = [m["text"] for m in transcript if m["side"] == "agent"]
     answer = answers[-1] if answers else ""
     return {
@@ -376,6 +448,7 @@ async def finish_prompt(
         "turns": len(answers),
         "messages": len(transcript),
         "transcript": transcript_key(run_id, step_id),
+        **({"transcript_copy": copy} if copy else {}),
         "tool_calls": sum(1 for c in calls if c["agent"] == agent["name"]),
         "refused": sum(1 for c in calls if c["agent"] == agent["name"] and c.get("refused")),
         "seconds": round(seconds, 3),
