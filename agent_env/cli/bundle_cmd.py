@@ -17,10 +17,12 @@ def _progress(line: str) -> None:
     err_console().print(f"[dim]{escape(line)}[/]")
 
 
-def export_command(tasks: list[str], out: Path, force: bool, json_out: bool) -> int:
+def export_command(tasks: list[str], out: Path, force: bool, json_out: bool, evals: list[str] | None = None) -> int:
     registry = open_registry(load_settings())
     try:
-        summary = export_bundle(registry, tasks, out, overwrite=force, progress=_progress if len(tasks) > 1 else None)
+        summary = export_bundle(
+            registry, tasks, out, overwrite=force, progress=_progress if len(tasks) > 1 else None, evals=evals
+        )
     finally:
         registry.close()
     if json_out:

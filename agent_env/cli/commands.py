@@ -9,6 +9,7 @@ import typer
 from agent_env.cli.a2a_agent_cmd import a2a_agent_app
 from agent_env.cli.agents_app import agents_app
 from agent_env.cli.episodes_cmd import episodes_app
+from agent_env.cli.evals_app import eval_app
 from agent_env.cli.setup_commands import (
     bundle_app,
     config_app,
@@ -69,6 +70,7 @@ app.add_typer(registry_app, name="registry")
 app.add_typer(universe_app, name="universe")
 app.add_typer(artifact_app, name="artifact")
 app.add_typer(bundle_app, name="bundle")
+app.add_typer(eval_app, name="eval")
 app.add_typer(a2a_agent_app, name="a2a-agent")
 
 

@@ -171,19 +171,24 @@ def registry_pull(
 
 @bundle_app.command("export")
 def bundle_export(
-    tasks: Annotated[
-        list[str], typer.Argument(metavar="TASK[@VERSION]", help="Tasks in the registry (no @: the latest).")
-    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="The bundle file to write (a .tar.gz).")],
+    tasks: Annotated[
+        list[str] | None, typer.Argument(metavar="TASK[@VERSION]", help="Tasks in the registry (no @: the latest).")
+    ] = None,
+    evals: Annotated[
+        list[str] | None,
+        typer.Option("--eval", metavar="EVAL[@VERSION]", help="An eval in the registry, with its tasks. Repeatable."),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
 ) -> None:
-    """Write tasks from the registry, with every version they use and the files of each, to one file (written
-    whole or not at all). Each version is checked against its digest first. Images named by `image` stay
-    references: the importing install needs access to them; envs built from a `build` context carry it."""
+    """Write tasks (and evals, with the tasks they name) from the registry, with every version they use and the
+    files of each, to one file (written whole or not at all). Each version is checked against its digest first.
+    Images named by `image` stay references: the importing install needs access to them; envs built from a
+    `build` context carry it."""
     from agent_env.cli.bundle_cmd import export_command
 
-    raise typer.Exit(export_command(tasks, out, force, json_out))
+    raise typer.Exit(export_command(tasks or [], out, force, json_out, evals or []))
 
 
 @bundle_app.command("import")

@@ -75,16 +75,34 @@ class ExportSummary(BaseModel):
 
 
 def export_bundle(
-    registry: Registry, tasks: list[str], out: Path, *, overwrite: bool = False, progress: Progress | None = None
+    registry: Registry,
+    tasks: list[str],
+    out: Path,
+    *,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+    evals: list[str] | None = None,
 ) -> ExportSummary:
     """Write the tasks named (`NAME` for the latest version, or `NAME@VERSION`) and what they use to `out`,
-    atomically (a temp file renamed): `out` is the whole bundle or untouched."""
-    if not tasks:
-        raise BadInput("no task to export", "name one or more tasks: `agent-env bundle export TASK[@VERSION]...`")
+    atomically (a temp file renamed): `out` is the whole bundle or untouched. Each eval named (`NAME[@VERSION]`)
+    goes too, with the tasks it names (at its pins, else their latest) and what they use."""
+    if not tasks and not evals:
+        raise BadInput(
+            "no task or eval to export",
+            "name one or more tasks or evals: `agent-env bundle export TASK[@VERSION]... [--eval EVAL[@VERSION]]`",
+        )
     out = out.expanduser()
     if out.exists() and not overwrite:
         raise BadInput(f"{out} already exists", "choose another --out, or pass --force to replace it")
-    versions = _collect(registry, tasks, progress)
+    eval_versions = [registry.version("evals", *split_ref(target)) for target in evals or []]
+    for v in eval_versions:
+        registry.eval(v.name, v.label)  # checked against its digest
+    eval_tasks = [str(ref) for v in eval_versions for ref in registry.eval(v.name, v.label).tasks]
+    versions = _collect(registry, [*tasks, *eval_tasks], progress)
+    versions = sorted(
+        {(v.kind, v.name, v.label): v for v in [*versions, *eval_versions]}.values(),
+        key=lambda v: (DEPENDENCIES_FIRST.index(v.kind), v.name, version_order(v.label)),
+    )
     blobs = _blob_sizes(versions)
     manifest = BundleManifest(format=FORMAT, versions=versions, blobs=blobs)
     out.parent.mkdir(parents=True, exist_ok=True)

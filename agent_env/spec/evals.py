@@ -161,6 +161,7 @@ class EvalTaskRun(BaseModel):
     version: str
     ref: str = Field(description="the reference as the eval wrote it")
     run_id: str
+    attempt: int = Field(1, description="which of the task's k runs (`eval run --k`)")
 
 
 class EvalRun(BaseModel):
@@ -172,6 +173,7 @@ class EvalRun(BaseModel):
     source: str
     started_at: str
     tasks: list[EvalTaskRun]
+    k: int = Field(1, description="runs of each task")
 
 
 class EvalRow(BaseModel):
@@ -185,9 +187,35 @@ class EvalRow(BaseModel):
 FINISHED = ("passed", "failed", "error", "cancelled")
 
 
+class EvalTaskScore(BaseModel):
+    """One task over its k runs: its mean score (a finished run without a score counts 0) and whether any
+    of them passed (pass@k)."""
+
+    task: str
+    version: str
+    runs: int
+    passed: int
+    mean: float | None = None
+    pass_at_k: bool = False
+
+    @classmethod
+    def of(cls, rows: list[EvalRow]) -> EvalTaskScore:
+        done = [r for r in rows if r.status in FINISHED]
+        passed = sum(r.status == "passed" for r in rows)
+        return cls(
+            task=rows[0].task,
+            version=rows[0].version,
+            runs=len(rows),
+            passed=passed,
+            mean=round(sum(r.score or 0.0 for r in done) / len(done), 6) if done else None,
+            pass_at_k=passed > 0,
+        )
+
+
 class EvalTable(BaseModel):
-    """Each task's status and score, and the aggregate over the eval's tasks: the mean score (a finished run
-    without a score counts 0) and the pass rate (the share of all its tasks that passed)."""
+    """Each run's status and score, and the aggregate over the eval's runs: the mean score (a finished run
+    without a score counts 0) and the pass rate (the share of all its runs that passed). With k runs of each
+    task, `tasks` holds each task's mean and pass@k, and `pass_at_k` the share of tasks with a passing run."""
 
     eval_run_id: str
     eval: str
@@ -195,10 +223,13 @@ class EvalTable(BaseModel):
     source: str
     started_at: str
     rows: list[EvalRow]
+    k: int = 1
     finished: int = 0
     passed: int = 0
     mean: float | None = None
     pass_rate: float = 0.0
+    tasks: list[EvalTaskScore] = Field(default_factory=list)
+    pass_at_k: float = 0.0
 
     @classmethod
     def of(cls, run: EvalRun, states: dict[str, tuple[str, float | None]]) -> EvalTable:
@@ -215,8 +246,14 @@ class EvalTable(BaseModel):
         ]
         done = [r for r in rows if r.status in FINISHED]
         passed = sum(r.status == "passed" for r in rows)
+        by_task: dict[tuple[str, str], list[EvalRow]] = {}
+        for row in rows:
+            by_task.setdefault((row.task, row.version), []).append(row)
+        scores = [EvalTaskScore.of(group) for group in by_task.values()]
         return cls(
             **run.model_dump(exclude={"tasks"}),
+            tasks=scores,
+            pass_at_k=round(sum(s.pass_at_k for s in scores) / len(scores), 6) if scores else 0.0,
             rows=rows,
             finished=len(done),
             passed=passed,

@@ -25,9 +25,10 @@ DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 64
 
 
-def plan_eval(settings: Settings, spec: EvalSpec, tasks: list[TaskSpec]) -> tuple[EvalRun, list[RunInput]]:
-    """The eval run's record and a planned run per task (nothing is stored or started yet but the plans)."""
-    inputs = [plan(task, launch.new_run_id(task.id), settings) for task in tasks]
+def plan_eval(settings: Settings, spec: EvalSpec, tasks: list[TaskSpec], k: int = 1) -> tuple[EvalRun, list[RunInput]]:
+    """The eval run's record and `k` planned runs per task (nothing is stored or started yet but the plans)."""
+    pairs = [(ref, task) for ref, task in zip(spec.tasks, tasks, strict=True) for _ in range(k)]
+    inputs = [plan(task, launch.new_run_id(task.id), settings) for _, task in pairs]
     record = EvalRun(
         eval_run_id=launch.new_run_id(f"eval-{spec.name}"),
         eval=spec.id,
@@ -35,9 +36,10 @@ def plan_eval(settings: Settings, spec: EvalSpec, tasks: list[TaskSpec]) -> tupl
         source=spec.source,
         started_at=iso(datetime.now(UTC).replace(microsecond=0)),
         tasks=[
-            EvalTaskRun(task=inp.task_id, version=inp.task_version, ref=str(ref), run_id=inp.run_id)
-            for ref, inp in zip(spec.tasks, inputs, strict=True)
+            EvalTaskRun(task=inp.task_id, version=inp.task_version, ref=str(ref), run_id=inp.run_id, attempt=n % k + 1)
+            for n, ((ref, _), inp) in enumerate(zip(pairs, inputs, strict=True))
         ],
+        k=k,
     )
     return record, inputs
 
