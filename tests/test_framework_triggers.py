@@ -301,9 +301,6 @@ TOOL = {"type": "tool", "tool": "list_notes"}
          "triggers[1].actions[0].executor"),
         ({"id": "x", "when": {"type": "action", "tool": "read_note"},
           "actions": [{"type": "nl", "instruction": "x", "executor": "ghost"}]}, "'ghost' is no agent"),
-        ({"id": "s", "when": {"type": "state", "check": {"steps": [
-            {"tool": "read_note", "args": {"key": "a"}, "bind": "v"}, {"tool": "read_note", "predicate": {"exists": True}}]}},
-          "actions": [TOOL]}, "triggers[1].when.check.steps"),
         ({"id": "p", "when": {"type": "time", "at": "PT1H"},
           "actions": [{"type": "permission", "action": "toggle", "role": "reader", "tools": "*"}]},
          "triggers[1].actions[0].action"),
@@ -400,3 +397,64 @@ async def test_optional_placeholders_and_seeded_exponential_waits_run(client, se
     assert sorted(round(r.total_seconds(), 3) for r in ran) == sorted(
         round(m + d, 3) for m, d in zip(marks, delays, strict=True)
     ), "each firing's action waited its own drawn delay"
+
+
+# A state condition over two reads: the first binds the key a pointer note names, the second reads that note.
+CHAIN = [
+    {"id": "desk", "type": "deploy_env", "env_id": "shop"},
+    {
+        "id": "rules",
+        "type": "register_env_triggers",
+        "env_id": "shop",
+        "triggers": [
+            {"id": "chain", "when": {"type": "state", "check": {"steps": [
+                {"tool": "read_note", "args": {"key": "pointer"}, "extract": "text", "bind": "target",
+                 "predicate": {"regex": "^task-"}},
+                {"tool": "read_note", "args": {"key": "${target}"}, "extract": "text", "predicate": {"equals": "done"}},
+            ]}}, "actions": [{"type": "tool", "tool": "write_note", "args": {"key": "flag", "text": "yes"}}]},
+        ],
+    },
+    {"id": "other", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "other", "text": "done"}, "depends_on": ["rules"]},
+    {"id": "aim_wrong", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "pointer", "text": "other"}, "depends_on": ["other"]},
+    {"id": "task", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "task-7", "text": "done"}, "depends_on": ["aim_wrong"]},
+    {"id": "aim", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "pointer", "text": "task-7"}, "depends_on": ["task"]},
+    {"id": "flag", "type": "call_tool", "env": "desk", "tool": "read_note", "arguments": {"key": "flag"},
+     "depends_on": ["aim"]},
+]  # fmt: skip
+
+
+async def test_a_multi_step_check_binds_a_value_a_later_read_uses(client, settings, worker, tmp_path):
+    ours = load_task(bundle_with(tmp_path / "a", CHAIN)).triggers[0].model_dump(mode="json", exclude_defaults=True)
+    assert ours["when"] == {
+        "type": "state", "env": "desk", "tool": "read_note", "arguments": {"key": "${target}"}, "path": "text",
+        "equals": "done",
+        "before": [{"tool": "read_note", "arguments": {"key": "pointer"}, "path": "text", "bind": "target",
+                    "matches": "^task-"}],
+    }  # fmt: skip
+    state = await run_task(client, settings, bundle_with(tmp_path / "b", CHAIN))
+    assert state.status is RunStatus.PASSED, (state.error, errors(state))
+    fired = [e for e in state.world.events if e.kind == "fired"]
+    assert [e.trigger for e in fired] == ["chain"], "not while the pointer was missing or failed its own test"
+    match = fired[0].detail["match"]
+    assert match["value"] == "done" and match["after"]["arguments"] == {"key": "pointer", "text": "task-7"}, match
+    assert state.steps["flag"].outputs["result"]["text"] == "yes"
+
+
+def test_a_check_read_may_use_only_what_an_earlier_read_bound(tmp_path):
+    def check(*steps: dict) -> dict:
+        return {"id": "c", "when": {"type": "state", "check": {"steps": list(steps)}}, "actions": [TOOL]}
+
+    read = {"tool": "read_note", "args": {"key": "a"}, "predicate": {"exists": True}}
+    for trigger, named in [
+        (check({**read, "bind": "v"}, {**read, "args": {"key": "${w}"}}), "triggers[1].when.check.steps[1].args.key"),
+        (check({**read, "args": {"key": "${args.key}"}}), "no provoking call"),
+        (check(read, {**read, "bind": "v"}), "triggers[1].when.check.steps[1].bind"),
+        (check({**read, "bind": "not a name"}, read), "triggers[1].when.check.steps[0].bind"),
+        (check(*[read] * 10), "1 to 9 reads"),
+    ]:
+        error = _refusal(tmp_path, trigger)
+        assert named in error, error

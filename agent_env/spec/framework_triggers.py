@@ -7,7 +7,8 @@ What it maps (framework -> ours):
 - conditions: `action` (a tool call: `tool`, `where`, `roles`, `repeat`, `barrier`) -> `tool_call`; `time` (`at` an
   RFC 3339 time or an ISO 8601 duration from the clock's start, `after` + `offset`, a fixed `every`, or a random
   `{dist: exp, mean}` one with the trigger's `seed`, with `count` or `until`, `unless`) -> `time`; `state` with a
-  one-step `check` (`tool`, `args`, a dot-path `extract`, a `predicate`) -> `state`. A predicate's `regex`/`equals`/`exists` -> `matches`/`equals`/`truthy`; a `where` key
+  `check` (`tool`, `args`, a dot-path `extract`, a `predicate`) -> `state`; a multi-step check's earlier reads
+  (each may `bind` its value, which later `args` use as `${name}`, and test it) -> the condition's `before`. A predicate's `regex`/`equals`/`exists` -> `matches`/`equals`/`truthy`; a `where` key
   `args.X`, `result.X` or a bare argument name -> `arguments.X` / `result.X`; `[n]` -> `.n`.
 - actions: `tool` (`args`, `as`) -> `call_tool` (`arguments`, `role`); `nl` -> `instruct`, carried out by the
   deploy_agent step that plays its executor (`executor`, else the step's `executor_agent_name`: a deploy_agent
@@ -23,8 +24,8 @@ What it maps (framework -> ours):
 - the step's `watch_roles` -> the roles of its action triggers (and of a deadline's `unless`) that name none.
 
 What it refuses, naming the trigger's index and field: `website` conditions (our gateway proxies no websites),
-multi-step or binding `check`s, `verify`, a repeating time trigger with no end (`count` or `until`: ours must let
-the run end), and any field the framework does not define.
+a check's `{path, match, take}` extract, `verify`, a repeating time trigger with no end (`count` or `until`: ours
+must let the run end), and any field the framework does not define.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ STEP_FIELDS = ("watch_roles", "executor_agent_name", "executor_timeout_seconds")
 _PLACEHOLDER = re.compile(r"\$\{([^{}]*)\}")
 _SEGMENT = re.compile(r"^(\w+)((?:\[(?:\d+|\*)\])*)$")
 _DURATION: TypeAdapter[timedelta] = TypeAdapter(timedelta)
+MAX_CHECK_STEPS = 9  # a state condition's own read and the reads before it (agent_env.spec.world MAX_STATE_READS)
 
 Json = Mapping[str, object]
 
@@ -231,15 +233,29 @@ def _state_when(when: Json, at: str, ctx: TriggerContext) -> dict[str, object]:
     _known(when, ("type", "check", "roles"), f"{at}.when")
     check = _object(when.get("check"), f"{at}.when.check")
     steps = check.get("steps", [check] if "tool" in check else None)
-    if not isinstance(steps, list) or len(steps) != 1:
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_CHECK_STEPS:
         raise FrameworkTriggerError(
             f"{at}.when.check.steps",
-            "only a one-step check is taken here (a state condition reads one tool)",
-            "read the value with one tool and test it with its predicate",
+            f"must be a list of 1 to {MAX_CHECK_STEPS} reads",
+            "read the value with tools and test it with the last one's predicate",
         )
-    where = f"{at}.when.check" + (".steps[0]" if "steps" in check else "")
-    step = _object(steps[0], where)
-    _known(step, ("tool", "args", "extract", "predicate"), where)
+    base = f"{at}.when.check" + (".steps" if "steps" in check else "")
+    bound: set[str] = set()
+    reads = []
+    for i, raw in enumerate(steps):
+        where = f"{base}[{i}]" if "steps" in check else base
+        last = i == len(steps) - 1
+        reads.append(_check_step(_object(raw, where), where, bound, last))
+    *before, own = reads
+    out = {"type": "state", "env": ctx.env, **own}
+    if before:
+        out["before"] = before
+    return out
+
+
+def _check_step(step: Json, where: str, bound: set[str], last: bool) -> dict[str, object]:
+    """One read of a check: its tool, `${binding}` arguments, dot-path `extract`, `bind` and `predicate`."""
+    _known(step, ("tool", "args", "extract", "predicate") + (() if last else ("bind",)), where)
     extract = step.get("extract")
     if extract is not None and not isinstance(extract, str):
         raise FrameworkTriggerError(
@@ -248,16 +264,45 @@ def _state_when(when: Json, at: str, ctx: TriggerContext) -> dict[str, object]:
     args = step.get("args", {})
     if not isinstance(args, Mapping):
         raise FrameworkTriggerError(f"{where}.args", "must be an object", "give the tool's arguments")
-    if "predicate" not in step:
+    if last and "predicate" not in step:
         raise FrameworkTriggerError(f"{where}.predicate", "is missing", "say what the value must be")
-    return {
-        "type": "state",
-        "env": ctx.env,
+    out: dict[str, object] = {
         "tool": _text(step.get("tool"), f"{where}.tool"),
-        "arguments": dict(args),
+        "arguments": _bound(args, f"{where}.args", bound),
         "path": _path(extract, f"{where}.extract") if extract else "",
-        **_predicate(step["predicate"], f"{where}.predicate"),
     }
+    if "predicate" in step:
+        out.update(_predicate(step["predicate"], f"{where}.predicate"))
+    if step.get("bind") is not None:
+        name = _text(step["bind"], f"{where}.bind")
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise FrameworkTriggerError(f"{where}.bind", f"{name!r} is not a name", "use letters, digits and _")
+        out["bind"] = name
+        bound.add(name)
+    return out
+
+
+def _bound(value: object, at: str, bound: set[str]) -> object:
+    """A check read's args: `${name}` reads what an earlier read bound; nothing else is a placeholder there."""
+    if isinstance(value, Mapping):
+        return {k: _bound(v, f"{at}.{k}", bound) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bound(v, f"{at}[{i}]", bound) for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1).strip()
+        if name not in bound:
+            raise FrameworkTriggerError(
+                at,
+                f"{match.group(0)!r} is no binding an earlier read of the check makes (a state condition has no "
+                "provoking call for args./result.)",
+                "bind the value in an earlier step (`bind`)",
+            )
+        return "${" + name + "}"
+
+    return _PLACEHOLDER.sub(one, value)
 
 
 # -- actions --

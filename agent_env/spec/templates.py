@@ -40,24 +40,28 @@ def has_template(value: Any) -> bool:
     return False
 
 
+def referenced_names(value: Any) -> set[str]:
+    """The paths `value`'s references look up (an optional one's without its `?`)."""
+    if isinstance(value, str):
+        return {path.rstrip("?") for path in REF.findall(value)}
+    if isinstance(value, dict):
+        return set().union(*map(referenced_names, value.values()))
+    if isinstance(value, list):
+        return set().union(*map(referenced_names, value))
+    return set()
+
+
 def referenced_steps(value: Any) -> set[str]:
     """Ids of the steps whose results `value` refers to."""
     found: set[str] = set()
-    if isinstance(value, str):
-        for path in REF.findall(value):
-            parts = path.rstrip("?").split(".")
-            if parts[0] == "steps" and len(parts) > 1:
-                found.add(parts[1])
-    elif isinstance(value, dict):
-        for v in value.values():
-            found |= referenced_steps(v)
-    elif isinstance(value, list):
-        for v in value:
-            found |= referenced_steps(v)
+    for path in referenced_names(value):
+        parts = path.split(".")
+        if parts[0] == "steps" and len(parts) > 1:
+            found.add(parts[1])
     return found
 
 
-def lookup(scope: dict[str, Any], path: str) -> Any:
+def lookup(scope: Mapping[str, Any], path: str) -> Any:
     """The value at a reference's dotted path; TemplateError saying where it stopped and what is there."""
     try:
         return walk_parts(scope, path.split("."))

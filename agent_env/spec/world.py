@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agent_env.spec.duration import Duration, parse_duration
 from agent_env.spec.predicates import Operators, TextTest
+from agent_env.spec.state_reads import MAX_STATE_READS, StateRead, unbound_reference
 
 MAX_RATE = 86_400.0
 MAX_INSTRUCT = timedelta(minutes=4)  # what an instructed agent may take (its activity has 5m)
@@ -191,7 +192,8 @@ class ToolCallWhen(CallMatch):
 
 
 class StateWhen(_Spec, Operators):
-    """True when a read-only tool's result (at `path`) passes the test; fires when it becomes true."""
+    """True when a read-only tool's result (at `path`) passes the test; fires when it becomes true. With reads
+    `before` it, their bound values fill `${name}` in later arguments (its own too)."""
 
     type: Literal["state"]
     env: str
@@ -199,10 +201,15 @@ class StateWhen(_Spec, Operators):
     arguments: dict[str, Any] = Field(default_factory=dict)
     role: str | None = Field(None, description="read as this role (default: the environment's first)")
     path: str = ""
+    before: list[StateRead] = Field(
+        default_factory=list, max_length=MAX_STATE_READS, description="reads made first, in order, binding values"
+    )
 
     @model_validator(mode="after")
     def _one_operator(self) -> StateWhen:
         self.require_one_operator(f"state condition on {self.tool}", f"state condition on {self.tool}: matches")
+        if self.before and (problem := unbound_reference(self.before, self.tool, self.arguments)):
+            raise ValueError(problem)
         return self
 
 
@@ -376,7 +383,9 @@ def world_problems(task: Any, envs: dict[str, DeployedEnv]) -> list[tuple[tuple[
         elif isinstance(when, ToolCallWhen):
             problems += _match_problems(when, envs, where + ("when",))
         elif isinstance(when, StateWhen):
-            problems += _env_tool_problems(when.env, [when.tool], envs, where + ("when",))
+            problems += _env_tool_problems(
+                when.env, [r.tool for r in when.before] + [when.tool], envs, where + ("when",)
+            )
             if when.role is not None and when.env in envs and when.role not in envs[when.env][1]:
                 problems.append((where + ("when", "role"), f"no role {when.role!r} in environment {when.env!r}"))
         elif isinstance(when, PersonaWhen):
