@@ -6,7 +6,10 @@ its triggers fired. What cannot be mapped is refused when the task is loaded, na
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import math
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -281,23 +284,23 @@ TOOL = {"type": "tool", "tool": "list_notes"}
         ({"id": "w", "when": {"type": "website", "app": "shop"}, "actions": [TOOL]}, "triggers[1].when.type"),
         ({"id": "v", "when": {"type": "time", "at": "PT1H"}, "actions": [{**TOOL, "verify": {}}]},
          "triggers[1].actions[0].verify"),
-        ({"id": "e", "when": {"type": "time", "every": {"dist": "exp", "mean": "PT1H"}, "seed": 1, "count": 2},
-          "actions": [TOOL]}, "triggers[1].when.every"),
         ({"id": "f", "when": {"type": "time", "every": "PT1H"}, "actions": [TOOL]}, "never ends"),
+        ({"id": "e", "when": {"type": "time", "every": {"dist": "exp", "mean": "PT1H"}, "count": 2}, "actions": [TOOL]},
+         "triggers[1].when.seed"),
+        ({"id": "g", "when": {"type": "time", "every": {"dist": "gauss", "mean": "PT1H"}, "seed": 1, "count": 2},
+          "actions": [TOOL]}, "triggers[1].when.every.dist"),
+        ({"id": "h", "when": {"type": "time", "every": {"dist": "exp", "mean": "PT1H"}, "seed": 1}, "actions": [TOOL]},
+         "never ends"),
         ({"id": "d", "when": {"type": "time", "at": "PT1H"},
-          "actions": [{**TOOL, "delay": {"dist": "exp", "mean": "PT1M", "seed": 1}}]}, "triggers[1].actions[0].delay"),
-        ({"id": "o", "when": {"type": "action", "tool": "read_note"},
-          "actions": [{"type": "tool", "tool": "write_note", "args": {"key": "${args.key?}"}}]},
-         "triggers[1].actions[0].args.key"),
+          "actions": [{**TOOL, "delay": {"dist": "exp", "mean": "-PT1M", "seed": 1}}]},
+         "triggers[1].actions[0].delay.mean"),
+        ({"id": "k", "when": {"type": "time", "at": "PT1H", "seed": 1}, "actions": [TOOL]}, "triggers[1].when.seed"),
         ({"id": "u", "when": {"type": "action", "tool": "read_note", "bogus": 1}, "actions": [TOOL]},
          "triggers[1].when.bogus"),
         ({"id": "n", "when": {"type": "action", "tool": "read_note"}, "actions": [{"type": "nl", "instruction": "x"}]},
          "triggers[1].actions[0].executor"),
         ({"id": "x", "when": {"type": "action", "tool": "read_note"},
           "actions": [{"type": "nl", "instruction": "x", "executor": "ghost"}]}, "'ghost' is no agent"),
-        ({"id": "s", "when": {"type": "state", "check": {"steps": [
-            {"tool": "read_note", "args": {"key": "a"}, "bind": "v"}, {"tool": "read_note", "predicate": {"exists": True}}]}},
-          "actions": [TOOL]}, "triggers[1].when.check.steps"),
         ({"id": "p", "when": {"type": "time", "at": "PT1H"},
           "actions": [{"type": "permission", "action": "toggle", "role": "reader", "tools": "*"}]},
          "triggers[1].actions[0].action"),
@@ -332,3 +335,126 @@ def test_a_permission_on_every_tool_is_a_pattern(settings, tmp_path):
     trigger["actions"][0]["tools"] = ["no_such_tool"]
     with pytest.raises(BadInput, match="no tool 'no_such_tool'"):
         plan(load_task(bundle_with(tmp_path / "c", steps)), "r-2", settings)
+
+
+# -- optional placeholders and random waits, run --
+
+# An action trigger whose tool action reads an optional `${args.mood?}` the provoking call does not give (left out
+# as a whole value: write_note takes no `mood`, so sent it would fail; empty inside text), and a Poisson-like time
+# trigger: three exponential intervals and an exponential delay on its action, each drawn from its seed. The
+# clock stands at the start while they are registered, then is event driven, so every wait lands on its drawn time.
+RANDOM = [
+    {"id": "desk", "type": "deploy_env", "env_id": "shop"},
+    {"id": "start", "type": "sync_env_clock", "env_id": "shop", "virtual_time": START,
+     "virtual_seconds_per_real_second": 0},
+    {"id": "go", "type": "sync_env_clock", "env_id": "shop", "mode": "event_driven", "depends_on": ["rules"]},
+    {
+        "id": "rules",
+        "type": "register_env_triggers",
+        "env_id": "shop",
+        "depends_on": ["start"],
+        "triggers": [
+            {"id": "echo", "when": {"type": "action", "tool": "write_note", "where": {"key": {"equals": "draft"}}},
+             "actions": [{"type": "tool", "tool": "write_note",
+                          "args": {"key": "echo", "text": "${args.text}[${args.mood?}]", "mood": "${args.mood?}"}}]},
+            {"id": "arrivals", "when": {"type": "time", "every": {"dist": "exp", "mean": "PT10M"}, "seed": 7, "count": 3},
+             "actions": [{"type": "tool", "tool": "write_note", "args": {"key": "arrival", "text": "t"},
+                          "delay": {"dist": "exp", "mean": "PT5M", "seed": 3}}]},
+        ],
+    },
+    {"id": "draft", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "draft", "text": "hello"}, "depends_on": ["rules"]},
+    {"id": "echo", "type": "call_tool", "env": "desk", "tool": "read_note", "arguments": {"key": "echo"},
+     "depends_on": ["draft"]},
+]  # fmt: skip
+
+
+def exp_draw(mean_s: float, key: str) -> float:
+    """What agent_env.workflows.world_rules draws for `key`: -mean * ln(1 - u), u from the key's SHA-256."""
+    u = int(hashlib.sha256(key.encode()).hexdigest()[:13], 16) / 16**13
+    return -mean_s * math.log1p(-u)
+
+
+async def test_optional_placeholders_and_seeded_exponential_waits_run(client, settings, worker, tmp_path):
+    state = await run_task(client, settings, bundle_with(tmp_path / "b", RANDOM))
+    assert state.status is RunStatus.PASSED, (state.error, errors(state))
+    assert state.steps["echo"].outputs["result"]["text"] == "hello[]", "the optional placeholder found nothing"
+    actions = [(e.trigger, e.detail) for e in state.world.events if e.kind == "action"]
+    echo = next(d for t, d in actions if t == "echo")
+    assert "error" not in echo, ("the missing `mood` was left out, not sent", echo)
+
+    start = datetime.fromisoformat(START.replace("Z", "+00:00"))
+    fired = [e.virtual_time - start for e in state.world.events if e.kind == "fired" and e.trigger == "arrivals"]
+    marks, at = [], 0.0
+    for n in range(3):  # the first one interval from the clock's start, then one after each firing
+        at += exp_draw(600, f"exp/7/arrivals/{n}")
+        marks.append(at)
+    assert [round(f.total_seconds(), 3) for f in fired] == [round(m, 3) for m in marks], (fired, marks)
+    gaps = [b - a for a, b in zip([0.0, *marks], marks, strict=False)]
+    assert len({round(g) for g in gaps}) == 3, ("the intervals are drawn, not fixed", gaps)
+    ran = [e.virtual_time - start for e in state.world.events if e.kind == "action" and e.trigger == "arrivals"]
+    delays = [exp_draw(300, f"exp/3/arrivals/action0/{n}") for n in (1, 2, 3)]
+    assert sorted(round(r.total_seconds(), 3) for r in ran) == sorted(
+        round(m + d, 3) for m, d in zip(marks, delays, strict=True)
+    ), "each firing's action waited its own drawn delay"
+
+
+# A state condition over two reads: the first binds the key a pointer note names, the second reads that note.
+CHAIN = [
+    {"id": "desk", "type": "deploy_env", "env_id": "shop"},
+    {
+        "id": "rules",
+        "type": "register_env_triggers",
+        "env_id": "shop",
+        "triggers": [
+            {"id": "chain", "when": {"type": "state", "check": {"steps": [
+                {"tool": "read_note", "args": {"key": "pointer"}, "extract": "text", "bind": "target",
+                 "predicate": {"regex": "^task-"}},
+                {"tool": "read_note", "args": {"key": "${target}"}, "extract": "text", "predicate": {"equals": "done"}},
+            ]}}, "actions": [{"type": "tool", "tool": "write_note", "args": {"key": "flag", "text": "yes"}}]},
+        ],
+    },
+    {"id": "other", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "other", "text": "done"}, "depends_on": ["rules"]},
+    {"id": "aim_wrong", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "pointer", "text": "other"}, "depends_on": ["other"]},
+    {"id": "task", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "task-7", "text": "done"}, "depends_on": ["aim_wrong"]},
+    {"id": "aim", "type": "call_tool", "env": "desk", "tool": "write_note",
+     "arguments": {"key": "pointer", "text": "task-7"}, "depends_on": ["task"]},
+    {"id": "flag", "type": "call_tool", "env": "desk", "tool": "read_note", "arguments": {"key": "flag"},
+     "depends_on": ["aim"]},
+]  # fmt: skip
+
+
+async def test_a_multi_step_check_binds_a_value_a_later_read_uses(client, settings, worker, tmp_path):
+    ours = load_task(bundle_with(tmp_path / "a", CHAIN)).triggers[0].model_dump(mode="json", exclude_defaults=True)
+    assert ours["when"] == {
+        "type": "state", "env": "desk", "tool": "read_note", "arguments": {"key": "${target}"}, "path": "text",
+        "equals": "done",
+        "before": [{"tool": "read_note", "arguments": {"key": "pointer"}, "path": "text", "bind": "target",
+                    "matches": "^task-"}],
+    }  # fmt: skip
+    state = await run_task(client, settings, bundle_with(tmp_path / "b", CHAIN))
+    assert state.status is RunStatus.PASSED, (state.error, errors(state))
+    fired = [e for e in state.world.events if e.kind == "fired"]
+    assert [e.trigger for e in fired] == ["chain"], "not while the pointer was missing or failed its own test"
+    match = fired[0].detail["match"]
+    assert match["value"] == "done" and match["after"]["arguments"] == {"key": "pointer", "text": "task-7"}, match
+    assert state.steps["flag"].outputs["result"]["text"] == "yes"
+
+
+def test_a_check_read_may_use_only_what_an_earlier_read_bound(tmp_path):
+    def check(*steps: dict) -> dict:
+        return {"id": "c", "when": {"type": "state", "check": {"steps": list(steps)}}, "actions": [TOOL]}
+
+    read = {"tool": "read_note", "args": {"key": "a"}, "predicate": {"exists": True}}
+    for trigger, named in [
+        (check({**read, "bind": "v"}, {**read, "args": {"key": "${w}"}}), "triggers[1].when.check.steps[1].args.key"),
+        (check({**read, "args": {"key": "${args.key}"}}), "no provoking call"),
+        (check(read, {**read, "bind": "v"}), "triggers[1].when.check.steps[1].bind"),
+        (check({**read, "bind": "not a name"}, read), "triggers[1].when.check.steps[0].bind"),
+        (check(*[read] * 10), "1 to 9 reads"),
+    ]:
+        error = _refusal(tmp_path, trigger)
+        assert named in error, error

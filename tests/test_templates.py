@@ -28,6 +28,21 @@ def test_missing_path_names_what_exists():
     assert "has no 'count'" in str(e.value) and "items, n, who" in str(e.value)
 
 
+def test_an_optional_reference_that_finds_nothing_is_left_out():
+    scope = {"match": {"arguments": {"a": 1, "n": None, "t": "x"}}, "steps": {"s": {"outputs": {"k": [1]}}}}
+    value = {
+        "found": "${match.arguments.a?}",
+        "missing": "${match.arguments.b?}",
+        "null": "${match.arguments.n?}",
+        "text": "<${match.arguments.t?}|${match.arguments.b?}|${match.arguments.a.deeper?}>",
+        "list": ["${match.arguments.b?}", "${steps.s.outputs.k?}"],
+    }
+    assert resolve(value, scope) == {"found": 1, "text": "<x||>", "list": [[1]]}
+    with pytest.raises(TemplateError, match="has no 'b'"):
+        resolve({"required": "${match.arguments.b}"}, scope)
+    assert referenced_steps("${steps.s.outputs.k?} ${steps.t?}") == {"s", "t"}
+
+
 def test_referenced_steps():
     assert referenced_steps({"x": ["${steps.a.outputs.n} ${steps.b.score}"], "y": "${run.id}"}) == {"a", "b"}
 

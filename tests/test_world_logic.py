@@ -103,6 +103,24 @@ def test_seeded_random_intervals_are_reproducible():
     assert all(timedelta(hours=1) <= g <= timedelta(hours=5) for g in gaps) and len(set(gaps)) > 1
 
 
+def test_exponential_intervals_follow_their_seed_else_the_runs():
+    def fires(every: dict, seed: int) -> list[datetime]:
+        spec = [{"id": "p", "when": {"type": "time", "every": every, "count": 40}, "actions": ACTION}]
+        return [v for _, v in drain(_registered(world(spec, seed=seed)))]
+
+    own = {"dist": "exp", "mean": "1h", "seed": 3}
+    assert fires(own, seed=7) == fires(own, seed=8), "a seed of its own: the run's does not matter"
+    assert fires(own, seed=7) != fires({**own, "seed": 4}, seed=7)
+    runs = {"dist": "exp", "mean": "1h"}
+    assert fires(runs, seed=7) == fires(runs, seed=7) != fires(runs, seed=8), "no seed: the run's"
+    marks = fires(own, seed=0)
+    gaps = [b - a for a, b in zip([T0, *marks], marks, strict=False)]
+    assert marks[0] > T0, "with `every` alone the first is one drawn interval from the start"
+    mean = sum(gaps, timedelta()) / len(gaps)
+    assert timedelta(minutes=30) < mean < timedelta(hours=2), mean  # 40 draws of mean 1h
+    assert min(gaps) < timedelta(minutes=30) and max(gaps) > timedelta(hours=2), "spread as an exponential is"
+
+
 def _registered(w: World) -> World:
     w.register(["*"], REAL)
     return w

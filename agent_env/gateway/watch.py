@@ -13,6 +13,8 @@ from agent_env.spec.predicates import passes, test
 from agent_env.spec.world import CallMatch, StateWhen
 from agent_env.spec.world_state import Watch
 
+UNMET = object()  # a state condition's value when a read before its own failed: the condition is false
+
 
 class _Compiled:
     """A call condition as plain data: checked on every call, so no model access on the hot path."""
@@ -71,7 +73,8 @@ class Watcher:
             if watch.trigger not in values:
                 continue
             op, expected = when.operator
-            now_true, _ = test(op, values[watch.trigger], expected)
+            value = values[watch.trigger]
+            now_true = value is not UNMET and test(op, value, expected)[0]
             if now_true and not self.truth.get(watch.trigger, False):
                 fired.append(watch)
             self.truth[watch.trigger] = now_true

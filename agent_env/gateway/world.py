@@ -13,9 +13,14 @@ from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway.releasing import Releasing
 from agent_env.gateway.spec import RoleSpec
 from agent_env.gateway.state import WORLDS
+from agent_env.gateway.watch import UNMET
 from agent_env.gateway_client import wire
 from agent_env.spec.paths import walk
+from agent_env.spec.predicates import operators_given, test
 from agent_env.spec.roles import role_tools
+from agent_env.spec.state_reads import StateRead
+from agent_env.spec.templates import TemplateError, resolve
+from agent_env.spec.world import StateWhen
 from agent_env.spec.world_state import ClockState, TriggerHit, WorldPush
 
 
@@ -74,14 +79,12 @@ class WorldPushes(Releasing):
         ]
 
     async def _state_values(self, inst: EnvInstance) -> dict[str, Any]:
-        """Each state condition's current value, read through its (read-only) tool."""
+        """Each state condition's current value, read through its (read-only) tools: UNMET when a read before
+        its own failed, bound nothing or failed its test; left out when its own read failed."""
         assert inst.watcher is not None  # (callers check)
         values: dict[str, Any] = {}
         first_role = next(iter(inst.spec.roles))
         for watch, when in inst.watcher.states:
-            route = inst.tools.get(when.tool)
-            if route is None or route.app is None:
-                continue
             ctx = Ctx(
                 role=when.role or first_role,
                 run_id=inst.spec.run_id,
@@ -89,12 +92,46 @@ class WorldPushes(Releasing):
                 instance=inst.spec.id,
                 virtual_now=inst.now(),
             )
+            bindings = await _read_before(inst, when, ctx)
+            if bindings is None:
+                values[watch.trigger] = UNMET
+                continue
             try:
-                result = await route.app.call_async(route.spec.name, when.arguments, ctx)
-                values[watch.trigger] = walk(result, when.path)
-            except (ToolError, KeyError):
+                arguments = resolve(when.arguments, bindings) if when.before else when.arguments
+                values[watch.trigger] = await _read(inst, when.tool, arguments, when.path, ctx)
+            except (ToolError, KeyError, TemplateError):
                 continue
         return values
+
+
+async def _read(inst: EnvInstance, tool: str, arguments: dict[str, object], path: str, ctx: Ctx) -> object:
+    """A read-only tool's result at `path`; ToolError or KeyError when there is none."""
+    route = inst.tools.get(tool)
+    if route is None or route.app is None:
+        raise ToolError(f"no tool {tool!r} served here")
+    return walk(await route.app.call_async(route.spec.name, arguments, ctx), path)
+
+
+async def _read_before(inst: EnvInstance, when: StateWhen, ctx: Ctx) -> dict[str, object] | None:
+    """The values the reads before a state condition's own bind, or None when one fails or fails its test."""
+    bindings: dict[str, object] = {}
+    for read in when.before:
+        try:
+            value = await _read(inst, read.tool, resolve(read.arguments, bindings), read.path, ctx)
+        except (ToolError, KeyError):
+            return None
+        if read.bind is not None:
+            if value in (None, "", []):
+                return None
+            bindings[read.bind] = value
+        if operators_given(read) and not test(*_operator(read, value))[0]:
+            return None
+    return bindings
+
+
+def _operator(read: StateRead, value: object) -> tuple[str, object, object]:
+    op, expected = read.operator
+    return op, value, expected
 
 
 def _moved(before: ClockState | None, after: ClockState) -> bool:

@@ -5,22 +5,27 @@ engine. The run's workflow applies the result as it applies any trigger (agent_e
 What it maps (framework -> ours):
 
 - conditions: `action` (a tool call: `tool`, `where`, `roles`, `repeat`, `barrier`) -> `tool_call`; `time` (`at` an
-  RFC 3339 time or an ISO 8601 duration from the clock's start, `after` + `offset`, a fixed `every` with `count` or
-  `until`, `unless`) -> `time`; `state` with a one-step `check` (`tool`, `args`, a dot-path `extract`, a
-  `predicate`) -> `state`. A predicate's `regex`/`equals`/`exists` -> `matches`/`equals`/`truthy`; a `where` key
+  RFC 3339 time or an ISO 8601 duration from the clock's start, `after` + `offset`, a fixed `every`, or a random
+  `{dist: exp, mean}` one with the trigger's `seed`, with `count` or `until`, `unless`) -> `time`; `state` with a
+  `check` (`tool`, `args`, a dot-path `extract`, a `predicate`) -> `state`; a multi-step check's earlier reads
+  (each may `bind` its value, which later `args` use as `${name}`, and test it) -> the condition's `before`. A predicate's `regex`/`equals`/`exists` -> `matches`/`equals`/`truthy`; a `where` key
   `args.X`, `result.X` or a bare argument name -> `arguments.X` / `result.X`; `[n]` -> `.n`.
 - actions: `tool` (`args`, `as`) -> `call_tool` (`arguments`, `role`); `nl` -> `instruct`, carried out by the
   deploy_agent step that plays its executor (`executor`, else the step's `executor_agent_name`: a deploy_agent
   step's id or its agent's name there), within `executor_timeout_seconds`; `permission` (`enable`/`disable` tools,
-  or `*`, of a role) -> `set_tools`; `delay` (an ISO 8601 duration) -> `delay`.
-- `${args.X}` / `${result.X}` in a tool action's args -> `${match.arguments.X}` / `${match.result.X}`; any other
-  `${...}` stays literal text, as the framework leaves it (and nl instructions are never templated).
+  or `*`, of a role) -> `set_tools`; `delay` (an ISO 8601 duration, or a random `{dist: exp, mean, seed}`) -> `delay`.
+- random waits: each draw is a pure function of the framework's seed, the trigger and the draw's number
+  (agent_env.workflows.world_rules), so a replay of the run, and every run of the task, waits the same, as the
+  framework's seeded draws repeat run to run (the numbers themselves differ from the framework's generator's).
+- `${args.X}` / `${result.X}` in a tool action's args -> `${match.arguments.X}` / `${match.result.X}`; an optional
+  `${args.X?}` -> `${match.arguments.X?}`, which finding nothing (or null) drops its key or list element, or is empty
+  inside text, as the framework does (agent_env.spec.templates); any other `${...}` stays literal text, as the
+  framework leaves it (and nl instructions are never templated).
 - the step's `watch_roles` -> the roles of its action triggers (and of a deadline's `unless`) that name none.
 
 What it refuses, naming the trigger's index and field: `website` conditions (our gateway proxies no websites),
-multi-step or binding `check`s, random (`dist: exp`) intervals and delays, `verify`, optional placeholders
-(`${args.x?}`), a repeating time trigger with no end (`count` or `until`: ours must let the run end), and any
-field the framework does not define.
+a check's `{path, match, take}` extract, `verify`, a repeating time trigger with no end (`count` or `until`: ours
+must let the run end), and any field the framework does not define.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ STEP_FIELDS = ("watch_roles", "executor_agent_name", "executor_timeout_seconds")
 _PLACEHOLDER = re.compile(r"\$\{([^{}]*)\}")
 _SEGMENT = re.compile(r"^(\w+)((?:\[(?:\d+|\*)\])*)$")
 _DURATION: TypeAdapter[timedelta] = TypeAdapter(timedelta)
+MAX_CHECK_STEPS = 9  # a state condition's own read and the reads before it (agent_env.spec.world MAX_STATE_READS)
 
 Json = Mapping[str, object]
 
@@ -168,12 +174,8 @@ def _time_when(when: Json, at: str, ctx: TriggerContext) -> dict[str, object]:
         raise FrameworkTriggerError(f"{at}.when.roles", "a time trigger has no provoking call", "remove it")
     out: dict[str, object] = {"type": "time"}
     every = when.get("every")
-    if isinstance(every, Mapping) or "seed" in when:
-        raise FrameworkTriggerError(
-            f"{at}.when.every",
-            "a random (exponential) interval is not taken here: ours draws a seeded interval between a min and max",
-            "give a fixed ISO 8601 `every`, or write the trigger in our format with every = {min, max}",
-        )
+    if "seed" in when and not isinstance(every, Mapping):
+        raise FrameworkTriggerError(f"{at}.when.seed", "goes with a random `every`", "remove it")
     if "at" in when and "after" in when:
         raise FrameworkTriggerError(f"{at}.when", "give `at` or `after`, not both", "remove one")
     if "after" in when:
@@ -183,12 +185,17 @@ def _time_when(when: Json, at: str, ctx: TriggerContext) -> dict[str, object]:
         raise FrameworkTriggerError(f"{at}.when.offset", "goes with `after`", "remove it or add `after`")
     elif "at" in when:
         out["at"] = _mark(when["at"], f"{at}.when.at")
+    elif isinstance(every, Mapping):
+        pass  # the first: one drawn interval from the clock's start, as ours does with `every` alone
     elif every is not None:
         out["at"] = f"+{_seconds(_iso_duration(every, f'{at}.when.every'))}s"  # the first: one interval in
     else:
         raise FrameworkTriggerError(f"{at}.when", "a time trigger needs `at`, `after` or `every`", "give one")
     if every is not None:
-        out["every"] = _iso_duration(every, f"{at}.when.every")
+        if isinstance(every, Mapping):
+            out["every"] = _exp(every, when.get("seed"), f"{at}.when.every", f"{at}.when.seed")
+        else:
+            out["every"] = _iso_duration(every, f"{at}.when.every")
         if "count" not in when and "until" not in when:
             raise FrameworkTriggerError(
                 f"{at}.when.every",
@@ -226,15 +233,29 @@ def _state_when(when: Json, at: str, ctx: TriggerContext) -> dict[str, object]:
     _known(when, ("type", "check", "roles"), f"{at}.when")
     check = _object(when.get("check"), f"{at}.when.check")
     steps = check.get("steps", [check] if "tool" in check else None)
-    if not isinstance(steps, list) or len(steps) != 1:
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_CHECK_STEPS:
         raise FrameworkTriggerError(
             f"{at}.when.check.steps",
-            "only a one-step check is taken here (a state condition reads one tool)",
-            "read the value with one tool and test it with its predicate",
+            f"must be a list of 1 to {MAX_CHECK_STEPS} reads",
+            "read the value with tools and test it with the last one's predicate",
         )
-    where = f"{at}.when.check" + (".steps[0]" if "steps" in check else "")
-    step = _object(steps[0], where)
-    _known(step, ("tool", "args", "extract", "predicate"), where)
+    base = f"{at}.when.check" + (".steps" if "steps" in check else "")
+    bound: set[str] = set()
+    reads = []
+    for i, raw in enumerate(steps):
+        where = f"{base}[{i}]" if "steps" in check else base
+        last = i == len(steps) - 1
+        reads.append(_check_step(_object(raw, where), where, bound, last))
+    *before, own = reads
+    out = {"type": "state", "env": ctx.env, **own}
+    if before:
+        out["before"] = before
+    return out
+
+
+def _check_step(step: Json, where: str, bound: set[str], last: bool) -> dict[str, object]:
+    """One read of a check: its tool, `${binding}` arguments, dot-path `extract`, `bind` and `predicate`."""
+    _known(step, ("tool", "args", "extract", "predicate") + (() if last else ("bind",)), where)
     extract = step.get("extract")
     if extract is not None and not isinstance(extract, str):
         raise FrameworkTriggerError(
@@ -243,16 +264,45 @@ def _state_when(when: Json, at: str, ctx: TriggerContext) -> dict[str, object]:
     args = step.get("args", {})
     if not isinstance(args, Mapping):
         raise FrameworkTriggerError(f"{where}.args", "must be an object", "give the tool's arguments")
-    if "predicate" not in step:
+    if last and "predicate" not in step:
         raise FrameworkTriggerError(f"{where}.predicate", "is missing", "say what the value must be")
-    return {
-        "type": "state",
-        "env": ctx.env,
+    out: dict[str, object] = {
         "tool": _text(step.get("tool"), f"{where}.tool"),
-        "arguments": dict(args),
+        "arguments": _bound(args, f"{where}.args", bound),
         "path": _path(extract, f"{where}.extract") if extract else "",
-        **_predicate(step["predicate"], f"{where}.predicate"),
     }
+    if "predicate" in step:
+        out.update(_predicate(step["predicate"], f"{where}.predicate"))
+    if step.get("bind") is not None:
+        name = _text(step["bind"], f"{where}.bind")
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise FrameworkTriggerError(f"{where}.bind", f"{name!r} is not a name", "use letters, digits and _")
+        out["bind"] = name
+        bound.add(name)
+    return out
+
+
+def _bound(value: object, at: str, bound: set[str]) -> object:
+    """A check read's args: `${name}` reads what an earlier read bound; nothing else is a placeholder there."""
+    if isinstance(value, Mapping):
+        return {k: _bound(v, f"{at}.{k}", bound) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bound(v, f"{at}[{i}]", bound) for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1).strip()
+        if name not in bound:
+            raise FrameworkTriggerError(
+                at,
+                f"{match.group(0)!r} is no binding an earlier read of the check makes (a state condition has no "
+                "provoking call for args./result.)",
+                "bind the value in an earlier step (`bind`)",
+            )
+        return "${" + name + "}"
+
+    return _PLACEHOLDER.sub(one, value)
 
 
 # -- actions --
@@ -318,12 +368,11 @@ def _action(raw: object, at: str, ctx: TriggerContext) -> dict[str, object]:
         out = {"type": "set_tools", "env": ctx.env, "role": _text(action.get("role"), f"{at}.role"), change: tools}
     else:
         raise FrameworkTriggerError(f"{at}.type", f"must be 'tool', 'nl' or 'permission', not {kind!r}", "choose one")
-    if action.get("delay") is not None:
-        if isinstance(action["delay"], Mapping):
-            raise FrameworkTriggerError(
-                f"{at}.delay", "a random (exponential) delay is not taken here", "give a fixed ISO 8601 duration"
-            )
-        out["delay"] = _iso_duration(action["delay"], f"{at}.delay")
+    delay = action.get("delay")
+    if isinstance(delay, Mapping):
+        out["delay"] = _exp(delay, delay.get("seed"), f"{at}.delay", f"{at}.delay.seed")
+    elif delay is not None:
+        out["delay"] = _iso_duration(delay, f"{at}.delay")
     return out
 
 
@@ -374,6 +423,16 @@ def _iso_duration(value: object, at: str) -> timedelta:
     if delta <= timedelta(0):
         raise FrameworkTriggerError(at, "must be a positive duration", "write e.g. 'PT30M'")
     return delta
+
+
+def _exp(dist: Json, seed: object, at: str, seed_at: str) -> dict[str, object]:
+    """`{dist: exp, mean}` and its integer seed (the framework requires one) as our exponential interval."""
+    _known(dist, ("dist", "mean", "seed") if seed_at.endswith("delay.seed") else ("dist", "mean"), at)
+    if dist.get("dist") != "exp":
+        raise FrameworkTriggerError(f"{at}.dist", f"must be 'exp', not {dist.get('dist')!r}", "write 'exp'")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise FrameworkTriggerError(seed_at, f"a random wait needs an integer seed, not {seed!r}", "give one")
+    return {"dist": "exp", "mean": _iso_duration(dist.get("mean"), f"{at}.mean"), "seed": seed}
 
 
 def _seconds(delta: timedelta) -> str:
@@ -438,14 +497,11 @@ def _templated(value: object, at: str) -> object:
 
     def one(match: re.Match[str]) -> str:
         name = match.group(1).strip()
-        head, _, rest = name.partition(".")
+        optional = "?" if name.endswith("?") else ""
+        head, _, rest = name.rstrip("?").partition(".")
         if head not in ("args", "result"):
             return "$" + match.group(0)  # a check binding (none here) or prose: literal, as the framework leaves it
-        if name.endswith("?"):
-            raise FrameworkTriggerError(
-                at, f"optional placeholder {match.group(0)!r} is not taken here", "make the value required"
-            )
         root = "arguments" if head == "args" else "result"
-        return "${match." + root + ("." + _path(rest, at) if rest else "") + "}"
+        return "${match." + root + ("." + _path(rest, at) if rest else "") + optional + "}"
 
     return _PLACEHOLDER.sub(one, value)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agent_env.spec.duration import Duration, parse_duration
 from agent_env.spec.predicates import Operators, TextTest
+from agent_env.spec.state_reads import MAX_STATE_READS, StateRead, unbound_reference
 
 MAX_RATE = 86_400.0
 MAX_INSTRUCT = timedelta(minutes=4)  # what an instructed agent may take (its activity has 5m)
@@ -139,20 +140,43 @@ class RandomInterval(_Spec):
         return self
 
 
+class ExpInterval(_Spec):
+    """A random wait drawn from an exponential distribution (the AgentEnv Framework's `{dist: exp, mean, seed}`):
+    each draw is a pure function of `seed` (the run's seed when none is given), the trigger and the draw's
+    number, so a replay, and every run with that seed, waits the same."""
+
+    dist: Literal["exp"]
+    mean: Duration
+    seed: int | None = Field(None, description="what the draws follow (default: the run's seed)")
+
+    @field_validator("mean")
+    @classmethod
+    def _positive(cls, mean: timedelta) -> timedelta:
+        if mean <= timedelta(0):
+            raise ValueError("mean must be a positive duration")
+        return mean
+
+
 class TimeWhen(_Spec):
     type: Literal["time"]
-    at: TimeValue | None = Field(None, description="RFC 3339, or +DURATION from the clock's start")
+    at: TimeValue | None = Field(
+        None, description="RFC 3339, or +DURATION from the clock's start (with neither: one `every` from the start)"
+    )
     after: str | None = Field(None, description="fire this long after another trigger fires (with `delay`)")
     delay: Duration = Field(timedelta(0), description="with `after`: how long after")
-    every: Duration | RandomInterval | None = Field(None, description="repeat: a fixed or seeded random interval")
+    every: Duration | RandomInterval | ExpInterval | None = Field(
+        None, description="repeat: a fixed, seeded random or exponential interval"
+    )
     count: int | None = Field(None, ge=1, description="fire at most this many times")
     until: TimeValue | None = Field(None, description="no firing after this time")
     unless: CallMatch | None = Field(None, description="cancelled if such a call happens first")
 
     @model_validator(mode="after")
     def _anchor(self) -> TimeWhen:
-        if (self.at is None) == (self.after is None):
-            raise ValueError("a time trigger needs exactly one of `at` or `after`")
+        if self.at is not None and self.after is not None:
+            raise ValueError("a time trigger takes `at` or `after`, not both")
+        if self.at is None and self.after is None and self.every is None:
+            raise ValueError("a time trigger needs `at`, `after` or `every`")
         if self.every is None and (self.count is not None or self.until is not None):
             raise ValueError("`count` and `until` need `every`")
         if self.every is not None and self.count is None and self.until is None:
@@ -168,7 +192,8 @@ class ToolCallWhen(CallMatch):
 
 
 class StateWhen(_Spec, Operators):
-    """True when a read-only tool's result (at `path`) passes the test; fires when it becomes true."""
+    """True when a read-only tool's result (at `path`) passes the test; fires when it becomes true. With reads
+    `before` it, their bound values fill `${name}` in later arguments (its own too)."""
 
     type: Literal["state"]
     env: str
@@ -176,10 +201,15 @@ class StateWhen(_Spec, Operators):
     arguments: dict[str, Any] = Field(default_factory=dict)
     role: str | None = Field(None, description="read as this role (default: the environment's first)")
     path: str = ""
+    before: list[StateRead] = Field(
+        default_factory=list, max_length=MAX_STATE_READS, description="reads made first, in order, binding values"
+    )
 
     @model_validator(mode="after")
     def _one_operator(self) -> StateWhen:
         self.require_one_operator(f"state condition on {self.tool}", f"state condition on {self.tool}: matches")
+        if self.before and (problem := unbound_reference(self.before, self.tool, self.arguments)):
+            raise ValueError(problem)
         return self
 
 
@@ -206,7 +236,9 @@ Condition = Annotated[TimeWhen | ToolCallWhen | StateWhen | PersonaWhen, Field(d
 
 
 class _Action(_Spec):
-    delay: Duration = Field(timedelta(0), description="run this long (virtual time) after the firing")
+    delay: Duration | ExpInterval = Field(
+        timedelta(0), description="run this long (virtual time) after the firing: fixed or exponential"
+    )
 
 
 class CallToolAction(_Action):
@@ -335,6 +367,10 @@ def world_problems(task: Any, envs: dict[str, DeployedEnv]) -> list[tuple[tuple[
                         parse_time(value, start)
                     except ValueError as e:
                         problems.append((where + ("when", field), str(e)))
+            if when.at is None and when.after is None and start is None:
+                problems.append(
+                    (where + ("when", "every"), "starts from the clock's start, but the task has no [clock]")
+                )
             if when.after is not None and when.after not in ids:
                 problems.append(
                     (
@@ -347,7 +383,9 @@ def world_problems(task: Any, envs: dict[str, DeployedEnv]) -> list[tuple[tuple[
         elif isinstance(when, ToolCallWhen):
             problems += _match_problems(when, envs, where + ("when",))
         elif isinstance(when, StateWhen):
-            problems += _env_tool_problems(when.env, [when.tool], envs, where + ("when",))
+            problems += _env_tool_problems(
+                when.env, [r.tool for r in when.before] + [when.tool], envs, where + ("when",)
+            )
             if when.role is not None and when.env in envs and when.role not in envs[when.env][1]:
                 problems.append((where + ("when", "role"), f"no role {when.role!r} in environment {when.env!r}"))
         elif isinstance(when, PersonaWhen):

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from agent_env.spec.world import (
     MAX_RATE,
     ClockSpec,
+    ExpInterval,
     PersonaSpec,
     PersonaWhen,
     RandomInterval,
@@ -226,6 +228,9 @@ class World:
             when = self.triggers[tid].when
             if isinstance(when, TimeWhen) and when.at is not None:
                 self._schedule_trigger(tid, max(parse_time(when.at, self.start).astimezone(UTC), now))
+            elif isinstance(when, TimeWhen) and when.after is None and when.every is not None:
+                first = parse_time("+0s", self.start) + self._interval(tid, when.every, 0)  # one interval in
+                self._schedule_trigger(tid, max(first, now))
         if added:
             self.log("registered", now, detail={"triggers": added})
         return added
@@ -277,10 +282,13 @@ class World:
         firing = self.log("fired", at, trigger=tid, detail={"match": match, "n": status.fires}).seq
         immediate = []
         for i, action in enumerate(spec.actions):
-            if action.delay > timedelta(0):
+            delay = action.delay
+            if isinstance(delay, ExpInterval):
+                delay = _exp(delay, self.spec.seed, f"{tid}/action{i}/{status.fires}")
+            if delay > timedelta(0):
                 self.schedule(
                     Scheduled(
-                        at=at + action.delay,
+                        at=at + delay,
                         seq=self._seq(),
                         kind="action",
                         trigger=tid,
@@ -315,12 +323,12 @@ class World:
             self.state.clock.horizon = self.horizon()
         return firing, immediate
 
-    def _interval(self, tid: str, every: timedelta | RandomInterval, n: int) -> timedelta:
+    def _interval(self, tid: str, every: timedelta | RandomInterval | ExpInterval, n: int) -> timedelta:
         if isinstance(every, timedelta):
             return every
-        digest = hashlib.sha256(f"{self.spec.seed}/{tid}/{n}".encode()).hexdigest()
-        fraction = int(digest[:13], 16) / 16**13
-        return every.min + (every.max - every.min) * fraction
+        if isinstance(every, ExpInterval):
+            return _exp(every, self.spec.seed, f"{tid}/{n}")
+        return every.min + (every.max - every.min) * _fraction(f"{self.spec.seed}/{tid}/{n}")
 
     # -- what the gateway watches --
 
@@ -412,3 +420,15 @@ def persona_matches(persona: PersonaSpec, when: PersonaWhen) -> list[dict[str, A
             }
         )
     return out
+
+
+def _fraction(key: str) -> float:
+    """A number in [0, 1) that `key` alone decides."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:13], 16) / 16**13
+
+
+def _exp(dist: ExpInterval, run_seed: int, key: str) -> timedelta:
+    """An exponential draw (mean `dist.mean`), a pure function of its seed (else the run's) and `key`: a replay,
+    and every run with that seed, draws the same. Workflow code may not use a random source, nor needs one."""
+    seed = run_seed if dist.seed is None else dist.seed
+    return -dist.mean * math.log1p(-_fraction(f"exp/{seed}/{key}"))
