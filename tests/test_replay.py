@@ -32,9 +32,11 @@ def history(path: Path) -> WorkflowHistory:
 
 def replayer(worker, workflows=None) -> Replayer:
     """A replayer set up as the real worker is (agent_env/temporal/worker.py): its workflows, runners,
-    interceptors and the client's (pydantic) data converter."""
+    interceptors, the client's (pydantic) data converter and its namespace (a run's seals name the namespace
+    they were made for: under the Replayer's default one, a sealed run would fail its check on replay)."""
     config = worker.config()
     return Replayer(
+        namespace=worker.client.namespace,
         workflows=workflows or config["workflows"],
         workflow_runner=config["workflow_runner"],
         unsandboxed_workflow_runner=config["unsandboxed_workflow_runner"],
@@ -94,3 +96,20 @@ async def test_the_same_change_behind_a_patch_replays(worker):
     for path in FILES:
         result = await patched.replay_workflow(history(path), raise_on_replay_failure=False)
         assert result.replay_failure is None, (path.name, result.replay_failure)
+
+
+async def test_a_sealed_run_just_finished_replays(client, settings, worker):
+    """A run started now carries seals that name its namespace: its history replays (as a restarted worker
+    replays it) with the checks on, not only the recorded runs that predate this install's key."""
+    from agent_env.planning.tasks import parse_task
+    from agent_env.temporal import launch
+
+    steps = [
+        {"id": "a", "type": "sleep", "config": {"seconds": 0}},
+        {"id": "b", "type": "sleep", "config": {"seconds": 0}, "depends_on": ["a"]},
+    ]
+    handle = await launch.start_run(client, settings, parse_task({"id": "fresh", "steps": steps}, "test task"))
+    state = await asyncio.wait_for(launch.wait_result(handle), 60)
+    assert state.status == "passed"
+    result = await replayer(worker).replay_workflow(await handle.fetch_history(), raise_on_replay_failure=False)
+    assert result.replay_failure is None, repr(result.replay_failure)
