@@ -14,21 +14,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agent_env.steps import StepConfig
+from agent_env.steps.builtin.a2a_validator_links import LinkedChecks
 from agent_env.steps.builtin.a2a_validators import A2AAgentCheck, a2a_validator
 from agent_env.validators.a2a_extension_tasks import TRAJECTORY_PROMPT, verify_snapshot, verify_trajectory
 from agent_env.validators.a2a_extensions import verify_install, verify_peer_agents, verify_skill_config
 
 
-class A2AAgentUrl(StepConfig):
-    refused_fields = {
-        **A2AAgentCheck.refused_fields,
-        "agent_name": "the check installs the agent under a name of its own",
-    }
-
-    url: str = Field(
-        pattern=r"^https?://", description="the agent's A2A URL (its card is at URL/.well-known/agent-card.json)"
-    )
+class A2AAgentUrl(LinkedChecks):
+    refused_fields = A2AAgentCheck.refused_fields
 
 
 class SnapshotValidation(A2AAgentUrl):
