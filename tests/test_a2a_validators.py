@@ -325,6 +325,17 @@ def test_what_a_validator_cannot_be_told_is_refused_before_a_run_naming_the_fiel
     assert says in str(e.value)
 
 
+def test_a_validator_checks_a_deployed_agent_at_its_own_url_never_one_the_gateway_hosts():
+    from agent_env.steps.builtin.a2a_validators import A2AAgentCheck
+
+    own = A2AAgentCheck(agent="a", agent_deployed={"url": "http://127.0.0.1:9/", "hosted": False})
+    assert own.agent_url() == "http://127.0.0.1:9/"
+    with pytest.raises(BadInput, match="hosted by the gateway"):
+        A2AAgentCheck(agent="a", agent_deployed={"url": "http://127.0.0.1:9/agents/r.a/", "hosted": True}).agent_url()
+    with pytest.raises(BadInput, match="no agent at an http"):
+        A2AAgentCheck(agent="a", agent_deployed={"url": "file:///etc/passwd"}).agent_url()
+
+
 # -- the command --
 
 
