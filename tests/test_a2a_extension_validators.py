@@ -558,3 +558,23 @@ async def test_a_reference_framework_agent_passes_the_checks_through_grants(
         assert result.score.passed and failed(result) == [], text(result)
     passed = {c["name"] for r in results.values() for c in checks(r) if c["passed"]}
     assert {"snapshot.recall", "skill_config.list_shows_bundled", "trajectory.task_objects"} <= passed
+
+
+async def test_skill_bundle_object_url_names_the_bundle_given_which_stays_in_the_store(settings, trusting):  # noqa: F811
+    objects = open_stores(settings).objects
+    objects.put("bundles/mine/SKILL.md", b"---\nname: mine\ndescription: ours\n---\nSay MINE-TOKEN.\n")
+    objects.put("bundles/mine/notes/extra.txt", b"more")
+    async with bundle_agent("read") as (url, skills):
+        result = await validate_in_run(
+            settings, "verify_a2a_skill_config", url, skill_bundle_object_url="bundles/mine/"
+        )
+        assert result.score.passed, text(result)
+        assert [s["skill_md"] for n, s in skills.items() if "-bundle-" in n] == [
+            objects.get("bundles/mine/SKILL.md").decode()
+        ]
+        assert objects.exists("bundles/mine/notes/extra.txt"), "the caller's bundle is not the validator's to delete"
+        with pytest.raises(Exception, match="holds no SKILL.md"):
+            await validate_in_run(settings, "verify_a2a_skill_config", url, skill_bundle_object_url="bundles/none/")
+    for escape in ("../runs/", "s3://bucket/k/", "/abs/", "bundles/mine"):
+        with pytest.raises(ValueError, match="not a key prefix"):
+            catalog.get("verify_a2a_skill_config").config(url=url, skill_bundle_object_url=escape)

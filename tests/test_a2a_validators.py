@@ -28,6 +28,7 @@ from test_protocol_agents import reference_agent, reference_python  # noqa: F401
 
 from agent_env.agents.builtin import ScriptedAgent
 from agent_env.agents.sdk import Agent, Turn, a2a_routes, agent_card
+from agent_env.errors import BadInput
 from agent_env.spec.agent import AgentRecord
 from agent_env.temporal.validation import AGENT_VALIDATORS as VALIDATORS
 from agent_env.temporal.validation import agent_validation_task as validation_task
@@ -207,6 +208,132 @@ async def test_a_role_token_the_agent_echoes_never_reaches_the_report(run_task):
     report = ValidationReport.model_validate(state.steps["verify_a2a_agent_mcp"].outputs["report"])
     assert failed_checks(report) == ["mcp.add"] and "[role token]" in report.report()
     assert "aet_" not in state.model_dump_json()
+
+
+# -- told by other steps of the run (the framework's fields) --
+
+
+class Parrot(Agent):
+    """Says back its system prompt and what it was asked: a system prompt's token reaches its answer."""
+
+    name = "parrot"
+
+    async def answer(self, turn: Turn) -> str:
+        return f"{turn.system_prompt} | You said: {turn.prompt}"
+
+
+def step(id: str, type: str, after: list[str], **config) -> dict:
+    return {"id": id, "type": type, "depends_on": after, "on_failure": "continue", "config": config}
+
+
+def report_of(state, step_id: str) -> dict[str, bool]:
+    assert state.steps[step_id].status == "succeeded", state.steps[step_id].error
+    return {c.name: c.passed for c in ValidationReport.model_validate(state.steps[step_id].outputs["report"]).checks}
+
+
+async def test_validators_take_the_frameworks_fields_naming_the_agent_its_prompts_and_a_verifier(run_task):
+    """A deployed agent named as the framework names it (`a2a_agent_id`, `agent_name`), the prompts other steps
+    sent it (`prompt_id`, `peer_prompt_id` with `expected_token`, `probes`) and a rubrics_verifier's verdict
+    (`rubric_verifier_id`, `rubric_criterion_id`) are graded into the validators' reports."""
+    async with served(Parrot()) as url:
+        record = {"name": "parrot", "type": "a2a", "config": {"url": url}}
+        rubric = {
+            "prompt_id": "p-ask",
+            "default_model": "fake",
+            "output_format": "rubric_binary",
+            "criteria": [
+                {"id": "echoed", "description": "The agent said 'PEER-TOKEN-42'."},
+                {"id": "invented", "description": "The agent said 'NEVER-SAID-7'."},
+            ],
+        }
+        task = {
+            "id": "linked",
+            "steps": [
+                {"id": "deploy", "type": "deploy_agent", "config": {"record": record}},
+                step(
+                    "ask", "prompt_agent", ["deploy"], agent="deploy", prompt="relay PEER-TOKEN-42", prompt_id="p-ask"
+                ),
+                step("image", "prompt_agent", ["deploy"], agent="deploy", prompt="describe a red square"),
+                step("rubric", "rubrics_verifier", ["ask"], **rubric),
+                step("protocol", "verify_a2a_core_protocol", ["ask"], a2a_agent_id="parrot", prompt_id="p-ask"),
+                step(
+                    "peers",
+                    "verify_a2a_peer_agents",
+                    ["ask"],
+                    agent_name="deploy",
+                    peer_prompt_id="p-ask",
+                    expected_token="PEER-TOKEN-42",
+                ),
+                step(
+                    "modalities",
+                    "verify_a2a_modalities",
+                    ["ask", "image"],
+                    a2a_agent_id="parrot",
+                    probes=[
+                        {"modality": "image", "prompt_id": "image", "expected": "Red Square"},
+                        {"modality": "pdf", "prompt_id": "p-ask", "expected": "a page of text"},
+                    ],
+                ),
+                step(
+                    "snapshot",
+                    "verify_a2a_snapshot",
+                    ["rubric"],
+                    a2a_agent_id="parrot",
+                    rubric_verifier_id="rubric",
+                    rubric_criterion_id="echoed",
+                ),
+                step("install", "verify_a2a_install", ["rubric"], agent_name="parrot", rubric_verifier_id="rubric"),
+                step(
+                    "system",
+                    "verify_a2a_system_prompt",
+                    ["deploy"],
+                    a2a_agent_id="parrot",
+                    poll_interval_seconds=0.05,
+                    timeout_seconds=30,
+                ),
+            ],
+        }
+        state = await run_task(task, timeout=120)
+    assert report_of(state, "protocol")["linked.prompt_answered"]
+    assert report_of(state, "peers")["linked.peer_call"]
+    modalities = report_of(state, "modalities")
+    assert modalities["modality.image.probe"] and not modalities["modality.pdf.probe"]
+    assert report_of(state, "snapshot")["linked.rubric.echoed"]
+    install = ValidationReport.model_validate(state.steps["install"].outputs["report"])
+    (rubric_finding,) = [c for c in install.checks if c.name == "linked.rubric"]
+    assert not rubric_finding.passed and "invented" in rubric_finding.problem and not install.passed
+    assert report_of(state, "system")["system_prompt.followed"]
+    assert state.steps["system"].outputs["passed"]
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ({"prompt_id": "nowhere"}, "names no prompt_agent step"),
+        ({"url": "http://127.0.0.1:9/", "expected_token": "T"}, "go together"),
+        ({"url": "http://127.0.0.1:9/", "a2a_agent_version": 3}, "pinned there"),
+        ({"url": "http://127.0.0.1:9/", "poll_interval_seconds": 1}, "verify_a2a_system_prompt"),
+        ({}, "give the agent's `url`"),
+    ],
+)
+def test_what_a_validator_cannot_be_told_is_refused_before_a_run_naming_the_field(config, says):
+    from agent_env.planning.tasks import parse_task
+
+    task = {"id": "t", "steps": [{"id": "v", "type": "verify_a2a_core_protocol", "config": config}]}
+    with pytest.raises(BadInput) as e:
+        parse_task(task, "test task")
+    assert says in str(e.value)
+
+
+def test_a_validator_checks_a_deployed_agent_at_its_own_url_never_one_the_gateway_hosts():
+    from agent_env.steps.builtin.a2a_validators import A2AAgentCheck
+
+    own = A2AAgentCheck(agent="a", agent_deployed={"url": "http://127.0.0.1:9/", "hosted": False})
+    assert own.agent_url() == "http://127.0.0.1:9/"
+    with pytest.raises(BadInput, match="hosted by the gateway"):
+        A2AAgentCheck(agent="a", agent_deployed={"url": "http://127.0.0.1:9/agents/r.a/", "hosted": True}).agent_url()
+    with pytest.raises(BadInput, match="no agent at an http"):
+        A2AAgentCheck(agent="a", agent_deployed={"url": "file:///etc/passwd"}).agent_url()
 
 
 # -- the command --

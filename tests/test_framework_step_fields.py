@@ -138,6 +138,7 @@ def test_the_frameworks_names_plan_as_ours(tmp_path, settings):
         {"id": "clear", "type": "reset_env", "env_id": "notes"},
         {"id": "snap", "type": "snapshot_env", "env_id": "notes", "snapshot_id": "s1"},
         {"id": "card", "type": "verify_env_card", "env_id": "notes"},
+        {"id": "protocol", "type": "verify_a2a_core_protocol", "a2a_agent_id": "echo", "prompt_id": "greet"},
     ]  # fmt: skip
     path = bundle / "tasks" / "named.json"
     path.write_text(json.dumps(steps))
@@ -149,9 +150,12 @@ def test_the_frameworks_names_plan_as_ours(tmp_path, settings):
     assert config["clear"] == {"env": "notes"}
     assert config["snap"] == {"env": "notes", "snapshot_id": "s1"}
     assert config["card"] == {"env": "notes"}
+    assert config["protocol"] == {"a2a_agent": "echo", "prompt_step": "ask"}
     planned = {s.id: s for s in plan(task, "r-1", settings).steps}
     assert planned["ask"].config["deployed"] == "${steps.echo.outputs}"
     assert planned["card"].config["deployed"] == "${steps.notes.outputs}"
+    assert planned["protocol"].config["agent_deployed"] == "${steps.echo.outputs}"
+    assert planned["protocol"].config["prompt_outputs"] == "${steps.ask.outputs}"
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,9 @@ async def verify_role(http: httpx.AsyncClient, url: str) -> ValidationReport:
     return report
 
 
-async def verify_system_prompt(http: httpx.AsyncClient, url: str, deadline_s: float = 60) -> ValidationReport:
+async def verify_system_prompt(
+    http: httpx.AsyncClient, url: str, deadline_s: float = 60, poll_s: float = 0.2
+) -> ValidationReport:
     report = ValidationReport(validator="verify_a2a_system_prompt", target=url)
     if (agent := await _declared(http, url, report)) is None:
         return report
@@ -205,7 +207,7 @@ async def verify_system_prompt(http: httpx.AsyncClient, url: str, deadline_s: fl
     if not report.checks[-1].passed or not agent.rpc_url:
         return report
     try:
-        sent = await send(http, agent, [text_part(agent, TRIGGER)], deadline_s)
+        sent = await send(http, agent, [text_part(agent, TRIGGER)], deadline_s, poll_s)
         answer = sent.text if sent.error is None else f"error {sent.error}"
     except AgentUnanswered as e:
         answer = str(e)

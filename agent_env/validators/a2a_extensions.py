@@ -196,7 +196,9 @@ async def _restore_peers(probe: ExtensionProbe, before: list[JsonObject]) -> Fin
 SKILL_MD = "---\nname: {name}\ndescription: {description}\n---\nA skill the agent-env validator added; ignore it.\n"
 
 
-async def verify_skill_config(agent: AgentClient, *, rooms: Rooms = outside_a_run) -> ValidationReport:
+async def verify_skill_config(
+    agent: AgentClient, *, rooms: Rooms = outside_a_run, bundle: str | None = None
+) -> ValidationReport:
     """`skill-config/v1`: an inline skill (name, description, skill_md) is added (2xx, answering its name), and
     list then shows it; when the card offers the bundle variant, a skill given as an object of the run's store (`rooms`) by a read
     grant too. The probe skills stay (skill-config/v1 has no remove): validate an agent deployed for it."""
@@ -253,7 +255,7 @@ async def verify_skill_config(agent: AgentClient, *, rooms: Rooms = outside_a_ru
             )
         )
     if probe.offers("add", "skill_bundle"):
-        report.checks.extend(await bundle_skill(agent, rooms))
+        report.checks.extend(await bundle_skill(agent, rooms, bundle))
     return report
 
 

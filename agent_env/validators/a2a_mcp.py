@@ -52,6 +52,7 @@ async def verify_agent_mcp(
     role: str,
     prompt: str = PROMPT,
     deadline_s: float = 120,
+    poll_s: float = 0.2,
 ) -> ValidationReport:
     report = ValidationReport(validator=VALIDATOR, target=url)
     try:
@@ -71,7 +72,7 @@ async def verify_agent_mcp(
         )
         return report
     return redacted(
-        await _hand_over(http, agent, gateway, instance, agent_name, token, prompt, deadline_s, report), token
+        await _hand_over(http, agent, gateway, instance, agent_name, token, prompt, (deadline_s, poll_s), report), token
     )
 
 
@@ -83,7 +84,7 @@ async def _hand_over(
     agent_name: str,
     token: str,
     prompt: str,
-    deadline_s: float,
+    waits: tuple[float, float],  # (deadline, tasks/get interval) in seconds
     report: ValidationReport,
 ) -> ValidationReport:
     """Give the agent the environment's MCP server (with its token), then ask it to use it."""
@@ -133,7 +134,7 @@ async def _hand_over(
     )
     mark = await gateway.last_seq(instance)
     try:
-        sent = await send(http, agent, [text_part(agent, prompt)], deadline_s)
+        sent = await send(http, agent, [text_part(agent, prompt)], *waits)
     except AgentUnanswered as e:
         report.checks.append(Finding.failed("mcp.answered", str(e), "answer the task over A2A"))
         return report

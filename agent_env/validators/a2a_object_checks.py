@@ -25,6 +25,7 @@ from agent_env.agents.transfers import (
     save_snapshot,
     trajectory_object,
 )
+from agent_env.errors import BadInput
 from agent_env.stores import Stores
 from agent_env.stores.grants import ObjectGrants
 from agent_env.validators.report import Finding
@@ -150,21 +151,24 @@ BUNDLE_SKILL_MD = (
 )
 
 
-async def bundle_skill(agent: AgentClient, rooms: Rooms) -> list[Finding]:
+async def bundle_skill(agent: AgentClient, rooms: Rooms, source: str | None = None) -> list[Finding]:
     """Add a probe skill as a bundle (its SKILL.md an object of our store, handed over by a read grant); list
-    must then show it."""
+    must then show it. `source`: a key prefix of the store holding the bundle to add instead (its SKILL.md at
+    the top), bounded in files and bytes; those objects are the caller's and stay."""
     room = await rooms()
     if isinstance(room, str):
         return [not_checked("skill_config.add_bundle", "the bundle variant (files as object read grants)", room)]
     name = _id("bundle")
     description = "A probe skill the agent-env validator added as a bundle"
     key = f"{room.prefix}skills/{name}/SKILL.md"
-    await room.stores.aio.objects.put(key, BUNDLE_SKILL_MD.format(name=name, description=description).encode())
+    if source is None:
+        await room.stores.aio.objects.put(key, BUNDLE_SKILL_MD.format(name=name, description=description).encode())
+        files = {f"/skills/{name}/SKILL.md": key}
+    else:
+        files = await bundle_files(room.stores, source, name)
     client = await agent.extensions()
     try:
-        given = await add_skill_bundles(
-            client, room.grants, room.stores, {name: description}, {f"/skills/{name}/SKILL.md": key}
-        )
+        given = await add_skill_bundles(client, room.grants, room.stores, {name: description}, files)
     except TRANSFER_FAILED as e:
         return [
             room.failed(
@@ -175,7 +179,8 @@ async def bundle_skill(agent: AgentClient, rooms: Rooms) -> list[Finding]:
             )
         ]
     finally:
-        await room.stores.aio.objects.delete(key)
+        if source is None:
+            await room.stores.aio.objects.delete(key)
     if given != [name]:
         return [
             Finding.failed(
@@ -196,6 +201,26 @@ async def bundle_skill(agent: AgentClient, rooms: Rooms) -> list[Finding]:
             "list every skill added, the bundled ones too",
         ),
     ]
+
+
+MAX_BUNDLE_FILES = 64
+MAX_BUNDLE_BYTES = 4 * 1024 * 1024
+
+
+async def bundle_files(stores: Stores, source: str, name: str) -> dict[str, str]:
+    """The files of the skill bundle under the key prefix `source`, as `/skills/NAME/PATH` -> key."""
+    keys = [k for k in await stores.aio.objects.list(source) if k.startswith(source)]
+    fix = f"put the skill's files (SKILL.md at the top, at most {MAX_BUNDLE_FILES}) under {source!r}"
+    if f"{source}SKILL.md" not in keys:
+        raise BadInput(f"skill_bundle_object_url {source!r}: the object store holds no SKILL.md there", fix)
+    if len(keys) > MAX_BUNDLE_FILES:
+        raise BadInput(f"skill_bundle_object_url {source!r} holds {len(keys)} objects", fix)
+    total = 0
+    for key in keys:
+        total += len(await stores.aio.objects.get(key))
+        if total > MAX_BUNDLE_BYTES:
+            raise BadInput(f"skill_bundle_object_url {source!r} holds over {MAX_BUNDLE_BYTES} bytes", fix)
+    return {f"/skills/{name}/{k.removeprefix(source)}": k for k in keys}
 
 
 async def _skills(client: ExtensionClient) -> list[str] | None:

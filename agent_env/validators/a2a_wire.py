@@ -185,8 +185,11 @@ def _message_in(result: Any, dialect: str) -> JsonObject | None:
     return result if result.get("kind") == "message" else None
 
 
-async def send(http: httpx.AsyncClient, agent: A2AEndpoint, parts: list[JsonObject], deadline_s: float) -> Exchange:
-    """message/send `parts`; a task not final yet is polled with tasks/get until it is or the deadline passes."""
+async def send(
+    http: httpx.AsyncClient, agent: A2AEndpoint, parts: list[JsonObject], deadline_s: float, poll_s: float = 0.2
+) -> Exchange:
+    """message/send `parts`; a task not final yet is polled with tasks/get (every `poll_s`) until it is or the
+    deadline passes."""
     started = time.monotonic()
     reply = await call(http, agent, METHODS[agent.dialect]["send"], {"message": message(agent, parts)}, deadline_s)
     if not isinstance(reply, dict):
@@ -200,7 +203,7 @@ async def send(http: httpx.AsyncClient, agent: A2AEndpoint, parts: list[JsonObje
     if task is None or not isinstance(task.get("id"), str):
         return Exchange(note=f"message/send's result is neither a task with an id nor a message: {str(result)[:200]}")
     while state_of(task.get("status")) not in TERMINAL and time.monotonic() - started < deadline_s:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(min(poll_s, max(0.0, deadline_s - (time.monotonic() - started))))
         task = task_of(await get_task(http, agent, task["id"]), agent.dialect) or task
     status = task.get("status")
     return Exchange(

@@ -12,23 +12,47 @@ passes. Made as the other A2A validators are (`a2a_validators.a2a_validator`).
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
 
-from agent_env.steps import StepConfig
+from pydantic import Field, field_validator
+
+from agent_env.steps.builtin.a2a_validator_links import LinkedChecks
 from agent_env.steps.builtin.a2a_validators import A2AAgentCheck, a2a_validator
 from agent_env.validators.a2a_extension_tasks import TRAJECTORY_PROMPT, verify_snapshot, verify_trajectory
 from agent_env.validators.a2a_extensions import verify_install, verify_peer_agents, verify_skill_config
 
+_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 
-class A2AAgentUrl(StepConfig):
-    refused_fields = {
-        **A2AAgentCheck.refused_fields,
-        "agent_name": "the check installs the agent under a name of its own",
-    }
 
-    url: str = Field(
-        pattern=r"^https?://", description="the agent's A2A URL (its card is at URL/.well-known/agent-card.json)"
+def is_key_prefix(value: str) -> bool:
+    """A relative key prefix of the object store ending in '/', each segment a plain name (no '..', no scheme)."""
+    segments = value.split("/")
+    return value.endswith("/") and all(_SEGMENT.match(s) and s not in (".", "..") for s in segments[:-1])
+
+
+class A2AAgentUrl(LinkedChecks):
+    refused_fields = A2AAgentCheck.refused_fields
+
+
+class SkillConfigValidation(A2AAgentUrl):
+    refused_fields = {k: v for k, v in A2AAgentUrl.refused_fields.items() if k != "skill_bundle_object_url"}
+
+    skill_bundle_object_url: str | None = Field(
+        None,
+        max_length=512,
+        description="a key prefix of the run's object store holding a skill bundle (SKILL.md at its top) to add "
+        "as the bundle probe, instead of the validator's own",
     )
+
+    @field_validator("skill_bundle_object_url")
+    @classmethod
+    def _a_key_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not is_key_prefix(value):
+            raise ValueError(
+                f"{value!r} is not a key prefix of the run's object store: write it relative, ending in '/', "
+                "without '..' or a scheme (only this install's store is read)"
+            )
+        return value
 
 
 class SnapshotValidation(A2AAgentUrl):
@@ -57,9 +81,9 @@ verify_a2a_install = a2a_validator(
 )
 verify_a2a_skill_config = a2a_validator(
     "verify_a2a_skill_config",
-    lambda c: verify_skill_config(c.agent, rooms=c.room),
+    lambda c: verify_skill_config(c.agent, rooms=c.room, bundle=c.config.skill_bundle_object_url),
     "Validate an agent's skill-config/v1: add a probe skill inline (and as a bundle by a grant), list shows it.",
-    config=A2AAgentUrl,
+    config=SkillConfigValidation,
     timeout="3m",
     retries=0,
 )

@@ -22,6 +22,7 @@ from agent_env import tls
 from agent_env.agents.client import AgentClient
 from agent_env.errors import BadInput
 from agent_env.steps import StepConfig, StepContext, StepResult, StepType, step_type
+from agent_env.steps.builtin.a2a_validator_links import LINKED_STEPS, LinkedChecks, linked_findings, prepare_links
 from agent_env.steps.builtin.envs import instance_id
 from agent_env.stores import in_thread
 from agent_env.stores.grant_issuers import object_grants
@@ -32,29 +33,30 @@ from agent_env.validators.a2a_object_checks import GrantRoom, Room, outside_a_ru
 from agent_env.validators.report import ValidationReport
 
 
-class A2AAgentCheck(StepConfig):
+class A2AAgentCheck(LinkedChecks):
     refused_fields = {
-        **dict.fromkeys(
-            ("a2a_agent_id", "a2a_agent_version"),
-            "the agent checked is the one answering at `url` (the framework names one of its registry)",
-        ),
-        "poll_interval_seconds": "the check waits on the agent's answers; there is no polling to tune",
-        "prompt_id": "the check sends prompts of its own",
-        "probes": "the check sends probes of its own",
-        **dict.fromkeys(("expected_token", "peer_prompt_id"), "the check sends a probe and token of its own"),
-        **dict.fromkeys(
-            ("rubric_verifier_id", "rubric_criterion_id"), "the check's verdict is its own; no verifier step grades it"
-        ),
-        "skill_bundle_object_url": "the check installs a skill bundle of its own",
+        "a2a_agent_version": "the agent checked is the one its deploy_agent step deployed (`a2a_agent_id` names "
+        "that step's agent); which version of it is the run's plan's, pinned there, not the validator's",
+        "poll_interval_seconds": "this check waits on no long task of the agent's (verify_a2a_system_prompt and "
+        "verify_a2a_agent_mcp take it)",
+        "skill_bundle_object_url": "only verify_a2a_skill_config adds a skill bundle",
     }
 
-    url: str = Field(
-        pattern=r"^https?://", description="the agent's A2A URL (its card is at URL/.well-known/agent-card.json)"
-    )
     timeout_seconds: float = Field(60, gt=0, le=3600, description="how long one task of the agent may take")
 
 
-class A2AMcpCheck(A2AAgentCheck):
+class PolledCheck(A2AAgentCheck):
+    refused_fields = {k: v for k, v in A2AAgentCheck.refused_fields.items() if k != "poll_interval_seconds"}
+
+    poll_interval_seconds: float = Field(
+        0.2, gt=0, le=60, description="how long to wait between tasks/get while the agent's task is not final"
+    )
+
+
+class A2AMcpCheck(PolledCheck):
+    # (`agent_name` is the agent's name in the environment here, as the framework's deploy_agent says it)
+    framework_names = {k: v for k, v in LinkedChecks.framework_names.items() if k != "agent_name"}
+
     env: str = Field(description="the deploy_env step whose environment's MCP server the agent is given")
     role: str = Field("agent", description="the agent's role in it")
     agent_name: str = Field("validated-agent", pattern=r"^[A-Za-z0-9_.@\-]{1,64}$", description="its name in it")
@@ -70,9 +72,9 @@ class Checking:
     config: Any
     http: httpx.AsyncClient
 
-    @property
+    @cached_property
     def url(self) -> str:
-        return str(self.config.url)
+        return str(self.config.agent_url())
 
     @cached_property
     def agent(self) -> AgentClient:
@@ -107,17 +109,20 @@ def a2a_validator(
     retries: int = 1,
     step_refs: tuple[str, ...] = (),
 ) -> StepType:
-    """The step type `name`: runs `check` and returns its report as outputs and score."""
+    """The step type `name`: runs `check` and returns its report (with what the steps it names say) as outputs
+    and score."""
 
     async def run(ctx: StepContext, cfg: Any) -> StepResult:
         async with httpx.AsyncClient(follow_redirects=False, verify=tls.context(), timeout=30) as http:
             report = await check(Checking(ctx, cfg, http))
+        report.checks += linked_findings(cfg)
         return StepResult(
             outputs={"report": report.model_dump(mode="json"), "passed": report.passed}, score=report.score()
         )
 
     run.__doc__ = doc
-    return step_type(name, config=config, timeout=timeout, retries=retries, step_refs=step_refs)(run)
+    refs = step_refs + LINKED_STEPS
+    return step_type(name, config=config, timeout=timeout, retries=retries, step_refs=refs, prepare=prepare_links)(run)
 
 
 verify_a2a_agent_card = a2a_validator(
@@ -143,8 +148,9 @@ verify_a2a_role = a2a_validator(
 )
 verify_a2a_system_prompt = a2a_validator(
     "verify_a2a_system_prompt",
-    lambda c: a2a_config.verify_system_prompt(c.http, c.url, c.config.timeout_seconds),
+    lambda c: a2a_config.verify_system_prompt(c.http, c.url, c.config.timeout_seconds, c.config.poll_interval_seconds),
     "Check a system prompt set through agent-config/v1 reaches the agent (it answers with the prompt's token).",
+    config=PolledCheck,
     timeout="10m",
 )
 verify_a2a_modalities = a2a_validator(
@@ -166,6 +172,7 @@ async def _agent_mcp(c: Checking) -> ValidationReport:
         role=c.config.role,
         prompt=c.config.prompt,
         deadline_s=c.config.timeout_seconds,
+        poll_s=c.config.poll_interval_seconds,
     )
 
 
