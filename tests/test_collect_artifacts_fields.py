@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_agent_sandboxes import write_agent_bundle
+from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture
 from test_framework_steps import CONTAINER, container_bundle
 
 from agent_env.errors import BadInput
@@ -188,3 +189,16 @@ def test_a_containers_files_are_named_by_its_sandbox_and_container(settings, tmp
     wrong = {**collect, "container_name": "other"}
     with pytest.raises(BadInput, match="container 'other' on sandbox 'work'"):
         plan(load_task(write_task(bundle, [BOX, CONTAINER, wrong])), "r-1", settings)
+
+
+async def test_a_containers_files_are_collected_in_a_run(docker_client, client, settings, worker, tmp_path):  # noqa: F811
+    """The Docker tier: the run_docker_container step's container, named by its sandbox and container name."""
+    bundle = container_bundle(tmp_path)
+    collect = {"id": "c", "type": "collect_artifacts", "sandbox_name": "work", "container_name": "task-container",
+               "base_path": "/app", "artifact_paths": ["ok"]}  # fmt: skip
+    state = await run(client, settings, write_task(bundle, [BOX, CONTAINER, collect]), timeout=300)
+    assert state.steps["c"].status.value == "succeeded", {k: s.error for k, s in state.steps.items()}
+    files = state.steps["c"].outputs["files"]
+    assert [f["name"] for f in files] == ["ok"]
+    assert stored(settings, files[0]["key"]) == b"ready\n"
+    assert docker_client.containers.list(all=True, filters={"label": f"agentenv.run={state.run_id}"}) == []
