@@ -13,12 +13,12 @@ from test_cli_presets import KEY, SCRIPTS, TOKEN, cli_bin, serve_in_thread, tool
 
 from agent_env.agents import cli_agent
 from agent_env.agents.cli_agent import CliAgent
-from agent_env.agents.cli_presets import PRESETS, McpEndpoint, ModelEndpoint
+from agent_env.agents.cli_presets import PRESETS, ModelEndpoint
 from agent_env.agents.cli_settings import options_for
 from agent_env.agents.fake_model import create_app
 from agent_env.agents.sdk import Turn
-from agent_env.steps.builtin.agent_deploy_fields import PASS_ENV, FrameworkDeployFields, sandbox_for
 from agent_env.spec.agent import AgentSandbox
+from agent_env.steps.builtin.agent_deploy_fields import PASS_ENV, FrameworkDeployFields, sandbox_for
 
 BUDGETED = "claude-sonnet-4-5-20250929"  # a model Claude Code gives a thinking budget (newer ones think adaptively)
 ALL = {"model": "m2", "effort": "high", "max_turns": 3, "max_thinking_tokens": 2048, "model_params": {"top_k": 5}}
