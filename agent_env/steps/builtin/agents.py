@@ -402,7 +402,7 @@ def last_json_object(text: str) -> JsonObject | None:
     return found
 
 
-def _not_applied(transcript: list[dict[str, Any]]) -> JsonObject:
+def _not_applied(transcript: list[JsonObject]) -> JsonObject:
     said: JsonObject = {}
     for m in transcript:
         given = (m.get("data") or {}).get("settings_not_applied") if m["side"] == "agent" else None
