@@ -74,12 +74,12 @@ def test_the_step_env_vars_reach_the_cli_and_nothing_else_does(tmp_path, monkeyp
     fields = FrameworkDeployFields.model_validate({"env_vars": {"MY_FLAG": "on", "OTHER": "2"}})
     sized, _ = sandbox_for(box, fields, "local", None)  # type: ignore[arg-type]
     assert sized.env[PASS_ENV] == "MY_FLAG,OTHER"
-    for name, value in {**sized.env, "WORKER_SECRET": "s3cret", "AGENT_ENV_TOKEN": "t"}.items():
+    for name, value in {**sized.env, "WORKER_SECRET": "s3cret", "AGENT_ENV_TOKEN": "t", "MCP_PORT": "1"}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv(PASS_ENV, "MY_FLAG,OTHER,AGENT_ENV_TOKEN,HOME,PORT")  # names the bridge never passes on
+    monkeypatch.setenv(PASS_ENV, "MY_FLAG,OTHER,AGENT_ENV_TOKEN,HOME,PORT,MCP_PORT")  # names the bridge never passes on
     env = cli_agent._base_env(tmp_path)
     assert env["MY_FLAG"] == "on" and env["OTHER"] == "2" and env["HOME"] == str(tmp_path)
-    assert not {"RECORD_VAR", "WORKER_SECRET", "AGENT_ENV_TOKEN", PASS_ENV, "PORT"} & set(env)
+    assert not {"RECORD_VAR", "WORKER_SECRET", "AGENT_ENV_TOKEN", PASS_ENV, "PORT", "MCP_PORT"} & set(env)
 
 
 @pytest.fixture(scope="module")

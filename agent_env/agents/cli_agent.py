@@ -145,9 +145,9 @@ def _with_skills(turn: Turn, home: Path) -> str:
 def _base_env(home: Path) -> dict[str, str]:
     """The CLI's environment: the sandbox's locations and locale, its own home, and the deploy step's `env_vars`
     (named in $AGENT_ENV_PASS_ENV); never the bridge's other variables (whatever else the sandbox was given stays
-    the bridge's, and agent-env's own AGENT_ENV_* and the provider's HOST and PORT are never passed)."""
+    the bridge's, and agent-env's own AGENT_ENV_* and the provider's HOST, PORT, MCP_* are never passed)."""
     passed = {n for n in os.environ.get(PASS_ENV, "").split(",") if n and not n.startswith("AGENT_ENV_")}
-    passed -= {"HOST", "PORT", "HOME"}
+    passed -= {"HOST", "PORT", "MCP_HOST", "MCP_PORT", "HOME"}  # the provider's (set over the step's), the CLI's
     kept = {
         k: v
         for k, v in os.environ.items()
