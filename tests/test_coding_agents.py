@@ -161,3 +161,52 @@ async def test_a_command_of_yours_works_with_its_tools_turn_after_turn(client, s
     assert state.steps["agent"].outputs["sandbox"]["provider"] == "local"
     history = await client.get_workflow_handle(state.run_id).fetch_history()
     assert os.environ["AGENT_ENV_SECRET_TEST_MODEL"] not in history.to_json(), "the key never enters history"
+
+
+SETTINGS_TOOL = """
+import json, os, sys
+sys.stdin.read()
+print(json.dumps({name: os.environ.get(name) for name in ("MY_FLAG", "RECORD_ONLY", "AGENT_ENV_SETTINGS")}))
+"""
+
+
+async def test_the_steps_env_vars_and_the_prompts_settings_reach_a_command(client, settings, worker, tmp_path):
+    """deploy_agent's env_vars reach the CLI (the record's own sandbox env stays the bridge's); prompt_agent's
+    settings reach it as JSON."""
+    root = tmp_path / "b"
+    (root / "agents" / "mine").mkdir(parents=True)
+    (root / "agents" / "mine" / "tool.py").write_text(SETTINGS_TOOL)
+    (root / "agents" / "mine" / "agent.toml").write_text(
+        textwrap.dedent(f"""
+        type = "cli"
+        [config]
+        command = ["{sys.executable}", "{root / "agents" / "mine" / "tool.py"}"]
+        model = {{ model = "my-model" }}
+        [config.sandbox]
+        command = ["{sys.executable}", "-m", "agent_env.agents.cli_agent"]
+        provider = "local"
+        env = {{ RECORD_ONLY = "the bridge's" }}
+        """)
+    )
+    (root / "tasks").mkdir()
+    (root / "tasks" / "t.toml").write_text(
+        textwrap.dedent("""
+        id = "mine"
+        [[steps]]
+        id = "agent"
+        type = "deploy_agent"
+        config = { agent = "mine", env_vars = { MY_FLAG = "on" } }
+        [[steps]]
+        id = "ask"
+        type = "prompt_agent"
+        depends_on = ["agent"]
+        config = { agent = "agent", prompt = "go", effort = "high", max_turns = 7, turn_deadline = "60s" }
+        """)
+    )
+    handle = await launch.start_run(client, settings, load_task(root / "tasks" / "t.toml"))
+    state = await asyncio.wait_for(launch.wait_result(handle), 90)
+    assert state.status is RunStatus.PASSED, state.error
+    seen = json.loads(state.steps["ask"].outputs["answer"])
+    assert seen["MY_FLAG"] == "on" and seen["RECORD_ONLY"] is None, seen
+    assert json.loads(seen["AGENT_ENV_SETTINGS"]) == {"effort": "high", "max_turns": 7}
+    assert "settings_not_applied" not in state.steps["ask"].outputs

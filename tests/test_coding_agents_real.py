@@ -87,6 +87,28 @@ async def test_a_real_cli_outside_its_role_cannot_refund(client, settings, worke
     assert verdicts["refund"] is False and verdicts["verified"] is False, state.steps["grade"].score
 
 
+async def test_a_real_cli_takes_the_prompts_settings_and_the_step_says_which_it_could_not(
+    client,
+    settings,
+    worker,
+    cli_bin,  # noqa: F811
+):
+    """Codex gets the prompt's reasoning effort as its own option; it has none for a turn limit or a thinking
+    budget, and prompt_agent's outputs say so rather than dropping them."""
+    local = on_this_machine("codex", cli_bin)
+
+    def change(steps):
+        local(steps)
+        steps["work"].config.update({"effort": "low", "max_turns": 30, "max_thinking_tokens": 4000})
+
+    state = await run_refund(client, settings, change)
+    assert state.status is RunStatus.PASSED, state.error
+    assert state.steps["work"].outputs["settings_not_applied"] == {
+        "max_turns": "Codex has no option for max_turns",
+        "max_thinking_tokens": "Codex has no option for max_thinking_tokens",
+    }
+
+
 # -- Docker: the cookbook as written, in the CLI agents' image --
 
 

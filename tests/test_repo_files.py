@@ -164,7 +164,8 @@ def test_the_state_dir_variables_set_the_state_dir(no_settings_env, tmp_path):
 
 
 # Variables agent-env sets for the command-line agents it runs (spec/agent.py documents them), and never reads.
-SET_FOR_AGENTS = {"AGENT_ENV_PROMPT", "AGENT_ENV_MCP_URL", "AGENT_ENV_MCP_TOKEN"}
+SET_FOR_AGENTS = {"AGENT_ENV_PROMPT", "AGENT_ENV_MCP_URL", "AGENT_ENV_MCP_TOKEN", "AGENT_ENV_SETTINGS"}
+SET_FOR_AGENTS |= {"AGENT_ENV_PASS_ENV"}  # deploy_agent's env_vars' names, for a cli agent's bridge
 
 
 def test_every_agent_env_variable_the_code_names_is_in_the_list():

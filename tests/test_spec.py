@@ -6,7 +6,9 @@ import json
 from datetime import timedelta
 
 import pytest
+from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
+from agent_env.agents.conversation import PromptAgentConfig
 from agent_env.errors import BadInput
 from agent_env.planning.schema import task_schema
 from agent_env.planning.tasks import load_task, parse_task
@@ -188,3 +190,24 @@ def test_json_schema_documents_every_step_type():
     check_rule = next(r for r in step_def["allOf"] if r["if"]["properties"]["type"]["const"] == "check")
     ref = check_rule["then"]["properties"]["config"]["$ref"].split("/")[-1]
     assert "checks" in schema["$defs"][ref]["properties"]
+
+
+@pytest.mark.parametrize(
+    "config, valid",
+    [
+        ({"agent": "a", "prompt": "hi"}, True),
+        ({"agent": "a", "parts": [{"kind": "text", "text": "hi"}]}, True),
+        ({"agent": "a"}, False),
+        ({"agent": "a", "prompt": "hi", "parts": [{"kind": "text", "text": "hi"}]}, False),
+    ],
+)
+def test_the_schema_takes_a_prompt_agent_message_as_prompt_or_parts(config, valid):
+    schema = task_schema()
+    task = {"id": "t", "steps": [{"id": "ask", "type": "prompt_agent", "config": config}]}
+    errors = list(validator_for(schema)(schema).iter_errors(task))
+    assert (not errors) is valid, [e.message for e in errors]
+    if valid:  # and the step's config model agrees
+        assert PromptAgentConfig.model_validate(config).prompt == "hi"
+    else:
+        with pytest.raises(ValueError, match="`prompt`"):
+            PromptAgentConfig.model_validate(config)

@@ -22,12 +22,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_env.agents.builtin import shaped
 from agent_env.agents.cli_presets import PRESETS, McpEndpoint, ModelEndpoint
+from agent_env.agents.cli_settings import CliOptions, options_for
 from agent_env.agents.sdk import Agent, Answer, Turn, serve
 
 MAX_OUTPUT = 4 * 1024 * 1024  # of each stream: a CLI printing without end does not fill the sandbox's memory
 TAIL = 2000  # characters of its stderr in a failed turn's answer
 KEPT_CONVERSATIONS = 64  # homes of finished conversations beyond this are removed, oldest first
+PASS_ENV = "AGENT_ENV_PASS_ENV"  # set by deploy_agent (steps.builtin.agent_deploy_fields): its env_vars' names
 CONTEXT_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -65,28 +68,31 @@ class CliAgent(Agent):
         settings = CliSettings.model_validate(turn.config)
         home = self._home(turn.context_id)
         resume = (home / ".agentenv-turns").exists()
-        prompt = _with_skills(turn, home)
-        argv, env = self._invocation(settings, turn, home, prompt, resume)
+        prompt = _with_skills(turn, home) + shaped(turn.settings.get("output_format"))
+        options = options_for(settings.preset, turn.settings)
+        argv, env = self._invocation(settings, turn, home, prompt, resume, options)
         timeout = min(settings.turn_timeout_s, turn.deadline_s or settings.turn_timeout_s)
         stdin = prompt if settings.preset is None else None  # presets take it as an argument
         code, out, err = await run_bounded(argv, env=env, cwd=self.workdir, stdin=stdin, timeout=timeout)
         (home / ".agentenv-turns").touch()
         if code is None:
             return Answer(text=f"{argv[0]} did not finish within {timeout:g}s (stopped)", failed=True)
-        if code != 0:
-            return Answer(
-                text=f"{argv[0]} exited with {code}: {err[-TAIL:].strip() or out[-TAIL:].strip()}", failed=True
-            )
+        if code != 0:  # what the CLI said went wrong (e.g. Claude Code's turn limit), else the end of its stderr
+            said = PRESETS[settings.preset].final_answer(out).strip() if settings.preset and out.strip() else ""
+            why = said[-TAIL:] or err[-TAIL:].strip() or out[-TAIL:].strip()
+            return Answer(text=f"{argv[0]} exited with {code}: {why}", failed=True)
+        data = {"settings_not_applied": options.not_applied} if options.not_applied else {}
         if settings.preset is None:
-            return Answer(text=out.strip())
-
-        return Answer(text=PRESETS[settings.preset].final_answer(out))
+            return Answer(text=out.strip(), data=data)
+        return Answer(text=PRESETS[settings.preset].final_answer(out), data=data)
 
     def _invocation(
-        self, settings: CliSettings, turn: Turn, home: Path, prompt: str, resume: bool
+        self, settings: CliSettings, turn: Turn, home: Path, prompt: str, resume: bool, options: CliOptions
     ) -> tuple[list[str], dict[str, str]]:
-        base = _base_env(home)
+        base = {**_base_env(home), **options.env}
         model = settings.model
+        if isinstance(asked := turn.settings.get("model"), str) and asked:  # the prompt's model, on the same endpoint
+            model = model.model_copy(update={"model": asked})
         if settings.preset is None:
             assert settings.command is not None  # CliConfig: a preset or a command
             given = {
@@ -107,6 +113,7 @@ class CliAgent(Agent):
             mcp=McpEndpoint(url=turn.mcp_url, token=turn.token) if turn.mcp_url else None,
             resume=resume,
             executable=settings.executable,
+            options=options.argv,
         )
         return invocation.argv, {**base, **invocation.env}
 
@@ -136,9 +143,16 @@ def _with_skills(turn: Turn, home: Path) -> str:
 
 
 def _base_env(home: Path) -> dict[str, str]:
-    """The CLI's environment: the sandbox's locations and locale, its own home; never the bridge's other
-    variables (whatever the sandbox was given stays the bridge's)."""
-    kept = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TZ", "TMPDIR") or k.startswith("LC_")}
+    """The CLI's environment: the sandbox's locations and locale, its own home, and the deploy step's `env_vars`
+    (named in $AGENT_ENV_PASS_ENV); never the bridge's other variables (whatever else the sandbox was given stays
+    the bridge's, and agent-env's own AGENT_ENV_* and the provider's HOST, PORT, MCP_* are never passed)."""
+    passed = {n for n in os.environ.get(PASS_ENV, "").split(",") if n and not n.startswith("AGENT_ENV_")}
+    passed -= {"HOST", "PORT", "MCP_HOST", "MCP_PORT", "HOME"}  # the provider's (set over the step's), the CLI's
+    kept = {
+        k: v
+        for k, v in os.environ.items()
+        if k in ("PATH", "LANG", "TZ", "TMPDIR") or k.startswith("LC_") or k in passed
+    }
     return {**kept, "HOME": str(home), "NO_COLOR": "1", "CI": "1"}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -70,9 +71,11 @@ class Preset:
         mcp: McpEndpoint | None,
         resume: bool,
         executable: str | None = None,
+        options: Sequence[str] = (),
     ) -> Invocation:
         """Write the CLI's config under `home` (its HOME for this conversation) and say how to run this turn;
-        `resume`: continue the session the previous turn left in `home`."""
+        `resume`: continue the session the previous turn left in `home`; `options`: further options of the CLI's
+        (agent_env.agents.cli_settings), before the prompt."""
         raise NotImplementedError
 
     def final_answer(self, stdout: str) -> str:
@@ -100,6 +103,7 @@ class Codex(Preset):
         mcp: McpEndpoint | None,
         resume: bool,
         executable: str | None = None,
+        options: Sequence[str] = (),
     ) -> Invocation:
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
@@ -137,7 +141,7 @@ class Codex(Preset):
             config["mcp_servers"] = {mcp.name: server}
         (codex_home / "config.toml").write_text(_toml(config))
         argv = [executable or self.executable, "exec", "--json", "--skip-git-repo-check", "-C", str(workdir)]
-        argv += ["resume", "--last"] if resume else []
+        argv += [*options, "resume", "--last"] if resume else list(options)
         return Invocation(argv=[*argv, "--", prompt], env=env)
 
     def final_answer(self, stdout: str) -> str:
@@ -174,6 +178,7 @@ class ClaudeCode(Preset):
         mcp: McpEndpoint | None,
         resume: bool,
         executable: str | None = None,
+        options: Sequence[str] = (),
     ) -> Invocation:
         small = model.small_model or model.model
         env = {
@@ -203,15 +208,17 @@ class ClaudeCode(Preset):
         config = home / ".agentenv-mcp.json"
         config.write_text(json.dumps({"mcpServers": servers}, indent=1))
         argv += ["--mcp-config", str(config), "--strict-mcp-config"]
-        argv += ["--continue"] if resume else []
+        argv += ["--continue", *options] if resume else list(options)
         return Invocation(argv=[*argv, "--", prompt], env=env)
 
     def final_answer(self, stdout: str) -> str:
-        """The `result` of the last JSON object it printed."""
+        """The `result` of the last JSON object it printed (else its errors, as a turn limit reports)."""
         results = [e for e in _json_lines(stdout) if e.get("type") == "result"]
         if not results:
             return stdout.strip()
-        return str(results[-1].get("result") or results[-1].get("error") or "")
+        last = results[-1]
+        errors = last.get("errors")
+        return str(last.get("result") or last.get("error") or ("; ".join(map(str, errors)) if errors else ""))
 
 
 class Gemini(Preset):
@@ -235,6 +242,7 @@ class Gemini(Preset):
         mcp: McpEndpoint | None,
         resume: bool,
         executable: str | None = None,
+        options: Sequence[str] = (),
     ) -> Invocation:
         settings: Wire = {
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
@@ -262,7 +270,7 @@ class Gemini(Preset):
         (home / ".gemini" / "settings.json").write_text(json.dumps(settings, indent=1))
         argv = [executable or self.executable, "--output-format", "json", "--model", model.model]
         argv += ["--approval-mode", "yolo"]
-        argv += ["--resume", "latest"] if resume else []
+        argv += ["--resume", "latest", *options] if resume else list(options)
         return Invocation(argv=[*argv, "--prompt", prompt], env=env)
 
     def final_answer(self, stdout: str) -> str:

@@ -239,6 +239,11 @@ class Part(_Config):
 
 
 class PromptAgentConfig(PromptSettings, FrameworkUser):
+    # the message is `prompt` or `parts`, one of them: so the JSON Schema says, as the validators below do
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"oneOf": [{"required": ["prompt"]}, {"required": ["parts"]}]}
+    )
+
     # The framework's fields (agent_env.planning.framework_fields; as agent_env.steps.StepConfig declares them)
     framework_names: ClassVar[Mapping[str, tuple[str, FrameworkName]]] = {
         "agent_name": ("agent", "agent_step"),
@@ -273,7 +278,9 @@ class PromptAgentConfig(PromptSettings, FrameworkUser):
     prompt_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$", description="what verifiers name this prompt by (default: its id)"
     )
-    prompt: str = Field(min_length=1, description="the task (or, in a conversation, the partner's first message)")
+    prompt: str = Field(
+        "", description="the task (or, in a conversation, the partner's first message); or give `parts`"
+    )
     parts: list[Part] | None = Field(
         None, max_length=MAX_PARTS, description="instead of `prompt`: the message as A2A parts (text, file, data)"
     )
@@ -295,6 +302,8 @@ class PromptAgentConfig(PromptSettings, FrameworkUser):
 
     @model_validator(mode="after")
     def _framework_user(self) -> PromptAgentConfig:
+        if not self.prompt:  # (`parts` set it when given)
+            raise ValueError("prompt_agent needs its message: give `prompt` (the task's text) or `parts`")
         self.conversation = self.as_conversation(self.conversation)
         return self
 

@@ -149,7 +149,9 @@ def _cli_sandbox() -> AgentSandbox:
 class CliConfig(_Spec):
     """A command-line coding agent (Claude Code, Codex, Gemini CLI, or a command of yours) run in a sandbox. Each
     turn runs it once with the prompt, set up with the environment's MCP endpoint under the agent's role token and
-    with a model endpoint (its key sent only to the sandbox); its last message is the turn's answer."""
+    with a model endpoint (its key sent only to the sandbox); its last message is the turn's answer. A prompt's
+    settings become the CLI's own options where it has them (agent_env.agents.cli_settings); the step's outputs
+    name those it has none for (`settings_not_applied`)."""
 
     preset: Literal["claude_code", "codex", "gemini"] | None = Field(
         None, description="a CLI agent-env knows how to set up (see agent_env.agents.cli_presets)"
@@ -159,7 +161,8 @@ class CliConfig(_Spec):
         min_length=1,
         description="instead of a preset: your command. It gets the prompt on stdin and in $AGENT_ENV_PROMPT, the "
         "MCP endpoint in $AGENT_ENV_MCP_URL and $AGENT_ENV_MCP_TOKEN, the model in $AGENT_ENV_MODEL_BASE_URL, "
-        "$AGENT_ENV_MODEL and $AGENT_ENV_MODEL_API_KEY; what it prints is its answer",
+        "$AGENT_ENV_MODEL and $AGENT_ENV_MODEL_API_KEY, the prompt's settings (effort, max_turns...) as JSON in "
+        "$AGENT_ENV_SETTINGS, deploy_agent's env_vars as they are; what it prints is its answer",
     )
     executable: str | None = Field(None, description="the preset CLI's binary (default: its name, on the PATH)")
     model: ModelOverride | None = Field(None, description="the endpoint it uses (default: [models] agent)")

@@ -58,6 +58,7 @@ MAX_ENV_TOTAL = 65_536  # characters of all names and values
 RESERVED_ENV = ("HOST", "PORT")  # where the provider says the sandbox serves
 RESERVED_PREFIX = "AGENT_ENV_"  # ours to set (a server's token, the public URL): never a task's
 LITELLM_ENV = "LITELLM_BASE_URL"
+PASS_ENV = "AGENT_ENV_PASS_ENV"  # the names of the step's env_vars (see agent_env.agents.cli_agent)
 PINNED_SNAPSHOTS = "agent_snapshots/registry/"  # where a snapshot artifact's objects are put for a load
 MODEL_AGENTS = {"llm": "agent", "persona": "persona", "cli": "agent"}  # agents with a model endpoint here
 
@@ -267,6 +268,8 @@ def sandbox_for(
     """The agent's sandbox as this step sizes it; and what the step asked beyond the agent, for the run's record."""
     changes: JsonObject = {}
     env = {**box.env, **fields.env_vars}
+    if fields.env_vars:  # a cli agent's bridge hands these, and only these, on to its CLI (agents.cli_agent)
+        env[PASS_ENV] = ",".join(sorted(fields.env_vars))
     if fields.litellm_base_url:
         env[LITELLM_ENV] = fields.litellm_base_url
     if env != box.env:

@@ -402,6 +402,14 @@ def last_json_object(text: str) -> JsonObject | None:
     return found
 
 
+def _not_applied(transcript: list[JsonObject]) -> JsonObject:
+    said: JsonObject = {}
+    for m in transcript:
+        given = (m.get("data") or {}).get("settings_not_applied") if m["side"] == "agent" else None
+        said.update({str(k): str(v)[:300] for k, v in given.items()} if isinstance(given, dict) else {})
+    return dict(list(said.items())[:20])
+
+
 def _agent_trajectories(transcript: list[dict[str, Any]]) -> list[Any]:
     return [m["trajectory"] for m in transcript if m["side"] == "agent" and "trajectory" in m]
 
@@ -457,4 +465,6 @@ async def finish_prompt(
         **({"trajectory": clip(kept[-1], MAX_FIELD_BYTES)} if (kept := _agent_trajectories(transcript)) else {}),
         # the tokens hosted agents' model calls used, per model (`runs show` sums them)
         **({"usage": used} if (used := summed((m.get("data") or {}).get("usage") for m in transcript)) else {}),
+        # the prompt's settings the agent said it could not apply (a cli agent's CLI with no option for one)
+        **({"settings_not_applied": unapplied} if (unapplied := _not_applied(transcript)) else {}),
     }
