@@ -109,12 +109,16 @@ async def test_an_episode_and_the_explorer_reach_an_env_on_its_own_server(settin
                     ("trainee", "nope"),
                 ]
                 assert live["calls"][1]["result"] == {"reading": 42} and "nope" in live["calls"][2]["error"]
+                router = episodes._gateway
+                own = router._servers[instance] if router is not None else None
+                assert own is not None and own.base_url == record.url and own._http._idle, "kept alive while it runs"
                 gate.write_text("go")
                 scores = await asyncio.wait_for(episode.result(), 120)
                 assert episode.state.status is RunStatus.PASSED, episode.state
                 assert scores == {"reading": 1.0} and episode.state.score == 1.0, "the reward is the task's score"
-                router = episodes._gateway
-                assert router is not None and not [i for i in router._servers if i.startswith(episode.run_id)], (
+                await asyncio.sleep(0.1)  # (the forgotten client closes in a task of its own)
+                assert own._http._idle == [], "what the connection forgot, it closed"
+                assert not [i for i in router._servers if i.startswith(episode.run_id)], (
                     "the trainer's connection keeps nothing of a finished run"
                 )
                 kept = (await http.get(f"/api/runs/{episode.run_id}/calls")).json()  # its server stopped: kept copy
