@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agent_env.agents.sdk import Turn as AgentTurn
 from agent_env.config import load_settings
 from agent_env.episodes.proxy_player import ProxyPlayer
-from agent_env.episodes.tools import RestTools, TurnTools, client_for, tools_path
+from agent_env.episodes.tools import RestTools, TurnTools
 from agent_env.errors import AgentEnvError
 from agent_env.gateway import embedded
 from agent_env.spec.run import RunState, StepStatus, TurnOffer
@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 
     from agent_env.config import Settings
     from agent_env.episodes.spec import EpisodeSpec
-    from agent_env.gateway_client import GatewayClient
-    from agent_env.keepalive import KeepAliveClient
+    from agent_env.gateway_client.env_servers import EnvServers
     from agent_env.stores import Stores
 
 
@@ -66,9 +65,10 @@ class Episodes:
         self._worker, self._worker_task = worker, None
         if worker is not None:
             self._worker_task = asyncio.create_task(worker.run())
-        self._gateway: GatewayClient | None = None
+        # The one client of whatever serves each instance (the install's gateway, or the instance's own server):
+        # role tokens and the trainer's tool calls, kept alive across turns and episodes.
+        self._gateway: EnvServers | None = None
         self._stores: Stores | None = None  # where runs are recorded as they start: opened once
-        self._tool_clients: dict[str, KeepAliveClient] = {}  # gateway origin -> trainers' tool calls, kept alive
 
     @classmethod
     async def connect(cls, settings: Settings | None = None, *, worker: bool | None = None) -> Episodes:
@@ -100,8 +100,6 @@ class Episodes:
             await asyncio.gather(self._worker_task, return_exceptions=True)
         if self._gateway is not None:
             await self._gateway.aclose()
-        for tools in self._tool_clients.values():
-            await tools.aclose()
         if self._stores is not None:
             self._stores.close()
 
@@ -109,13 +107,12 @@ class Episodes:
         """Start an episode of `spec`: its run starts and its first `next_turn` is asked in the same request
         (the answer is kept for the first `next_turn()`)."""
         inp = await in_thread(spec.planned, self.settings, run_id or launch.new_run_id(spec.task.id))
-        if self._stores is None:
-            self._stores = await in_thread(open_stores, self.settings)
+        stores = await self.stores()
         if not spec.trainer_agents:  # every agent played through its proxy: the run offers no turn of its own
-            handle = await launch.start(self.client, self.settings, inp, stores=self._stores)
+            handle = await launch.start(self.client, self.settings, inp, stores=stores)
             return Episode(self, handle.id, proxied=spec.proxied_agents)
         handle, first = await launch.start_with_update(
-            self.client, self.settings, inp, "next_turn", [None], stores=self._stores
+            self.client, self.settings, inp, "next_turn", [None], stores=stores
         )
         return Episode(self, handle.id, first_turn=first, proxied=spec.proxied_agents)
 
@@ -130,15 +127,25 @@ class Episodes:
         """An episode already running (started here or elsewhere), by its run id."""
         return Episode(self, run_id)
 
-    async def token(self, instance: str, agent: str) -> str:
-        """The agent's role token, from the gateway (never through Temporal)."""
-        if self._gateway is None:
-            self._gateway = await asyncio.to_thread(embedded.connect, self.settings)
-        return await self._gateway.token(instance, agent)
+    async def stores(self) -> Stores:
+        if self._stores is None:
+            self._stores = await in_thread(open_stores, self.settings)
+        return self._stores
 
-    def tools_client(self, origin: str) -> KeepAliveClient:
-        """The kept-alive client for a gateway's REST tools (one per gateway origin)."""
-        return client_for(self._tool_clients, origin)
+    async def gateway(self) -> EnvServers:
+        """The client of whatever serves each instance: the install's gateway, or the instance's own server."""
+        if self._gateway is None:
+            self._gateway = await asyncio.to_thread(embedded.routed, self.settings, await self.stores())
+        return self._gateway
+
+    async def token(self, instance: str, agent: str) -> str:
+        """The agent's role token, from what serves its instance (never through Temporal)."""
+        return await (await self.gateway()).token(instance, agent)
+
+    def run_over(self, run_id: str) -> None:
+        """Nothing of a finished run is kept (a trainer lives for many): its instances' routes are forgotten."""
+        if self._gateway is not None:
+            self._gateway.forget_run(run_id)
 
 
 class Episode:
@@ -274,6 +281,8 @@ class Episode:
     async def result(self) -> dict[str, float]:
         """Waits for the run to end; every score it recorded, by step id (`self.state` has the rest)."""
         self.state = await launch.wait_result(self.handle)
+        self.episodes.run_over(self.run_id)
+        self._tokens.clear()
         return {sid: s.score.value for sid, s in self.state.steps.items() if s.score is not None}
 
 
@@ -321,12 +330,12 @@ class Turn:
     @contextlib.asynccontextmanager
     async def tools(self, transport: Literal["rest", "mcp"] = "rest"):
         """The environment's tools, as this agent (its role decides what it sees and may call): over REST on
-        the connection's kept-alive pool (the fastest), or over an MCP session opened for this turn."""
-        if not self.offer.mcp_url:
+        the connection's kept-alive client (the fastest), or over an MCP session opened for this turn."""
+        if not self.offer.mcp_url or not self.offer.env:
             raise EpisodeError(f"turn {self.id} came with no environment: it has no tools")
         if transport == "rest":
-            origin, path = tools_path(self.offer.mcp_url)
-            rest = RestTools(self.episode.episodes.tools_client(origin), path, await self.token())
+            gateway = await self.episode.episodes.gateway()
+            rest = RestTools(gateway, self.offer.env, await self.token())
             yield TurnTools(rest, await rest.list())
             return
         turn = AgentTurn(prompt=self.prompt, mcp_url=self.offer.mcp_url, token=await self.token())

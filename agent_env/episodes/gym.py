@@ -21,9 +21,8 @@ from typing import Any
 
 from agent_env.episodes.client import Episode, Episodes, Turn
 from agent_env.episodes.spec import EpisodeSpec
-from agent_env.gateway.embedded import base_url
 from agent_env.gateway_client import GatewayRefused
-from agent_env.gateway_client.single import SingleGateway
+from agent_env.gateway_client.env_servers import EnvServers
 
 
 class EpisodeEnv:
@@ -38,7 +37,6 @@ class EpisodeEnv:
         self._episodes: Episodes | None = None
         self._episode: Episode | None = None
         self._turn: Turn | None = None
-        self._rest: SingleGateway | None = None  # the gateway's REST surface: tool calls hold no session across steps
 
     def _run(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -80,7 +78,7 @@ class EpisodeEnv:
         if offer.env:
             listed = [
                 {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
-                for t in await self._gateway().list_tools(
+                for t in await (await self._gateway()).list_tools(
                     offer.env, await self._turn.episode.token(offer.env, offer.agent)
                 )
             ]
@@ -96,15 +94,12 @@ class EpisodeEnv:
             "tools": listed,
         }
 
-    def _gateway(self) -> SingleGateway:
-        """The REST client of the gateway holding this turn's environment (in a pool, one of several)."""
+    async def _gateway(self) -> EnvServers:
+        """The connection's client of whatever serves this turn's environment (the gateway, a pool's member, or
+        the instance's own server): tool calls go over its REST surface and hold no session across steps."""
         if self._episodes is None:  # a turn comes only from a started episode
             raise RuntimeError("the episode is over (or not started): call reset()")
-        offer = self._turn.offer if self._turn is not None else None
-        base = offer.mcp_url.split("/envs/", 1)[0] if offer and offer.mcp_url else base_url(self._episodes.settings)
-        if self._rest is None or self._rest.base_url != base:
-            self._rest = SingleGateway(base)
-        return self._rest
+        return await self._episodes.gateway()
 
     async def _step(self, action: dict[str, Any]) -> tuple[dict, float, bool, bool, dict]:
         if self._turn is None:
@@ -115,7 +110,7 @@ class EpisodeEnv:
                 return {"tool_error": "this turn has no environment"}, 0.0, False, False, {}
             try:
                 token = await self._turn.episode.token(offer.env, offer.agent)  # (the turn's token(), its env known)
-                result = await self._gateway().call_tool(
+                result = await (await self._gateway()).call_tool(
                     offer.env, token, action["tool"], action.get("arguments") or {}
                 )
                 return {"tool_result": result}, 0.0, False, False, {}
@@ -138,7 +133,5 @@ class EpisodeEnv:
         )
 
     async def _close(self) -> None:
-        if self._rest is not None:
-            await self._rest.aclose()
         if self._episodes is not None:
             await self._episodes.close()

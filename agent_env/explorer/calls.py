@@ -29,7 +29,7 @@ from agent_env.spec.world_state import clip
 from agent_env.stores import Stores, keys
 
 if TYPE_CHECKING:
-    from agent_env.gateway_client import GatewayClient
+    from agent_env.gateway_client.env_servers import EnvServers
 
 MAX_PAGE = 500  # calls per page, at most
 FIELD_BYTES = 2048  # arguments, results and errors in a page; `GET .../calls/N` has the whole entry
@@ -63,9 +63,10 @@ def _ordered(entries: list[JsonObject]) -> list[JsonObject]:
 
 
 class CallLog:
-    """`gateway`: a client of the install's gateway(s), or None to read only what the stores kept."""
+    """`gateway`: the client of whatever serves each instance (the install's gateway(s), an instance's own
+    server), or None to read only what the stores kept."""
 
-    def __init__(self, stores: Stores, gateway: Callable[[], GatewayClient | None]) -> None:
+    def __init__(self, stores: Stores, gateway: Callable[[], EnvServers | None]) -> None:
         self.stores = stores
         self.gateway = gateway
         self._runs: OrderedDict[str, RunCalls] = OrderedDict()
@@ -102,6 +103,8 @@ class CallLog:
         if not instances(state):
             read.entries["transcripts"] = await asyncio.to_thread(self._from_transcripts, state)
         read.merged = _ordered([e for found in read.entries.values() for e in found])
+        if read.final and (client := self.gateway()) is not None:
+            client.forget_run(state.run_id)  # read for good: the explorer keeps no route of a finished run
         return read
 
     async def _from_gateway(self, instance: str, known: list[JsonObject]) -> list[JsonObject] | None:

@@ -47,7 +47,7 @@ from agent_env.config import Settings
 from agent_env.errors import AgentEnvError, NotFound
 from agent_env.explorer import artifacts, calls, evals, runs, timeline
 from agent_env.explorer.auth import COOKIE, KEY_HEADER, Door
-from agent_env.gateway.embedded import connect
+from agent_env.gateway.embedded import routed
 from agent_env.guard import HostGuard
 from agent_env.registry.store import Registry
 from agent_env.spec.run import RunState
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
     from temporalio.client import Client
 
-    from agent_env.gateway_client import GatewayClient
+    from agent_env.gateway_client.env_servers import EnvServers
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -109,14 +109,15 @@ class Explorer:
         self.door = door
         self.stores = stores
         self.temporal = temporal
-        self._gateway: GatewayClient | None = None
+        self._gateway: EnvServers | None = None
         self.calls = calls.CallLog(stores, self.gateway)
         self._plans: dict[str, dict[str, Any]] = {}
 
-    def gateway(self) -> GatewayClient | None:
+    def gateway(self) -> EnvServers | None:
+        """The client of whatever serves each instance: the install's gateway, or an instance's own server."""
         if self._gateway is None:
             try:
-                self._gateway = connect(self.settings, start_daemon=False)
+                self._gateway = routed(self.settings, self.stores, start_daemon=False)
             except AgentEnvError:  # e.g. configured gateways without an admin token: read the stores only
                 return None
         return self._gateway

@@ -11,11 +11,13 @@ from agent_env.config import Settings
 from agent_env.daemon import Daemon, DaemonInfo, PortCheck
 from agent_env.gateway_client.configured import admin_token as admin_token
 from agent_env.gateway_client.configured import base_url as base_url
+from agent_env.gateway_client.env_servers import EnvServers
 from agent_env.gateway_client.pool import GatewayPool
 from agent_env.gateway_client.single import SingleGateway
 
 if TYPE_CHECKING:
     from agent_env.gateway_client import GatewayClient
+    from agent_env.stores import Stores
 
 
 def _daemon(settings: Settings) -> tuple[Daemon, list[str]]:
@@ -102,3 +104,9 @@ def connect(
                 "(stop it with `agent-env gateway stop`)"
             )
     return SingleGateway(base_url(settings), admin_token(settings))
+
+
+def routed(settings: Settings, stores: Stores, *, start_daemon: bool = True) -> EnvServers:
+    """`connect`'s client behind the router every room uses (steps, episodes, the explorer): a request about an
+    instance served on a server of its own (a topology other than `gateway`) goes there."""
+    return EnvServers(connect(settings, start_daemon=start_daemon), settings, stores)

@@ -117,6 +117,11 @@ class EnvServers:
     def forget(self, instance: str) -> None:
         self._close(self._servers.pop(instance, None))
 
+    def forget_run(self, run_id: str) -> None:
+        """The run is over: nothing of it is kept (its own servers' clients closed), whoever ended it."""
+        for instance in [i for i in self._servers if i.startswith(f"{run_id}.")]:
+            self.forget(instance)
+
     def _close(self, client: SingleGateway | None) -> None:
         if client is not None:
             task = asyncio.get_running_loop().create_task(client.aclose())
@@ -238,8 +243,7 @@ class EnvServers:
                 continue
             ended["instances"] += part["instances"]
             ended["sessions"] = ended.get("sessions", 0) + part.get("sessions", 0)
-        for instance in [i for i in self._servers if i.startswith(f"{run_id}.")]:  # nothing kept per finished run
-            self.forget(instance)
+        self.forget_run(run_id)  # nothing kept per finished run
         return ended
 
     # -- hosted agents and people's turns: the base's --

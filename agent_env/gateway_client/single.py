@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from json import dumps
 from typing import Any, Self, TypeVar, cast
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from agent_env import telemetry, tls
 from agent_env.gateway_client import wire
@@ -277,4 +277,5 @@ class SingleGateway:
     async def call_tool(self, instance: str, token: str, tool: str, arguments: JsonObject) -> Any:
         headers = {"authorization": f"Bearer {token}"}
         # (the agents' hot path: read as it comes, not checked against `wire.ToolResult`)
-        return (await self._json("POST", f"/envs/{instance}/tools/{tool}", json=arguments, headers=headers))["result"]
+        path = f"/envs/{instance}/tools/{quote(tool, safe='')}"  # (an agent's choice: one path segment, whatever it is)
+        return (await self._json("POST", path, json=arguments, headers=headers))["result"]

@@ -13,8 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent_env.gateway.embedded import connect
-from agent_env.gateway_client.env_servers import EnvServers
+from agent_env.gateway.embedded import routed
 from agent_env.stores import Stores, open_stores
 
 if TYPE_CHECKING:
@@ -58,10 +57,9 @@ class StepContext:
         key = (str(self.settings.state_dir), tuple(self.settings.gateway.urls()))
         client = _GATEWAYS.get(key)
         if client is None:
-            base = await asyncio.to_thread(connect, self.settings)
             # instances on servers of their own (topologies other than `gateway`) are reached where they are served
             stores = await asyncio.to_thread(open_stores, self.settings)
-            client = _GATEWAYS[key] = EnvServers(base, self.settings, stores)
+            client = _GATEWAYS[key] = await asyncio.to_thread(routed, self.settings, stores)
         return client
 
 
