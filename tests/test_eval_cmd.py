@@ -206,7 +206,9 @@ def test_eval_run_agent_artifact_id_deploys_that_registry_agent_in_every_deploy_
     pushed = cli("registry", "push", str(bundle))
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     eval_id = f"ev-{tag}"
-    assert cli("eval", "create", str(refs_file(tmp_path / "r.json", [{"task_id": task}])), "--id", eval_id).returncode == 0
+    assert (
+        cli("eval", "create", str(refs_file(tmp_path / "r.json", [{"task_id": task}])), "--id", eval_id).returncode == 0
+    )
 
     def scored(*extra: str) -> dict:
         done = cli("eval", "run", "--id", eval_id, "--json", *extra, timeout=180)
@@ -221,3 +223,13 @@ def test_eval_run_agent_artifact_id_deploys_that_registry_agent_in_every_deploy_
     assert latest["passed"] == 0, "the latest version, 2, whispers"
     refused = cli("eval", "run", "--id", eval_id, "--agent-artifact-id", f"{agent}@9")
     assert refused.returncode == 2 and f"agent {agent} has no version '9'" in refused.stderr, refused.stderr
+
+    # `agent-env run` takes it too: the bundle's own agent is now the whispering one; version 1 shouts
+    solo = bundle / "tasks" / f"{task}.toml"
+    solo.write_text(SHOUTED.format(task=task, agent=agent))
+    assert cli("run", str(solo), "--json", timeout=120).returncode == 1
+    shouted = cli("run", str(solo), "--json", "--agent-artifact-id", f"{agent}@1", timeout=120)
+    assert shouted.returncode == 0, shouted.stdout + shouted.stderr
+    planned = cli("run", str(solo), "--dry-run", "--json", "--agent-artifact-id", f"{agent}@1")
+    deploy = next(s for s in json.loads(planned.stdout)["steps"] if s["type"] == "deploy_agent")
+    assert (deploy["config"]["agent"], deploy["config"]["agent_version"]) == (agent, 1)

@@ -261,9 +261,9 @@ def run_registry_eval(opts: EvalRunOptions) -> int:
     registry = open_registry(settings)
     try:
         spec = registry.eval(opts.eval_id, None if opts.version is None else str(opts.version))
-        agent = None if opts.agent_artifact_id is None else agent_artifact(registry, opts.agent_artifact_id)
     finally:
         registry.close()
+    agent = None if opts.agent_artifact_id is None else agent_artifact(settings, opts.agent_artifact_id)
     return run_evals(
         settings,
         install,
@@ -279,16 +279,21 @@ def run_registry_eval(opts: EvalRunOptions) -> int:
     )
 
 
-def agent_artifact(registry: Registry, ref: str) -> tuple[str, int]:
-    """`--agent-artifact-id NAME[@VERSION]`: the registry agent (its latest version by default) that every
-    deploy_agent step deploys instead of its own — its record holds the agent's image (sandbox, build, command)."""
+def agent_artifact(settings: Settings, ref: str) -> tuple[str, int]:
+    """`--agent-artifact-id NAME[@VERSION]` (`eval run`, `run`): the registry agent (its latest version by default)
+    that every deploy_agent step deploys instead of its own — its record holds the agent's image (sandbox, build,
+    command). Its name and version, for `planning/agent_override.py`."""
     from agent_env.errors import AgentEnvError
+    from agent_env.registry.store import open_registry
 
     name, _, label = ref.partition("@")
+    registry = open_registry(settings)
     try:
         found = registry.version("agents", name, label or None)
     except AgentEnvError as e:
         raise BadInput(f"--agent-artifact-id {ref!r}: {e.problem}", e.fix) from None
+    finally:
+        registry.close()
     if not found.label.isdigit():
         raise BadInput(
             f"--agent-artifact-id {ref!r}: version {found.label!r} is not a number",
