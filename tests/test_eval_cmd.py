@@ -139,8 +139,9 @@ def test_eval_run_model_overrides_and_what_has_no_counterpart(server, tmp_path, 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["passed"] == 1
-    refused = cli("eval", "run", "--id", eval_id, "--agent-artifact-id", "img-1")
-    assert refused.returncode == 2 and "--agent-artifact-id has no counterpart" in refused.stderr
+    missing = cli("eval", "run", "--id", eval_id, "--agent-artifact-id", f"img-{uuid.uuid4().hex[:6]}")
+    assert missing.returncode == 2 and "--agent-artifact-id 'img-" in missing.stderr, missing.stderr
+    assert "no agent" in missing.stderr and "agent-env registry list agents" in missing.stderr
     unknown = cli("eval", "run", "--id", f"none-{uuid.uuid4().hex[:6]}")
     assert unknown.returncode == 2 and "no eval" in unknown.stderr
 
@@ -163,3 +164,72 @@ def test_bundle_export_carries_an_eval_and_its_tasks(server, settings, tmp_path,
         assert [str(r) for r in registry.eval(eval_id).tasks] == [pushed["good"], f"{pushed['two']}@1"]
     finally:
         registry.close()
+
+
+SHOUTED = """
+    id = "{task}"
+    [[steps]]
+    id = "agent"
+    type = "deploy_agent"
+    config = {{ agent = "{agent}" }}
+    [[steps]]
+    id = "ask"
+    type = "prompt_agent"
+    depends_on = ["agent"]
+    config = {{ agent = "agent", prompt = "hello there", turn_deadline = "30s" }}
+    [[steps]]
+    id = "answer"
+    type = "check_response"
+    depends_on = ["ask"]
+    [steps.config]
+    response = "${{steps.ask.outputs.answer}}"
+    checks = [{{ name = "shouted", equals = "HELLO THERE" }}]
+    """
+
+
+def test_eval_run_agent_artifact_id_deploys_that_registry_agent_in_every_deploy_agent_step(server, tmp_path):
+    """Version 1 of the agent shouts (the task passes), version 2 whispers: `--agent-artifact-id NAME@2` deploys
+    version 2 in the task's deploy_agent step, and the task fails; `NAME@1` passes again; `@9` is refused."""
+    from test_agent_sandboxes import write_agent_bundle
+
+    tag = uuid.uuid4().hex[:8]
+    agent, task = f"shout-{tag}", f"shouted-{tag}"
+    bundle = write_agent_bundle(tmp_path / "b", SHOUTED.format(task=task, agent=agent))
+    (bundle / "agents" / "shout").rename(bundle / "agents" / agent)
+    (bundle / "tasks" / "t.toml").rename(bundle / "tasks" / f"{task}.toml")
+    assert cli("registry", "push", str(bundle)).returncode == 0
+    code = bundle / "agents" / agent / "app" / "agent.py"
+    code.write_text(code.read_text().replace("turn.prompt.upper()", "turn.prompt.lower()"))
+    toml = bundle / "agents" / agent / "agent.toml"
+    toml.write_text('version = "2"\n' + toml.read_text())
+    (bundle / "tasks" / f"{task}.toml").unlink()  # the task as pushed names the agent's version 1
+    pushed = cli("registry", "push", str(bundle))
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    eval_id = f"ev-{tag}"
+    assert (
+        cli("eval", "create", str(refs_file(tmp_path / "r.json", [{"task_id": task}])), "--id", eval_id).returncode == 0
+    )
+
+    def scored(*extra: str) -> dict:
+        done = cli("eval", "run", "--id", eval_id, "--json", *extra, timeout=180)
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    assert scored()["passed"] == 1, "the task's own agent (version 1) shouts"
+    whispered = scored("--agent-artifact-id", f"{agent}@2")
+    assert whispered["passed"] == 0 and whispered["rows"][0]["status"] == "failed", whispered
+    assert scored("--agent-artifact-id", f"{agent}@1")["passed"] == 1
+    latest = scored("--agent-artifact-id", agent)
+    assert latest["passed"] == 0, "the latest version, 2, whispers"
+    refused = cli("eval", "run", "--id", eval_id, "--agent-artifact-id", f"{agent}@9")
+    assert refused.returncode == 2 and f"agent {agent} has no version '9'" in refused.stderr, refused.stderr
+
+    # `agent-env run` takes it too: the bundle's own agent is now the whispering one; version 1 shouts
+    solo = bundle / "tasks" / f"{task}.toml"
+    solo.write_text(SHOUTED.format(task=task, agent=agent))
+    assert cli("run", str(solo), "--json", timeout=120).returncode == 1
+    shouted = cli("run", str(solo), "--json", "--agent-artifact-id", f"{agent}@1", timeout=120)
+    assert shouted.returncode == 0, shouted.stdout + shouted.stderr
+    planned = cli("run", str(solo), "--dry-run", "--json", "--agent-artifact-id", f"{agent}@1")
+    deploy = next(s for s in json.loads(planned.stdout)["steps"] if s["type"] == "deploy_agent")
+    assert (deploy["config"]["agent"], deploy["config"]["agent_version"]) == (agent, 1)

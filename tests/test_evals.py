@@ -280,6 +280,39 @@ async def test_an_eval_of_20_tasks_runs_as_20_workflows_and_the_explorer_shows_i
             assert "/api/evals/" in script and "eval-tasks" in script and "pass rate" in script
 
 
+async def test_the_explorer_shows_a_k_2_eval_runs_tasks_with_mean_and_pass_at_k(client, settings, worker, tmp_path):
+    """Two runs of each task: the explorer's eval run holds each task's runs, mean and pass@2 and the share of
+    tasks with a passing run, the very table `eval run` prints (`EvalTable`); its page shows them per task."""
+    bundle = tmp_path / "k2"
+    check_task(bundle, "good", 4)
+    check_task(bundle, "half", 2)
+    write_eval(bundle, "twice", 'tasks = ["good", "half"]\n')
+    [spec] = evals_to_run(str(bundle))
+    record, inputs = plan_eval(settings, spec, eval_tasks(spec, bundle), k=2)
+    table = await run_eval(client, settings, record, inputs, concurrency=4)
+
+    door = Door()
+    with explorer_util.serving(create_app(settings, door, temporal=client)) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            await explorer_util.sign_in(http, door)
+            shown = (await http.get(f"/api/evals/{record.eval_run_id}")).json()
+            assert shown == json.loads(table.model_dump_json()), "the explorer's table is `eval run`'s"
+            assert shown["k"] == 2 and len(shown["rows"]) == 4 and shown["pass_at_k"] == 0.5
+            assert [(t["task"], t["runs"], t["passed"], t["mean"], t["pass_at_k"]) for t in shown["tasks"]] == [
+                ("good", 2, 2, 1.0, True),
+                ("half", 2, 0, 0.5, False),
+            ]
+            runs = {r["task"]: [] for r in shown["rows"]}
+            for r in shown["rows"]:
+                runs[r["task"]].append(r["run_id"])
+            assert {t: len(set(ids)) for t, ids in runs.items()} == {"good": 2, "half": 2}, "each run its own"
+            listed = (await http.get("/api/evals")).json()["evals"]
+            mine = next(e for e in listed if e["eval_run_id"] == record.eval_run_id)
+            assert (mine["k"], mine["pass_at_k"], mine["mean"], mine["pass_rate"]) == (2, 0.5, 0.75, 0.5)
+            script = (await http.get("/static/evals.js")).text
+            assert "eval-per-task" in script and "pass_at_k" in script
+
+
 # -- agent-env run BUNDLE --
 
 

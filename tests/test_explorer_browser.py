@@ -306,6 +306,42 @@ def test_an_eval_run_shows_its_table(browser, site, finished_runs, settings):
     assert console_errors(browser) == []
 
 
+def test_a_k_2_eval_run_shows_each_tasks_runs_mean_and_pass_at_k(browser, site, finished_runs, settings):
+    """An eval run of k=2 (each of the session's two runs counted twice): its page shows a row per task with
+    its two runs, passed/k, mean and pass@2, and the share of tasks with a passing run."""
+    base, _ = site
+    workplace, refund = finished_runs
+    record = EvalRun(
+        eval_run_id=f"eval-k2-{time.time_ns()}",
+        eval="browser",
+        version="1",
+        source="evals/browser.toml",
+        started_at="2026-01-01T00:00:00Z",
+        tasks=[
+            EvalTaskRun(task=s.task_id, version=s.task_version, ref=s.task_id, run_id=s.run_id, attempt=n)
+            for s in (workplace, refund)
+            for n in (1, 2)
+        ],
+        k=2,
+    )
+    stores = open_stores(settings)
+    try:
+        stores.documents.put(keys.EVAL_RUNS, record.eval_run_id, record.model_dump(mode="json"))
+    finally:
+        stores.close()
+    sign_in(browser, site)
+    browser.get(f"{base}/#/evals/{record.eval_run_id}")
+    wait(browser, lambda d: len(found(d, '[data-testid="eval-per-task-row"]')) == 2, "the per-task table")
+    rows = {r.get_attribute("data-name"): r.text for r in found(browser, '[data-testid="eval-per-task-row"]')}
+    assert "2/2" in rows[workplace.task_id] and rows[workplace.task_id].endswith("yes"), rows
+    assert "0/2" in rows[refund.task_id] and rows[refund.task_id].endswith("no"), rows
+    assert len(found(browser, f'[data-testid="eval-per-task-row"][data-name="{workplace.task_id}"] a')) == 2
+    assert found(browser, '[data-testid="eval-pass-at-k"]')[0].text == "pass@2 0.50 (tasks with a passing run)"
+    assert len(found(browser, '[data-testid="eval-tasks-row"]')) == 4, "and each run"
+    screenshot(browser, "explorer-eval-per-task")
+    assert console_errors(browser) == []
+
+
 def test_when_the_session_ends_the_page_asks_for_a_new_link(browser, site):
     base, _ = site
     sign_in(browser, site)

@@ -119,6 +119,14 @@ def run(
         typer.Option("--eval", help="Run evals/NAME.toml, else the registry's NAME[@VERSION]. Repeatable."),
     ] = None,
     concurrency: Annotated[int, typer.Option("--max-concurrency", min=1, max=64, help="An eval's runs at a time.")] = 4,
+    agent_artifact_id: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-artifact-id",
+            metavar="NAME[@VERSION]",
+            help="Every deploy_agent step deploys this registry agent (its image) instead of its own.",
+        ),
+    ] = None,
 ) -> None:
     """Run a task and show its steps, result and scores. Exit 0 when the run passes.
 
@@ -143,6 +151,7 @@ def run(
             dry=dry,
             evals=evals or [],
             concurrency=concurrency,
+            agent_artifact_id=agent_artifact_id,
         )
     )
 

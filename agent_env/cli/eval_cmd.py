@@ -41,6 +41,7 @@ def run_evals(
     concurrency: int,
     k: int = 1,
     output_dir: Path | None = None,
+    agent: tuple[str, int] | None = None,
 ) -> int:
     from agent_env.task_lookup import bundle_folder, eval_tasks
     from agent_env.temporal.eval_runs import plan_eval
@@ -51,7 +52,7 @@ def run_evals(
             "leave out --detach (an interrupted eval leaves its runs going), or run one task with --task NAME",
         )
     bundle = bundle_folder(target)
-    planned = [plan_eval(settings, spec, eval_tasks(spec, bundle), k) for spec in specs]
+    planned = [plan_eval(settings, spec, eval_tasks(spec, bundle), k, agent) for spec in specs]
     if dry:
         return _show_plans(specs, planned, json_out)
     return aio.run(
@@ -249,11 +250,6 @@ def run_registry_eval(opts: EvalRunOptions) -> int:
     from agent_env.config import load_settings
     from agent_env.registry.store import open_registry
 
-    if opts.agent_artifact_id is not None:
-        raise BadInput(
-            "--agent-artifact-id has no counterpart here yet: an agent's image comes from its agent record",
-            "leave it out, or push the agent with the image you want under a new version and name it in the task",
-        )
     settings = load_settings()
     install = settings
     overrides = [f"{purpose}={name}" for purpose, name in opts.models.items() if name]
@@ -267,6 +263,7 @@ def run_registry_eval(opts: EvalRunOptions) -> int:
         spec = registry.eval(opts.eval_id, None if opts.version is None else str(opts.version))
     finally:
         registry.close()
+    agent = None if opts.agent_artifact_id is None else agent_artifact(settings, opts.agent_artifact_id)
     return run_evals(
         settings,
         install,
@@ -278,4 +275,28 @@ def run_registry_eval(opts: EvalRunOptions) -> int:
         concurrency=opts.concurrency,
         k=opts.k,
         output_dir=opts.output_dir,
+        agent=agent,
     )
+
+
+def agent_artifact(settings: Settings, ref: str) -> tuple[str, int]:
+    """`--agent-artifact-id NAME[@VERSION]` (`eval run`, `run`): the registry agent (its latest version by default)
+    that every deploy_agent step deploys instead of its own — its record holds the agent's image (sandbox, build,
+    command). Its name and version, for `planning/agent_override.py`."""
+    from agent_env.errors import AgentEnvError
+    from agent_env.registry.store import open_registry
+
+    name, _, label = ref.partition("@")
+    registry = open_registry(settings)
+    try:
+        found = registry.version("agents", name, label or None)
+    except AgentEnvError as e:
+        raise BadInput(f"--agent-artifact-id {ref!r}: {e.problem}", e.fix) from None
+    finally:
+        registry.close()
+    if not found.label.isdigit():
+        raise BadInput(
+            f"--agent-artifact-id {ref!r}: version {found.label!r} is not a number",
+            "name a numbered version (`agent-env registry list agents`)",
+        )
+    return found.name, int(found.label)

@@ -65,7 +65,10 @@ def eval_run(
     ] = None,
     agent_artifact_id: Annotated[
         str | None,
-        typer.Option("--agent-artifact-id", help="Not supported yet: an agent's image comes from its agent record."),
+        typer.Option(
+            "--agent-artifact-id",
+            help="NAME[@VERSION]: every deploy_agent step deploys this registry agent (its image) instead.",
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:

@@ -30,11 +30,13 @@ def run_command(
     dry: bool = False,
     evals: Sequence[str] = (),
     concurrency: int = 4,
+    agent_artifact_id: str | None = None,
 ) -> int:
     """`models`/`urls`: `--model`/`--model-url` overrides of the model endpoints, for this run only. `dry`: plan
     the run and show it, starting nothing (no server, worker, gateway or sandbox; the plan and the files it pins
     are kept in the object store, content-addressed, as a run's are). `evals`: the evals to run (`--eval`); a
-    bundle with evals runs them all unless a `task` is named (`cli/eval_cmd.py`)."""
+    bundle with evals runs them all unless a `task` is named (`cli/eval_cmd.py`). `agent_artifact_id`: the registry agent
+    (NAME[@VERSION]) every deploy_agent step deploys instead of its own."""
     settings = load_settings()
     install = settings  # what the background worker runs with: the overrides are pinned in this run's plan only
     if models or urls:
@@ -48,6 +50,11 @@ def run_command(
         raise BadInput("--task and --eval both name what to run", "give one: a task with --task, or evals with --eval")
     if target is None and not evals:
         return _list_runnables()
+    agent = None
+    if agent_artifact_id is not None:
+        from agent_env.cli.eval_cmd import agent_artifact
+
+        agent = agent_artifact(settings, agent_artifact_id)
     if task is None:
         from agent_env.task_lookup import evals_to_run
 
@@ -55,12 +62,20 @@ def run_command(
             from agent_env.cli.eval_cmd import run_evals
 
             return run_evals(
-                settings, install, target, specs, json_out=json_out, detach=detach, dry=dry, concurrency=concurrency
+                settings,
+                install,
+                target,
+                specs,
+                json_out=json_out,
+                detach=detach,
+                dry=dry,
+                concurrency=concurrency,
+                agent=agent,
             )
     assert target is not None
     from agent_env.temporal.follow import plan_target
 
-    inp = plan_target(settings, target, task)
+    inp = plan_target(settings, target, task, agent)
     if dry:
         return _show_plan(inp, json_out)
     return aio.run(_run(settings, inp, detach=detach, json_out=json_out, install=install))

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from agent_env.config import Settings
+from agent_env.planning.agent_override import with_agent
 from agent_env.planning.runs import plan
 from agent_env.spec.evals import EvalRun, EvalSpec, EvalTable, EvalTaskRun
 from agent_env.spec.run import RunInput, RunState
@@ -25,8 +26,13 @@ DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 64
 
 
-def plan_eval(settings: Settings, spec: EvalSpec, tasks: list[TaskSpec], k: int = 1) -> tuple[EvalRun, list[RunInput]]:
-    """The eval run's record and `k` planned runs per task (nothing is stored or started yet but the plans)."""
+def plan_eval(
+    settings: Settings, spec: EvalSpec, tasks: list[TaskSpec], k: int = 1, agent: tuple[str, int] | None = None
+) -> tuple[EvalRun, list[RunInput]]:
+    """The eval run's record and `k` planned runs per task (nothing is stored or started yet but the plans);
+    `agent` (a registry agent's name and version) replaces the agent of every deploy_agent step."""
+    if agent is not None:
+        tasks = [with_agent(task, *agent) for task in tasks]
     pairs = [(ref, task) for ref, task in zip(spec.tasks, tasks, strict=True) for _ in range(k)]
     inputs = [plan(task, launch.new_run_id(task.id), settings) for _, task in pairs]
     record = EvalRun(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agent_env.config import Settings
 from agent_env.gateway import embedded
+from agent_env.planning.agent_override import with_agent
 from agent_env.spec.run import RunInput, RunState, RunStatus
 from agent_env.task_lookup import resolve_target
 from agent_env.temporal import background, launch
@@ -38,9 +39,12 @@ class Terminal:
     started: Callable[[str], None] = field(default=lambda run_id: None)  # the run's id, once it started
 
 
-def plan_target(settings: Settings, target: str, task: str | None) -> RunInput:
-    """The plan of a run of `target` (a bundle's name or folder, a task file), `task` of it if it has several."""
+def plan_target(settings: Settings, target: str, task: str | None, agent: tuple[str, int] | None = None) -> RunInput:
+    """The plan of a run of `target` (a bundle's name or folder, a task file), `task` of it if it has several;
+    `agent` (a registry agent's name and version) replaces the agent of every deploy_agent step."""
     spec = resolve_target(target, task)
+    if agent is not None:
+        spec = with_agent(spec, *agent)
     return launch.plan(spec, launch.new_run_id(spec.id), settings)
 
 
