@@ -84,7 +84,9 @@ def example_toml(st: StepType) -> str:
     schema = st.config.model_json_schema()
     defs = schema.get("$defs", {})
     lines = ["[[steps]]", f'id = "{st.name}"', f'type = "{st.name}"']
-    required = [name for name in schema.get("properties", {}) if name in schema.get("required", [])]
+    # a config that needs one of several fields (its schema's oneOf of `required`s, as prompt or parts) shows the first
+    needed = set(schema.get("required", [])) | set(next(iter(schema.get("oneOf", [])), {}).get("required", []))
+    required = [name for name in schema.get("properties", {}) if name in needed]
     if required:
         lines += ["", "[steps.config]"]
         for name in required:
