@@ -85,7 +85,8 @@ def example_toml(st: StepType) -> str:
     defs = schema.get("$defs", {})
     lines = ["[[steps]]", f'id = "{st.name}"', f'type = "{st.name}"']
     # a config that needs one of several fields (its schema's oneOf of `required`s, as prompt or parts) shows the first
-    needed = set(schema.get("required", [])) | set(next(iter(schema.get("oneOf", [])), {}).get("required", []))
+    choices: list[dict[str, list[str]]] = schema.get("oneOf", [])
+    needed = set(schema.get("required", [])) | set(choices[0].get("required", []) if choices else ())
     required = [name for name in schema.get("properties", {}) if name in needed]
     if required:
         lines += ["", "[steps.config]"]
