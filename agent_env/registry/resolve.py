@@ -37,7 +37,7 @@ def registry_task(target: str) -> TaskSpec | None:
         version = registry.version("tasks", name, label) if label else versions[-1]
         bundle = settings.state_dir / "registry" / version.digest.removeprefix("sha256:")
         if not (bundle / "tasks" / f"{name}.toml").is_file():
-            _pull_atomically(registry, version, bundle)
+            pull_atomically(registry, version, bundle)
     finally:
         registry.close()
     return load_task(bundle / "tasks" / f"{name}.toml")
@@ -57,7 +57,7 @@ def registry_eval(target: str) -> EvalSpec | None:
         registry.close()
 
 
-def _pull_atomically(registry, version, bundle: Path) -> None:
+def pull_atomically(registry, version, bundle: Path) -> None:
     """Pull into a temporary folder, then rename it into place: the cache folder is whole or absent."""
     bundle.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=bundle.parent, prefix=".pull-"))

@@ -26,7 +26,7 @@ from agent_env.config import Settings
 from agent_env.errors import BadInput, NotFound
 from agent_env.gateway_client.wire import JsonObject
 from agent_env.planning.tasks import parse_task
-from agent_env.registry.resolve import _pull_atomically, split_ref  # (whole or absent, as `run NAME` pulls)
+from agent_env.registry.resolve import pull_atomically, split_ref  # (whole or absent, as `run NAME` pulls)
 from agent_env.registry.store import open_registry
 from agent_env.spec.run import RunInput, RunState
 from agent_env.step_types import catalog
@@ -99,7 +99,7 @@ def _from_registry(settings: Settings, target: str) -> Path | None:
             return None
         folder = settings.state_dir / "registry" / version.digest.removeprefix("sha256:")
         if not (folder / "envs" / name / "env.toml").is_file():
-            _pull_atomically(registry, version, folder)
+            pull_atomically(registry, version, folder)
     finally:
         registry.close()
     return folder

@@ -24,10 +24,7 @@ fails before the run starts, with the fix; applied to the agent's sandbox when i
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
@@ -37,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from agent_env.bundles import find_agent
 from agent_env.errors import AgentEnvError, BadInput
 from agent_env.gateway_client.wire import JsonObject
+from agent_env.registry.resolve import pull_atomically
 from agent_env.registry.store import Registry
 from agent_env.registry.universes import _verified
 from agent_env.spec.agent import AgentRecord, InlineSkill
@@ -216,14 +214,7 @@ def registry_agent(plan: PlanContext, name: str, version: int) -> tuple[AgentRec
         raise BadInput(f"deploy_agent a2a_agent_version {version} of agent {name!r}: {e.problem}", e.fix) from None
     folder = Path(plan.settings.state_dir) / "registry" / found.digest.removeprefix("sha256:")
     if not (folder / "agents" / name).is_dir():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".pull-"))
-        try:
-            registry.pull(found, staging)
-            with contextlib.suppress(OSError):  # another planner put the same version in place first
-                staging.rename(folder)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        pull_atomically(registry, found, folder)
     found_record, found_folder = find_agent(folder, name, with_folder=True, aliases=False)
     return found_record, found_folder
 
