@@ -105,3 +105,17 @@ def test_a_directive_in_a_text_block_or_in_prose_is_not_one():
 )
 def test_each_broken_convention_names_the_page_and_line(page, message):
     assert message in error(page)
+
+
+def test_the_ratchet_counts_stub_pages_and_skipped_examples(tmp_path, monkeypatch):
+    import docs_examples
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "index.md").write_text("# Home\n\n<!-- stub: to be written -->\n")
+    (tmp_path / "a" / "b.md").write_text(
+        '<!-- example: skip="needs a cloud" -->\n```bash\nx\n```\n```text\n<!-- example: skip="shown" -->\n```\n'
+    )
+    (tmp_path / "a" / "broken.md").write_text('<!-- example: skip="why" -->\n```sh\nx\n```\n')  # counted all the same
+    monkeypatch.setattr(docs_examples, "DOCS", tmp_path)
+    assert docs_examples.pages() == ["a/b.md", "a/broken.md", "index.md"]
+    assert (docs_examples.stub_pages(), docs_examples.skipped_examples()) == (1, 2)
