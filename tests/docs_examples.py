@@ -162,6 +162,8 @@ def _classify(block: Block) -> None:
         raise DocsError(page, line, f"check= validates toml or json, not ```{lang}")
     if d.background and lang != "bash":
         raise DocsError(page, line, "`background` starts a ```bash block")
+    if d.background and (d.expect or d.exit is not None):
+        raise DocsError(page, line, "a background block is stopped, not awaited: exit= and expect= do not apply")
     if d.needs and not (lang in {"bash", "python"} or (lang in DATA_LANGUAGES and not d.check and not d.file)):
         raise DocsError(page, line, "needs= applies to a block that runs")
     shell_keys = d.keys & SHELL_KEYS

@@ -284,6 +284,11 @@ def test_page_examples(page: str, tmp_path: Path, request: pytest.FixtureRequest
         blocks = read_page(page)
     except DocsError as e:
         pytest.fail(str(e))
+    run_page(blocks, tmp_path, request)
+
+
+def run_page(blocks: list[Block], tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    __tracebackhide__ = True
     if any(b.action in {"bash", "python", "task"} for b in blocks):
         request.getfixturevalue("server")  # the session's Temporal dev server, before the first command
     with background_blocks() as started:
@@ -401,3 +406,31 @@ def test_the_fragment_kinds_read_json_too(tmp_path: Path, monkeypatch):
     )
     assert _problems("step", sound, tmp_path) is None
     assert "secondz: unknown field" in str(_problems("step", wrong, tmp_path))
+
+
+SLEEP_TASK = 'id = "docs-nap"\n[[steps]]\nid = "nap"\ntype = "sleep"\n[steps.config]\nseconds = 0\n'
+
+
+def test_a_page_runs_its_blocks_in_order_in_a_folder_of_its_own(tmp_path: Path, monkeypatch, request, server):
+    """Every kind of block, end to end against the session's server: written files, commands, a script, tasks."""
+    page = (
+        f"<!-- example: file=tasks/nap.toml check=task -->\n```toml\n{SLEEP_TASK}```\n"
+        '<!-- example: expect="PASSED" expect="docs-nap" -->\n```bash\nagent-env run tasks/nap.toml\necho ran > ran.txt\n```\n'
+        "```python\nfrom pathlib import Path\n\nassert Path('ran.txt').read_text() == 'ran\\n'\nprint('python saw it')\n```\n"
+        f'<!-- example: expect="nap" -->\n```toml\n{SLEEP_TASK}```\n'
+        '```json\n[{"id": "nap", "type": "sleep", "seconds": 0}]\n```\n'
+        "```text\nnever run\n```\n"
+        '<!-- example: skip="shows what a missing file does" -->\n```bash\ncat absent\n```\n'
+    )
+    blocks = _page(tmp_path, monkeypatch, page)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    run_page(blocks, folder, request)
+    assert (folder / "tasks" / "nap.toml").read_text() == SLEEP_TASK
+    assert (folder / "ran.txt").is_file()
+
+
+def test_a_failing_task_block_fails_its_page(tmp_path: Path, monkeypatch, request, server):
+    (block,) = _page(tmp_path, monkeypatch, '```json\n[{"id": "nap", "type": "sleep", "seconds": -1}]\n```\n')
+    with pytest.raises(pytest.fail.Exception, match=r"docs/t.md:1: exited 2, expected 0"):
+        run_page([block], tmp_path, request)

@@ -83,6 +83,7 @@ def test_a_directive_in_a_text_block_or_in_prose_is_not_one():
         ("<!-- example: file=/etc/x -->\n```toml\na = 1\n```\nx\n", "file='/etc/x'"),
         ("<!-- example: ready=http://x/ -->\n```bash\ntrue\n```\n", "add `background`"),
         ("<!-- example: background -->\n```python\npass\n```\n", "`background` starts a ```bash block"),
+        ("<!-- example: background expect=up -->\n```bash\nserve\n```\n", "stopped, not awaited"),
         ('<!-- example: expect="x -->\n```bash\ntrue\n```\n', "cannot be read"),
         ("<!-- example: exit=1 -->\n\n```bash\ntrue\n```\n", "p.md:1: an example directive must be on the line right"),
         ("text\n<!-- example: exit=1 -->\n", "p.md:2: an example directive must be on the line right"),
