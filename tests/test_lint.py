@@ -23,6 +23,7 @@ def test_ruff_format():
         "scripts/record-histories",
         "scripts/third-party-notices",
         "scripts/coverage-by-room",
+        "scripts/docs-reference",
         "scripts/docs-troubleshooting",
     ]
     done = subprocess.run(
