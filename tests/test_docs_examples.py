@@ -434,3 +434,23 @@ def test_a_failing_task_block_fails_its_page(tmp_path: Path, monkeypatch, reques
     (block,) = _page(tmp_path, monkeypatch, '```json\n[{"id": "nap", "type": "sleep", "seconds": -1}]\n```\n')
     with pytest.raises(pytest.fail.Exception, match=r"docs/t.md:1: exited 2, expected 0"):
         run_page([block], tmp_path, request)
+
+
+def test_a_docker_example_runs_only_where_docker_is(tmp_path: Path, monkeypatch, request, server):
+    """Without a Docker daemon the page stops at its needs=docker block, skipped naming why (failed, when the Docker
+    tier is required); with one, it runs."""
+    from test_docker import _docker_problem
+
+    page = "```bash\ntouch before\n```\n<!-- example: needs=docker -->\n```bash\ntouch during\n```\n"
+    blocks = _page(tmp_path, monkeypatch, page)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    if _docker_problem() is None:
+        run_page(blocks, folder, request)
+        assert (folder / "during").is_file()
+        return
+    required = bool(os.environ.get("AGENT_ENV_REQUIRE_DOCKER"))
+    outcome = pytest.fail.Exception if required else pytest.skip.Exception
+    with pytest.raises(outcome, match=r"docs/t.md:5 needs=docker.*Docker daemon"):
+        run_page(blocks, folder, request)
+    assert (folder / "before").is_file() and not (folder / "during").exists()
