@@ -162,6 +162,8 @@ def _classify(block: Block) -> None:
         raise DocsError(page, line, "a fence without a language: ```bash or ```python to run, ```text for output")
     if d.check and lang not in DATA_LANGUAGES:
         raise DocsError(page, line, f"check= validates toml or json, not ```{lang}")
+    if d.check in {"env", "agent", "config"} and lang != "toml":
+        raise DocsError(page, line, f"check={d.check} validates TOML (the file it stands for is TOML), not ```{lang}")
     if d.background and lang != "bash":
         raise DocsError(page, line, "`background` starts a ```bash block")
     if d.background and (d.expect or d.exit is not None):

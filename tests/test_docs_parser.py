@@ -95,6 +95,7 @@ def test_a_directive_in_a_text_block_or_in_prose_is_not_one():
         ("<!-- example: needs=gpu -->\n```bash\ntrue\n```\n", "needs='gpu'"),
         ("<!-- example: check=world -->\n```toml\na = 1\n```\n", "check='world'"),
         ("<!-- example: check=task -->\n```bash\ntrue\n```\n", "check= validates toml or json"),
+        ('<!-- example: check=env -->\n```json\n{"name": "x"}\n```\n', "check=env validates TOML"),
         ("<!-- example: file=../x -->\n```toml\na = 1\n```\nx\n", "file='../x'"),
         ("<!-- example: file=/etc/x -->\n```toml\na = 1\n```\nx\n", "file='/etc/x'"),
         ("<!-- example: ready=http://x/ -->\n```bash\ntrue\n```\n", "add `background`"),
