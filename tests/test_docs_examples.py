@@ -14,6 +14,7 @@ A page without a block that runs is still read (its blocks' languages and direct
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -28,7 +29,6 @@ from typing import Any
 import pytest
 from docs_examples import Block, DocsError, pages, read_page, runs_something
 from test_cli import CLI_QUEUE
-from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture: skips, or fails when required
 
 BIN = Path(sys.executable).parent
 BLOCK_TIMEOUT = 120
@@ -242,16 +242,24 @@ def write_file(block: Block, folder: Path) -> None:
     path.write_text(block.text)
 
 
+@functools.cache
+def docker_problem() -> str | None:
+    """Why the Docker tier cannot run here (None: it can), as tests/test_docker.py decides it; imported only by a
+    page that needs Docker (the tier's module is slow to import)."""
+    from test_docker import BASE_IMAGE, _docker_problem
+
+    problem = _docker_problem()
+    return problem and f"a Docker daemon and {BASE_IMAGE} are needed (run scripts/docker-setup): {problem}"
+
+
 def run_block(block: Block, folder: Path, request: pytest.FixtureRequest, started: list) -> None:
     __tracebackhide__ = True  # the failure says it all: page, line, block and output
     d = block.directive
-    if d.needs == "docker":
-        try:
-            request.getfixturevalue("docker_client")
-        except pytest.skip.Exception as e:
-            pytest.skip(f"{block.where} needs=docker, and from here on the page is not run: {e.msg}")
-        except pytest.fail.Exception as e:
-            pytest.fail(f"{block.where} needs=docker (AGENT_ENV_REQUIRE_DOCKER is set): {e.msg}")
+    if d.needs == "docker" and (problem := docker_problem()):
+        message = f"{block.where} needs=docker: {problem}"
+        if os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
+            pytest.fail(message + " (AGENT_ENV_REQUIRE_DOCKER is set: the Docker tier must run)")
+        pytest.skip(message + "; the page is not run from there on")
     if block.action == "check":
         check_fragment(block, folder)
         if d.file:
@@ -439,18 +447,16 @@ def test_a_failing_task_block_fails_its_page(tmp_path: Path, monkeypatch, reques
 def test_a_docker_example_runs_only_where_docker_is(tmp_path: Path, monkeypatch, request, server):
     """Without a Docker daemon the page stops at its needs=docker block, skipped naming why (failed, when the Docker
     tier is required); with one, it runs."""
-    from test_docker import _docker_problem
-
     page = "```bash\ntouch before\n```\n<!-- example: needs=docker -->\n```bash\ntouch during\n```\n"
     blocks = _page(tmp_path, monkeypatch, page)
     folder = tmp_path / "work"
     folder.mkdir()
-    if _docker_problem() is None:
+    if docker_problem() is None:
         run_page(blocks, folder, request)
         assert (folder / "during").is_file()
         return
     required = bool(os.environ.get("AGENT_ENV_REQUIRE_DOCKER"))
     outcome = pytest.fail.Exception if required else pytest.skip.Exception
-    with pytest.raises(outcome, match=r"docs/t.md:5 needs=docker.*Docker daemon"):
+    with pytest.raises(outcome, match=r"docs/t.md:5 needs=docker: a Docker daemon"):
         run_page(blocks, folder, request)
     assert (folder / "before").is_file() and not (folder / "during").exists()
