@@ -171,7 +171,9 @@ def _validate(kind: str, block: Block, folder: Path, where: str) -> None:
     if kind == "task":
         from agent_env.planning.tasks import load_task
 
-        path = folder / f".check-{block.line}.{block.lang}"
+        # where file= writes it, its names resolve in the bundle it is written into (a bundle's tasks/)
+        path = folder / (block.directive.file or f".check-{block.line}.{block.lang}")
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(block.text)
         load_task(path)
     elif kind == "step":
@@ -460,3 +462,20 @@ def test_a_docker_example_runs_only_where_docker_is(tmp_path: Path, monkeypatch,
     with pytest.raises(outcome, match=r"docs/t.md:5 needs=docker: a Docker daemon"):
         run_page(blocks, folder, request)
     assert (folder / "before").is_file() and not (folder / "during").exists()
+
+
+def test_a_checked_task_written_into_a_bundle_sees_the_bundle(tmp_path: Path, monkeypatch, request):
+    """check=task with file=desk/tasks/t.toml is checked where it is written: the env it names is desk's own."""
+    env = 'name = "shelf"\n[[apps]]\napp = "notes"\n'
+    task = 'id = "t"\n[[steps]]\nid = "shelf"\ntype = "deploy_env"\nconfig = { env_id = "shelf" }\n'
+    page = (
+        f"<!-- example: file=desk/envs/shelf/env.toml check=env -->\n```toml\n{env}```\n"
+        f"<!-- example: file=desk/tasks/t.toml check=task -->\n```toml\n{task}```\n"
+        "```text\nagent-env run desk\n```\n"
+    )
+    blocks = _page(tmp_path, monkeypatch, page)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    run_page(blocks, folder, request)
+    alone = _page(tmp_path, monkeypatch, f"<!-- example: check=task -->\n```toml\n{task}```\n", "alone.md")
+    assert "no environment 'shelf'" in str(_problems("task", alone[0], folder))
