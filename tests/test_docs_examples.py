@@ -185,7 +185,9 @@ def _validate(kind: str, block: Block, folder: Path, where: str) -> None:
     elif kind == "agent":
         from agent_env.spec.agent import AgentRecord
 
-        AgentRecord.model_validate({"name": "example", **data} if isinstance(data, dict) else data)
+        # in a bundle, agents/NAME/agent.toml is named by its folder unless it says otherwise
+        name = Path(block.directive.file).parent.name if block.directive.file else "example"
+        AgentRecord.model_validate({"name": name or "example", **data} if isinstance(data, dict) else data)
     elif kind == "config":
         _validate_config(block, folder)
 
