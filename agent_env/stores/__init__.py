@@ -1,5 +1,6 @@
 """The four stores (documents, objects, images, secrets). `open_stores` opens the backends the config names
-(`[stores.<kind>] backend`, see `backends.py`); the interfaces are in `base.py`."""
+(`[stores.<kind>] backend`, see `backends.py`); the interfaces are in `base.py`; `QueryBuilder` builds a
+document query that runs the same on every backend."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from agent_env.stores.aio import AsyncStores, in_thread
 from agent_env.stores.backends import KINDS, open_store
 from agent_env.stores.base import DocumentStore, ImageStore, ObjectStore, Page, SecretStore
+from agent_env.stores.query import QueryBuilder
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -21,6 +23,7 @@ __all__ = [
     "ImageStore",
     "ObjectStore",
     "Page",
+    "QueryBuilder",
     "SecretStore",
     "Stores",
     "in_thread",
