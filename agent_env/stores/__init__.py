@@ -34,6 +34,9 @@ __all__ = [
 
 @dataclass
 class Stores:
+    """The four stores an install's settings name, opened (`open_stores`): one object to pass around, so code
+    never opens a backend itself. Close it when done (backends hold connections and file handles)."""
+
     documents: DocumentStore
     objects: ObjectStore
     images: ImageStore
@@ -45,11 +48,14 @@ class Stores:
         return AsyncStores(self)
 
     def close(self) -> None:
+        """Close the four backends."""
         for store in (self.documents, self.objects, self.images, self.secrets):
             store.close()
 
 
 def open_stores(settings: Settings) -> Stores:
+    """The stores `settings` configure (`[stores.<kind>] backend`, local by default). If one fails to open, those
+    already opened are closed and the error (a BadInput naming the setting and the fix) is raised."""
     opened: list = []
     try:
         for kind in KINDS:
