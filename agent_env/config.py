@@ -262,9 +262,6 @@ class Origin(BaseModel):
 
 
 class Settings(_Section):
-    """This install's settings: `.agentenv/config.toml` (found upward from the working folder), then environment
-    variables, then defaults; `load_settings()` reads them. Only `state_dir` is required when you build one."""
-
     state_dir: Path
     stores: StoresSettings = StoresSettings()
     temporal: TemporalSettings = TemporalSettings()
