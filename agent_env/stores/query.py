@@ -57,7 +57,7 @@ class QueryBuilder:
     sort_field: str | None = None
     """The field the results are ordered by; set with `order_by`."""
     descending: bool = False
-    """Whether the order (by `sort_field`, or by key) is reversed."""
+    """Whether the order is reversed: set with `order_by`, or give `descending=True` here for keys in reverse."""
     max_results: int | None = None
     """The most documents `execute` and `pages` return; set with `limit`."""
 
