@@ -16,7 +16,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from agent_env.docs_server.pages import GuidePage, Section, strip_comments
+from agent_env.docs_server.pages import FENCE, GuidePage, Section, strip_comments
 
 MAX_QUERY_CHARS = 500
 MAX_QUERY_TERMS = 32
@@ -84,7 +84,8 @@ class DocsIndex:
             for section in page.sections:
                 own = strip_comments("".join(page.lines[section.start + (1 if section.level else 0) : section.end]))
                 heading_terms = tuple(terms(section.heading))
-                self.entries.append(IndexedSection(page, section, title_terms, heading_terms, " ".join(own.split())))
+                prose = " ".join(line for line in own.splitlines() if not FENCE.match(line))  # no ``` lines
+                self.entries.append(IndexedSection(page, section, title_terms, heading_terms, " ".join(prose.split())))
                 fields.append(
                     {
                         "title": Counter(title_terms),

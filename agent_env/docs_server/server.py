@@ -40,6 +40,13 @@ INSTRUCTIONS = (
     "question; read_doc returns a page's Markdown, or one section's with its anchor; list_docs lists the pages."
 )
 
+SEARCH_DOCS = (
+    "Search the agent-env user guide: the sections that best match the query, best first, each with its page path, "
+    "title, section heading and anchor (give them to read_doc), a short snippet and a score."
+)
+READ_DOC = "A page of the agent-env user guide as Markdown, or one section of it (with its subsections) by its anchor."
+LIST_DOCS = "The pages of the agent-env user guide in reading order, with their titles and second-level headings."
+
 
 class DocHit(BaseModel):
     path: str = Field(description="the page, relative to the guide's root (give it to read_doc)")
@@ -92,19 +99,17 @@ def create_server(index: DocsIndex) -> MCPServer:
     )
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
-    @server.tool(annotations=read_only)
+    @server.tool(annotations=read_only, description=SEARCH_DOCS)
     def search_docs(
         query: Annotated[
             str, Field(min_length=1, max_length=MAX_QUERY_CHARS, description="words or a question about agent-env")
         ],
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="how many hits at most")] = 8,
     ) -> SearchResults:
-        """Search the agent-env user guide: the sections that best match the query, best first, each with its page
-        path, title, section heading and anchor (for read_doc), a snippet and a score."""
         hits = [DocHit(**vars(hit)) for hit in index.search(query, limit)]
         return SearchResults(query=query, hits=hits)
 
-    @server.tool(annotations=read_only)
+    @server.tool(annotations=read_only, description=READ_DOC)
     def read_doc(
         path: Annotated[
             str, Field(min_length=1, max_length=300, description="a page's path, as search_docs or list_docs give it")
@@ -114,15 +119,13 @@ def create_server(index: DocsIndex) -> MCPServer:
             Field(max_length=MAX_ANCHOR_CHARS, description="a section's anchor: that section alone (with its own)"),
         ] = None,
     ) -> str:
-        """A page of the agent-env user guide as Markdown, or one section of it (with its subsections)."""
         try:
             return find_page(index, path).markdown(anchor.lstrip("#") if anchor else None)
         except AgentEnvError as e:  # the caller's to correct: said as the tool's result
             raise ToolError(str(e)) from None
 
-    @server.tool(annotations=read_only)
+    @server.tool(annotations=read_only, description=LIST_DOCS)
     def list_docs() -> DocList:
-        """The pages of the agent-env user guide in reading order, with their titles and top headings."""
         return DocList(
             pages=[
                 DocPage(
