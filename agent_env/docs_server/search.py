@@ -60,6 +60,7 @@ class IndexedSection:
     title_terms: tuple[str, ...]
     heading_terms: tuple[str, ...]
     text: str  # its own text, comments dropped and whitespace joined (snippets come from it)
+    lower: str  # the same, lower-cased
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class DocsIndex:
                 own = strip_comments("".join(page.lines[section.start + (1 if section.level else 0) : section.end]))
                 heading_terms = tuple(terms(section.heading))
                 prose = " ".join(line for line in own.splitlines() if not FENCE.match(line))  # no ``` lines
-                self.entries.append(IndexedSection(page, section, title_terms, heading_terms, " ".join(prose.split())))
+                text = " ".join(prose.split())
+                self.entries.append(IndexedSection(page, section, title_terms, heading_terms, text, text.lower()))
                 fields.append(
                     {
                         "title": Counter(title_terms),
@@ -155,7 +157,7 @@ class DocsIndex:
             title=entry.page.title,
             heading=entry.section.heading or entry.page.title,
             anchor=entry.section.anchor,
-            snippet=snippet(entry.text, wanted),
+            snippet=snippet(entry.text, wanted, entry.lower),
             score=round(score, 3),
         )
 
@@ -165,15 +167,19 @@ def _holds(words: tuple[str, ...], phrase: tuple[str, ...]) -> bool:
     return any(words[i : i + n] == phrase for i in range(len(words) - n + 1))
 
 
-def snippet(text: str, wanted: list[str]) -> str:
-    """About SNIPPET_CHARS of `text` around the first place a query word appears (its start when none does)."""
+def snippet(text: str, wanted: list[str], lower: str | None = None) -> str:
+    """About SNIPPET_CHARS of `text` around the first place a query word begins a word (its start when none
+    does); `lower`: the text lower-cased, when the caller has it."""
     if len(text) <= SNIPPET_CHARS:
         return text
+    lower = text.lower() if lower is None else lower
     first = len(text)
     for term in wanted:
-        found = re.search(rf"\b{re.escape(term)}", text, re.I)
-        if found:
-            first = min(first, found.start())
+        at = lower.find(term)
+        while 0 < at < first and lower[at - 1].isalnum():  # inside a word: the next one
+            at = lower.find(term, at + 1)
+        if 0 <= at < first:
+            first = at
     if first == len(text):
         first = 0
     start = max(0, first - SNIPPET_CHARS // 4)
