@@ -191,7 +191,7 @@ def test_every_heading_of_the_guide_gets_mkdocs_anchor() -> None:
         md = markdown.Markdown(extensions=["toc", "attr_list", "tables", "admonition", "pymdownx.superfences"])
         md.convert("".join(page.lines))
         ids: list[str] = []
-        tokens = list(md.toc_tokens)  # type: ignore[attr-defined]
+        tokens = list(md.toc_tokens)
         while tokens:
             token = tokens.pop(0)
             ids.append(token["id"])

@@ -33,7 +33,7 @@ def docs_serve(
 
 
 def serve_command(host: str, port: int, stdio: bool, docs_dir: Path | None) -> int:
-    import anyio
+    import asyncio
 
     from agent_env.docs_server.server import MCP_PATH, bind, http_app, load_index, serve_http, serve_stdio
     from agent_env.guard import is_ip_literal
@@ -51,7 +51,7 @@ def serve_command(host: str, port: int, stdio: bool, docs_dir: Path | None) -> i
     # A bind name (not an IP) is how clients reach it: requests naming it are ours; other Hosts get 421.
     urls = [] if is_ip_literal(host) else [base]
     try:
-        anyio.run(serve_http, http_app(index, urls), sock)
+        asyncio.run(serve_http(http_app(index, urls), sock))
     except KeyboardInterrupt:
         pass
     finally:

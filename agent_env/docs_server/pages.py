@@ -184,11 +184,11 @@ def split_sections(lines: list[str]) -> list[Section]:
         first = found[0][0] if found else len(lines)
         if any(line.strip() for line in lines[:first]):
             sections.append(Section("", 0, "", (), 0, first, first))
-    for n, (line, level, text, explicit) in enumerate(found):
-        anchor = explicit or unique(slugify(text), used)
+    for n, (at, level, heading, explicit) in enumerate(found):
+        anchor = explicit or unique(slugify(heading), used)
         end = found[n + 1][0] if n + 1 < len(found) else len(lines)
         whole_end = next((f[0] for f in found[n + 1 :] if f[1] <= level), len(lines))
-        sections.append(Section(text, level, anchor, _parents(found[:n], level), line, end, whole_end))
+        sections.append(Section(heading, level, anchor, _parents(found[:n], level), at, end, whole_end))
     return sections
 
 

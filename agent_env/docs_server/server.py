@@ -9,11 +9,11 @@ after it starts: every page was loaded into the index, and a path names an entry
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 from typing import Annotated
 
-import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -192,4 +192,4 @@ async def serve_http(app: ASGIApp, sock: socket.socket) -> None:
 
 def serve_stdio(index: DocsIndex) -> None:
     """Serve over stdin and stdout until the client closes them (nothing else is written to stdout)."""
-    anyio.run(create_server(index).run_stdio_async)
+    asyncio.run(create_server(index).run_stdio_async())
