@@ -234,6 +234,11 @@ async def check_the_guide(client) -> None:
     section = await client.call_tool("read_doc", {"path": "architecture.md", "anchor": "the-layer-map"})
     text = section.content[0].text
     assert text.startswith("### The layer map") and "```layers" in text and "## 3." not in text
+    resources = {str(r.uri): r for r in (await client.list_resources()).resources}
+    clock = resources["agent-env-docs://environments/clock.md"]
+    assert clock.title == "The virtual clock" and clock.mime_type == "text/markdown"
+    read = await client.read_resource("agent-env-docs://environments/clock.md")
+    assert read.contents[0].text == page.content[0].text
     listed = (await client.call_tool("list_docs", {})).structured_content["pages"]
     assert (
         listed[0]["path"] == "index.md"

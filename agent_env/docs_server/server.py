@@ -1,4 +1,5 @@
-"""The guide as MCP tools: `search_docs`, `read_doc` and `list_docs`, over streamable HTTP at `/mcp` or over stdio.
+"""The guide as MCP tools: `search_docs`, `read_doc` and `list_docs` (and each page as a resource,
+`agent-env-docs://PATH`), over streamable HTTP at `/mcp` or over stdio.
 
 Over HTTP the server is stateless (each request stands alone: no session table grows) and answers JSON. It sits
 behind the door every server of ours has (`guard.HostGuard`: a forged `Host` is a 421, another site's `Origin`
@@ -17,6 +18,7 @@ from typing import Annotated
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resources import TextResource
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
@@ -35,6 +37,7 @@ MCP_PATH = "/mcp"
 READY_PATH = "/healthz"
 MAX_BODY = 64 * 1024  # a tool call's arguments are a query or a path: small
 MAX_ANCHOR_CHARS = 200
+RESOURCE_SCHEME = "agent-env-docs"  # each page is also the resource agent-env-docs://PATH
 INSTRUCTIONS = (
     "The agent-env user guide (AgentEnv Framework on Temporal). search_docs finds the sections that answer a "
     "question; read_doc returns a page's Markdown, or one section's with its anchor; list_docs lists the pages."
@@ -136,6 +139,17 @@ def create_server(index: DocsIndex) -> MCPServer:
                 )
                 for page in index.pages.values()
             ]
+        )
+
+    for page in index.pages.values():  # each page as a resource too, for clients that attach resources
+        server.add_resource(
+            TextResource(
+                uri=f"{RESOURCE_SCHEME}://{page.path}",
+                name=page.path,
+                title=page.title,
+                mime_type="text/markdown",
+                text=page.markdown(),
+            )
         )
 
     @server.custom_route(READY_PATH, methods=["GET"])
