@@ -3,18 +3,22 @@
 Ranking is BM25F: each section is a document of four fields (its page's title, its heading, the headings above
 it, its text), each field's term counts weighted and normalised by the field's length before BM25's saturation.
 A term's weight in a section does not depend on the query, so it is computed once per (term, section) at build
-time, and a query only adds up its terms' postings. A query word of four letters or more also matches, at a
-lower weight, the guide's words it begins (`config` finds `configuration`). Sections whose title or heading hold
+time, and a query only adds up its terms' postings. Words are compared by their English stems (Snowball), and a
+query word of four letters or more also matches, at a lower weight, the guide's words it begins (`sandbox`
+finds `sandboxed`). Sections whose title or heading hold
 the query's words in a row rank higher.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+
+import snowballstemmer  # type: ignore[import-untyped]
 
 from agent_env.docs_server.pages import FENCE, GuidePage, Section, strip_comments
 
@@ -34,17 +38,14 @@ STOPWORDS = frozenset(
     "then there these this to was what when where which who why will with you your".split()
 )
 WORD = re.compile(r"[a-z0-9]+")
+STEMMER = snowballstemmer.stemmer("english")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
-    """A light stem: plurals and a possessive folded (`sandboxes`, `sandbox's` -> `sandbox`; `runs` -> `run`)."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 4 and word.endswith(("xes", "ches", "shes", "sses")):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
+    """The word's English stem (Snowball's Porter2: `running`, `runs` -> `run`; `configured`, `configuration` ->
+    `configur`), the same for the guide's words and a query's."""
+    return STEMMER.stemWord(word)
 
 
 def terms(text: str) -> list[str]:
