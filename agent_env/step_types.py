@@ -123,6 +123,88 @@ BUILTINS = {
     "install_agent": "agent_env.steps.builtin.install_agent:install_agent",
 }
 
+# The built-in step types by family, in the order a reader meets them (`agent-env steps list` groups by these, and
+# docs/reference/steps.md is generated in them); a plugin's type is in the family PLUGINS.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "environments": (
+        "deploy_env",
+        "load_data",
+        "reset_env",
+        "call_tool",
+        "modify_env_tool_access",
+        "apply_server_config",
+        "snapshot_env",
+        "restore_env",
+        "build_mcp_cli",
+        "teardown_env",
+    ),
+    "world: clock and triggers": ("sync_env_clock", "register_env_triggers", "cancel_triggers", "wait_clock"),
+    "agents": (
+        "deploy_agent",
+        "prompt_agent",
+        "install_agent",
+        "add_skills",
+        "peer_agents",
+        "register_agent_triggers",
+        "snapshot_agent_state",
+    ),
+    "people": ("deploy_human_agent", "review"),
+    "sandboxes and artifacts": (
+        "deploy_sandbox",
+        "load_artifact",
+        "put_files",
+        "sandbox_exec",
+        "run_code",
+        "run_docker_container",
+        "collect_files",
+        "collect_artifacts",
+        "teardown_sandboxes",
+    ),
+    "grading": (
+        "check",
+        "check_state",
+        "check_response",
+        "agent_prompt_response_verifier",
+        "rubrics_verifier",
+        "check_image",
+        "env_outcome_verifier",
+        "run_container_unit_tests_verifier",
+        "verify_sandbox",
+        "aggregate_verifiers",
+    ),
+    "environment validators": (
+        "verify_env_card",
+        "verify_env_core_protocol",
+        "verify_mcp_tool_schema",
+        "verify_spec_conformance",
+        "verify_mcp_env_assessment",
+        "validation_gate_aggregator",
+        "verify_universe_load_export_roundtrip",
+        "combine_universe_verdicts",
+    ),
+    "agent validators": (
+        "verify_a2a_agent_card",
+        "verify_a2a_core_protocol",
+        "verify_a2a_agent_config_identity",
+        "verify_a2a_agent_mcp",
+        "verify_a2a_modalities",
+        "verify_a2a_role",
+        "verify_a2a_system_prompt",
+        "verify_a2a_peer_agents",
+        "verify_a2a_install",
+        "verify_a2a_skill_config",
+        "verify_a2a_snapshot",
+        "verify_a2a_trajectory",
+    ),
+    "flow": ("sleep",),
+}
+PLUGINS = "plugins"
+
+
+def family_of(name: str) -> str:
+    """The family a step type is listed under: its built-in family, else PLUGINS."""
+    return next((family for family, names in FAMILIES.items() if name in names), PLUGINS)
+
 
 class StepConfig(BaseModel):
     """Base for step configs: unknown fields are errors, so typos are caught at validation.

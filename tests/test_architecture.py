@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from docs_examples import skipped_examples, stub_pages
 
 ROOT = Path(__file__).parent.parent
 PACKAGE = ROOT / "agent_env"
@@ -206,6 +207,8 @@ def measured() -> dict[str, int]:
         "largest_class_lines": max(f.class_lines.values()),
         "class_names_shared": len(shared_class_names(f)),
         "framework_fields_refused": len(framework_fields_refused()),
+        "docs_stub_pages": stub_pages(),
+        "docs_examples_skipped": skipped_examples(),
     }
 
 

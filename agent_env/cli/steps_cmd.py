@@ -1,5 +1,7 @@
-"""`agent-env steps list|show TYPE`: the step catalog, readably. Fields, types, defaults and the example come
-from each type's pydantic config model (the one source task files are validated against), never a second list."""
+"""`agent-env steps list|show TYPE`: the step catalog, readably, by family. Fields, types and defaults come from
+each type's pydantic config model (the one source task files are validated against), never a second list; so does
+the example, but for the built-ins whose rules the schema cannot say (EXAMPLE_CONFIGS, each checked to validate).
+scripts/docs-reference makes docs/reference/steps.md from the same functions."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pydantic_core import PydanticUndefined
 
 from agent_env.cli.output import console
 from agent_env.errors import AgentEnvError, NotFound
+from agent_env.gateway_client.wire import JsonObject
+from agent_env.step_types import FAMILIES, PLUGINS, family_of
 from agent_env.steps import BUILTINS, StepType, catalog
 
 
@@ -23,17 +27,26 @@ def list_command() -> int:
     table = Table(box=None, pad_edge=False)
     for col in ("type", "from", "traits", "description"):
         table.add_column(col, overflow="fold")
-    for name in catalog.names():
-        origin = "built-in" if name in BUILTINS else "plugin"
-        try:
-            st = catalog.get(name)
-        except ImportError as e:  # one broken plugin must not hide the others
-            cause = e.__cause__ or e
-            table.add_row(escape(name), origin, "", f"[red]✗ does not load: {escape(str(cause))}[/]")
-            continue
-        table.add_row(escape(name), origin, escape(", ".join(traits(st))), escape(st.description))
+    for family, names in by_family(catalog.names()).items():
+        table.add_row(f"[bold]{escape(family)}[/]")
+        for name in names:
+            origin = "built-in" if name in BUILTINS else "plugin"
+            try:
+                st = catalog.get(name)
+            except ImportError as e:  # one broken plugin must not hide the others
+                cause = e.__cause__ or e
+                table.add_row(escape(name), origin, "", f"[red]✗ does not load: {escape(str(cause))}[/]")
+                continue
+            table.add_row(escape(name), origin, escape(", ".join(traits(st))), escape(st.description))
     console().print(table)
     return 0
+
+
+def by_family(names: list[str]) -> dict[str, list[str]]:
+    """These step types by family, families and their built-ins in the catalog's order, plugins last by name."""
+    families = {family: [n for n in members if n in names] for family, members in FAMILIES.items()}
+    families[PLUGINS] = sorted(n for n in names if family_of(n) == PLUGINS)
+    return {family: members for family, members in families.items() if members}
 
 
 def show_command(name: str) -> int:
@@ -43,6 +56,7 @@ def show_command(name: str) -> int:
 
     print_ = console().print
     print_(f"[bold]{escape(st.name)}[/] ({'built-in' if st.name in BUILTINS else 'plugin'}): {escape(st.description)}")
+    print_(f"family: {escape(family_of(st.name))}")
     print_(f"traits: {escape(', '.join(traits(st)))}")
     print_()
     fields = st.config.model_fields
@@ -51,10 +65,10 @@ def show_command(name: str) -> int:
         for col in ("field", "type", "default", "description"):
             table.add_column(col, overflow="fold")
         for field_name, field in fields.items():
-            default = "(required)" if field.is_required() else _default(field)
+            default = "(required)" if field.is_required() else default_text(field)
             table.add_row(
                 escape(field_name),
-                escape(_type_name(field.annotation)),
+                escape(type_name(field.annotation)),
                 escape(default),
                 escape(field.description or ""),
             )
@@ -79,23 +93,136 @@ def traits(st: StepType) -> list[str]:
     return out
 
 
-def example_toml(st: StepType) -> str:
-    """A task-file step of this type: its required config fields with placeholder values."""
+# The built-in types' example configs: each validates (tests/test_docs_reference.py checks it), which a config
+# made from the JSON Schema alone does not when a rule says more than the schema (one field of two, an operator per
+# check, a name that must exist), and each reads as a real step would. The steps they name: `notes` deploys the
+# notes app (as in the hello task), `assistant` an agent, `ask` prompts it, `box` is a deploy_sandbox sandbox.
+_NOTES = "notes"
+_A2A_AGENT = {"agent": "assistant"}
+_ENV = {"env": _NOTES}
+EXAMPLE_CONFIGS: dict[str, JsonObject] = {
+    "sleep": {"seconds": 1},
+    "reset_env": _ENV,
+    "restore_env": {"env": _NOTES, "snapshot": "before"},
+    "call_tool": {"env": _NOTES, "tool": "write_note", "arguments": {"key": "ada", "text": "Hello, Ada!"}},
+    "teardown_env": _ENV,
+    "cancel_triggers": {"triggers": ["reminder"]},
+    "prompt_agent": {"agent": "assistant", "prompt": "Write a note that greets Ada."},
+    "agent_prompt_response_verifier": {
+        "prompt_id": "ask",
+        "criteria": [{"type": "response_contains", "needles": ["Ada"]}],
+    },
+    "check_image": {"image": "${steps.collect.outputs.files.0.key}", "width": 512, "height": 512},
+    "snapshot_agent_state": {"agent": "assistant", "prompt": "ask"},
+    "register_agent_triggers": {
+        "agent": "customer",
+        "triggers": [{"id": "greet", "when": {"type": "step", "turn": 1}, "actions": [{"type": "say", "text": "Hi"}]}],
+    },
+    "combine_universe_verdicts": {"roundtrip": "roundtrip"},
+    "deploy_sandbox": {"sandbox_name": "box", "sandbox_mode": "vm"},
+    "env_outcome_verifier": {"env_id": "notes", "file_artifact_id": "verify-notes"},
+    "run_container_unit_tests_verifier": {"sandbox_name": "box", "container_name": "service", "command": "pytest -q"},
+    "check": {"checks": [{"name": "greeted", "value": "${steps.greet.outputs.text}", "contains": "Hello"}]},
+    "deploy_env": {"env_id": "notes"},
+    "load_data": {
+        "env": _NOTES,
+        "data": {"notes": {"notes": [{"key": "ada", "text": "Hello, Ada!", "updated_at": "2026-01-05T09:00:00Z"}]}},
+    },
+    "snapshot_env": _ENV,
+    "modify_env_tool_access": {"env": _NOTES, "role": "user", "action": "disable", "tools": ["delete_note"]},
+    "check_state": {
+        "env": _NOTES,
+        "checks": [
+            {
+                "name": "Ada was greeted",
+                "tool": "read_note",
+                "arguments": {"key": "ada"},
+                "path": "text",
+                "contains": "Ada",
+            }
+        ],
+    },
+    "sync_env_clock": {"rate": 60},
+    "wait_clock": {"seconds": 3600},
+    "deploy_agent": {"env": _NOTES, "agent": "echo"},
+    "check_response": {"response": "${steps.ask.outputs.answer}", "checks": [{"name": "polite", "contains": "thank"}]},
+    "rubrics_verifier": {"prompt_id": "ask", "criteria": [{"id": "polite", "description": "The answer is polite."}]},
+    "aggregate_verifiers": {"inputs": ["graded", "judged"]},
+    "sandbox_exec": {"sandbox": _NOTES, "command": ["ls", "/"]},
+    "put_files": {"sandbox": _NOTES, "files": {"/work/hello.txt": {"text": "Hello"}}},
+    "collect_files": {"sandbox": _NOTES, "paths": ["/work/hello.txt"]},
+    "peer_agents": {"agent": "lead", "peers": ["helper"]},
+    "validation_gate_aggregator": {"inputs": ["card", "protocol"]},
+    "load_artifact": {"sandbox_name": "box", "artifact_id": "fixtures"},
+    "verify_sandbox": {"sandbox_name": "box"},
+    "teardown_sandboxes": {"sandbox_names": ["box"]},
+    "run_code": {"sandbox_name": "box", "script_artifact_id": "score"},
+    "add_skills": {
+        "agent_name": "assistant",
+        "skills": [{"name": "greet", "description": "Greet people by name.", "body": "Say hello, then the name."}],
+    },
+    "run_docker_container": {"sandbox_name": "box", "docker_context_artifact_id": "service"},
+    "apply_server_config": {"env": _NOTES, "directives": [{"service": "*", "uri": "urn:agentenv:set-errors/v1"}]},
+    "build_mcp_cli": {"env_id": "notes", "command_name": "notes"},
+    "install_agent": {"sandbox_name": "box", "a2a_agent_id": "assistant"},
+    "verify_a2a_agent_mcp": {**_A2A_AGENT, **_ENV},
+    "verify_universe_load_export_roundtrip": {**_ENV, "data": {"notes": {"notes": []}}},
+    **{
+        name: _A2A_AGENT
+        for name in (
+            "verify_a2a_agent_card",
+            "verify_a2a_core_protocol",
+            "verify_a2a_agent_config_identity",
+            "verify_a2a_modalities",
+            "verify_a2a_role",
+            "verify_a2a_system_prompt",
+            "verify_a2a_peer_agents",
+            "verify_a2a_install",
+            "verify_a2a_skill_config",
+            "verify_a2a_snapshot",
+            "verify_a2a_trajectory",
+        )
+    },
+    **{
+        name: _ENV
+        for name in (
+            "verify_env_card",
+            "verify_env_core_protocol",
+            "verify_mcp_tool_schema",
+            "verify_spec_conformance",
+            "verify_mcp_env_assessment",
+        )
+    },
+}
+
+
+def example_config(st: StepType) -> JsonObject:
+    """A config of this type that validates: a built-in's from EXAMPLE_CONFIGS, else its required fields with
+    placeholder values from its JSON Schema."""
+    if st.name in BUILTINS and st.name in EXAMPLE_CONFIGS:
+        return EXAMPLE_CONFIGS[st.name]
     schema = st.config.model_json_schema()
     defs = schema.get("$defs", {})
-    lines = ["[[steps]]", f'id = "{st.name}"', f'type = "{st.name}"']
     # a config that needs one of several fields (its schema's oneOf of `required`s, as prompt or parts) shows the first
     choices: list[dict[str, list[str]]] = schema.get("oneOf", [])
     needed = set(schema.get("required", [])) | set(choices[0].get("required", []) if choices else ())
-    required = [name for name in schema.get("properties", {}) if name in needed]
-    if required:
-        lines += ["", "[steps.config]"]
-        for name in required:
-            prop = schema["properties"][name]
-            note = f"  # {prop['description']}" if prop.get("description") else ""
-            lines.append(f"{_key(name)} = {_toml(_placeholder(prop, defs))}{note}")
-    optional = [name for name in schema.get("properties", {}) if name not in required]
-    if optional:
+    properties = schema.get("properties", {})
+    return {name: _placeholder(properties[name], defs) for name in properties if name in needed}
+
+
+def example_toml(st: StepType, *, fragment: bool = False) -> str:
+    """A task-file step of this type (example_config's). A fragment is the step alone (id, type and [config] at
+    the top level: what docs/reference/steps.md shows), without the list of optional fields."""
+    properties = st.config.model_json_schema().get("properties", {})
+    config = example_config(st)
+    lines = [*([] if fragment else ["[[steps]]"]), f'id = "{st.name}"', f'type = "{st.name}"']
+    if config:
+        lines += ["", "[config]" if fragment else "[steps.config]"]
+        for name, value in config.items():
+            described = properties.get(name, {}).get("description")
+            lines.append(f"{_key(name)} = {_toml(value)}" + (f"  # {described}" if described else ""))
+    optional = [name for name in properties if name not in config]
+    if optional and not fragment:
         lines += ["", f"# optional: {', '.join(optional)}"]
     return "\n".join(lines)
 
@@ -158,7 +285,8 @@ def _key(name: str) -> str:
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
 
 
-def _default(field: Any) -> str:
+def default_text(field: Any) -> str:
+    """A pydantic field's default as JSON (a duration as 5m), '' when it has none."""
     value = field.default_factory() if field.default_factory is not None else field.default
     if value is PydanticUndefined:
         return ""
@@ -169,11 +297,14 @@ def _default(field: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def _type_name(annotation: Any) -> str:
+def type_name(annotation: Any) -> str:
+    """A field's type as a reader writes it: `list[Check]`, not `list[agent_env.steps.builtin.check.Check]`."""
     if isinstance(annotation, type) and not getattr(annotation, "__args__", None):
         return annotation.__name__
     text = str(annotation)
-    return re.sub(r"\b(typing|typing_extensions|datetime|collections\.abc|[a-z_]+(\.[a-z_]+)+)\.", "", text)
+    return re.sub(
+        r"\b(typing|typing_extensions|datetime|collections\.abc|[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)+)\.", "", text
+    )
 
 
 def _duration(seconds: float) -> str:
