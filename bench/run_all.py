@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import agents  # noqa: E402
 import cli_help  # noqa: E402
 import coding_agents  # noqa: E402
+import docs_search  # noqa: E402
 import docs_site  # noqa: E402
 import episodes  # noqa: E402
 import executor  # noqa: E402
@@ -60,6 +61,7 @@ def main() -> None:
         "validate": validate.measure(),
         "validate_agent": validate_agent.measure(),
         "explorer": explorer.measure(),
+        "docs_search": docs_search.measure(),
         "docs_site": docs_site.measure(),
     }
     out = Path(__file__).parent / "results"

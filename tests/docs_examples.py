@@ -7,6 +7,8 @@ The convention (tests/test_docs_examples.py runs it):
   with `agent-env run FILE` and must pass.
 - ```text (and ```layers, the layer map of docs/architecture.md that tests/test_architecture.py reads) never run.
 - Any other language needs `file=` or `skip=`; `sh`, `shell` and `console` are refused (write bash or text).
+- A `file=PATH` block must be used by a later one: named by its file name, its module name (`shelf:Shelf`) or
+  a folder it is in (`agent-env run desk`, for a file of the bundle folder desk/).
 - A directive is an HTML comment on the line right before the opening fence:
   `<!-- example: KEY[=VALUE] KEY... -->` with the keys below; values may be quoted; `expect` may be repeated.
 
@@ -160,6 +162,8 @@ def _classify(block: Block) -> None:
         raise DocsError(page, line, "a fence without a language: ```bash or ```python to run, ```text for output")
     if d.check and lang not in DATA_LANGUAGES:
         raise DocsError(page, line, f"check= validates toml or json, not ```{lang}")
+    if d.check in {"env", "agent", "config"} and lang != "toml":
+        raise DocsError(page, line, f"check={d.check} validates TOML (the file it stands for is TOML), not ```{lang}")
     if d.background and lang != "bash":
         raise DocsError(page, line, "`background` starts a ```bash block")
     if d.background and (d.expect or d.exit is not None):
@@ -263,16 +267,24 @@ def parse_page(text: str, page: str) -> list[Block]:
     return blocks
 
 
+def _used_by(path: str, text: str) -> bool:
+    """Does a later block's text use the written file: name it (`task.toml`), name its module (`shelf:Shelf` for
+    shelf.py), or name a folder it is in (`agent-env run desk` for desk/envs/notes/env.toml: a bundle uses its
+    files)?"""
+    p = PurePosixPath(path)
+    words = {p.name, p.stem, *p.parent.parts} - {"", "."}
+    return any(re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text) for word in words)
+
+
 def _check_files_used(blocks: list[Block]) -> None:
     for n, block in enumerate(blocks):
-        if block.directive.file and block.action != "skip":
-            name = PurePosixPath(block.directive.file).name
-            if not any(name in later.text for later in blocks[n + 1 :]):
-                raise DocsError(
-                    block.page,
-                    block.line,
-                    f"file={block.directive.file} is written but never used: no later block names {name}",
-                )
+        path = block.directive.file
+        if path and block.action != "skip" and not any(_used_by(path, later.text) for later in blocks[n + 1 :]):
+            raise DocsError(
+                block.page,
+                block.line,
+                f"file={path} is written but never used: no later block names it, its module or a folder it is in",
+            )
 
 
 def pages() -> list[str]:

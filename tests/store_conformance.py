@@ -25,6 +25,7 @@ A backend with only some kinds imports only those tests, e.g. every `test_docume
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -38,6 +39,7 @@ from typing import Any
 import pytest
 
 from agent_env.errors import BadInput, NotFound
+from agent_env.stores import QueryBuilder
 from agent_env.stores.base import MissingSecret
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "test_documents_query_orders_missing_fields_first_and_ties_by_key",
     "test_documents_pages_concatenate_to_the_query",
     "test_documents_bad_cursors_are_refused",
+    "test_documents_query_builder_is_the_query",
     "test_documents_reject_injection_in_names",
     "test_objects_round_trip_and_overwrite",
     "test_objects_create_only_when_absent",
@@ -263,6 +266,29 @@ def test_documents_bad_cursors_are_refused(documents):
             documents.page(other.pop("collection"), **other, limit=2, after=first.next)
     with pytest.raises(ValueError):
         documents.page("runs", limit=0)
+
+
+def _builder(query: dict[str, Any]) -> QueryBuilder:
+    built = QueryBuilder("runs")
+    for field, value in query.get("where", {}).items():
+        built = built.where(field, "==", value)
+    if "key_prefix" in query:
+        built = built.key_prefix(query["key_prefix"])
+    if "order_by" in query:
+        built = built.order_by(query["order_by"], descending=query.get("descending", False))
+    elif query.get("descending"):
+        built = dataclasses.replace(built, descending=True)  # key order, reversed
+    return built
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=str)
+def test_documents_query_builder_is_the_query(documents, query):
+    """The public QueryBuilder runs as the store's own query and pages (agent_env.stores.query)."""
+    _fill(documents)
+    built = _builder(query)
+    assert built.execute(documents) == documents.query("runs", **query)
+    assert built.limit(2).execute(documents) == documents.query("runs", **query, limit=2)
+    assert [d for page in built.pages(documents, size=2) for d in page.items] == documents.query("runs", **query)
 
 
 def test_documents_reject_injection_in_names(documents):

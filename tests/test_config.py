@@ -325,10 +325,10 @@ def test_the_example_config_is_not_ignored_by_git():
     assert ignored.returncode == 1
 
 
-def test_the_readme_config_example_loads(clean_env, tmp_path):
-    readme = (EXAMPLE.parents[1] / "README.md").read_text()
-    section = readme.split("## Pointing at a Temporal cluster", 1)[1]
+def test_the_guides_cluster_example_loads(clean_env, tmp_path):
+    page = (EXAMPLE.parents[1] / "docs" / "temporal.md").read_text()
+    section = page.split("## Pointing at a Temporal cluster", 1)[1]
     write_config(tmp_path, re.search(r"```toml\n(.*?)```", section, re.S)[1])
     clean_env.setenv("AGENT_ENV_HOME", str(tmp_path / "home"))
     s = load_settings(tmp_path)
-    assert s.stores.objects.backend == "aws" and s.sandboxes.providers["my-cloud"] == {"api_key": "secret:my-cloud"}
+    assert s.temporal.address == "temporal.internal:7233" and s.temporal.namespace == "agents" and s.temporal.tls

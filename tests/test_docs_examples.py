@@ -14,6 +14,7 @@ A page without a block that runs is still read (its blocks' languages and direct
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -28,7 +29,6 @@ from typing import Any
 import pytest
 from docs_examples import Block, DocsError, pages, read_page, runs_something
 from test_cli import CLI_QUEUE
-from test_docker import docker_client  # noqa: F401 - the Docker tier's fixture: skips, or fails when required
 
 BIN = Path(sys.executable).parent
 BLOCK_TIMEOUT = 120
@@ -171,7 +171,9 @@ def _validate(kind: str, block: Block, folder: Path, where: str) -> None:
     if kind == "task":
         from agent_env.planning.tasks import load_task
 
-        path = folder / f".check-{block.line}.{block.lang}"
+        # where file= writes it, its names resolve in the bundle it is written into (a bundle's tasks/)
+        path = folder / (block.directive.file or f".check-{block.line}.{block.lang}")
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(block.text)
         load_task(path)
     elif kind == "step":
@@ -183,7 +185,9 @@ def _validate(kind: str, block: Block, folder: Path, where: str) -> None:
     elif kind == "agent":
         from agent_env.spec.agent import AgentRecord
 
-        AgentRecord.model_validate({"name": "example", **data} if isinstance(data, dict) else data)
+        # in a bundle, agents/NAME/agent.toml is named by its folder unless it says otherwise
+        name = Path(block.directive.file).parent.name if block.directive.file else "example"
+        AgentRecord.model_validate({"name": name or "example", **data} if isinstance(data, dict) else data)
     elif kind == "config":
         _validate_config(block, folder)
 
@@ -242,16 +246,24 @@ def write_file(block: Block, folder: Path) -> None:
     path.write_text(block.text)
 
 
+@functools.cache
+def docker_problem() -> str | None:
+    """Why the Docker tier cannot run here (None: it can), as tests/test_docker.py decides it; imported only by a
+    page that needs Docker (the tier's module is slow to import)."""
+    from test_docker import BASE_IMAGE, _docker_problem
+
+    problem = _docker_problem()
+    return problem and f"a Docker daemon and {BASE_IMAGE} are needed (run scripts/docker-setup): {problem}"
+
+
 def run_block(block: Block, folder: Path, request: pytest.FixtureRequest, started: list) -> None:
     __tracebackhide__ = True  # the failure says it all: page, line, block and output
     d = block.directive
-    if d.needs == "docker":
-        try:
-            request.getfixturevalue("docker_client")
-        except pytest.skip.Exception as e:
-            pytest.skip(f"{block.where} needs=docker, and from here on the page is not run: {e.msg}")
-        except pytest.fail.Exception as e:
-            pytest.fail(f"{block.where} needs=docker (AGENT_ENV_REQUIRE_DOCKER is set): {e.msg}")
+    if d.needs == "docker" and (problem := docker_problem()):
+        message = f"{block.where} needs=docker: {problem}"
+        if os.environ.get("AGENT_ENV_REQUIRE_DOCKER"):
+            pytest.fail(message + " (AGENT_ENV_REQUIRE_DOCKER is set: the Docker tier must run)")
+        pytest.skip(message + "; the page is not run from there on")
     if block.action == "check":
         check_fragment(block, folder)
         if d.file:
@@ -434,3 +446,38 @@ def test_a_failing_task_block_fails_its_page(tmp_path: Path, monkeypatch, reques
     (block,) = _page(tmp_path, monkeypatch, '```json\n[{"id": "nap", "type": "sleep", "seconds": -1}]\n```\n')
     with pytest.raises(pytest.fail.Exception, match=r"docs/t.md:1: exited 2, expected 0"):
         run_page([block], tmp_path, request)
+
+
+def test_a_docker_example_runs_only_where_docker_is(tmp_path: Path, monkeypatch, request, server):
+    """Without a Docker daemon the page stops at its needs=docker block, skipped naming why (failed, when the Docker
+    tier is required); with one, it runs."""
+    page = "```bash\ntouch before\n```\n<!-- example: needs=docker -->\n```bash\ntouch during\n```\n"
+    blocks = _page(tmp_path, monkeypatch, page)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    if docker_problem() is None:
+        run_page(blocks, folder, request)
+        assert (folder / "during").is_file()
+        return
+    required = bool(os.environ.get("AGENT_ENV_REQUIRE_DOCKER"))
+    outcome = pytest.fail.Exception if required else pytest.skip.Exception
+    with pytest.raises(outcome, match=r"docs/t.md:5 needs=docker: a Docker daemon"):
+        run_page(blocks, folder, request)
+    assert (folder / "before").is_file() and not (folder / "during").exists()
+
+
+def test_a_checked_task_written_into_a_bundle_sees_the_bundle(tmp_path: Path, monkeypatch, request):
+    """check=task with file=desk/tasks/t.toml is checked where it is written: the env it names is desk's own."""
+    env = 'name = "shelf"\n[[apps]]\napp = "notes"\n'
+    task = 'id = "t"\n[[steps]]\nid = "shelf"\ntype = "deploy_env"\nconfig = { env_id = "shelf" }\n'
+    page = (
+        f"<!-- example: file=desk/envs/shelf/env.toml check=env -->\n```toml\n{env}```\n"
+        f"<!-- example: file=desk/tasks/t.toml check=task -->\n```toml\n{task}```\n"
+        "```text\nagent-env run desk\n```\n"
+    )
+    blocks = _page(tmp_path, monkeypatch, page)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    run_page(blocks, folder, request)
+    alone = _page(tmp_path, monkeypatch, f"<!-- example: check=task -->\n```toml\n{task}```\n", "alone.md")
+    assert "no environment 'shelf'" in str(_problems("task", alone[0], folder))

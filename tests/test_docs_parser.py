@@ -55,6 +55,22 @@ def test_file_check_and_other_languages():
     assert [b.action for b in blocks(page)] == ["check", "file", "bash", "check"]
 
 
+def test_a_written_file_is_used_by_its_name_its_module_or_a_folder_it_is_in():
+    def used(path: str, later: str) -> bool:
+        page = f"<!-- example: file={path} -->\n```text\nx\n```\n```bash\n{later}\n```\n"
+        try:
+            blocks(page)
+        except DocsError:
+            return False
+        return True
+
+    assert used("tasks/task.toml", "agent-env run tasks/task.toml")
+    assert used("shelf.py", "agent-env env serve shelf:Shelf")
+    assert used("desk/envs/notes/env.toml", "agent-env run desk")
+    assert not used("desk/envs/notes/env.toml", "agent-env run desktop")
+    assert not used("shelf.py", "python bookshelf.py")
+
+
 def test_indented_fences_in_lists_and_longer_fences():
     page = "1. Run it:\n\n    <!-- example: expect=PASSED -->\n    ```bash\n    agent-env run hello\n    ```\n\n````text\n```bash\nnot a block\n```\n````\n"
     first, second = blocks(page)
@@ -79,6 +95,7 @@ def test_a_directive_in_a_text_block_or_in_prose_is_not_one():
         ("<!-- example: needs=gpu -->\n```bash\ntrue\n```\n", "needs='gpu'"),
         ("<!-- example: check=world -->\n```toml\na = 1\n```\n", "check='world'"),
         ("<!-- example: check=task -->\n```bash\ntrue\n```\n", "check= validates toml or json"),
+        ('<!-- example: check=env -->\n```json\n{"name": "x"}\n```\n', "check=env validates TOML"),
         ("<!-- example: file=../x -->\n```toml\na = 1\n```\nx\n", "file='../x'"),
         ("<!-- example: file=/etc/x -->\n```toml\na = 1\n```\nx\n", "file='/etc/x'"),
         ("<!-- example: ready=http://x/ -->\n```bash\ntrue\n```\n", "add `background`"),
@@ -97,6 +114,10 @@ def test_a_directive_in_a_text_block_or_in_prose_is_not_one():
         ("```toml\nid = \n```\n", "p.md:1: the ```toml block is not valid TOML"),
         ('```json\n{"a": 1}\n```\n', "not a whole task"),
         ("<!-- example: file=task.toml -->\n```toml\na = 1\n```\n", "file=task.toml is written but never used"),
+        (
+            "<!-- example: file=desk/envs/notes/env.toml -->\n```toml\na = 1\n```\n```bash\nls desktop\n```\n",
+            "file=desk/envs/notes/env.toml is written but never used",
+        ),
         ("<!-- example: file=a.toml expect=x -->\n```toml\na = 1\n```\n```bash\ncat a.toml\n```\n", "file= writes"),
         ("<!-- example: check=agent exit=1 -->\n```toml\na = 1\n```\n", "check= validates, it runs nothing"),
         ("<!-- example: exit=1 -->\n```python\npass\n```\n", "apply to ```bash blocks"),

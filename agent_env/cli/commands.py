@@ -8,6 +8,7 @@ import typer
 
 from agent_env.cli.a2a_agent_cmd import a2a_agent_app
 from agent_env.cli.agents_app import agents_app
+from agent_env.cli.docs_cmd import docs_app
 from agent_env.cli.episodes_cmd import episodes_app
 from agent_env.cli.evals_app import eval_app
 from agent_env.cli.setup_commands import (
@@ -65,6 +66,7 @@ sandboxes_app = typer.Typer(
 )
 app.add_typer(sandboxes_app, name="sandboxes")
 app.add_typer(episodes_app, name="episodes")
+app.add_typer(docs_app, name="docs")
 app.add_typer(config_app, name="config")
 app.add_typer(registry_app, name="registry")
 app.add_typer(universe_app, name="universe")

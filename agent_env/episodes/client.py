@@ -90,11 +90,13 @@ class Episodes:
 
     @classmethod
     async def default(cls) -> Episodes:
+        """This process's connection, made on first use from the install's settings (`connect()`)."""
         if cls._default is None:
             cls._default = await cls.connect()
         return cls._default
 
     async def close(self) -> None:
+        """Stop the in-process worker, if any, and close the gateway client and the stores."""
         if self._worker_task is not None:
             self._worker_task.cancel()
             await asyncio.gather(self._worker_task, return_exceptions=True)
@@ -128,6 +130,7 @@ class Episodes:
         return Episode(self, run_id)
 
     async def stores(self) -> Stores:
+        """The install's stores (where runs are recorded), opened once."""
         if self._stores is None:
             self._stores = await in_thread(open_stores, self.settings)
         return self._stores
@@ -149,6 +152,9 @@ class Episodes:
 
 
 class Episode:
+    """One running episode (a run of the task): take its turns with `next_turn()`, answer each with
+    `turn.end(...)`, then `await result()` for its scores. `run_id` names its run (`agent-env runs show`)."""
+
     def __init__(
         self,
         episodes: Episodes,
@@ -294,6 +300,9 @@ def _refused(handle: WorkflowUpdateHandle[dict]) -> bool:
 
 @dataclass
 class Turn:
+    """A turn the run waits for: what the played agent is asked (`prompt`, `system_prompt`, `conversation`),
+    as which `agent` and `role`. Act with `tools()`, then answer with `end(response)`."""
+
     episode: Episode
     offer: TurnOffer
 
@@ -343,4 +352,5 @@ class Turn:
             yield TurnTools(tools, await tools.list())
 
     async def end(self, response: str) -> None:
+        """Answer the turn with the agent's final message; the run goes on to its next step."""
         await self.episode.end_turn(self.offer.id, response)

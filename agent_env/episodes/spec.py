@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 
 class EpisodeSpec(BaseModel):
+    """A task with some of its agents played by a trainer's model: make one with `from_task`, then `start()` an
+    episode (or `start_group(n)` rollouts). The run is the task's own workflow, so the rewards are its scores."""
+
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     task: TaskSpec
@@ -47,6 +50,8 @@ class EpisodeSpec(BaseModel):
     _planned: tuple[Any, RunInput] | None = PrivateAttr(None)
 
     def planned(self, settings: Settings, run_id: str) -> RunInput:
+        """The run's plan under `run_id` (planned once per settings, then reused: starting an episode plans
+        nothing)."""
         if self._planned is None or self._planned[0] is not settings:
             self._planned = (settings, plan(self.task, run_id, settings))
         return self._planned[1].model_copy(update={"run_id": run_id})

@@ -30,11 +30,15 @@ Progress = Callable[[str], None]
 
 
 class Registry:
+    """The registry over a documents store (versions) and an objects store (file bytes): push, read and pull
+    versions. `open_registry(settings)` opens the install's."""
+
     def __init__(self, documents: DocumentStore, objects: ObjectStore) -> None:
         self.documents = documents
         self.objects = objects
 
     def close(self) -> None:
+        """Close both stores."""
         self.documents.close()
         self.objects.close()
 

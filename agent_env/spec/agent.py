@@ -194,6 +194,9 @@ CONFIGS: dict[str, type[_Spec]] = {
 
 
 class AgentRecord(_Spec):
+    """An agent (`agent.toml`): its `type` (scripted, llm, persona, human, a2a, cli, trainer), the `config` that
+    type takes, its role in the environment and the skills it is given."""
+
     name: str = Field(pattern=NAME)
     version: str = "1"
     description: str = ""

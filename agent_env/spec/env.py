@@ -126,6 +126,8 @@ class AgentSandbox(SandboxRun):
 
 
 class AppRef(_Spec):
+    """One app of an environment: exactly one of a Python app (`app`), an MCP server in a sandbox, or a URL."""
+
     app: str | None = Field(None, description="a built-in app (notes, mail, chat, helpdesk, billing) or MODULE:Class")
     sandbox: SandboxApp | None = Field(None, description="instead of `app`: an MCP server run in a sandbox")
     url: str | None = Field(
@@ -172,6 +174,8 @@ class RoleSpec(_Spec):
 
 
 class EnvRecord(_Spec):
+    """An environment (`env.toml`): its apps, the roles agents act as, the data loaded at deploy, its topology."""
+
     name: str = Field(pattern=NAME)
     version: str = "1"
     description: str = ""

@@ -19,6 +19,8 @@ AGGREGATE = "aggregate_verifiers"  # the step type whose score, when present, is
 
 
 class StepStatus(StrEnum):
+    """Where a step of a run is."""
+
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -32,6 +34,8 @@ class StepStatus(StrEnum):
 
 
 class RunStatus(StrEnum):
+    """How a run stands, or how it ended."""
+
     RUNNING = "running"
     PASSED = "passed"  # every step done, every score at or above its threshold
     FAILED = "failed"  # the run completed, but a score is below its threshold
@@ -44,6 +48,8 @@ class RunStatus(StrEnum):
 
 
 class Criterion(BaseModel):
+    """One row of a score: a named check, whether it held, and its weight."""
+
     name: str
     passed: bool
     weight: float = 1.0
@@ -197,6 +203,8 @@ class StepOutcome(BaseModel):
 
 
 class StepState(BaseModel):
+    """A step as its run records it: status, attempts, times, outputs, score, error."""
+
     id: str
     type: str
     depends_on: list[str] = Field(default_factory=list)

@@ -27,12 +27,17 @@ WORLD_STEPS = ("sync_env_clock", "register_env_triggers", "cancel_triggers", "wa
 
 
 class FailurePolicy(StrEnum):
+    """What a failed step does to the run (`on_failure`)."""
+
     FAIL = "fail"  # the run stops and ends in error
     CONTINUE = "continue"  # recorded; dependents still run
     SKIP_DEPENDENTS = "skip_dependents"  # recorded; dependents are skipped, other branches go on
 
 
 class StepSpec(BaseModel):
+    """One step of a task: its `type` (`agent-env steps list`), its `config` (checked against the type when the
+    task is loaded), and the steps it waits for."""
+
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(pattern=NAME_PATTERN, description="unique within the task; other steps refer to it")
@@ -73,6 +78,7 @@ class TaskSpec(BaseModel):
         return self._bundle
 
     def step(self, step_id: str) -> StepSpec:
+        """The step with this id (StopIteration if there is none)."""
         return next(s for s in self.steps if s.id == step_id)
 
     @model_validator(mode="before")

@@ -1,5 +1,6 @@
 """The four stores (documents, objects, images, secrets). `open_stores` opens the backends the config names
-(`[stores.<kind>] backend`, see `backends.py`); the interfaces are in `base.py`."""
+(`[stores.<kind>] backend`, see `backends.py`); the interfaces are in `base.py`; `QueryBuilder` builds a
+document query that runs the same on every backend."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from agent_env.stores.aio import AsyncStores, in_thread
 from agent_env.stores.backends import KINDS, open_store
 from agent_env.stores.base import DocumentStore, ImageStore, ObjectStore, Page, SecretStore
+from agent_env.stores.query import QueryBuilder
 
 if TYPE_CHECKING:
     from agent_env.config import Settings
@@ -21,6 +23,7 @@ __all__ = [
     "ImageStore",
     "ObjectStore",
     "Page",
+    "QueryBuilder",
     "SecretStore",
     "Stores",
     "in_thread",
@@ -31,6 +34,9 @@ __all__ = [
 
 @dataclass
 class Stores:
+    """The four stores an install's settings name, opened (`open_stores`): one object to pass around, so code
+    never opens a backend itself. Close it when done (backends hold connections and file handles)."""
+
     documents: DocumentStore
     objects: ObjectStore
     images: ImageStore
@@ -42,11 +48,14 @@ class Stores:
         return AsyncStores(self)
 
     def close(self) -> None:
+        """Close the four backends."""
         for store in (self.documents, self.objects, self.images, self.secrets):
             store.close()
 
 
 def open_stores(settings: Settings) -> Stores:
+    """The stores `settings` configure (`[stores.<kind>] backend`, local by default). If one fails to open, those
+    already opened are closed and the error (a BadInput naming the setting and the fix) is raised."""
     opened: list = []
     try:
         for kind in KINDS:

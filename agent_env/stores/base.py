@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agent_env.errors import BadInput, NotFound
 from agent_env.spec.secret_refs import NAME, PREFIX, is_reference
@@ -43,8 +43,8 @@ class MissingSecret(BadInput):
 class Page(BaseModel):
     """One page of a query."""
 
-    items: list[Document]
-    next: str | None = None  # opaque cursor for the next page; None = no more
+    items: list[Document] = Field(description="the page's documents, in the query's order")
+    next: str | None = Field(None, description="an opaque cursor: pass it as `after` for the next page; None: no more")
 
 
 class DocumentStore(ABC):
@@ -61,10 +61,12 @@ class DocumentStore(ABC):
         """Store `doc` only if the key is absent; False if it exists. Atomic: of racing creators, one wins."""
 
     @abstractmethod
-    def get(self, collection: str, key: str) -> Document | None: ...
+    def get(self, collection: str, key: str) -> Document | None:
+        """The document at (collection, key), or None."""
 
     @abstractmethod
-    def delete(self, collection: str, key: str) -> bool: ...
+    def delete(self, collection: str, key: str) -> bool:
+        """Delete it; False if there was none."""
 
     @abstractmethod
     def query(
@@ -76,7 +78,9 @@ class DocumentStore(ABC):
         order_by: str | None = None,
         descending: bool = False,
         limit: int | None = None,
-    ) -> list[Document]: ...
+    ) -> list[Document]:
+        """The documents of `collection` that match, in order, at most `limit` (see the class for the rules;
+        `agent_env.stores.QueryBuilder` builds these arguments a call at a time)."""
 
     def page(
         self,
@@ -116,7 +120,8 @@ class ObjectStore(ABC):
     """Bytes by key ('runs/ID/snapshot.tar'). Keys are checked (`check_object_key`): they cannot escape."""
 
     @abstractmethod
-    def put(self, key: str, data: bytes) -> None: ...
+    def put(self, key: str, data: bytes) -> None:
+        """Store `data` under `key`, replacing what was there."""
 
     @abstractmethod
     def create(self, key: str, data: bytes) -> bool:
@@ -127,10 +132,12 @@ class ObjectStore(ABC):
         """The object's bytes; `MissingObject` (a KeyError) naming the key when there is none."""
 
     @abstractmethod
-    def exists(self, key: str) -> bool: ...
+    def exists(self, key: str) -> bool:
+        """Whether an object has this exact key (a prefix of keys is not an object)."""
 
     @abstractmethod
-    def delete(self, key: str) -> bool: ...
+    def delete(self, key: str) -> bool:
+        """Delete it; False if there was none."""
 
     @abstractmethod
     def list(self, prefix: str = "") -> list[str]:
@@ -160,10 +167,12 @@ class ImageStore(ABC):
         """A reference the local Docker daemon can run."""
 
     @abstractmethod
-    def exists(self, name: str, version: str) -> bool: ...
+    def exists(self, name: str, version: str) -> bool:
+        """Whether `name` is stored at `version`."""
 
     @abstractmethod
-    def versions(self, name: str) -> list[str]: ...
+    def versions(self, name: str) -> list[str]:
+        """The stored versions of `name`, numbers sorted as numbers (1.9 before 1.10)."""
 
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         pass
@@ -177,19 +186,23 @@ class SecretStore(ABC):
         """The value; `MissingSecret` naming the secret and how to set it when there is none."""
 
     @abstractmethod
-    def set(self, name: str, value: str) -> None: ...
+    def set(self, name: str, value: str) -> None:
+        """Store the value behind `secret:NAME`, replacing any."""
 
     @abstractmethod
-    def delete(self, name: str) -> bool: ...
+    def delete(self, name: str) -> bool:
+        """Delete it; False if there was none."""
 
     @abstractmethod
-    def names(self) -> list[str]: ...
+    def names(self) -> list[str]:
+        """The names of the stored secrets (never their values)."""
 
     def where(self) -> str:
         """Where the values are kept, for messages (a file, a service and its address)."""
         return type(self).__name__
 
     def has(self, name: str) -> bool:
+        """Whether `name` has a value (without raising `MissingSecret`)."""
         try:
             self.get(name)
             return True
