@@ -251,5 +251,5 @@ async def test_the_gateway_keeps_a_review_once_with_its_first_deadline(tmp_path)
 
 
 def test_the_review_step_is_documented():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert "`review`" in readme and "`deploy_human_agent`" in readme
+    page = (Path(__file__).parent.parent / "docs" / "agents" / "human-agents.md").read_text()
+    assert "`review`" in page and "`deploy_human_agent`" in page
