@@ -97,6 +97,16 @@ def test_ranking_puts_the_page_whose_title_says_it_first(guide: Path) -> None:
     assert len(index.search("the clock", 1)) == 1 and len(index.search("clock", 500)) <= 50
 
 
+def test_the_section_headed_by_the_query_itself_comes_first(tmp_path: Path) -> None:
+    page = (
+        "# The virtual clock\n\nEvery run has one.\n\n"
+        "## Giving a task a virtual clock\n\nA virtual clock per task: the virtual clock starts frozen, a clock.\n"
+    )
+    (tmp_path / "clock.md").write_text(page)
+    hits = load_index(tmp_path).search("virtual clock", 2)
+    assert [h.heading for h in hits] == ["The virtual clock", "Giving a task a virtual clock"]
+
+
 def test_a_long_section_gives_a_snippet_around_the_query(guide: Path) -> None:
     hit = DocsIndex(load_pages(guide)).search("temporal run", 1)[0]
     assert hit.anchor == "temporal" and len(hit.snippet) <= 202 and "run" in hit.snippet

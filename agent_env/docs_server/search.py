@@ -33,6 +33,9 @@ FIELDS = {"title": (4.0, 0.3), "heading": (3.0, 0.3), "parents": (1.0, 0.3), "bo
 PREFIX_WEIGHT = 0.6  # a query word matched only as the start of the guide's words
 PREFIX_MAX = 12  # words a prefix may stand for
 PHRASE_BONUS = 1.3
+# A section whose own heading is the query, word for word (the page's opening under its title, a section named
+# for it), is what the asker meant: it comes before the sections that merely mention the phrase.
+EXACT_HEADING_BONUS = 1.5
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from how i if in into is it its me my of on or so that the their "
     "then there these this to was what when where which who why will with you your".split()
@@ -147,6 +150,8 @@ class DocsIndex:
             entry = self.entries[doc]
             if len(phrase) > 1 and (_holds(entry.title_terms, phrase) or _holds(entry.heading_terms, phrase)):
                 score *= PHRASE_BONUS
+            if entry.heading_terms == phrase:
+                score *= EXACT_HEADING_BONUS
             score *= 0.5 + 0.5 * min(matched[doc], len(wanted)) / len(wanted)  # more of the query's words
             ranked.append((score, doc))
         ranked.sort(key=lambda x: (-x[0], x[1]))
