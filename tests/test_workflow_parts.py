@@ -26,7 +26,7 @@ from temporalio.worker import (
 import agent_env
 from agent_env.activities import RunActivities
 from agent_env.agents import conversation
-from agent_env.spec.run import NEW_TRAITS, RunInput, StepPlan, StepTraits, builtin_traits
+from agent_env.spec.run import NEW_TRAITS, RunInput, StepCall, StepPlan, StepTraits, builtin_traits
 from agent_env.spec.verbs import RENAMED_STEP_TYPES, VERBS
 from agent_env.spec.world import Action, TriggersAction
 from agent_env.steps import BUILTINS, catalog
@@ -48,7 +48,38 @@ def _activities() -> dict[str, Any]:
 
 
 def test_every_activity_is_in_the_contract_and_only_those():
-    assert set(_activities()) == {a.name for a in contract.ACTIVITIES}
+    """(the one dynamic activity, named None, serves the named families: below)"""
+    assert set(_activities()) == {a.name for a in contract.ACTIVITIES} | {None}
+    assert _activities()[None] is RunActivities.named_activity
+
+
+def test_steps_and_world_actions_are_named_by_their_type_and_verb():
+    assert contract.step_activity("deploy_env") == "agentenv.step.deploy_env"
+    assert contract.world_activity("call_tool") == "agentenv.world.call_tool"
+    assert contract.named("agentenv.step.deploy_env") is contract.RUN_STEP
+    assert contract.named("agentenv.world.call_tool") is contract.WORLD_ACTION
+    assert contract.named("agentenv.step.") is None and contract.named("agentenv.run_step") is None
+    # plugin step types are user-named: what reaches an activity type is bounded and plain
+    odd = contract.step_activity("acme/fetch page\n" + "x" * 200)
+    assert odd.startswith("agentenv.step.acme_fetch_page_x") and len(odd) == len("agentenv.step.") + 64
+    assert contract.step_activity("") == "agentenv.step._"
+    for name in [*catalog.names(), *VERBS]:  # the catalog's and the verbs' own names are kept as they are
+        assert contract.step_activity(name) == f"agentenv.step.{name}"
+        assert contract.world_activity(name) == f"agentenv.world.{name}"
+
+
+def test_a_named_familys_arguments_decode_as_it_takes_them():
+    from temporalio.common import RawValue
+
+    convert = pydantic_data_converter.payload_converter
+    call = StepCall(run_id="r", task_id="t", step_id="s", type="check", config={"a": 1})
+    raw = [RawValue(p) for p in convert.to_payloads([call])]
+    assert contract.decode_named("agentenv.step.check", raw, convert.from_payload) == [call]
+    action = ["i", {"type": "call_tool"}, "k", "trigger x", None]
+    raw = [RawValue(p) for p in convert.to_payloads(action)]
+    assert contract.decode_named("agentenv.world.call_tool", raw, convert.from_payload) == action
+    assert contract.decode_named("agentenv.world.call_tool", raw[:4], convert.from_payload) is None
+    assert contract.decode_named("agentenv.other", raw, convert.from_payload) is None
 
 
 @pytest.mark.parametrize("declared", contract.ACTIVITIES, ids=[a.name for a in contract.ACTIVITIES])

@@ -30,7 +30,16 @@ with workflow.unsafe.imports_passed_through():
     from agent_env.spec.times import iso, iso_or_none
     from agent_env.spec.verbs import VERBS
     from agent_env.spec.world_state import HitAck, Scheduled, TriggerHit, WorldPush
-    from agent_env.workflows.contract import PACE, PUSH_WORLD, QUICK_RETRY, WORLD_ACTION, Hit, Paced
+    from agent_env.workflows.contract import (
+        PACE,
+        PATCH_NAMED_ACTIVITIES,
+        PUSH_WORLD,
+        QUICK_RETRY,
+        WORLD_ACTION,
+        Hit,
+        Paced,
+        world_activity,
+    )
     from agent_env.workflows.dag import Dag
     from agent_env.workflows.details import summary
     from agent_env.workflows.scope import ClockView, Scope
@@ -52,8 +61,10 @@ class WorldDriver:
         world: World | None,
         busy: Callable[[], bool],
         scope: Callable[[], Scope],
+        changed: Callable[[str], bool],
     ) -> None:
         self.run_id = run_id
+        self.changed = changed  # whether the run takes a patched behaviour (continuation.changed)
         self.dag = dag
         self.busy = busy
         self.scope = scope
@@ -242,8 +253,10 @@ class WorldDriver:
                     spec["deployed"] = self.dag.deployed_agent(spec["by"], spec["agent"])
                 if self.watches_added or (spec.get("deployed") and self.push_needed):
                     await self.push()  # conditions the gateway does not know yet; the clock an agent reads
+                # (named: `agentenv.world.call_tool`, what the Temporal UI's timeline shows)
+                named = self.changed(PATCH_NAMED_ACTIVITIES)
                 answer = await workflow.execute_local_activity(
-                    WORLD_ACTION.name,
+                    world_activity(action.type) if named else WORLD_ACTION.name,
                     args=[
                         instance,
                         spec,
