@@ -341,3 +341,33 @@ async def test_replayed_activities_take_what_the_recorded_ones_took(path):
     )
     assert result.replay_failure is None
     assert _Scheduled.log == recorded
+
+
+async def test_the_named_activity_runs_only_what_its_type_names(tmp_path):
+    """The dynamic activity behind `agentenv.step.<type>` and `agentenv.world.<verb>` refuses, for good,
+    arguments that ask for something its type does not name, and a type of no named family."""
+    from dataclasses import replace
+
+    from temporalio.common import RawValue
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_env.config import load_settings
+
+    env = ActivityEnvironment()
+    env.payload_converter = pydantic_data_converter.payload_converter
+    named = RunActivities(load_settings(tmp_path)).named_activity
+    call = StepCall(run_id="r", task_id="t", step_id="s", type="deploy_env", config={})
+    action = ["i", {"type": "set_tools", "role": "r", "enable": [], "disable": []}, "k", "trigger x", None]
+    cases = [
+        ("agentenv.step.check", [call], "BadArguments", "asked to run a step of type 'deploy_env'"),
+        ("agentenv.world.call_tool", action, "BadArguments", "asked for a world action of type 'set_tools'"),
+        ("agentenv.world.call_tool", action[:2], "NotFoundError", "not registered on this worker"),
+        ("agentenv.step.check", ["not a call"], "BadArguments", "its arguments do not decode"),
+    ]
+    for kind, args, error, says in cases:
+        env.info = replace(ActivityEnvironment.default_info(), activity_type=kind)
+        raw = [RawValue(p) for p in env.payload_converter.to_payloads(args)]
+        with pytest.raises(ApplicationError) as caught:
+            await env.run(named, raw)
+        assert caught.value.type == error and caught.value.non_retryable and says in caught.value.message, kind
