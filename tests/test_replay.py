@@ -22,7 +22,7 @@ from agent_env.workflows.task_run import TaskRun
 HISTORIES = Path(__file__).parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
 # What the recorder makes; a lost file would silently shrink the coverage.
-EXPECTED = {"hello", "workplace", "refund", "episode", "continued.1", "continued.2"}
+EXPECTED = {"hello", "workplace", "refund", "episode", "continued.1", "continued.2", "workplace-named"}
 
 
 def history(path: Path) -> WorkflowHistory:

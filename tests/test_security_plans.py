@@ -10,6 +10,7 @@ the attack fails, and that what it tried would have acted, had it been ours.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -187,7 +188,7 @@ async def test_a_forged_or_copied_trigger_hit_is_refused(client, settings, worke
 
 
 async def test_an_activity_no_run_scheduled_does_nothing(client, settings, worker, marked):
-    """Attack: skip the workflow and start a standalone `agentenv.run_step` activity on the install's task queue
+    """Attack: skip the workflow and start a standalone step activity (`agentenv.step.deploy_env`) on the install's task queue
     (Temporal 1.32 runs activities without a workflow), with a deploy step's planned config, bare or with a
     seal copied from a real run's activity. The worker refuses it; the command never runs."""
     marker, task = marked
@@ -203,9 +204,12 @@ async def test_an_activity_no_run_scheduled_does_nothing(client, settings, worke
     seal = scheduled.header.fields[seals.HEADER].data.decode()
     inp = launch.plan(task, handle.id, settings)
     call = StepCall(run_id=handle.id, task_id=inp.task_id, step_id="env", type="deploy_env", config=inp.steps[0].config)
-    for headers in ([], ["--headers", f"{seals.HEADER}={seal}"]):
+    # (the old single type, and the named one a dynamic activity serves)
+    for kind, headers in itertools.product(
+        ("agentenv.run_step", "agentenv.step.deploy_env"), ([], ["--headers", f"{seals.HEADER}={seal}"])
+    ):
         ran = await temporal(
-            settings, "activity", "execute", "--type", "agentenv.run_step", "--task-queue",
+            settings, "activity", "execute", "--type", kind, "--task-queue",
             settings.temporal.task_queue, "--activity-id", f"forged-{uuid.uuid4().hex[:8]}",
             "--start-to-close-timeout", "60s", "--retry-maximum-attempts", "1", "--input", call.model_dump_json(),
             *headers,
@@ -244,7 +248,8 @@ async def test_a_step_completed_from_outside_fails_instead_of_taking_the_result(
         hold = final.steps["hold"]
         assert final.status is RunStatus.ERROR and hold.status is StepStatus.FAILED, (copy, final.status, hold)
         expected = "its seal does not match" if copy else "it carries no seal"
-        assert "result of activity agentenv.run_step was refused" in hold.error and expected in hold.error, hold.error
+        refused = "result of activity agentenv.step.wait_file was refused"
+        assert refused in hold.error and expected in hold.error, hold.error
         assert "forged" not in json.dumps(hold.outputs) and hold.score is None
 
 

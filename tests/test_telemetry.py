@@ -110,8 +110,8 @@ async def test_a_run_is_one_trace_from_its_start_to_the_agents_tool_calls(spans_
     trace = [s for s in spans if s.context.trace_id == root.context.trace_id]
     names = {s.name for s in trace}
     assert "RunWorkflow:agentenv.TaskRun" in names
-    assert {"RunActivity:agentenv.run_step", "RunActivity:agentenv.record_run"} <= names, sorted(names)
-    steps = {s.attributes["temporalActivityID"] for s in trace if s.name == "RunActivity:agentenv.run_step"}
+    assert {"RunActivity:agentenv.step.deploy_env", "RunActivity:agentenv.record_run"} <= names, sorted(names)
+    steps = {s.attributes["temporalActivityID"] for s in trace if s.name.startswith("RunActivity:agentenv.step.")}
     local = {p.id for p in launch.plan(resolve_target("refund"), "plan-only", settings).steps if p.local}
     assert local and steps == {"desk", "case", "agent", "work", "grade"}  # local activities carry the trace too
     assert "agent turn refunds" in names  # the worker asked the hosted agent (A2A) ...

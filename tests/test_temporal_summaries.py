@@ -20,6 +20,7 @@ from temporalio.converter import default as default_converter
 
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus, StepStatus
+from agent_env.spec.verbs import VERBS
 from agent_env.task_lookup import resolve_target
 from agent_env.temporal import launch
 from agent_env.workflows.details import MAX_SUMMARY
@@ -76,23 +77,50 @@ async def test_a_workplace_run_names_every_step_and_world_action(client, setting
     types = {s.id: s.type for s in spec.steps}
     activities = await scheduled_activities(handle)
     kinds = {kind for kind, _, _ in activities}
-    assert {"agentenv.run_step", "agentenv.world_action", "agentenv.push_world", "agentenv.record_run"} <= kinds
-    triggers_named = set()
+    assert {"agentenv.push_world", "agentenv.record_run"} <= kinds
+    assert not kinds & {"agentenv.run_step", "agentenv.world_action"}, "a new run schedules named types only"
+    triggers_named, verbs = set(), set()
     for kind, activity_id, summary in activities:
         assert summary, f"{kind} {activity_id} has no summary"
         assert len(summary) <= MAX_SUMMARY
         assert "ORD-100" not in summary and "@" not in summary, f"arguments leaked into a summary: {summary}"
-        if kind == "agentenv.run_step":
+        if kind.startswith("agentenv.step."):  # what the timeline shows: the step's type
+            assert kind == f"agentenv.step.{types[activity_id]}"
             assert summary == f"{activity_id} ({types[activity_id]})"
-        elif kind == "agentenv.world_action":
+        elif kind.startswith("agentenv.world."):  # ... and the world action's verb
             match = WORLD_ACTION.match(summary)
             assert match, summary
+            assert kind == f"agentenv.world.{match[1]}"
             triggers_named.add(match[2])
+            verbs.add(match[1])
     assert {"morning_rush", "sam_triages", "dana_replies", "deadline"} <= triggers_named
+    assert {"call_tool", "set_tools"} <= verbs
+    # every step that ran as an activity, a regular one (ActivityTaskScheduled) or a local one (its marker)
+    ran = {activity_id for kind, activity_id, _ in activities if kind.startswith("agentenv.step.")}
+    assert ran == {s.id for s in spec.steps if s.type not in VERBS or not VERBS[s.type].in_workflow}
     assert "call_tool send_email on desk (trigger morning_rush, virtual 2026-03-02T14:30:00Z)" in [
         s for _, _, s in activities
     ]
     assert (await current_details(handle)).startswith("**Finished** passed, score 1")
+
+
+async def test_a_run_planned_before_named_activities_takes_them_through_a_patch(client, settings, worker):
+    """A run an older planner started (behaviour 1) asks its history: a fresh one records the patch and runs
+    its steps under named types; recorded histories without the marker replay the old way (test_replay)."""
+    inp = launch.plan(resolve_target("hello"), launch.new_run_id("hello"), settings)
+    inp.behaviour = 1
+    handle = await launch.start(client, settings, inp)
+    state = await asyncio.wait_for(launch.wait_result(handle), 60)
+    assert state.status is RunStatus.PASSED, state.error
+    markers = [
+        event.marker_recorded_event_attributes
+        async for event in handle.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    patches = [m.details["patch-data"].payloads[0].data for m in markers if m.marker_name == "core_patch"]
+    assert any(b"named-activities" in p for p in patches), patches
+    kinds = [kind for kind, _, _ in await scheduled_activities(handle)]
+    assert any(k.startswith("agentenv.step.") for k in kinds) and "agentenv.run_step" not in kinds, kinds
 
 
 WAITING = """

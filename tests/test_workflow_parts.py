@@ -26,7 +26,7 @@ from temporalio.worker import (
 import agent_env
 from agent_env.activities import RunActivities
 from agent_env.agents import conversation
-from agent_env.spec.run import NEW_TRAITS, RunInput, StepPlan, StepTraits, builtin_traits
+from agent_env.spec.run import NEW_TRAITS, RunInput, StepCall, StepPlan, StepTraits, builtin_traits
 from agent_env.spec.verbs import RENAMED_STEP_TYPES, VERBS
 from agent_env.spec.world import Action, TriggersAction
 from agent_env.steps import BUILTINS, catalog
@@ -48,7 +48,38 @@ def _activities() -> dict[str, Any]:
 
 
 def test_every_activity_is_in_the_contract_and_only_those():
-    assert set(_activities()) == {a.name for a in contract.ACTIVITIES}
+    """(the one dynamic activity, named None, serves the named families: below)"""
+    assert set(_activities()) == {a.name for a in contract.ACTIVITIES} | {None}
+    assert _activities()[None] is RunActivities.named_activity
+
+
+def test_steps_and_world_actions_are_named_by_their_type_and_verb():
+    assert contract.step_activity("deploy_env") == "agentenv.step.deploy_env"
+    assert contract.world_activity("call_tool") == "agentenv.world.call_tool"
+    assert contract.named("agentenv.step.deploy_env") is contract.RUN_STEP
+    assert contract.named("agentenv.world.call_tool") is contract.WORLD_ACTION
+    assert contract.named("agentenv.step.") is None and contract.named("agentenv.run_step") is None
+    # plugin step types are user-named: what reaches an activity type is bounded and plain
+    odd = contract.step_activity("acme/fetch page\n" + "x" * 200)
+    assert odd.startswith("agentenv.step.acme_fetch_page_x") and len(odd) == len("agentenv.step.") + 64
+    assert contract.step_activity("") == "agentenv.step._"
+    for name in [*catalog.names(), *VERBS]:  # the catalog's and the verbs' own names are kept as they are
+        assert contract.step_activity(name) == f"agentenv.step.{name}"
+        assert contract.world_activity(name) == f"agentenv.world.{name}"
+
+
+def test_a_named_familys_arguments_decode_as_it_takes_them():
+    from temporalio.common import RawValue
+
+    convert = pydantic_data_converter.payload_converter
+    call = StepCall(run_id="r", task_id="t", step_id="s", type="check", config={"a": 1})
+    raw = [RawValue(p) for p in convert.to_payloads([call])]
+    assert contract.decode_named("agentenv.step.check", raw, convert.from_payload) == [call]
+    action = ["i", {"type": "call_tool"}, "k", "trigger x", None]
+    raw = [RawValue(p) for p in convert.to_payloads(action)]
+    assert contract.decode_named("agentenv.world.call_tool", raw, convert.from_payload) == action
+    assert contract.decode_named("agentenv.world.call_tool", raw[:4], convert.from_payload) is None
+    assert contract.decode_named("agentenv.other", raw, convert.from_payload) is None
 
 
 @pytest.mark.parametrize("declared", contract.ACTIVITIES, ids=[a.name for a in contract.ACTIVITIES])
@@ -310,3 +341,33 @@ async def test_replayed_activities_take_what_the_recorded_ones_took(path):
     )
     assert result.replay_failure is None
     assert _Scheduled.log == recorded
+
+
+async def test_the_named_activity_runs_only_what_its_type_names(tmp_path):
+    """The dynamic activity behind `agentenv.step.<type>` and `agentenv.world.<verb>` refuses, for good,
+    arguments that ask for something its type does not name, and a type of no named family."""
+    from dataclasses import replace
+
+    from temporalio.common import RawValue
+    from temporalio.exceptions import ApplicationError
+    from temporalio.testing import ActivityEnvironment
+
+    from agent_env.config import load_settings
+
+    env = ActivityEnvironment()
+    env.payload_converter = pydantic_data_converter.payload_converter
+    named = RunActivities(load_settings(tmp_path)).named_activity
+    call = StepCall(run_id="r", task_id="t", step_id="s", type="deploy_env", config={})
+    action = ["i", {"type": "set_tools", "role": "r", "enable": [], "disable": []}, "k", "trigger x", None]
+    cases = [
+        ("agentenv.step.check", [call], "BadArguments", "asked to run a step of type 'deploy_env'"),
+        ("agentenv.world.call_tool", action, "BadArguments", "asked for a world action of type 'set_tools'"),
+        ("agentenv.world.call_tool", action[:2], "NotFoundError", "not registered on this worker"),
+        ("agentenv.step.check", ["not a call"], "BadArguments", "its arguments do not decode"),
+    ]
+    for kind, args, error, says in cases:
+        env.info = replace(ActivityEnvironment.default_info(), activity_type=kind)
+        raw = [RawValue(p) for p in env.payload_converter.to_payloads(args)]
+        with pytest.raises(ApplicationError) as caught:
+            await env.run(named, raw)
+        assert caught.value.type == error and caught.value.non_retryable and says in caught.value.message, kind

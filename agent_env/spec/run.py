@@ -159,10 +159,12 @@ def builtin_traits(step_type: Any, config: PlannedConfig) -> dict[str, Any]:
     return {}
 
 
-# The workflow behaviour runs planned now are started with. A run started before it (0, inputs without the
-# field) asks its history which changes it was recorded with (workflow.patched, a marker and a search
-# attribute upsert each); a run started with it takes them all and records no patch markers.
-BEHAVIOUR = 1
+# The workflow behaviour runs planned now are started with. A run started before a change (a lower number; 0
+# for inputs without the field) asks its history whether it was recorded with it (workflow.patched, a marker and
+# a search attribute upsert each); a run started with it takes it and records no patch marker. 1: every change
+# up to the fast path (agent_env.workflows.continuation); 2: steps and world actions under named activity types.
+# Workers are upgraded before planners: an older worker would run a run planned with a newer behaviour the old way.
+BEHAVIOUR = 2
 
 
 class RunInput(BaseModel):

@@ -38,6 +38,7 @@ from temporalio.worker import (
 
 from agent_env.temporal_client import seals
 from agent_env.temporal_client.seals import ACTIVITY, RESULT, START, UPDATE, PlanKey
+from agent_env.workflows import contract
 
 UNSEALED = "UnsealedPlan"  # the ApplicationError type a refused run or activity fails with
 
@@ -193,16 +194,31 @@ class _CheckedActivity(ActivityInboundInterceptor):
         if not info.workflow_id:
             self._refuse(info, "no run scheduled it")
         subject = seals.Subject(ACTIVITY, info.namespace, info.workflow_id, info.activity_type, RESULT)
-        why = seals.problem(self.plan_key, input.headers, subject, input.args, now=None)
+        args = self._sent(info, input.args)
+        why = seals.problem(self.plan_key, input.headers, subject, args, now=None)
         if why is not None:  # scheduled by a run started before seals, whose results stay bare
             bare = replace(subject, extra="")
-            if seals.problem(self.plan_key, input.headers, bare, input.args, now=None) is not None:
+            if seals.problem(self.plan_key, input.headers, bare, args, now=None) is not None:
                 self._refuse(info, why)
             return await super().execute_activity(input)
         result = await super().execute_activity(input)
-        args = list(input.args)
         sealed = seals.seal(self.plan_key, _result_subject(subject, args), [result], datetime.now(UTC))
         return {"result": result, "seal": sealed}
+
+    @classmethod
+    def _sent(cls, info: activity.Info, args: Sequence[Any]) -> list[Any]:
+        """The arguments as the run sent them, which its seal is over. A named activity (a step's or a world
+        action's: agent_env.activities.named) is a dynamic one, which gets them raw in one list: they are
+        decoded as its family takes them."""
+        if contract.named(info.activity_type) is None:
+            return list(args)
+        try:
+            typed = contract.decode_named(info.activity_type, args[0], activity.payload_converter().from_payload)
+        except Exception:  # the converter's errors: not what the run sent
+            typed = None
+        if typed is None:
+            cls._refuse(info, "its arguments are not what its type takes")
+        return typed
 
     @staticmethod
     def _refuse(info: activity.Info, why: str) -> NoReturn:

@@ -40,6 +40,7 @@ def create_worker(
         task_queue=settings.temporal.task_queue,
         workflows=[TaskRun],
         activities=[
+            activities.named_activity,  # agentenv.step.<type>, agentenv.world.<verb>
             activities.run_step,
             activities.record_run,
             activities.world_action,

@@ -13,12 +13,12 @@ from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from agent_env.spec.run import BEHAVIOUR, RunInput, RunState, StepPlan
+    from agent_env.spec.run import RunInput, RunState, StepPlan
     from agent_env.spec.times import iso
     from agent_env.spec.world_state import MAX_FIELD_BYTES, clip, json_size
     from agent_env.temporal_client import attributes
     from agent_env.workflows import details
-    from agent_env.workflows.contract import QUICK_RETRY, RECORD_RUN, RELEASE_SANDBOXES
+    from agent_env.workflows.contract import PATCH_NAMED_ACTIVITIES, QUICK_RETRY, RECORD_RUN, RELEASE_SANDBOXES
     from agent_env.workflows.dag import Dag
     from agent_env.workflows.step_tasks import StepTasks
     from agent_env.workflows.trainer_turns import TrainerTurns
@@ -31,6 +31,10 @@ MAX_CARRIED_EVENTS = 1000  # world events carried across continue-as-new (the re
 # Patches (workflow.patched) keep histories recorded before these changes replaying.
 PATCH_BOUNDS = "poison-bounds"  # bounded state, events, hit updates counted
 PATCH_RELEASE_ALL = "release-all-at-end"  # a run's end releases its instances and hosted agents, not only sandboxes
+# The behaviour (RunInput.behaviour) from which runs take a patched change without asking their history; the
+# patches not named here came with behaviour 1.
+SINCE = {PATCH_NAMED_ACTIVITIES: 2}
+QUICK_RELEASE_SINCE = 1  # runs planned from this behaviour release what holds no sandbox as they are recorded
 
 
 class ResultMemo(TypedDict):
@@ -44,9 +48,9 @@ class ResultMemo(TypedDict):
 
 
 def changed(inp: RunInput, patch: str) -> bool:
-    """Whether this run takes the change `patch` names: runs planned with today's behaviour always do (no
-    marker in history); runs started before ask their history (workflow.patched)."""
-    return inp.behaviour >= BEHAVIOUR or workflow.patched(patch)
+    """Whether this run takes the change `patch` names: runs planned with the behaviour that brought it or a
+    later one always do (no marker in history); runs started before ask their history (workflow.patched)."""
+    return inp.behaviour >= SINCE.get(patch, 1) or workflow.patched(patch)
 
 
 def history_is_long(inp: RunInput, updates: int) -> bool:
@@ -101,7 +105,7 @@ async def conclude(inp: RunInput, dag: Dag, driver: WorldDriver, trainer: Traine
     # Runs planned today release what holds no sandbox in the same local activity that records them (one
     # hop less at every run's end); sandboxes are removed by a regular activity, with heartbeats.
     ran = dag.ran()
-    quick = inp.behaviour >= BEHAVIOUR and not any(plan.sandboxes for plan in ran)
+    quick = inp.behaviour >= QUICK_RELEASE_SINCE and not any(plan.sandboxes for plan in ran)
     release = _release_all(inp.run_id, ran) if quick else None
     if not quick:
         await _release(inp, ran)

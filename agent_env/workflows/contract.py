@@ -10,16 +10,25 @@ What travels is on the wire of runs in flight and of recorded histories, so it k
   release_sandboxes): one model instead would break an activity an older worker scheduled;
 - trigger hits come back as plain dicts (`Hit`): the workflow validates them itself, so a bad one fails the
   run with a message instead of failing the workflow task on decoding.
+
+Steps and world actions run under activity types that say what they are (`agentenv.step.deploy_env`,
+`agentenv.world.call_tool`; the named-activities patch): the Temporal UI's timeline shows a local activity by
+its type alone. Each named family takes and returns what its old single activity did (`run_step`,
+`world_action`, still served for runs that took the old path); a worker serves the families with one dynamic
+activity, so plugin step types need no registration of their own.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
-from temporalio.common import RetryPolicy
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue, RetryPolicy
 
 from agent_env.spec.run import RunState, StepCall, StepOutcome
 from agent_env.spec.world_state import WorldPush
@@ -102,3 +111,48 @@ ACTIVITIES: tuple[Activity[Any], ...] = (
     PROMPT_FINISH,
     RELEASE_SANDBOXES,
 )
+
+
+# -- named activities: one type per step type and per world verb --
+
+PATCH_NAMED_ACTIVITIES = "named-activities"  # (workflow.patched) steps and world actions run under named types
+STEP_PREFIX = "agentenv.step."
+WORLD_PREFIX = "agentenv.world."
+NAMED: dict[str, Activity[Any]] = {STEP_PREFIX: RUN_STEP, WORLD_PREFIX: WORLD_ACTION}
+MAX_NAME_PART = 64  # characters of the step type or verb in an activity type
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _part(name: str) -> str:
+    """A step type or verb as part of an activity type: plugin step types are user-named, so anything but
+    letters, digits, `_`, `.` and `-` becomes `_`, and it is cut to MAX_NAME_PART."""
+    return _UNSAFE.sub("_", name)[:MAX_NAME_PART] or "_"
+
+
+def step_activity(step_type: str) -> str:
+    """The activity type a step of this type runs under: `agentenv.step.deploy_env`."""
+    return STEP_PREFIX + _part(step_type)
+
+
+def world_activity(verb: str) -> str:
+    """The activity type a trigger's action of this verb runs under: `agentenv.world.call_tool`."""
+    return WORLD_PREFIX + _part(verb)
+
+
+def named(activity_type: str) -> Activity[Any] | None:
+    """The family of a named activity type (what it takes and returns), or None."""
+    for prefix, family in NAMED.items():
+        if activity_type.startswith(prefix) and len(activity_type) > len(prefix):
+            return family
+    return None
+
+
+def decode_named(
+    activity_type: str, raw: Sequence[RawValue], from_payload: Callable[[Payload, Any], Any]
+) -> list[Any] | None:
+    """A named activity's arguments as its family takes them (a dynamic activity gets them raw), or None when
+    the type is not a named one or the count differs. Raises what the converter raises on a bad payload."""
+    family = named(activity_type)
+    if family is None or len(raw) != len(family.takes):
+        return None
+    return [from_payload(value.payload, hint) for value, hint in zip(raw, family.takes, strict=True)]

@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_env.spec.duration import format_duration
     from agent_env.spec.run import StepCall, StepOutcome, StepPlan
     from agent_env.workflows import details
-    from agent_env.workflows.contract import RUN_STEP
+    from agent_env.workflows.contract import RUN_STEP, step_activity
     from agent_env.workflows.dag import Dag
 
 
@@ -80,8 +80,13 @@ class StepTasks:
             self.settle_done()
 
 
-async def run_step(run_id: str, task_id: str, plan: StepPlan, config: dict[str, Any]) -> StepOutcome:
-    """The step's activity (a local one if its type asks), retried as its plan says."""
+async def run_step(
+    run_id: str, task_id: str, plan: StepPlan, config: dict[str, Any], *, named: bool = False
+) -> StepOutcome:
+    """The step's activity (a local one if its type asks), retried as its plan says. `named`: it runs under
+    its step type's activity type (`agentenv.step.deploy_env`), the one the Temporal UI shows; otherwise under
+    `agentenv.run_step`, as runs before the named-activities patch did."""
+    name = step_activity(plan.type) if named else RUN_STEP.name
     call = StepCall(
         run_id=run_id,
         task_id=task_id,
@@ -98,7 +103,7 @@ async def run_step(run_id: str, task_id: str, plan: StepPlan, config: dict[str, 
     outcome: StepOutcome
     if plan.local:
         outcome = await workflow.execute_local_activity(
-            RUN_STEP.name,
+            name,
             call,
             result_type=RUN_STEP.returns,
             start_to_close_timeout=plan.timeout,
@@ -108,7 +113,7 @@ async def run_step(run_id: str, task_id: str, plan: StepPlan, config: dict[str, 
         )
         return outcome
     outcome = await workflow.execute_activity(
-        RUN_STEP.name,
+        name,
         call,
         result_type=RUN_STEP.returns,
         start_to_close_timeout=plan.timeout,

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_env.spec.templates import TemplateError, resolve
     from agent_env.spec.world_state import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, TriggerHit
     from agent_env.workflows import continuation, details, step_tasks, world_driver
+    from agent_env.workflows.contract import PATCH_NAMED_ACTIVITIES
     from agent_env.workflows.dag import Dag
     from agent_env.workflows.scope import Scope, scope
     from agent_env.workflows.step_tasks import StepTasks
@@ -61,7 +62,9 @@ class TaskRun:
         self.wake = asyncio.Event()  # an update arrived: the loop looks again
         self.updates = 0  # updates this run has taken (it continues as new before Temporal's limit)
         world = World(inp.world, self.state.world) if inp.world and self.state.world is not None else None
-        self.world_driver = WorldDriver(inp.run_id, self.dag, world, self.tasks.busy, self.scope)
+        self.world_driver = WorldDriver(
+            inp.run_id, self.dag, world, self.tasks.busy, self.scope, lambda patch: continuation.changed(inp, patch)
+        )
         self.awaits = Awaits(self.dag, self.world_driver, lambda patch: continuation.changed(inp, patch))
         self.trainer = TrainerTurns(inp.run_id, self.dag, self.wake, lambda patch: continuation.changed(inp, patch))
 
@@ -285,7 +288,8 @@ class TaskRun:
 
     async def _call(self, plan: StepPlan, config: dict[str, Any]) -> StepOutcome:
         await self.world_driver.watches_pushed()
-        return await step_tasks.run_step(self.inp.run_id, self.inp.task_id, plan, config)
+        named = continuation.changed(self.inp, PATCH_NAMED_ACTIVITIES)
+        return await step_tasks.run_step(self.inp.run_id, self.inp.task_id, plan, config, named=named)
 
     def _succeeded(self, plan: StepPlan, outcome: StepOutcome) -> None:
         self.world_driver.step_succeeded(plan, outcome)

@@ -30,7 +30,16 @@ with workflow.unsafe.imports_passed_through():
     from agent_env.spec.times import iso, iso_or_none
     from agent_env.spec.verbs import VERBS
     from agent_env.spec.world_state import HitAck, Scheduled, TriggerHit, WorldPush
-    from agent_env.workflows.contract import PACE, PUSH_WORLD, QUICK_RETRY, WORLD_ACTION, Hit, Paced
+    from agent_env.workflows.contract import (
+        PACE,
+        PATCH_NAMED_ACTIVITIES,
+        PUSH_WORLD,
+        QUICK_RETRY,
+        WORLD_ACTION,
+        Hit,
+        Paced,
+        world_activity,
+    )
     from agent_env.workflows.dag import Dag
     from agent_env.workflows.details import summary
     from agent_env.workflows.scope import ClockView, Scope
@@ -52,8 +61,10 @@ class WorldDriver:
         world: World | None,
         busy: Callable[[], bool],
         scope: Callable[[], Scope],
+        changed: Callable[[str], bool],
     ) -> None:
         self.run_id = run_id
+        self.changed = changed  # whether the run takes a patched behaviour (continuation.changed)
         self.dag = dag
         self.busy = busy
         self.scope = scope
@@ -219,7 +230,7 @@ class WorldDriver:
         for hit in hits:
             await self.on_hit(TriggerHit.model_validate(hit))
 
-    async def _run_action(self, trigger: str, firing: int, index: int, match: dict[str, Any]) -> None:
+    async def _run_action(self, trigger: str, firing: int, index: int, match: Mapping[str, Any]) -> None:
         world = self.world
         assert world is not None  # actions run only in a run with a world
         action = world.triggers[trigger].actions[index]
@@ -242,20 +253,8 @@ class WorldDriver:
                     spec["deployed"] = self.dag.deployed_agent(spec["by"], spec["agent"])
                 if self.watches_added or (spec.get("deployed") and self.push_needed):
                     await self.push()  # conditions the gateway does not know yet; the clock an agent reads
-                answer = await workflow.execute_local_activity(
-                    WORLD_ACTION.name,
-                    args=[
-                        instance,
-                        spec,
-                        f"{self.run_id}/world/{firing}/{index}",
-                        f"trigger {trigger}",
-                        iso(at),
-                    ],
-                    result_type=WORLD_ACTION.returns,
-                    retry_policy=QUICK_RETRY,
-                    start_to_close_timeout=timedelta(minutes=5) if spec.get("deployed") else timedelta(seconds=60),
-                    summary=_action_summary(trigger, action.type, spec, at),
-                )
+                key, named = f"{self.run_id}/world/{firing}/{index}", self.changed(PATCH_NAMED_ACTIVITIES)
+                answer = await _act_on_env(action.type, instance, spec, key, trigger, at, named=named)
                 hits = answer.pop("hits", [])
                 detail.update(answer)
             elif action.type == "set_clock":
@@ -383,6 +382,22 @@ def world_step(driver: WorldDriver, plan: StepPlan, config: Mapping[str, Any], a
         return
     driver.push_needed = True
     dag.succeed(plan.id, workflow.now(), outputs)
+
+
+async def _act_on_env(
+    verb: str, instance: str, spec: Mapping[str, Any], key: str, trigger: str, at: datetime, *, named: bool
+) -> Any:  # (WORLD_ACTION.returns: its outcome as logged, plus `hits`)
+    """A trigger's action on an environment, a local activity: under its verb's activity type when `named`
+    (`agentenv.world.call_tool`, what the Temporal UI's timeline shows), else as runs before the
+    named-activities patch did (`agentenv.world_action`)."""
+    return await workflow.execute_local_activity(
+        world_activity(verb) if named else WORLD_ACTION.name,
+        args=[instance, spec, key, f"trigger {trigger}", iso(at)],
+        result_type=WORLD_ACTION.returns,
+        retry_policy=QUICK_RETRY,
+        start_to_close_timeout=timedelta(minutes=5) if spec.get("deployed") else timedelta(seconds=60),
+        summary=_action_summary(trigger, verb, spec, at),
+    )
 
 
 def _action_summary(trigger: str, action_type: str, spec: Mapping[str, Any], at: datetime) -> str:
