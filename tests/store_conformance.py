@@ -348,6 +348,9 @@ def test_objects_list_by_prefix_sorted(objects):
     assert objects.list("runs/r1") == ["runs/r1/a", "runs/r1/b", "runs/r10/a"]  # a prefix, not a folder
     assert objects.list() == sorted(["runs/r2/a", "runs/r1/b", "runs/r1/a", "runs/r10/a", "artifacts/z", "runs-other"])
     assert objects.list("nothing/") == []
+    assert objects.list("runs/r1/a") == ["runs/r1/a"]  # a whole key is a prefix of itself
+    assert objects.list("runs/r1/a/") == [] and objects.list("runs/nothing/deeper/") == []
+    assert objects.list("runs/r") == ["runs/r1/a", "runs/r1/b", "runs/r10/a", "runs/r2/a"]
 
 
 @pytest.mark.parametrize("key", ["../escape", "/etc/passwd", "a/../../b", "a//b", "a\\b", "", "./a", "a/\x00", "a/"])

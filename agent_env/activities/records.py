@@ -3,6 +3,8 @@ retention."""
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import activity
 
 from agent_env.activities.shared import Activities
@@ -15,7 +17,15 @@ class RecordActivities(Activities):
     @activity.defn(name=contract.RECORD_RUN.name)
     async def record_run(self, state: RunState, release: list[str] | None) -> None:
         """Upsert the run's record: runs stay listable without Temporal and after its retention. With `release`
-        (the run's id), then release what the run holds on the gateway (it started no sandbox: see `end_run`)."""
-        await self.stores.aio.documents.put("runs", state.run_id, state.model_dump(mode="json"))
-        if release:
-            await end_run(await self._gateway(), self.stores, release[0])
+        (the run's id), also release what the run holds on the gateway, meanwhile (it started no sandbox: see
+        `end_run`)."""
+        record = self.stores.aio.documents.put("runs", state.run_id, state.model_dump(mode="json"))
+        if not release:
+            await record
+            return
+        # Both at once (the record is written in a thread, the release is the gateway's): either may be
+        # retried, as both are idempotent.
+        await asyncio.gather(record, self._release(release[0]))
+
+    async def _release(self, run_id: str) -> None:
+        await end_run(await self._gateway(), self.stores, run_id)

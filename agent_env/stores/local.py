@@ -240,8 +240,18 @@ class FileObjectStore(ObjectStore):
             return False
 
     def list(self, prefix: str = "") -> list[str]:
+        # Only the folder the prefix names can hold its keys: walk it, not the whole store (which grows with
+        # every run; a run's end lists its own folder).
+        folder = prefix.rpartition("/")[0]
+        start = self.root
+        if folder:
+            if any(part in ("", ".", "..") for part in folder.split("/")) or folder.startswith("/") or "\\" in folder:
+                return []  # no key has such a prefix (check_object_key refuses them)
+            start = self.root / folder
+            if not start.is_dir():
+                return []
         keys = []
-        for path in self.root.rglob("*"):
+        for path in start.rglob("*"):
             if path.is_file() and not path.name.startswith(".tmp-"):
                 key = path.relative_to(self.root).as_posix()
                 if key.startswith(prefix):

@@ -429,7 +429,8 @@ async def finish_prompt(
 ) -> dict[str, Any]:
     """Keep the conversation and the tool calls both sides made meanwhile; the step's outputs. `also_under`: a
     folder of the run's (the framework's trajectory_output_prefix) that keeps a copy too."""
-    transcript = await in_thread(expanded, stores, transcript)
+    if any(entry.get("text_key") for entry in transcript):  # (a thread only when there are texts to read)
+        transcript = await in_thread(expanded, stores, transcript)
     names = {agent.get("name"), partner.get("name") if partner else None}
     calls = []
     for instance, after in marks.items():
