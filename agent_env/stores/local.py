@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from agent_env.errors import BadInput
 from agent_env.stores.base import (
     Document,
     DocumentStore,
@@ -240,8 +241,18 @@ class FileObjectStore(ObjectStore):
             return False
 
     def list(self, prefix: str = "") -> list[str]:
+        # Walk only the prefix's folder: the store holds every run's objects, and a run looks up its own often.
+        folder = prefix.rpartition("/")[0]
+        start = self.root
+        if folder:
+            try:
+                start = self._path(folder)
+            except BadInput:
+                return []  # no key has an empty, '.' or '..' segment: none starts with this prefix
+        if not start.is_dir():
+            return []
         keys = []
-        for path in self.root.rglob("*"):
+        for path in start.rglob("*"):
             if path.is_file() and not path.name.startswith(".tmp-"):
                 key = path.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
