@@ -2,7 +2,7 @@
 per turn (a sleep, as a model would), 5 turns each; beside it the same shape as bare Temporal workflows, and
 OpenEnv holding N sessions (bench/peers/openenv_notes.py --density).
 
-Each N (default 100; `--ladder` 100, 300, 1000; `--n` any list) runs three phases, one after the other:
+Each N (default 50, as run_all.py runs it; `--ladder` 100, 300, 1000; `--n` any list) runs three phases, one after the other:
 - ours: N episodes of a tiny task (the notes env, a `trainer` agent prompted 5 times, a check), started at most
   START_AT_ONCE at a time; each holds its first turn until all N are waiting (the plateau: RSS of every process
   is read there), then plays 5 turns, each a sleep of 2-10 s (seeded) and `turn.end(...)`.
@@ -40,7 +40,7 @@ TURNS = 5
 THINK = (2.0, 10.0)  # seconds a turn's "model" takes
 TURN_TIMEOUT = 300  # s: far above THINK, so a timed-out turn is the framework's
 START_AT_ONCE = 25  # episodes starting at a time (a trainer ramps up; a start deploys an env)
-DEFAULT_N = (100,)
+DEFAULT_N = (50,)  # run_all's: a few minutes
 LADDER = (100, 300, 1000)
 OURS = ("temporal", "gateway", "worker", "bench", "other")
 BARE = ("temporal", "bench")
@@ -173,6 +173,13 @@ class Phase:
             "overhead_p99_ms": pct(self.overheads, 0.99) * 1000,
             "cpu_ms_per_turn": sum(cpu.values()) / turns * 1000,
             "cpu_ms_per_turn_by_process": {k: v / turns * 1000 for k, v in sorted(cpu.items())},
+            # The same CPU split: the starts (up to the plateau) per episode, and the turns with the endings after
+            "cpu_ms_per_start": sum(v for k, v in diff(plateau["cpu"], before["cpu"]).items() if k in kinds)
+            / self.n
+            * 1000,
+            "cpu_ms_per_turn_after_start": sum(v for k, v in diff(after["cpu"], plateau["cpu"]).items() if k in kinds)
+            / turns
+            * 1000,
             "mib_per_waiting_episode": sum(rss.values()) / self.n,
             "mib_per_waiting_episode_by_process": {k: v / self.n for k, v in sorted(rss.items())},
             "wall_s": wall,
@@ -352,6 +359,12 @@ def report(label: str, f: dict, base: dict | None) -> None:
     row(f"  {label}: turn overhead p50 / p99", f"{f['overhead_p50_ms']:.0f}/{f['overhead_p99_ms']:.0f} ms", "")
     by = ", ".join(f"{k} {v:.1f}" for k, v in f.get("cpu_ms_per_turn_by_process", {}).items())
     row(f"  {label}: CPU per turn, all processes", f"{f['cpu_ms_per_turn']:.1f} ms", f"{by}{vs}")
+    if "cpu_ms_per_start" in f:
+        row(
+            f"  {label}:   split: per start / per turn after",
+            f"{f['cpu_ms_per_start']:.1f}/{f['cpu_ms_per_turn_after_start']:.1f} ms",
+            "the starts up to the plateau, per episode; the turns and endings after it, per turn",
+        )
     by = ", ".join(f"{k} {v:.3f}" for k, v in f.get("mib_per_waiting_episode_by_process", {}).items())
     row(f"  {label}: MiB per waiting episode", f"{f['mib_per_waiting_episode']:.3f}", by)
 
@@ -438,7 +451,7 @@ def measure(ns: list[int] | None = None, openenv: bool = True) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ladder", action="store_true", help=f"N = {', '.join(map(str, LADDER))}")
-    parser.add_argument("--n", type=int, nargs="*", help="the Ns to run (default: 100)")
+    parser.add_argument("--n", type=int, nargs="*", help="the Ns to run (default: 50)")
     parser.add_argument("--no-openenv", action="store_true", help="leave OpenEnv out")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
