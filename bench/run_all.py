@@ -19,6 +19,7 @@ import coding_agents  # noqa: E402
 import docs_search  # noqa: E402
 import docs_site  # noqa: E402
 import episodes  # noqa: E402
+import episodes_density  # noqa: E402
 import executor  # noqa: E402
 import explorer  # noqa: E402
 import gateway  # noqa: E402
@@ -53,6 +54,7 @@ def main() -> None:
         "coding_agents": coding_agents.measure(),
         "episodes": episodes.measure(),
         "groups": groups.measure(),
+        "episodes_density": episodes_density.measure(),  # N = 50; the ladder: bench/episodes_density.py --ladder
         "sandboxes": sandboxes.measure(),
         "stores": stores.measure(),
         "registry": registry.measure(),

@@ -128,3 +128,14 @@ async def test_runs_survive_a_server_restart(own_settings):
     desc = await client.get_workflow_handle(handle.id).describe()
     assert desc.status.name == "RUNNING"
     assert desc.search_attributes.get("AgentEnvTaskId") == ["hello"]
+
+
+def test_the_server_keeps_a_thousand_waiting_episodes_cached(own_settings):
+    """A run waiting for a turn (an update) that the server evicts from its mutable-state cache loses its pending
+    updates ("workflow update was aborted"): at 1,024 entries, half of 1,000 episodes waiting at once were lost
+    (bench/episodes_density.py --n 1000). The cache the running server got holds 1,000 of them (2 entries each)."""
+    info = server.start(own_settings)
+    with open(f"/proc/{info.pid}/cmdline", "rb") as f:
+        argv = f.read().decode().split("\0")
+    sizes = [int(a.split("=", 1)[1]) for a in argv if a.startswith("history.hostLevelCacheMaxSize=")]
+    assert sizes == [server.CACHED_RUNS] and sizes[0] >= 2 * 1000, argv

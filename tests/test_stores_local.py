@@ -3,6 +3,8 @@ store conformance suite, plus what only the local backends promise."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 
 import pytest
@@ -80,6 +82,45 @@ def test_objects_never_leave_temp_files_or_write_outside(tmp_path):
         store.put("../escape", b"x")
     assert not (tmp_path / "escape").exists()
     assert [p.name for p in (tmp_path / "objects" / "a").iterdir()] == ["b"]
+
+
+_SCANNED: list[str] | None = None  # the folders os.scandir opens while a test records them (audit hooks stay)
+
+
+def _record_scandir(event: str, args: tuple) -> None:
+    if _SCANNED is not None and event == "os.scandir":
+        _SCANNED.append(os.fspath(args[0]))
+
+
+sys.addaudithook(_record_scandir)
+
+
+def test_objects_listed_by_prefix_read_only_the_prefix_folder(tmp_path):
+    """Every run's objects share the store, and a run lists its own (its env servers, its transcripts) often: a
+    list must not walk the whole store, which grows with every run kept."""
+    global _SCANNED
+    store = FileObjectStore(tmp_path / "objects")
+    for run in range(20):
+        store.put(f"runs/r{run}/env-servers/a.json", b"{}")
+        store.put(f"runs/r{run}/transcripts/t.json", b"{}")
+    store.put("other/x", b"1")
+    _SCANNED = []
+    try:
+        assert store.list("runs/r1/env-servers/") == ["runs/r1/env-servers/a.json"]
+        by_run = store.list("runs/r1")  # a prefix, not a folder: r10 to r19 too
+        assert len(by_run) == 22 and by_run[:3] == [
+            "runs/r1/env-servers/a.json",
+            "runs/r1/transcripts/t.json",
+            "runs/r10/env-servers/a.json",
+        ]
+        assert store.list("runs/nothing/") == [] and store.list("runs/../other/") == [] and store.list("a//b") == []
+        one_run = list(_SCANNED)
+    finally:
+        _SCANNED = None
+    root = tmp_path / "objects"
+    assert one_run[0] == str(root / "runs" / "r1" / "env-servers"), one_run
+    assert not [p for p in one_run if not p.startswith(str(root / "runs"))], one_run  # never `other/`, nor the root
+    assert len(store.list()) == 41 and store.list("other/") == ["other/x"]
 
 
 def test_documents_found_by_run_id_or_ordered_by_expiry_are_read_through_an_index(tmp_path):

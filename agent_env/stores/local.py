@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from agent_env.errors import BadInput
 from agent_env.stores.base import (
     Document,
     DocumentStore,
@@ -240,16 +241,16 @@ class FileObjectStore(ObjectStore):
             return False
 
     def list(self, prefix: str = "") -> list[str]:
-        # Only the folder the prefix names can hold its keys: walk it, not the whole store (which grows with
-        # every run; a run's end lists its own folder).
+        # Walk only the prefix's folder: the store holds every run's objects, and a run looks up its own often.
         folder = prefix.rpartition("/")[0]
         start = self.root
         if folder:
-            if any(part in ("", ".", "..") for part in folder.split("/")) or folder.startswith("/") or "\\" in folder:
-                return []  # no key has such a prefix (check_object_key refuses them)
-            start = self.root / folder
-            if not start.is_dir():
-                return []
+            try:
+                start = self._path(folder)
+            except BadInput:
+                return []  # no key has an empty, '.' or '..' segment: none starts with this prefix
+        if not start.is_dir():
+            return []
         keys = []
         for path in start.rglob("*"):
             if path.is_file() and not path.name.startswith(".tmp-"):

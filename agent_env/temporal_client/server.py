@@ -20,6 +20,9 @@ from agent_env.daemon import Daemon, DaemonInfo, PortCheck
 from agent_env.errors import ServerError
 
 START_TIMEOUT = 20.0
+# Runs the embedded server keeps in its mutable-state cache (history.hostLevelCacheMaxSize): runs waiting for
+# a turn (an update) must fit, or their pending updates are aborted when they are evicted.
+CACHED_RUNS = 4096
 
 
 @dataclass
@@ -144,10 +147,12 @@ def _start(settings: Settings, paths: Paths, ports: list[PortCheck], http_port: 
             "--dynamic-config-value",
             "system.enableActivityEagerExecution=true",
             # The mutable-state cache keeps finished runs too (~25 KB each, 2 entries an episode): at the dev
-            # server's 8,096 entries its heap grew to ~600 MiB over a few thousand episodes. 1,024 keeps
-            # ~500 busy runs cached (a miss rereads SQLite); measured: RSS levels off at ~300 MiB, same CPU.
+            # server's 8,096 entries its heap grew to ~600 MiB over a few thousand episodes. But a run waiting
+            # for an update must stay cached: an evicted run loses its pending updates ("workflow update was
+            # aborted"). At 1,024 entries, 1,000 episodes waiting at once lost half their turns
+            # (bench/episodes_density.py); CACHED_RUNS keeps ~2,000 waiting runs.
             "--dynamic-config-value",
-            "history.hostLevelCacheMaxSize=1024",
+            f"history.hostLevelCacheMaxSize={CACHED_RUNS}",
             # A commit is safe from a killed process once in the write-ahead log; only an OS crash
             # could lose the last ones. Saves an fsync on every history write.
             "--sqlite-pragma",

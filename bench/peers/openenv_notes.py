@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -73,7 +74,7 @@ class NotesEnvironment(MCPEnvironment):
         return self._state
 
 
-def make_app():
+def make_app(sessions: int = 4):
     from openenv.core.env_server.http_server import create_app
 
     return create_app(
@@ -81,11 +82,11 @@ def make_app():
         CallToolAction,
         CallToolObservation,
         env_name="notes",
-        max_concurrent_envs=4,
+        max_concurrent_envs=sessions,
     )
 
 
-def serve(port: int) -> None:
+def serve(port: int, sessions: int = 4) -> None:
     """The env server alone (the child process): exits when its parent does."""
     import uvicorn
 
@@ -97,7 +98,7 @@ def serve(port: int) -> None:
         os._exit(0)
 
     threading.Thread(target=follow_parent, daemon=True).start()
-    uvicorn.run(make_app(), host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(make_app(sessions), host="127.0.0.1", port=port, log_level="warning")
 
 
 def serve_in_thread(port: int) -> None:
@@ -184,15 +185,93 @@ async def drive(url: str, pids: list[int], episodes: int, calls: int) -> None:
         await client.close()
 
 
+def rss_mib(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/statm") as statm:
+            total += int(statm.read().split()[1])
+    return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
+
+
+async def density(url: str, pids: list[int], n: int, turns: int, think: tuple[float, float], at_once: int) -> dict:
+    """n sessions at once (at most `at_once` connecting at a time), each a reset, held until all n are open (RSS
+    read there), then `turns` turns: a sleep of `think` seconds and one tool call (the turn's overhead: OpenEnv
+    has no turn of its own, so a turn costs it one call). The same seeded sleeps as the caller's."""
+    import random
+
+    warm = await connect(url, time.monotonic() + 60)
+    await episode(warm)
+    await warm.close()
+    rng = random.Random(n)
+    thinks = [[rng.uniform(*think) for _ in range(turns)] for _ in range(n)]
+    gate, release, arrived = asyncio.Semaphore(at_once), asyncio.Event(), asyncio.Event()
+    waiting, completed, failures, overheads = [0], [0], [], []
+    rss_before, cpu_before = rss_mib(pids), cpu_ms(pids)
+
+    def arrive() -> None:
+        waiting[0] += 1
+        if waiting[0] == n:
+            arrived.set()
+
+    async def session(times: list[float]) -> None:
+        client = None
+        try:
+            async with gate:
+                client = await connect(url, time.monotonic() + 120)
+                await client.reset()
+            arrive()
+            await release.wait()
+            for t in range(turns):
+                await asyncio.sleep(times[t])
+                started = time.perf_counter()
+                await client.call_tool("write_note", key=f"turn-{t}", text="ok")
+                overheads.append(time.perf_counter() - started)
+            completed[0] += 1
+        except Exception as e:
+            failures.append(f"{type(e).__name__}: {str(e)[:200]}")
+            if not release.is_set():
+                arrive()
+        finally:
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.close()
+
+    tasks = [asyncio.create_task(session(t)) for t in thinks]
+    await arrived.wait()
+    await asyncio.sleep(2)
+    rss_plateau = rss_mib(pids)
+    release.set()
+    await asyncio.gather(*tasks)
+    return {
+        "completed": completed[0],
+        "failures": len(failures),
+        "failure_examples": sorted(set(failures))[:5],
+        "overhead_p50_ms": percentile(overheads, 0.5) * 1000,
+        "overhead_p99_ms": percentile(overheads, 0.99) * 1000,
+        "cpu_ms_per_turn": (cpu_ms(pids) - cpu_before) / (n * turns),
+        "mib_per_waiting_episode": (rss_plateau - rss_before) / n,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", type=int, metavar="PORT", help="be the env server only (the child process)")
     parser.add_argument("--in-process", action="store_true", help="serve from a thread of this process")
     parser.add_argument("--episodes", type=int, default=20, help="episodes per round")
     parser.add_argument("--calls", type=int, default=20, help="single calls per round, per path")
+    parser.add_argument("--density", type=int, metavar="N", help="hold N sessions at once instead (one JSON line)")
+    parser.add_argument("--sessions", type=int, default=4, help="the server's max_concurrent_envs (--serve)")
+    parser.add_argument("--turns", type=int, default=5, help="--density: turns per session")
+    parser.add_argument("--think", default="2,10", help="--density: each turn's sleep, uniform in LOW,HIGH s")
+    parser.add_argument("--at-once", type=int, default=25, help="--density: sessions connecting at a time")
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve)
+        serve(args.serve, args.sessions)
         return
     port = free_port()
     server = None
@@ -203,10 +282,19 @@ def main() -> None:
         serve_in_thread(port)
         pids = [os.getpid()]
     else:
-        server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)], stderr=server_log)
+        sessions = str(max(4, (args.density or 0) + 1))
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(port), "--sessions", sessions], stderr=server_log
+        )
         pids = [os.getpid(), server.pid]
     try:
-        asyncio.run(drive(f"http://127.0.0.1:{port}", pids, args.episodes, args.calls))
+        url = f"http://127.0.0.1:{port}"
+        if args.density:
+            low, high = (float(x) for x in args.think.split(","))
+            figures = asyncio.run(density(url, pids, args.density, args.turns, (low, high), args.at_once))
+            print(json.dumps(figures), flush=True)
+        else:
+            asyncio.run(drive(url, pids, args.episodes, args.calls))
     except BaseException:
         server_log.seek(0)
         sys.stderr.write("the OpenEnv server's log:\n" + server_log.read()[-4000:])
