@@ -19,13 +19,15 @@ class RecordActivities(Activities):
         """Upsert the run's record: runs stay listable without Temporal and after its retention. With `release`
         (the run's id), also release what the run holds on the gateway, meanwhile (it started no sandbox: see
         `end_run`)."""
-        record = self.stores.aio.documents.put("runs", state.run_id, state.model_dump(mode="json"))
         if not release:
-            await record
+            await self._record(state)
             return
         # Both at once (the record is written in a thread, the release is the gateway's): either may be
         # retried, as both are idempotent.
-        await asyncio.gather(record, self._release(release[0]))
+        await asyncio.gather(self._record(state), self._release(release[0]))
+
+    async def _record(self, state: RunState) -> None:
+        await self.stores.aio.documents.put("runs", state.run_id, state.model_dump(mode="json"))
 
     async def _release(self, run_id: str) -> None:
         await end_run(await self._gateway(), self.stores, run_id)
