@@ -18,6 +18,7 @@ from agent_env.cli import aio
 from agent_env.cli.output import console, notice
 from agent_env.config import Settings, load_settings
 from agent_env.errors import BadInput
+from agent_env.ports import listening_socket
 
 if TYPE_CHECKING:
     from agent_env.explorer.auth import Door
@@ -33,17 +34,12 @@ def up_command(port: int, open_browser: bool) -> int:
 
 def _bind(port: int) -> socket.socket:
     """The explorer's socket, bound now so a taken port is said plainly before anything starts."""
-    # IPPROTO_TCP named: asyncio turns Nagle off only on sockets that say so (else ~40 ms per keep-alive request).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((HOST, port))
+        sock = listening_socket(HOST, port)
     except OSError as e:
-        sock.close()
         raise BadInput(
             f"cannot serve the explorer on {HOST}:{port} ({e.strerror})", "pick another with --port"
         ) from None
-    sock.listen(128)
     sock.set_inheritable(True)
     return sock
 

@@ -31,6 +31,7 @@ from agent_env.docs_server.pages import MAX_PAGES, GuidePage, load_pages, page_p
 from agent_env.docs_server.search import MAX_LIMIT, MAX_QUERY_CHARS, DocsIndex
 from agent_env.errors import AgentEnvError, BadInput, NotFound
 from agent_env.guard import HostGuard
+from agent_env.ports import listening_socket
 
 DEFAULT_PORT = 8793
 MCP_PATH = "/mcp"
@@ -183,20 +184,12 @@ def http_app(index: DocsIndex, urls: list[str] | None = None) -> ASGIApp:
 
 def bind(host: str, port: int) -> socket.socket:
     """The server's socket, bound now: a taken port is said plainly, and port 0 is a free one."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto named: asyncio turns Nagle's algorithm off only on sockets that say they are TCP, and with it on,
-    # a reply's headers and body (two writes) meet the client's delayed ACK: ~40 ms a request.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        return listening_socket(host, port)
     except OSError as e:
-        sock.close()
         raise BadInput(
             f"cannot listen on {host}:{port} ({e.strerror})", "give another --port (0: any free one)"
         ) from None
-    sock.listen(128)
-    return sock
 
 
 async def serve_http(app: ASGIApp, sock: socket.socket) -> None:

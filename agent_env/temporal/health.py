@@ -42,6 +42,7 @@ from temporalio.runtime import (
 
 from agent_env.errors import ServerError
 from agent_env.guard import HostGuard
+from agent_env.ports import listening_socket
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -190,13 +191,9 @@ class QuietServer(uvicorn.Server):
 
 def _bound_socket(host: str, port: int) -> socket.socket:
     """The port, bound here: uvicorn would exit the process on a taken port instead of raising."""
-    # IPPROTO_TCP named: asyncio turns Nagle off only on sockets that say so (else ~40 ms per keep-alive request).
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock = listening_socket(host, port)
     except OSError as e:
-        sock.close()
         raise ServerError(
             f"cannot serve the worker's health port on {host}:{port}: {e.strerror}",
             "pick a free port (--health-port, [worker] health_port) or the right address (--health-host)",
