@@ -167,22 +167,8 @@ EXAMPLE_CONFIGS: dict[str, JsonObject] = {
     "install_agent": {"sandbox_name": "box", "a2a_agent_id": "assistant"},
     "verify_a2a_agent_mcp": {**_A2A_AGENT, **_ENV},
     "verify_universe_load_export_roundtrip": {**_ENV, "data": {"notes": {"notes": []}}},
-    **{
-        name: _A2A_AGENT
-        for name in (
-            "verify_a2a_agent_card",
-            "verify_a2a_core_protocol",
-            "verify_a2a_agent_config_identity",
-            "verify_a2a_modalities",
-            "verify_a2a_role",
-            "verify_a2a_system_prompt",
-            "verify_a2a_peer_agents",
-            "verify_a2a_install",
-            "verify_a2a_skill_config",
-            "verify_a2a_snapshot",
-            "verify_a2a_trajectory",
-        )
-    },
+    # every agent validator takes an agent; the one that also takes an env has its own example above
+    **{name: _A2A_AGENT for name in FAMILIES["agent validators"] if name != "verify_a2a_agent_mcp"},
     **{
         name: _ENV
         for name in (
