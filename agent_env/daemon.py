@@ -92,6 +92,18 @@ class Daemon:
             return info, False
         return None, info is not None
 
+    def busy(self) -> bool:
+        """Whether another process holds the lock now (is starting or stopping it)."""
+        try:
+            with open(self.lock, "rb") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        except BlockingIOError:
+            return True
+        except FileNotFoundError:
+            return False
+        return False
+
     @contextlib.contextmanager
     def locked(self):
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
+import threading
+import time
 
 import pytest
 from conftest import free_port
@@ -14,6 +17,7 @@ from agent_env.config import ServerSettings, Settings
 from agent_env.errors import ServerError
 from agent_env.temporal import background
 from agent_env.temporal_client import server
+from agent_env.temporal_client.client import connect
 
 
 @pytest.fixture
@@ -139,3 +143,43 @@ def test_the_server_keeps_a_thousand_waiting_episodes_cached(own_settings):
         argv = f.read().decode().split("\0")
     sizes = [int(a.split("=", 1)[1]) for a in argv if a.startswith("history.hostLevelCacheMaxSize=")]
     assert sizes == [server.CACHED_RUNS] and sizes[0] >= 2 * 1000, argv
+
+
+async def test_a_worker_started_beside_the_server_waits_for_it(own_settings):
+    """`agent-env run` starts the background worker and the server at once: the worker's connect waits while
+    the server is being started, and connects once it is up."""
+    waiting = asyncio.create_task(connect(own_settings, start_server=False, server_grace=30.0))
+    await asyncio.sleep(0.3)
+    assert not waiting.done(), "it waits while the start has not begun yet (a second's grace)"
+    await asyncio.to_thread(server.start, own_settings)
+    client = await asyncio.wait_for(waiting, 30)
+    assert await client.service_client.check_health()
+
+
+async def test_a_worker_waiting_for_a_server_nobody_starts_gives_up_at_once(own_settings):
+    """A server start that failed (or never began) ends the worker's wait about a second later, not at the grace's
+    end; while a process holds the server's lock (starting it), the worker keeps waiting."""
+    began = time.monotonic()
+    with pytest.raises(ServerError, match="not running"):
+        await connect(own_settings, start_server=False, server_grace=30.0)
+    assert time.monotonic() - began < 10, "nobody starts it: the wait ends long before its 30 s grace"
+
+    held, release = threading.Event(), threading.Event()
+
+    def starting() -> None:  # stands for a starter holding the lock: a server slow to start
+        with server.Paths(own_settings).daemon.locked():
+            held.set()
+            release.wait(30)
+
+    starter = threading.Thread(target=starting)
+    starter.start()
+    held.wait(10)
+    try:
+        waiting = asyncio.create_task(connect(own_settings, start_server=False, server_grace=30.0))
+        await asyncio.sleep(2.5)
+        assert not waiting.done(), "a server being started is waited for, past the one-second idle grace"
+    finally:
+        release.set()
+        starter.join()
+    with pytest.raises(ServerError, match="not running"):
+        await asyncio.wait_for(waiting, 10)

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 MODULE = "agent_env.temporal.background"
 START_TIMEOUT = 30.0
+# `agent-env run` starts the worker beside the embedded server, not after it (their start-ups overlap): how long
+# the worker waits for the server to appear while another process is starting it.
+SERVER_GRACE = 30.0
 SOCKET_MAX = 100  # AF_UNIX paths are at most 107 bytes: a longer one is reached through its folder's fd
 
 
@@ -139,7 +142,8 @@ def status(settings: Settings) -> WorkerStatus:
 
 def start(settings: Settings, *, on_notice=lambda msg: None) -> tuple[DaemonInfo, bool]:
     """Start the background worker, or reuse the running one if it is current. Returns (info, started now).
-    Start the Temporal server first: the worker connects to it, never starts it."""
+    The worker connects to the Temporal server, never starts it: start the server first, or at the same time (the
+    worker waits `SERVER_GRACE` for it to appear)."""
     p = paths(settings)
     mark = fingerprint(settings)
 
@@ -266,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         settings,
         identity=f"background-{os.getpid()}@{socket.gethostname()}",
         start_server=False,
+        server_grace=SERVER_GRACE,
         serving=lambda client: serve_control(args.socket, client, settings, args.fingerprint),
     )
     loop = asyncio.new_event_loop()  # left behind, not torn down: the process exits right after (`os._exit`)

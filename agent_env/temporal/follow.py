@@ -7,7 +7,9 @@ command's terminal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,10 +67,19 @@ def start_gateway(settings: Settings, inp: RunInput, note: Callable[[str], None]
 async def prepare(settings: Settings, inp: RunInput, *, install: Settings, note: Callable[[str], None]) -> Client:
     """Bring up what the run needs (the embedded ones: server, gateway, background worker) and connect.
     `install`: the settings the background worker runs with (without this run's model overrides)."""
-    gateway_ready = asyncio.create_task(asyncio.to_thread(start_gateway, settings, inp, note))
-    client = await connect(settings, on_notice=note)
-    if settings.embedded:
-        await asyncio.to_thread(background.ensure, install, on_notice=note)
+    # Cold, the three start-ups overlap (the worker waits for the server it connects to). In threads that don't
+    # hold the process back: when the server fails, its error is the one to tell, at once.
+    gateway_ready = _aside(start_gateway, settings, inp, note)
+    worker_ready = _aside(background.ensure, install, on_notice=note) if settings.embedded else None
+    try:
+        client = await connect(settings, on_notice=note)
+    except BaseException:
+        for pending in (gateway_ready, worker_ready):
+            if pending is not None:
+                pending.add_done_callback(_retrieved)
+        raise
+    if worker_ready is not None:
+        await worker_ready
     elif not await workers_polling(client, settings):
         note(
             f"no worker polls task queue '{settings.temporal.task_queue}' at {settings.address}: the run waits "
@@ -76,6 +87,33 @@ async def prepare(settings: Settings, inp: RunInput, *, install: Settings, note:
         )
     await gateway_ready
     return client
+
+
+def _aside(fn: Callable[..., object], *args, **kwargs) -> asyncio.Future:
+    """`fn(*args, **kwargs)` in a daemon thread: unlike `asyncio.to_thread`, leaving the loop does not wait for it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+
+    def settle(result: object, error: BaseException | None) -> None:
+        if not done.done():
+            done.set_exception(error) if error is not None else done.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = fn(*args, **kwargs), None
+        except BaseException as e:  # handed to the loop, which raises it where the future is awaited
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, daemon=True, name=f"start-{getattr(fn, '__name__', 'up')}").start()
+    return done
+
+
+def _retrieved(pending: asyncio.Future) -> None:
+    """Reads a start-up's outcome nobody waits for, so asyncio does not report it as never retrieved."""
+    if not pending.cancelled():
+        pending.exception()
 
 
 async def start_and_follow(

@@ -76,9 +76,11 @@ async def run_worker(
     start_server: bool = True,
     serving: Callable[[Client], contextlib.AbstractAsyncContextManager] | None = None,
     note: Callable[[str], None] = note_to_stderr,
+    server_grace: float = 0.0,
 ) -> int:
     """A worker until SIGTERM or Ctrl-C (which drain it). `serving`: what else to serve while it polls (the
-    background worker's control socket); it stops first, when the drain begins. `note`: where notices go."""
+    background worker's control socket); it stops first, when the drain begins. `note`: where notices go.
+    `server_grace`: how long the embedded server may take to appear (see `connect`)."""
     telemetry.setup(settings, "worker")
     health = None  # the health port's server, when asked for: its metrics need the client's runtime
     if settings.worker.health_port:
@@ -86,7 +88,11 @@ async def run_worker(
 
         health = WorkerHealth(settings.worker.health_host, settings.worker.health_port)
     client = await connect(
-        settings, start_server=start_server, on_notice=note, runtime=health.runtime if health else None
+        settings,
+        start_server=start_server,
+        on_notice=note,
+        runtime=health.runtime if health else None,
+        server_grace=server_grace,
     )
     draining = Draining(timedelta(seconds=settings.worker.drain_timeout))
     worker = create_worker(client, settings, identity=identity, draining=draining)

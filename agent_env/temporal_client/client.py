@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -41,10 +42,17 @@ def _tls(settings: Settings):
 
 
 async def connect(
-    settings: Settings, *, start_server: bool = True, on_notice=lambda msg: None, runtime: Runtime | None = None
+    settings: Settings,
+    *,
+    start_server: bool = True,
+    on_notice=lambda msg: None,
+    runtime: Runtime | None = None,
+    server_grace: float = 0.0,
 ) -> Client:
     """A client using the pydantic data converter. Starts the embedded server when none is configured.
-    `runtime`: the SDK runtime its workers record metrics in (a worker's health port); None: the default."""
+    `runtime`: the SDK runtime its workers record metrics in (a worker's health port); None: the default.
+    `server_grace` (with `start_server=False`): how long the embedded server may take to appear (a background
+    worker is started beside the server, not after it)."""
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -57,7 +65,7 @@ async def connect(
             )
         elif start_server:
             await asyncio.to_thread(server.start, settings, on_notice=on_notice)  # waits until it answers
-        elif not server.status(settings).running:
+        elif not await _server_appears(settings, server_grace):
             raise ServerError(
                 "the embedded Temporal server is not running",
                 "start it with `agent-env server start` (or let `agent-env run` start it)",
@@ -161,3 +169,19 @@ async def workers_polling(client: Client, settings: Settings) -> bool:
     except Exception:  # noqa: BLE001 - unknown: no warning
         return True
     return bool(answer.pollers)
+
+
+async def _server_appears(settings: Settings, grace: float) -> bool:
+    """Whether the embedded server runs (its pidfile names a live process: it may still be starting), waiting up
+    to `grace` seconds for one to appear while a process is starting it. Nobody starting it for a second (the
+    start failed, or never began) ends the wait early."""
+    now = time.monotonic()
+    deadline, idle_since = now + grace, now
+    while not server.status(settings).running:
+        now = time.monotonic()
+        if server.starting(settings):
+            idle_since = now
+        if now >= deadline or now - idle_since > 1.0:
+            return False
+        await asyncio.sleep(0.05)
+    return True

@@ -91,6 +91,11 @@ def status(settings: Settings) -> ServerStatus:
     return ServerStatus(info is not None, ServerInfo.of(info) if info else None, stale, paths)
 
 
+def starting(settings: Settings) -> bool:
+    """Whether a process is starting (or stopping) the embedded server right now."""
+    return Paths(settings).daemon.busy()
+
+
 def start(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
     """Start the embedded server, or return the one already running. Safe to call concurrently."""
     paths = Paths(settings)
