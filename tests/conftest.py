@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -18,6 +19,12 @@ import pytest
 PLUGINS = Path(__file__).parent / "plugins"
 sys.path.insert(0, str(PLUGINS))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
+
+# Ctrl-C is live in this session and in the commands it starts, as at a terminal: a suite started in the background
+# (`nohup ... &` from a script) inherits SIGINT ignored, children keep it ignored across exec, and a Python started
+# that way installs no KeyboardInterrupt handler, so a test interrupting `agent-env run` would wait forever.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Every test of this session uses its own state directory and server ports, never the user's.
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="agentenv-tests-"))
