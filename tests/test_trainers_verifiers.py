@@ -54,8 +54,13 @@ async def admin(settings):
 async def ended(episodes: Episodes, run_id: str):
     """The run's final state (it has ended: its rollout waited for it)."""
     episode = Episode(episodes, run_id)
-    await asyncio.wait_for(episode.result(), 5)
+    await asyncio.wait_for(episode.result(), 60)
     return episode.state
+
+
+async def open_instances(admin) -> int:
+    """How many env instances the gateway has open (a run's end closes its own)."""
+    return (await admin.busy())["instances"]
 
 
 async def evaluate(env: EpisodeEnv, model, name: str, **kwargs):
@@ -67,6 +72,7 @@ async def evaluate(env: EpisodeEnv, model, name: str, **kwargs):
 
 async def test_rewards_are_the_runs_scores_and_every_episode_ends(episodes, model, admin):
     env = vf.load_environment("agent_env.trainers.verifiers", task="refund", seeds=[7], episodes=episodes)
+    before = await open_instances(admin)
     assert isinstance(env, EpisodeEnv) and len(env.get_eval_dataset()) == 1
     good = await evaluate(env, model, "refunds", rollouts_per_example=2)  # the task's scripted good answer
     bad = await evaluate(env, model, "fake-small")  # answers "ok" at once: does nothing
@@ -86,29 +92,34 @@ async def test_rewards_are_the_runs_scores_and_every_episode_ends(episodes, mode
     assert {k: v for k, v in bad[0]["metrics"].items() if k.startswith("check/grade/")} != rows
     runs = {o["run_id"] for o in good + bad}
     assert len(runs) == 3, "an episode per rollout"
-    assert not [i for i in (await admin.busy())["run_instances"] if i.split(".")[0] in runs]
+    assert await open_instances(admin) <= before, "each run closed its instances as it ended"
 
 
-async def test_a_rollout_stopped_at_max_turns_abandons_its_episode(episodes, model):
+async def test_a_rollout_stopped_at_max_turns_abandons_its_episode(episodes, model, admin):
     env = load_environment(task="refund", max_turns=2, episodes=episodes)
+    before = await open_instances(admin)
     [output] = await evaluate(env, model, "refunds")
     assert output["stop_condition"] == "max_turns_reached" and output["reward"] == 0.0
     state = await ended(episodes, output["run_id"])
     assert state.status is RunStatus.CANCELLED, state
     assert state.error == "abandoned by the trainer: the rollout stopped: max_turns_reached"
+    assert await open_instances(admin) <= before
 
 
-async def test_an_errored_run_is_a_verifiers_infra_error_not_a_score(episodes, model):
+async def test_an_errored_run_is_a_verifiers_infra_error_not_a_score(episodes, model, admin):
     env = load_environment(task="refund", turn_timeout=1, episodes=episodes)
+    before = await open_instances(admin)
     [output] = await evaluate(env, model, "fake-slow-3")  # answers after the turn's deadline: the run errors
     assert output["error"] is not None and "EpisodeInfraError" in output["error_chain"], output
     assert issubclass(EpisodeInfraError, vf.InfraError)
     state = await ended(episodes, output["run_id"])
     assert state.status is RunStatus.ERROR and output["metrics"].get("score/grade") is None
+    assert await open_instances(admin) <= before
 
 
-async def test_a_cancelled_evaluation_abandons_its_episodes(episodes, model, client):
+async def test_a_cancelled_evaluation_abandons_its_episodes(episodes, model, admin):
     env = load_environment(task="refund", episodes=episodes)
+    before = await open_instances(admin)
     started: list[str] = []
     setup = env.setup_state
 
@@ -121,13 +132,14 @@ async def test_a_cancelled_evaluation_abandons_its_episodes(episodes, model, cli
     evaluation = asyncio.create_task(evaluate(env, model, "fake-slow-30", rollouts_per_example=2))
     while len(started) < 2:
         await asyncio.sleep(0.05)
+    assert await open_instances(admin) >= before + 2, "the episodes' instances are open while their turns wait"
     evaluation.cancel()
     with pytest.raises(asyncio.CancelledError):
         await evaluation
     for run_id in started:
-        state = await asyncio.wait_for(Episode(episodes, run_id).result(), 30) and None
-        state = (await ended(episodes, run_id)) if state is None else state
+        state = await ended(episodes, run_id)  # the cancelled rollouts' cleanup waited for their runs' ends
         assert state.status is RunStatus.CANCELLED and state.error.startswith("abandoned by the trainer"), state
+    assert await open_instances(admin) <= before
 
 
 async def test_an_eval_is_its_tasks_and_a_bad_load_is_refused(episodes, tmp_path):
