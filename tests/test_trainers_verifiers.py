@@ -152,7 +152,10 @@ async def test_an_eval_is_its_tasks_and_a_bad_load_is_refused(episodes, tmp_path
     (bundle / "evals" / "smoke.toml").write_text('tasks = ["refund"]\n')
     env = load_environment(eval="smoke", bundle=str(bundle), seeds=[1, 2], episodes=episodes)
     rows = env.get_eval_dataset().to_list()
-    assert [(r["info"]["task_id"], r["info"]["seed"], r["info"]["row"]) for r in rows] == [("refund", 1, 0), ("refund", 2, 1)]
+    assert [(r["info"]["task_id"], r["info"]["seed"], r["info"]["row"]) for r in rows] == [
+        ("refund", 1, 0),
+        ("refund", 2, 1),
+    ]
     assert rows[0]["prompt"][-1]["content"] == "Please handle ticket TCK-1004."
     with pytest.raises(BadInput, match="give a task or an eval"):
         load_environment()
