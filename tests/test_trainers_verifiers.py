@@ -20,7 +20,7 @@ from openai import AsyncOpenAI
 from agent_env.episodes import Episode, Episodes
 from agent_env.errors import BadInput
 from agent_env.spec.run import RunStatus
-from agent_env.trainers.verifiers import EpisodeEnv, EpisodeInfraError, load_environment
+from agent_env.trainers.verifiers import EpisodeInfraError, VerifiersEnv, load_environment
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ async def open_instances(admin) -> int:
     return (await admin.busy())["instances"]
 
 
-async def evaluate(env: EpisodeEnv, model, name: str, **kwargs):
+async def evaluate(env: VerifiersEnv, model, name: str, **kwargs):
     results = await env.evaluate(
         model, name, state_columns=["run_id"], on_progress=lambda *a: None, max_concurrent=4, **kwargs
     )
@@ -73,7 +73,7 @@ async def evaluate(env: EpisodeEnv, model, name: str, **kwargs):
 async def test_rewards_are_the_runs_scores_and_every_episode_ends(episodes, model, admin):
     env = vf.load_environment("agent_env.trainers.verifiers", task="refund", seeds=[7], episodes=episodes)
     before = await open_instances(admin)
-    assert isinstance(env, EpisodeEnv) and len(env.get_eval_dataset()) == 1
+    assert isinstance(env, VerifiersEnv) and len(env.get_eval_dataset()) == 1
     good = await evaluate(env, model, "refunds", rollouts_per_example=2)  # the task's scripted good answer
     bad = await evaluate(env, model, "fake-small")  # answers "ok" at once: does nothing
     assert [o["reward"] for o in good] == [1.0, 1.0] and [o["reward"] for o in bad] == [0.0]
@@ -109,9 +109,18 @@ async def test_a_rollout_stopped_at_max_turns_abandons_its_episode(episodes, mod
 async def test_an_errored_run_is_a_verifiers_infra_error_not_a_score(episodes, model, admin):
     env = load_environment(task="refund", turn_timeout=1, episodes=episodes)
     before = await open_instances(admin)
-    [output] = await evaluate(env, model, "fake-slow-3")  # answers after the turn's deadline: the run errors
+    started: list[str] = []
+    setup = env.setup_state
+
+    async def noted(state):
+        started.append("rollout")
+        return await setup(state)
+
+    env.setup_state = noted  # type: ignore[method-assign]
+    # The model answers after the turn's deadline: the run errors; verifiers retries its InfraErrors.
+    [output] = await evaluate(env, model, "fake-slow-2", max_retries=1)
     assert output["error"] is not None and "EpisodeInfraError" in output["error_chain"], output
-    assert issubclass(EpisodeInfraError, vf.InfraError)
+    assert issubclass(EpisodeInfraError, vf.InfraError) and len(started) == 2, "retried once, as verifiers does"
     state = await ended(episodes, output["run_id"])
     assert state.status is RunStatus.ERROR and output["metrics"].get("score/grade") is None
     assert await open_instances(admin) <= before

@@ -76,11 +76,11 @@ def load_environment(
     bundle: str | None = None,
     seeds: list[int] | None = None,
     trainer_agents: list[str] | None = None,
-    turn_timeout: float | None = 600.0,
+    turn_timeout: float | None = None,
     max_turns: int = 30,
     episodes: Episodes | None = None,
     **options: Any,
-) -> EpisodeEnv:
+) -> VerifiersEnv:
     """A verifiers environment over `task` (an id as `Task.get` finds it, a TaskSpec, or a list of them) or over
     the tasks of `eval` (the bundle's `evals/NAME.toml` when `bundle` names one, else the registry's). `seeds`:
     a dataset row per task and seed (default [0]). `trainer_agents`, `turn_timeout`: as `EpisodeSpec.from_task`.
@@ -100,7 +100,7 @@ def load_environment(
     for one in tasks:
         base = EpisodeSpec.from_task(one, trainer_agents, turn_timeout=turn_timeout)
         specs += [base.with_seed(seed) for seed in seeds or [0]]
-    return EpisodeEnv(specs, episodes=episodes, max_turns=max_turns, **options)
+    return VerifiersEnv(specs, episodes=episodes, max_turns=max_turns, **options)
 
 
 class EpisodeRubric(vf.Rubric):
@@ -172,7 +172,7 @@ def _rollout(state: vf.State) -> _Rollout:
     return state.setdefault("agentenv", _Rollout())
 
 
-class EpisodeEnv(vf.MultiTurnEnv):
+class VerifiersEnv(vf.MultiTurnEnv):
     """A verifiers environment whose rollouts are agentenv episodes (see the module's docstring)."""
 
     def __init__(self, specs: list[EpisodeSpec], *, episodes: Episodes | None = None, **kwargs: Any) -> None:
