@@ -17,8 +17,10 @@ import verifiers as vf
 from conftest import FAKE_MODEL_KEY
 from openai import AsyncOpenAI
 
+from agent_env.bundles import BUILTIN_ROOT
 from agent_env.episodes import Episode, Episodes
 from agent_env.errors import BadInput
+from agent_env.gateway.embedded import connect
 from agent_env.spec.run import RunStatus
 from agent_env.trainers.verifiers import EpisodeInfraError, VerifiersEnv, load_environment
 
@@ -44,8 +46,6 @@ def model(fake_model):
 
 @pytest.fixture
 async def admin(settings):
-    from agent_env.gateway.embedded import connect
-
     gateway = connect(settings)
     yield gateway
     await gateway.aclose()
@@ -155,8 +155,6 @@ async def test_an_eval_is_its_tasks_and_a_bad_load_is_refused(episodes, tmp_path
     bundle = tmp_path / "b"
     (bundle / "tasks").mkdir(parents=True)
     (bundle / "evals").mkdir()
-    from agent_env.bundles import BUILTIN_ROOT
-
     (bundle / "tasks" / "refund.toml").write_text((BUILTIN_ROOT / "refund" / "tasks" / "refund.toml").read_text())
     (bundle / "evals" / "smoke.toml").write_text('tasks = ["refund"]\n')
     env = load_environment(eval="smoke", bundle=str(bundle), seeds=[1, 2], episodes=episodes)
