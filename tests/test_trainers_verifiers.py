@@ -166,3 +166,13 @@ async def test_an_eval_is_its_tasks_and_a_bad_load_is_refused(episodes, tmp_path
     assert rows[0]["prompt"][-1]["content"] == "Please handle ticket TCK-1004."
     with pytest.raises(BadInput, match="give a task or an eval"):
         load_environment()
+
+
+async def test_a_conversation_is_one_rollout_each_turn_a_user_message(episodes, model):
+    env = load_environment(task="escalation", trainer_agents=["morgan"], episodes=episodes)
+    [output] = await evaluate(env, model, "morgan")  # the customer's scripted part, turn by turn
+    state = await ended(episodes, output["run_id"])
+    assert output.get("error") is None and output["reward"] == state.score == 1.0, output
+    roles = [m["role"] for m in output["completion"]]
+    assert roles.count("user") >= 1 and roles[-1] == "assistant", roles
+    assert output["completion"][roles.index("user")]["content"].startswith("Done: TCK-2001")
