@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from agent_env.episodes import EpisodeError, Episodes, EpisodeSpec
-from agent_env.errors import BadInput
+from agent_env.episodes import EpisodeError, EpisodeInfrastructureError, Episodes, EpisodeSpec
+from agent_env.errors import AgentEnvError, BadInput
 from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.stores import open_stores
 
@@ -56,6 +56,11 @@ async def test_refund_episode_rewards_are_the_task_scores(episodes, settings):
     scores = await episode.result()
     state = episode.state
     assert state.status is RunStatus.PASSED and scores == {"grade": 1.0}, state
+    outcome = await episode.outcome()
+    assert (outcome.total, outcome.passed, outcome.scores) == (state.score, True, scores)
+    rows = [(c.step, c.name, c.score, c.passed, c.weight, c.in_total) for c in outcome.components]
+    assert rows == [("grade", c.name, 1.0, True, c.weight, True) for c in state.steps["grade"].score.criteria]
+    assert len(rows) >= 2
     assert state.steps["work"].outputs["tool_calls"] == 6
     assert state.pins["seed"] == 7 and state.pins["agents"]["agent"] == "refunds@1 (trainer)"
     transcript = json.loads(open_stores(settings).objects.get(state.steps["work"].outputs["transcript"]))
@@ -68,6 +73,9 @@ async def test_a_trainer_that_does_nothing_scores_what_the_task_says(episodes):
     await turn.end("I looked but did nothing.")
     scores = await episode.result()
     assert episode.state.status is RunStatus.FAILED and scores["grade"] == pytest.approx(0.0)
+    outcome = await episode.outcome()  # the agent failed its checks: a score (0), not an error
+    assert (outcome.total, outcome.passed) == (pytest.approx(0.0), False)
+    assert outcome.components and not any(c.passed for c in outcome.components)
 
 
 async def test_trainer_plays_the_customer_against_a_hosted_support_agent(episodes, settings):
@@ -111,7 +119,12 @@ async def test_turn_deadline_abandon_and_refused_answers(episodes):
     late = await EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=1).start(episodes)
     turn = await late.next_turn()
     await asyncio.sleep(1.5)
-    await late.result()
+    with pytest.raises(EpisodeInfrastructureError, match="step 'work' of run .* refunds did not answer") as failed:
+        await late.result()  # a run that ended in error is never a score
+    assert (failed.value.step, failed.value.status) == ("work", "error")
+    assert isinstance(failed.value, AgentEnvError) and not isinstance(failed.value, EpisodeError)
+    with pytest.raises(EpisodeInfrastructureError):
+        await late.outcome()
     with pytest.raises(EpisodeError, match="is over: turn 'work/agent/0' was not taken"):
         await turn.end("too late")
     assert late.state.status is RunStatus.ERROR
@@ -122,7 +135,8 @@ async def test_turn_deadline_abandon_and_refused_answers(episodes):
     with pytest.raises(EpisodeError, match="no turn 'work/agent/9' is waiting"):
         await gone.end_turn("work/agent/9", "not asked")
     await gone.abandon("the trainer was preempted")
-    await gone.result()
+    abandoned = await gone.outcome()  # the trainer gave it up: no reward, and no error either
+    assert (abandoned.status, abandoned.total, abandoned.passed) == (RunStatus.CANCELLED, None, False)
     assert gone.state.status is RunStatus.CANCELLED
     assert gone.state.error == "abandoned by the trainer: the trainer was preempted"
     assert gone.state.steps["work"].status is StepStatus.CANCELLED

@@ -54,6 +54,9 @@ class Criterion(BaseModel):
     passed: bool
     weight: float = 1.0
     detail: str = ""
+    score: float | None = Field(
+        None, description="the row's own score when it is graded in degrees (a judge's, a pooled step's)"
+    )
 
 
 class Score(BaseModel):
