@@ -284,9 +284,30 @@ async def test_the_turn_loop_over_http(settings, client, worker):
             assert ended.json() == {"ended": turn["id"]}
             assert (await http.post(f"/episodes/{episode}/next-turn", json={})).json() == {"turn": None}
             result = (await http.get(f"/episodes/{episode}/result")).json()
-            assert result == {"status": "passed", "score": 1.0, "scores": {"grade": 1.0}, "error": None}
+            rows = result.pop("components")
+            assert result == {
+                "status": "passed",
+                "total": 1.0,
+                "score": 1.0,
+                "passed": True,
+                "scores": {"grade": 1.0},
+                "error": None,
+            }
+            assert rows and all(r["step"] == "grade" and r["passed"] and r["score"] == 1.0 for r in rows)
             # The server kept what the start and the answer asked: no update of its own for either next-turn.
             assert await updates_taken(client.get_workflow_handle(episode)) == ["next_turn", "answer"]
+            # A run that cannot grade the policy (its turn not answered in time) is no score: a 502 saying why.
+            late = (await http.post("/episodes", json={"task": "refund", "turn_timeout": 1})).json()["episode"]
+            await http.post(f"/episodes/{late}/next-turn", json={})
+            await asyncio.sleep(1.5)
+            failed = await http.get(f"/episodes/{late}/result")
+            assert failed.status_code == 502, failed.text
+            assert failed.json()["infrastructure"] == {
+                "episode": late,
+                "step": "work",
+                "cause": "step 'work' failed: refunds did not answer within 1s",
+                "status": "error",
+            }
     finally:
         await admin.aclose()
         server.should_exit = True
@@ -313,6 +334,16 @@ async def test_gymnasium_style_adapter(settings, worker):
         observation, reward, terminated, truncated, info = await asyncio.to_thread(env.step, {"response": "Done."})
         assert terminated and not truncated and reward == 1.0 and info["scores"] == {"grade": 1.0}
         assert observation == {"turn": None}
+        assert info["outcome"].total == 1.0 and info["outcome"].components[0].step == "grade"
+        # An episode whose run cannot grade the policy raises, never rewards: the trainer drops or retries it.
+        late = EpisodeEnv(EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=1), settings=settings, worker=False)
+        try:
+            await asyncio.to_thread(late.reset)
+            await asyncio.sleep(1.5)
+            with pytest.raises(EpisodeInfrastructureError, match="refunds did not answer within 1s"):
+                await asyncio.to_thread(late.step, {"response": "too late"})
+        finally:
+            await asyncio.to_thread(late.close)
     finally:
         await asyncio.to_thread(env.close)
 
