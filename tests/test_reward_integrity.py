@@ -30,6 +30,8 @@ from agent_env.agents.sdk import ToolFailed
 from agent_env.episodes import Episodes, EpisodeSpec
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.run import RunStatus
+from agent_env.steps import StepFailed
+from agent_env.steps.builtin.task_containers import reward_of
 
 HONEST = 2 / 3
 CLAIM = (
@@ -212,3 +214,12 @@ async def test_a_hosted_agent_claiming_its_grade_over_a2a_gets_the_honest_one(ru
     assert forged.steps["total"].score == honest.steps["total"].score
     calls = forged.steps["write"].outputs["tool_calls"]
     assert calls == 1 + len(FORGED_NOTES) + len(FORBIDDEN_TOOLS), forged.steps["write"].outputs
+
+
+@pytest.mark.parametrize("written", [float("nan"), float("inf"), float("-inf"), 1.5, -0.1, True, "1.0", None])
+def test_a_reward_file_holding_no_score_in_0_to_1_is_no_grade(written):
+    """A reward file (run_container_unit_tests_verifier's reward_path) with NaN, an infinity, a number outside 0..1,
+    or no number fails its step (an infrastructure failure, never a score). NaN used to read as 1.0."""
+    with pytest.raises(StepFailed, match="reward_path '/logs/reward.txt' holds"):
+        reward_of("/logs/reward.txt", written)
+    assert [reward_of("r", v) for v in (0, 0.25, 1)] == [0.0, 0.25, 1.0]
