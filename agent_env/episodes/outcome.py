@@ -95,9 +95,9 @@ def infrastructure_failure(state: RunState) -> EpisodeInfrastructureError | None
             return None
         return EpisodeInfrastructureError(state.run_id, None, state.error or "cancelled from outside", "cancelled")
     for sid in failed:
-        step = state.steps[sid]
-        if step.type in GRADING_TYPES:
-            cause = f"the grading step failed: {step.error or 'no reason recorded'}"
+        grader = state.steps[sid]
+        if grader.type in GRADING_TYPES:
+            cause = f"the grading step failed: {grader.error or 'no reason recorded'}"
             return EpisodeInfrastructureError(state.run_id, sid, cause, state.status.value)
     return None
 
