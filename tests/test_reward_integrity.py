@@ -27,9 +27,10 @@ import httpx
 import pytest
 
 from agent_env.agents.sdk import ToolFailed
-from agent_env.episodes import Episodes, EpisodeSpec
+from agent_env.episodes import EpisodeInfrastructureError, Episodes, EpisodeSpec
+from agent_env.episodes.outcome import outcome_of
 from agent_env.planning.tasks import parse_task
-from agent_env.spec.run import RunStatus
+from agent_env.spec.run import Criterion, RunState, RunStatus, Score, StepState, StepStatus
 from agent_env.steps import StepFailed
 from agent_env.steps.builtin.task_containers import reward_of
 
@@ -192,6 +193,11 @@ async def test_an_agent_cannot_touch_its_grade_through_any_path_it_has(episodes,
     episode, forged = await play(episodes, forge)
 
     assert honest.total == pytest.approx(HONEST) and honest.status is RunStatus.FAILED
+    assert [(r[0], r[1], r[2], r[3], r[5]) for r in rows(honest)] == [
+        ("check", "the note says hello", 1.0, True, False),
+        ("check", "the note is signed", 0.0, False, False),
+        ("total", "check", pytest.approx(HONEST), False, True),  # the aggregate's row: the check's own score
+    ]
     assert (forged.total, forged.passed, forged.scores, rows(forged)) == (
         honest.total,
         honest.passed,
@@ -223,3 +229,45 @@ def test_a_reward_file_holding_no_score_in_0_to_1_is_no_grade(written):
     with pytest.raises(StepFailed, match="reward_path '/logs/reward.txt' holds"):
         reward_of("/logs/reward.txt", written)
     assert [reward_of("r", v) for v in (0, 0.25, 1)] == [0.0, 0.25, 1.0]
+
+
+def ended(status: RunStatus, *steps: StepState, error: str | None = None) -> RunState:
+    state = RunState(
+        run_id="r", task_id="t", task_version="1", started_at="2026-01-01T00:00:00Z", steps={s.id: s for s in steps}
+    )
+    state.status, state.error = status, error
+    if status is not RunStatus.CANCELLED:
+        state.conclude()
+    return state
+
+
+SCORED = StepState(
+    id="check",
+    type="check_state",
+    status=StepStatus.SUCCEEDED,
+    score=Score.from_criteria([Criterion(name="a", passed=True), Criterion(name="b", passed=False, weight=3)]),
+)
+
+
+def test_what_is_a_score_and_what_is_an_infrastructure_failure():
+    """An agent failing its checks is a score; a run that could not grade it raises, naming the step and cause."""
+    failed = outcome_of(ended(RunStatus.FAILED, SCORED))
+    assert (failed.total, failed.passed, failed.scores) == (0.25, False, {"check": 0.25})
+    assert [(c.name, c.score, c.weight, c.in_total) for c in failed.components] == [
+        ("a", 1.0, 1.0, True),
+        ("b", 0.0, 3.0, True),
+    ]
+    # a grading step that failed under `continue`: the run "passed" on what was left, but that is no grade
+    broken = StepState(id="judge", type="rubrics_verifier", status=StepStatus.FAILED, error="the judge was down")
+    with pytest.raises(EpisodeInfrastructureError, match="step 'judge' of run r failed: the grading step failed"):
+        outcome_of(ended(RunStatus.PASSED, SCORED, broken))
+    # a step that failed under `fail`: the run ended in error
+    crashed = StepState(id="env", type="deploy_env", status=StepStatus.FAILED, error="the sandbox died")
+    with pytest.raises(EpisodeInfrastructureError) as e:
+        outcome_of(ended(RunStatus.PASSED, crashed, error="step 'env' failed: the sandbox died"))
+    assert (e.value.step, e.value.cause, e.value.status) == ("env", "step 'env' failed: the sandbox died", "error")
+    # cancelled from outside: no grade; abandoned by its own trainer: no reward, and no error either
+    with pytest.raises(EpisodeInfrastructureError, match="cancelled from outside"):
+        outcome_of(ended(RunStatus.CANCELLED, SCORED))
+    gave_up = outcome_of(ended(RunStatus.CANCELLED, error="abandoned by the trainer: max turns"))
+    assert (gave_up.status, gave_up.total, gave_up.passed) == (RunStatus.CANCELLED, None, False)

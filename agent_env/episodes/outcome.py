@@ -18,10 +18,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from agent_env.errors import AgentEnvError
-from agent_env.spec.run import RunState, RunStatus, StepStatus
-
-# What the workflow records as a run's error when its trainer gave it up (agent_env.workflows.task_run).
-ABANDONED = "abandoned by the trainer: "
+from agent_env.spec.run import ABANDONED, RunState, RunStatus, StepStatus
 
 # The built-in step types that grade (the catalog's "grading" group, agent_env.step_types): one that failed
 # leaves the run without its honest grade.
