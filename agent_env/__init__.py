@@ -9,6 +9,8 @@ _LAZY = {
     "Task": "agent_env.task_lookup:Task",
     "EpisodeSpec": "agent_env.episodes:EpisodeSpec",
     "Episodes": "agent_env.episodes:Episodes",
+    "EpisodeResult": "agent_env.episodes:EpisodeResult",
+    "EpisodeInfrastructureError": "agent_env.episodes:EpisodeInfrastructureError",
 }
 
 

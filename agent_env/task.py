@@ -7,7 +7,7 @@
         async with turn.tools() as tools:  # the agent's env tools, called as its role
             ...  # your model reads turn.system_prompt and turn.prompt, and acts with tools.list() and tools.call()
         await turn.end(response="Done.")
-    scores = await episode.result()  # every score the run recorded, by step id
+    outcome = await episode.outcome()  # the reward (outcome.total), its rows (outcome.components), by step
 
 `Task.get` finds a task by id (agent_env.task_lookup); the episode API is agent_env.episodes. The CLI
 never imports this module: it pulls in the episode client and task planning.
@@ -15,7 +15,19 @@ never imports this module: it pulls in the episode client and task planning.
 
 from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
 from agent_env.episodes.group import EpisodeGroup
+from agent_env.episodes.outcome import Component, EpisodeInfrastructureError, EpisodeResult
 from agent_env.episodes.spec import EpisodeSpec
 from agent_env.task_lookup import Task
 
-__all__ = ["Episode", "EpisodeError", "EpisodeGroup", "EpisodeSpec", "Turn", "Episodes", "Task"]
+__all__ = [
+    "Component",
+    "Episode",
+    "EpisodeError",
+    "EpisodeGroup",
+    "EpisodeInfrastructureError",
+    "EpisodeResult",
+    "EpisodeSpec",
+    "Turn",
+    "Episodes",
+    "Task",
+]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from agent_env.episodes import EpisodeError, Episodes, EpisodeSpec
-from agent_env.errors import BadInput
+from agent_env.episodes import EpisodeError, EpisodeInfrastructureError, Episodes, EpisodeSpec
+from agent_env.errors import AgentEnvError, BadInput
 from agent_env.spec.run import RunStatus, StepStatus
 from agent_env.stores import open_stores
 
@@ -56,6 +56,11 @@ async def test_refund_episode_rewards_are_the_task_scores(episodes, settings):
     scores = await episode.result()
     state = episode.state
     assert state.status is RunStatus.PASSED and scores == {"grade": 1.0}, state
+    outcome = await episode.outcome()
+    assert (outcome.total, outcome.passed, outcome.scores) == (state.score, True, scores)
+    rows = [(c.step, c.name, c.score, c.passed, c.weight, c.in_total) for c in outcome.components]
+    assert rows == [("grade", c.name, 1.0, True, c.weight, True) for c in state.steps["grade"].score.criteria]
+    assert len(rows) >= 2
     assert state.steps["work"].outputs["tool_calls"] == 6
     assert state.pins["seed"] == 7 and state.pins["agents"]["agent"] == "refunds@1 (trainer)"
     transcript = json.loads(open_stores(settings).objects.get(state.steps["work"].outputs["transcript"]))
@@ -68,6 +73,9 @@ async def test_a_trainer_that_does_nothing_scores_what_the_task_says(episodes):
     await turn.end("I looked but did nothing.")
     scores = await episode.result()
     assert episode.state.status is RunStatus.FAILED and scores["grade"] == pytest.approx(0.0)
+    outcome = await episode.outcome()  # the agent failed its checks: a score (0), not an error
+    assert (outcome.total, outcome.passed) == (pytest.approx(0.0), False)
+    assert outcome.components and not any(c.passed for c in outcome.components)
 
 
 async def test_trainer_plays_the_customer_against_a_hosted_support_agent(episodes, settings):
@@ -111,7 +119,12 @@ async def test_turn_deadline_abandon_and_refused_answers(episodes):
     late = await EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=1).start(episodes)
     turn = await late.next_turn()
     await asyncio.sleep(1.5)
-    await late.result()
+    with pytest.raises(EpisodeInfrastructureError, match="step 'work' of run .* refunds did not answer") as failed:
+        await late.result()  # a run that ended in error is never a score
+    assert (failed.value.step, failed.value.status) == ("work", "error")
+    assert isinstance(failed.value, AgentEnvError) and not isinstance(failed.value, EpisodeError)
+    with pytest.raises(EpisodeInfrastructureError):
+        await late.outcome()
     with pytest.raises(EpisodeError, match="is over: turn 'work/agent/0' was not taken"):
         await turn.end("too late")
     assert late.state.status is RunStatus.ERROR
@@ -122,7 +135,8 @@ async def test_turn_deadline_abandon_and_refused_answers(episodes):
     with pytest.raises(EpisodeError, match="no turn 'work/agent/9' is waiting"):
         await gone.end_turn("work/agent/9", "not asked")
     await gone.abandon("the trainer was preempted")
-    await gone.result()
+    abandoned = await gone.outcome()  # the trainer gave it up: no reward, and no error either
+    assert (abandoned.status, abandoned.total, abandoned.passed) == (RunStatus.CANCELLED, None, False)
     assert gone.state.status is RunStatus.CANCELLED
     assert gone.state.error == "abandoned by the trainer: the trainer was preempted"
     assert gone.state.steps["work"].status is StepStatus.CANCELLED
@@ -270,9 +284,30 @@ async def test_the_turn_loop_over_http(settings, client, worker):
             assert ended.json() == {"ended": turn["id"]}
             assert (await http.post(f"/episodes/{episode}/next-turn", json={})).json() == {"turn": None}
             result = (await http.get(f"/episodes/{episode}/result")).json()
-            assert result == {"status": "passed", "score": 1.0, "scores": {"grade": 1.0}, "error": None}
+            rows = result.pop("components")
+            assert result == {
+                "status": "passed",
+                "total": 1.0,
+                "score": 1.0,
+                "passed": True,
+                "scores": {"grade": 1.0},
+                "error": None,
+            }
+            assert rows and all(r["step"] == "grade" and r["passed"] and r["score"] == 1.0 for r in rows)
             # The server kept what the start and the answer asked: no update of its own for either next-turn.
             assert await updates_taken(client.get_workflow_handle(episode)) == ["next_turn", "answer"]
+            # A run that cannot grade the policy (its turn not answered in time) is no score: a 502 saying why.
+            late = (await http.post("/episodes", json={"task": "refund", "turn_timeout": 1})).json()["episode"]
+            await http.post(f"/episodes/{late}/next-turn", json={})
+            await asyncio.sleep(1.5)
+            failed = await http.get(f"/episodes/{late}/result")
+            assert failed.status_code == 502, failed.text
+            assert failed.json()["infrastructure"] == {
+                "episode": late,
+                "step": "work",
+                "cause": "step 'work' failed: refunds did not answer within 1s",
+                "status": "error",
+            }
     finally:
         await admin.aclose()
         server.should_exit = True
@@ -299,6 +334,16 @@ async def test_gymnasium_style_adapter(settings, worker):
         observation, reward, terminated, truncated, info = await asyncio.to_thread(env.step, {"response": "Done."})
         assert terminated and not truncated and reward == 1.0 and info["scores"] == {"grade": 1.0}
         assert observation == {"turn": None}
+        assert info["outcome"].total == 1.0 and info["outcome"].components[0].step == "grade"
+        # An episode whose run cannot grade the policy raises, never rewards: the trainer drops or retries it.
+        late = EpisodeEnv(EpisodeSpec.from_task("refund", ["refunds"], turn_timeout=1), settings=settings, worker=False)
+        try:
+            await asyncio.to_thread(late.reset)
+            await asyncio.sleep(1.5)
+            with pytest.raises(EpisodeInfrastructureError, match="refunds did not answer within 1s"):
+                await asyncio.to_thread(late.step, {"response": "too late"})
+        finally:
+            await asyncio.to_thread(late.close)
     finally:
         await asyncio.to_thread(env.close)
 

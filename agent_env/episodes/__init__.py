@@ -2,6 +2,17 @@
 
 from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
 from agent_env.episodes.group import EpisodeGroup
+from agent_env.episodes.outcome import Component, EpisodeInfrastructureError, EpisodeResult
 from agent_env.episodes.spec import EpisodeSpec
 
-__all__ = ["Episode", "EpisodeError", "EpisodeGroup", "EpisodeSpec", "Turn", "Episodes"]
+__all__ = [
+    "Component",
+    "Episode",
+    "EpisodeError",
+    "EpisodeGroup",
+    "EpisodeInfrastructureError",
+    "EpisodeResult",
+    "EpisodeSpec",
+    "Turn",
+    "Episodes",
+]

@@ -7,11 +7,13 @@
         async with turn.tools() as tools:  # the agent's env tools, called as its role
             ...  # your model reads turn.system_prompt and turn.prompt, and acts with tools.list() and tools.call()
         await turn.end(response="Done.")
-    scores = await episode.result()  # every score the run recorded, by step id
+    outcome = await episode.outcome()  # the reward (outcome.total), its rows (outcome.components), by step
 
 `from_task` plays the task's only prompted agent unless `trainer_agents=[...]` names them (it must when the task
 prompts several); `turn_timeout` replaces each played prompt's own `turn_deadline`. `episode.abandon(reason)` gives
-an episode up (its run is recorded cancelled, with the reason).
+an episode up (its run is recorded cancelled, with the reason). `outcome()` (an `EpisodeResult`, agent_env.episodes.
+outcome) and `result()` (its scores by step id) raise `EpisodeInfrastructureError` when the run could not grade
+the policy (it ended in error, was cancelled from outside, or a grading step failed): never a score.
 
 Turns travel as Temporal updates (an answer sent twice counts once; an answer also asks for the next turn, so
 a turn costs the run one workflow task); tool calls go straight to the gateway, over REST on a connection kept
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agent_env.agents.sdk import Turn as AgentTurn
 from agent_env.config import load_settings
+from agent_env.episodes.outcome import EpisodeResult, outcome_of
 from agent_env.episodes.proxy_player import ProxyPlayer
 from agent_env.episodes.tools import RestTools, TurnTools
 from agent_env.errors import AgentEnvError
@@ -284,12 +287,20 @@ class Episode:
         """Give the episode up: the run stops, recorded as cancelled with the reason."""
         await self._update("abandon", reason)
 
+    async def outcome(self) -> EpisodeResult:
+        """Waits for the run to end: its reward (`total`, the run's score), every score by step id and each grading
+        check's row (`self.state` has the rest). Raises EpisodeInfrastructureError when the run could not grade the
+        policy (an error, a cancellation from outside, a failed grading step): such a run is never a score."""
+        if self.state is None:
+            self.state = await launch.wait_result(self.handle)
+            self.episodes.run_over(self.run_id)
+            self._tokens.clear()
+        return outcome_of(self.state)
+
     async def result(self) -> dict[str, float]:
-        """Waits for the run to end; every score it recorded, by step id (`self.state` has the rest)."""
-        self.state = await launch.wait_result(self.handle)
-        self.episodes.run_over(self.run_id)
-        self._tokens.clear()
-        return {sid: s.score.value for sid, s in self.state.steps.items() if s.score is not None}
+        """Waits for the run to end; every score it recorded, by step id (`outcome()` has the total and each
+        check's row). Raises EpisodeInfrastructureError as `outcome()` does."""
+        return (await self.outcome()).scores
 
 
 def _refused(handle: WorkflowUpdateHandle[dict]) -> bool:

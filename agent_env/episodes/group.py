@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from agent_env.bundles import find_env
 from agent_env.episodes.client import Episode, Episodes
+from agent_env.episodes.outcome import EpisodeInfrastructureError, EpisodeResult
 from agent_env.errors import BadInput
 from agent_env.planning.tasks import parse_task
 from agent_env.spec.env import EnvRecord
@@ -59,11 +60,24 @@ class EpisodeGroup:
         self.prototypes = prototypes  # instance ids on the gateway, deleted when the group ends
 
     async def results(self) -> list[dict[str, float]]:
-        """Waits for every rollout to end; each one's scores (by step id), in order. Then the group ends."""
+        """Waits for every rollout to end; each one's scores (by step id), in order. Then the group ends. Raises
+        EpisodeInfrastructureError for a rollout that could not be graded (`outcomes()` gives the others too)."""
         try:
             return list(await asyncio.gather(*(episode.result() for episode in self.episodes)))
         finally:
             await self.close()
+
+    async def outcomes(self) -> list[EpisodeResult | EpisodeInfrastructureError]:
+        """Waits for every rollout to end; each one's `EpisodeResult`, or the EpisodeInfrastructureError that
+        leaves it without a reward (drop or retry that one: the others keep theirs), in order. Then the group ends."""
+        try:
+            found = await asyncio.gather(*(episode.outcome() for episode in self.episodes), return_exceptions=True)
+        finally:
+            await self.close()
+        for each in found:
+            if isinstance(each, BaseException) and not isinstance(each, EpisodeInfrastructureError):
+                raise each
+        return [each for each in found if isinstance(each, EpisodeResult | EpisodeInfrastructureError)]
 
     async def close(self) -> None:
         """End the group: its prototypes are deleted (rollouts still running keep their own forks)."""

@@ -6,8 +6,10 @@
                                                                  "arguments": {"ticket_id": "TCK-1004"}})
     ...                                            # observation["tool_result"] (or "tool_error")
     observation, reward, terminated, truncated, info = env.step({"response": "Done."})
-    # the next turn's observation, or terminated=True with reward = the run's score and
-    # info["scores"] = every score by step id
+    # the next turn's observation, or terminated=True with reward = the run's score (the outcome's total),
+    # info["scores"] = every score by step id, info["components"] = each grading check's row,
+    # info["outcome"] = the EpisodeResult; a run that could not grade the policy (an infrastructure
+    # failure) raises EpisodeInfrastructureError from step() instead: drop or retry that episode
 
 The API is synchronous (as Gymnasium's is): an event loop in a background thread runs the episode. It
 needs no Gymnasium install; with Gymnasium, wrap it or register it as you would any environment.
@@ -19,7 +21,7 @@ import asyncio
 import threading
 from typing import Any
 
-from agent_env.episodes.client import Episode, Episodes, Turn
+from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
 from agent_env.episodes.spec import EpisodeSpec
 from agent_env.gateway_client import GatewayRefused
 from agent_env.gateway_client.env_servers import EnvServers
@@ -118,18 +120,30 @@ class EpisodeEnv:
                 return {"tool_error": str(e)}, 0.0, False, False, {}
         if "response" not in action:
             raise ValueError('an action is {"tool": NAME, "arguments": {...}} or {"response": TEXT}')
-        await self._turn.end(str(action["response"]))
+        episode = self._turn.episode
+        try:
+            await self._turn.end(str(action["response"]))
+        except EpisodeError:  # the run ended without taking the answer: its outcome says why (an error raises)
+            self._turn = None
+            await episode.outcome()
+            raise
         observation = await self._next()
         if self._turn is not None:
             return observation, 0.0, False, False, {}
-        scores = await self._episode.result()
-        state = self._episode.state
+        outcome = await episode.outcome()  # EpisodeInfrastructureError when the run could not grade the policy
         return (
             observation,
-            float(state.score or 0.0),
+            float(outcome.total or 0.0),
             True,
             False,
-            {"scores": scores, "status": state.status.value, "run_id": state.run_id},
+            {
+                "scores": outcome.scores,
+                "total": outcome.total,
+                "components": [c.model_dump(mode="json") for c in outcome.components],
+                "outcome": outcome,
+                "status": outcome.status.value,
+                "run_id": outcome.run_id,
+            },
         )
 
     async def _close(self) -> None:

@@ -11,10 +11,15 @@ agents' role tokens. Bodies and answers are JSON.
                                             or {"turn": null} once the episode is over
     POST /episodes/{ID}/turns/{TURN}/end    {"response": "Done."}                   -> {"ended": TURN}
     POST /episodes/{ID}/abandon             {"reason": "..."}
-    GET  /episodes/{ID}/result              waits for the run to end -> {"status", "score", "scores": {step: score}}
+    GET  /episodes/{ID}/result              waits for the run to end -> {"status", "total", "score" (= total),
+                                             "passed", "scores": {step: score}, "components": [row, ...], "error"}
+                                            or, when the run could not grade the policy (an infrastructure
+                                            failure), 502 {"error", "infrastructure": {"episode", "step", "cause",
+                                            "status"}}: drop or retry it, never score it
     POST /episodes/groups                   {...as /episodes, "size": 8, "seeds": null}
                                             -> {"group": ID, "episodes": [ID, ...]}
     GET  /episodes/groups/{ID}/result       waits for every rollout -> {"group", "results": [result of each, in order]}
+                                            (a rollout that could not be graded: its {"error", "infrastructure"})
     POST /episodes/groups/{ID}/close        ends the group early (its prototype released) -> {"closed": ID}
 
 A group is `size` rollouts of one task from one start state (agent_env.episodes.group): its envs are deployed
@@ -47,9 +52,11 @@ from agent_env import http_app
 from agent_env.config import Settings
 from agent_env.episodes.client import Episode, Episodes
 from agent_env.episodes.group import MAX_SIZE, EpisodeGroup
+from agent_env.episodes.outcome import EpisodeInfrastructureError, EpisodeResult
 from agent_env.episodes.spec import EpisodeSpec
 from agent_env.errors import AgentEnvError, NotFound
 from agent_env.gateway.embedded import admin_token, base_url
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.guard import HostGuard, bearer, tokens_equal
 from agent_env.planning.tasks import parse_task
 from agent_env.task_lookup import resolve_target
@@ -91,12 +98,26 @@ class Abandon(BaseModel):
 
 
 class Result(TypedDict):
-    """An ended episode's result, as `GET /episodes/{ID}/result` answers it."""
+    """An ended episode's result, as `GET /episodes/{ID}/result` answers it (EpisodeResult's fields; `score` is
+    `total`, kept under its first name)."""
 
     status: str
+    total: float | None
     score: float | None
+    passed: bool
     scores: dict[str, float]
+    components: list[JsonObject]
     error: str | None
+
+
+class Infrastructure(TypedDict):
+    """Why an episode has no reward (EpisodeInfrastructureError), as its result route answers it (status 502)."""
+
+    error: str
+    infrastructure: dict[str, str | None]
+
+
+INFRASTRUCTURE_STATUS = 502  # the run could not grade the policy: distinct from a refusal (4xx) and a score (200)
 
 
 class Served:
@@ -179,12 +200,24 @@ def spec_of(body: StartRequest) -> EpisodeSpec:
     return EpisodeSpec.from_task(task, body.trainer_agents, turn_timeout=body.turn_timeout, seed=body.seed)
 
 
-def result_of(played: Episode) -> Result:
-    """An ended episode's result (its `result()` returned)."""
-    state = played.state
-    assert state is not None, "result() returned"
-    scores = {sid: s.score.value for sid, s in state.steps.items() if s.score is not None}
-    return {"status": state.status.value, "score": state.score, "scores": scores, "error": state.error}
+def result_of(played: Episode, outcome: EpisodeResult) -> Result:
+    """An ended episode's result (its `outcome()` returned)."""
+    return {
+        "status": outcome.status.value,
+        "total": outcome.total,
+        "score": outcome.total,
+        "passed": outcome.passed,
+        "scores": outcome.scores,
+        "components": [c.model_dump(mode="json") for c in outcome.components],
+        "error": played.state.error if played.state else None,
+    }
+
+
+def infrastructure_of(e: EpisodeInfrastructureError) -> Infrastructure:
+    return {
+        "error": str(e),
+        "infrastructure": {"episode": e.run_id, "step": e.step, "cause": e.cause, "status": e.status},
+    }
 
 
 @router.post("/episodes", status_code=201)
@@ -207,8 +240,12 @@ async def start_group(request: Request, served: ServedDep) -> JSONResponse:
 @router.get("/episodes/groups/{group}/result")
 async def group_result(group: str, served: ServedDep) -> JSONResponse:
     found = served.group(group)
-    await found.results()
-    return JSONResponse({"group": found.id, "results": [result_of(e) for e in found.episodes]})
+    outcomes = await found.outcomes()
+    results: list[Result | Infrastructure] = [
+        infrastructure_of(o) if isinstance(o, EpisodeInfrastructureError) else result_of(e, o)
+        for e, o in zip(found.episodes, outcomes, strict=True)
+    ]
+    return JSONResponse({"group": found.id, "results": results})
 
 
 @router.post("/episodes/groups/{group}/close")
@@ -249,9 +286,14 @@ async def abandon(episode: str, request: Request, served: ServedDep) -> JSONResp
 @router.get("/episodes/{episode}/result")
 async def result(episode: str, served: ServedDep) -> JSONResponse:
     played = served.episode(episode)
-    await played.result()
-    served.playing.pop(played.run_id, None)  # over: nothing more to ask
-    return JSONResponse(result_of(played))
+    try:
+        outcome = await played.outcome()
+    except EpisodeInfrastructureError as e:
+        return JSONResponse(infrastructure_of(e), status_code=INFRASTRUCTURE_STATUS)
+    finally:
+        if played.state is not None:
+            served.playing.pop(played.run_id, None)  # over: nothing more to ask
+    return JSONResponse(result_of(played, outcome))
 
 
 async def _not_found(request: Request, e: Exception) -> Response:

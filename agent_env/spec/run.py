@@ -16,6 +16,7 @@ from agent_env.spec.verbs import RENAMED_STEP_TYPES, WorldStepVerb
 from agent_env.spec.world_state import WorldSpec, WorldState
 
 AGGREGATE = "aggregate_verifiers"  # the step type whose score, when present, is the run's
+ABANDONED = "abandoned by the trainer: "  # a cancelled run's error when its trainer gave it up (then the reason)
 
 
 class StepStatus(StrEnum):
@@ -54,6 +55,9 @@ class Criterion(BaseModel):
     passed: bool
     weight: float = 1.0
     detail: str = ""
+    score: float | None = Field(
+        None, description="the row's own score when it is graded in degrees (a judge's, a pooled step's)"
+    )
 
 
 class Score(BaseModel):

@@ -21,7 +21,7 @@ from agent_env.spec.named_steps import verifier_step
 from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepResult, step_type
-from agent_env.steps.builtin.sandbox_verifier import DETAIL_CHARS, aggregate
+from agent_env.steps.builtin.sandbox_verifier import DETAIL_CHARS, aggregate, row_score
 
 
 class AggregateInput(StepConfig):
@@ -146,6 +146,7 @@ async def aggregate_verifiers(ctx: StepContext, config: AggregateVerifiersConfig
             passed=bool(r["result"]),
             weight=float(r.get("weight", 1.0)),
             detail=str(r.get("justification", ""))[:DETAIL_CHARS],
+            score=row_score(r),
         )
         for n, r in zip(names, rows, strict=True)
     ]

@@ -35,7 +35,7 @@ from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
 from agent_env.steps.builtin.envs import deploying_env_step
 from agent_env.steps.builtin.sandbox_steps import _artifact_files, _pin, heartbeating
-from agent_env.steps.builtin.sandbox_verifier import DETAIL_CHARS, aggregate
+from agent_env.steps.builtin.sandbox_verifier import DETAIL_CHARS, aggregate, row_score
 from agent_env.stores import in_thread
 
 RUNNER = Path(__file__).with_name("outcome_runner.py")
@@ -187,6 +187,7 @@ async def env_outcome_verifier(ctx: StepContext, config: EnvOutcomeVerifierConfi
             passed=r["result"],
             weight=float(r.get("weight", 1.0)),
             detail=str(r.get("description") or r.get("justification") or "")[:DETAIL_CHARS],
+            score=row_score(r),
         )
         for i, r in enumerate(rows)
     ]

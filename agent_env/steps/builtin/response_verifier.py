@@ -24,7 +24,7 @@ from agent_env.spec.patterns import compile_pattern, search
 from agent_env.spec.run import Criterion, PlannedConfig, Score
 from agent_env.spec.templates import ref
 from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, StepResult, step_type
-from agent_env.steps.builtin.sandbox_verifier import DETAIL_CHARS, aggregate
+from agent_env.steps.builtin.sandbox_verifier import DETAIL_CHARS, aggregate, row_score
 from agent_env.stores import keys
 
 # Python's re flag names the framework takes, as RE2's inline flags.
@@ -138,6 +138,7 @@ async def agent_prompt_response_verifier(ctx: StepContext, config: ResponseVerif
             passed=r["result"],
             weight=float(r.get("weight", 1.0)),
             detail=r["justification"],
+            score=row_score(r),
         )
         for r in rows
     ]

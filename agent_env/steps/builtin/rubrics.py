@@ -41,7 +41,7 @@ from agent_env.steps import PlanContext, StepConfig, StepContext, StepFailed, St
 from agent_env.steps.builtin import judging
 from agent_env.steps.builtin.envs import instance_id, store_artifact
 from agent_env.steps.builtin.response_verifier import prepare_prompt
-from agent_env.steps.builtin.sandbox_verifier import aggregate
+from agent_env.steps.builtin.sandbox_verifier import aggregate, row_score
 from agent_env.stores import keys
 
 CRITERION_ID = r"^[A-Za-z0-9_.\-]{1,80}$"
@@ -275,7 +275,11 @@ def _scored(verifier: str, rows: list[JsonObject], config: RubricsVerifierConfig
     value = round(aggregate(rows, config.score_aggregator), 6)
     criteria = [
         Criterion(
-            name=str(r["id"]), passed=r["result"], weight=float(r.get("weight", 1.0)), detail=str(r["justification"])
+            name=str(r["id"]),
+            passed=r["result"],
+            weight=float(r.get("weight", 1.0)),
+            detail=str(r["justification"]),
+            score=row_score(r),
         )
         for r in rows
     ]

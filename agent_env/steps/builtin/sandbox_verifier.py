@@ -137,6 +137,12 @@ def aggregate(rows: list[JsonObject], how: str) -> float:
     return max(0.0, min(1.0, (gained - penalty) / total)) if total else 0.0
 
 
+def row_score(row: JsonObject) -> float | None:
+    """A result row's own score, when it carries one (a judge's partial score, a pooled step's): its Criterion's."""
+    score = row.get("score")
+    return float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None
+
+
 @step_type(
     "verify_sandbox",
     config=VerifySandboxConfig,
@@ -176,6 +182,7 @@ async def verify_sandbox(ctx: StepContext, config: VerifySandboxConfig) -> StepR
             passed=r["result"],
             weight=float(r.get("weight", 1.0)),
             detail=str(r["justification"])[:DETAIL_CHARS],
+            score=row_score(r),
         )
         for r in evaluated
     ]
