@@ -18,7 +18,7 @@ def task_check(
     json_out: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
     """Check a task before it ships: its oracle (a scripted agent, the task's [oracle.STEP]) must score 1.0, an
-    agent that says nothing must fail, and two runs with one seed must end alike (scores and worlds).
+    agent that does nothing must fail, and two runs with one seed must end alike (scores and worlds).
 
     The runs go at once, through the background worker (as `agent-env run`'s). Exit 0 when every check passes,
     1 when one fails (a task that prompts an agent and has no oracle fails the oracle check), 2 for bad input.
