@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from agent_env.bundles import find_agent
 from agent_env.config import Settings
+from agent_env.errors import BadInput
 from agent_env.gateway.embedded import routed
 from agent_env.gateway_client import GatewayRefused
 from agent_env.gateway_client.wire import JsonObject
@@ -131,9 +132,19 @@ def with_scripted(task: TaskSpec, scripts: dict[str, ScriptedConfig], seed: int,
 
 
 def _record(task: TaskSpec, config: JsonObject) -> AgentRecord:
+    """The agent a deploy_agent step deploys: inline, or the bundle's (a registry agent's name and role as the
+    step gives them: the scripted agent needs no more)."""
     if config.get("record"):
         return AgentRecord.model_validate(config["record"])
-    return find_agent(task.bundle, config["agent"])
+    name = config.get("agent") or config.get("a2a_agent_id")
+    if not isinstance(name, str):
+        raise BadInput("a deploy_agent step the oracle names deploys no agent by name", "give it `agent = NAME`")
+    try:
+        return find_agent(task.bundle, name)
+    except BadInput:
+        if config.get("agent_version") is None and config.get("a2a_agent_version") is None:
+            raise
+        return AgentRecord(name=name, type="scripted", role=config.get("role"))
 
 
 def plan_check(settings: Settings, task: TaskSpec, seed: int | None = None) -> CheckPlan:
