@@ -187,3 +187,43 @@ def test_the_command_prints_each_check_and_exits_by_them(server, tmp_path):
     bad.write_text(HELPER_TOML.format(check='equals = "x"', oracle="nobody"))
     done = cli("task", "check", str(bad))
     assert done.returncode == 2 and "oracle names 'nobody'" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_runs_of_one_seed_whose_worlds_differ_fail_the_seed_check(client, settings, worker):
+    """A note that carries the host's time inside its text (not a time on its own, which is masked) differs."""
+    stamped = {
+        "id": "stamped",
+        "steps": [
+            {"id": "notes", "type": "deploy_env", "config": {"env_id": "notes"}},
+            {
+                "id": "first",
+                "type": "call_tool",
+                "depends_on": ["notes"],
+                "config": {"env": "notes", "tool": "write_note", "arguments": {"key": "a", "text": "x"}},
+            },
+            {
+                "id": "second",
+                "type": "call_tool",
+                "depends_on": ["first"],
+                "config": {
+                    "env": "notes",
+                    "tool": "write_note",
+                    "arguments": {"key": "b", "text": "after ${steps.first.outputs.result.updated_at}"},
+                },
+            },
+            {
+                "id": "verify",
+                "type": "check_state",
+                "depends_on": ["second"],
+                "config": {
+                    "env": "notes",
+                    "checks": [{"name": "two", "tool": "list_notes", "path": "count", "equals": 2}],
+                },
+            },
+        ],
+    }
+    found = rows(await checked(settings, client, parse_task(stamped, "test")))
+    assert found["oracle"].ok and found["null"].ok is None
+    assert found["seed"].ok is False, found["seed"].why
+    assert "the world at notes.state.parts.0.data.notes.1.text" in found["seed"].why  # note b's text
+    assert "the outcome" not in found["seed"].why  # both passed with score 1: only the world differs
