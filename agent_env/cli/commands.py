@@ -20,6 +20,7 @@ from agent_env.cli.setup_commands import (
     secrets_app,
     steps_app,
 )
+from agent_env.cli.task_cmd import task_app
 from agent_env.cli.universes_app import artifact_app, universe_app
 
 app = typer.Typer(
@@ -74,6 +75,7 @@ app.add_typer(artifact_app, name="artifact")
 app.add_typer(bundle_app, name="bundle")
 app.add_typer(eval_app, name="eval")
 app.add_typer(a2a_agent_app, name="a2a-agent")
+app.add_typer(task_app, name="task")
 
 
 def _version(value: bool) -> None:

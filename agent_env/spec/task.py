@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from agent_env.spec import framework_triggers
+from agent_env.spec.agent import ScriptedAction, ScriptedConfig
 from agent_env.spec.duration import Duration
 from agent_env.spec.templates import referenced_steps
 from agent_env.spec.world import ClockSpec, PersonaSpec, TriggerSpec
@@ -53,6 +54,17 @@ class StepSpec(BaseModel):
     retries: int | None = Field(None, ge=0, le=100, description="extra attempts; default: the step type's")
 
 
+def _one_turn(value: Any) -> Any:
+    """An oracle written as a list of actions (the fake model's script format) is one turn."""
+    return {"turns": [value]} if isinstance(value, list) else value
+
+
+# A scripted agent's turns (`{turns = [[...], ...]}`), or one turn's actions as a list (`[[oracle.STEP]]` tables).
+OracleScript = Annotated[
+    ScriptedConfig, BeforeValidator(_one_turn, json_schema_input_type=ScriptedConfig | list[ScriptedAction])
+]
+
+
 class TaskSpec(BaseModel):
     """A task file. Steps without a dependency between them run concurrently."""
 
@@ -71,6 +83,14 @@ class TaskSpec(BaseModel):
     personas: dict[str, PersonaSpec] = Field(default_factory=dict, description="simulated people, by name")
     triggers: list[TriggerSpec] = Field(default_factory=list, description="rules: when X happens, do Y")
     steps: list[StepSpec] = Field(min_length=1)
+    oracle: dict[str, OracleScript] = Field(
+        default_factory=dict,
+        exclude_if=lambda oracle: not oracle,  # (so a task without one dumps, and digests, as it always did)
+        description="scripted answers that must score 1.0, by deploy_agent step id: `agent-env task check` runs the "
+        "task with each named agent replaced by a scripted agent playing its turns (a scripted agent's config, or "
+        "one turn's actions as a list: `[[oracle.STEP]]` tables of `tool` + `arguments` or `say`), "
+        "then with an agent that says nothing (the task must fail), and checks two runs of one seed agree",
+    )
     _bundle: Path | None = PrivateAttr(None)  # the bundle folder it was loaded from
 
     @property
@@ -114,6 +134,12 @@ class TaskSpec(BaseModel):
     def _check_graph(self) -> TaskSpec:
         if problems := graph_problems(self.steps):
             raise ValidationError.from_exception_data("TaskSpec", problems)
+        agents = [s.id for s in self.steps if s.type == "deploy_agent"]
+        if unknown := sorted(set(self.oracle) - set(agents)):
+            raise ValueError(
+                f"oracle names {', '.join(map(repr, unknown))}, not a deploy_agent step of the task — key each "
+                f"scripted answer by the id of the step that deploys its agent ({', '.join(agents) or 'none here'})"
+            )
         return self
 
     @property
