@@ -148,7 +148,7 @@ def test_an_upstream_without_token_ids_is_refused_naming_the_flag():
     recorder = RecorderServer(plain.url)
     try:
         answer = chat(recorder, "ep-4", [SYSTEM, USER])
-        assert answer.status_code == 502
+        assert answer.status_code == 502 and answer.json()["error"]["type"] == "upstream_without_token_ids"
         message = answer.json()["error"]["message"]
         assert "return_token_ids" in message and "never re-tokenises" in message and "vLLM" in message
         assert plain.answers and "prompt_token_ids" not in plain.answers[-1]
@@ -176,6 +176,24 @@ def test_bounds_host_and_keys_are_checked_at_the_door(recorder):
         assert chat(recorder, key, [USER]).status_code == 200
     full = chat(recorder, "e", [USER])
     assert full.status_code == 503 and "take finished episodes" in full.json()["error"]["message"]
+
+
+def test_the_upstreams_refusals_pass_through_and_a_keyed_recorder_wants_its_key(upstream):
+    key = "rk-" + os.urandom(4).hex()
+    recorder = RecorderServer(upstream.url, api_key=key)
+    try:
+        url = f"{recorder.url}/episodes/k/v1/chat/completions"
+        body = {"model": "fake", "user": "tester", "messages": [USER]}
+        assert httpx.post(url, json=body).status_code == 401
+        assert httpx.post(f"{recorder.url}/episodes/k/trajectory").status_code == 401
+        auth = {"authorization": f"Bearer {key}"}
+        unknown = httpx.post(url, json={**body, "model": "no-such-model"}, headers=auth)
+        assert unknown.status_code == 404 and "the upstream model server said" in unknown.json()["error"]["message"]
+        assert httpx.post(url, json=body, headers=auth).status_code == 200
+        taken = httpx.post(f"{recorder.url}/episodes/k/trajectory", headers=auth).json()
+        assert len(taken["turns"]) == 1
+    finally:
+        recorder.close()
 
 
 def test_nothing_is_kept_once_a_trajectory_is_taken(recorder):
@@ -220,6 +238,12 @@ async def test_an_llm_agents_episode_carries_the_tokens_its_model_sampled(episod
     finally:
         recorder.close()
         keyed.close()
+
+
+async def test_a_group_refuses_to_record(episodes):
+    spec = EpisodeSpec.from_task("refund", recorded_agents=["refunds"], recorder="http://127.0.0.1:9")
+    with pytest.raises(BadInput, match="a group does not record tokens"):
+        await spec.start_group(2, episodes)
 
 
 def test_recording_is_asked_for_properly(settings):

@@ -156,6 +156,15 @@ class Recordings:
         return self.open.pop(key, None) or Trajectory(key=key)
 
 
+class NoTokenIds(http_app.Refused):
+    """The upstream answered without token ids or log-probs (502, error type `upstream_without_token_ids`)."""
+
+    kind = "upstream_without_token_ids"
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(502, message, fix)
+
+
 def _token_ids(value: Any) -> list[int] | None:
     if isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         return value
@@ -170,8 +179,7 @@ def sampled(reply: Any) -> tuple[list[int], list[int], list[float]]:
         raise http_app.Refused(502, "the upstream model server's answer has no single choice: nothing to record")
     prompt, completion = _token_ids(reply.get("prompt_token_ids")), _token_ids(choices[0].get("token_ids"))
     if prompt is None or completion is None:
-        raise http_app.Refused(
-            502,
+        raise NoTokenIds(
             "the upstream model server returned no token ids (`prompt_token_ids` and `choices[0].token_ids`, asked "
             "for with `return_token_ids: true`); the recorder never re-tokenises, so this turn is not recorded",
             NO_TOKEN_IDS_FIX,
@@ -181,8 +189,7 @@ def sampled(reply: Any) -> tuple[list[int], list[int], list[float]]:
     )
     values = [e.get("logprob") for e in content] if isinstance(content, list) else None
     if values is None or len(values) != len(completion) or not all(isinstance(v, int | float) for v in values):
-        raise http_app.Refused(
-            502,
+        raise NoTokenIds(
             "the upstream model server returned no log-prob for each sampled token (`choices[0].logprobs.content`, "
             f"asked for with `logprobs: true`: {len(completion)} tokens, "
             f"{'no' if values is None else len(values)} log-probs)",
@@ -221,11 +228,17 @@ class Recorder:
             raise http_app.Refused(
                 502, f"the upstream model server at {self.upstream} did not answer ({e!r})"
             ) from None
-        reply = http_app.parse_json(raw) if raw else None
+        try:
+            reply = http_app.parse_json(raw)
+        except http_app.Refused:
+            reply = None
         if answer.status_code != 200:
             said = reply.get("error") if isinstance(reply, dict) else None
             message = said.get("message") if isinstance(said, dict) else said
-            raise http_app.Refused(answer.status_code, f"the upstream model server said: {message or raw[:500]!r}")
+            kept = {k: v for k, v in answer.headers.items() if k.lower() == "retry-after"}
+            raise http_app.Refused(
+                answer.status_code, f"the upstream model server said: {message or raw[:500]!r}", headers=kept
+            )
         if not isinstance(reply, dict):
             raise http_app.Refused(502, "the upstream model server's answer is not a JSON object")
         return reply
@@ -282,7 +295,8 @@ async def take(key: EpisodeKey, recorder: RecorderDep) -> JSONResponse:
 async def _refused(request: Request, e: Exception) -> Response:
     """A refusal in OpenAI's error shape (what an agent's SDK reads), with the fix when there is one."""
     assert isinstance(e, http_app.Refused)
-    error = {"message": e.message + (f" (fix: {e.fix})" if e.fix else ""), "type": "recorder_refused"}
+    kind = getattr(e, "kind", "recorder_refused")
+    error = {"message": e.message + (f" (fix: {e.fix})" if e.fix else ""), "type": kind}
     return JSONResponse({"error": error}, status_code=e.status, headers=e.headers)
 
 
