@@ -15,7 +15,18 @@ never imports this module: it pulls in the episode client and task planning.
 
 from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
 from agent_env.episodes.group import EpisodeGroup
+from agent_env.episodes.recording import RecorderServer, Trajectory
 from agent_env.episodes.spec import EpisodeSpec
 from agent_env.task_lookup import Task
 
-__all__ = ["Episode", "EpisodeError", "EpisodeGroup", "EpisodeSpec", "Turn", "Episodes", "Task"]
+__all__ = [
+    "Episode",
+    "EpisodeError",
+    "EpisodeGroup",
+    "EpisodeSpec",
+    "Turn",
+    "Episodes",
+    "RecorderServer",
+    "Task",
+    "Trajectory",
+]
