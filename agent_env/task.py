@@ -16,6 +16,7 @@ never imports this module: it pulls in the episode client and task planning.
 from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
 from agent_env.episodes.group import EpisodeGroup
 from agent_env.episodes.outcome import Component, EpisodeInfrastructureError, EpisodeResult
+from agent_env.episodes.recording import RecorderServer, Trajectory
 from agent_env.episodes.spec import EpisodeSpec
 from agent_env.task_lookup import Task
 
@@ -29,5 +30,7 @@ __all__ = [
     "EpisodeSpec",
     "Turn",
     "Episodes",
+    "RecorderServer",
     "Task",
+    "Trajectory",
 ]

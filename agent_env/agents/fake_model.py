@@ -2,7 +2,8 @@
 completions (`/v1/chat/completions`), OpenAI Responses (`/v1/responses`) and Anthropic Messages
 (`/v1/messages`), each also streamed (`"stream": true`: chat chunks, Responses events, Anthropic events, as the
 official SDKs and the CLI coding agents read them), plays the same scripts on each, and reports `usage` (about four
-characters a token).
+characters a token). A chat completion asking for token ids or log-probs (vLLM's `return_token_ids`, `logprobs`)
+gets them, made up deterministically (agent_env.agents.fake_tokens): the token recorder's upstream in CI.
 
 It is a fake, and says so: nothing here understands language.
 - A scripted model (any name found in the loaded scripts) replays its script: the Nth assistant turn
@@ -60,6 +61,7 @@ from agent_env.agents.fake_model_wire import (
     responses_reply,
     sse,
 )
+from agent_env.agents.fake_tokens import with_tokens
 from agent_env.bundles import BUILTIN_ROOT
 from agent_env.guard import HostGuard, bearer, tokens_equal
 
@@ -245,6 +247,7 @@ class FakeModel:
         self.api_key = api_key
         self.usage_log = usage_log
         self.request_log = request_log
+        self.token_ids = True  # answers token ids and log-probs when asked (vLLM's fields), as vLLM does
         self.seen: set[str] = set()
 
     async def answer(
@@ -342,6 +345,8 @@ async def completions(request: Request, fake: FakeDep) -> Response:
     tools = declared_tools(body.get("tools"))
     said = await fake.answer(model, messages, body.get("user", ""), body.get("seed"), raw, tools)
     reply = chat_reply(model, said, fake.counted(model, messages, said))
+    if fake.token_ids:
+        reply = with_tokens(reply, body, messages, dict(said))
     if body.get("stream"):
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return sse(chat_chunks(reply, usage), done="[DONE]")
@@ -399,13 +404,17 @@ def create_app(
     host_names: tuple[str, ...] = (),
     usage_log: list[Usage] | None = None,
     request_log: list[Wire] | None = None,
+    token_ids: bool = True,
 ) -> HostGuard:
     """`api_key`: when given, requests must carry it (as real endpoints require theirs). Behind HostGuard:
     a web page the user visits cannot drive it (DNS rebinding, cross-site posts); `host_names`: names it
     answers for besides loopback names and IP literals. `usage_log`: each answer's reported usage is appended;
-    `request_log`: each request's settings (its body but the conversation and tools)."""
+    `request_log`: each request's settings (its body but the conversation and tools). `token_ids`: a chat completion
+    asking for them gets token ids and log-probs (agent_env.agents.fake_tokens); False: it does not, as a stock
+    OpenAI-compatible server would not."""
     app = http_app.create("agent-env fake model", handlers={http_app.Refused: _refused})
     app.state.fake = FakeModel(scripts, api_key, usage_log, request_log)
+    app.state.fake.token_ids = token_ids
     app.include_router(router)
     app.add_api_route("/v1/models", models, methods=["GET"])
     return HostGuard(names=host_names, app=app)

@@ -189,3 +189,30 @@ def fake_command(host: str, port: int, script_files: list[Path], api_key: str | 
             )
     uvicorn.run(create_app(scripts, api_key, host_names=(host,)), host=host, port=port, log_level="warning")
     return 0
+
+
+def record_command(upstream: str, host: str, port: int, upstream_key: str | None, api_key: str | None) -> int:
+    import uvicorn
+
+    from agent_env.episodes.recording import create_app
+    from agent_env.stores import open_secrets
+    from agent_env.stores.secrets import is_reference
+
+    if not upstream.startswith(("http://", "https://")):
+        raise BadInput(f"--upstream {upstream!r} is not an http(s) URL", "e.g. --upstream http://127.0.0.1:8000/v1")
+    if upstream_key is not None and not is_reference(upstream_key):
+        raise BadInput(
+            "--upstream-key takes a secret:NAME reference, not the key itself",
+            "store it with `agent-env secrets set NAME` and pass --upstream-key secret:NAME",
+        )
+    key = open_secrets(load_settings()).resolve(upstream_key) if upstream_key else None
+    _check_port(host, port)
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    url = f"http://{'[' + shown_host + ']' if ':' in shown_host else shown_host}:{port}"
+    console().print(
+        f"token recorder at [bold]{url}[/] in front of {upstream} · agents call {url}/episodes/KEY/v1 · "
+        f"EpisodeSpec.from_task(task, recorded_agents=[...], recorder={url!r}) · Ctrl-C to stop"
+    )
+    app = create_app(upstream, upstream_key=key, api_key=api_key, host_names=(host,))
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+    return 0

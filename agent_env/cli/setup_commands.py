@@ -104,6 +104,26 @@ def models_fake(
     raise typer.Exit(fake_command(host, port, scripts or [], api_key))
 
 
+@models_app.command("record")
+def models_record(
+    upstream: Annotated[
+        str, typer.Option(help="The inference server's OpenAI-style base URL, e.g. http://127.0.0.1:8000/v1 (vLLM).")
+    ],
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8799,
+    upstream_key: Annotated[
+        str | None, typer.Option(help="The upstream's API key, as a secret:NAME reference (sent only upstream).")
+    ] = None,
+    api_key: Annotated[str | None, typer.Option(help="Require this API key of agents and trainers.")] = None,
+) -> None:
+    """Serve the token recorder in front of an inference server, until Ctrl-C: agents call
+    /episodes/KEY/v1/chat/completions as their model; each episode's exact token ids and log-probs are handed to
+    its trainer (POST /episodes/KEY/trajectory, or episode.trajectory()), then forgotten."""
+    from agent_env.cli.models_cmd import record_command
+
+    raise typer.Exit(record_command(upstream, host, port, upstream_key, api_key))
+
+
 @config_app.command("show")
 def config_show(
     json_out: Annotated[

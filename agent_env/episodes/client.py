@@ -30,15 +30,18 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import httpx
+
 from agent_env.agents.sdk import Turn as AgentTurn
 from agent_env.config import load_settings
 from agent_env.episodes.outcome import EpisodeResult, outcome_of
 from agent_env.episodes.proxy_player import ProxyPlayer
+from agent_env.episodes.recording import Trajectory
 from agent_env.episodes.tools import RestTools, TurnTools
 from agent_env.errors import AgentEnvError
 from agent_env.gateway import embedded
 from agent_env.spec.run import RunState, StepStatus, TurnOffer
-from agent_env.stores import in_thread, open_stores
+from agent_env.stores import in_thread, open_secrets, open_stores
 from agent_env.temporal import background, launch
 from agent_env.temporal.worker import create_worker
 from agent_env.temporal_client import server
@@ -115,11 +118,11 @@ class Episodes:
         stores = await self.stores()
         if not spec.trainer_agents:  # every agent played through its proxy: the run offers no turn of its own
             handle = await launch.start(self.client, self.settings, inp, stores=stores)
-            return Episode(self, handle.id, proxied=spec.proxied_agents)
+            return Episode(self, handle.id, proxied=spec.proxied_agents, recorder=_recorder(spec))
         handle, first = await launch.start_with_update(
             self.client, self.settings, inp, "next_turn", [None], stores=stores
         )
-        return Episode(self, handle.id, first_turn=first, proxied=spec.proxied_agents)
+        return Episode(self, handle.id, first_turn=first, proxied=spec.proxied_agents, recorder=_recorder(spec))
 
     async def start_group(self, spec: EpisodeSpec, size: int, *, seeds: list[int] | None = None, **kwargs: Any):
         """`size` rollouts of `spec` from one start state (its envs deployed once, forked per rollout): an
@@ -165,8 +168,11 @@ class Episode:
         *,
         first_turn: WorkflowUpdateHandle[dict] | None = None,
         proxied: dict[str, str] | None = None,
+        recorder: tuple[str, str | None] | None = None,
     ) -> None:
         self.episodes, self.run_id = episodes, run_id
+        self._recorder = recorder  # (the token recorder's URL, its key's reference) when agents are recorded
+        self.recorded: Trajectory | None = None  # the trajectory, once taken from the recorder
         self._proxied = proxied or {}  # agents played through their proxy: name -> deploy_agent step id
         # The next turn, asked already (for any agent): by the start (the first one) or by the last answer.
         self._asked = first_turn
@@ -284,8 +290,35 @@ class Episode:
         return await ProxyPlayer.attach(url)
 
     async def abandon(self, reason: str) -> None:
-        """Give the episode up: the run stops, recorded as cancelled with the reason."""
+        """Give the episode up: the run stops, recorded as cancelled with the reason (and the recorder forgets
+        what it recorded of it)."""
         await self._update("abandon", reason)
+        if self._recorder is not None and self.recorded is None:
+            await self.trajectory()
+
+    async def trajectory(self) -> Trajectory:
+        """The exact tokens the recorded agents' model sampled, turn by turn and as masked segments
+        (agent_env.episodes.recording), taken from the token recorder, which forgets them. Taken by `result()`;
+        call it after the run ended (or earlier, to end the recording: later turns are refused)."""
+        if self.recorded is not None:
+            return self.recorded
+        if self._recorder is None:
+            raise EpisodeError(
+                f"episode {self.run_id} records no tokens",
+                "start it from EpisodeSpec.from_task(..., recorded_agents=[...], recorder=URL)",
+            )
+        url, key_ref = self._recorder
+        key = await in_thread(open_secrets(self.episodes.settings).resolve, key_ref) if key_ref else None
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        async with httpx.AsyncClient(timeout=60) as http:
+            try:
+                answer = await http.post(f"{url.rstrip('/')}/episodes/{self.run_id}/trajectory", headers=headers)
+            except httpx.HTTPError as e:
+                raise EpisodeError(f"the token recorder at {url} did not answer ({e!r})", "is it running?") from None
+        if answer.status_code != 200:
+            raise EpisodeError(f"the token recorder at {url} refused the trajectory: {answer.text[:500]}")
+        self.recorded = Trajectory.model_validate(answer.json())
+        return self.recorded
 
     async def outcome(self) -> EpisodeResult:
         """Waits for the run to end: its reward (`total`, the run's score), every score by step id and each grading
@@ -295,12 +328,18 @@ class Episode:
             self.state = await launch.wait_result(self.handle)
             self.episodes.run_over(self.run_id)
             self._tokens.clear()
+            if self._recorder is not None:
+                await self.trajectory()  # the recorder keeps nothing of a finished episode
         return outcome_of(self.state)
 
     async def result(self) -> dict[str, float]:
         """Waits for the run to end; every score it recorded, by step id (`outcome()` has the total and each
         check's row). Raises EpisodeInfrastructureError as `outcome()` does."""
         return (await self.outcome()).scores
+
+
+def _recorder(spec: EpisodeSpec) -> tuple[str, str | None] | None:
+    return (spec.recorder, spec.recorder_api_key) if spec.recorded_agents and spec.recorder else None
 
 
 def _refused(handle: WorkflowUpdateHandle[dict]) -> bool:

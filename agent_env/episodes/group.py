@@ -102,6 +102,11 @@ async def start_group(
     the spec's seed, the same start state); `ttl`: seconds after which the gateway deletes the prototype
     even if this group is never closed."""
     seeds = _check(size, seeds, spec.seed, ttl)
+    if spec.recorded_agents:  # a group's rollouts share one plan: they could not each have their own key
+        raise BadInput(
+            f"a group does not record tokens (recorded_agents {sorted(spec.recorded_agents)})",
+            "start the rollouts as single episodes (spec.start()), each recorded under its run id",
+        )
     group_id = launch.new_run_id(f"{spec.task.id}-group")
     stores = await in_thread(open_stores, episodes.settings)
     try:

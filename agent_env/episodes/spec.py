@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from agent_env.agents.conversation import PromptAgentConfig
 from agent_env.bundles import find_agent
+from agent_env.config import ModelSettings
 from agent_env.episodes.client import Episodes
 from agent_env.errors import BadInput
 from agent_env.planning.runs import plan
@@ -21,7 +22,7 @@ from agent_env.planning.tasks import parse_task
 from agent_env.spec.agent import AgentRecord
 from agent_env.spec.duration import MAX_SECONDS, Duration
 from agent_env.spec.named_steps import agent_names
-from agent_env.spec.run import RunInput
+from agent_env.spec.run import RunInput, StepPlan
 from agent_env.spec.task import TaskSpec
 from agent_env.task_lookup import Task
 
@@ -41,6 +42,16 @@ class EpisodeSpec(BaseModel):
         default_factory=dict,
         description="deploy_agent steps the trainer plays through their proxy (proxy/v1): name -> the step's id",
     )
+    recorded_agents: dict[str, str] = Field(
+        default_factory=dict,
+        description="hosted model-driven agents whose model calls go through the token recorder: name -> step id",
+    )
+    recorder: str | None = Field(
+        None, description="the token recorder's URL (agent_env.episodes.recording), when agents are recorded"
+    )
+    recorder_api_key: str | None = Field(
+        None, description="the recorder's key, as a `secret:NAME` reference (its value never enters the plan)"
+    )
     turn_timeout: float | None = Field(
         None, gt=0, description="seconds the run waits for each of the trainer's turns (None: each prompt's own)"
     )
@@ -54,7 +65,24 @@ class EpisodeSpec(BaseModel):
         nothing)."""
         if self._planned is None or self._planned[0] is not settings:
             self._planned = (settings, plan(self.task, run_id, settings))
-        return self._planned[1].model_copy(update={"run_id": run_id})
+        planned = self._planned[1].model_copy(update={"run_id": run_id})
+        if self.recorded_agents and self.recorder:
+            steps = [self._recorded(step, run_id) for step in planned.steps]
+            planned = planned.model_copy(update={"steps": steps})
+        return planned
+
+    def _recorded(self, step: StepPlan, run_id: str) -> StepPlan:
+        """A recorded agent's deploy step, its model endpoint moved to the recorder under this episode's key (the
+        run id: an identifier, not a credential). The configured key stays with its own origin (`overridden`)."""
+        if step.id not in self.recorded_agents.values():
+            return step
+        url = f"{self.recorder.rstrip('/')}/episodes/{run_id}/v1"  # type: ignore[union-attr]  # (checked by the caller)
+        override = {"base_url": url, "api_key": self.recorder_api_key}
+        models = {
+            purpose: ModelSettings.model_validate(endpoint).overridden(override).model_dump(mode="json")
+            for purpose, endpoint in (step.config.get("models") or {}).items()
+        }
+        return step.model_copy(update={"config": {**step.config, "models": models}})
 
     @classmethod
     def from_task(
@@ -65,28 +93,42 @@ class EpisodeSpec(BaseModel):
         turn_timeout: float | None = None,
         seed: int | None = None,
         proxied_agents: Sequence[str] = (),
+        recorded_agents: Sequence[str] = (),
+        recorder: str | None = None,
+        recorder_api_key: str | None = None,
     ) -> EpisodeSpec:
         """The task with `trainer_agents` played by the trainer: deploy_agent steps, each named by its id, its
         agent's name or its `as` name; by default the one agent the task prompts (with several, name them).
         `turn_timeout`: every played turn's deadline in seconds; by default each prompt's own `turn_deadline`.
         `proxied_agents`: agents the run deploys and prompts as it would, which are proxies (proxy/v1) the trainer
-        plays through `episode.proxy(name)`: their tools and bash run where they live."""
+        plays through `episode.proxy(name)`: their tools and bash run where they live. `recorded_agents`: hosted
+        model-driven agents (llm, persona) the run prompts as it would, whose model calls go through the token
+        recorder at `recorder` (agent_env.episodes.recording; `recorder_api_key`: its key as `secret:NAME`), so
+        `episode.trajectory()` has the exact tokens they sampled."""
         if isinstance(task, str):
             task = Task.get(task)
         if turn_timeout is not None:
             _check_turn_timeout(turn_timeout)
         deployed = _deployed_agents(task)
         proxied = _trainer_steps(task, _named(task, proxied_agents), deployed) if proxied_agents else {}
-        if trainer_agents is None and proxied:
+        recorded = _recorded_steps(task, recorded_agents, recorder, deployed)
+        if trainer_agents is None and (proxied or recorded):
             trainer_agents = []
         names = (
-            _prompted_agent(task, deployed) if trainer_agents is None else _named(task, trainer_agents, bool(proxied))
+            _prompted_agent(task, deployed)
+            if trainer_agents is None
+            else _named(task, trainer_agents, bool(proxied or recorded))
         )
         data = task.model_dump(mode="json", exclude_none=True)
         if seed is not None:
             data["seed"] = seed
         steps = {s["id"]: s for s in data["steps"]}
         played = _trainer_steps(task, names, deployed)
+        if set(played) & set(recorded.values()):
+            raise BadInput(
+                f"agents {sorted(set(played) & set(recorded.values()))} are both played by the trainer and recorded",
+                "a trainer's own loop calls its model itself: record only hosted agents (recorded_agents)",
+            )
         if set(played) & set(proxied):
             raise BadInput(
                 f"agents {sorted(set(played) & set(proxied))} are both played by the trainer and through a proxy",
@@ -111,7 +153,16 @@ class EpisodeSpec(BaseModel):
                 step["timeout"] = _step_timeout(step["config"], deadline)
         spec = parse_task(data, f"task {task.id} as an episode", task.bundle)
         through = {name: step_id for name in proxied_agents for step_id in _trainer_steps(task, [name], deployed)}
-        return cls(task=spec, trainer_agents=names, proxied_agents=through, turn_timeout=turn_timeout, seed=spec.seed)
+        return cls(
+            task=spec,
+            trainer_agents=names,
+            proxied_agents=through,
+            recorded_agents=recorded,
+            recorder=recorder if recorded else None,
+            recorder_api_key=recorder_api_key if recorded else None,
+            turn_timeout=turn_timeout,
+            seed=spec.seed,
+        )
 
     def with_seed(self, seed: int) -> EpisodeSpec:
         """The same episode with another seed (e.g. a Gymnasium reset(seed=...))."""
@@ -130,6 +181,30 @@ class EpisodeSpec(BaseModel):
         """`size` rollouts from one start state (agent_env.episodes.group): `.episodes`, `await .results()`."""
         episodes = episodes or await Episodes.default()
         return await episodes.start_group(self, size, seeds=seeds, **kwargs)
+
+
+def _recorded_steps(
+    task: TaskSpec, names: Sequence[str], recorder: str | None, deployed: dict[str, AgentRecord]
+) -> dict[str, str]:
+    """name -> deploy_agent step id of each agent whose model calls the recorder records (hosted, model-driven)."""
+    if not names:
+        return {}
+    if not isinstance(recorder, str) or not recorder.startswith(("http://", "https://")):
+        raise BadInput(
+            f"recorded_agents {list(names)} need the token recorder's URL, not {recorder!r}",
+            "start one (`agent-env models record --upstream URL`, or RecorderServer(upstream)) and pass "
+            "recorder='http://127.0.0.1:PORT'",
+        )
+    steps = {name: step_id for name in _named(task, names) for step_id in _trainer_steps(task, [name], deployed)}
+    for name, step_id in steps.items():
+        record = deployed[step_id]
+        if record.type not in ("llm", "persona") or not record.needs_model():
+            raise BadInput(
+                f"agent {name!r} is a {record.type} agent: only hosted agents that call a model (llm, persona with "
+                "llm) are recorded",
+                "record an llm agent; a trainer's own loop records its own model's tokens",
+            )
+    return steps
 
 
 def _sides(config: dict[str, Any]) -> set[str]:
