@@ -5,6 +5,7 @@ verifiers errors and never a score."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
@@ -18,7 +19,7 @@ from conftest import FAKE_MODEL_KEY
 from openai import AsyncOpenAI
 
 from agent_env.bundles import BUILTIN_ROOT
-from agent_env.episodes import Episode, Episodes
+from agent_env.episodes import Episode, EpisodeInfrastructureError, Episodes
 from agent_env.errors import BadInput
 from agent_env.gateway.embedded import connect
 from agent_env.spec.run import RunStatus
@@ -52,9 +53,10 @@ async def admin(settings):
 
 
 async def ended(episodes: Episodes, run_id: str):
-    """The run's final state (it has ended: its rollout waited for it)."""
+    """The run's final state (it has ended: its rollout waited for it), errored or not."""
     episode = Episode(episodes, run_id)
-    await asyncio.wait_for(episode.result(), 60)
+    with contextlib.suppress(EpisodeInfrastructureError):
+        await asyncio.wait_for(episode.outcome(), 60)
     return episode.state
 
 

@@ -46,14 +46,13 @@ from verifiers.types import Tool, ToolMessage, UserMessage
 from verifiers.utils.message_utils import normalize_messages
 
 from agent_env.agents.sdk import ToolFailed
-from agent_env.episodes import Episode, Episodes, EpisodeSpec, Turn
+from agent_env.episodes import Episode, EpisodeInfrastructureError, Episodes, EpisodeSpec, Turn
 from agent_env.errors import AgentEnvError, BadInput
-from agent_env.spec.run import RunState, RunStatus
+from agent_env.spec.run import RunState
 from agent_env.spec.task import TaskSpec
 from agent_env.task_lookup import Task, bundle_folder, eval_tasks, evals_to_run
 
 # What the workflow records as a run's error when its trainer gave it up (agent_env.workflows).
-ABANDONED = "abandoned by the trainer: "
 # How long a rollout's cleanup waits for an abandoned run to end (its instances released).
 RELEASE_SECONDS = 120.0
 # Failures of what an episode runs on (not of the policy): Temporal, the gateway, the network, the run.
@@ -267,20 +266,14 @@ class VerifiersEnv(vf.MultiTurnEnv):
             raise _infra(e, rollout) from e
 
     async def _finish(self, rollout: _Rollout) -> None:
-        """The ended run's record; EpisodeInfraError when it could not grade the rollout."""
+        """The ended run's record; EpisodeInfraError when it could not grade the rollout (`Episode.outcome`: an
+        error, a cancellation from outside, a grading step that failed)."""
         assert rollout.episode is not None
-        await rollout.episode.result()
-        state = rollout.episode.state
-        assert state is not None
-        if state.status is RunStatus.ERROR or (
-            state.status is RunStatus.CANCELLED and not (state.error or "").startswith(ABANDONED)
-        ):
-            raise EpisodeInfraError(
-                f"run {state.run_id} ended {state.status.value}: {state.error or 'no reason recorded'} "
-                "(an infrastructure failure: the rollout has no reward)",
-                state.run_id,
-            )
-        rollout.result = state
+        try:
+            await rollout.episode.outcome()
+        except EpisodeInfrastructureError as e:
+            raise EpisodeInfraError(str(e), e.run_id) from e
+        rollout.result = rollout.episode.state
 
     @vf.cleanup
     async def release_episode(self, state: vf.State) -> None:
