@@ -175,7 +175,8 @@ async def test_grpo_trainer_trains_on_episodes_and_logs_the_runs_scores(settings
     assert await running_runs(client) == [], "every episode of the trainer ended"
     admin = connect(settings)
     try:
-        left = [i["id"] for i in await admin.list_instances() if str(i.get("run_id", "")).startswith(TASK_ID)]
+        ours = [i for i in await admin.list_instances() if str(i.get("run_id", "")).startswith(TASK_ID)]
     finally:
         await admin.aclose()
-    assert left == [], "every run released its instances"
+    assert len(ours) >= 5, "the four rollouts' and the tool listing's"
+    assert [i["id"] for i in ours if i.get("ended_at") is None] == [], "every run's end released its instance"
