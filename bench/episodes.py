@@ -159,7 +159,8 @@ async def conversation(episodes, spec, latencies: list[float]) -> None:
     await episode.result()
 
 
-async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
+async def measure_async(peer: OpenEnvPeer | None, worker_pid: int, rounds: int = ROUNDS) -> dict:
+    """`peer` None: only ours beside the floor (`--floor`): the rounds, the CPU and the floor's line."""
     from agent_env.config import load_settings
     from agent_env.episodes import Episodes, EpisodeSpec
     from agent_env.planning.tasks import parse_task
@@ -201,10 +202,14 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
             await bare_round(floor.episode, floor_ms, floor_cpu_ms)
             await bare_round(floor.lane_episode, lane_ms, lane_cpu_ms)
 
-        for r in range(ROUNDS):
-            for play in (our_round, their_round, floor_round) if r % 2 == 0 else (floor_round, their_round, our_round):
-                await play()
+        for r in range(rounds):
+            order = (our_round, their_round, floor_round) if r % 2 == 0 else (floor_round, their_round, our_round)
+            for play in order:
+                if play is not their_round or peer is not None:
+                    await play()
         await floor.__aexit__(None, None, None)
+        if peer is None:
+            return floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms)
 
         episode_p50 = statistics.median(ours)
         peer_p50 = statistics.median(statistics.median(t["episode_ms"]) for t in theirs)
@@ -314,7 +319,33 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
         await episodes.close()
 
 
-def measure() -> dict:
+def floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms) -> dict:
+    """The floor's line alone (`--floor`), and each round's latencies (ours, the floor's)."""
+    episode_p50, floor_p50 = statistics.median(ours), statistics.median(floor_ms)
+    cpu = {name: statistics.median(samples) for name, samples in cpu_by_process.items()}
+    cpu_total, floor_cpu = sum(cpu.values()), statistics.median(floor_cpu_ms)
+    rounds = ", ".join(f"{o:.0f}/{f:.0f}" for o, f in zip(ours, floor_ms, strict=True))
+    row("episode p50 (start + 10 calls + end + result)", f"{episode_p50:.1f} ms", f"rounds (ours/floor ms): {rounds}")
+    row("CPU per episode, all processes", f"{cpu_total:.1f} ms", ", ".join(f"{n} {v:.1f}" for n, v in cpu.items()))
+    row(
+        "bare Temporal episode (the floor) p50",
+        f"{floor_p50:.1f} ms",
+        f"CPU {floor_cpu:.1f} ms (server + client/worker); ours {episode_p50 / floor_p50:.2f}x its latency, "
+        f"{cpu_total / floor_cpu:.2f}x its CPU",
+    )
+    return {
+        "episode_p50_ms": episode_p50,
+        "cpu_ms_per_episode": cpu_total,
+        "cpu_ms_per_episode_by_process": cpu,
+        "bare_temporal_episode_p50_ms": floor_p50,
+        "bare_temporal_episode_cpu_ms": floor_cpu,
+        "latency_vs_floor": episode_p50 / floor_p50,
+        "cpu_vs_floor": cpu_total / floor_cpu,
+    }
+
+
+def measure(floor: bool = False, rounds: int = ROUNDS) -> dict:
+    """`floor`: only ours beside the bare Temporal episode (no OpenEnv, throughput or ladder)."""
     print("episodes (a trainer playing an agent; server, gateway and one worker in their own processes) beside OpenEnv")
     env = isolated_env()
     saved = dict(os.environ)
@@ -322,8 +353,10 @@ def measure() -> dict:
     subprocess.run([AGENT_ENV, "server", "start"], env=env, capture_output=True, check=True, timeout=120)
     worker = subprocess.Popen([AGENT_ENV, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        if floor:
+            return asyncio.run(measure_async(None, worker.pid, rounds))
         with OpenEnvPeer(episodes=EPISODES) as peer:
-            return asyncio.run(measure_async(peer, worker.pid))
+            return asyncio.run(measure_async(peer, worker.pid, rounds))
     finally:
         worker.terminate()
         worker.wait(30)
@@ -334,4 +367,10 @@ def measure() -> dict:
 
 
 if __name__ == "__main__":
-    measure()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--floor", action="store_true", help="only ours beside the bare Temporal episode")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of each (default {ROUNDS})")
+    args = parser.parse_args()
+    measure(floor=args.floor, rounds=args.rounds)
