@@ -30,6 +30,7 @@ from agent_env.gateway import tokens
 from agent_env.gateway import trajectory as trajectories
 from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway.metrics import CONTENT_TYPE
+from agent_env.gateway.routes_agents import listed
 from agent_env.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, named_body, parse
 from agent_env.gateway.service import Caller, Gateway, GatewayError
 from agent_env.gateway.spec import AppRef, InstanceSpec, RoleSpec
@@ -259,9 +260,14 @@ async def delete_instance(instance: str, gateway: GatewayDep, keep_data: str | N
 
 
 @router.get("/admin/instances/{instance}/tokens/{agent}", tags=["instances"], response_model=wire.model_of(wire.Token))
-async def agent_token(instance: str, agent: str, gateway: GatewayDep) -> Response:
-    """An agent's role token."""
-    return JSONResponse({"token": await gateway.token(instance, agent)})
+async def agent_token(instance: str, agent: str, gateway: GatewayDep, tools: str | None = None) -> Response:
+    """An agent's role token; with `tools=1`, also its role and the tools that role lists (as
+    `GET /envs/{instance}/tools` answers the token): a trainer's first turn in one request, not two."""
+    token = await gateway.token(instance, agent)
+    if tools not in ("1", "true"):
+        return JSONResponse({"token": token})
+    caller = Caller(await gateway.get(instance), agent)
+    return JSONResponse({"token": token, "role": caller.role, "tools": listed(gateway.listing(caller))})
 
 
 @router.get(

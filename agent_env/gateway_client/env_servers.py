@@ -167,6 +167,9 @@ class EnvServers:
     async def token(self, instance: str, agent: str) -> str:
         return await (await self.holder(instance)).token(instance, agent)
 
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        return await (await self.holder(instance)).token_and_tools(instance, agent)
+
     async def server_token(self, instance: str, app: str) -> str:
         return await (await self.holder(instance)).server_token(instance, app)
 

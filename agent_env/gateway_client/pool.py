@@ -201,6 +201,9 @@ class GatewayPool:
     async def token(self, instance: str, agent: str) -> str:
         return await self._at(instance, lambda c: c.token(instance, agent))
 
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        return await self._at(instance, lambda c: c.token_and_tools(instance, agent))
+
     async def server_token(self, instance: str, app: str) -> str:
         """Asked before the instance exists (its sandboxes start first): this places it. A run's instance ids
         are `RUN.STEP`."""

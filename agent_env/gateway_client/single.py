@@ -134,6 +134,11 @@ class SingleGateway:
     async def token(self, instance: str, agent: str) -> str:
         return (await self._answer(wire.Token, "GET", f"/admin/instances/{instance}/tokens/{agent}"))["token"]
 
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        path = f"/admin/instances/{instance}/tokens/{agent}"
+        answer = await self._answer(wire.Token, "GET", path, params={"tools": "1"})
+        return answer["token"], answer.get("tools")
+
     async def server_token(self, instance: str, app: str) -> str:
         """The token the sandbox of `app` must be started with (only the gateway reaches it then)."""
         return (await self._answer(wire.Token, "GET", f"/admin/instances/{instance}/servers/{app}/token"))["token"]

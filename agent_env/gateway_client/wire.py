@@ -53,6 +53,10 @@ class Deleted(TypedDict):
 
 class Token(TypedDict):
     token: str
+    # Asked with `tools=1` (an agent's token): its role and that role's tools, as `GET /envs/{instance}/tools`
+    # lists them with the token (one request where a trainer's first turn made two). Older gateways leave them out.
+    role: NotRequired[str]
+    tools: NotRequired[list[JsonObject]]
 
 
 class RoleTools(TypedDict):
