@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 import json
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
@@ -416,9 +416,21 @@ async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last:
 
 
 @router.post("/admin/runs/{run_id}/end", tags=["runs"], response_model=wire.model_of(wire.RunEnded))
-async def end_run(run_id: str, gateway: GatewayDep) -> Response:
-    """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted."""
-    return JSONResponse(await gateway.end_run(run_id))
+async def end_run(
+    run_id: str, gateway: GatewayDep, with_trajectories: Annotated[str | None, Query(alias="trajectories")] = None
+) -> Response:
+    """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted. With
+    `trajectories=1`, the answer carries each closed instance's trajectory that one page holds whole (what the
+    run's record keeps: one request, not one more per instance)."""
+    ended: dict[str, Any] = dict(await gateway.end_run(run_id))
+    if with_trajectories in ("1", "true"):
+        whole = {}
+        for instance in ended["instances"]:
+            entries = await gateway.read_trajectory(instance)
+            if len(entries) < trajectories.PAGE:
+                whole[instance] = entries
+        ended["trajectories"] = whole
+    return JSONResponse(ended)
 
 
 @router.get("/admin/runs/{run_id}/parked", tags=["runs"], response_model=wire.model_of(wire.Parked))

@@ -112,8 +112,9 @@ class GatewayClient(Protocol):
         """Trigger hits of the run that the gateway stopped delivering, each with its error."""
         ...
 
-    async def end_run(self, run_id: str) -> wire.RunEnded:
-        """Release what the run holds: close its instances (kept), delete its hosted agents."""
+    async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
+        """Release what the run holds: close its instances (kept), delete its hosted agents. `trajectories`: the
+        answer carries the closed instances' trajectories that one page holds whole (`RunEnded.trajectories`)."""
         ...
 
     # -- hosted agents and people's turns --

@@ -277,12 +277,15 @@ class GatewayPool:
 
     # -- admin: run-wide, on every gateway --
 
-    async def end_run(self, run_id: str) -> wire.RunEnded:
+    async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
         ended: wire.RunEnded = {"instances": [], "agents": [], "sessions": 0}
-        for part in await asyncio.gather(*(c.end_run(run_id) for c in self.clients)):
+        parts = await asyncio.gather(*(c.end_run(run_id, trajectories=trajectories) for c in self.clients))
+        for part in parts:
             ended["instances"] += part["instances"]
             ended["agents"] += part["agents"]
             ended["sessions"] += part.get("sessions", 0)
+            if "trajectories" in part:
+                ended["trajectories"] = {**ended.get("trajectories", {}), **part["trajectories"]}
         for key in [k for k in self._owners if k[1].startswith(f"{run_id}.")]:  # nothing kept per finished run
             del self._owners[key]
         return ended

@@ -222,9 +222,10 @@ class SingleGateway:
         """Trigger hits of the run that the gateway stopped delivering, each with its error."""
         return (await self._answer(wire.Parked, "GET", f"/admin/runs/{run_id}/parked"))["parked"]
 
-    async def end_run(self, run_id: str) -> wire.RunEnded:
+    async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
         """Release what the run holds on the gateway: close its instances (kept), delete its hosted agents."""
-        return await self._answer(wire.RunEnded, "POST", f"/admin/runs/{run_id}/end")
+        params = {"trajectories": "1"} if trajectories else None
+        return await self._answer(wire.RunEnded, "POST", f"/admin/runs/{run_id}/end", params=params)
 
     async def last_seq(self, instance: str) -> int:
         """Where the instance's trajectory ends now: read `after` it for what happens next."""

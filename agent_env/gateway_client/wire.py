@@ -134,6 +134,9 @@ class RunEnded(TypedDict):
     instances: list[str]
     agents: list[str]
     sessions: NotRequired[int]  # MCP sessions ended (gateways before it was counted do not say)
+    # Asked with `trajectories=1`: each closed instance's trajectory that one page holds whole, by instance (the
+    # ones left out, and all from older gateways, are read with GET .../trajectory).
+    trajectories: NotRequired[dict[str, list[JsonObject]]]
 
 
 class Parked(TypedDict):
