@@ -177,6 +177,7 @@ async def measure_async(peer: OpenEnvPeer | None, worker_pid: int, rounds: int =
         ours, theirs, runs, call_samples = [], [], [], []
         cpu_by_process: dict[str, list[float]] = {name: [] for name in pids}
         floor_ms, floor_cpu_ms, lane_ms, lane_cpu_ms = [], [], [], []
+        floor_by_process: dict[str, list[float]] = {"server": [], "trainer": []}  # the floor's rounds
         floor = await Floor(episodes.client).__aenter__()
 
         async def our_round() -> None:
@@ -195,8 +196,12 @@ async def measure_async(peer: OpenEnvPeer | None, worker_pid: int, rounds: int =
             measured = ("server", "trainer")
             before = {name: cpu_seconds(pids[name]) for name in measured}
             took = [await play() for _ in range(EPISODES)]
-            cpus.append(sum(cpu_seconds(pids[n]) - before[n] for n in measured) / EPISODES * 1000)
+            spent = {n: (cpu_seconds(pids[n]) - before[n]) / EPISODES * 1000 for n in measured}
+            cpus.append(sum(spent.values()))
             latencies.append(summarize(took)["median"] * 1000)
+            if cpus is floor_cpu_ms:
+                for n in measured:
+                    floor_by_process[n].append(spent[n])
 
         async def floor_round() -> None:
             await bare_round(floor.episode, floor_ms, floor_cpu_ms)
@@ -209,7 +214,7 @@ async def measure_async(peer: OpenEnvPeer | None, worker_pid: int, rounds: int =
                     await play()
         await floor.__aexit__(None, None, None)
         if peer is None:
-            return floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms)
+            return floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms, floor_by_process)
 
         episode_p50 = statistics.median(ours)
         peer_p50 = statistics.median(statistics.median(t["episode_ms"]) for t in theirs)
@@ -319,19 +324,30 @@ async def measure_async(peer: OpenEnvPeer | None, worker_pid: int, rounds: int =
         await episodes.close()
 
 
-def floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms) -> dict:
-    """The floor's line alone (`--floor`), and each round's latencies (ours, the floor's)."""
+def floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms, floor_by_process) -> dict:
+    """The floor's line alone (`--floor`), each round's latencies (ours, the floor's), the floor's CPU by process,
+    and the ratios of each round to the floor's round beside it (median and range: the load moves both)."""
     episode_p50, floor_p50 = statistics.median(ours), statistics.median(floor_ms)
     cpu = {name: statistics.median(samples) for name, samples in cpu_by_process.items()}
     cpu_total, floor_cpu = sum(cpu.values()), statistics.median(floor_cpu_ms)
     rounds = ", ".join(f"{o:.0f}/{f:.0f}" for o, f in zip(ours, floor_ms, strict=True))
+    ours_cpu = [sum(samples) for samples in zip(*cpu_by_process.values(), strict=True)]
+    cpu_ratios = sorted(o / f for o, f in zip(ours_cpu, floor_cpu_ms, strict=True))
+    latency_ratios = sorted(o / f for o, f in zip(ours, floor_ms, strict=True))
     row("episode p50 (start + 10 calls + end + result)", f"{episode_p50:.1f} ms", f"rounds (ours/floor ms): {rounds}")
     row("CPU per episode, all processes", f"{cpu_total:.1f} ms", ", ".join(f"{n} {v:.1f}" for n, v in cpu.items()))
+    split = ", ".join(f"{n} {statistics.median(v):.1f}" for n, v in floor_by_process.items())
     row(
         "bare Temporal episode (the floor) p50",
         f"{floor_p50:.1f} ms",
-        f"CPU {floor_cpu:.1f} ms (server + client/worker); ours {episode_p50 / floor_p50:.2f}x its latency, "
-        f"{cpu_total / floor_cpu:.2f}x its CPU",
+        f"CPU {floor_cpu:.1f} ms ({split}: its worker and client are the trainer); ours {episode_p50 / floor_p50:.2f}x "
+        f"its latency, {cpu_total / floor_cpu:.2f}x its CPU",
+    )
+    row(
+        "  round by round (ours / the floor's beside it)",
+        f"{statistics.median(cpu_ratios):.2f}x CPU",
+        f"CPU {cpu_ratios[0]:.2f}-{cpu_ratios[-1]:.2f}x; latency {statistics.median(latency_ratios):.2f}x "
+        f"({latency_ratios[0]:.2f}-{latency_ratios[-1]:.2f}x); load {os.getloadavg()[0]:.1f}",
     )
     return {
         "episode_p50_ms": episode_p50,
@@ -341,6 +357,9 @@ def floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms) -> dict:
         "bare_temporal_episode_cpu_ms": floor_cpu,
         "latency_vs_floor": episode_p50 / floor_p50,
         "cpu_vs_floor": cpu_total / floor_cpu,
+        "cpu_vs_floor_by_round": cpu_ratios,
+        "latency_vs_floor_by_round": latency_ratios,
+        "bare_temporal_episode_cpu_ms_by_process": {n: statistics.median(v) for n, v in floor_by_process.items()},
     }
 
 
