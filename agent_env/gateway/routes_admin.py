@@ -420,15 +420,16 @@ async def end_run(
     run_id: str, gateway: GatewayDep, with_trajectories: Annotated[str | None, Query(alias="trajectories")] = None
 ) -> Response:
     """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted. With
-    `trajectories=1`, the answer carries each closed instance's trajectory that one page holds whole (what the
-    run's record keeps: one request, not one more per instance)."""
+    `trajectories=1`, the answer carries the closed instances' trajectories, whole, as long as all it carries fit
+    in one trajectory page (what the run's record keeps: one request, not one more per instance)."""
     ended: dict[str, Any] = dict(await gateway.end_run(run_id))
     if with_trajectories in ("1", "true"):
-        whole = {}
+        whole, room = {}, trajectories.PAGE  # the answer is never larger than a page of the trajectory route
         for instance in ended["instances"]:
             entries = await gateway.read_trajectory(instance)
-            if len(entries) < trajectories.PAGE:
+            if len(entries) < room:
                 whole[instance] = entries
+                room -= len(entries)
         ended["trajectories"] = whole
     return JSONResponse(ended)
 

@@ -114,7 +114,7 @@ class GatewayClient(Protocol):
 
     async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
         """Release what the run holds: close its instances (kept), delete its hosted agents. `trajectories`: the
-        answer carries the closed instances' trajectories that one page holds whole (`RunEnded.trajectories`)."""
+        answer carries closed instances' trajectories, as many as one page holds (`RunEnded.trajectories`)."""
         ...
 
     # -- hosted agents and people's turns --

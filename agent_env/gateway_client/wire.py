@@ -134,8 +134,8 @@ class RunEnded(TypedDict):
     instances: list[str]
     agents: list[str]
     sessions: NotRequired[int]  # MCP sessions ended (gateways before it was counted do not say)
-    # Asked with `trajectories=1`: each closed instance's trajectory that one page holds whole, by instance (the
-    # ones left out, and all from older gateways, are read with GET .../trajectory).
+    # Asked with `trajectories=1`: closed instances' trajectories, whole, by instance, as many as one trajectory page
+    # holds in all (the ones left out, and all from older gateways, are read with GET .../trajectory).
     trajectories: NotRequired[dict[str, list[JsonObject]]]
 
 
