@@ -422,9 +422,10 @@ async def end_run(
     """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted. With
     `trajectories=1`, the answer carries the closed instances' trajectories, whole, as long as all it carries fit
     in one trajectory page (what the run's record keeps: one request, not one more per instance)."""
-    ended: dict[str, Any] = dict(await gateway.end_run(run_id))
+    ended = await gateway.end_run(run_id)
     if with_trajectories in ("1", "true"):
-        whole, room = {}, trajectories.PAGE  # the answer is never larger than a page of the trajectory route
+        whole: dict[str, list[wire.JsonObject]] = {}
+        room = trajectories.PAGE  # the answer is never larger than a page of the trajectory route
         for instance in ended["instances"]:
             entries = await gateway.read_trajectory(instance)
             if len(entries) < room:

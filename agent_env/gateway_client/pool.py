@@ -278,14 +278,7 @@ class GatewayPool:
     # -- admin: run-wide, on every gateway --
 
     async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
-        ended: wire.RunEnded = {"instances": [], "agents": [], "sessions": 0}
-        parts = await asyncio.gather(*(c.end_run(run_id, trajectories=trajectories) for c in self.clients))
-        for part in parts:
-            ended["instances"] += part["instances"]
-            ended["agents"] += part["agents"]
-            ended["sessions"] += part.get("sessions", 0)
-            if "trajectories" in part:
-                ended["trajectories"] = {**ended.get("trajectories", {}), **part["trajectories"]}
+        ended = merged(await asyncio.gather(*(c.end_run(run_id, trajectories=trajectories) for c in self.clients)))
         for key in [k for k in self._owners if k[1].startswith(f"{run_id}.")]:  # nothing kept per finished run
             del self._owners[key]
         return ended
@@ -342,3 +335,15 @@ class GatewayPool:
             raise
         self._owners.pop(("agent", agent_id), None)
         return await client.delete_agent(agent_id)
+
+
+def merged(parts: list[wire.RunEnded]) -> wire.RunEnded:
+    """A run's end on every gateway of the pool, as one answer."""
+    ended: wire.RunEnded = {"instances": [], "agents": [], "sessions": 0}
+    for part in parts:
+        ended["instances"] += part["instances"]
+        ended["agents"] += part["agents"]
+        ended["sessions"] += part.get("sessions", 0)
+        if "trajectories" in part:
+            ended["trajectories"] = {**ended.get("trajectories", {}), **part["trajectories"]}
+    return ended
