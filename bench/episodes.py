@@ -159,7 +159,8 @@ async def conversation(episodes, spec, latencies: list[float]) -> None:
     await episode.result()
 
 
-async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
+async def measure_async(peer: OpenEnvPeer | None, worker_pid: int, rounds: int = ROUNDS) -> dict:
+    """`peer` None: only ours beside the floor (`--floor`): the rounds, the CPU and the floor's line."""
     from agent_env.config import load_settings
     from agent_env.episodes import Episodes, EpisodeSpec
     from agent_env.planning.tasks import parse_task
@@ -176,6 +177,7 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
         ours, theirs, runs, call_samples = [], [], [], []
         cpu_by_process: dict[str, list[float]] = {name: [] for name in pids}
         floor_ms, floor_cpu_ms, lane_ms, lane_cpu_ms = [], [], [], []
+        floor_by_process: dict[str, list[float]] = {"server": [], "trainer": []}  # the floor's rounds
         floor = await Floor(episodes.client).__aenter__()
 
         async def our_round() -> None:
@@ -194,17 +196,25 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
             measured = ("server", "trainer")
             before = {name: cpu_seconds(pids[name]) for name in measured}
             took = [await play() for _ in range(EPISODES)]
-            cpus.append(sum(cpu_seconds(pids[n]) - before[n] for n in measured) / EPISODES * 1000)
+            spent = {n: (cpu_seconds(pids[n]) - before[n]) / EPISODES * 1000 for n in measured}
+            cpus.append(sum(spent.values()))
             latencies.append(summarize(took)["median"] * 1000)
+            if cpus is floor_cpu_ms:
+                for n in measured:
+                    floor_by_process[n].append(spent[n])
 
         async def floor_round() -> None:
             await bare_round(floor.episode, floor_ms, floor_cpu_ms)
             await bare_round(floor.lane_episode, lane_ms, lane_cpu_ms)
 
-        for r in range(ROUNDS):
-            for play in (our_round, their_round, floor_round) if r % 2 == 0 else (floor_round, their_round, our_round):
-                await play()
+        for r in range(rounds):
+            order = (our_round, their_round, floor_round) if r % 2 == 0 else (floor_round, their_round, our_round)
+            for play in order:
+                if play is not their_round or peer is not None:
+                    await play()
         await floor.__aexit__(None, None, None)
+        if peer is None:
+            return floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms, floor_by_process)
 
         episode_p50 = statistics.median(ours)
         peer_p50 = statistics.median(statistics.median(t["episode_ms"]) for t in theirs)
@@ -314,7 +324,47 @@ async def measure_async(peer: OpenEnvPeer, worker_pid: int) -> dict:
         await episodes.close()
 
 
-def measure() -> dict:
+def floor_only(ours, cpu_by_process, floor_ms, floor_cpu_ms, floor_by_process) -> dict:
+    """The floor's line alone (`--floor`), each round's latencies (ours, the floor's), the floor's CPU by process,
+    and the ratios of each round to the floor's round beside it (median and range: the load moves both)."""
+    episode_p50, floor_p50 = statistics.median(ours), statistics.median(floor_ms)
+    cpu = {name: statistics.median(samples) for name, samples in cpu_by_process.items()}
+    cpu_total, floor_cpu = sum(cpu.values()), statistics.median(floor_cpu_ms)
+    rounds = ", ".join(f"{o:.0f}/{f:.0f}" for o, f in zip(ours, floor_ms, strict=True))
+    ours_cpu = [sum(samples) for samples in zip(*cpu_by_process.values(), strict=True)]
+    cpu_ratios = sorted(o / f for o, f in zip(ours_cpu, floor_cpu_ms, strict=True))
+    latency_ratios = sorted(o / f for o, f in zip(ours, floor_ms, strict=True))
+    row("episode p50 (start + 10 calls + end + result)", f"{episode_p50:.1f} ms", f"rounds (ours/floor ms): {rounds}")
+    row("CPU per episode, all processes", f"{cpu_total:.1f} ms", ", ".join(f"{n} {v:.1f}" for n, v in cpu.items()))
+    split = ", ".join(f"{n} {statistics.median(v):.1f}" for n, v in floor_by_process.items())
+    row(
+        "bare Temporal episode (the floor) p50",
+        f"{floor_p50:.1f} ms",
+        f"CPU {floor_cpu:.1f} ms ({split}: its worker and client are the trainer); ours {episode_p50 / floor_p50:.2f}x "
+        f"its latency, {cpu_total / floor_cpu:.2f}x its CPU",
+    )
+    row(
+        "  round by round (ours / the floor's beside it)",
+        f"{statistics.median(cpu_ratios):.2f}x CPU",
+        f"CPU {cpu_ratios[0]:.2f}-{cpu_ratios[-1]:.2f}x; latency {statistics.median(latency_ratios):.2f}x "
+        f"({latency_ratios[0]:.2f}-{latency_ratios[-1]:.2f}x); load {os.getloadavg()[0]:.1f}",
+    )
+    return {
+        "episode_p50_ms": episode_p50,
+        "cpu_ms_per_episode": cpu_total,
+        "cpu_ms_per_episode_by_process": cpu,
+        "bare_temporal_episode_p50_ms": floor_p50,
+        "bare_temporal_episode_cpu_ms": floor_cpu,
+        "latency_vs_floor": episode_p50 / floor_p50,
+        "cpu_vs_floor": cpu_total / floor_cpu,
+        "cpu_vs_floor_by_round": cpu_ratios,
+        "latency_vs_floor_by_round": latency_ratios,
+        "bare_temporal_episode_cpu_ms_by_process": {n: statistics.median(v) for n, v in floor_by_process.items()},
+    }
+
+
+def measure(floor: bool = False, rounds: int = ROUNDS) -> dict:
+    """`floor`: only ours beside the bare Temporal episode (no OpenEnv, throughput or ladder)."""
     print("episodes (a trainer playing an agent; server, gateway and one worker in their own processes) beside OpenEnv")
     env = isolated_env()
     saved = dict(os.environ)
@@ -322,8 +372,10 @@ def measure() -> dict:
     subprocess.run([AGENT_ENV, "server", "start"], env=env, capture_output=True, check=True, timeout=120)
     worker = subprocess.Popen([AGENT_ENV, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        if floor:
+            return asyncio.run(measure_async(None, worker.pid, rounds))
         with OpenEnvPeer(episodes=EPISODES) as peer:
-            return asyncio.run(measure_async(peer, worker.pid))
+            return asyncio.run(measure_async(peer, worker.pid, rounds))
     finally:
         worker.terminate()
         worker.wait(30)
@@ -334,4 +386,10 @@ def measure() -> dict:
 
 
 if __name__ == "__main__":
-    measure()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--floor", action="store_true", help="only ours beside the bare Temporal episode")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of each (default {ROUNDS})")
+    args = parser.parse_args()
+    measure(floor=args.floor, rounds=args.rounds)

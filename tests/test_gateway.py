@@ -202,6 +202,22 @@ async def test_rest_and_card(desk):
     assert [c["name"] for c in card["children_environments"]] == ["mail", "helpdesk", "billing"]
 
 
+async def test_a_token_asked_with_its_tools_lists_them_as_the_token_would(desk):
+    gateway, base, admin = desk
+    await admin.change_role("desk-1", "support", enable=["issue_refund"], disable=[])  # a listing changed since
+    for agent, role in (("sam", "support"), ("lee", "billing_lead")):
+        token, tools = await admin.token_and_tools("desk-1", agent)
+        assert token == await admin.token("desk-1", agent)
+        assert tools == await admin.list_tools("desk-1", token), agent
+        assert {t["name"] for t in tools} == await tool_names(base, "desk-1", token)
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {gateway.admin_token}"}) as http:
+            # The plain answer is unchanged; the role comes with the tools.
+            plain = (await http.get(f"{base}/admin/instances/desk-1/tokens/{agent}")).json()
+            full = (await http.get(f"{base}/admin/instances/desk-1/tokens/{agent}?tools=1")).json()
+        assert plain == {"token": token} and full["role"] == role
+    assert "issue_refund" in {t["name"] for t in (await admin.token_and_tools("desk-1", "sam"))[1]}
+
+
 async def test_data_plane_fans_out_to_every_app(desk):
     gateway, base, admin = desk
     parts = (await admin.data("desk-1", "data/get"))["parts"]

@@ -180,6 +180,44 @@ async def test_a_long_trajectory_is_kept_whole(tmp_path, settings):
         assert [json.loads(line)["arguments"]["n"] for line in lines] == list(range(10_050))
 
 
+async def test_a_runs_end_carries_the_trajectories_a_page_holds_and_the_record_keeps_every_one_whole(
+    tmp_path, settings, monkeypatch
+):
+    from agent_env.gateway import trajectory
+    from agent_env.gateway.release import end_run, trajectory_key
+    from agent_env.gateway.service import Caller
+    from agent_env.stores import open_stores
+
+    async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
+        calls = {"short": 2, "mid": 3, "long": 5}
+        for name, n in calls.items():
+            await admin.put_instance({"id": f"r-1.{name}", "run_id": "r-1", "apps": [{"app": "notes"}], **NOTES})
+            inst = await gateway.get(f"r-1.{name}")
+            for i in range(n):
+                await gateway.call(Caller(inst, "ann"), "get_time", {"n": i}, via="run")
+        monkeypatch.setattr(trajectory, "PAGE", 4)  # "long" needs two pages; "short" and "mid" fit one apart
+        asked = []
+        original = admin._json
+
+        async def counted(method, path, **kwargs):
+            asked.append((method, path))
+            return await original(method, path, **kwargs)
+
+        monkeypatch.setattr(admin, "_json", counted)
+        stores = open_stores(settings)
+        assert await end_run(admin, stores, "r-1") == {"closed": 3, "agents_deleted": 0}
+        # The end carried what a page holds in all (the first of short and mid it met); the rest was read after it,
+        # the long one a page at a time.
+        reads = [path.split("/")[3] for _, path in asked if path.endswith("/trajectory")]
+        long_twice = ["r-1.long", "r-1.long"]
+        assert sorted(reads) in ([*long_twice, "r-1.mid"], [*long_twice, "r-1.short"]), asked
+        for name, n in calls.items():
+            lines = stores.objects.get(trajectory_key("r-1", f"r-1.{name}")).decode().splitlines()
+            assert [json.loads(line)["arguments"]["n"] for line in lines] == list(range(n)), name
+        plain = await original("POST", "/admin/runs/r-1/end")  # (idempotent) asked without: as before
+        assert "trajectories" not in plain and sorted(plain["instances"]) == ["r-1.long", "r-1.mid", "r-1.short"]
+
+
 async def test_a_failing_trajectory_writer_makes_the_gateway_unready(tmp_path):
     async with running_gateway(tmp_path / "gw") as (gateway, base, admin):
         for instance in ("bad-1", "good-1"):

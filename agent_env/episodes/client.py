@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import httpx
 
@@ -37,7 +37,7 @@ from agent_env.config import load_settings
 from agent_env.episodes.outcome import EpisodeResult, outcome_of
 from agent_env.episodes.proxy_player import ProxyPlayer
 from agent_env.episodes.recording import Trajectory
-from agent_env.episodes.tools import RestTools, TurnTools
+from agent_env.episodes.tools import RestTools, ToolInfo, TurnTools
 from agent_env.errors import AgentEnvError
 from agent_env.gateway import embedded
 from agent_env.spec.run import RunState, StepStatus, TurnOffer
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from agent_env.config import Settings
     from agent_env.episodes.spec import EpisodeSpec
     from agent_env.gateway_client.env_servers import EnvServers
+    from agent_env.gateway_client.wire import JsonObject
     from agent_env.stores import Stores
 
 
@@ -151,6 +152,10 @@ class Episodes:
         """The agent's role token, from what serves its instance (never through Temporal)."""
         return await (await self.gateway()).token(instance, agent)
 
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        """The agent's role token and its role's tools, in one request (tools None: the gateway is older, ask)."""
+        return await (await self.gateway()).token_and_tools(instance, agent)
+
     def run_over(self, run_id: str) -> None:
         """Nothing of a finished run is kept (a trainer lives for many): its instances' routes are forgotten."""
         if self._gateway is not None:
@@ -186,6 +191,16 @@ class Episode:
         if key not in self._tokens:
             self._tokens[key] = await self.episodes.token(instance, agent)
         return self._tokens[key]
+
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        """The agent's token (fetched once per episode and agent) and, when it is fetched now, its role's tools
+        with it (None otherwise: roles may change between turns, so they are listed again)."""
+        key = (instance, agent)
+        if key in self._tokens:
+            return self._tokens[key], None
+        token, tools = await self.episodes.token_and_tools(instance, agent)
+        self._tokens[key] = token
+        return token, tools
 
     async def _send(
         self, name: str, *args: Any, update_id: str | None = None, wait: bool = True
@@ -394,8 +409,10 @@ class Turn:
             raise EpisodeError(f"turn {self.id} came with no environment: it has no tools")
         if transport == "rest":
             gateway = await self.episode.episodes.gateway()
-            rest = RestTools(gateway, self.offer.env, await self.token())
-            yield TurnTools(rest, await rest.list())
+            # The episode's first turn: the token and the tool list in one request.
+            token, listed = await self.episode.token_and_tools(self.offer.env, self.offer.agent)
+            rest = RestTools(gateway, self.offer.env, token)
+            yield TurnTools(rest, await rest.list() if listed is None else cast("list[ToolInfo]", listed))
             return
         turn = AgentTurn(prompt=self.prompt, mcp_url=self.offer.mcp_url, token=await self.token())
         async with turn.tools() as tools:

@@ -42,10 +42,12 @@ async def retire_instance(
 
 async def end_run(gateway: GatewayClient, stores: Stores, run_id: str) -> dict[str, Any]:
     """The run is over: the gateway closes its instances and deletes its hosted agents; the instances'
-    trajectories are then kept in the object store (complete: closing wrote all)."""
-    ended = await gateway.end_run(run_id)
+    trajectories are then kept in the object store (complete: closing wrote all). The end's answer carries the
+    trajectories a page holds whole; the others (and all, from a gateway older than that) are read after it."""
+    ended = await gateway.end_run(run_id, trajectories=True)
+    whole = ended.get("trajectories", {})
     for instance in ended["instances"]:
-        entries = await gateway.trajectory(instance)
+        entries = whole[instance] if instance in whole else await gateway.trajectory(instance)
         if entries:
             await stores.aio.objects.put(trajectory_key(run_id, instance), _jsonl(entries))
     return {"closed": len(ended["instances"]), "agents_deleted": len(ended["agents"])}

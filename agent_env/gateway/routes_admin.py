@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 import json
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
@@ -30,6 +30,7 @@ from agent_env.gateway import tokens
 from agent_env.gateway import trajectory as trajectories
 from agent_env.gateway.env_instance import EnvInstance
 from agent_env.gateway.metrics import CONTENT_TYPE
+from agent_env.gateway.routes_agents import listed
 from agent_env.gateway.routes_common import GatewayDep, bounded_body, gateway_of, json_body, json_of, named_body, parse
 from agent_env.gateway.service import Caller, Gateway, GatewayError
 from agent_env.gateway.spec import AppRef, InstanceSpec, RoleSpec
@@ -259,9 +260,14 @@ async def delete_instance(instance: str, gateway: GatewayDep, keep_data: str | N
 
 
 @router.get("/admin/instances/{instance}/tokens/{agent}", tags=["instances"], response_model=wire.model_of(wire.Token))
-async def agent_token(instance: str, agent: str, gateway: GatewayDep) -> Response:
-    """An agent's role token."""
-    return JSONResponse({"token": await gateway.token(instance, agent)})
+async def agent_token(instance: str, agent: str, gateway: GatewayDep, tools: str | None = None) -> Response:
+    """An agent's role token; with `tools=1`, also its role and the tools that role lists (as
+    `GET /envs/{instance}/tools` answers the token): a trainer's first turn in one request, not two."""
+    token = await gateway.token(instance, agent)
+    if tools not in ("1", "true"):
+        return JSONResponse({"token": token})
+    caller = Caller(await gateway.get(instance), agent)
+    return JSONResponse({"token": token, "role": caller.role, "tools": listed(gateway.listing(caller))})
 
 
 @router.get(
@@ -410,9 +416,23 @@ async def trajectory(instance: str, gateway: GatewayDep, after: str = "0", last:
 
 
 @router.post("/admin/runs/{run_id}/end", tags=["runs"], response_model=wire.model_of(wire.RunEnded))
-async def end_run(run_id: str, gateway: GatewayDep) -> Response:
-    """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted."""
-    return JSONResponse(await gateway.end_run(run_id))
+async def end_run(
+    run_id: str, gateway: GatewayDep, with_trajectories: Annotated[str | None, Query(alias="trajectories")] = None
+) -> Response:
+    """The run is over: its agents' tokens stop working, its instances close, its hosted agents are deleted. With
+    `trajectories=1`, the answer carries the closed instances' trajectories, whole, as long as all it carries fit
+    in one trajectory page (what the run's record keeps: one request, not one more per instance)."""
+    ended = await gateway.end_run(run_id)
+    if with_trajectories in ("1", "true"):
+        whole: dict[str, list[wire.JsonObject]] = {}
+        room = trajectories.PAGE  # the answer is never larger than a page of the trajectory route
+        for instance in ended["instances"]:
+            entries = await gateway.read_trajectory(instance)
+            if len(entries) < room:
+                whole[instance] = entries
+                room -= len(entries)
+        ended["trajectories"] = whole
+    return JSONResponse(ended)
 
 
 @router.get("/admin/runs/{run_id}/parked", tags=["runs"], response_model=wire.model_of(wire.Parked))

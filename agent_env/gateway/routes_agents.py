@@ -49,13 +49,13 @@ async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         await JSONResponse({"error": str(e)}, status_code=e.status)(scope, receive, send)
 
 
-def _listed(tools: list[types.Tool]) -> list[dict[str, Any]]:
+def listed(tools: list[types.Tool]) -> list[dict[str, Any]]:
     return [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools]
 
 
 @router.get("/envs/{instance}/tools")
 async def list_tools(request: Request, caller: RoleCaller) -> Response:
-    return JSONResponse({"role": caller.role, "tools": _listed(gateway_of(request).listing(caller))})
+    return JSONResponse({"role": caller.role, "tools": listed(gateway_of(request).listing(caller))})
 
 
 async def call_tool(request: Request) -> Response:
@@ -81,17 +81,17 @@ async def card(request: Request, instance: str) -> Response:
     allowed: frozenset[str] | None = None  # the caller's tools (as exposed); None: every tool
     if gateway.is_admin(request.headers.get("authorization")):
         inst = await gateway.get(instance)
-        listed: list[dict[str, Any]] = [
+        shown: list[dict[str, Any]] = [
             {"name": name, "description": r.spec.description, "inputSchema": r.spec.input_schema}
             for name, r in inst.tools.items()
         ]
     else:
         caller = await role_caller(request, instance)
-        inst, listed = caller.instance, _listed(gateway.listing(caller))
-        allowed = frozenset(t["name"] for t in listed)
+        inst, shown = caller.instance, listed(gateway.listing(caller))
+        allowed = frozenset(t["name"] for t in shown)
     body = cards.environment_card(
         inst.spec.env,
-        tools=(cards.EnvironmentTool(**t) for t in listed),
+        tools=(cards.EnvironmentTool(**t) for t in shown),
         operations=inst.operations,
         children=composition.children(inst, allowed),
     )

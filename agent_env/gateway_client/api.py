@@ -50,6 +50,11 @@ class GatewayClient(Protocol):
     async def agent_url_base(self, agent_id: str) -> str: ...
     async def delete_instance(self, instance: str, *, keep_data: bool = False) -> bool: ...
     async def token(self, instance: str, agent: str) -> str: ...
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        """The agent's role token and its role's tools in one request (None: a gateway that does not list them
+        with the token: ask `list_tools`)."""
+        ...
+
     async def server_token(self, instance: str, app: str) -> str:
         """The token the sandbox of `app` must be started with (only the gateway reaches it then)."""
         ...
@@ -107,8 +112,9 @@ class GatewayClient(Protocol):
         """Trigger hits of the run that the gateway stopped delivering, each with its error."""
         ...
 
-    async def end_run(self, run_id: str) -> wire.RunEnded:
-        """Release what the run holds: close its instances (kept), delete its hosted agents."""
+    async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
+        """Release what the run holds: close its instances (kept), delete its hosted agents. `trajectories`: the
+        answer carries closed instances' trajectories, as many as one page holds (`RunEnded.trajectories`)."""
         ...
 
     # -- hosted agents and people's turns --

@@ -167,6 +167,9 @@ class EnvServers:
     async def token(self, instance: str, agent: str) -> str:
         return await (await self.holder(instance)).token(instance, agent)
 
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        return await (await self.holder(instance)).token_and_tools(instance, agent)
+
     async def server_token(self, instance: str, app: str) -> str:
         return await (await self.holder(instance)).server_token(instance, app)
 
@@ -234,15 +237,17 @@ class EnvServers:
             parked += await client.parked_hits(run_id)
         return parked
 
-    async def end_run(self, run_id: str) -> wire.RunEnded:
-        ended = await self.base.end_run(run_id)
+    async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
+        ended = await self.base.end_run(run_id, trajectories=trajectories)
         for record in await run_records(self.stores, run_id):
             try:
-                part = await (await self.holder(record.instance)).end_run(run_id)
+                part = await (await self.holder(record.instance)).end_run(run_id, trajectories=trajectories)
             except GatewayUnavailable:  # it stopped (its sandbox was lost): nothing of it is left to end
                 continue
             ended["instances"] += part["instances"]
             ended["sessions"] = ended.get("sessions", 0) + part.get("sessions", 0)
+            if "trajectories" in part:
+                ended["trajectories"] = {**ended.get("trajectories", {}), **part["trajectories"]}
         self.forget_run(run_id)  # nothing kept per finished run
         return ended
 

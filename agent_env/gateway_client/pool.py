@@ -201,6 +201,9 @@ class GatewayPool:
     async def token(self, instance: str, agent: str) -> str:
         return await self._at(instance, lambda c: c.token(instance, agent))
 
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        return await self._at(instance, lambda c: c.token_and_tools(instance, agent))
+
     async def server_token(self, instance: str, app: str) -> str:
         """Asked before the instance exists (its sandboxes start first): this places it. A run's instance ids
         are `RUN.STEP`."""
@@ -274,12 +277,8 @@ class GatewayPool:
 
     # -- admin: run-wide, on every gateway --
 
-    async def end_run(self, run_id: str) -> wire.RunEnded:
-        ended: wire.RunEnded = {"instances": [], "agents": [], "sessions": 0}
-        for part in await asyncio.gather(*(c.end_run(run_id) for c in self.clients)):
-            ended["instances"] += part["instances"]
-            ended["agents"] += part["agents"]
-            ended["sessions"] += part.get("sessions", 0)
+    async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
+        ended = merged(await asyncio.gather(*(c.end_run(run_id, trajectories=trajectories) for c in self.clients)))
         for key in [k for k in self._owners if k[1].startswith(f"{run_id}.")]:  # nothing kept per finished run
             del self._owners[key]
         return ended
@@ -336,3 +335,15 @@ class GatewayPool:
             raise
         self._owners.pop(("agent", agent_id), None)
         return await client.delete_agent(agent_id)
+
+
+def merged(parts: list[wire.RunEnded]) -> wire.RunEnded:
+    """A run's end on every gateway of the pool, as one answer."""
+    ended: wire.RunEnded = {"instances": [], "agents": [], "sessions": 0}
+    for part in parts:
+        ended["instances"] += part["instances"]
+        ended["agents"] += part["agents"]
+        ended["sessions"] += part.get("sessions", 0)
+        if "trajectories" in part:
+            ended["trajectories"] = {**ended.get("trajectories", {}), **part["trajectories"]}
+    return ended

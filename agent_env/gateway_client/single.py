@@ -134,6 +134,11 @@ class SingleGateway:
     async def token(self, instance: str, agent: str) -> str:
         return (await self._answer(wire.Token, "GET", f"/admin/instances/{instance}/tokens/{agent}"))["token"]
 
+    async def token_and_tools(self, instance: str, agent: str) -> tuple[str, list[JsonObject] | None]:
+        path = f"/admin/instances/{instance}/tokens/{agent}"
+        answer = await self._answer(wire.Token, "GET", path, params={"tools": "1"})
+        return answer["token"], answer.get("tools")
+
     async def server_token(self, instance: str, app: str) -> str:
         """The token the sandbox of `app` must be started with (only the gateway reaches it then)."""
         return (await self._answer(wire.Token, "GET", f"/admin/instances/{instance}/servers/{app}/token"))["token"]
@@ -217,9 +222,10 @@ class SingleGateway:
         """Trigger hits of the run that the gateway stopped delivering, each with its error."""
         return (await self._answer(wire.Parked, "GET", f"/admin/runs/{run_id}/parked"))["parked"]
 
-    async def end_run(self, run_id: str) -> wire.RunEnded:
+    async def end_run(self, run_id: str, *, trajectories: bool = False) -> wire.RunEnded:
         """Release what the run holds on the gateway: close its instances (kept), delete its hosted agents."""
-        return await self._answer(wire.RunEnded, "POST", f"/admin/runs/{run_id}/end")
+        params = {"trajectories": "1"} if trajectories else None
+        return await self._answer(wire.RunEnded, "POST", f"/admin/runs/{run_id}/end", params=params)
 
     async def last_seq(self, instance: str) -> int:
         """Where the instance's trajectory ends now: read `after` it for what happens next."""

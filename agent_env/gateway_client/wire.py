@@ -53,6 +53,10 @@ class Deleted(TypedDict):
 
 class Token(TypedDict):
     token: str
+    # Asked with `tools=1` (an agent's token): its role and that role's tools, as `GET /envs/{instance}/tools`
+    # lists them with the token (one request where a trainer's first turn made two). Older gateways leave them out.
+    role: NotRequired[str]
+    tools: NotRequired[list[JsonObject]]
 
 
 class RoleTools(TypedDict):
@@ -130,6 +134,9 @@ class RunEnded(TypedDict):
     instances: list[str]
     agents: list[str]
     sessions: NotRequired[int]  # MCP sessions ended (gateways before it was counted do not say)
+    # Asked with `trajectories=1`: closed instances' trajectories, whole, by instance, as many as one trajectory page
+    # holds in all (the ones left out, and all from older gateways, are read with GET .../trajectory).
+    trajectories: NotRequired[dict[str, list[JsonObject]]]
 
 
 class Parked(TypedDict):
