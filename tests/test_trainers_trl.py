@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import os
 
@@ -132,6 +133,21 @@ async def test_a_run_that_errs_is_no_reward(settings, worker, client):
     assert await asyncio.to_thread(dropping.get_reward) is None
 
 
+async def test_episodes_end_however_the_trainer_stops(settings, worker, client):
+    Env = await asyncio.to_thread(environment_factory, notes_spec(turn_timeout=60), settings=settings, worker=False)
+    dropped, kept = Env(), Env()
+    await asyncio.to_thread(dropped.reset)
+    await asyncio.to_thread(kept.reset)
+    runs = [dropped.run_id, kept.run_id]
+    del dropped
+    gc.collect()
+    await asyncio.to_thread(Env.close_all)
+    for run_id in runs:
+        state = await run_state(client, run_id)
+        assert state.status is RunStatus.CANCELLED and "abandoned by the trainer" in (state.error or ""), state.error
+    assert await running_runs(client) == []
+
+
 async def test_grpo_trainer_trains_on_episodes_and_logs_the_runs_scores(settings, worker, client, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -175,7 +191,8 @@ async def test_grpo_trainer_trains_on_episodes_and_logs_the_runs_scores(settings
     assert await running_runs(client) == [], "every episode of the trainer ended"
     admin = connect(settings)
     try:
-        left = [i["id"] for i in await admin.list_instances() if str(i.get("run_id", "")).startswith(TASK_ID)]
+        ours = [i for i in await admin.list_instances() if str(i.get("run_id", "")).startswith(TASK_ID)]
     finally:
         await admin.aclose()
-    assert left == [], "every run released its instances"
+    assert len(ours) >= 5, "the four rollouts' and the tool listing's"
+    assert [i["id"] for i in ours if i.get("ended_at") is None] == [], "every run's end released its instance"

@@ -281,10 +281,11 @@ def answers(completions: list, environments: list, **_: object) -> list[None]:
     return [None] * len(completions)
 
 
-def _last_text(completion: object) -> str:
+def _last_text(completion: str | list) -> str:
+    """A completion's final text: the text itself, or its last assistant message's (conversational)."""
     if isinstance(completion, str):
         return completion
-    said = [m for m in completion if isinstance(m, dict) and m.get("role") == "assistant"]  # type: ignore[union-attr]
+    said = [m for m in completion if isinstance(m, dict) and m.get("role") == "assistant"]
     content = said[-1].get("content") if said else ""
     if isinstance(content, list):  # content blocks
         content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
@@ -391,8 +392,10 @@ def _method(tool: ToolInfo) -> Callable[..., str]:
             "rename the tool in its environment",
         )
     schema = tool.get("inputSchema") or {}
-    properties = schema.get("properties") or {}
-    required = set(schema.get("required") or [])
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    listed = schema.get("required")
+    required = set(listed) if isinstance(listed, list) else set()
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, object] = {"return": str}
     lines = []
