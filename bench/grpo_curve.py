@@ -28,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -176,7 +177,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=None, help="default: 5e-3 for the tiny model, 1e-6 for --model")
     parser.add_argument("--max-completion-length", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", type=Path, default=Path("grpo_curve.png"))
+    parser.add_argument("--plot", type=Path, default=Path(tempfile.gettempdir()) / "agentenv-grpo-curve.png")
     parser.add_argument("--no-overhead", action="store_true", help="skip the per-episode overhead figures")
     args = parser.parse_args()
     if args.lr is None:
