@@ -181,13 +181,17 @@ async def test_grpo_trainer_trains_on_episodes_and_logs_the_runs_scores(settings
     )
     await asyncio.to_thread(trainer.train)
 
-    logged = [h[f"rewards/{TASK_ID}/mean"] for h in trainer.state.log_history if f"rewards/{TASK_ID}/mean" in h]
-    assert len(logged) == 2 and len(played) == 4
-    for step, mean in enumerate(logged):
+    logged = [h for h in trainer.state.log_history if f"rewards/{TASK_ID}/mean" in h]
+    assert len(logged) == 2 and len(played) == 4, (trainer.state.log_history, played)
+    for step, entry in enumerate(logged):
         runs = played[2 * step : 2 * step + 2]
         states = [await run_state(client, run_id) for run_id, _ in runs]
-        assert [s.score for s in states] == [reward for _, reward in runs]
-        assert mean == pytest.approx(sum(s.score for s in states) / 2, abs=1e-6)
+        assert [s.score for s in states] == [reward for _, reward in runs], "get_reward gave TRL each run's score"
+        assert all(s.status in (RunStatus.PASSED, RunStatus.FAILED) for s in states)
+        mean = sum(s.score for s in states) / 2
+        # the task's column, and the reward TRL trained on (the `answers` column scores nothing)
+        assert entry[f"rewards/{TASK_ID}/mean"] == pytest.approx(mean, abs=1e-6), (entry, played)
+        assert entry["reward"] == pytest.approx(mean, abs=1e-6), entry
     assert await running_runs(client) == [], "every episode of the trainer ended"
     admin = connect(settings)
     try:

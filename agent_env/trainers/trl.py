@@ -87,7 +87,8 @@ class _Runtime:
 
     async def episodes(self, settings, worker: bool | None) -> Episodes:
         key = id(settings)
-        if key not in self._connections:
+        known = self._connections.get(key)
+        if known is None or (known.done() and known.exception() is not None):  # (a failed connect is tried again)
             self._connections[key] = asyncio.ensure_future(Episodes.connect(settings, worker=worker))
         return await self._connections[key]
 
