@@ -438,6 +438,27 @@ async def test_a_task_container_is_built_run_and_tested(docker_client, client, s
     assert docker_client.containers.list(all=True, filters={"label": f"agentenv.run={state.run_id}"}) == []
 
 
+async def test_a_reward_file_left_before_the_tests_is_never_their_score(
+    docker_client,  # noqa: F811
+    client,
+    settings,
+    worker,
+    tmp_path,
+):
+    """Attack: the agent leaves a perfect reward where the tests will write theirs, and the tests write none. The
+    verifier clears the file before the tests, so it reads nothing: the step fails (no grade), never 1.0."""
+    bundle = container_bundle(tmp_path)
+    dockerfile = bundle / "artifacts" / "task_image" / "Dockerfile"
+    dockerfile.write_text(
+        dockerfile.read_text().replace("COPY ok /app/ok\n", "COPY ok /app/ok\nRUN echo 1.0 > /tmp/reward\n")
+    )
+    quiet = {**TESTS, "command": "test -f /tmp/reward || echo cleared"}
+    state = await run(client, settings, write_task(bundle, [BOX, CONTAINER, quiet]), timeout=300)
+    tests = state.steps["tests"]
+    assert state.status is RunStatus.ERROR and tests.score is None, {k: s.error for k, s in state.steps.items()}
+    assert "reward_path '/tmp/reward' holds no number" in tests.error
+
+
 # -- an env folder with only a Dockerfile --
 
 

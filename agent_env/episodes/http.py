@@ -56,6 +56,7 @@ from agent_env.episodes.outcome import EpisodeInfrastructureError, EpisodeResult
 from agent_env.episodes.spec import EpisodeSpec
 from agent_env.errors import AgentEnvError, NotFound
 from agent_env.gateway.embedded import admin_token, base_url
+from agent_env.gateway_client.wire import JsonObject
 from agent_env.guard import HostGuard, bearer, tokens_equal
 from agent_env.planning.tasks import parse_task
 from agent_env.task_lookup import resolve_target
@@ -105,7 +106,7 @@ class Result(TypedDict):
     score: float | None
     passed: bool
     scores: dict[str, float]
-    components: list[dict[str, Any]]
+    components: list[JsonObject]
     error: str | None
 
 

@@ -18,10 +18,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from agent_env.errors import AgentEnvError
-from agent_env.spec.run import RunState, RunStatus, StepStatus
-
-# What the workflow records as a run's error when its trainer gave it up (agent_env.workflows.task_run).
-ABANDONED = "abandoned by the trainer: "
+from agent_env.spec.run import ABANDONED, RunState, RunStatus, StepStatus
 
 # The built-in step types that grade (the catalog's "grading" group, agent_env.step_types): one that failed
 # leaves the run without its honest grade.
@@ -95,9 +92,9 @@ def infrastructure_failure(state: RunState) -> EpisodeInfrastructureError | None
             return None
         return EpisodeInfrastructureError(state.run_id, None, state.error or "cancelled from outside", "cancelled")
     for sid in failed:
-        step = state.steps[sid]
-        if step.type in GRADING_TYPES:
-            cause = f"the grading step failed: {step.error or 'no reason recorded'}"
+        grader = state.steps[sid]
+        if grader.type in GRADING_TYPES:
+            cause = f"the grading step failed: {grader.error or 'no reason recorded'}"
             return EpisodeInfrastructureError(state.run_id, sid, cause, state.status.value)
     return None
 

@@ -16,6 +16,7 @@ from agent_env.spec.verbs import RENAMED_STEP_TYPES, WorldStepVerb
 from agent_env.spec.world_state import WorldSpec, WorldState
 
 AGGREGATE = "aggregate_verifiers"  # the step type whose score, when present, is the run's
+ABANDONED = "abandoned by the trainer: "  # a cancelled run's error when its trainer gave it up (then the reason)
 
 
 class StepStatus(StrEnum):

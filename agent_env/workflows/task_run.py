@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agent_env.spec.duration import format_duration
-    from agent_env.spec.run import RunInput, RunState, RunStatus, StepOutcome, StepPlan
+    from agent_env.spec.run import ABANDONED, RunInput, RunState, RunStatus, StepOutcome, StepPlan
     from agent_env.spec.templates import TemplateError, resolve
     from agent_env.spec.world_state import MAX_HIT_BYTES, MAX_ID_CHARS, HitAck, TriggerHit
     from agent_env.workflows import continuation, details, step_tasks, world_driver
@@ -224,7 +224,7 @@ class TaskRun:
                 )
             if self.trainer.abandoned is not None:
                 await self.stop_running()
-                self.dag.cancel_run(f"abandoned by the trainer: {self.trainer.abandoned}")
+                self.dag.cancel_run(f"{ABANDONED}{self.trainer.abandoned}")
                 return
             self._start_ready_steps()
             await world.advance()

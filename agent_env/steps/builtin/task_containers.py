@@ -8,13 +8,16 @@ and a verifier names the container by both `sandbox_name` and `container_name`, 
 container is removed when the run ends (or by `teardown_sandboxes`). Fields the framework has for Docker options
 we do not give a task (privileged, devices, cap_add, volumes, networks, ...) are refused by name.
 
-The verifier's score: the float in `reward_path` if given (clipped to 0..1), else 1 when the command exits 0;
-`result_paths` are read back (parsed as JSON when they are). Setup commands must exit 0, else the step fails.
+The verifier's score: the number in `reward_path` if given, else 1 when the command exits 0; `result_paths` are
+read back (parsed as JSON when they are). Setup commands must exit 0, else the step fails. The reward file is
+removed before the setup commands run (one left there earlier, by an agent, is never read as the score), and a
+reward that is no number in 0..1 (none written, NaN, infinite, 1.5) fails the step: never a score.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 
 from pydantic import Field, model_validator
@@ -202,6 +205,15 @@ async def _read(sandbox: Sandbox, path: str) -> object:
         return text
 
 
+def reward_of(path: str, reward: object) -> float:
+    """The score a reward file holds: a finite number in 0..1; anything else fails the step (it is no grade)."""
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        raise StepFailed(f"reward_path {path!r} holds no number: {str(reward)[:100]!r}")
+    if not math.isfinite(reward) or not 0 <= reward <= 1:
+        raise StepFailed(f"reward_path {path!r} holds {reward!r}, not a score in 0..1")
+    return float(reward)
+
+
 @step_type(
     "run_container_unit_tests_verifier",
     config=UnitTestsVerifierConfig,
@@ -214,6 +226,10 @@ async def run_container_unit_tests_verifier(ctx: StepContext, config: UnitTestsV
     sandbox = await attach(ctx, SandboxStep(sandbox=str(config.container_step), deployed=deployed))
     sandbox.secrets += tuple(v for v in config.env_vars.values() if len(v) >= 6)
     try:
+        if config.reward_path:  # whatever was there before the tests (an agent's file) is not their reward
+            code, out = await _sh(ctx, sandbox, f"rm -f -- {shlex.quote(config.reward_path)}", {}, 60)
+            if code != 0:
+                raise StepFailed(f"reward_path {config.reward_path!r} could not be cleared before the tests: {out}")
         for i, setup in enumerate(config.setup_commands):
             code, out = await _sh(ctx, sandbox, setup, config.env_vars, config.timeout_sec)
             if code != 0:
@@ -224,9 +240,7 @@ async def run_container_unit_tests_verifier(ctx: StepContext, config: UnitTestsV
     except AgentEnvError as e:
         raise StepFailed(f"container {config.container_name!r}: {e}") from None
     if config.reward_path:
-        if isinstance(reward, bool) or not isinstance(reward, int | float):
-            raise StepFailed(f"reward_path {config.reward_path!r} holds no number: {str(reward)[:100]!r}")
-        value = max(0.0, min(1.0, float(reward)))
+        value = reward_of(config.reward_path, reward)
     else:
         value = 1.0 if code == 0 else 0.0
     passed = code == 0 and value > 0
