@@ -34,11 +34,11 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from uuid import uuid4
 
 from pydantic import ValidationError
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.profiler import simple_timer
@@ -61,7 +61,7 @@ class Rollout:
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    schemas: list[Message] | None = None  # the role's tools as OpenAI function schemas (the chat template's `tools`)
+    schemas: list[dict] | None = None  # the role's tools as OpenAI function schemas (the chat template's `tools`)
     parsed: list[OpenAIFunctionToolSchema] = field(default_factory=list)
     assistant_turns: int = 0
     user_turns: int = 0
@@ -78,7 +78,7 @@ class TurnLimit(Exception):
         self.reason = reason
 
 
-def function_schema(tool: ToolInfo) -> Message:
+def function_schema(tool: ToolInfo) -> dict:
     """A role's tool as an OpenAI function schema (what chat templates and verl's tool parsers read)."""
     parameters = tool.get("inputSchema") or {"type": "object", "properties": {}}
     return {
@@ -87,7 +87,7 @@ def function_schema(tool: ToolInfo) -> Message:
     }
 
 
-def parsed_schemas(schemas: list[Message]) -> list[OpenAIFunctionToolSchema]:
+def parsed_schemas(schemas: list[dict]) -> list[OpenAIFunctionToolSchema]:
     """The schemas as verl's tool parsers take them (some read argument types from them); one verl's model
     refuses (it wants a `type` on every property: e.g. an `anyOf`) is left out there, still rendered in the prompt."""
     parsed = []
@@ -164,7 +164,7 @@ class EpisodeAgentLoop(AgentLoopBase):
             response_logprobs=rollout.logprobs[: self.response_length] if rollout.logprobs else None,
             reward_score=reward,
             num_turns=rollout.user_turns + rollout.assistant_turns + 1,
-            metrics=rollout.metrics,
+            metrics=AgentLoopMetrics.model_validate(rollout.metrics),
             extra_fields={
                 "agentenv": {
                     "run_id": outcome.run_id,
@@ -202,7 +202,9 @@ class EpisodeAgentLoop(AgentLoopBase):
             if turn.system_prompt:
                 rollout.messages.append({"role": "system", "content": turn.system_prompt})
             rollout.messages.append({"role": "user", "content": turn.prompt})
-            rollout.ids = await self.ct_build_initial_tokens(rollout.messages, tools=rollout.schemas)
+            rollout.ids = await self.ct_build_initial_tokens(
+                rollout.messages, tools=cast("list[dict]", rollout.schemas)
+            )
             return
         rollout.user_turns += 1
         self._check_limits(rollout)
@@ -254,7 +256,7 @@ class EpisodeAgentLoop(AgentLoopBase):
             rollout.ids,
             rollout.mask,
             rollout.logprobs or None,
-            tools=rollout.schemas,
+            tools=cast("list[dict]", rollout.schemas),  # (None: no tools; verl's hint omits it)
         )
         rollout.ids = merged.token_ids
         if rollout.logprobs:
