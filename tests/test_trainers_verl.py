@@ -17,11 +17,16 @@ import pytest
 if not os.environ.get("AGENT_ENV_REQUIRE_TRAINERS"):
     pytest.importorskip("verl", reason="verl is not installed (pip install 'agentenv-framework[verl]')")
 
+import numpy as np
+import torch
+import verl.trainer.config
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_episodes import REFUND_SCRIPT
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
+from transformers import PreTrainedTokenizerFast, Qwen2Config
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, DictConfigWrap, _agent_loop_registry
+from verl.protocol import DataProto
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
@@ -271,3 +276,57 @@ def test_an_episode_spec_takes_the_sample_fields():
 
     spec = episode_spec({"task": "refund", "agents": ["refunds"], "seed": 3, "turn_timeout": 30})
     assert isinstance(spec, EpisodeSpec) and spec.seed == 3 and spec.trainer_agents == ["refunds"]
+
+
+def trainer_config(model_path) -> OmegaConf:
+    """verl's own PPO trainer config (its defaults, as `python -m verl.trainer.main_ppo` composes them), with
+    the loop chosen and a model folder made here."""
+    with initialize_config_dir(config_dir=os.path.dirname(verl.trainer.config.__file__), version_base=None):
+        return compose(
+            config_name="ppo_trainer",
+            overrides=[
+                f"actor_rollout_ref.model.path={model_path}",
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.rollout.prompt_length=2048",
+                "actor_rollout_ref.rollout.response_length=4096",
+                "actor_rollout_ref.rollout.multi_turn.format=hermes",
+                f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
+            ],
+        )
+
+
+async def test_verls_agent_loop_worker_runs_the_loop_and_batches_its_reward(episodes, tokenizer, tmp_path):
+    """verl's AgentLoopWorker (what its PPO/GRPO trainer runs each rollout step through) instantiates the loop
+    from its registry, runs a sample and pads the batch: the reward lands on the last response token."""
+    tokenizer.save_pretrained(tmp_path)
+    Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        architectures=["Qwen2ForCausalLM"],
+    ).save_pretrained(tmp_path)
+    config = trainer_config(tmp_path)
+    sampled = [*calls(tokenizer), reply(tokenizer, "Refunded CH-5002 and solved TCK-1004.")]
+    server = ScriptedServer(sampled)
+    worker = AgentLoopWorker(config, ScriptedClient(config, server))
+    batch = DataProto.from_dict(
+        non_tensors={
+            "raw_prompt": np.array([SAMPLE["raw_prompt"]], dtype=object),
+            "extra_info": np.array([SAMPLE["extra_info"]], dtype=object),
+        }
+    )
+    out = await worker.generate_sequences(batch)
+
+    (episode,) = episodes.started
+    assert out.non_tensor_batch["agentenv"][0]["run_id"] == episode.run_id
+    mask, responses = out.batch["response_mask"][0], out.batch["responses"][0]
+    assert responses[mask.bool()].tolist() == [t for tokens in sampled for t in tokens], "sampled tokens, exactly"
+    last = int(out.batch["attention_mask"][0, 2048:].sum()) - 1
+    rewards = out.batch["rm_scores"][0]
+    assert rewards[last].item() == 1.0 and rewards.sum().item() == 1.0, "the run's score, on the last token"
+    prompt = out.batch["prompts"][0]
+    assert prompt[prompt != tokenizer.pad_token_id].tolist() == server.prompts[0]
+    assert torch.equal(out.batch["input_ids"][0], torch.cat([prompt, responses]))
