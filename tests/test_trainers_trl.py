@@ -18,12 +18,12 @@ if os.environ.get("AGENT_ENV_REQUIRE_TRAINERS") != "1":
 from transformers.utils import get_json_schema  # noqa: E402  (after the skip)
 
 from agent_env.agents.sdk import ToolFailed  # noqa: E402
-from agent_env.episodes import EpisodeSpec  # noqa: E402
+from agent_env.episodes import EpisodeInfrastructureError, EpisodeSpec  # noqa: E402
 from agent_env.gateway.embedded import connect  # noqa: E402
 from agent_env.spec.run import RunState, RunStatus  # noqa: E402
 from agent_env.temporal import launch  # noqa: E402
 from agent_env.trainers.tiny_model import make_tiny_model  # noqa: E402
-from agent_env.trainers.trl import EpisodeEnvironment, RolloutFailed, answers, environment_factory  # noqa: E402
+from agent_env.trainers.trl import EpisodeEnvironment, answers, environment_factory  # noqa: E402
 
 TASK_ID = "trl-notes"
 # Its score is the mean of two steps': the note the model wrote with a tool, and rows on the text it answered.
@@ -122,7 +122,7 @@ async def test_a_run_that_errs_is_no_reward(settings, worker, client):
     env = Env()
     await asyncio.to_thread(env.reset)
     await asyncio.sleep(2)  # the turn's deadline passes: the run ends in error, not with a score
-    with pytest.raises(RolloutFailed, match="did not answer within 1s"):
+    with pytest.raises(EpisodeInfrastructureError, match="did not answer within 1s"):
         await asyncio.to_thread(env.get_reward)
     Dropping = await asyncio.to_thread(
         environment_factory, notes_spec(turn_timeout=1), settings=settings, worker=False, on_infrastructure_error="drop"

@@ -24,7 +24,7 @@ offers the class's public methods to the model as tools (their schemas from sign
   end and returns its score: the task's total, as `agent-env run` reports it (the last `aggregate_verifiers`
   step's score, else the mean of every step's score).
 - A run that could not grade the policy (it ended in error, was cancelled from outside, or a tool call failed
-  for a reason other than the tool's own error) is no reward: `get_reward` raises `RolloutFailed`, or with
+  for a reason other than the tool's own error) is no reward: `get_reward` raises `EpisodeInfrastructureError`, or with
   `on_infrastructure_error="drop"` returns None, which TRL counts as an unscorable rollout (no advantage, not in
   the logged means) when no other reward function scores it.
 - Episodes end however the trainer stops: an instance dropped with its episode open abandons it, `with` blocks
@@ -50,25 +50,13 @@ from typing import Any, ClassVar, Literal
 
 from agent_env.agents.sdk import ToolFailed
 from agent_env.episodes.client import Episode, EpisodeError, Episodes, Turn
+from agent_env.episodes.outcome import EpisodeInfrastructureError
 from agent_env.episodes.spec import EpisodeSpec
 from agent_env.episodes.tools import ToolInfo, TurnTools
 from agent_env.errors import AgentEnvError, BadInput
-from agent_env.spec.run import RunState, RunStatus
 from agent_env.spec.task import TaskSpec
 
 OnFailure = Literal["raise", "drop"]
-
-
-class RolloutFailed(AgentEnvError):
-    """The rollout's run could not grade the policy (it errored, was cancelled from outside, or the gateway
-    failed a tool call): it has no reward. Drop or retry the rollout; `run_id` names the run."""
-
-    def __init__(self, run_id: str, cause: str) -> None:
-        super().__init__(
-            f"run {run_id} could not grade the rollout: {cause} (an infrastructure failure, not a score)",
-            f"see why with `agent-env runs show {run_id}`; drop or retry the rollout",
-        )
-        self.run_id, self.cause = run_id, cause
 
 
 class _Runtime:
@@ -98,7 +86,8 @@ class _Runtime:
             return
         with contextlib.suppress(AgentEnvError):  # (over already: nothing to give up)
             await episode.abandon(reason)
-        await episode.result()
+        with contextlib.suppress(EpisodeInfrastructureError):  # (it ended in error first: nothing to score anyway)
+            await episode.result()
 
     async def _shutdown(self) -> None:
         await asyncio.gather(
@@ -172,7 +161,7 @@ class EpisodeEnvironment:
         if self._reward is None:
             try:
                 self._reward = self._runtime.run(self._finish())
-            except RolloutFailed:
+            except EpisodeInfrastructureError:
                 if self._on_failure == "drop":
                     return None
                 raise
@@ -218,7 +207,9 @@ class EpisodeEnvironment:
         self._runtime.open[self.run_id] = self._episode
         self._turn = await self._episode.next_turn(self._agent)
         if self._turn is None:
-            raise RolloutFailed(self.run_id, f"the run ended before {self._agent!r} had a turn")
+            raise EpisodeInfrastructureError(
+                self.run_id, None, f"the run ended before {self._agent!r} had a turn", "ended"
+            )
         if self._turn.offer.env:
             self._stack = contextlib.AsyncExitStack()
             self._tools = await self._stack.enter_async_context(self._turn.tools())
@@ -248,28 +239,22 @@ class EpisodeEnvironment:
         await self._close_turn()
         if self._broken is not None:
             await self._runtime.abandon(episode, self._broken)
-            raise RolloutFailed(episode.run_id, self._broken)
+            raise EpisodeInfrastructureError(episode.run_id, None, self._broken, "abandoned")
         turn, response = self._turn, self._response
         self._turn = None
         with contextlib.suppress(EpisodeError):  # the run is over already (e.g. the turn's deadline passed)
             while turn is not None:
                 await turn.end(response)
                 turn, response = await episode.next_turn(self._agent), ""
-        await episode.result()
-        self._runtime.open.pop(episode.run_id, None)
-        return _reward(episode.state)
-
-
-def _reward(state: RunState | None) -> float:
-    """The run's total score; RolloutFailed when the run could not grade the policy."""
-    assert state is not None  # (after result())
-    if state.status is RunStatus.ERROR:
-        raise RolloutFailed(state.run_id, state.error or "the run ended in error")
-    if state.status is RunStatus.CANCELLED:
-        raise RolloutFailed(state.run_id, state.error or "the run was cancelled from outside")
-    if state.score is None:
-        raise BadInput(f"task {state.task_id!r} records no score", "give it a grading step (e.g. check_state)")
-    return float(state.score)
+        try:
+            outcome = await episode.outcome()  # EpisodeInfrastructureError when the run could not grade the policy
+        finally:
+            self._runtime.open.pop(episode.run_id, None)
+        if outcome.total is None:
+            raise BadInput(
+                f"task {episode.state.task_id!r} records no score", "give it a grading step (e.g. check_state)"
+            )
+        return float(outcome.total)
 
 
 def answers(completions: list, environments: list, **_: object) -> list[None]:
