@@ -251,9 +251,7 @@ class EpisodeEnvironment:
         finally:
             self._runtime.open.pop(episode.run_id, None)
         if outcome.total is None:
-            raise BadInput(
-                f"task {episode.state.task_id!r} records no score", "give it a grading step (e.g. check_state)"
-            )
+            raise BadInput(f"task {self._spec.task.id!r} records no score", "give it a grading step (e.g. check_state)")
         return float(outcome.total)
 
 
