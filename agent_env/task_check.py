@@ -58,9 +58,11 @@ MASKED = (
     "the run's id (wherever it appears)",
     "times (ISO 8601 strings: host-clock stamps)",
     "a trajectory entry's seq, real_time, duration_ms, run_id and instance, and the order of the calls",
+    "what a call answered (the world is its exported state and the calls made; a tool's answer, such as a "
+    "process's output with its timings, is not)",
 )
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
-_VOLATILE_CALL_KEYS = ("seq", "real_time", "duration_ms", "run_id", "instance")
+_VOLATILE_CALL_KEYS = ("seq", "real_time", "duration_ms", "run_id", "instance", "result")
 
 
 class CheckRow(BaseModel):

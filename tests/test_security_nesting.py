@@ -622,7 +622,16 @@ async def test_a_run_survives_an_agent_sending_deep_calls(settings, client, work
             assert [e["tool"] for e in entries] == [name for name, _ in REFUND_SCRIPT]
             await http.post(f"/episodes/{episode}/turns/{turn['id']}/end", json={"response": "Refunded CH-5002."})
             result = (await http.get(f"/episodes/{episode}/result")).json()
-            assert result == {"status": "passed", "score": 1.0, "scores": {"grade": 1.0}, "error": None}
+            shape = {k: result[k] for k in ("status", "score", "total", "passed", "scores", "error")}
+            assert shape == {
+                "status": "passed",
+                "score": 1.0,
+                "total": 1.0,
+                "passed": True,
+                "scores": {"grade": 1.0},
+                "error": None,
+            }, result
+            assert {(c["step"], c["passed"]) for c in result["components"]} == {("grade", True)}, result
         shown = await asyncio.to_thread(cli, ["runs", "trajectory", episode, "--jsonl"])
         assert shown.returncode == 0, shown.stderr
         listed = [json.loads(line) for line in shown.stdout.splitlines()]

@@ -323,7 +323,7 @@ class Episode:
                 "start it from EpisodeSpec.from_task(..., recorded_agents=[...], recorder=URL)",
             )
         url, key_ref = self._recorder
-        key = await in_thread(open_secrets(self.episodes.settings).resolve, key_ref) if key_ref else None
+        key = await in_thread(_secret, self.episodes.settings, key_ref) if key_ref else None
         headers = {"authorization": f"Bearer {key}"} if key else {}
         async with httpx.AsyncClient(timeout=60) as http:
             try:
@@ -351,6 +351,11 @@ class Episode:
         """Waits for the run to end; every score it recorded, by step id (`outcome()` has the total and each
         check's row). Raises EpisodeInfrastructureError as `outcome()` does."""
         return (await self.outcome()).scores
+
+
+def _secret(settings: Settings, ref: str) -> str:
+    """A secret reference resolved (the secret store opened and read: off the event loop)."""
+    return open_secrets(settings).resolve(ref)
 
 
 def _recorder(spec: EpisodeSpec) -> tuple[str, str | None] | None:

@@ -17,6 +17,7 @@ fingerprint too, so another agent-env builds another image and an unchanged one 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -24,6 +25,8 @@ import os
 import platform
 import re
 import shutil
+import tempfile
+import time
 import zipfile
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -36,6 +39,7 @@ PACKAGES = ("agent_env",)  # what its wheel holds (pyproject's [tool.hatch.build
 # What the SDKs import beyond agent-env itself (agent_env.agents.sdk serves A2A and calls tools over MCP;
 # agent_env.envs serves an app over MCP), with everything these require, as installed.
 SDK = ("a2a-sdk[http-server]", "starlette", "uvicorn", "mcp", "agentenv-framework-protocol")
+STALE_TMP_S = 3600.0  # a half-made set this old was left by a build that crashed
 KEEP = 3  # wheel sets kept under the state dir (a replaced worker may still be building with the last one)
 FORMAT = "1"  # bump when what goes into a wheel changes: every set is made anew
 _INSTALLER_FILES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "RECORD.jws", "RECORD.p7s"}
@@ -156,9 +160,8 @@ def made(cache: Path, dists: list[metadata.Distribution], key: str) -> Path:
     if (folder / ".complete").is_file():
         return folder
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = cache / f".{key}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    # Its own folder per call: two sandboxes of one worker may build at once (threads of one process).
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".tmp", dir=cache))
     try:
         for dist in dists:
             _repack(dist, tmp)
@@ -183,6 +186,11 @@ def _prune(cache: Path, keep: Path) -> None:
     for old in sets[:-KEEP]:
         if old != keep:
             shutil.rmtree(old, ignore_errors=True)
+    stale = time.time() - STALE_TMP_S
+    for tmp in cache.glob(".*.tmp"):  # left by a build that crashed
+        with contextlib.suppress(OSError):
+            if tmp.stat().st_mtime < stale:
+                shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(cache / "contexts" / old.name, ignore_errors=True)  # build contexts holding them
 
 
@@ -261,17 +269,19 @@ def context_folder(build: Path, cache: Path) -> Path:
     wheels = made(cache, dists, key)
     context = cache / "contexts" / key / hashlib.sha256(str(build.resolve()).encode()).hexdigest()[:32]
     if not (context / FOLDER).is_dir():
-        tmp = context.with_name(f".{context.name}.{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
         context.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(build, tmp, symlinks=True)
-        (tmp / FOLDER).mkdir()
-        for wheel in wheels.glob("*.whl"):
-            shutil.copy2(wheel, tmp / FOLDER / wheel.name)
+        # Its own folder per call, as `made`'s: two builds of one worker may copy at once.
+        scratch = Path(tempfile.mkdtemp(prefix=f".{context.name}.", suffix=".tmp", dir=context.parent))
         try:
-            tmp.rename(context)
-        except OSError:  # made meanwhile
-            shutil.rmtree(tmp, ignore_errors=True)
+            tmp = scratch / "context"
+            shutil.copytree(build, tmp, symlinks=True)
+            (tmp / FOLDER).mkdir()
+            for wheel in wheels.glob("*.whl"):
+                shutil.copy2(wheel, tmp / FOLDER / wheel.name)
+            with contextlib.suppress(OSError):  # made meanwhile
+                tmp.rename(context)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     return context
 
 
