@@ -126,6 +126,8 @@ class GatewayPool:
         """Where a new instance or hosted agent of `run_id` goes: with its run's instances, else the least
         loaded gateway that answers."""
         loads: list[tuple[int, int, SingleGateway]] = []
+        # This placement's turn, taken before any await: placements made at once break their ties apart.
+        turn, self._turn = self._turn, self._turn + 1
         for n, client in enumerate(self.clients):
             try:
                 load = await client.busy(run_id)
@@ -133,13 +135,12 @@ class GatewayPool:
                 continue
             if load["run_instances"]:
                 return client
-            loads.append((load["instances"] + load["agents"], (n - self._turn) % len(self.clients), client))
+            loads.append((load["instances"] + load["agents"], (n - turn) % len(self.clients), client))
         if not loads:
             raise GatewayUnavailable(
                 f"no gateway of the pool answers ({', '.join(c.base_url for c in self.clients)})",
                 "start them, or check [gateway] pool",
             )
-        self._turn += 1
         return min(loads, key=lambda entry: entry[:2])[2]
 
     async def busy(self, run_id: str | None = None) -> wire.Load:
