@@ -126,8 +126,7 @@ class GatewayPool:
         """Where a new instance or hosted agent of `run_id` goes: with its run's instances, else the least
         loaded gateway that answers."""
         loads: list[tuple[int, int, SingleGateway]] = []
-        # This placement's turn, taken before any await: placements made at once break their ties apart.
-        turn, self._turn = self._turn, self._turn + 1
+        turn, self._turn = self._turn, self._turn + 1  # taken before any await: placements at once part on ties
         for n, client in enumerate(self.clients):
             try:
                 load = await client.busy(run_id)
