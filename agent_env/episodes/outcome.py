@@ -19,23 +19,11 @@ from pydantic import BaseModel, Field
 
 from agent_env.errors import AgentEnvError
 from agent_env.spec.run import ABANDONED, RunState, RunStatus, StepStatus
+from agent_env.step_types import FAMILIES
 
-# The built-in step types that grade (the catalog's "grading" group, agent_env.step_types): one that failed
-# leaves the run without its honest grade.
-GRADING_TYPES = frozenset(
-    {
-        "check",
-        "check_state",
-        "check_response",
-        "agent_prompt_response_verifier",
-        "rubrics_verifier",
-        "check_image",
-        "env_outcome_verifier",
-        "run_container_unit_tests_verifier",
-        "verify_sandbox",
-        "aggregate_verifiers",
-    }
-)
+# The built-in step types that grade (the catalog's "grading" family): one that failed leaves the run without its
+# honest grade.
+GRADING_TYPES = frozenset(FAMILIES["grading"])
 
 
 class EpisodeInfrastructureError(AgentEnvError):
