@@ -100,6 +100,20 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
+def test_a_mistyped_target_starts_nothing(tmp_path):
+    """Cold, `run` starts the server and the worker while it plans (bring_up): for a target that names a task
+    here only, so a typo leaves nothing running."""
+    env = {**os.environ, "AGENT_ENV_HOME": str(tmp_path / "home"), "AGENT_ENV_SERVER_PORT": str(free_port())}
+    try:
+        typo = cli("run", "hellp", env=env)
+        assert typo.returncode == 2 and "'hellp' is not a built-in bundle" in typo.stderr, typo.stderr
+        assert "started" not in typo.stderr
+        assert cli("server", "status", env=env).returncode == 1, "no server was started"
+        assert _worker_processes(tmp_path / "home") == []
+    finally:
+        cli("server", "stop", env=env)
+
+
 def test_run_leaves_a_background_worker_that_the_next_run_reuses(env):
     first = cli("run", "hello", env=env)
     assert first.returncode == 0, first.stdout + first.stderr

@@ -20,7 +20,7 @@ def resolve_app(target: str):
 def server_token(given: str | None) -> str | None:
     """`--token`, else $AGENT_ENV_SERVER_TOKEN (taken out of the environment, so nothing the app starts
     inherits it); None serves without a token."""
-    from agent_env.envs.serve import SERVER_TOKEN_ENV
+    from agent_env.envs.server_token import SERVER_TOKEN_ENV
 
     from_env = os.environ.pop(SERVER_TOKEN_ENV, None)
     token = given if given is not None else from_env

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agent_env.cli import aio
 from agent_env.cli.output import console, not_running_line, notice
 from agent_env.config import Settings, load_settings
 from agent_env.spec.run import RunInput
+
+if TYPE_CHECKING:
+    from agent_env.temporal.bring_up import BringUp
 
 
 def run_command(
@@ -50,6 +54,12 @@ def run_command(
         raise BadInput("--task and --eval both name what to run", "give one: a task with --task, or evals with --eval")
     if target is None and not evals:
         return _list_runnables()
+    early = None
+    if target is not None and not dry:
+        from agent_env.temporal import bring_up
+
+        if bring_up.names_a_local_task(target):  # cold, the server and worker start while the run is planned
+            early = bring_up.begin(settings, install, notice)
     agent = None
     if agent_artifact_id is not None:
         from agent_env.cli.eval_cmd import agent_artifact
@@ -78,7 +88,7 @@ def run_command(
     inp = plan_target(settings, target, task, agent)
     if dry:
         return _show_plan(inp, json_out)
-    return aio.run(_run(settings, inp, detach=detach, json_out=json_out, install=install))
+    return aio.run(_run(settings, inp, detach=detach, json_out=json_out, install=install, early=early))
 
 
 def rerun_command(run_id: str, *, detach: bool, json_out: bool) -> int:
@@ -123,7 +133,15 @@ def _list_runnables() -> int:
     return 0
 
 
-async def _run(settings: Settings, inp: RunInput, *, detach: bool, json_out: bool, install: Settings) -> int:
+async def _run(
+    settings: Settings,
+    inp: RunInput,
+    *,
+    detach: bool,
+    json_out: bool,
+    install: Settings,
+    early: BringUp | None = None,
+) -> int:
     """Bring up what the run needs, start it and follow it on this terminal, under the trace's root span."""
     from agent_env import telemetry
     from agent_env.temporal import follow
@@ -131,7 +149,7 @@ async def _run(settings: Settings, inp: RunInput, *, detach: bool, json_out: boo
     telemetry.setup(settings, "cli")
     with telemetry.span(f"agent-env run {inp.task_id}"):  # the trace's root (a null context when tracing is off)
         wall_start = time.monotonic()
-        client = await follow.prepare(settings, inp, install=install, note=notice)
+        client = await follow.prepare(settings, inp, install=install, note=notice, early=early)
         term = follow.Terminal(console(), notice, print)
         return await follow.start_and_follow(
             client, settings, inp, detach=detach, json_out=json_out, term=term, wall_start=wall_start

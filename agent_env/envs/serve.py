@@ -50,9 +50,6 @@ from agent_env.envs.mcp import ChangeChannel, McpEndpoint, mcp_tool, tool_error,
 from agent_env.guard import BodyTooLarge, read_body
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
-# How the gateway hands a managed server its token: an environment variable, never the command line
-# (`ps` shows that to every local user).
-SERVER_TOKEN_ENV = "AGENT_ENV_SERVER_TOKEN"
 OPEN_PATHS = frozenset({"/ready"})  # what a managed server answers without its token
 FROM_GATEWAY = "agentenv.from_gateway"  # scope key: this request carried the server's token
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from agent_env.envs.serve import SERVER_TOKEN_ENV
+from agent_env.envs.server_token import SERVER_TOKEN_ENV
 
 PR_SET_PDEATHSIG = 1
 AppProcess = subprocess.Popen[bytes]  # an app's server, its output to a log file

@@ -66,6 +66,19 @@ def start(settings: Settings, *, on_notice: Callable[[str], None] = lambda msg: 
     )
 
 
+def ensure(settings: Settings, *, on_notice: Callable[[str], None] = lambda msg: None) -> DaemonInfo:
+    """`start`, saying so when it started one."""
+    if (running := status(settings).info) is not None:
+        return running
+    info, started = start(settings, on_notice=on_notice)
+    if started:
+        on_notice(
+            f"started the embedded gateway at http://{info.address}; it keeps running in the background "
+            "(stop it with `agent-env gateway stop`)"
+        )
+    return info
+
+
 def _telemetry_env(settings: Settings) -> dict[str, str] | None:
     """The daemon reads its own settings; tracing set for this process (not only in the file) goes with it."""
     t = settings.telemetry

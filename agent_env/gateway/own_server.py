@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from agent_env.envs.serve import SERVER_TOKEN_ENV
+from agent_env.envs.server_token import SERVER_TOKEN_ENV
 from agent_env.gateway.delivery import Delivery, HitRefused
 from agent_env.gateway.http import create_app
 from agent_env.gateway.service import Gateway

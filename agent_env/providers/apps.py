@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from agent_env import packing
+from agent_env.envs.server_token import SERVER_TOKEN_ENV
 from agent_env.errors import AgentEnvError, BadInput, StepFailed
 from agent_env.providers import by_name
 from agent_env.providers.base import Network, SandboxSpec, redact
@@ -158,8 +159,6 @@ async def start(
     env = await in_thread(resolve_env, settings, box, label)  # (the secret store)
     secrets = tuple(env[var] for var in env_secrets(box) if env[var])
     if server_token:  # set after the bundle's env, so a bundle cannot choose its server's token
-        from agent_env.envs.serve import SERVER_TOKEN_ENV
-
         env[SERVER_TOKEN_ENV] = server_token
         secrets += (server_token,)
     spec = spec.model_copy(update={"env": env})  # resolved here, at the last moment

@@ -23,7 +23,7 @@ from functools import cache
 from typing import TYPE_CHECKING, ClassVar
 
 from agent_env import waiting
-from agent_env.envs.serve import SERVER_TOKEN_ENV
+from agent_env.envs.server_token import SERVER_TOKEN_ENV
 from agent_env.errors import BadInput, StepFailed
 from agent_env.gateway_client.api import GatewayClient, GatewayRefused, GatewayUnavailable
 from agent_env.gateway_client.env_servers import (

@@ -7,9 +7,7 @@ command's terminal.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +19,7 @@ from agent_env.gateway import embedded
 from agent_env.planning.agent_override import with_agent
 from agent_env.spec.run import RunInput, RunState, RunStatus
 from agent_env.task_lookup import resolve_target
-from agent_env.temporal import background, launch
+from agent_env.temporal import bring_up, launch
 from agent_env.temporal.run_view import Progress, interrupted_line, summary_line, who_executes
 from agent_env.temporal_client.client import connect, workers_polling
 
@@ -54,60 +52,43 @@ def start_gateway(settings: Settings, inp: RunInput, note: Callable[[str], None]
     """The embedded gateway, up before the first step that deploys an environment (not inside that step)."""
     if settings.gateway.urls() or not any(s.deploys_env for s in inp.steps):
         return
-    if embedded.status(settings).running:
-        return
-    info, started = embedded.start(settings, on_notice=note)
-    if started:
-        note(
-            f"started the embedded gateway at http://{info.address}; it keeps running in the background "
-            "(stop it with `agent-env gateway stop`)"
-        )
+    embedded.ensure(settings, on_notice=note)
 
 
-async def prepare(settings: Settings, inp: RunInput, *, install: Settings, note: Callable[[str], None]) -> Client:
+async def prepare(
+    settings: Settings,
+    inp: RunInput,
+    *,
+    install: Settings,
+    note: Callable[[str], None],
+    early: bring_up.BringUp | None = None,
+) -> Client:
     """Bring up what the run needs (the embedded ones: server, gateway, background worker) and connect.
-    `install`: the settings the background worker runs with (without this run's model overrides)."""
+    `install`: the settings the background worker runs with (without this run's model overrides); `early`: the
+    server's and worker's start-ups when the command began them before planning (`bring_up.begin`)."""
     # Cold, the three start-ups overlap (the worker waits for the server it connects to). In threads that don't
     # hold the process back: when the server fails, its error is the one to tell, at once.
-    gateway_ready = _aside(start_gateway, settings, inp, note)
-    worker_ready = _aside(background.ensure, install, on_notice=note) if settings.embedded else None
+    early = early or bring_up.begin(settings, install, note)
+    gateway_up = asyncio.wrap_future(bring_up.aside(start_gateway, settings, inp, note))
+    server_up, worker_up = (asyncio.wrap_future(f) if f is not None else None for f in (early.server, early.worker))
     try:
+        if server_up is not None:
+            await server_up
         client = await connect(settings, on_notice=note)
+        if worker_up is not None:
+            await worker_up
+        elif not await workers_polling(client, settings):
+            note(
+                f"no worker polls task queue '{settings.temporal.task_queue}' at {settings.address}: the run "
+                "waits (durably) until one does; start one with `agent-env worker`"
+            )
+        await gateway_up
     except BaseException:
-        for pending in (gateway_ready, worker_ready):
-            if pending is not None:
-                pending.add_done_callback(_retrieved)
+        for up in (gateway_up, server_up, worker_up):
+            if up is not None:
+                up.add_done_callback(_retrieved)
         raise
-    if worker_ready is not None:
-        await worker_ready
-    elif not await workers_polling(client, settings):
-        note(
-            f"no worker polls task queue '{settings.temporal.task_queue}' at {settings.address}: the run waits "
-            "(durably) until one does; start one with `agent-env worker`"
-        )
-    await gateway_ready
     return client
-
-
-def _aside(fn: Callable[..., object], *args, **kwargs) -> asyncio.Future:
-    """`fn(*args, **kwargs)` in a daemon thread: unlike `asyncio.to_thread`, leaving the loop does not wait for it."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
-
-    def settle(result: object, error: BaseException | None) -> None:
-        if not done.done():
-            done.set_exception(error) if error is not None else done.set_result(result)
-
-    def work() -> None:
-        try:
-            result, error = fn(*args, **kwargs), None
-        except BaseException as e:  # handed to the loop, which raises it where the future is awaited
-            result, error = None, e
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=work, daemon=True, name=f"start-{getattr(fn, '__name__', 'up')}").start()
-    return done
 
 
 def _retrieved(pending: asyncio.Future) -> None:

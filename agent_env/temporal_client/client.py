@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import weakref
 from typing import TYPE_CHECKING
@@ -53,23 +54,20 @@ async def connect(
     `runtime`: the SDK runtime its workers record metrics in (a worker's health port); None: the default.
     `server_grace` (with `start_server=False`): how long the embedded server may take to appear (a background
     worker is started beside the server, not after it)."""
+    server_up = None
+    if settings.embedded and start_server:  # in a thread (waits until it answers), while temporalio is imported
+        ensure = functools.partial(server.ensure, settings, on_notice=on_notice)
+        server_up = asyncio.get_running_loop().run_in_executor(None, ensure)
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    if settings.embedded:
-        if start_server and not server.status(settings).running:
-            info = await asyncio.to_thread(server.start, settings, on_notice=on_notice)
-            on_notice(
-                f"started the embedded Temporal server at {info.address}; it keeps running in the "
-                "background for the next commands (stop it with `agent-env server stop`)"
-            )
-        elif start_server:
-            await asyncio.to_thread(server.start, settings, on_notice=on_notice)  # waits until it answers
-        elif not await _server_appears(settings, server_grace):
-            raise ServerError(
-                "the embedded Temporal server is not running",
-                "start it with `agent-env server start` (or let `agent-env run` start it)",
-            )
+    if server_up is not None:
+        await server_up
+    elif settings.embedded and not await _server_appears(settings, server_grace):
+        raise ServerError(
+            "the embedded Temporal server is not running",
+            "start it with `agent-env server start` (or let `agent-env run` start it)",
+        )
     from agent_env.temporal_client.sealing import SealingClient  # (temporalio's interceptors)
 
     target = settings.address

@@ -181,6 +181,19 @@ def _start(settings: Settings, paths: Paths, ports: list[PortCheck], http_port: 
     return ServerInfo.of(info)
 
 
+def ensure(settings: Settings, *, on_notice=lambda msg: None) -> ServerInfo:
+    """`start`, saying so when it started one (a server already running, or starting, is waited for until it
+    answers)."""
+    was_running = status(settings).running
+    info = start(settings, on_notice=on_notice)
+    if not was_running:
+        on_notice(
+            f"started the embedded Temporal server at {info.address}; it keeps running in the "
+            "background for the next commands (stop it with `agent-env server stop`)"
+        )
+    return info
+
+
 def _own_host(ip: str) -> str:
     """The one Host the HTTP API answers: the address it is reached at (loopback when it listens everywhere)."""
     if ip in ("0.0.0.0", "::", ""):

@@ -112,7 +112,8 @@ class Studio(App):
 if __name__ == "__main__":
     import uvicorn
 
-    from agent_env.envs.serve import SERVER_TOKEN_ENV, create_app
+    from agent_env.envs.serve import create_app
+    from agent_env.envs.server_token import SERVER_TOKEN_ENV
 
     token = os.environ.pop(SERVER_TOKEN_ENV, None)  # popped: the commands it runs do not inherit it
     WORK_DIR.mkdir(parents=True, exist_ok=True)
