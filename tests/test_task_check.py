@@ -173,7 +173,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.processes
 def test_the_command_prints_each_check_and_exits_by_them(server, tmp_path):
     done = cli("task", "check", "hello")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
     assert "pass  oracle" in done.stdout and "n/a   null" in done.stdout and "ready to ship" in done.stdout
 
     lenient = tmp_path / "lenient.toml"
