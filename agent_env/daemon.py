@@ -10,6 +10,7 @@ instant.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import functools
@@ -18,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -27,6 +29,11 @@ from typing import Any
 from agent_env.errors import ServerError
 
 PRIVATE_UMASK = 0o077  # a daemon's own files (its database, log, keys) are this user's alone
+# A daemon spawned is recorded in its pidfile before the starter's process may exit: starters run in daemon threads
+# (`agent-env run` starts them while it plans), and one stopped between the spawn and the pidfile would leave a
+# daemon nothing can find or stop. Exiting waits (briefly) for a spawn under way; none starts after.
+_SPAWNING = threading.Lock()
+atexit.register(lambda: _SPAWNING.acquire(timeout=5))
 
 
 def _private(path: str, flags: int) -> int:
@@ -163,7 +170,7 @@ class Daemon:
             for check in ports:
                 check_port_free(ip, check, self.title, section)
             before_start()
-            with open(self.log, "ab", opener=_private) as log:
+            with _SPAWNING, open(self.log, "ab", opener=_private) as log:
                 proc = subprocess.Popen(
                     command,
                     stdin=subprocess.DEVNULL,
@@ -174,13 +181,13 @@ class Daemon:
                     env=env,
                     umask=PRIVATE_UMASK,
                 )
-            info = DaemonInfo(
-                pid=proc.pid, ip=ip, port=port, log=str(self.log), started_at=time.time(), extra=extra or {}
-            )
-            tmp = self.pidfile.with_suffix(".tmp")
-            with open(tmp, "w", opener=_private) as f:
-                f.write(json.dumps(asdict(info)))
-            os.replace(tmp, self.pidfile)
+                info = DaemonInfo(
+                    pid=proc.pid, ip=ip, port=port, log=str(self.log), started_at=time.time(), extra=extra or {}
+                )
+                tmp = self.pidfile.with_suffix(".tmp")
+                with open(tmp, "w", opener=_private) as f:
+                    f.write(json.dumps(asdict(info)))
+                os.replace(tmp, self.pidfile)
             try:
                 self._wait_up(info, proc, ready, timeout)
             except ServerError:

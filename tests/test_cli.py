@@ -173,6 +173,20 @@ def test_server_port_taken(fresh_env):
         done = cli("run", "hello", env=fresh_env)
     assert done.returncode == 3
     assert "already in use" in done.stderr and "AGENT_ENV_SERVER_PORT" in done.stderr
+    # What the run started beside the server (the gateway, in a daemon thread) is recorded, so it can be stopped:
+    # a process exiting between a spawn and its pidfile left gateways nothing could find (3 runs in 6, here).
+    cli("gateway", "stop", env=fresh_env)
+    cli("server", "stop", env=fresh_env)
+    home = fresh_env["AGENT_ENV_HOME"].encode()
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and home in _cmdline(p)]
+    assert left == [], f"processes of this state dir nothing can stop: {left}"
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return proc.joinpath("cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _printed(stream) -> str:
