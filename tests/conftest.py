@@ -209,6 +209,14 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
+    # The session's state dir (a Temporal server's database, daemons' logs: up to ~300 MB) goes with a green
+    # session; a red one keeps it for its logs and says where.
+    if _session is not None and _session.exitstatus == 0:
+        import shutil
+
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+    elif _SESSION_HOME.exists():
+        sys.stderr.write(f"\nthis session's state dir (its daemons' logs) is kept: {_SESSION_HOME}\n")
     if _session is not None and "temporalio" in sys.modules:
         sys.stdout.flush()
         sys.stderr.flush()

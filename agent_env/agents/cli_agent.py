@@ -12,9 +12,11 @@ prints is read bounded; a CLI that outlives its turn is killed with its whole pr
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import re
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -61,7 +63,10 @@ class CliAgent(Agent):
     description = "A command-line coding agent, run once per turn in its sandbox."
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = root or Path(tempfile.mkdtemp(prefix="agentenv-cli-"))
+        if root is None:  # the process's own, gone when it exits (a run's homes are pruned as they age, below)
+            root = Path(tempfile.mkdtemp(prefix="agentenv-cli-"))
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+        self.root = root
         self.workdir = Path(os.environ.get("AGENT_ENV_WORKDIR") or Path.cwd())
 
     async def answer(self, turn: Turn) -> Answer:
@@ -205,8 +210,6 @@ async def run_bounded(
 
 
 def _remove_tree(path: Path) -> None:
-    import shutil
-
     shutil.rmtree(path, ignore_errors=True)
 
 
