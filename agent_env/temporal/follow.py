@@ -73,8 +73,8 @@ async def prepare(
     server_up, worker_up = (asyncio.wrap_future(f) if f is not None else None for f in (early.server, early.worker))
     try:
         if server_up is not None:
-            await server_up
-        client = await connect(settings, on_notice=note)
+            await server_up  # (its error, if it failed, is the one to tell)
+        client = await connect(settings, on_notice=note, start_server=server_up is None)
         if worker_up is not None:
             await worker_up
         elif not await workers_polling(client, settings):
