@@ -39,6 +39,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def processes_naming(*parts: bytes) -> list[int]:
+    """Pids of live processes whose command line holds every one of `parts` (from /proc, as `ps` would list them)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+                state = (proc / "stat").read_text().split(") ", 1)[1][0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z" and all(part in cmdline for part in parts):
+                found.append(int(proc.name))
+    return found
+
+
 def plan_key_of(settings) -> dict[str, str]:
     """The environment that gives another install (a worker or gateway in its own state dir) the plan key of
     `settings`' install, as a shared secret, as a team shares one: what one plans, the other then executes."""

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import free_port, processes_naming
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -48,18 +48,8 @@ def cli(*args, env, cwd=None, timeout=90) -> subprocess.CompletedProcess:
 
 
 def _worker_processes(home: Path) -> list[int]:
-    """Pids of live background workers of this state dir (from /proc, as `ps` would list them)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-                state = (proc / "stat").read_text().split(") ", 1)[1][0]
-            except OSError:
-                continue
-            if b"agent_env.temporal.background" in cmdline and str(home).encode() in cmdline and state != "Z":
-                found.append(int(proc.name))
-    return found
+    """Pids of live background workers of this state dir."""
+    return processes_naming(b"agent_env.temporal.background", str(home).encode())
 
 
 def _worker_pid(env) -> int | None:

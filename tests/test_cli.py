@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import free_port, processes_naming
 
 AGENT_ENV = str(Path(sys.executable).parent / "agent-env")
 
@@ -178,15 +178,8 @@ def test_server_port_taken(fresh_env):
     cli("gateway", "stop", env=fresh_env)
     cli("server", "stop", env=fresh_env)
     home = fresh_env["AGENT_ENV_HOME"].encode()
-    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and home in _cmdline(p)]
+    left = processes_naming(home)
     assert left == [], f"processes of this state dir nothing can stop: {left}"
-
-
-def _cmdline(proc: Path) -> bytes:
-    try:
-        return proc.joinpath("cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def _printed(stream) -> str:
