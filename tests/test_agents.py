@@ -24,8 +24,8 @@ REFUSED_REFUND = {
 
 
 @contextlib.asynccontextmanager
-async def serving(app):
-    port = free_port()
+async def serving(app, port: int | None = None):
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -227,3 +227,18 @@ async def test_client_names_each_way_an_agent_can_fail():
         async with serving(Starlette(routes=[card_route, Route("/", restarting, methods=["POST"])])) as url:
             with pytest.raises(AgentUnreachable, match="could not be reached"):
                 await AgentClient(url, http).ask("x", {}, context_id="c", deadline_s=5)
+
+
+def test_a_long_lived_worker_keeps_agent_clients_for_the_agents_it_used_last_only(settings):
+    """A hosted agent's URL names its run: the clients (and cards) kept are bounded, the least recently used go."""
+    from agent_env.agents import client as clients
+
+    urls = [f"http://127.0.0.1:9/agents/run-{n}.agent/" for n in range(clients.MAX_CLIENTS + 50)]
+    first = clients.agent_client(settings, urls[0], hosted=False)
+    second = clients.agent_client(settings, urls[1], hosted=False)
+    for url in urls[2:]:
+        assert clients.agent_client(settings, urls[1], hosted=False) is second  # in use: kept
+        clients.agent_client(settings, url, hosted=False)
+    assert len(clients._CLIENTS) <= clients.MAX_CLIENTS
+    assert clients.agent_client(settings, urls[1], hosted=False) is second
+    assert clients.agent_client(settings, urls[0], hosted=False) is not first  # dropped, made again

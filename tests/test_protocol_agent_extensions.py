@@ -12,6 +12,7 @@ import json
 
 import httpx
 import pytest
+from conftest import free_port
 from starlette.applications import Starlette
 from test_agents import serving
 from test_protocol_agents import reference_agent, reference_python  # noqa: F401 - the fixture, by import
@@ -505,6 +506,44 @@ async def test_one_step_peers_agents_by_name_as_the_frameworks_peerings_do(run_t
         "peerings": [{"agent": "alpha", "peers": ["beta"]}, {"agent": "beta", "peers": ["alpha"]}]
     }
     assert listed == {"alpha": ["beta"], "beta": ["alpha"]}
+
+
+async def test_a_run_reads_the_card_of_the_agent_at_a_url_now_not_one_served_there_before(run_task):
+    """The worker outlives the agents it talks to: an agent served at a URL where another was before (a port used
+    again, an agent redeployed with other extensions) is known by its own card when a run brings it in."""
+    port = free_port()
+    earlier = Starlette()
+    async with serving(earlier, port) as url:
+        handler = await served_agent(Helper(), earlier, url)  # declares no extension
+        state = await run_task({"id": "earlier", "steps": [{"id": "one", "type": "deploy_agent", "config": {
+            "record": a2a("alpha", url)}}]})  # fmt: skip
+        await handler.aclose()
+    assert state.status is RunStatus.PASSED, state.error
+    first, second = Starlette(), Starlette()
+    async with serving(first, port) as first_url, serving(second) as second_url:
+        handlers = [
+            await served_agent(Delegating(), first, first_url),
+            await served_agent(Delegating(), second, second_url),
+        ]
+        state = await run_task(
+            {
+                "id": "now",
+                "steps": [
+                    {"id": "one", "type": "deploy_agent", "config": {"record": a2a("alpha", first_url)}},
+                    {"id": "two", "type": "deploy_agent", "config": {"record": a2a("beta", second_url)}},
+                    {
+                        "id": "peer",
+                        "type": "peer_agents",
+                        "depends_on": ["one", "two"],
+                        "config": {"agent": "one", "peers": ["two"]},
+                    },
+                ],
+            }
+        )
+        for handler in handlers:
+            await handler.aclose()
+    assert state.status is RunStatus.PASSED, state.error
+    assert state.steps["peer"].outputs == {"agent": "alpha", "peers": ["beta"]}
 
 
 @pytest.mark.parametrize(

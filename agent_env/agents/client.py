@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -215,7 +216,10 @@ def _transient(cause: BaseException | None) -> bool:
 
 # -- the worker's clients, and asking a deployed agent --
 
-_CLIENTS: dict[tuple[str, bool], AgentClient] = {}  # one A2A client per agent URL per worker process (cards cached)
+# One A2A client per agent URL (its card cached), the most recently used ones: a hosted agent's URL names its run, so
+# a long-lived worker would otherwise keep one per run it ever served. One dropped is made again when asked for.
+MAX_CLIENTS = 256
+_CLIENTS: OrderedDict[tuple[str, bool], AgentClient] = OrderedDict()
 _HTTP: dict[tuple[bool, tuple[str, ...]], httpx.AsyncClient] = {}
 
 
@@ -227,6 +231,10 @@ def agent_client(settings: Settings, url: str, *, hosted: bool) -> AgentClient:
     client = _CLIENTS.get(key)
     if client is None:
         client = _CLIENTS[key] = AgentClient(url, _http(settings, hosted))
+        if len(_CLIENTS) > MAX_CLIENTS:
+            _CLIENTS.popitem(last=False)
+    else:
+        _CLIENTS.move_to_end(key)
     return client
 
 

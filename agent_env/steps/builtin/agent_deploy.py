@@ -276,6 +276,7 @@ async def deploy_agent(ctx: StepContext, config: DeployAgentConfig) -> JsonObjec
         hosted = False
     elif record.type == "a2a":
         url = record.typed_config().url
+        forget_agent(url)  # its card is read as the run brings it in: it may have changed, or another agent has the URL
         client = agent_client(ctx.settings, url, hosted=False)
         try:
             await client.card()
